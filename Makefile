@@ -1,0 +1,81 @@
+# tether — the two commands a newcomer needs are `make demo` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+NODES ?= 3
+CARGO ?= cargo
+# Where the Kubernetes binaries are cached (see e2e/scripts/lib.sh).
+BIN_DIR := $(shell bash -c 'source e2e/scripts/lib.sh && echo $$BIN_DIR')
+KUBECONFIG_FILE := $(CURDIR)/.cluster/kubeconfig
+KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
+export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
+export TETHER_KUBECTL := $(BIN_DIR)/kubectl
+
+.PHONY: help build fmt fmt-check lint unit crds crds-check k8s-bins cluster cluster-down e2e test demo
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+
+build: ## build the tether binary
+	$(CARGO) build --release --bin tether
+
+fmt: ## format the code
+	$(CARGO) fmt --all
+
+fmt-check: ## fail when the code is not formatted
+	$(CARGO) fmt --all -- --check
+
+lint: ## clippy over every target, warnings denied
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit: ## unit tests (includes the crds/ drift check)
+	$(CARGO) test --lib --bins
+
+crds: ## regenerate crds/ from src/api
+	$(CARGO) run --quiet --bin tether -- crd > crds/tether.dev.yaml
+
+crds-check: ## fail when crds/ is stale
+	$(CARGO) test --lib api::tests::crds_directory_is_up_to_date
+
+k8s-bins: ## build (or reuse) the cached Kubernetes binaries
+	e2e/scripts/build-k8s.sh
+
+cluster: ## start the local control plane (NODES=3), kubeconfig in .cluster/kubeconfig
+	NODES=$(NODES) e2e/scripts/cluster-up.sh
+
+cluster-down: ## stop the local control plane and remove its state
+	e2e/scripts/cluster-down.sh
+
+e2e: ## end-to-end tests; needs `make cluster` (fails when it is not up)
+	$(CARGO) test -p tether-e2e --tests -- --test-threads=4
+
+# `make test` starts its own cluster when none is running and stops it afterwards.
+test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, crds drift, e2e
+	@set -e; started=false; \
+	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
+	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	fi; \
+	status=0; $(MAKE) --no-print-directory e2e || status=$$?; \
+	if $$started; then \
+	  if [ $$status -ne 0 ]; then e2e/scripts/cluster-down.sh --keep-logs; echo "logs kept in .cluster/logs"; \
+	  else e2e/scripts/cluster-down.sh; fi; \
+	fi; \
+	exit $$status
+
+demo: build cluster ## build, start the cluster, install the CRDs and samples, show how to use them
+	$(KUBECTL) apply -f crds/
+	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/schedulingprofiles.tether.dev crd/stickybindings.tether.dev
+	$(KUBECTL) apply -f config/samples/
+	@echo
+	$(KUBECTL) get nodes -L topology.kubernetes.io/zone
+	@echo
+	$(KUBECTL) get schedulingprofiles
+	@echo
+	$(KUBECTL) get stickybindings -A
+	@echo
+	@echo "The cluster is up. Use it with:"
+	@echo "  export KUBECONFIG=$(KUBECONFIG_FILE)"
+	@echo "  alias kubectl='$(BIN_DIR)/kubectl'"
+	@echo "  kubectl explain schedulingprofile.spec"
+	@echo "  kubectl get sp,sb -A"
+	@echo "Stop it with: make cluster-down"

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok from the
+# upstream Go modules into the cache. Skips the build when the cache already holds the pinned
+# versions (a stamp records the hash of e2e/k8s/go.mod and go.sum).
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+stamp_want=$( (cat "$E2E_DIR/k8s/go.mod" "$E2E_DIR/k8s/go.sum"; echo "$KWOK_VERSION") | sha256sum | cut -d' ' -f1)
+if [[ -f "$BIN_DIR/.stamp" && "$(cat "$BIN_DIR/.stamp")" == "$stamp_want" ]]; then
+  log "binaries for Kubernetes $K8S_VERSION already cached in $BIN_DIR"
+  exit 0
+fi
+
+command -v go >/dev/null || die "go is not installed; the local control plane is built from Go modules"
+mkdir -p "$BIN_DIR" "$TETHER_CACHE/logs"
+build_log="$TETHER_CACHE/logs/build-$K8S_VERSION.log"
+: >"$build_log"
+rm -f "$BIN_DIR/.stamp"
+
+minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+pkg=k8s.io/component-base/version
+ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
+ -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+
+start=$(date +%s)
+log "building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION into $BIN_DIR (log: $build_log)"
+(
+  cd "$E2E_DIR/k8s"
+  go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl
+  go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/etcd" go.etcd.io/etcd/server/v3
+  # kwok is built outside the Kubernetes module, with its own go.mod.
+  GOBIN="$BIN_DIR" go install -trimpath -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+) >>"$build_log" 2>&1 || { tail -n 30 "$build_log" >&2; die "the build failed; read $build_log"; }
+
+for b in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok; do
+  [[ -x "$BIN_DIR/$b" ]] || die "the build did not produce $b; read $build_log"
+done
+echo "$stamp_want" >"$BIN_DIR/.stamp"
+log "built in $(( $(date +%s) - start ))s"

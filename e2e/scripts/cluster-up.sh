@@ -1,0 +1,185 @@
+#!/usr/bin/env bash
+# Starts the local control plane: etcd, kube-apiserver, kube-controller-manager and kwok, all on
+# 127.0.0.1, then creates $NODES fake nodes and waits until they are Ready. Idempotent: a running
+# cluster is left as it is (missing nodes are added). Writes .cluster/kubeconfig.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+source "$E2E_DIR/scripts/pki.sh"
+
+NODES=${NODES:-3}
+START_TIMEOUT=${START_TIMEOUT:-90}
+PID_DIR=$CLUSTER_DIR/pids
+KUBECONFIG_FILE=$CLUSTER_DIR/kubeconfig
+KUBECTL="$BIN_DIR/kubectl --kubeconfig=$KUBECONFIG_FILE"
+
+components=(etcd kube-apiserver kube-controller-manager kwok)
+
+alive() { [[ -f "$PID_DIR/$1.pid" ]] && kill -0 "$(cat "$PID_DIR/$1.pid")" 2>/dev/null; }
+
+all_alive() {
+  local c
+  for c in "${components[@]}"; do alive "$c" || return 1; done
+}
+
+port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# start NAME ARGS...: runs a component in its own session so that cluster-down can stop it and
+# everything it spawned.
+start() {
+  local name=$1; shift
+  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
+  echo $! >"$PID_DIR/$name.pid"
+}
+
+# wait_healthy NAME CHECK...: waits until CHECK succeeds; fails naming the log when the
+# component dies or is not healthy within START_TIMEOUT seconds.
+wait_healthy() {
+  local name=$1; shift
+  local deadline=$(( $(date +%s) + START_TIMEOUT ))
+  until "$@" >/dev/null 2>&1; do
+    if ! alive "$name"; then
+      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+      die "$name exited during start-up; read $LOG_DIR/$name.log"
+    fi
+    if (( $(date +%s) > deadline )); then
+      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
+      die "$name was not healthy within ${START_TIMEOUT}s; read $LOG_DIR/$name.log"
+    fi
+    sleep 0.2
+  done
+}
+
+apply_nodes() {
+  local i zones=(a b c) manifest=""
+  for (( i = 0; i < NODES; i++ )); do
+    manifest+="---
+apiVersion: v1
+kind: Node
+metadata:
+  name: kwok-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+    node.alpha.kubernetes.io/ttl: \"0\"
+  labels:
+    kubernetes.io/hostname: kwok-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    node.kubernetes.io/instance-type: kwok.standard
+    topology.kubernetes.io/region: local
+    topology.kubernetes.io/zone: zone-${zones[i % 3]}
+    type: kwok
+status:
+  allocatable: {cpu: \"16\", memory: 64Gi, pods: \"110\", ephemeral-storage: 100Gi}
+  capacity: {cpu: \"16\", memory: 64Gi, pods: \"110\", ephemeral-storage: 100Gi}
+  nodeInfo: {architecture: amd64, operatingSystem: linux, kubeletVersion: $K8S_VERSION, kubeProxyVersion: $K8S_VERSION}
+"
+  done
+  $KUBECTL apply -f - <<<"$manifest" >/dev/null
+}
+
+wait_nodes_ready() {
+  local deadline=$(( $(date +%s) + START_TIMEOUT )) ready
+  while :; do
+    ready=$($KUBECTL get nodes -l type=kwok \
+      -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}' 2>/dev/null \
+      | grep -c True || true)
+    (( ready >= NODES )) && return 0
+    alive kwok || die "kwok exited; read $LOG_DIR/kwok.log"
+    (( $(date +%s) > deadline )) && die "only $ready of $NODES nodes Ready within ${START_TIMEOUT}s; read $LOG_DIR/kwok.log"
+    sleep 0.2
+  done
+}
+
+apiserver_ready() {
+  curl -sf --max-time 2 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
+    "https://127.0.0.1:$APISERVER_PORT/readyz"
+}
+
+main() {
+  "$E2E_DIR/scripts/build-k8s.sh"
+  local t0; t0=$(date +%s)
+
+  if [[ -f "$KUBECONFIG_FILE" ]] && all_alive && apiserver_ready >/dev/null 2>&1; then
+    log "the cluster is already running"
+    apply_nodes
+    wait_nodes_ready
+    log "ready: export KUBECONFIG=$KUBECONFIG_FILE"
+    return 0
+  fi
+  # Leftovers of a cluster that is no longer whole: stop them and start afresh.
+  "$E2E_DIR/scripts/cluster-down.sh" >/dev/null 2>&1 || true
+
+  local port
+  for port in "$ETCD_CLIENT_PORT" "$ETCD_PEER_PORT" "$APISERVER_PORT" "$KCM_PORT" "$KWOK_PORT"; do
+    port_free "$port" || die "port 127.0.0.1:$port is taken by another process (see: ss -ltnp 'sport = :$port'); stop it or set the *_PORT variables in e2e/scripts/lib.sh"
+  done
+
+  mkdir -p "$LOG_DIR" "$PID_DIR" "$CLUSTER_DIR/etcd"
+  # From here on, a failure or an interrupt stops whatever was started.
+  trap 'status=$?; log "start-up failed; stopping what was started"; "$E2E_DIR/scripts/cluster-down.sh" --keep-logs >/dev/null 2>&1; exit $status' ERR
+  trap 'log "interrupted; stopping what was started"; "$E2E_DIR/scripts/cluster-down.sh" --keep-logs >/dev/null 2>&1; exit 130' INT TERM
+
+  pki_generate
+  pki_kubeconfig "$KUBECONFIG_FILE" admin
+  pki_kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" controller-manager
+
+  start etcd "$BIN_DIR/etcd" --name local --data-dir "$CLUSTER_DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync --quota-backend-bytes 8589934592 --log-level warn
+  wait_healthy etcd curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
+
+  start kube-apiserver "$BIN_DIR/kube-apiserver" \
+    --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
+    --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
+    --client-ca-file "$PKI_DIR/ca.crt" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
+    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
+    --endpoint-reconciler-type none --allow-privileged \
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false
+  wait_healthy kube-apiserver apiserver_ready
+
+  start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --authorization-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
+    --bind-address 127.0.0.1 --secure-port "$KCM_PORT" --leader-elect=false \
+    --use-service-account-credentials \
+    --service-account-private-key-file "$PKI_DIR/sa.key" --root-ca-file "$PKI_DIR/ca.crt" \
+    --controllers "$(IFS=,; echo "${KCM_CONTROLLERS[*]}")" \
+    --kube-api-qps 500 --kube-api-burst 1000 \
+    --concurrent-replicaset-syncs 20 --concurrent-deployment-syncs 20 --concurrent-statefulset-syncs 20 \
+    --concurrent-gc-syncs 50 --concurrent-job-syncs 20 \
+    --node-monitor-grace-period 40s
+  wait_healthy kube-controller-manager curl -sfk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz"
+
+  start kwok "$BIN_DIR/kwok" --kubeconfig "$KUBECONFIG_FILE" \
+    --manage-all-nodes=false \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --cidr 10.244.0.0/16 --node-ip 127.0.0.1 --node-lease-duration-seconds 40 \
+    --server-address "127.0.0.1:$KWOK_PORT"
+  wait_healthy kwok curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz"
+
+  apply_nodes
+  wait_nodes_ready
+  trap - ERR INT TERM
+  log "cluster up in $(( $(date +%s) - t0 ))s with $NODES nodes"
+  log "ready: export KUBECONFIG=$KUBECONFIG_FILE"
+}
+
+# The controllers the tests rely on: workloads, garbage collection, namespaces, service accounts
+# and node lifecycle (taints and evictions when a node stops reporting).
+KCM_CONTROLLERS=(
+  deployment-controller replicaset-controller statefulset-controller job-controller
+  cronjob-controller daemonset-controller garbage-collector-controller namespace-controller
+  serviceaccount-controller serviceaccount-token-controller node-lifecycle-controller
+  pod-garbage-collector-controller root-ca-certificate-publisher-controller
+  taint-eviction-controller clusterrole-aggregation-controller endpointslice-controller
+  ttl-after-finished-controller disruption-controller
+)
+
+main "$@"

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Generates the local control plane's credentials into $PKI_DIR: a CA, the API server's serving
+# certificate, client certificates for the admin and kube-controller-manager, and the service
+# account signing key pair. Sourced by cluster-up.sh.
+
+pki_client_cert() { # name CN O
+  local name=$1 cn=$2 org=$3
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/$name.key" -out "$PKI_DIR/$name.csr" \
+    -subj "/O=$org/CN=$cn" 2>/dev/null
+  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
+    -CAcreateserial -days 365 -out "$PKI_DIR/$name.crt" \
+    -extfile <(printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null
+}
+
+pki_generate() {
+  mkdir -p "$PKI_DIR"
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/ca.key" -out "$PKI_DIR/ca.crt" \
+    -days 365 -subj "/CN=tether-local-ca" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/apiserver.key" -out "$PKI_DIR/apiserver.csr" \
+    -subj "/CN=kube-apiserver" 2>/dev/null
+  openssl x509 -req -in "$PKI_DIR/apiserver.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
+    -CAcreateserial -days 365 -out "$PKI_DIR/apiserver.crt" -extfile <(cat <<EXT
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+EXT
+) 2>/dev/null
+  pki_client_cert admin kubernetes-admin system:masters
+  pki_client_cert controller-manager system:kube-controller-manager system:kube-controller-manager
+  openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
+}
+
+# Writes a kubeconfig for one client certificate.
+pki_kubeconfig() { # file user-cert-name
+  local file=$1 name=$2
+  cat >"$file" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: tether-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI_DIR/ca.crt")
+users:
+- name: $name
+  user:
+    client-certificate-data: $(base64 -w0 <"$PKI_DIR/$name.crt")
+    client-key-data: $(base64 -w0 <"$PKI_DIR/$name.key")
+contexts:
+- name: tether-local
+  context: {cluster: tether-local, user: $name}
+current-context: tether-local
+KCFG
+}

@@ -1,0 +1,222 @@
+//! The harness of tether's end-to-end tests: a client for the local control plane that
+//! `make cluster` starts, kubectl, per-test namespaces and waiting on conditions with a deadline.
+//!
+//! Every test fails (never skips) when the cluster is not there.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// The repository root, where `crds/`, `config/` and `.cluster/` live.
+pub fn repo_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from(".."))
+}
+
+/// The admin kubeconfig of the local cluster: `$TETHER_KUBECONFIG`, else `.cluster/kubeconfig`.
+pub fn kubeconfig_path() -> PathBuf {
+    std::env::var_os("TETHER_KUBECONFIG")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_dir().join(".cluster/kubeconfig"))
+}
+
+/// A client for the local cluster, checked to answer. Fails with what to do when it is not up.
+pub async fn client() -> anyhow::Result<Client> {
+    let path = kubeconfig_path();
+    if !path.exists() {
+        bail!(
+            "no local cluster: {} does not exist. Start one with `make cluster` (or run `make test`, which starts it)",
+            path.display()
+        );
+    }
+    let kubeconfig = Kubeconfig::read_from(&path)
+        .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .with_context(|| format!("loading kubeconfig {}", path.display()))?;
+    let client = Client::try_from(config).context("building the client")?;
+    client.apiserver_version().await.with_context(|| {
+        format!(
+            "the local cluster in {} does not answer; is `make cluster` running? (logs in .cluster/logs)",
+            path.display()
+        )
+    })?;
+    Ok(client)
+}
+
+/// The outcome of one kubectl call.
+#[derive(Debug)]
+pub struct Kubectl {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl From<Output> for Kubectl {
+    fn from(out: Output) -> Self {
+        Kubectl {
+            success: out.status.success(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+}
+
+/// Runs the cached kubectl (`$TETHER_KUBECTL`) against the local cluster, with `stdin` piped in.
+pub fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<Kubectl> {
+    let bin = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
+        anyhow!("TETHER_KUBECTL is not set: run the end-to-end tests through `make e2e`")
+    })?;
+    let mut child = Command::new(&bin)
+        .arg(format!("--kubeconfig={}", kubeconfig_path().display()))
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", PathBuf::from(&bin).display()))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        use std::io::Write;
+        pipe.write_all(input.as_bytes())
+            .context("writing kubectl's stdin")?;
+    }
+    let out = child.wait_with_output().context("waiting for kubectl")?;
+    Ok(out.into())
+}
+
+/// Like [`kubectl`], but fails when kubectl fails, with what it printed.
+pub fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
+    let out = kubectl(args, stdin)?;
+    if !out.success {
+        bail!(
+            "kubectl {} failed:\n{}{}",
+            args.join(" "),
+            out.stdout,
+            out.stderr
+        );
+    }
+    Ok(out.stdout)
+}
+
+/// Polls `check` until it returns `Ok(Some(_))` or `timeout` passes. `check` returns
+/// `Ok(None)` while the condition does not hold yet; the error on timeout says what was awaited
+/// and what `describe` reports of the state at that moment.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<Option<T>>>,
+{
+    let deadline = Instant::now() + timeout;
+    let mut last_error = None;
+    loop {
+        match check().await {
+            Ok(Some(value)) => return Ok(value),
+            Ok(None) => {}
+            Err(e) => last_error = Some(e),
+        }
+        if Instant::now() >= deadline {
+            let cause = last_error
+                .map(|e| format!("; last error: {e:#}"))
+                .unwrap_or_default();
+            bail!("timed out after {timeout:?} waiting for {what}{cause}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A short suffix that differs between calls and between test processes, for object names.
+pub fn unique_suffix() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let mixed = nanos ^ std::process::id().rotate_left(16) ^ NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{:06x}", mixed & 0xff_ffff)
+}
+
+/// Applies `crds/` and waits until both CRDs are Established.
+pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
+    let file = repo_dir().join("crds/tether.dev.yaml");
+    kubectl_ok(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &file.to_string_lossy(),
+        ],
+        None,
+    )?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in ["schedulingprofiles.tether.dev", "stickybindings.tether.dev"] {
+        wait_for(
+            &format!("CRD {name} to be Established"),
+            Duration::from_secs(30),
+            || {
+                let crds = crds.clone();
+                async move {
+                    let crd = crds.get(name).await?;
+                    let established = crd
+                        .status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True");
+                    Ok(established.then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// A namespace of one test, named after it with a random suffix. Delete it with [`TestNamespace::delete`].
+pub struct TestNamespace {
+    pub name: String,
+    client: Client,
+}
+
+impl TestNamespace {
+    pub async fn create(client: &Client, test: &str) -> anyhow::Result<Self> {
+        let name = format!("e2e-{test}-{}", unique_suffix());
+        let ns = Namespace {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Api::<Namespace>::all(client.clone())
+            .create(&PostParams::default(), &ns)
+            .await
+            .with_context(|| format!("creating namespace {name}"))?;
+        Ok(TestNamespace {
+            name,
+            client: client.clone(),
+        })
+    }
+
+    pub async fn delete(self) -> anyhow::Result<()> {
+        Api::<Namespace>::all(self.client)
+            .delete(&self.name, &DeleteParams::background())
+            .await
+            .with_context(|| format!("deleting namespace {}", self.name))?;
+        Ok(())
+    }
+}

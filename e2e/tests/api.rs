@@ -1,0 +1,289 @@
+//! The tether.dev API on a real API server: the CRDs install, objects round-trip through kubectl
+//! with their printer columns, and the API server itself refuses invalid profiles, naming the field.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, ListParams};
+use tether::api::{SchedulingProfile, StickyBinding};
+use tether_e2e::{
+    TestNamespace, client, install_crds, kubectl, kubectl_ok, unique_suffix, wait_for,
+};
+
+fn profile_yaml(name: &str, scheduler_name: &str, extra_spec: &str) -> String {
+    format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: SchedulingProfile\nmetadata:\n  name: {name}\nspec:\n  schedulerName: {scheduler_name}\n{extra_spec}"
+    )
+}
+
+#[tokio::test]
+async fn profiles_and_bindings_round_trip_with_printer_columns() -> anyhow::Result<()> {
+    let client = client().await?;
+    install_crds(&client).await?;
+    let ns = TestNamespace::create(&client, "api").await?;
+    let name = format!("e2e-roundtrip-{}", unique_suffix());
+
+    let spec = "  plugins:\n    multiPoint: {enabled: [{name: StickyNode}]}\n    score:\n      enabled: [{name: PlacementHistory, weight: 5}]\n      disabled: [{name: ImageLocality}]\n  pluginConfig:\n  - name: PlacementHistory\n    args: {skipMultiReplica: true, excludedNamespaces: [kube-system]}\n";
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&profile_yaml(&name, &format!("{name}-sched"), spec)),
+    )?;
+
+    // Read back through the typed API: defaults applied by the schema, args kept verbatim.
+    let profiles: Api<SchedulingProfile> = Api::all(client.clone());
+    let profile = profiles.get(&name).await?;
+    assert_eq!(profile.spec.scheduler_name, format!("{name}-sched"));
+    assert_eq!(profile.spec.percentage_of_nodes_to_score, 0);
+    assert_eq!(profile.spec.pod_initial_backoff_seconds, 1);
+    assert_eq!(profile.spec.pod_max_backoff_seconds, 10);
+    let args = profile.spec.plugin_config[0]
+        .args
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(args["excludedNamespaces"][0], "kube-system");
+    let score = profile
+        .spec
+        .plugins
+        .and_then(|p| p.score)
+        .unwrap_or_default();
+    assert_eq!(score.enabled[0].weight, Some(5));
+
+    // The printer columns, by their long name and by the short name.
+    let table = kubectl_ok(&["get", "schedulingprofiles", &name], None)?;
+    let header: Vec<_> = table
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        ["NAME", "SCHEDULER", "READY", "REASON", "AGE"],
+        "got:\n{table}"
+    );
+    assert!(table.contains(&format!("{name}-sched")), "got:\n{table}");
+    let short = kubectl_ok(&["get", "sp", &name, "-o", "name"], None)?;
+    assert_eq!(short.trim(), format!("schedulingprofile.tether.dev/{name}"));
+
+    // A StickyBinding, pinned by a person.
+    let binding = format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: StickyBinding\nmetadata:\n  name: virtualmachine-fedora\n  namespace: {ns}\nspec:\n  workloadRef: {{apiVersion: kubevirt.io/v1, kind: VirtualMachine, name: fedora}}\n  nodeName: kwok-node-0\n",
+        ns = ns.name
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&binding))?;
+    let table = kubectl_ok(&["get", "sb", "-n", &ns.name], None)?;
+    let mut lines = table.lines();
+    let header: Vec<_> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        [
+            "NAME",
+            "KIND",
+            "WORKLOAD",
+            "PINNED",
+            "LATEST",
+            "SCHEDULES",
+            "AGE"
+        ],
+        "got:\n{table}"
+    );
+    let row: Vec<_> = lines
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        &row[..4],
+        [
+            "virtualmachine-fedora",
+            "VirtualMachine",
+            "fedora",
+            "kwok-node-0"
+        ],
+        "got:\n{table}"
+    );
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let sb = bindings.get("virtualmachine-fedora").await?;
+    assert_eq!(sb.spec.node_name.as_deref(), Some("kwok-node-0"));
+
+    // The workload a binding belongs to cannot be swapped for another.
+    let swapped = binding.replace("name: fedora", "name: centos");
+    let out = kubectl(&["apply", "-f", "-"], Some(&swapped))?;
+    assert!(
+        !out.success && out.stderr.contains("workloadRef is immutable"),
+        "got: {}",
+        out.stderr
+    );
+
+    // The category lists both kinds.
+    let all = kubectl_ok(&["get", "tether", "-A", "-o", "name"], None)?;
+    assert!(
+        all.contains(&format!("schedulingprofile.tether.dev/{name}")),
+        "got:\n{all}"
+    );
+    assert!(
+        all.contains("stickybinding.tether.dev/virtualmachine-fedora"),
+        "got:\n{all}"
+    );
+
+    // kubectl explain shows the doc comments.
+    let explain = kubectl_ok(&["explain", "schedulingprofile.spec.schedulerName"], None)?;
+    assert!(explain.contains("default-scheduler"), "got:\n{explain}");
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn the_api_server_refuses_invalid_profiles_naming_the_field() -> anyhow::Result<()> {
+    let client = client().await?;
+    install_crds(&client).await?;
+    let name = format!("e2e-invalid-{}", unique_suffix());
+    let cases = [
+        (
+            "weight 0",
+            "ok-name",
+            "  plugins:\n    score:\n      enabled: [{name: NodeResourcesFit, weight: 0}]\n",
+            "spec.plugins.score.enabled[0].weight",
+        ),
+        (
+            "weight 101",
+            "ok-name",
+            "  plugins:\n    score:\n      enabled: [{name: NodeResourcesFit, weight: 101}]\n",
+            "spec.plugins.score.enabled[0].weight",
+        ),
+        (
+            "not a DNS-1123 subdomain",
+            "Bad_Name",
+            "",
+            "spec.schedulerName",
+        ),
+        (
+            "kube-scheduler's name",
+            "default-scheduler",
+            "",
+            "spec.schedulerName",
+        ),
+        (
+            "percentage over 100",
+            "ok-name",
+            "  percentageOfNodesToScore: 101\n",
+            "spec.percentageOfNodesToScore",
+        ),
+        (
+            "initial backoff over max",
+            "ok-name",
+            "  podInitialBackoffSeconds: 20\n  podMaxBackoffSeconds: 10\n",
+            "spec.podInitialBackoffSeconds",
+        ),
+        (
+            "initial backoff over the default max",
+            "ok-name",
+            "  podInitialBackoffSeconds: 11\n",
+            "spec.podInitialBackoffSeconds",
+        ),
+        (
+            "a plugin twice in one list",
+            "ok-name",
+            "  plugins:\n    filter:\n      enabled: [{name: NodeName}, {name: NodeName}]\n",
+            "spec.plugins.filter.enabled[1]",
+        ),
+        (
+            "pluginConfig twice for one plugin",
+            "ok-name",
+            "  pluginConfig:\n  - {name: NodeResourcesFit, args: {}}\n  - {name: NodeResourcesFit, args: {}}\n",
+            "spec.pluginConfig[1]",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, scheduler_name, extra, field) in cases {
+        let out = kubectl(
+            &["apply", "-f", "-"],
+            Some(&profile_yaml(&name, scheduler_name, extra)),
+        )?;
+        if out.success || !out.stderr.contains(field) {
+            failures.push(format!(
+                "{what}: want a refusal naming {field}, got success={} stderr={}",
+                out.success,
+                out.stderr.trim()
+            ));
+        }
+        // Nothing of a refused object is stored.
+        let get = kubectl(&["get", "sp", &name], None)?;
+        if get.success {
+            failures.push(format!("{what}: the refused profile was stored"));
+            kubectl(&["delete", "sp", &name], None)?;
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    Ok(())
+}
+
+#[tokio::test]
+async fn samples_in_config_are_accepted() -> anyhow::Result<()> {
+    let client = client().await?;
+    install_crds(&client).await?;
+    let samples = tether_e2e::repo_dir().join("config/samples");
+    let out = kubectl_ok(
+        &[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            &samples.to_string_lossy(),
+        ],
+        None,
+    )?;
+    assert!(out.contains("schedulingprofile.tether.dev/"), "got:\n{out}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_deployment_for_tether_gets_a_pending_pod_from_the_replicaset_controller()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "pending").await?;
+    let deployment = format!(
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      schedulerName: tether-scheduler\n      containers:\n      - {{name: web, image: nginx, resources: {{requests: {{cpu: 100m}}}}}}\n",
+        ns = ns.name
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&deployment))?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod = wait_for(
+        "the ReplicaSet controller to create the pod",
+        Duration::from_secs(60),
+        || {
+            let pods = pods.clone();
+            async move {
+                Ok(pods
+                    .list(&ListParams::default().labels("app=web"))
+                    .await?
+                    .items
+                    .into_iter()
+                    .next())
+            }
+        },
+    )
+    .await?;
+
+    let owner = pod.metadata.owner_references.clone().unwrap_or_default();
+    assert!(
+        owner
+            .iter()
+            .any(|o| o.kind == "ReplicaSet" && o.controller == Some(true)),
+        "the pod is not controlled by a ReplicaSet: {owner:?}"
+    );
+    let spec = pod.spec.clone().unwrap_or_default();
+    assert_eq!(spec.scheduler_name.as_deref(), Some("tether-scheduler"));
+    assert_eq!(
+        spec.node_name, None,
+        "no scheduler for tether-scheduler runs, yet the pod was bound"
+    );
+    let phase = pod.status.and_then(|s| s.phase);
+    assert_eq!(phase.as_deref(), Some("Pending"));
+    ns.delete().await
+}

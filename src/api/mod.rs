@@ -1,0 +1,76 @@
+//! The custom resources of group `tether.dev`, version `v1alpha1`: tether's public contract.
+//!
+//! Doc comments on these types become the text of `kubectl explain`; they are written for users.
+
+pub mod scheduling_profile;
+mod schema;
+pub mod sticky_binding;
+
+pub use scheduling_profile::{
+    EffectivePlugins, Plugin, PluginConfig, PluginSet, Plugins, SchedulingProfile,
+    SchedulingProfileSpec, SchedulingProfileStatus, WeightedPlugin,
+};
+pub use sticky_binding::{StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::CustomResourceExt;
+
+/// The API group of every tether resource.
+pub const GROUP: &str = "tether.dev";
+
+/// Every CRD tether serves, in the order `tether crd` prints them.
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    vec![SchedulingProfile::crd(), StickyBinding::crd()]
+}
+
+/// The CRDs as one multi-document YAML stream, as `tether crd` prints it and `crds/` stores it.
+pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml::to_string(&crd)?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `crds/` is generated from these types; a change to them must regenerate it (`make crds`).
+    #[test]
+    fn crds_directory_is_up_to_date() {
+        let want = crds_yaml().expect("CRDs serialize");
+        let have = include_str!("../../crds/tether.dev.yaml");
+        assert!(
+            want == have,
+            "crds/tether.dev.yaml is stale: run `make crds` and commit the result"
+        );
+    }
+
+    #[test]
+    fn crds_are_structural_and_named() {
+        let names: Vec<_> = crds()
+            .iter()
+            .map(|c| c.metadata.name.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            names,
+            ["schedulingprofiles.tether.dev", "stickybindings.tether.dev"]
+        );
+        for crd in crds() {
+            let version = &crd.spec.versions[0];
+            assert!(
+                version
+                    .subresources
+                    .as_ref()
+                    .and_then(|s| s.status.as_ref())
+                    .is_some()
+            );
+            assert_eq!(
+                crd.spec.names.categories.as_deref(),
+                Some(&["tether".to_string()][..])
+            );
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! StickyBinding: the node a workload is pinned to, and where it has been placed before.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// The placement of one workload: the node it is pinned to and its placement history.
+///
+/// tether creates one StickyBinding per workload when the workload's pod is first bound, in the
+/// workload's namespace, named `<kind>-<name>` in lower case and owned by the workload, so that
+/// deleting the workload deletes its binding. Set `spec.nodeName` to move the workload to another
+/// node; delete the StickyBinding to free it.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "tether.dev",
+    version = "v1alpha1",
+    kind = "StickyBinding",
+    doc = "The placement of one workload: the node it is pinned to (spec.nodeName, set by a person) and where its pods were bound before (status). Created by tether on the first bind; owned by the workload.",
+    namespaced,
+    shortname = "sb",
+    category = "tether",
+    status = "StickyBindingStatus",
+    printcolumn = r#"{"name":"Kind","type":"string","jsonPath":".spec.workloadRef.kind","description":"The kind of the workload"}"#,
+    printcolumn = r#"{"name":"Workload","type":"string","jsonPath":".spec.workloadRef.name","description":"The name of the workload"}"#,
+    printcolumn = r#"{"name":"Pinned","type":"string","jsonPath":".spec.nodeName","description":"The node a person pinned the workload to"}"#,
+    printcolumn = r#"{"name":"Latest","type":"string","jsonPath":".status.latest","description":"The node the workload was last bound to"}"#,
+    printcolumn = r#"{"name":"Schedules","type":"integer","jsonPath":".status.scheduleCount","description":"How many times the workload's pods were bound"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct StickyBindingSpec {
+    /// The workload this binding belongs to. It cannot be changed.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("workloadRef is immutable"))]
+    pub workload_ref: WorkloadRef,
+
+    /// A node a person pins the workload to. When set it wins over the placement history: the
+    /// workload's next pod goes to this node and nowhere else. Leave empty to follow the history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 253),
+        regex(pattern = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*)?$")
+    )]
+    pub node_name: Option<String>,
+}
+
+/// The workload a StickyBinding belongs to, as its controller ownerReference names it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkloadRef {
+    /// The workload's API version, for example `apps/v1` or `kubevirt.io/v1`.
+    #[schemars(length(min = 1, max = 253))]
+    pub api_version: String,
+    /// The workload's kind, for example `Deployment`, `StatefulSet` or `VirtualMachine`.
+    #[schemars(length(min = 1, max = 63))]
+    pub kind: String,
+    /// The workload's name, in the binding's namespace.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// For a StatefulSet: the ordinal of the pod this binding is for. Each ordinal of a
+    /// StatefulSet sticks to its own node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ordinal: Option<i32>,
+}
+
+/// Where the workload's pods have been bound.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StickyBindingStatus {
+    /// The node the workload's pod was last bound to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latest: Option<String>,
+    /// How many times the workload's pods were bound to each node.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_count: BTreeMap<String, i64>,
+    /// How many times the workload's pods were bound in all: the sum of nodeCount.
+    #[serde(default)]
+    pub schedule_count: i64,
+    /// When the workload's pod was last bound.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_schedule_time: Option<Time>,
+    /// `NodeAvailable` tells whether the pinned node exists and is Ready.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "super::schema::conditions")]
+    pub conditions: Vec<Condition>,
+}

@@ -1,0 +1,3 @@
+//! tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
+
+pub mod api;
