@@ -94,6 +94,15 @@ apiserver_ready() {
     "https://127.0.0.1:$APISERVER_PORT/readyz"
 }
 
+on_exit() {
+  local status=$?
+  if [[ $started_ok != true ]]; then
+    log "start-up failed; stopping what was started (logs kept in $LOG_DIR)"
+    "$E2E_DIR/scripts/cluster-down.sh" --keep-logs >/dev/null 2>&1 || true
+  fi
+  exit "$status"
+}
+
 main() {
   "$E2E_DIR/scripts/build-k8s.sh"
   local t0; t0=$(date +%s)
@@ -115,8 +124,9 @@ main() {
 
   mkdir -p "$LOG_DIR" "$PID_DIR" "$CLUSTER_DIR/etcd"
   # From here on, a failure or an interrupt stops whatever was started.
-  trap 'status=$?; log "start-up failed; stopping what was started"; "$E2E_DIR/scripts/cluster-down.sh" --keep-logs >/dev/null 2>&1; exit $status' ERR
-  trap 'log "interrupted; stopping what was started"; "$E2E_DIR/scripts/cluster-down.sh" --keep-logs >/dev/null 2>&1; exit 130' INT TERM
+  started_ok=false
+  trap 'on_exit' EXIT
+  trap 'log "interrupted"; exit 130' INT TERM
 
   pki_generate
   pki_kubeconfig "$KUBECONFIG_FILE" admin
@@ -158,6 +168,7 @@ main() {
   wait_healthy kube-controller-manager curl -sfk --max-time 2 "https://127.0.0.1:$KCM_PORT/healthz"
 
   start kwok "$BIN_DIR/kwok" --kubeconfig "$KUBECONFIG_FILE" \
+    --config "$E2E_DIR/kwok/stages.yaml" \
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --cidr 10.244.0.0/16 --node-ip 127.0.0.1 --node-lease-duration-seconds 40 \
@@ -166,7 +177,7 @@ main() {
 
   apply_nodes
   wait_nodes_ready
-  trap - ERR INT TERM
+  started_ok=true
   log "cluster up in $(( $(date +%s) - t0 ))s with $NODES nodes"
   log "ready: export KUBECONFIG=$KUBECONFIG_FILE"
 }
