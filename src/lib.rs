@@ -1,3 +1,4 @@
 //! tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
 
 pub mod api;
+pub mod scheduler;

@@ -1,0 +1,48 @@
+//! Per-cycle data that plugins compute once (in PreFilter or PreScore) and read many times
+//! (in Filter or Score, from several threads).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// A map from a key private to one plugin to that plugin's data for the current pod.
+/// Written during the serial phases (PreFilter, PreScore, Reserve), read concurrently during
+/// Filter and Score. Values are `Arc`s so that the binding cycle can keep the state cheaply.
+#[derive(Default, Clone)]
+pub struct CycleState {
+    data: HashMap<&'static str, Arc<dyn Any + Send + Sync>>,
+    /// Whether the Filter of a plugin should be skipped because its PreFilter returned Skip.
+    skip_filter: Vec<&'static str>,
+    skip_score: Vec<&'static str>,
+}
+
+impl CycleState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn write<T: Any + Send + Sync>(&mut self, key: &'static str, value: T) {
+        self.data.insert(key, Arc::new(value));
+    }
+
+    /// The value stored under `key`, if one of type `T` is there.
+    pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
+        self.data.get(key).and_then(|v| v.downcast_ref::<T>())
+    }
+
+    pub(crate) fn mark_skip_filter(&mut self, plugin: &'static str) {
+        self.skip_filter.push(plugin);
+    }
+
+    pub(crate) fn skips_filter(&self, plugin: &'static str) -> bool {
+        self.skip_filter.contains(&plugin)
+    }
+
+    pub(crate) fn mark_skip_score(&mut self, plugin: &'static str) {
+        self.skip_score.push(plugin);
+    }
+
+    pub(crate) fn skips_score(&self, plugin: &'static str) -> bool {
+        self.skip_score.contains(&plugin)
+    }
+}

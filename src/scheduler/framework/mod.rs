@@ -1,0 +1,227 @@
+//! The scheduling framework: one trait per extension point, as kube-scheduler's framework
+//! defines them. A plugin is one value implementing [`Plugin`]; it answers for each extension
+//! point whether it takes part there (`fn filter(&self) -> Option<&dyn FilterPlugin>`), so that
+//! one plugin can serve several points, as kube-scheduler plugins do.
+
+pub mod cycle_state;
+pub mod field_errors;
+pub mod status;
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+
+pub use self::cycle_state::CycleState;
+pub use self::field_errors::{FieldError, FieldErrors, decode_args};
+pub use self::status::{Code, Status};
+use super::node_info::NodeInfo;
+use super::pod_info::PodInfo;
+use super::snapshot::Snapshot;
+
+/// The highest score a Score plugin gives after normalization.
+pub const MAX_NODE_SCORE: i64 = 100;
+/// The lowest score.
+pub const MIN_NODE_SCORE: i64 = 0;
+
+/// A node and its score, as NormalizeScore sees them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeScore {
+    pub name: String,
+    pub score: i64,
+}
+
+/// What a PreFilter plugin may say about the nodes: `Some(names)` narrows the nodes the Filter
+/// phase looks at to those names (kube-scheduler's PreFilterResult.NodeNames).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PreFilterResult {
+    pub node_names: Option<BTreeSet<String>>,
+}
+
+impl PreFilterResult {
+    pub fn all_nodes() -> Self {
+        PreFilterResult { node_names: None }
+    }
+
+    pub fn nodes(names: impl IntoIterator<Item = String>) -> Self {
+        PreFilterResult {
+            node_names: Some(names.into_iter().collect()),
+        }
+    }
+
+    /// The intersection of two results (several PreFilter plugins may narrow the set).
+    pub fn merge(self, other: PreFilterResult) -> Self {
+        match (self.node_names, other.node_names) {
+            (None, x) | (x, None) => PreFilterResult { node_names: x },
+            (Some(a), Some(b)) => PreFilterResult {
+                node_names: Some(a.intersection(&b).cloned().collect()),
+            },
+        }
+    }
+}
+
+/// A pod in the scheduling queue, with what QueueSort and backoff need.
+#[derive(Clone, Debug)]
+pub struct QueuedPodInfo {
+    pub pod: std::sync::Arc<PodInfo>,
+    /// When the pod was first added to the queue.
+    pub initial_attempt_timestamp: std::time::Instant,
+    /// When the pod was last added to (or moved within) the queue.
+    pub timestamp: std::time::Instant,
+    /// How many times the scheduler tried the pod.
+    pub attempts: u32,
+    /// Plugins that rejected the pod last time; cluster events touching them requeue it.
+    pub unschedulable_plugins: BTreeSet<&'static str>,
+    /// The PreEnqueue plugin holding the pod back (a scheduling gate), if any.
+    pub gated_by: Option<&'static str>,
+}
+
+/// Every plugin implements this; each accessor says whether it takes part in that extension point.
+pub trait Plugin: Send + Sync + 'static {
+    fn name(&self) -> &'static str;
+
+    fn pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        None
+    }
+    fn queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        None
+    }
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        None
+    }
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        None
+    }
+    fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        None
+    }
+    fn score(&self) -> Option<&dyn ScorePlugin> {
+        None
+    }
+    fn reserve(&self) -> Option<&dyn ReservePlugin> {
+        None
+    }
+    fn permit(&self) -> Option<&dyn PermitPlugin> {
+        None
+    }
+    fn pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        None
+    }
+    fn bind(&self) -> Option<&dyn BindPlugin> {
+        None
+    }
+    fn post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+}
+
+/// Decides whether a pod may enter the active queue (scheduling gates). A pod held back waits,
+/// without attempts, until an update of it lets it pass.
+pub trait PreEnqueuePlugin: Send + Sync {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status;
+}
+
+/// Orders the active queue. There is one queue, so every profile shares one QueueSort.
+pub trait QueueSortPlugin: Send + Sync {
+    /// Whether `a` should be scheduled before `b`.
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool;
+}
+
+/// Runs once per pod before filtering; may precompute into the CycleState, narrow the nodes,
+/// reject the pod outright, or return Skip to skip its own Filter.
+pub trait PreFilterPlugin: Send + Sync {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status);
+}
+
+/// Says whether the pod can run on one node. Called for many nodes in parallel.
+pub trait FilterPlugin: Send + Sync {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+}
+
+/// Runs when no node passed the filters (preemption). Returns the node nominated for the pod.
+pub trait PostFilterPlugin: Send + Sync {
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        rejected: &[(String, Status)],
+    ) -> (Option<String>, Status);
+}
+
+/// Runs once per pod before scoring the feasible nodes; may return Skip to skip its Score.
+pub trait PreScorePlugin: Send + Sync {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        nodes: &[std::sync::Arc<NodeInfo>],
+        snapshot: &Snapshot,
+    ) -> Status;
+}
+
+/// Ranks one feasible node, then normalizes the scores of all of them to 0..=MAX_NODE_SCORE.
+pub trait ScorePlugin: Send + Sync {
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status>;
+
+    /// Scales the raw scores into 0..=MAX_NODE_SCORE. Plugins whose scores already are in
+    /// range keep the default, which does nothing.
+    fn normalize_scores(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        _scores: &mut [NodeScore],
+    ) -> Status {
+        Status::success()
+    }
+}
+
+/// Told when a node is reserved for a pod (before binding) and when the reservation is undone.
+pub trait ReservePlugin: Send + Sync {
+    fn reserve(&self, state: &mut CycleState, pod: &PodInfo, node_name: &str) -> Status;
+    fn unreserve(&self, state: &CycleState, pod: &PodInfo, node_name: &str);
+}
+
+/// Allows, denies, or holds (Wait, up to the returned timeout) a pod before its binding cycle.
+pub trait PermitPlugin: Send + Sync {
+    fn permit(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> (Status, Duration);
+}
+
+/// Runs in the binding cycle before the bind.
+pub trait PreBindPlugin: Send + Sync {
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        node_name: &'a str,
+    ) -> BoxFuture<'a, Status>;
+}
+
+/// Binds the pod. Returns Skip to let the next Bind plugin do it.
+pub trait BindPlugin: Send + Sync {
+    fn bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        node_name: &'a str,
+    ) -> BoxFuture<'a, Status>;
+}
+
+/// Told after a successful bind; cannot fail the pod.
+pub trait PostBindPlugin: Send + Sync {
+    fn post_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        node_name: &'a str,
+    ) -> BoxFuture<'a, ()>;
+}

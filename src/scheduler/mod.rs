@@ -1,0 +1,13 @@
+//! The embedded scheduler: queue, cache, the framework of extension points, plugins, binder.
+
+pub mod framework;
+pub mod labels;
+pub mod node_info;
+pub mod plugins;
+pub mod pod_info;
+pub mod quantity;
+pub mod resource;
+pub mod snapshot;
+
+#[cfg(test)]
+pub mod testing;

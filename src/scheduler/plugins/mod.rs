@@ -1,0 +1,1 @@
+//! kube-scheduler's default plugins and tether's own, one file per plugin, named after it.

@@ -1,0 +1,215 @@
+//! A pod with what the scheduler derives from it once, when it enters the cache or the queue:
+//! its requests, host ports and parsed inter-pod affinity terms.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
+
+use super::labels::Selector;
+use super::resource::{Resource, pod_requests};
+
+/// A host port a container asks for: (host IP, protocol, port). An empty IP means 0.0.0.0.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HostPort {
+    pub ip: String,
+    pub protocol: String,
+    pub port: i32,
+}
+
+/// An inter-pod (anti-)affinity term with its selectors parsed.
+#[derive(Clone, Debug)]
+pub struct AffinityTerm {
+    /// Namespaces named by the term; with no namespaceSelector and no namespaces, the pod's own.
+    pub namespaces: BTreeSet<String>,
+    /// `None`: only `namespaces` count. `Some(empty)` matches every namespace.
+    pub namespace_selector: Option<Selector>,
+    pub selector: Selector,
+    pub topology_key: String,
+}
+
+impl AffinityTerm {
+    fn parse(term: &PodAffinityTerm, pod_namespace: &str) -> Result<Self, String> {
+        let mut namespaces: BTreeSet<String> = term.namespaces.iter().flatten().cloned().collect();
+        let namespace_selector = match term.namespace_selector.as_ref() {
+            Some(s) => Some(Selector::from_label_selector(Some(s))?),
+            None => None,
+        };
+        if namespaces.is_empty() && namespace_selector.is_none() {
+            namespaces.insert(pod_namespace.to_string());
+        }
+        Ok(AffinityTerm {
+            namespaces,
+            namespace_selector,
+            selector: Selector::from_label_selector(term.label_selector.as_ref())?,
+            topology_key: term.topology_key.clone(),
+        })
+    }
+
+    /// Whether `pod` (in a namespace labelled `namespace_labels`) is one this term selects.
+    pub fn matches(
+        &self,
+        pod: &PodInfo,
+        namespace_labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        let ns_ok = self.namespaces.contains(pod.namespace())
+            || self
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| namespace_labels.is_some_and(|l| s.matches(l)) || s.is_empty());
+        ns_ok && self.selector.matches(pod.labels())
+    }
+}
+
+/// An affinity term with the weight of a preferred term.
+#[derive(Clone, Debug)]
+pub struct WeightedAffinityTerm {
+    pub term: AffinityTerm,
+    pub weight: i32,
+}
+
+/// A pod plus everything derived from it once.
+#[derive(Clone, Debug)]
+pub struct PodInfo {
+    pub pod: Arc<Pod>,
+    /// What the pod requests, as NodeResourcesFit counts it.
+    pub requests: Resource,
+    /// The requests with kube-scheduler's non-zero defaults, as scoring counts them.
+    pub non_zero_requests: Resource,
+    pub host_ports: Vec<HostPort>,
+    pub required_affinity_terms: Vec<AffinityTerm>,
+    pub required_anti_affinity_terms: Vec<AffinityTerm>,
+    pub preferred_affinity_terms: Vec<WeightedAffinityTerm>,
+    pub preferred_anti_affinity_terms: Vec<WeightedAffinityTerm>,
+    /// An affinity term that could not be parsed; the pod cannot be scheduled while it has one.
+    pub parse_error: Option<String>,
+}
+
+static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+impl PodInfo {
+    pub fn new(pod: Arc<Pod>) -> Self {
+        let requests = pod_requests(&pod, false);
+        let non_zero_requests = pod_requests(&pod, true);
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        let mut parse_error = None;
+        let mut parse_terms = |terms: Option<&Vec<PodAffinityTerm>>| -> Vec<AffinityTerm> {
+            terms
+                .into_iter()
+                .flatten()
+                .filter_map(|t| {
+                    AffinityTerm::parse(t, &namespace)
+                        .map_err(|e| parse_error = Some(e))
+                        .ok()
+                })
+                .collect()
+        };
+        let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
+        let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+        let required_affinity_terms = parse_terms(pa.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let required_anti_affinity_terms = parse_terms(paa.and_then(|a| {
+            a.required_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let mut parse_weighted =
+            |terms: Option<&Vec<k8s_openapi::api::core::v1::WeightedPodAffinityTerm>>| {
+                terms
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|w| {
+                        AffinityTerm::parse(&w.pod_affinity_term, &namespace)
+                            .map(|term| WeightedAffinityTerm {
+                                term,
+                                weight: w.weight,
+                            })
+                            .map_err(|e| parse_error = Some(e))
+                            .ok()
+                    })
+                    .collect::<Vec<_>>()
+            };
+        let preferred_affinity_terms = parse_weighted(pa.and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+        let preferred_anti_affinity_terms = parse_weighted(paa.and_then(|a| {
+            a.preferred_during_scheduling_ignored_during_execution
+                .as_ref()
+        }));
+
+        let mut host_ports = Vec::new();
+        if let Some(spec) = pod.spec.as_ref() {
+            let sidecars = spec
+                .init_containers
+                .iter()
+                .flatten()
+                .filter(|c| c.restart_policy.as_deref() == Some("Always"));
+            for c in spec.containers.iter().chain(sidecars) {
+                for p in c.ports.iter().flatten() {
+                    if let Some(host_port) = p.host_port.filter(|hp| *hp > 0) {
+                        host_ports.push(HostPort {
+                            ip: p
+                                .host_ip
+                                .clone()
+                                .filter(|ip| !ip.is_empty())
+                                .unwrap_or_else(|| "0.0.0.0".into()),
+                            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".into()),
+                            port: host_port,
+                        });
+                    }
+                }
+            }
+        }
+        PodInfo {
+            pod,
+            requests,
+            non_zero_requests,
+            host_ports,
+            required_affinity_terms,
+            required_anti_affinity_terms,
+            preferred_affinity_terms,
+            preferred_anti_affinity_terms,
+            parse_error,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        self.pod.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.pod.metadata.namespace.as_deref().unwrap_or_default()
+    }
+
+    pub fn uid(&self) -> &str {
+        self.pod.metadata.uid.as_deref().unwrap_or_default()
+    }
+
+    pub fn labels(&self) -> &BTreeMap<String, String> {
+        self.pod.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS)
+    }
+
+    /// `namespace/name`, the key the queue and the cache use.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace(), self.name())
+    }
+
+    pub fn node_name(&self) -> Option<&str> {
+        self.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Whether the pod has any inter-pod affinity or anti-affinity terms.
+    pub fn has_affinity(&self) -> bool {
+        !self.required_affinity_terms.is_empty()
+            || !self.required_anti_affinity_terms.is_empty()
+            || !self.preferred_affinity_terms.is_empty()
+            || !self.preferred_anti_affinity_terms.is_empty()
+    }
+}

@@ -1,0 +1,131 @@
+//! Kubernetes resource quantities ("100m", "1.5Gi", "2e3") as integers, rounded up as
+//! apimachinery's `Quantity.Value()` and `MilliValue()` round.
+
+/// Parses a quantity into thousandths of its unit (CPU millicores), rounded up.
+/// Values beyond `i64` saturate; malformed input is an error naming the input.
+pub fn parse_milli(s: &str) -> Result<i64, String> {
+    let (num, den) = parse_ratio(s)?;
+    Ok(ceil_div(num.saturating_mul(1000), den))
+}
+
+/// Parses a quantity into whole units (bytes, counts), rounded up.
+pub fn parse_value(s: &str) -> Result<i64, String> {
+    let (num, den) = parse_ratio(s)?;
+    Ok(ceil_div(num, den))
+}
+
+fn ceil_div(num: i128, den: i128) -> i64 {
+    let q = num.div_euclid(den) + i128::from(num.rem_euclid(den) != 0);
+    q.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
+}
+
+/// The quantity as an exact fraction `num / den`, `den > 0`.
+fn parse_ratio(input: &str) -> Result<(i128, i128), String> {
+    let bad = || format!("invalid quantity {input:?}");
+    let s = input.trim();
+    let (negative, s) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s),
+    };
+    let number_end = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
+    let (number, suffix) = s.split_at(number_end);
+    if number.is_empty() || number == "." || number.matches('.').count() > 1 {
+        return Err(bad());
+    }
+    let (int_part, frac_part) = number.split_once('.').unwrap_or((number, ""));
+    // More than 38 significant digits would overflow i128; real quantities never come close.
+    if int_part.len() + frac_part.len() > 30 {
+        return Err(bad());
+    }
+    let digits = format!("{int_part}{frac_part}");
+    let mut num: i128 = digits.parse().map_err(|_| bad())?;
+    let mut den: i128 = 10i128.pow(frac_part.len() as u32);
+
+    let pow10 = |e: i32| -> Result<i128, String> {
+        if e.unsigned_abs() > 30 {
+            Err(bad())
+        } else {
+            Ok(10i128.pow(e.unsigned_abs()))
+        }
+    };
+    let scale_by_pow10 = |e: i32, num: &mut i128, den: &mut i128| -> Result<(), String> {
+        let p = pow10(e)?;
+        if e >= 0 {
+            *num = num.checked_mul(p).ok_or_else(bad)?;
+        } else {
+            *den = den.checked_mul(p).ok_or_else(bad)?;
+        }
+        Ok(())
+    };
+    match suffix {
+        "" => {}
+        "n" => scale_by_pow10(-9, &mut num, &mut den)?,
+        "u" => scale_by_pow10(-6, &mut num, &mut den)?,
+        "m" => scale_by_pow10(-3, &mut num, &mut den)?,
+        "k" => scale_by_pow10(3, &mut num, &mut den)?,
+        "M" => scale_by_pow10(6, &mut num, &mut den)?,
+        "G" => scale_by_pow10(9, &mut num, &mut den)?,
+        "T" => scale_by_pow10(12, &mut num, &mut den)?,
+        "P" => scale_by_pow10(15, &mut num, &mut den)?,
+        "E" => scale_by_pow10(18, &mut num, &mut den)?,
+        "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => {
+            let shift = 10 * (1 + "KMGTPE".find(&suffix[..1]).unwrap_or(0) as u32);
+            num = num.checked_mul(1i128 << shift).ok_or_else(bad)?;
+        }
+        exp if exp.starts_with(['e', 'E']) => {
+            let e: i32 = exp[1..].parse().map_err(|_| bad())?;
+            scale_by_pow10(e, &mut num, &mut den)?;
+        }
+        _ => return Err(bad()),
+    }
+    if negative {
+        num = -num;
+    }
+    Ok((num, den))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_quantity_forms_kubernetes_accepts() {
+        let cases = [
+            ("100m", 100, 1),
+            ("1", 1000, 1),
+            ("1.5", 1500, 2),
+            ("0.1", 100, 1),
+            ("1k", 1_000_000, 1000),
+            ("1Ki", 1_024_000, 1024),
+            ("64Gi", 64 * (1 << 30) * 1000, 64 * (1 << 30)),
+            ("2e3", 2_000_000, 2000),
+            ("1n", 1, 1),
+            ("250u", 1, 1),
+            ("-1", -1000, -1),
+            ("200M", 200_000_000_000, 200_000_000),
+        ];
+        for (input, milli, value) in cases {
+            assert_eq!(parse_milli(input), Ok(milli), "{input} milli");
+            assert_eq!(parse_value(input), Ok(value), "{input} value");
+        }
+    }
+
+    #[test]
+    fn refuses_malformed_quantities() {
+        for input in [
+            "",
+            "m",
+            "1.2.3",
+            "1Xi",
+            "abc",
+            "1e",
+            "1e99",
+            "12345678901234567890123456789012345",
+        ] {
+            assert!(parse_value(input).is_err(), "{input} should be refused");
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! Resource amounts as the scheduler counts them: requested by pods, allocatable on nodes.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
+use super::quantity::{parse_milli, parse_value};
+
+pub const CPU: &str = "cpu";
+pub const MEMORY: &str = "memory";
+pub const EPHEMERAL_STORAGE: &str = "ephemeral-storage";
+pub const PODS: &str = "pods";
+
+/// The CPU a container without a CPU request counts as when scoring (kube-scheduler's
+/// DefaultMilliCPURequest), so that best-effort pods still spread.
+pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
+/// The memory a container without a memory request counts as when scoring (200 MiB).
+pub const DEFAULT_MEMORY_REQUEST: i64 = 200 * 1024 * 1024;
+
+/// A set of resource amounts: CPU in millicores, memory and storage in bytes, everything else
+/// (extended resources, hugepages) in whole units under its name.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Resource {
+    pub milli_cpu: i64,
+    pub memory: i64,
+    pub ephemeral_storage: i64,
+    pub allowed_pod_number: i64,
+    pub scalar: BTreeMap<String, i64>,
+}
+
+impl Resource {
+    /// Reads a resource list. A malformed quantity counts as zero; the API server validates
+    /// quantities, so this only happens with objects it never admitted.
+    pub fn from_list(list: Option<&BTreeMap<String, Quantity>>) -> Self {
+        let mut r = Resource::default();
+        for (name, q) in list.into_iter().flatten() {
+            r.set(name, &q.0);
+        }
+        r
+    }
+
+    fn set(&mut self, name: &str, quantity: &str) {
+        match name {
+            CPU => self.milli_cpu = parse_milli(quantity).unwrap_or(0),
+            MEMORY => self.memory = parse_value(quantity).unwrap_or(0),
+            EPHEMERAL_STORAGE => self.ephemeral_storage = parse_value(quantity).unwrap_or(0),
+            PODS => self.allowed_pod_number = parse_value(quantity).unwrap_or(0),
+            _ => {
+                self.scalar
+                    .insert(name.to_string(), parse_value(quantity).unwrap_or(0));
+            }
+        }
+    }
+
+    /// The amount of one resource by name.
+    pub fn get(&self, name: &str) -> i64 {
+        match name {
+            CPU => self.milli_cpu,
+            MEMORY => self.memory,
+            EPHEMERAL_STORAGE => self.ephemeral_storage,
+            PODS => self.allowed_pod_number,
+            _ => self.scalar.get(name).copied().unwrap_or(0),
+        }
+    }
+
+    pub fn add(&mut self, other: &Resource) {
+        self.milli_cpu = self.milli_cpu.saturating_add(other.milli_cpu);
+        self.memory = self.memory.saturating_add(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_add(other.ephemeral_storage);
+        self.allowed_pod_number = self
+            .allowed_pod_number
+            .saturating_add(other.allowed_pod_number);
+        for (k, v) in &other.scalar {
+            let e = self.scalar.entry(k.clone()).or_insert(0);
+            *e = e.saturating_add(*v);
+        }
+    }
+
+    pub fn sub(&mut self, other: &Resource) {
+        self.milli_cpu = self.milli_cpu.saturating_sub(other.milli_cpu);
+        self.memory = self.memory.saturating_sub(other.memory);
+        self.ephemeral_storage = self
+            .ephemeral_storage
+            .saturating_sub(other.ephemeral_storage);
+        self.allowed_pod_number = self
+            .allowed_pod_number
+            .saturating_sub(other.allowed_pod_number);
+        for (k, v) in &other.scalar {
+            let e = self.scalar.entry(k.clone()).or_insert(0);
+            *e = e.saturating_sub(*v);
+        }
+    }
+
+    /// Raises every amount to at least `other`'s.
+    pub fn set_max(&mut self, other: &Resource) {
+        self.milli_cpu = self.milli_cpu.max(other.milli_cpu);
+        self.memory = self.memory.max(other.memory);
+        self.ephemeral_storage = self.ephemeral_storage.max(other.ephemeral_storage);
+        self.allowed_pod_number = self.allowed_pod_number.max(other.allowed_pod_number);
+        for (k, v) in &other.scalar {
+            let e = self.scalar.entry(k.clone()).or_insert(0);
+            *e = (*e).max(*v);
+        }
+    }
+
+    /// The names of the resources with a non-zero amount, CPU and memory first.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        [
+            (CPU, self.milli_cpu),
+            (MEMORY, self.memory),
+            (EPHEMERAL_STORAGE, self.ephemeral_storage),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(n, _)| n)
+        .chain(
+            self.scalar
+                .iter()
+                .filter(|(_, v)| **v != 0)
+                .map(|(k, _)| k.as_str()),
+        )
+    }
+}
+
+fn container_requests(c: &Container) -> Resource {
+    Resource::from_list(c.resources.as_ref().and_then(|r| r.requests.as_ref()))
+}
+
+fn non_zero(mut r: Resource) -> Resource {
+    if r.milli_cpu == 0 {
+        r.milli_cpu = DEFAULT_MILLI_CPU_REQUEST;
+    }
+    if r.memory == 0 {
+        r.memory = DEFAULT_MEMORY_REQUEST;
+    }
+    r
+}
+
+/// What a pod requests, as kube-scheduler computes it: the regular containers and restartable
+/// init containers (sidecars) add up; each other init container runs alone beside the sidecars
+/// started before it, and the pod needs the larger of the two; pod overhead is added on top.
+/// Pod-level `spec.resources.requests` replace the container sum for the resources they name.
+/// With `non_zero`, a container without a CPU or memory request counts as the defaults, as
+/// kube-scheduler does for scoring.
+pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
+    let Some(spec) = pod.spec.as_ref() else {
+        return Resource::default();
+    };
+    let req = |c: &Container| {
+        let r = container_requests(c);
+        if non_zero_defaults { non_zero(r) } else { r }
+    };
+    let mut total = Resource::default();
+    for c in &spec.containers {
+        total.add(&req(c));
+    }
+    let mut sidecars = Resource::default();
+    let mut init_peak = Resource::default();
+    for c in spec.init_containers.iter().flatten() {
+        let r = req(c);
+        let during = if c.restart_policy.as_deref() == Some("Always") {
+            total.add(&r);
+            sidecars.add(&r);
+            sidecars.clone()
+        } else {
+            let mut during = r;
+            during.add(&sidecars);
+            during
+        };
+        init_peak.set_max(&during);
+    }
+    total.set_max(&init_peak);
+
+    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
+        let pod_level = Resource::from_list(Some(pod_level));
+        if pod_level.milli_cpu > 0 {
+            total.milli_cpu = pod_level.milli_cpu;
+        }
+        if pod_level.memory > 0 {
+            total.memory = pod_level.memory;
+        }
+    }
+    if let Some(overhead) = spec.overhead.as_ref() {
+        total.add(&Resource::from_list(Some(overhead)));
+    }
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+
+    #[test]
+    fn pod_requests_count_init_containers_and_sidecars_as_kube_scheduler() {
+        // (name, pod, want milli cpu, want memory)
+        let cases = [
+            (
+                "containers add up",
+                PodBuilder::new("p").req_cpu("100m").req_cpu("200m"),
+                300,
+                0,
+            ),
+            (
+                "an init container larger than the containers wins",
+                PodBuilder::new("p").req_cpu("100m").init_cpu("500m", false),
+                500,
+                0,
+            ),
+            (
+                "a smaller init container does not count",
+                PodBuilder::new("p").req_cpu("300m").init_cpu("100m", false),
+                300,
+                0,
+            ),
+            (
+                "a sidecar adds to the containers",
+                PodBuilder::new("p").req_cpu("100m").init_cpu("50m", true),
+                150,
+                0,
+            ),
+            (
+                "an init container after a sidecar runs beside it",
+                PodBuilder::new("p")
+                    .req_cpu("100m")
+                    .init_cpu("200m", true)
+                    .init_cpu("250m", false),
+                450,
+                0,
+            ),
+            (
+                "overhead is added",
+                PodBuilder::new("p").req_cpu("100m").overhead_cpu("10m"),
+                110,
+                0,
+            ),
+            ("memory", PodBuilder::new("p").req_mem("1Gi"), 0, 1 << 30),
+        ];
+        for (name, pod, cpu, mem) in cases {
+            let r = pod_requests(&pod.build(), false);
+            assert_eq!((r.milli_cpu, r.memory), (cpu, mem), "{name}");
+        }
+    }
+
+    #[test]
+    fn non_zero_requests_default_missing_cpu_and_memory() {
+        let r = pod_requests(&PodBuilder::new("p").container().build(), true);
+        assert_eq!(
+            (r.milli_cpu, r.memory),
+            (DEFAULT_MILLI_CPU_REQUEST, DEFAULT_MEMORY_REQUEST)
+        );
+        let r = pod_requests(&PodBuilder::new("p").req_cpu("1").build(), true);
+        assert_eq!((r.milli_cpu, r.memory), (1000, DEFAULT_MEMORY_REQUEST));
+    }
+}

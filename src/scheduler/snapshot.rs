@@ -1,0 +1,102 @@
+//! The view of the cluster one scheduling cycle works on. Taken from the cache at the start of
+//! the cycle; cheap to take (it shares the node infos that did not change) and never changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use super::node_info::NodeInfo;
+
+/// Node infos of every node the cache knows an object for, plus cluster-wide indexes.
+#[derive(Clone, Debug, Default)]
+pub struct Snapshot {
+    nodes: Vec<Arc<NodeInfo>>,
+    index: HashMap<String, usize>,
+    /// Indexes into `nodes` of the nodes with pods that have inter-pod affinity terms.
+    have_pods_with_affinity: Vec<usize>,
+    have_pods_with_required_anti_affinity: Vec<usize>,
+    /// Namespace name → labels, for affinity terms with a namespaceSelector.
+    pub namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// Image name → how many nodes have it, for ImageLocality's spread factor.
+    pub image_node_counts: Arc<HashMap<String, usize>>,
+}
+
+impl Snapshot {
+    /// Builds a snapshot from node infos; those without a node object are left out.
+    pub fn new(
+        nodes: Vec<Arc<NodeInfo>>,
+        namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
+        image_node_counts: Arc<HashMap<String, usize>>,
+    ) -> Self {
+        let nodes: Vec<_> = nodes.into_iter().filter(|n| n.node.is_some()).collect();
+        let index = nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name.clone(), i))
+            .collect();
+        let have_pods_with_affinity = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.pods_with_affinity.is_empty())
+            .map(|(i, _)| i)
+            .collect();
+        let have_pods_with_required_anti_affinity = nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| !n.pods_with_required_anti_affinity.is_empty())
+            .map(|(i, _)| i)
+            .collect();
+        Snapshot {
+            nodes,
+            index,
+            have_pods_with_affinity,
+            have_pods_with_required_anti_affinity,
+            namespace_labels,
+            image_node_counts,
+        }
+    }
+
+    /// A snapshot of plain node infos, computing the image counts; for tests and benchmarks.
+    pub fn from_node_infos(nodes: Vec<NodeInfo>) -> Self {
+        let mut counts: HashMap<String, usize> = HashMap::new();
+        for n in &nodes {
+            for image in n.images.keys() {
+                *counts.entry(image.clone()).or_default() += 1;
+            }
+        }
+        Snapshot::new(
+            nodes.into_iter().map(Arc::new).collect(),
+            Arc::default(),
+            Arc::new(counts),
+        )
+    }
+
+    pub fn nodes(&self) -> &[Arc<NodeInfo>] {
+        &self.nodes
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<NodeInfo>> {
+        self.index.get(name).map(|&i| &self.nodes[i])
+    }
+
+    pub fn have_pods_with_affinity(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.have_pods_with_affinity.iter().map(|&i| &self.nodes[i])
+    }
+
+    pub fn have_pods_with_required_anti_affinity(&self) -> impl Iterator<Item = &Arc<NodeInfo>> {
+        self.have_pods_with_required_anti_affinity
+            .iter()
+            .map(|&i| &self.nodes[i])
+    }
+
+    pub fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
+        self.namespace_labels.get(namespace)
+    }
+}
