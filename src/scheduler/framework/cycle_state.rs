@@ -30,19 +30,19 @@ impl CycleState {
         self.data.get(key).and_then(|v| v.downcast_ref::<T>())
     }
 
-    pub(crate) fn mark_skip_filter(&mut self, plugin: &'static str) {
+    pub fn mark_skip_filter(&mut self, plugin: &'static str) {
         self.skip_filter.push(plugin);
     }
 
-    pub(crate) fn skips_filter(&self, plugin: &'static str) -> bool {
+    pub fn skips_filter(&self, plugin: &'static str) -> bool {
         self.skip_filter.contains(&plugin)
     }
 
-    pub(crate) fn mark_skip_score(&mut self, plugin: &'static str) {
+    pub fn mark_skip_score(&mut self, plugin: &'static str) {
         self.skip_score.push(plugin);
     }
 
-    pub(crate) fn skips_score(&self, plugin: &'static str) -> bool {
+    pub fn skips_score(&self, plugin: &'static str) -> bool {
         self.skip_score.contains(&plugin)
     }
 }
