@@ -1,4 +1,5 @@
 //! tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
 
 pub mod api;
+pub mod run;
 pub mod scheduler;

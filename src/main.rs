@@ -1,9 +1,11 @@
 //! The `tether` binary.
 
 use std::io::Write;
+use std::net::SocketAddr;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
 
 /// tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
 #[derive(Parser, Debug)]
@@ -15,8 +17,43 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Run the scheduler against the cluster of the current kubeconfig (or in-cluster config).
+    Run(RunArgs),
     /// Print the CustomResourceDefinitions of tether.dev as YAML, for `kubectl apply -f -`.
     Crd,
+}
+
+#[derive(Args, Debug)]
+struct RunArgs {
+    /// The schedulerName served by the built-in profile (kube-scheduler's default plugins).
+    #[arg(
+        long,
+        env = "TETHER_SCHEDULER_NAME",
+        default_value = "tether-scheduler"
+    )]
+    scheduler_name: String,
+    /// Where /metrics, /healthz and /readyz are served.
+    #[arg(long, env = "TETHER_HTTP_ADDR", default_value = "0.0.0.0:8080")]
+    http_addr: SocketAddr,
+    /// Threads running Filter and Score over the nodes (default: one per CPU).
+    #[arg(long, env = "TETHER_PARALLELISM")]
+    parallelism: Option<usize>,
+    /// Log format: text or json. The level comes from RUST_LOG (default info).
+    #[arg(long, env = "TETHER_LOG_FORMAT", default_value = "text")]
+    log_format: String,
+    /// This replica's name, recorded on the events it publishes (the pod name in a Deployment).
+    #[arg(long, env = "POD_NAME")]
+    instance: Option<String>,
+}
+
+fn init_logging(format: &str) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }
 
 fn main() -> anyhow::Result<()> {
@@ -27,6 +64,24 @@ fn main() -> anyhow::Result<()> {
             std::io::stdout()
                 .write_all(yaml.as_bytes())
                 .context("writing the CRDs to stdout")?;
+        }
+        Command::Run(args) => {
+            init_logging(&args.log_format);
+            let parallelism = args
+                .parallelism
+                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+            let config = tether::run::RunConfig {
+                scheduler_name: args.scheduler_name,
+                http_addr: args.http_addr,
+                parallelism,
+                instance: args.instance,
+            };
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .thread_name("tether-io")
+                .build()
+                .context("starting the tokio runtime")?;
+            runtime.block_on(tether::run::run(config))?;
         }
     }
     Ok(())

@@ -5,7 +5,10 @@
 
 pub mod cycle_state;
 pub mod field_errors;
+pub mod registry;
+pub mod runtime;
 pub mod status;
+pub mod waiting_pods;
 
 use std::collections::BTreeSet;
 use std::time::Duration;

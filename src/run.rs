@@ -1,0 +1,157 @@
+//! `tether run`: the scheduler process. Watches the cluster, schedules the pods of every
+//! profile it serves, and serves `/metrics`, `/healthz` and `/readyz`.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use anyhow::Context;
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::routing::get;
+
+use crate::scheduler::framework::registry::Handle;
+use crate::scheduler::metrics::Metrics;
+use crate::scheduler::plugins::pod_topology_spread::NoDefaultSelectors;
+use crate::scheduler::profile::ProfileRegistry;
+use crate::scheduler::queue::SchedulingQueue;
+use crate::scheduler::report::Reports;
+use crate::scheduler::{Scheduler, compile, watch};
+
+/// How `tether run` is configured.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The schedulerName of the built-in default profile.
+    pub scheduler_name: String,
+    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    pub http_addr: SocketAddr,
+    /// Threads for Filter and Score.
+    pub parallelism: usize,
+    /// This replica's name, for events.
+    pub instance: Option<String>,
+}
+
+#[derive(Clone)]
+struct HttpState {
+    metrics: Arc<Metrics>,
+    synced: Arc<AtomicUsize>,
+}
+
+/// The number of watches (pods, nodes, namespaces) that must list once before scheduling starts.
+const WATCHES: usize = 3;
+
+/// Runs the scheduler until SIGINT or SIGTERM.
+pub async fn run(config: RunConfig) -> anyhow::Result<()> {
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to the API server")?;
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(config.parallelism.max(1))
+        .thread_name(|i| format!("filter-score-{i}"))
+        .build_global()
+        .context("starting the Filter/Score thread pool")?;
+
+    let handle = Handle {
+        client: Some(client.clone()),
+        default_selectors: Arc::new(NoDefaultSelectors),
+    };
+    let default = compile::default_profile(&config.scheduler_name, &handle)
+        .map_err(|e| anyhow::anyhow!("the built-in profile does not compile: {e}"))?;
+    let profiles = Arc::new(ProfileRegistry::new());
+    let queue = SchedulingQueue::new(default.profile.queue_sort.clone());
+    tracing::info!(scheduler = %config.scheduler_name, plugins = ?default.effective, "serving the built-in default profile");
+    profiles.insert(default.profile);
+
+    let metrics = Arc::new(Metrics::default());
+    let reports = Reports::new(client.clone(), config.instance.clone());
+    let sched = Scheduler::new(
+        queue,
+        profiles,
+        metrics.clone(),
+        reports,
+        tokio::runtime::Handle::current(),
+    );
+
+    let synced = Arc::new(AtomicUsize::new(0));
+    let watches = tokio::spawn(watch::run_watches(
+        sched.clone(),
+        client.clone(),
+        synced.clone(),
+    ));
+
+    let listener = tokio::net::TcpListener::bind(config.http_addr)
+        .await
+        .with_context(|| format!("binding the HTTP endpoint {}", config.http_addr))?;
+    tracing::info!(addr = %listener.local_addr().unwrap_or(config.http_addr), "serving /metrics, /healthz, /readyz");
+    let app = Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(ready))
+        .with_state(HttpState {
+            metrics,
+            synced: synced.clone(),
+        });
+    let http = tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let loop_sched = sched.clone();
+    let loop_synced = synced.clone();
+    let scheduling = std::thread::Builder::new()
+        .name("scheduling-loop".into())
+        .spawn(move || {
+            // kube-scheduler waits for its informers to sync; so does tether.
+            while loop_synced.load(Ordering::Acquire) < WATCHES {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            tracing::info!("caches synced; scheduling");
+            loop_sched.run_loop();
+        })
+        .context("starting the scheduling loop")?;
+
+    shutdown_signal().await;
+    tracing::info!("shutting down");
+    sched.queue.close();
+    watches.abort();
+    http.abort();
+    let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
+    Ok(())
+}
+
+async fn serve_metrics(
+    State(state): State<HttpState>,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+async fn ready(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.synced.load(Ordering::Acquire) >= WATCHES {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! { _ = ctrl_c => {}, _ = term => {} }
+}

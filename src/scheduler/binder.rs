@@ -1,0 +1,84 @@
+//! The binding cycle (kube-scheduler's bindingCycle): runs concurrently with the next
+//! scheduling cycle. Waits for Permit, runs PreBind, Bind and PostBind. On failure the pod is
+//! unreserved, forgotten by the cache and retried after backoff.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::Scheduler;
+use super::cycle::Assumed;
+use super::framework::runtime;
+use super::framework::{Code, Status};
+
+/// Binds one assumed pod.
+pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
+    let Assumed {
+        queued,
+        profile,
+        state,
+        node,
+        permit,
+    } = assumed;
+    let pod_info = queued.pod.clone();
+    let pod = pod_info.pod.clone();
+    let key = pod_info.key();
+    let start = Instant::now();
+
+    let status = async {
+        if let Some((rx, timeout)) = permit {
+            let verdict = sched.waiting_pods.wait(pod_info.uid(), rx, timeout).await;
+            if !verdict.is_success() {
+                return verdict;
+            }
+        }
+        for plugin in &profile.pre_bind {
+            let Some(p) = plugin.pre_bind() else { continue };
+            let status = p.pre_bind(&state, &pod, &node).await;
+            if !status.is_success() {
+                return status.with_plugin(plugin.name());
+            }
+        }
+        for plugin in &profile.bind {
+            let Some(p) = plugin.bind() else { continue };
+            let status = p.bind(&state, &pod, &node).await;
+            if status.code != Code::Skip {
+                return status.with_plugin(plugin.name());
+            }
+        }
+        Status::error("no bind plugin bound the pod")
+    }
+    .await;
+
+    if status.is_success() {
+        sched
+            .metrics
+            .bound(&profile.scheduler_name, start.elapsed());
+        tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
+        sched.reports.scheduled(&pod, &node).await;
+        for plugin in &profile.post_bind {
+            if let Some(p) = plugin.post_bind() {
+                p.post_bind(&state, &pod, &node).await;
+            }
+        }
+        return;
+    }
+
+    tracing::warn!(pod = %key, node = %node, error = %status, "binding failed");
+    sched.metrics.bind_failed(&profile.scheduler_name);
+    runtime::run_unreserve(&profile, &state, &pod_info, &node);
+    sched.lock_cache().forget_pod(pod_info.uid());
+    let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
+    let (reason, message) = if status.is_rejected() {
+        ("Unschedulable", status.message())
+    } else {
+        (
+            "SchedulerError",
+            format!("Binding rejected: {}", status.message()),
+        )
+    };
+    sched.reports.failed(&pod, reason, &message).await;
+    sched.queue.requeue_with_backoff(queued, backoff);
+    sched
+        .queue
+        .move_all_to_active_or_backoff(super::queue::ClusterEvent::PodDeleted);
+}

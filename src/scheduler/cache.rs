@@ -1,0 +1,384 @@
+//! The scheduler cache: node infos built from watches, and pods assumed on a node between
+//! Reserve and the watch confirming their bind, as kube-scheduler's cache keeps them.
+//!
+//! One writer (the watch task and the scheduling loop, through a mutex held only for short,
+//! non-async sections); readers take a [`Snapshot`], which shares every node info that did not
+//! change since the last snapshot (copy-on-write through `Arc::make_mut`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use super::node_info::NodeInfo;
+use super::pod_info::PodInfo;
+use super::snapshot::Snapshot;
+
+#[derive(Clone, Debug)]
+struct PodState {
+    node: String,
+    /// Placed by this scheduler and not yet confirmed by the watch.
+    assumed: bool,
+}
+
+/// Nodes, the pods on them, and namespace labels.
+#[derive(Default)]
+pub struct Cache {
+    nodes: HashMap<String, Arc<NodeInfo>>,
+    /// Node names in the order they were added; the order snapshots list nodes in.
+    order: Vec<String>,
+    pods: HashMap<String, PodState>,
+    namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    image_counts: Arc<HashMap<String, usize>>,
+    images_dirty: bool,
+    generation: u64,
+    snapshot: Option<(u64, Arc<Snapshot>)>,
+}
+
+/// Whether a pod holds resources on its node: bound and not finished.
+pub fn occupies_node(pod: &Pod) -> bool {
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    let bound = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty());
+    bound && !matches!(phase, Some("Succeeded" | "Failed"))
+}
+
+impl Cache {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn touch(&mut self) {
+        self.generation += 1;
+    }
+
+    fn node_mut(&mut self, name: &str) -> &mut NodeInfo {
+        if !self.nodes.contains_key(name) {
+            self.order.push(name.to_string());
+            self.nodes
+                .insert(name.to_string(), Arc::new(NodeInfo::new(name)));
+        }
+        let entry = self.nodes.get_mut(name).expect("inserted above");
+        let info = Arc::make_mut(entry);
+        info.generation += 1;
+        info
+    }
+
+    /// Adds or updates a node from the watch.
+    pub fn upsert_node(&mut self, node: Arc<Node>) {
+        let name = node.metadata.name.clone().unwrap_or_default();
+        let images_changed = self.nodes.get(&name).is_none_or(|old| {
+            old.node
+                .as_ref()
+                .and_then(|n| n.status.as_ref())
+                .and_then(|s| s.images.as_ref())
+                != node.status.as_ref().and_then(|s| s.images.as_ref())
+        });
+        self.node_mut(&name).set_node(node);
+        self.images_dirty |= images_changed;
+        self.touch();
+    }
+
+    /// Removes a node. Its node info stays while pods are still recorded on it (without the
+    /// node object it is left out of snapshots), as kube-scheduler keeps it.
+    pub fn remove_node(&mut self, name: &str) {
+        let Some(entry) = self.nodes.get_mut(name) else {
+            return;
+        };
+        if entry.pods.is_empty() {
+            self.nodes.remove(name);
+            self.order.retain(|n| n != name);
+        } else {
+            let info = Arc::make_mut(entry);
+            info.node = None;
+            info.generation += 1;
+        }
+        self.images_dirty = true;
+        self.touch();
+    }
+
+    /// Records a pod the watch reports as bound (or updated). Confirms it when it was assumed
+    /// on the same node; moves it when it is bound elsewhere; removes it once it finished.
+    pub fn upsert_pod(&mut self, pod: Arc<Pod>) {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        if !occupies_node(&pod) {
+            self.remove_pod(&uid);
+            return;
+        }
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        self.remove_pod(&uid);
+        let info = Arc::new(PodInfo::new(pod));
+        self.node_mut(&node).add_pod(info);
+        self.pods.insert(
+            uid,
+            PodState {
+                node,
+                assumed: false,
+            },
+        );
+        self.touch();
+    }
+
+    /// Removes a pod (deleted, finished, or forgotten).
+    pub fn remove_pod(&mut self, uid: &str) {
+        let Some(state) = self.pods.remove(uid) else {
+            return;
+        };
+        if let Some(entry) = self.nodes.get_mut(&state.node) {
+            let info = Arc::make_mut(entry);
+            info.remove_pod(uid);
+            info.generation += 1;
+            if info.node.is_none() && info.pods.is_empty() {
+                self.nodes.remove(&state.node);
+                self.order.retain(|n| n != &state.node);
+            }
+        }
+        self.touch();
+    }
+
+    /// Assumes `pod` runs on `node` from now on, before the bind is confirmed.
+    pub fn assume_pod(&mut self, pod: &PodInfo, node: &str) {
+        let mut bound = (*pod.pod).clone();
+        bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        let info = Arc::new(PodInfo {
+            pod: Arc::new(bound),
+            ..pod.clone()
+        });
+        let uid = pod.uid().to_string();
+        self.remove_pod(&uid);
+        self.node_mut(node).add_pod(info);
+        self.pods.insert(
+            uid,
+            PodState {
+                node: node.to_string(),
+                assumed: true,
+            },
+        );
+        self.touch();
+    }
+
+    /// Undoes [`Cache::assume_pod`] after a failed bind. A pod the watch already confirmed stays.
+    pub fn forget_pod(&mut self, uid: &str) {
+        if self.pods.get(uid).is_some_and(|s| s.assumed) {
+            self.remove_pod(uid);
+        }
+    }
+
+    pub fn is_assumed(&self, uid: &str) -> bool {
+        self.pods.get(uid).is_some_and(|s| s.assumed)
+    }
+
+    /// The node a pod is recorded on (bound or assumed).
+    pub fn pod_node(&self, uid: &str) -> Option<&str> {
+        self.pods.get(uid).map(|s| s.node.as_str())
+    }
+
+    /// Keeps only the pods whose UID is in `uids` (after a relist); returns how many went.
+    pub fn retain_pods_by_uid(&mut self, uids: &std::collections::HashSet<String>) -> usize {
+        let gone: Vec<String> = self
+            .pods
+            .keys()
+            .filter(|u| !uids.contains(*u) && !self.pods[*u].assumed)
+            .cloned()
+            .collect();
+        for uid in &gone {
+            self.remove_pod(uid);
+        }
+        gone.len()
+    }
+
+    /// Keeps only the nodes whose object UID is in `uids` (after a relist).
+    pub fn retain_nodes_by_uid(&mut self, uids: &std::collections::HashSet<String>) {
+        let gone: Vec<String> = self
+            .nodes
+            .values()
+            .filter_map(|n| {
+                n.node
+                    .as_ref()
+                    .filter(|node| !node.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
+                    .map(|_| n.name.clone())
+            })
+            .collect();
+        for name in gone {
+            self.remove_node(&name);
+        }
+    }
+
+    pub fn set_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {
+        if self.namespaces.get(name) != Some(&labels) {
+            Arc::make_mut(&mut self.namespaces).insert(name.to_string(), labels);
+            self.touch();
+        }
+    }
+
+    pub fn remove_namespace(&mut self, name: &str) {
+        if self.namespaces.contains_key(name) {
+            Arc::make_mut(&mut self.namespaces).remove(name);
+            self.touch();
+        }
+    }
+
+    pub fn node_count(&self) -> usize {
+        self.nodes.values().filter(|n| n.node.is_some()).count()
+    }
+
+    pub fn pod_count(&self) -> usize {
+        self.pods.len()
+    }
+
+    /// The current snapshot; rebuilt only when something changed since the last one.
+    pub fn snapshot(&mut self) -> Arc<Snapshot> {
+        if let Some((generation, snapshot)) = &self.snapshot
+            && *generation == self.generation
+        {
+            return snapshot.clone();
+        }
+        if self.images_dirty {
+            let mut counts: HashMap<String, usize> = HashMap::new();
+            for info in self.nodes.values().filter(|n| n.node.is_some()) {
+                for image in info.images.keys() {
+                    *counts.entry(image.clone()).or_default() += 1;
+                }
+            }
+            self.image_counts = Arc::new(counts);
+            self.images_dirty = false;
+        }
+        let nodes = self
+            .order
+            .iter()
+            .filter_map(|n| self.nodes.get(n).cloned())
+            .collect();
+        let snapshot = Arc::new(Snapshot::new(
+            nodes,
+            self.namespaces.clone(),
+            self.image_counts.clone(),
+        ));
+        self.snapshot = Some((self.generation, snapshot.clone()));
+        snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    fn bound(name: &str, node: &str, cpu: &str) -> Arc<Pod> {
+        Arc::new(PodBuilder::new(name).req_cpu(cpu).node_name(node).build())
+    }
+
+    #[test]
+    fn pods_of_every_scheduler_count_toward_their_node() {
+        let mut cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").build()));
+        cache.upsert_pod(bound("a", "n1", "1"));
+        cache.upsert_pod(Arc::new(
+            PodBuilder::new("b")
+                .req_cpu("500m")
+                .node_name("n1")
+                .scheduler_name("other")
+                .build(),
+        ));
+        let snap = cache.snapshot();
+        let n1 = snap.get("n1").expect("n1");
+        assert_eq!(n1.requested.milli_cpu, 1500);
+        assert_eq!(n1.pods.len(), 2);
+    }
+
+    #[test]
+    fn assume_confirm_and_forget() {
+        let mut cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").build()));
+        let pod = PodBuilder::new("p").req_cpu("1").info();
+        cache.assume_pod(&pod, "n1");
+        assert!(cache.is_assumed("uid-p"));
+        assert_eq!(
+            cache.snapshot().get("n1").map(|n| n.requested.milli_cpu),
+            Some(1000)
+        );
+
+        // The watch confirms the bind: counted once, no longer assumed.
+        cache.upsert_pod(bound("p", "n1", "1"));
+        assert!(!cache.is_assumed("uid-p"));
+        assert_eq!(
+            cache.snapshot().get("n1").map(|n| n.requested.milli_cpu),
+            Some(1000)
+        );
+        // Forgetting a confirmed pod does nothing.
+        cache.forget_pod("uid-p");
+        assert_eq!(cache.snapshot().get("n1").map(|n| n.pods.len()), Some(1));
+
+        // A failed bind: the assumed pod is forgotten and its resources freed.
+        let q = PodBuilder::new("q").req_cpu("2").info();
+        cache.assume_pod(&q, "n1");
+        cache.forget_pod("uid-q");
+        assert_eq!(
+            cache.snapshot().get("n1").map(|n| n.requested.milli_cpu),
+            Some(1000)
+        );
+    }
+
+    #[test]
+    fn finished_and_deleted_pods_free_their_node() {
+        let mut cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").build()));
+        cache.upsert_pod(bound("a", "n1", "1"));
+        let done = PodBuilder::new("a")
+            .req_cpu("1")
+            .node_name("n1")
+            .with(|p| {
+                p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                    phase: Some("Succeeded".into()),
+                    ..Default::default()
+                })
+            })
+            .build();
+        cache.upsert_pod(Arc::new(done));
+        assert_eq!(
+            cache.snapshot().get("n1").map(|n| n.requested.milli_cpu),
+            Some(0)
+        );
+        cache.upsert_pod(bound("b", "n1", "1"));
+        cache.remove_pod("uid-b");
+        assert_eq!(cache.snapshot().get("n1").map(|n| n.pods.len()), Some(0));
+    }
+
+    #[test]
+    fn snapshots_share_unchanged_nodes_and_skip_removed_ones() {
+        let mut cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").build()));
+        cache.upsert_node(Arc::new(NodeBuilder::new("n2").build()));
+        let first = cache.snapshot();
+        assert!(
+            Arc::ptr_eq(&first, &cache.snapshot()),
+            "no change, same snapshot"
+        );
+        cache.upsert_pod(bound("a", "n2", "1"));
+        let second = cache.snapshot();
+        assert!(
+            Arc::ptr_eq(first.get("n1").expect("n1"), second.get("n1").expect("n1")),
+            "n1 is shared"
+        );
+        assert_eq!(
+            first.get("n2").map(|n| n.pods.len()),
+            Some(0),
+            "an old snapshot never changes"
+        );
+        cache.remove_node("n2");
+        let third = cache.snapshot();
+        assert_eq!(third.len(), 1);
+        assert!(
+            third.get("n2").is_none(),
+            "a node whose object is gone is not schedulable"
+        );
+        cache.remove_pod("uid-a");
+        assert_eq!(cache.node_count(), 1);
+    }
+}

@@ -1,0 +1,341 @@
+//! The profile compiler: a SchedulingProfile spec becomes a [`CompiledProfile`], or the list of
+//! fields that are wrong. Pure: it builds plugins but talks to nothing.
+//!
+//! The plugin sets follow KubeSchedulerConfiguration v1: the defaults are kube-scheduler's
+//! `multiPoint` defaults; the spec's `multiPoint.disabled` removes defaults (`*` all of them),
+//! `multiPoint.enabled` adds plugins (or re-weights a default in place); for each extension
+//! point, plugins named in its `enabled` list that are also multi-point come first, then the
+//! multi-point plugins that implement the point and are not disabled there, then the rest of
+//! its `enabled` list. A weight at a specific point beats the multi-point weight, which beats
+//! the plugin's default weight.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlugin};
+
+use super::framework::registry::{Handle, default_multi_point, registry};
+use super::framework::{FieldErrors, Plugin};
+use super::profile::{CompiledProfile, WeightedScore};
+
+/// The extension points in the order of `plugins` in the spec (multiPoint aside).
+const POINTS: [&str; 12] = [
+    "preEnqueue",
+    "queueSort",
+    "preFilter",
+    "filter",
+    "postFilter",
+    "preScore",
+    "score",
+    "reserve",
+    "permit",
+    "preBind",
+    "bind",
+    "postBind",
+];
+
+fn implements(plugin: &dyn Plugin, point: &str) -> bool {
+    match point {
+        "preEnqueue" => plugin.pre_enqueue().is_some(),
+        "queueSort" => plugin.queue_sort().is_some(),
+        "preFilter" => plugin.pre_filter().is_some(),
+        "filter" => plugin.filter().is_some(),
+        "postFilter" => plugin.post_filter().is_some(),
+        "preScore" => plugin.pre_score().is_some(),
+        "score" => plugin.score().is_some(),
+        "reserve" => plugin.reserve().is_some(),
+        "permit" => plugin.permit().is_some(),
+        "preBind" => plugin.pre_bind().is_some(),
+        "bind" => plugin.bind().is_some(),
+        "postBind" => plugin.post_bind().is_some(),
+        _ => false,
+    }
+}
+
+fn point_set<'a>(spec: &'a SchedulingProfileSpec, point: &str) -> Option<&'a PluginSet> {
+    let p = spec.plugins.as_ref()?;
+    match point {
+        "preEnqueue" => p.pre_enqueue.as_ref(),
+        "queueSort" => p.queue_sort.as_ref(),
+        "preFilter" => p.pre_filter.as_ref(),
+        "filter" => p.filter.as_ref(),
+        "postFilter" => p.post_filter.as_ref(),
+        "preScore" => p.pre_score.as_ref(),
+        "score" => p.score.as_ref(),
+        "reserve" => p.reserve.as_ref(),
+        "permit" => p.permit.as_ref(),
+        "preBind" => p.pre_bind.as_ref(),
+        "bind" => p.bind.as_ref(),
+        "postBind" => p.post_bind.as_ref(),
+        "multiPoint" => p.multi_point.as_ref(),
+        _ => None,
+    }
+}
+
+/// A compiled profile and the effective plugin lists reported in its status.
+pub struct Compiled {
+    pub profile: CompiledProfile,
+    pub effective: EffectivePlugins,
+}
+
+/// Compiles `spec`. `source` names where it came from, for logs.
+pub fn compile(
+    spec: &SchedulingProfileSpec,
+    source: &str,
+    handle: &Handle,
+) -> Result<Compiled, FieldErrors> {
+    let mut errs = FieldErrors::new();
+    let known: HashMap<&str, _> = registry().into_iter().map(|r| (r.name, r)).collect();
+
+    // Numbers the schema also checks; checked again so that a spec from anywhere is safe.
+    if !(0..=100).contains(&spec.percentage_of_nodes_to_score) {
+        errs.push("percentageOfNodesToScore", "must be between 0 and 100");
+    }
+    if spec.pod_initial_backoff_seconds < 1 {
+        errs.push("podInitialBackoffSeconds", "must be at least 1");
+    }
+    if spec.pod_max_backoff_seconds < spec.pod_initial_backoff_seconds {
+        errs.push(
+            "podMaxBackoffSeconds",
+            "must not be less than podInitialBackoffSeconds",
+        );
+    }
+    if spec.scheduler_name == "default-scheduler" {
+        errs.push(
+            "schedulerName",
+            "default-scheduler belongs to kube-scheduler",
+        );
+    }
+
+    // The multi-point list: defaults less multiPoint.disabled, plus multiPoint.enabled.
+    let mp_set = point_set(spec, "multiPoint");
+    let mp_disabled: Vec<&str> = mp_set
+        .map(|s| s.disabled.iter().map(|p| p.name.as_str()).collect())
+        .unwrap_or_default();
+    let mut multi_point: Vec<(String, Option<i32>)> = default_multi_point()
+        .into_iter()
+        .filter(|(n, _)| !mp_disabled.contains(&"*") && !mp_disabled.contains(n))
+        .map(|(n, w)| (n.to_string(), w))
+        .collect();
+    for (j, p) in mp_set
+        .map(|s| s.enabled.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .enumerate()
+    {
+        if !known.contains_key(p.name.as_str()) {
+            errs.push(
+                format!("plugins.multiPoint.enabled[{j}].name"),
+                format!("unknown plugin {:?}", p.name),
+            );
+            continue;
+        }
+        match multi_point.iter_mut().find(|(n, _)| *n == p.name) {
+            Some(existing) => existing.1 = p.weight.or(existing.1),
+            None => multi_point.push((p.name.clone(), p.weight)),
+        }
+    }
+
+    // Args by plugin name.
+    let mut args: BTreeMap<&str, (usize, Option<&serde_json::Value>)> = BTreeMap::new();
+    for (i, pc) in spec.plugin_config.iter().enumerate() {
+        if !known.contains_key(pc.name.as_str()) {
+            errs.push(
+                format!("pluginConfig[{i}].name"),
+                format!("unknown plugin {:?}", pc.name),
+            );
+        }
+        args.insert(pc.name.as_str(), (i, pc.args.as_ref()));
+    }
+
+    // Build every plugin named anywhere, once, with its args.
+    let mut names: Vec<&str> = multi_point.iter().map(|(n, _)| n.as_str()).collect();
+    for point in POINTS {
+        for (j, p) in point_set(spec, point)
+            .map(|s| s.enabled.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if known.contains_key(p.name.as_str()) {
+                names.push(p.name.as_str());
+            } else {
+                errs.push(
+                    format!("plugins.{point}.enabled[{j}].name"),
+                    format!("unknown plugin {:?}", p.name),
+                );
+            }
+        }
+    }
+    for (name, (i, _)) in &args {
+        if known.contains_key(name) {
+            names.push(name);
+        }
+        let _ = i;
+    }
+    let mut built: HashMap<&str, Arc<dyn Plugin>> = HashMap::new();
+    for name in names {
+        if built.contains_key(name) {
+            continue;
+        }
+        let Some(reg) = known.get(name) else { continue };
+        let (path, a) = match args.get(name) {
+            Some((i, a)) => (format!("pluginConfig[{i}].args"), *a),
+            None => ("pluginConfig".to_string(), None),
+        };
+        match (reg.factory)(a, &path, handle) {
+            Ok(p) => {
+                built.insert(reg.name, p);
+            }
+            Err(e) => errs.0.extend(e.0),
+        }
+    }
+
+    // Expand per extension point.
+    let mut per_point: BTreeMap<&str, Vec<(Arc<dyn Plugin>, i32)>> = BTreeMap::new();
+    for point in POINTS {
+        let set = point_set(spec, point);
+        let enabled = set.map(|s| s.enabled.as_slice()).unwrap_or_default();
+        let disabled: Vec<&str> = set
+            .map(|s| s.disabled.iter().map(|p| p.name.as_str()).collect())
+            .unwrap_or_default();
+        let in_mp = |n: &str| multi_point.iter().any(|(m, _)| m == n);
+        let mut list: Vec<(Arc<dyn Plugin>, i32)> = Vec::new();
+        let weight_of = |name: &str, explicit: Option<i32>| -> i32 {
+            explicit
+                .or_else(|| {
+                    multi_point
+                        .iter()
+                        .find(|(m, _)| m == name)
+                        .and_then(|(_, w)| *w)
+                })
+                .unwrap_or_else(|| known.get(name).map_or(1, |r| r.default_weight.max(1)))
+        };
+        let push_enabled =
+            |only_mp: bool, list: &mut Vec<(Arc<dyn Plugin>, i32)>, errs: &mut FieldErrors| {
+                for (j, p) in enabled.iter().enumerate() {
+                    if in_mp(&p.name) != only_mp {
+                        continue;
+                    }
+                    let Some(plugin) = built.get(p.name.as_str()) else {
+                        continue;
+                    };
+                    if !implements(plugin.as_ref(), point) {
+                        errs.push(
+                            format!("plugins.{point}.enabled[{j}].name"),
+                            format!("plugin {} does not implement {point}", p.name),
+                        );
+                        continue;
+                    }
+                    list.push((plugin.clone(), weight_of(&p.name, p.weight)));
+                }
+            };
+        push_enabled(true, &mut list, &mut errs);
+        for (name, _) in &multi_point {
+            if disabled.contains(&"*")
+                || disabled.contains(&name.as_str())
+                || enabled.iter().any(|p| &p.name == name)
+            {
+                continue;
+            }
+            let Some(plugin) = built.get(name.as_str()) else {
+                continue;
+            };
+            if implements(plugin.as_ref(), point) {
+                list.push((plugin.clone(), weight_of(name, None)));
+            }
+        }
+        push_enabled(false, &mut list, &mut errs);
+        per_point.insert(point, list);
+    }
+
+    let take = |point: &str| -> Vec<Arc<dyn Plugin>> {
+        per_point
+            .get(point)
+            .into_iter()
+            .flatten()
+            .map(|(p, _)| p.clone())
+            .collect()
+    };
+    let queue_sort = take("queueSort");
+    if queue_sort.len() != 1 {
+        errs.push(
+            "plugins.queueSort",
+            format!(
+                "exactly one queueSort plugin must be enabled, found {}",
+                queue_sort.len()
+            ),
+        );
+    }
+    if take("bind").is_empty() {
+        errs.push("plugins.bind", "at least one bind plugin must be enabled");
+    }
+    if !errs.is_empty() {
+        return Err(errs);
+    }
+    let names =
+        |point: &str| -> Vec<String> { take(point).iter().map(|p| p.name().to_string()).collect() };
+    let score: Vec<WeightedScore> = per_point
+        .get("score")
+        .into_iter()
+        .flatten()
+        .map(|(p, w)| WeightedScore {
+            plugin: p.clone(),
+            weight: i64::from(*w),
+        })
+        .collect();
+    let effective = EffectivePlugins {
+        pre_enqueue: names("preEnqueue"),
+        queue_sort: names("queueSort"),
+        pre_filter: names("preFilter"),
+        filter: names("filter"),
+        post_filter: names("postFilter"),
+        pre_score: names("preScore"),
+        score: score
+            .iter()
+            .map(|s| WeightedPlugin {
+                name: s.plugin.name().to_string(),
+                weight: s.weight as i32,
+            })
+            .collect(),
+        reserve: names("reserve"),
+        permit: names("permit"),
+        pre_bind: names("preBind"),
+        bind: names("bind"),
+        post_bind: names("postBind"),
+    };
+    let profile = CompiledProfile {
+        scheduler_name: spec.scheduler_name.clone(),
+        source: source.to_string(),
+        percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+        pod_initial_backoff: Duration::from_secs(spec.pod_initial_backoff_seconds.max(1) as u64),
+        pod_max_backoff: Duration::from_secs(spec.pod_max_backoff_seconds.max(1) as u64),
+        queue_sort: queue_sort[0].clone(),
+        pre_enqueue: take("preEnqueue"),
+        pre_filter: take("preFilter"),
+        filter: take("filter"),
+        post_filter: take("postFilter"),
+        pre_score: take("preScore"),
+        score,
+        reserve: take("reserve"),
+        permit: take("permit"),
+        pre_bind: take("preBind"),
+        bind: take("bind"),
+        post_bind: take("postBind"),
+    };
+    Ok(Compiled { profile, effective })
+}
+
+/// The built-in profile for `scheduler_name`: kube-scheduler's defaults.
+pub fn default_profile(scheduler_name: &str, handle: &Handle) -> Result<Compiled, FieldErrors> {
+    let spec = SchedulingProfileSpec {
+        scheduler_name: scheduler_name.to_string(),
+        percentage_of_nodes_to_score: 0,
+        pod_initial_backoff_seconds: 1,
+        pod_max_backoff_seconds: 10,
+        plugins: None,
+        plugin_config: Vec::new(),
+    };
+    compile(&spec, "built-in default", handle)
+}

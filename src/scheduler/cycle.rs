@@ -1,0 +1,171 @@
+//! One scheduling cycle (kube-scheduler's scheduleOne): take a pod from the queue, find its node
+//! with its profile, assume it there, run Reserve and Permit, and hand it to the binding cycle.
+//! Serial; the only parallel work is Filter and Score over the nodes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::Scheduler;
+use super::framework::runtime::{self, ScheduleResult};
+use super::framework::{Code, CycleState, QueuedPodInfo, Status};
+use super::profile::CompiledProfile;
+
+/// What the binding cycle needs from the scheduling cycle.
+pub struct Assumed {
+    pub queued: QueuedPodInfo,
+    pub profile: Arc<CompiledProfile>,
+    pub state: CycleState,
+    pub node: String,
+    /// Set when a Permit plugin answered Wait: the verdict and how long to wait for it.
+    pub permit: Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>,
+}
+
+/// Runs one scheduling cycle for `queued`.
+pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
+    let pod = queued.pod.clone();
+    let key = pod.key();
+    let scheduler_name = pod
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduler_name.clone())
+        .unwrap_or_default();
+    let Some(profile) = sched.profiles.get(&scheduler_name) else {
+        // The profile went away while the pod waited: leave the pod alone.
+        tracing::debug!(pod = %key, scheduler = %scheduler_name, "no profile serves this pod any more; leaving it");
+        sched.queue.forget(&key);
+        return;
+    };
+    let start = Instant::now();
+    let snapshot = sched.lock_cache().snapshot();
+    let mut state = CycleState::new();
+    if let Some(err) = &pod.parse_error {
+        let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
+        let message = format!(
+            "0/{} nodes are available: {}.",
+            snapshot.len(),
+            status.message()
+        );
+        sched
+            .metrics
+            .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
+        sched.report_failure(&queued, "Unschedulable", message);
+        sched.queue.add_unschedulable(
+            queued,
+            &[],
+            (profile.pod_initial_backoff, profile.pod_max_backoff),
+        );
+        return;
+    }
+    let result = runtime::schedule_pod(&profile, &mut state, &pod, &snapshot, &sched.start_index);
+    let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
+    match result {
+        ScheduleResult::Scheduled {
+            node,
+            evaluated,
+            feasible,
+        } => {
+            tracing::debug!(pod = %key, profile = %profile.source, node = %node, evaluated, feasible, "picked a node");
+            sched.lock_cache().assume_pod(&pod, &node);
+            let status = runtime::run_reserve(&profile, &mut state, &pod, &node);
+            if !status.is_success() {
+                sched.lock_cache().forget_pod(pod.uid());
+                sched
+                    .metrics
+                    .attempt("error", &profile.scheduler_name, start.elapsed());
+                fail(sched, queued, &profile, status);
+                return;
+            }
+            let permit = match run_permit(sched, &profile, &state, &queued, &node) {
+                Ok(permit) => permit,
+                Err(status) => {
+                    runtime::run_unreserve(&profile, &state, &pod, &node);
+                    sched.lock_cache().forget_pod(pod.uid());
+                    sched.metrics.attempt(
+                        "unschedulable",
+                        &profile.scheduler_name,
+                        start.elapsed(),
+                    );
+                    fail(sched, queued, &profile, status);
+                    return;
+                }
+            };
+            sched
+                .metrics
+                .attempt("scheduled", &profile.scheduler_name, start.elapsed());
+            sched.queue.done(&key);
+            sched.spawn_binding(Assumed {
+                queued,
+                profile,
+                state,
+                node,
+                permit,
+            });
+        }
+        ScheduleResult::Unschedulable(diagnosis) => {
+            let message = diagnosis.message();
+            tracing::info!(pod = %key, profile = %profile.source, reason = %message, "pod is unschedulable");
+            sched
+                .metrics
+                .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
+            sched.report_failure(&queued, "Unschedulable", message);
+            sched
+                .queue
+                .add_unschedulable(queued, &diagnosis.unschedulable_plugins, backoff);
+        }
+        ScheduleResult::Error(status) => {
+            tracing::warn!(pod = %key, profile = %profile.source, error = %status, "scheduling error");
+            sched
+                .metrics
+                .attempt("error", &profile.scheduler_name, start.elapsed());
+            sched.report_failure(&queued, "SchedulerError", status.message());
+            sched.queue.requeue_with_backoff(queued, backoff);
+        }
+    }
+}
+
+/// Runs Permit: any rejection fails the pod; Wait answers register it with the waiting pods,
+/// for the longest of the timeouts asked for.
+fn run_permit(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    state: &CycleState,
+    queued: &QueuedPodInfo,
+    node: &str,
+) -> Result<Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>, Status> {
+    let mut waiting = BTreeSet::new();
+    let mut timeout = Duration::ZERO;
+    for plugin in &profile.permit {
+        let Some(p) = plugin.permit() else { continue };
+        let (status, t) = p.permit(state, &queued.pod, node);
+        match status.code {
+            Code::Success => {}
+            Code::Wait => {
+                waiting.insert(plugin.name());
+                timeout = timeout.max(t);
+            }
+            _ => return Err(status.with_plugin(plugin.name())),
+        }
+    }
+    if waiting.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((
+        sched.waiting_pods.add(queued.pod.uid(), waiting),
+        timeout,
+    )))
+}
+
+/// The pod could not be placed after all (Reserve or Permit): report and requeue it.
+fn fail(sched: &Scheduler, queued: QueuedPodInfo, profile: &CompiledProfile, status: Status) {
+    let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
+    if status.is_rejected() {
+        sched.report_failure(&queued, "Unschedulable", status.message());
+        let plugins: Vec<&'static str> = status.plugin.into_iter().collect();
+        sched.queue.add_unschedulable(queued, &plugins, backoff);
+    } else {
+        sched.report_failure(&queued, "SchedulerError", status.message());
+        sched.queue.requeue_with_backoff(queued, backoff);
+    }
+}

@@ -1,0 +1,138 @@
+//! The plugin registry: every plugin tether knows, by name, with the function that builds it
+//! from its (validated) args, and kube-scheduler's default plugin set.
+
+use std::sync::Arc;
+
+use super::{FieldErrors, Plugin};
+use crate::scheduler::plugins;
+
+/// What plugin factories may need besides their args.
+#[derive(Clone)]
+pub struct Handle {
+    /// The API client, for plugins that write (DefaultBinder). `None` in unit tests.
+    pub client: Option<kube::Client>,
+    /// Selectors of the Services and controllers that select a pod, for PodTopologySpread's
+    /// default constraints.
+    pub default_selectors: Arc<dyn plugins::pod_topology_spread::DefaultSelectorSource>,
+}
+
+impl Default for Handle {
+    fn default() -> Self {
+        Handle {
+            client: None,
+            default_selectors: Arc::new(plugins::pod_topology_spread::NoDefaultSelectors),
+        }
+    }
+}
+
+/// Builds a plugin from its args; errors name fields under `path` (e.g. `pluginConfig[0].args`).
+pub type Factory =
+    fn(Option<&serde_json::Value>, &str, &Handle) -> Result<Arc<dyn Plugin>, FieldErrors>;
+
+/// A registered plugin: its name, factory, and the weight it scores with unless told otherwise.
+pub struct Registration {
+    pub name: &'static str,
+    pub factory: Factory,
+    pub default_weight: i32,
+}
+
+/// Every plugin tether can run.
+pub fn registry() -> Vec<Registration> {
+    use plugins::*;
+    let reg = |name, factory, default_weight| Registration {
+        name,
+        factory,
+        default_weight,
+    };
+    vec![
+        reg(priority_sort::NAME, |a, p, _| priority_sort::build(a, p), 0),
+        reg(
+            scheduling_gates::NAME,
+            |a, p, _| scheduling_gates::build(a, p),
+            0,
+        ),
+        reg(
+            node_unschedulable::NAME,
+            |a, p, _| node_unschedulable::build(a, p),
+            0,
+        ),
+        reg(node_name::NAME, |a, p, _| node_name::build(a, p), 0),
+        reg(
+            taint_toleration::NAME,
+            |a, p, _| taint_toleration::build(a, p),
+            taint_toleration::DEFAULT_WEIGHT,
+        ),
+        reg(
+            node_affinity::NAME,
+            |a, p, _| node_affinity::build(a, p),
+            node_affinity::DEFAULT_WEIGHT,
+        ),
+        reg(node_ports::NAME, |a, p, _| node_ports::build(a, p), 0),
+        reg(
+            node_resources_fit::NAME,
+            |a, p, _| node_resources_fit::build(a, p),
+            node_resources_fit::DEFAULT_WEIGHT,
+        ),
+        reg(
+            pod_topology_spread::NAME,
+            |a, p, h| pod_topology_spread::build(a, p, h.default_selectors.clone()),
+            pod_topology_spread::DEFAULT_WEIGHT,
+        ),
+        reg(
+            inter_pod_affinity::NAME,
+            |a, p, _| inter_pod_affinity::build(a, p),
+            inter_pod_affinity::DEFAULT_WEIGHT,
+        ),
+        reg(
+            node_resources_balanced_allocation::NAME,
+            |a, p, _| node_resources_balanced_allocation::build(a, p),
+            node_resources_balanced_allocation::DEFAULT_WEIGHT,
+        ),
+        reg(
+            image_locality::NAME,
+            |a, p, _| image_locality::build(a, p),
+            image_locality::DEFAULT_WEIGHT,
+        ),
+        reg(
+            default_binder::NAME,
+            |a, p, h| default_binder::build(a, p, h.client.clone()),
+            0,
+        ),
+    ]
+}
+
+/// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
+/// their order, with their default score weights.
+pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
+    use plugins::*;
+    vec![
+        (scheduling_gates::NAME, None),
+        (priority_sort::NAME, None),
+        (node_unschedulable::NAME, None),
+        (node_name::NAME, None),
+        (
+            taint_toleration::NAME,
+            Some(taint_toleration::DEFAULT_WEIGHT),
+        ),
+        (node_affinity::NAME, Some(node_affinity::DEFAULT_WEIGHT)),
+        (node_ports::NAME, None),
+        (
+            node_resources_fit::NAME,
+            Some(node_resources_fit::DEFAULT_WEIGHT),
+        ),
+        (
+            pod_topology_spread::NAME,
+            Some(pod_topology_spread::DEFAULT_WEIGHT),
+        ),
+        (
+            inter_pod_affinity::NAME,
+            Some(inter_pod_affinity::DEFAULT_WEIGHT),
+        ),
+        (
+            node_resources_balanced_allocation::NAME,
+            Some(node_resources_balanced_allocation::DEFAULT_WEIGHT),
+        ),
+        (image_locality::NAME, Some(image_locality::DEFAULT_WEIGHT)),
+        (default_binder::NAME, None),
+    ]
+}

@@ -1,0 +1,368 @@
+//! Runs a [`CompiledProfile`]'s plugins over a pod and the nodes of a snapshot, as
+//! kube-scheduler's frameworkImpl runs them: PreFilter once, Filter per node in parallel until
+//! enough feasible nodes are found, PreScore once, Score per node in parallel, normalize, weigh.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use rand::Rng;
+use rayon::prelude::*;
+
+use super::{CycleState, NodeScore, PreFilterResult, Status};
+use crate::scheduler::node_info::NodeInfo;
+use crate::scheduler::pod_info::PodInfo;
+use crate::scheduler::profile::CompiledProfile;
+use crate::scheduler::snapshot::Snapshot;
+
+/// Below this many nodes every node is filtered (kube-scheduler's minFeasibleNodesToFind).
+pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
+/// The least adaptive percentage (kube-scheduler's minFeasibleNodesPercentageToFind).
+pub const MIN_FEASIBLE_NODES_PERCENTAGE: usize = 5;
+
+/// How many feasible nodes to look for before scoring, as kube-scheduler's
+/// numFeasibleNodesToFind: all of a small cluster; else `percentage` of the nodes, where 0
+/// means adaptive (50% minus 1% per 125 nodes, at least 5%), never fewer than 100.
+pub fn num_feasible_nodes_to_find(percentage: i32, num_all_nodes: usize) -> usize {
+    if num_all_nodes < MIN_FEASIBLE_NODES_TO_FIND || percentage >= 100 {
+        return num_all_nodes;
+    }
+    let percentage = if percentage <= 0 {
+        (50usize.saturating_sub(num_all_nodes / 125)).max(MIN_FEASIBLE_NODES_PERCENTAGE)
+    } else {
+        percentage as usize
+    };
+    (num_all_nodes * percentage / 100).max(MIN_FEASIBLE_NODES_TO_FIND)
+}
+
+/// Why a pod fits on no node: the status of each node that was filtered out, or of the
+/// PreFilter plugin that rejected the pod outright.
+#[derive(Clone, Debug, Default)]
+pub struct Diagnosis {
+    pub num_all_nodes: usize,
+    pub node_statuses: Vec<(String, Status)>,
+    pub pre_filter_status: Option<Status>,
+    /// Plugins that rejected the pod; events that concern them requeue it.
+    pub unschedulable_plugins: Vec<&'static str>,
+}
+
+impl Diagnosis {
+    /// kube-scheduler's FitError message: "0/5 nodes are available: 2 Insufficient cpu,
+    /// 3 node(s) had untolerated taint {dedicated: gpu}." — reasons counted over nodes, sorted.
+    pub fn message(&self) -> String {
+        let n = self.num_all_nodes;
+        if let Some(status) = &self.pre_filter_status {
+            return format!("0/{n} nodes are available: {}.", status.message());
+        }
+        let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
+        for (_, status) in &self.node_statuses {
+            for reason in &status.reasons {
+                *histogram.entry(reason.as_str()).or_default() += 1;
+            }
+        }
+        if histogram.is_empty() {
+            return format!("0/{n} nodes are available.");
+        }
+        let parts: Vec<String> = histogram
+            .into_iter()
+            .map(|(reason, count)| format!("{count} {reason}"))
+            .collect();
+        format!("0/{n} nodes are available: {}.", parts.join(", "))
+    }
+}
+
+/// The outcome of a scheduling attempt before Reserve.
+#[derive(Debug)]
+pub enum ScheduleResult {
+    /// The chosen node, how many nodes were evaluated and how many were feasible.
+    Scheduled {
+        node: String,
+        evaluated: usize,
+        feasible: usize,
+    },
+    Unschedulable(Diagnosis),
+    Error(Status),
+}
+
+/// Runs the scheduling algorithm (kube-scheduler's schedulePod) of `profile` for `pod`.
+/// `start_index` rotates where the search begins, so that successive pods look at different
+/// nodes first when only a share of the nodes is filtered.
+pub fn schedule_pod(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    start_index: &AtomicUsize,
+) -> ScheduleResult {
+    let num_all = snapshot.len();
+    if num_all == 0 {
+        return ScheduleResult::Unschedulable(Diagnosis {
+            num_all_nodes: 0,
+            ..Default::default()
+        });
+    }
+    // PreFilter.
+    let mut narrowed = PreFilterResult::all_nodes();
+    let mut diagnosis = Diagnosis {
+        num_all_nodes: num_all,
+        ..Default::default()
+    };
+    for plugin in &profile.pre_filter {
+        let Some(pf) = plugin.pre_filter() else {
+            continue;
+        };
+        let (result, status) = pf.pre_filter(state, pod, snapshot);
+        let status = status.with_plugin(plugin.name());
+        if status.is_skip() {
+            state.mark_skip_filter(plugin.name());
+            continue;
+        }
+        if status.is_rejected() {
+            diagnosis.unschedulable_plugins.push(plugin.name());
+            diagnosis.pre_filter_status = Some(status);
+            return ScheduleResult::Unschedulable(diagnosis);
+        }
+        if !status.is_success() {
+            return ScheduleResult::Error(status);
+        }
+        narrowed = narrowed.merge(result);
+    }
+
+    // Filter.
+    let candidates: Vec<&Arc<NodeInfo>> = match &narrowed.node_names {
+        Some(names) => names.iter().filter_map(|n| snapshot.get(n)).collect(),
+        None => snapshot.nodes().iter().collect(),
+    };
+    if candidates.is_empty() {
+        diagnosis.pre_filter_status = Some(Status::unresolvable(
+            "node(s) didn't satisfy plugin(s) narrowing the candidate nodes in PreFilter"
+                .to_string(),
+        ));
+        return ScheduleResult::Unschedulable(diagnosis);
+    }
+    let (feasible, rejected, evaluated) =
+        find_feasible(profile, state, pod, &candidates, start_index, num_all);
+    if feasible.is_empty() {
+        let mut plugins: Vec<&'static str> =
+            rejected.iter().filter_map(|(_, s)| s.plugin).collect();
+        plugins.sort_unstable();
+        plugins.dedup();
+        if let Some((_, err)) = rejected.iter().find(|(_, s)| s.code == super::Code::Error) {
+            return ScheduleResult::Error(err.clone());
+        }
+        diagnosis.unschedulable_plugins = plugins;
+        diagnosis.node_statuses = rejected;
+        return ScheduleResult::Unschedulable(diagnosis);
+    }
+    if feasible.len() == 1 {
+        return ScheduleResult::Scheduled {
+            node: feasible[0].name.clone(),
+            evaluated,
+            feasible: 1,
+        };
+    }
+
+    // PreScore, Score.
+    let scores = match prioritize(profile, state, pod, &feasible, snapshot) {
+        Ok(scores) => scores,
+        Err(status) => return ScheduleResult::Error(status),
+    };
+    let node = select_host(&scores);
+    ScheduleResult::Scheduled {
+        node,
+        evaluated,
+        feasible: feasible.len(),
+    }
+}
+
+/// Runs every Filter plugin on one node, stopping at the first that rejects it.
+pub fn run_filters(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+) -> Status {
+    for plugin in &profile.filter {
+        let Some(f) = plugin.filter() else { continue };
+        if state.skips_filter(plugin.name()) {
+            continue;
+        }
+        let status = f.filter(state, pod, node);
+        if !status.is_success() {
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+type Feasible<'a> = (Vec<Arc<NodeInfo>>, Vec<(String, Status)>, usize);
+
+/// Filters nodes in parallel from `start_index` round-robin, until enough feasible nodes are
+/// found (kube-scheduler's findNodesThatPassFilters). Returns the feasible nodes, the
+/// rejections, and how many nodes were evaluated.
+fn find_feasible<'a>(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    candidates: &[&'a Arc<NodeInfo>],
+    start_index: &AtomicUsize,
+    num_all: usize,
+) -> Feasible<'a> {
+    let n = candidates.len();
+    let want = num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score, num_all).min(n);
+    let start = start_index.load(Ordering::Relaxed) % n;
+    let found = AtomicUsize::new(0);
+    let results: Vec<(usize, Option<Status>)> = (0..n)
+        .into_par_iter()
+        .with_min_len(16)
+        .filter_map(|i| {
+            if found.load(Ordering::Relaxed) >= want {
+                return None;
+            }
+            let node = candidates[(start + i) % n];
+            let status = run_filters(profile, state, pod, node);
+            if status.is_success() {
+                if found.fetch_add(1, Ordering::Relaxed) >= want {
+                    return None;
+                }
+                Some((i, None))
+            } else {
+                Some((i, Some(status)))
+            }
+        })
+        .collect();
+    let evaluated = results.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
+    start_index.store((start + evaluated) % n.max(1), Ordering::Relaxed);
+    let mut feasible = Vec::with_capacity(want);
+    let mut rejected = Vec::new();
+    for (i, status) in results {
+        let node = candidates[(start + i) % n];
+        match status {
+            None => feasible.push(Arc::clone(node)),
+            Some(s) => rejected.push((node.name.clone(), s)),
+        }
+    }
+    (feasible, rejected, evaluated)
+}
+
+/// PreScore, Score (parallel over nodes), NormalizeScore and weights: the total per node.
+pub fn prioritize(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    nodes: &[Arc<NodeInfo>],
+    snapshot: &Snapshot,
+) -> Result<Vec<NodeScore>, Status> {
+    for plugin in &profile.pre_score {
+        let Some(ps) = plugin.pre_score() else {
+            continue;
+        };
+        let status = ps
+            .pre_score(state, pod, nodes, snapshot)
+            .with_plugin(plugin.name());
+        if status.is_skip() {
+            state.mark_skip_score(plugin.name());
+        } else if !status.is_success() {
+            return Err(status);
+        }
+    }
+    let mut totals: Vec<NodeScore> = nodes
+        .iter()
+        .map(|n| NodeScore {
+            name: n.name.clone(),
+            score: 0,
+        })
+        .collect();
+    let state = &*state;
+    for weighted in &profile.score {
+        let plugin = &weighted.plugin;
+        let Some(sp) = plugin.score() else { continue };
+        if state.skips_score(plugin.name()) {
+            continue;
+        }
+        let raw: Result<Vec<i64>, Status> = nodes
+            .par_iter()
+            .with_min_len(16)
+            .map(|node| {
+                sp.score(state, pod, node)
+                    .map_err(|s| s.with_plugin(plugin.name()))
+            })
+            .collect();
+        let mut scores: Vec<NodeScore> = raw?
+            .into_iter()
+            .zip(nodes)
+            .map(|(score, n)| NodeScore {
+                name: n.name.clone(),
+                score,
+            })
+            .collect();
+        let status = sp.normalize_scores(state, pod, &mut scores);
+        if !status.is_success() {
+            return Err(status.with_plugin(plugin.name()));
+        }
+        for (total, s) in totals.iter_mut().zip(&scores) {
+            if !(super::MIN_NODE_SCORE..=super::MAX_NODE_SCORE).contains(&s.score) {
+                return Err(Status::error(format!(
+                    "plugin {} returned an invalid score {} for node {}",
+                    plugin.name(),
+                    s.score,
+                    s.name
+                ))
+                .with_plugin(plugin.name()));
+            }
+            total.score += s.score * weighted.weight;
+        }
+    }
+    Ok(totals)
+}
+
+/// The node with the highest total; ties broken uniformly at random (reservoir sampling),
+/// as kube-scheduler's selectHost.
+pub fn select_host(scores: &[NodeScore]) -> String {
+    let mut rng = rand::rng();
+    let mut best: Option<&NodeScore> = None;
+    let mut ties = 0u32;
+    for s in scores {
+        match best {
+            Some(b) if s.score < b.score => {}
+            Some(b) if s.score == b.score => {
+                ties += 1;
+                if rng.random_range(0..ties) == 0 {
+                    best = Some(s);
+                }
+            }
+            _ => {
+                best = Some(s);
+                ties = 1;
+            }
+        }
+    }
+    best.map(|b| b.name.clone()).unwrap_or_default()
+}
+
+/// Runs Reserve in order; on the first failure, Unreserve runs for all of them in reverse.
+pub fn run_reserve(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    node: &str,
+) -> Status {
+    for plugin in &profile.reserve {
+        let Some(r) = plugin.reserve() else { continue };
+        let status = r.reserve(state, pod, node);
+        if !status.is_success() {
+            run_unreserve(profile, state, pod, node);
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+/// Runs Unreserve of every Reserve plugin, in reverse order.
+pub fn run_unreserve(profile: &CompiledProfile, state: &CycleState, pod: &PodInfo, node: &str) {
+    for plugin in profile.reserve.iter().rev() {
+        if let Some(r) = plugin.reserve() {
+            r.unreserve(state, pod, node);
+        }
+    }
+}

@@ -1,0 +1,103 @@
+//! A compiled profile: the plugins of one schedulerName, ordered per extension point, ready to
+//! run. Profiles are immutable; a change builds a new one and swaps it in the registry.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::framework::Plugin;
+
+/// A plugin at the Score extension point with the weight its normalized score is multiplied by.
+#[derive(Clone)]
+pub struct WeightedScore {
+    pub plugin: Arc<dyn Plugin>,
+    pub weight: i64,
+}
+
+/// Everything one scheduling profile runs, in order, per extension point.
+#[derive(Clone)]
+pub struct CompiledProfile {
+    pub scheduler_name: String,
+    /// Where this profile came from, for logs (e.g. `SchedulingProfile/sticky-vms@3`).
+    pub source: String,
+    pub percentage_of_nodes_to_score: i32,
+    pub pod_initial_backoff: Duration,
+    pub pod_max_backoff: Duration,
+    pub queue_sort: Arc<dyn Plugin>,
+    pub pre_enqueue: Vec<Arc<dyn Plugin>>,
+    pub pre_filter: Vec<Arc<dyn Plugin>>,
+    pub filter: Vec<Arc<dyn Plugin>>,
+    pub post_filter: Vec<Arc<dyn Plugin>>,
+    pub pre_score: Vec<Arc<dyn Plugin>>,
+    pub score: Vec<WeightedScore>,
+    pub reserve: Vec<Arc<dyn Plugin>>,
+    pub permit: Vec<Arc<dyn Plugin>>,
+    pub pre_bind: Vec<Arc<dyn Plugin>>,
+    pub bind: Vec<Arc<dyn Plugin>>,
+    pub post_bind: Vec<Arc<dyn Plugin>>,
+}
+
+impl std::fmt::Debug for CompiledProfile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |v: &[Arc<dyn Plugin>]| v.iter().map(|p| p.name()).collect::<Vec<_>>();
+        f.debug_struct("CompiledProfile")
+            .field("scheduler_name", &self.scheduler_name)
+            .field("source", &self.source)
+            .field("queue_sort", &self.queue_sort.name())
+            .field("filter", &names(&self.filter))
+            .field(
+                "score",
+                &self
+                    .score
+                    .iter()
+                    .map(|s| (s.plugin.name(), s.weight))
+                    .collect::<Vec<_>>(),
+            )
+            .finish_non_exhaustive()
+    }
+}
+
+/// schedulerName → the profile serving it. Swapped atomically: a cycle takes one profile and
+/// keeps it for the whole cycle, so it never sees half a change.
+#[derive(Default)]
+pub struct ProfileRegistry {
+    inner: std::sync::RwLock<Arc<std::collections::HashMap<String, Arc<CompiledProfile>>>>,
+}
+
+impl ProfileRegistry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn read(&self) -> Arc<std::collections::HashMap<String, Arc<CompiledProfile>>> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The profile serving `scheduler_name`, if any.
+    pub fn get(&self, scheduler_name: &str) -> Option<Arc<CompiledProfile>> {
+        self.read().get(scheduler_name).cloned()
+    }
+
+    pub fn contains(&self, scheduler_name: &str) -> bool {
+        self.read().contains_key(scheduler_name)
+    }
+
+    /// Serves `profile` for its schedulerName, replacing the previous version.
+    pub fn insert(&self, profile: CompiledProfile) {
+        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = (**guard).clone();
+        map.insert(profile.scheduler_name.clone(), Arc::new(profile));
+        *guard = Arc::new(map);
+    }
+
+    /// Stops serving `scheduler_name`; its pods are left alone from now on.
+    pub fn remove(&self, scheduler_name: &str) {
+        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = (**guard).clone();
+        map.remove(scheduler_name);
+        *guard = Arc::new(map);
+    }
+
+    pub fn scheduler_names(&self) -> Vec<String> {
+        self.read().keys().cloned().collect()
+    }
+}

@@ -1,0 +1,442 @@
+//! The scheduling queue, as kube-scheduler's PriorityQueue: `activeQ` ordered by the QueueSort
+//! plugin, `backoffQ` for pods that failed recently, the unschedulable pool for pods that wait
+//! for a cluster event, and the gated set for pods held by PreEnqueue (scheduling gates).
+
+use std::cmp::Ordering as CmpOrdering;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::framework::{Plugin, QueuedPodInfo};
+use super::pod_info::PodInfo;
+
+/// How long a pod may stay in the unschedulable pool before it is retried anyway
+/// (kube-scheduler's podMaxInUnschedulablePodsDuration).
+pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+/// How often backoff and the unschedulable pool are flushed.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+
+/// What happened in the cluster that may make unschedulable pods fit now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ClusterEvent {
+    NodeAdded,
+    NodeChanged,
+    PodDeleted,
+    PodMoved,
+    ProfileChanged,
+    BindingChanged,
+    UnschedulableTimeout,
+}
+
+impl ClusterEvent {
+    pub fn label(self) -> &'static str {
+        match self {
+            ClusterEvent::NodeAdded => "NodeAdd",
+            ClusterEvent::NodeChanged => "NodeUpdate",
+            ClusterEvent::PodDeleted => "AssignedPodDelete",
+            ClusterEvent::PodMoved => "AssignedPodUpdate",
+            ClusterEvent::ProfileChanged => "ProfileChange",
+            ClusterEvent::BindingChanged => "StickyBindingChange",
+            ClusterEvent::UnschedulableTimeout => "UnschedulableTimeout",
+        }
+    }
+}
+
+/// Where a queued pod is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pool {
+    Active,
+    Backoff,
+    Unschedulable,
+    Gated,
+    /// Popped; a scheduling cycle works on it.
+    InFlight,
+    /// Assumed on a node; waits for the watch to confirm the bind (then it is deleted) or for a
+    /// failed bind to requeue it.
+    Assumed,
+}
+
+struct ActiveEntry {
+    info: QueuedPodInfo,
+    sort: Arc<dyn Plugin>,
+    seq: u64,
+}
+
+impl PartialEq for ActiveEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == CmpOrdering::Equal
+    }
+}
+impl Eq for ActiveEntry {}
+impl PartialOrd for ActiveEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for ActiveEntry {
+    /// BinaryHeap pops the greatest: the entry QueueSort says goes first.
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        match self.sort.queue_sort() {
+            Some(qs) if qs.less(&self.info, &other.info) => CmpOrdering::Greater,
+            Some(qs) if qs.less(&other.info, &self.info) => CmpOrdering::Less,
+            _ => other.seq.cmp(&self.seq),
+        }
+    }
+}
+
+struct BackoffEntry {
+    until: Instant,
+    key: String,
+}
+impl PartialEq for BackoffEntry {
+    fn eq(&self, other: &Self) -> bool {
+        self.until == other.until && self.key == other.key
+    }
+}
+impl Eq for BackoffEntry {}
+impl PartialOrd for BackoffEntry {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for BackoffEntry {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        other
+            .until
+            .cmp(&self.until)
+            .then_with(|| other.key.cmp(&self.key))
+    }
+}
+
+#[derive(Clone)]
+struct Entry {
+    info: QueuedPodInfo,
+    pool: Pool,
+    /// In the unschedulable pool since.
+    since: Instant,
+    backoff_until: Instant,
+    /// An event or update arrived while the pod was in flight: retry it rather than park it.
+    moved_while_in_flight: bool,
+    /// A deletion arrived while the pod was in flight.
+    deleted_while_in_flight: bool,
+}
+
+#[derive(Default)]
+struct State {
+    entries: HashMap<String, Entry>,
+    active: BinaryHeap<ActiveEntry>,
+    backoff: BinaryHeap<BackoffEntry>,
+    seq: u64,
+    closed: bool,
+}
+
+/// The queue shared by the watch tasks (add, update, delete, events) and the scheduling loop (pop).
+pub struct SchedulingQueue {
+    state: Mutex<State>,
+    ready: Condvar,
+    sort: Arc<dyn Plugin>,
+}
+
+/// The backoff of a pod after `attempts` failures: initial × 2^(attempts-1), at most max.
+pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
+    let exp = attempts.saturating_sub(1).min(30);
+    initial.saturating_mul(1u32 << exp).min(max)
+}
+
+impl SchedulingQueue {
+    /// A queue ordered by `sort`, the QueueSort plugin all profiles share.
+    pub fn new(sort: Arc<dyn Plugin>) -> Self {
+        SchedulingQueue {
+            state: Mutex::new(State::default()),
+            ready: Condvar::new(),
+            sort,
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the queue usable: its state is always consistent
+        // between statements that change it.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn push_active(&self, st: &mut State, info: QueuedPodInfo) {
+        st.seq += 1;
+        let seq = st.seq;
+        st.active.push(ActiveEntry {
+            info,
+            sort: self.sort.clone(),
+            seq,
+        });
+        self.ready.notify_one();
+    }
+
+    /// Adds a new pending pod. `gate` is the PreEnqueue plugin holding it, if any.
+    pub fn add(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
+        let key = pod.key();
+        let mut st = self.lock();
+        if st.entries.contains_key(&key) {
+            drop(st);
+            self.update(pod, gate);
+            return;
+        }
+        let now = Instant::now();
+        let info = QueuedPodInfo {
+            pod,
+            initial_attempt_timestamp: now,
+            timestamp: now,
+            attempts: 0,
+            unschedulable_plugins: BTreeSet::new(),
+            gated_by: gate,
+        };
+        let pool = if gate.is_some() {
+            Pool::Gated
+        } else {
+            Pool::Active
+        };
+        st.entries.insert(
+            key,
+            Entry {
+                info: info.clone(),
+                pool,
+                since: now,
+                backoff_until: now,
+                moved_while_in_flight: false,
+                deleted_while_in_flight: false,
+            },
+        );
+        if pool == Pool::Active {
+            self.push_active(&mut st, info);
+        }
+    }
+
+    /// An update of a pending pod: the newest object is used; a gated pod whose gates are
+    /// gone, or an unschedulable pod that changed, is retried.
+    pub fn update(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
+        let key = pod.key();
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(&key) else {
+            drop(st);
+            self.add(pod, gate);
+            return;
+        };
+        let spec_changed = entry.info.pod.pod.spec != pod.pod.spec
+            || entry.info.pod.pod.metadata.labels != pod.pod.metadata.labels;
+        entry.info.pod = pod;
+        entry.info.gated_by = gate;
+        match entry.pool {
+            Pool::Gated if gate.is_none() => {
+                entry.pool = Pool::Active;
+                entry.info.timestamp = Instant::now();
+                let info = entry.info.clone();
+                self.push_active(&mut st, info);
+            }
+            Pool::Unschedulable if spec_changed => {
+                let info = entry.info.clone();
+                let until = entry.backoff_until;
+                self.to_active_or_backoff(&mut st, info, until);
+            }
+            Pool::InFlight if spec_changed => entry.moved_while_in_flight = true,
+            _ => {}
+        }
+    }
+
+    /// Forgets a pod (deleted, bound by someone else, or no longer ours).
+    pub fn delete(&self, key: &str) {
+        let mut st = self.lock();
+        if let Some(entry) = st.entries.get_mut(key) {
+            if entry.pool == Pool::InFlight {
+                entry.deleted_while_in_flight = true;
+            } else {
+                st.entries.remove(key);
+                // Stale heap entries are skipped on pop.
+            }
+        }
+    }
+
+    fn to_active_or_backoff(&self, st: &mut State, mut info: QueuedPodInfo, until: Instant) {
+        let key = info.pod.key();
+        info.timestamp = Instant::now();
+        let Some(entry) = st.entries.get_mut(&key) else {
+            return;
+        };
+        entry.info = info.clone();
+        if until > Instant::now() {
+            entry.pool = Pool::Backoff;
+            st.backoff.push(BackoffEntry { until, key });
+        } else {
+            entry.pool = Pool::Active;
+            self.push_active(st, info);
+        }
+    }
+
+    /// Takes the next pod to schedule, waiting for one; `None` once the queue is closed.
+    pub fn pop(&self) -> Option<QueuedPodInfo> {
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                return None;
+            }
+            self.flush(&mut st);
+            while let Some(top) = st.active.pop() {
+                let key = top.info.pod.key();
+                let current = st.entries.get_mut(&key);
+                // Skip entries that were deleted or moved since they were pushed.
+                if let Some(entry) = current
+                    .filter(|e| e.pool == Pool::Active && Arc::ptr_eq(&e.info.pod, &top.info.pod))
+                {
+                    entry.pool = Pool::InFlight;
+                    entry.info.attempts += 1;
+                    entry.moved_while_in_flight = false;
+                    return Some(entry.info.clone());
+                }
+            }
+            let (guard, _) = self
+                .ready
+                .wait_timeout(st, FLUSH_INTERVAL)
+                .unwrap_or_else(|e| e.into_inner());
+            st = guard;
+        }
+    }
+
+    /// Moves pods whose backoff expired to activeQ, and pods parked too long to activeQ/backoffQ.
+    fn flush(&self, st: &mut State) {
+        let now = Instant::now();
+        while st.backoff.peek().is_some_and(|b| b.until <= now) {
+            let Some(b) = st.backoff.pop() else { break };
+            let Some(entry) = st.entries.get_mut(&b.key) else {
+                continue;
+            };
+            if entry.pool == Pool::Backoff && entry.backoff_until <= now {
+                entry.pool = Pool::Active;
+                entry.info.timestamp = now;
+                let info = entry.info.clone();
+                self.push_active(st, info);
+            }
+        }
+        let stale: Vec<(QueuedPodInfo, Instant)> = st
+            .entries
+            .values()
+            .filter(|e| {
+                e.pool == Pool::Unschedulable && now.duration_since(e.since) >= MAX_IN_UNSCHEDULABLE
+            })
+            .map(|e| (e.info.clone(), e.backoff_until))
+            .collect();
+        for (info, until) in stale {
+            self.to_active_or_backoff(st, info, until);
+        }
+    }
+
+    /// The cycle for a popped pod ended with it assumed on a node: it stays known (so that a
+    /// failed bind can requeue it) until the watch shows it bound or deleted.
+    pub fn done(&self, key: &str) {
+        if let Some(entry) = self.lock().entries.get_mut(key) {
+            entry.pool = Pool::Assumed;
+        }
+    }
+
+    /// Drops a pod from the queue whatever its state (no profile serves it any more).
+    pub fn forget(&self, key: &str) {
+        self.lock().entries.remove(key);
+    }
+
+    /// The pod did not fit. It waits in the unschedulable pool for a cluster event, or goes
+    /// to backoffQ at once when an event arrived while it was being scheduled.
+    pub fn add_unschedulable(
+        &self,
+        info: QueuedPodInfo,
+        plugins: &[&'static str],
+        backoff: (Duration, Duration),
+    ) {
+        let key = info.pod.key();
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(&key) else {
+            return;
+        };
+        if entry.deleted_while_in_flight {
+            st.entries.remove(&key);
+            return;
+        }
+        let now = Instant::now();
+        entry.info.unschedulable_plugins = plugins.iter().copied().collect();
+        entry.backoff_until = now + backoff_duration(entry.info.attempts, backoff.0, backoff.1);
+        entry.since = now;
+        if entry.moved_while_in_flight {
+            entry.pool = Pool::Backoff;
+            let until = entry.backoff_until;
+            st.backoff.push(BackoffEntry { until, key });
+        } else {
+            entry.pool = Pool::Unschedulable;
+        }
+    }
+
+    /// An error or a failed bind: retry after backoff.
+    pub fn requeue_with_backoff(&self, info: QueuedPodInfo, backoff: (Duration, Duration)) {
+        let key = info.pod.key();
+        let mut st = self.lock();
+        let now = Instant::now();
+        // A pod deleted (or bound by someone else) meanwhile is not requeued.
+        let Some(entry) = st.entries.get_mut(&key) else {
+            return;
+        };
+        entry.info = info;
+        if entry.deleted_while_in_flight {
+            st.entries.remove(&key);
+            return;
+        }
+        entry.backoff_until =
+            now + backoff_duration(entry.info.attempts.max(1), backoff.0, backoff.1);
+        entry.pool = Pool::Backoff;
+        let until = entry.backoff_until;
+        st.backoff.push(BackoffEntry { until, key });
+    }
+
+    /// A cluster event: every unschedulable pod is retried (after its backoff), and pods in
+    /// flight are marked so that a failure sends them to backoff instead of the pool.
+    pub fn move_all_to_active_or_backoff(&self, _event: ClusterEvent) {
+        let mut st = self.lock();
+        let parked: Vec<(QueuedPodInfo, Instant)> = st
+            .entries
+            .values_mut()
+            .filter_map(|e| match e.pool {
+                Pool::Unschedulable => Some((e.info.clone(), e.backoff_until)),
+                Pool::InFlight => {
+                    e.moved_while_in_flight = true;
+                    None
+                }
+                _ => None,
+            })
+            .collect();
+        for (info, until) in parked {
+            self.to_active_or_backoff(&mut st, info, until);
+        }
+    }
+
+    /// Keeps only the pods whose UID is in `uids` (after a relist of pods).
+    pub fn retain_uids(&self, uids: &std::collections::HashSet<String>) {
+        let mut st = self.lock();
+        st.entries
+            .retain(|_, e| e.pool == Pool::InFlight || uids.contains(e.info.pod.uid()));
+    }
+
+    /// Stops the queue; `pop` returns `None` from now on.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Pods per pool: (active, backoff, unschedulable, gated), for metrics.
+    pub fn lengths(&self) -> (usize, usize, usize, usize) {
+        let st = self.lock();
+        let count = |p: Pool| st.entries.values().filter(|e| e.pool == p).count();
+        (
+            count(Pool::Active),
+            count(Pool::Backoff),
+            count(Pool::Unschedulable),
+            count(Pool::Gated),
+        )
+    }
+
+    pub fn contains(&self, key: &str) -> bool {
+        self.lock().entries.contains_key(key)
+    }
+}
