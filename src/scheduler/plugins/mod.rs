@@ -1,1 +1,2 @@
 //! kube-scheduler's default plugins and tether's own, one file per plugin, named after it.
+pub mod pod_topology_spread;
