@@ -3,6 +3,7 @@
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
 pub mod default_binder;
+pub mod pod_topology_spread;
 
 use crate::scheduler::framework::FieldErrors;
 
