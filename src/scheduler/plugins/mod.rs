@@ -1,1 +1,11 @@
 //! kube-scheduler's default plugins and tether's own, one file per plugin, named after it.
+
+pub mod helper;
+pub mod image_locality;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
+pub mod node_unschedulable;
+pub mod priority_sort;
+pub mod scheduling_gates;
+pub mod taint_toleration;
