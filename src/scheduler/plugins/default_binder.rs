@@ -22,7 +22,7 @@ pub fn build(
     path: &str,
     client: Option<kube::Client>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
-    super::no_args(NAME, args, path)?;
+    super::helper::expect_no_args(NAME, args, path)?;
     Ok(Arc::new(DefaultBinder { client }))
 }
 

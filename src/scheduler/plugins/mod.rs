@@ -1,25 +1,16 @@
 //! kube-scheduler's default plugins and tether's own, one file per plugin, named after it.
 
+pub mod default_binder;
+pub mod helper;
+pub mod image_locality;
+pub mod inter_pod_affinity;
+pub mod node_affinity;
+pub mod node_name;
+pub mod node_ports;
 pub mod node_resources_balanced_allocation;
 pub mod node_resources_fit;
-pub mod default_binder;
+pub mod node_unschedulable;
 pub mod pod_topology_spread;
-
-use crate::scheduler::framework::FieldErrors;
-
-/// For plugins without args: only absent, null or `{}` args are accepted.
-pub fn no_args(
-    plugin: &str,
-    args: Option<&serde_json::Value>,
-    path: &str,
-) -> Result<(), FieldErrors> {
-    match args {
-        None | Some(serde_json::Value::Null) => Ok(()),
-        Some(serde_json::Value::Object(m)) if m.is_empty() => Ok(()),
-        Some(_) => {
-            let mut errs = FieldErrors::new();
-            errs.push(path, format!("plugin {plugin} takes no args"));
-            Err(errs)
-        }
-    }
-}
+pub mod priority_sort;
+pub mod scheduling_gates;
+pub mod taint_toleration;

@@ -1,0 +1,84 @@
+//! NodeName: a pod that names its node (`spec.nodeName`) fits only that node, as
+//! kube-scheduler's NodeName Filter plugin.
+
+use std::sync::Arc;
+
+use crate::scheduler::framework::{CycleState, FieldErrors, FilterPlugin, Plugin, Status};
+use crate::scheduler::node_info::NodeInfo;
+use crate::scheduler::pod_info::PodInfo;
+
+use super::helper::expect_no_args;
+
+pub const NAME: &str = "NodeName";
+
+/// The reason a node is rejected, as upstream words it.
+pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
+
+/// Rejects every node but the one a pod's `spec.nodeName` names.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeName;
+
+impl Plugin for NodeName {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+impl FilterPlugin for NodeName {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        match pod.node_name() {
+            Some(wanted) if wanted != node.name => Status::unresolvable(ERR_REASON),
+            _ => Status::success(),
+        }
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(NodeName))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduler::framework::Code;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn filter_matches_the_requested_node_name() {
+        let cases = [
+            ("no host specified", PodBuilder::new("p"), Status::success()),
+            (
+                "host matches",
+                PodBuilder::new("p").node_name("foo"),
+                Status::success(),
+            ),
+            (
+                "host doesn't match",
+                PodBuilder::new("p").node_name("bar"),
+                Status::new(Code::UnschedulableAndUnresolvable, ERR_REASON),
+            ),
+        ];
+        let node = NodeBuilder::new("foo").info(vec![]);
+        for (name, pod, want) in cases {
+            let got = FilterPlugin::filter(&NodeName, &CycleState::new(), &pod.info(), &node);
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn build_takes_no_args() {
+        assert!(build(Some(&json!({})), "p").is_ok());
+        let err = build(Some(&json!("x")), "pluginConfig[2].args")
+            .err()
+            .expect("args are refused");
+        assert_eq!(err.0[0].path, "pluginConfig[2].args");
+    }
+}

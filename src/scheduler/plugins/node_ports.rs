@@ -1,0 +1,266 @@
+//! NodePorts: a pod asking for host ports fits only nodes where those ports are free, as
+//! kube-scheduler's NodePorts PreFilter and Filter.
+
+use std::sync::Arc;
+
+use crate::scheduler::framework::{
+    CycleState, FieldErrors, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
+use crate::scheduler::node_info::NodeInfo;
+use crate::scheduler::pod_info::{HostPort, PodInfo};
+use crate::scheduler::snapshot::Snapshot;
+
+use super::helper::expect_no_args;
+
+pub const NAME: &str = "NodePorts";
+
+/// The reason a node is rejected, as upstream words it.
+pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
+
+/// Rejects nodes where a host port the pod wants is already in use.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodePorts;
+
+fn binds_all(ip: &str) -> bool {
+    ip.is_empty() || ip == "0.0.0.0"
+}
+
+/// Whether `want` collides with `used`, as upstream's HostPortInfo.CheckConflict: the same
+/// protocol and port, and the same IP or either of them 0.0.0.0.
+fn conflicts(want: &HostPort, used: &HostPort) -> bool {
+    want.port == used.port
+        && want.protocol == used.protocol
+        && (binds_all(&want.ip) || binds_all(&used.ip) || want.ip == used.ip)
+}
+
+/// Whether every port the pod wants is free on the node.
+fn fits_ports(wanted: &[HostPort], node: &NodeInfo) -> bool {
+    !wanted
+        .iter()
+        .any(|w| node.used_ports.iter().any(|u| conflicts(w, u)))
+}
+
+impl Plugin for NodePorts {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for NodePorts {
+    /// Skip for a pod without host ports. The ports themselves need no stashing: `PodInfo`
+    /// already holds them (containers and sidecar init containers, as upstream's GetHostPorts).
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let status = if pod.host_ports.is_empty() {
+            Status::skip()
+        } else {
+            Status::success()
+        };
+        (PreFilterResult::all_nodes(), status)
+    }
+}
+
+impl FilterPlugin for NodePorts {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        if fits_ports(&pod.host_ports, node) {
+            Status::success()
+        } else {
+            Status::unschedulable(ERR_REASON)
+        }
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(NodePorts))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::{Container, ContainerPort};
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduler::framework::Code;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    /// A pod with these `(protocol, ip, port)` host ports.
+    fn pod_with(ports: &[(&str, &str, i32)]) -> PodBuilder {
+        ports
+            .iter()
+            .fold(PodBuilder::new("p").container(), |b, (proto, ip, port)| {
+                b.host_port(*port, proto, ip)
+            })
+    }
+
+    /// A pod whose only host port is on a sidecar (restartable init) container, or a plain
+    /// init container when `sidecar` is false.
+    fn pod_with_init_port(port: i32, sidecar: bool) -> PodBuilder {
+        PodBuilder::new("p").with(|p| {
+            if let Some(spec) = p.spec.as_mut() {
+                spec.init_containers = Some(vec![Container {
+                    name: "init".into(),
+                    restart_policy: sidecar.then(|| "Always".to_string()),
+                    ports: Some(vec![ContainerPort {
+                        container_port: port,
+                        host_port: Some(port),
+                        protocol: Some("TCP".into()),
+                        ..Default::default()
+                    }]),
+                    ..Default::default()
+                }]);
+            }
+        })
+    }
+
+    #[test]
+    fn filter_rejects_host_port_conflicts() {
+        let conflict = || Some(Status::new(Code::Unschedulable, ERR_REASON));
+        // (name, pod, existing pod on the node, want: None = PreFilter Skip, Some(filter status))
+        let cases: Vec<(&str, PodBuilder, PodBuilder, Option<Status>)> = vec![
+            (
+                "nothing running",
+                PodBuilder::new("p"),
+                PodBuilder::new("e"),
+                None,
+            ),
+            (
+                "other port",
+                pod_with(&[("UDP", "127.0.0.1", 8080)]),
+                pod_with(&[("UDP", "127.0.0.1", 9090)]),
+                Some(Status::success()),
+            ),
+            (
+                "same udp port",
+                pod_with(&[("UDP", "127.0.0.1", 8080)]),
+                pod_with(&[("UDP", "127.0.0.1", 8080)]),
+                conflict(),
+            ),
+            (
+                "same tcp port",
+                pod_with(&[("TCP", "127.0.0.1", 8080)]),
+                pod_with(&[("TCP", "127.0.0.1", 8080)]),
+                conflict(),
+            ),
+            (
+                "different host ip",
+                pod_with(&[("TCP", "127.0.0.1", 8080)]),
+                pod_with(&[("TCP", "127.0.0.2", 8080)]),
+                Some(Status::success()),
+            ),
+            (
+                "different protocol",
+                pod_with(&[("UDP", "127.0.0.1", 8080)]),
+                pod_with(&[("TCP", "127.0.0.1", 8080)]),
+                Some(Status::success()),
+            ),
+            (
+                "second udp port conflict",
+                pod_with(&[("UDP", "127.0.0.1", 8000), ("UDP", "127.0.0.1", 8080)]),
+                pod_with(&[("UDP", "127.0.0.1", 8080)]),
+                conflict(),
+            ),
+            (
+                "first tcp port conflict",
+                pod_with(&[("TCP", "127.0.0.1", 8001), ("UDP", "127.0.0.1", 8080)]),
+                pod_with(&[("TCP", "127.0.0.1", 8001), ("UDP", "127.0.0.1", 8081)]),
+                conflict(),
+            ),
+            (
+                "first tcp port conflict due to 0.0.0.0 hostIP",
+                pod_with(&[("TCP", "0.0.0.0", 8001)]),
+                pod_with(&[("TCP", "127.0.0.1", 8001)]),
+                conflict(),
+            ),
+            (
+                "tcp hostPort conflict due to 0.0.0.0 hostIP",
+                pod_with(&[("TCP", "10.0.10.10", 8001), ("TCP", "0.0.0.0", 8001)]),
+                pod_with(&[("TCP", "127.0.0.1", 8001)]),
+                conflict(),
+            ),
+            (
+                "second tcp port conflict to 0.0.0.0 hostIP",
+                pod_with(&[("TCP", "127.0.0.1", 8001)]),
+                pod_with(&[("TCP", "0.0.0.0", 8001)]),
+                conflict(),
+            ),
+            (
+                "an empty hostIP binds all addresses",
+                pod_with(&[("TCP", "127.0.0.1", 8001)]),
+                pod_with(&[("TCP", "", 8001)]),
+                conflict(),
+            ),
+            (
+                "second different protocol",
+                pod_with(&[("UDP", "127.0.0.1", 8001)]),
+                pod_with(&[("TCP", "0.0.0.0", 8001)]),
+                Some(Status::success()),
+            ),
+            (
+                "udp hostPort conflict due to 0.0.0.0 hostIP",
+                pod_with(&[("UDP", "0.0.0.0", 8001)]),
+                pod_with(&[("TCP", "127.0.0.1", 8001), ("UDP", "127.0.0.1", 8001)]),
+                conflict(),
+            ),
+            (
+                "a sidecar's host port conflicts",
+                pod_with_init_port(8001, true),
+                pod_with(&[("TCP", "0.0.0.0", 8001)]),
+                conflict(),
+            ),
+            (
+                "a plain init container's host port does not count",
+                pod_with_init_port(8001, false),
+                pod_with(&[("TCP", "0.0.0.0", 8001)]),
+                None,
+            ),
+            (
+                "an existing sidecar's host port is in use",
+                pod_with(&[("TCP", "127.0.0.1", 8001)]),
+                pod_with_init_port(8001, true),
+                conflict(),
+            ),
+        ];
+        for (name, pod, existing, want) in cases {
+            let pod = pod.info();
+            let node = NodeBuilder::new("n").info(vec![existing.build()]);
+            let mut state = CycleState::new();
+            let (result, pre) =
+                PreFilterPlugin::pre_filter(&NodePorts, &mut state, &pod, &Snapshot::default());
+            assert_eq!(result, PreFilterResult::all_nodes(), "{name}");
+            match want {
+                None => assert!(pre.is_skip(), "{name}: {pre}"),
+                Some(want) => {
+                    assert!(pre.is_success(), "{name}: {pre}");
+                    assert_eq!(
+                        FilterPlugin::filter(&NodePorts, &state, &pod, &node),
+                        want,
+                        "{name}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn build_takes_no_args() {
+        assert!(build(None, "p").is_ok());
+        let err = build(Some(&json!({"x": 1})), "pluginConfig[5].args")
+            .err()
+            .expect("args are refused");
+        assert_eq!(err.0[0].path, "pluginConfig[5].args");
+    }
+}

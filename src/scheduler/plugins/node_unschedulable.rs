@@ -1,0 +1,179 @@
+//! NodeUnschedulable: keeps pods off cordoned nodes (`spec.unschedulable`) unless they tolerate
+//! the `node.kubernetes.io/unschedulable:NoSchedule` taint, as kube-scheduler's
+//! NodeUnschedulable Filter plugin.
+
+use std::sync::{Arc, LazyLock};
+
+use k8s_openapi::api::core::v1::Taint;
+
+use crate::scheduler::framework::{CycleState, FieldErrors, FilterPlugin, Plugin, Status};
+use crate::scheduler::node_info::NodeInfo;
+use crate::scheduler::pod_info::PodInfo;
+use crate::scheduler::taints::tolerates;
+
+use super::helper::expect_no_args;
+
+pub const NAME: &str = "NodeUnschedulable";
+
+/// The reason a cordoned node is rejected, as upstream words it.
+pub const ERR_REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
+/// The reason when the node object is missing, as upstream words it.
+pub const ERR_REASON_UNKNOWN_CONDITION: &str = "node(s) had unknown conditions";
+
+/// The taint a pod must tolerate to be placed on a cordoned node.
+static UNSCHEDULABLE_TAINT: LazyLock<Taint> = LazyLock::new(|| Taint {
+    key: "node.kubernetes.io/unschedulable".into(),
+    value: None,
+    effect: "NoSchedule".into(),
+    time_added: None,
+});
+
+/// Rejects nodes marked unschedulable for pods that do not tolerate it.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeUnschedulable;
+
+impl Plugin for NodeUnschedulable {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+impl FilterPlugin for NodeUnschedulable {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(node) = node.node.as_ref() else {
+            return Status::unresolvable(ERR_REASON_UNKNOWN_CONDITION);
+        };
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
+        if !cordoned {
+            return Status::success();
+        }
+        let tolerated = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.tolerations.as_ref())
+            .into_iter()
+            .flatten()
+            .any(|t| tolerates(t, &UNSCHEDULABLE_TAINT));
+        if tolerated {
+            Status::success()
+        } else {
+            Status::unresolvable(ERR_REASON_UNSCHEDULABLE)
+        }
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(NodeUnschedulable))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduler::framework::Code;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    #[test]
+    fn filter_honours_cordon_and_its_toleration() {
+        let rejected = || Status::new(Code::UnschedulableAndUnresolvable, ERR_REASON_UNSCHEDULABLE);
+        let cases = [
+            (
+                "does not schedule pod to unschedulable node",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").unschedulable(),
+                rejected(),
+            ),
+            (
+                "schedules pod to normal node",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n"),
+                Status::success(),
+            ),
+            (
+                "schedules pod to node with unschedulable explicitly false",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").with(|n| {
+                    if let Some(s) = n.spec.as_mut() {
+                        s.unschedulable = Some(false);
+                    }
+                }),
+                Status::success(),
+            ),
+            (
+                "schedules pod with toleration to unschedulable node",
+                PodBuilder::new("p").toleration(
+                    "node.kubernetes.io/unschedulable",
+                    "Exists",
+                    "",
+                    "NoSchedule",
+                ),
+                NodeBuilder::new("n").unschedulable(),
+                Status::success(),
+            ),
+            (
+                "a toleration of every taint also tolerates the cordon",
+                PodBuilder::new("p").toleration("", "Exists", "", ""),
+                NodeBuilder::new("n").unschedulable(),
+                Status::success(),
+            ),
+            (
+                "a NoExecute toleration of the key does not tolerate the cordon",
+                PodBuilder::new("p").toleration(
+                    "node.kubernetes.io/unschedulable",
+                    "Exists",
+                    "",
+                    "NoExecute",
+                ),
+                NodeBuilder::new("n").unschedulable(),
+                rejected(),
+            ),
+        ];
+        for (name, pod, node, want) in cases {
+            let got = FilterPlugin::filter(
+                &NodeUnschedulable,
+                &CycleState::new(),
+                &pod.info(),
+                &node.info(vec![]),
+            );
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn filter_without_node_object_is_unresolvable() {
+        let got = FilterPlugin::filter(
+            &NodeUnschedulable,
+            &CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &NodeInfo::new("ghost"),
+        );
+        assert_eq!(
+            got,
+            Status::new(
+                Code::UnschedulableAndUnresolvable,
+                ERR_REASON_UNKNOWN_CONDITION
+            )
+        );
+    }
+
+    #[test]
+    fn build_takes_no_args() {
+        assert!(build(None, "p").is_ok());
+        let err = build(Some(&json!({"x": 1})), "pluginConfig[3].args")
+            .err()
+            .expect("args are refused");
+        assert_eq!(err.0[0].path, "pluginConfig[3].args");
+    }
+}

@@ -1,0 +1,131 @@
+//! PrioritySort: orders the active queue by pod priority, then by time in the queue, as
+//! kube-scheduler's PrioritySort QueueSort plugin.
+
+use std::sync::Arc;
+
+use crate::scheduler::framework::{FieldErrors, Plugin, QueueSortPlugin, QueuedPodInfo};
+use crate::scheduler::pod_info::PodInfo;
+
+use super::helper::expect_no_args;
+
+pub const NAME: &str = "PrioritySort";
+
+/// Higher `spec.priority` first; among equal priorities, the pod queued earlier first.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct PrioritySort;
+
+/// `spec.priority`, 0 when unset, as corev1helpers.PodPriority reads it.
+fn pod_priority(pod: &PodInfo) -> i32 {
+    pod.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+impl Plugin for PrioritySort {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn queue_sort(&self) -> Option<&dyn QueueSortPlugin> {
+        Some(self)
+    }
+}
+
+impl QueueSortPlugin for PrioritySort {
+    fn less(&self, a: &QueuedPodInfo, b: &QueuedPodInfo) -> bool {
+        let (pa, pb) = (pod_priority(&a.pod), pod_priority(&b.pod));
+        pa > pb || (pa == pb && a.timestamp < b.timestamp)
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(PrioritySort))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::time::{Duration, Instant};
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+
+    fn queued(pod: PodBuilder, timestamp: Instant) -> QueuedPodInfo {
+        QueuedPodInfo {
+            pod: Arc::new(pod.info()),
+            initial_attempt_timestamp: timestamp,
+            timestamp,
+            attempts: 0,
+            unschedulable_plugins: BTreeSet::new(),
+            gated_by: None,
+        }
+    }
+
+    #[test]
+    fn less_orders_by_priority_then_timestamp() {
+        let early = Instant::now();
+        let late = early + Duration::from_secs(1);
+        let low = || PodBuilder::new("low").priority(1);
+        let high = || PodBuilder::new("high").priority(100);
+        let cases = [
+            (
+                "p1.priority less than p2.priority",
+                queued(low(), early),
+                queued(high(), early),
+                false,
+            ),
+            (
+                "p1.priority greater than p2.priority",
+                queued(high(), late),
+                queued(low(), early),
+                true,
+            ),
+            (
+                "equal priority, p1 added to the queue earlier",
+                queued(high(), early),
+                queued(high(), late),
+                true,
+            ),
+            (
+                "equal priority, p2 added to the queue earlier",
+                queued(high(), late),
+                queued(high(), early),
+                false,
+            ),
+            (
+                "equal priority and timestamp is not less",
+                queued(high(), early),
+                queued(high(), early),
+                false,
+            ),
+            (
+                "missing priority counts as 0, above a negative one",
+                queued(PodBuilder::new("none"), late),
+                queued(PodBuilder::new("neg").priority(-1), early),
+                true,
+            ),
+            (
+                "missing priority counts as 0, below a positive one",
+                queued(PodBuilder::new("none"), early),
+                queued(low(), late),
+                false,
+            ),
+        ];
+        for (name, a, b, want) in cases {
+            assert_eq!(PrioritySort.less(&a, &b), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn build_takes_no_args() {
+        assert!(build(None, "p").is_ok());
+        assert!(build(Some(&json!({})), "p").is_ok());
+        let err = build(Some(&json!({"x": 1})), "pluginConfig[0].args")
+            .err()
+            .expect("args are refused");
+        assert_eq!(err.0[0].path, "pluginConfig[0].args");
+        assert!(err.0[0].message.contains("takes no args"));
+    }
+}

@@ -1,0 +1,117 @@
+//! SchedulingGates: holds a pod out of the active queue while it has `spec.schedulingGates`,
+//! as kube-scheduler's SchedulingGates PreEnqueue plugin.
+
+use std::sync::Arc;
+
+use crate::scheduler::framework::{FieldErrors, Plugin, PreEnqueuePlugin, Status};
+use crate::scheduler::pod_info::PodInfo;
+
+use super::helper::expect_no_args;
+
+pub const NAME: &str = "SchedulingGates";
+
+/// Lets a pod into the active queue only once its scheduling gates are all removed.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SchedulingGates;
+
+impl Plugin for SchedulingGates {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+}
+
+impl PreEnqueuePlugin for SchedulingGates {
+    /// UnschedulableAndUnresolvable naming the gates, in upstream's
+    /// `waiting for scheduling gates: [a b]` format, while any remain.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        let gates: Vec<&str> = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .into_iter()
+            .flatten()
+            .map(|g| g.name.as_str())
+            .collect();
+        if gates.is_empty() {
+            return Status::success();
+        }
+        Status::unresolvable(format!(
+            "waiting for scheduling gates: [{}]",
+            gates.join(" ")
+        ))
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(SchedulingGates))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduler::framework::Code;
+    use crate::scheduler::testing::PodBuilder;
+
+    #[test]
+    fn pre_enqueue_holds_gated_pods() {
+        let cases = [
+            (
+                "pod does not carry scheduling gates",
+                PodBuilder::new("p"),
+                Status::success(),
+            ),
+            (
+                "pod with an empty gate list",
+                PodBuilder::new("p").with(|p| {
+                    if let Some(s) = p.spec.as_mut() {
+                        s.scheduling_gates = Some(vec![]);
+                    }
+                }),
+                Status::success(),
+            ),
+            (
+                "pod carries one scheduling gate",
+                PodBuilder::new("p").scheduling_gate("foo"),
+                Status::new(
+                    Code::UnschedulableAndUnresolvable,
+                    "waiting for scheduling gates: [foo]",
+                ),
+            ),
+            (
+                "pod carries scheduling gates",
+                PodBuilder::new("p")
+                    .scheduling_gate("foo")
+                    .scheduling_gate("bar"),
+                Status::new(
+                    Code::UnschedulableAndUnresolvable,
+                    "waiting for scheduling gates: [foo bar]",
+                ),
+            ),
+        ];
+        for (name, pod, want) in cases {
+            assert_eq!(
+                PreEnqueuePlugin::pre_enqueue(&SchedulingGates, &pod.info()),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn build_takes_no_args() {
+        assert!(build(Some(&json!(null)), "p").is_ok());
+        let err = build(Some(&json!({"enabled": true})), "pluginConfig[1].args")
+            .err()
+            .expect("args are refused");
+        assert_eq!(err.0[0].path, "pluginConfig[1].args");
+    }
+}

@@ -1,0 +1,392 @@
+//! TaintToleration: keeps pods off nodes whose NoSchedule / NoExecute taints they do not
+//! tolerate, and prefers nodes with fewer untolerated PreferNoSchedule taints, as
+//! kube-scheduler's TaintToleration Filter, PreScore, Score and NormalizeScore.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Taint, Toleration};
+
+use crate::scheduler::framework::{
+    CycleState, FieldErrors, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin,
+    ScorePlugin, Status,
+};
+use crate::scheduler::node_info::NodeInfo;
+use crate::scheduler::pod_info::PodInfo;
+use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::taints::{find_untolerated, tolerates};
+
+use super::helper::{default_normalize_score, expect_no_args};
+
+pub const NAME: &str = "TaintToleration";
+/// Upstream's default weight of this plugin's score.
+pub const DEFAULT_WEIGHT: i32 = 3;
+
+const PRE_SCORE_STATE_KEY: &str = "PreScoreTaintToleration";
+
+/// The pod's tolerations that can tolerate a PreferNoSchedule taint (that effect or none),
+/// computed once in PreScore.
+struct PreScoreState {
+    tolerations_prefer_no_schedule: Vec<Toleration>,
+}
+
+/// Filters on hard taints and scores on soft ones.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TaintToleration;
+
+fn node_taints(node: &NodeInfo) -> &[Taint] {
+    node.node
+        .as_ref()
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
+    pod.pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_deref())
+        .unwrap_or_default()
+}
+
+impl Plugin for TaintToleration {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+
+    fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+
+    fn score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl FilterPlugin for TaintToleration {
+    /// UnschedulableAndUnresolvable on the first untolerated NoSchedule or NoExecute taint,
+    /// named as upstream does: `node(s) had untolerated taint {key: value}`.
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let hard = |t: &Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
+        match find_untolerated(node_taints(node), pod_tolerations(pod), hard) {
+            None => Status::success(),
+            Some(taint) => Status::unresolvable(format!(
+                "node(s) had untolerated taint {{{}: {}}}",
+                taint.key,
+                taint.value.as_deref().unwrap_or_default()
+            )),
+        }
+    }
+}
+
+impl PreScorePlugin for TaintToleration {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+        _snapshot: &Snapshot,
+    ) -> Status {
+        let tolerations_prefer_no_schedule = pod_tolerations(pod)
+            .iter()
+            .filter(|t| {
+                t.effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "PreferNoSchedule")
+            })
+            .cloned()
+            .collect();
+        state.write(
+            PRE_SCORE_STATE_KEY,
+            PreScoreState {
+                tolerations_prefer_no_schedule,
+            },
+        );
+        Status::success()
+    }
+}
+
+impl ScorePlugin for TaintToleration {
+    /// The number of PreferNoSchedule taints on the node the pod does not tolerate.
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let s = state
+            .read::<PreScoreState>(PRE_SCORE_STATE_KEY)
+            .ok_or_else(|| Status::error("TaintToleration: PreScore state not found"))?;
+        let count = node_taints(node)
+            .iter()
+            .filter(|t| t.effect == "PreferNoSchedule")
+            .filter(|t| {
+                !s.tolerations_prefer_no_schedule
+                    .iter()
+                    .any(|tol| tolerates(tol, t))
+            })
+            .count();
+        Ok(count as i64)
+    }
+
+    /// Fewer untolerated taints score higher: the reversed DefaultNormalizeScore.
+    fn normalize_scores(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        scores: &mut [NodeScore],
+    ) -> Status {
+        default_normalize_score(MAX_NODE_SCORE, true, scores);
+        Status::success()
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(TaintToleration))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::scheduler::framework::Code;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    fn untolerated(key_value: &str) -> Status {
+        Status::new(
+            Code::UnschedulableAndUnresolvable,
+            format!("node(s) had untolerated taint {key_value}"),
+        )
+    }
+
+    #[test]
+    fn filter_rejects_untolerated_hard_taints() {
+        let cases = [
+            (
+                "a pod having no tolerations can't be scheduled onto a node with nonempty taints",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "NoSchedule"),
+                untolerated("{dedicated: user1}"),
+            ),
+            (
+                "a pod tolerating the dedicated taint with effect NoSchedule",
+                PodBuilder::new("p").toleration("dedicated", "Equal", "user1", "NoSchedule"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "NoSchedule"),
+                Status::success(),
+            ),
+            (
+                "a pod tolerating another value can't be scheduled",
+                PodBuilder::new("p").toleration("dedicated", "Equal", "user2", "NoSchedule"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "NoSchedule"),
+                untolerated("{dedicated: user1}"),
+            ),
+            (
+                "a toleration with operator Exists tolerates the taint",
+                PodBuilder::new("p").toleration("foo", "Exists", "", "NoSchedule"),
+                NodeBuilder::new("n").taint("foo", "bar", "NoSchedule"),
+                Status::success(),
+            ),
+            (
+                "multiple tolerations tolerate all of multiple taints",
+                PodBuilder::new("p")
+                    .toleration("dedicated", "Equal", "user2", "NoSchedule")
+                    .toleration("foo", "Exists", "", "NoSchedule"),
+                NodeBuilder::new("n")
+                    .taint("dedicated", "user2", "NoSchedule")
+                    .taint("foo", "bar", "NoSchedule"),
+                Status::success(),
+            ),
+            (
+                "key and value match but the non-empty effect differs",
+                PodBuilder::new("p").toleration("foo", "Equal", "bar", "PreferNoSchedule"),
+                NodeBuilder::new("n").taint("foo", "bar", "NoSchedule"),
+                untolerated("{foo: bar}"),
+            ),
+            (
+                "key and value match and the toleration's effect is empty",
+                PodBuilder::new("p").toleration("foo", "Equal", "bar", ""),
+                NodeBuilder::new("n").taint("foo", "bar", "NoSchedule"),
+                Status::success(),
+            ),
+            (
+                "an untolerated PreferNoSchedule taint does not filter",
+                PodBuilder::new("p").toleration("dedicated", "Equal", "user2", "NoSchedule"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "PreferNoSchedule"),
+                Status::success(),
+            ),
+            (
+                "no tolerations and only a PreferNoSchedule taint",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("dedicated", "user1", "PreferNoSchedule"),
+                Status::success(),
+            ),
+            (
+                "an untolerated NoExecute taint filters",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("evict", "now", "NoExecute"),
+                untolerated("{evict: now}"),
+            ),
+            (
+                "an empty taint value prints empty",
+                PodBuilder::new("p"),
+                NodeBuilder::new("n").taint("gpu", "", "NoSchedule"),
+                untolerated("{gpu: }"),
+            ),
+        ];
+        for (name, pod, node, want) in cases {
+            let got = FilterPlugin::filter(
+                &TaintToleration,
+                &CycleState::new(),
+                &pod.info(),
+                &node.info(vec![]),
+            );
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    /// Runs PreScore, Score on every node and NormalizeScore; returns the final scores.
+    fn run_score(pod: PodBuilder, nodes: Vec<NodeBuilder>) -> Vec<i64> {
+        let pod = pod.info();
+        let infos: Vec<Arc<NodeInfo>> = nodes
+            .into_iter()
+            .map(|n| Arc::new(n.info(vec![])))
+            .collect();
+        let mut state = CycleState::new();
+        let status = PreScorePlugin::pre_score(
+            &TaintToleration,
+            &mut state,
+            &pod,
+            &infos,
+            &Snapshot::default(),
+        );
+        assert!(status.is_success(), "{status}");
+        let mut scores: Vec<NodeScore> = infos
+            .iter()
+            .map(|n| NodeScore {
+                name: n.name.clone(),
+                score: ScorePlugin::score(&TaintToleration, &state, &pod, n).expect("score"),
+            })
+            .collect();
+        assert!(
+            TaintToleration
+                .normalize_scores(&state, &pod, &mut scores)
+                .is_success()
+        );
+        scores.into_iter().map(|s| s.score).collect()
+    }
+
+    #[test]
+    fn score_prefers_fewer_untolerated_prefer_no_schedule_taints() {
+        let cases = [
+            (
+                "a node whose taint is tolerated beats one whose taint is not",
+                PodBuilder::new("p").toleration("foo", "Equal", "bar", "PreferNoSchedule"),
+                vec![
+                    NodeBuilder::new("a").taint("foo", "bar", "PreferNoSchedule"),
+                    NodeBuilder::new("b").taint("foo", "blah", "PreferNoSchedule"),
+                ],
+                // raw 0, 1 → reversed 100, 0
+                vec![100, 0],
+            ),
+            (
+                "nodes whose taints are all tolerated score the same, however many",
+                PodBuilder::new("p")
+                    .toleration("cpu-type", "Equal", "arm64", "PreferNoSchedule")
+                    .toleration("disk-type", "Equal", "ssd", "PreferNoSchedule"),
+                vec![
+                    NodeBuilder::new("a"),
+                    NodeBuilder::new("b").taint("cpu-type", "arm64", "PreferNoSchedule"),
+                    NodeBuilder::new("c")
+                        .taint("cpu-type", "arm64", "PreferNoSchedule")
+                        .taint("disk-type", "ssd", "PreferNoSchedule"),
+                ],
+                // raw 0, 0, 0 → all max
+                vec![100, 100, 100],
+            ),
+            (
+                "the more untolerated taints, the lower the score",
+                PodBuilder::new("p").toleration("foo", "Equal", "bar", "PreferNoSchedule"),
+                vec![
+                    NodeBuilder::new("a"),
+                    NodeBuilder::new("b").taint("cpu-type", "arm64", "PreferNoSchedule"),
+                    NodeBuilder::new("c")
+                        .taint("cpu-type", "arm64", "PreferNoSchedule")
+                        .taint("disk-type", "ssd", "PreferNoSchedule"),
+                ],
+                // raw 0, 1, 2 → 100 - 100*r/2 = 100, 50, 0
+                vec![100, 50, 0],
+            ),
+            (
+                "only PreferNoSchedule taints and tolerations count",
+                PodBuilder::new("p")
+                    .toleration("cpu-type", "Equal", "arm64", "NoSchedule")
+                    .toleration("disk-type", "Equal", "ssd", "NoSchedule"),
+                vec![
+                    NodeBuilder::new("a"),
+                    NodeBuilder::new("b").taint("cpu-type", "arm64", "NoSchedule"),
+                    NodeBuilder::new("c")
+                        .taint("cpu-type", "arm64", "PreferNoSchedule")
+                        .taint("disk-type", "ssd", "PreferNoSchedule"),
+                ],
+                // raw 0, 0, 2 → 100, 100, 0
+                vec![100, 100, 0],
+            ),
+            (
+                "a toleration with an empty effect counts for PreferNoSchedule",
+                PodBuilder::new("p").toleration("cpu-type", "Exists", "", ""),
+                vec![
+                    NodeBuilder::new("a").taint("cpu-type", "arm64", "PreferNoSchedule"),
+                    NodeBuilder::new("b").taint("disk-type", "ssd", "PreferNoSchedule"),
+                ],
+                vec![100, 0],
+            ),
+            (
+                "no taints and no tolerations",
+                PodBuilder::new("p"),
+                vec![
+                    NodeBuilder::new("a"),
+                    NodeBuilder::new("b").taint("cpu-type", "arm64", "PreferNoSchedule"),
+                ],
+                vec![100, 0],
+            ),
+            (
+                "three untolerated taints against one",
+                PodBuilder::new("p"),
+                vec![
+                    NodeBuilder::new("a").taint("x", "", "PreferNoSchedule"),
+                    NodeBuilder::new("b")
+                        .taint("x", "", "PreferNoSchedule")
+                        .taint("y", "", "PreferNoSchedule")
+                        .taint("z", "", "PreferNoSchedule"),
+                ],
+                // raw 1, 3 → 100 - 100*1/3 = 67, 0
+                vec![67, 0],
+            ),
+        ];
+        for (name, pod, nodes, want) in cases {
+            assert_eq!(run_score(pod, nodes), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn score_without_pre_score_is_an_error() {
+        let got = ScorePlugin::score(
+            &TaintToleration,
+            &CycleState::new(),
+            &PodBuilder::new("p").info(),
+            &NodeBuilder::new("n").info(vec![]),
+        );
+        assert_eq!(got.map_err(|s| s.code), Err(Code::Error));
+    }
+
+    #[test]
+    fn build_takes_no_args() {
+        assert!(build(None, "p").is_ok());
+        let err = build(Some(&json!({"x": 1})), "pluginConfig[4].args")
+            .err()
+            .expect("args are refused");
+        assert_eq!(err.0[0].path, "pluginConfig[4].args");
+    }
+}
