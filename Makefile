@@ -46,8 +46,12 @@ cluster: ## start the local control plane (NODES=3), kubeconfig in .cluster/kube
 cluster-down: ## stop the local control plane and remove its state
 	e2e/scripts/cluster-down.sh
 
-e2e: ## end-to-end tests; needs `make cluster` (fails when it is not up)
-	$(CARGO) test -p tether-e2e --tests -- --test-threads=4
+e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
+	$(CARGO) build --bin tether
+	e2e/scripts/tether-up.sh
+	@status=0; $(CARGO) test -p tether-e2e --tests -- --test-threads=4 || status=$$?; \
+	e2e/scripts/tether-down.sh; \
+	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; fi; exit $$status
 
 # `make test` starts its own cluster when none is running and stops it afterwards.
 test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, crds drift, e2e

@@ -22,7 +22,7 @@ stop_group() { # name
 }
 
 # Reverse start order: nothing writes to an API server that is already gone.
-for c in kwok kube-controller-manager kube-apiserver etcd; do stop_group "$c"; done
+for c in tether kwok kube-controller-manager kube-apiserver etcd; do stop_group "$c"; done
 
 if [[ -d $CLUSTER_DIR ]]; then
   if $keep_logs; then

@@ -220,3 +220,148 @@ impl TestNamespace {
         Ok(())
     }
 }
+
+/// Kwok nodes that belong to one test: labelled and tainted `e2e.tether.dev/test=<name>`, so
+/// that only that test's pods (which select and tolerate it, see [`TestNodes::isolate`]) land on them.
+pub struct TestNodes {
+    pub test: String,
+    pub names: Vec<String>,
+    client: Client,
+}
+
+/// The label and taint key that isolates a test's nodes.
+pub const TEST_KEY: &str = "e2e.tether.dev/test";
+
+impl TestNodes {
+    /// Creates `count` nodes named `<test>-<i>` with `cpu` CPUs, 64Gi and 110 pods, zones
+    /// zone-a/b/c round-robin, plus `extra(i, &mut node_json)` changes; waits until they are Ready.
+    pub async fn create(
+        client: &Client,
+        test: &str,
+        count: usize,
+        cpu: &str,
+        extra: impl Fn(usize, &mut serde_json::Value),
+    ) -> anyhow::Result<Self> {
+        use k8s_openapi::api::core::v1::Node;
+        let test = format!("{test}-{}", unique_suffix());
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut names = Vec::new();
+        for i in 0..count {
+            let name = format!("{test}-{i}");
+            let zone = ["zone-a", "zone-b", "zone-c"][i % 3];
+            let mut node = serde_json::json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {
+                    "name": name,
+                    "annotations": {"kwok.x-k8s.io/node": "fake"},
+                    "labels": {
+                        "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+                        "topology.kubernetes.io/zone": zone, "type": "kwok", TEST_KEY: test,
+                    },
+                },
+                "spec": {"taints": [{"key": TEST_KEY, "value": test, "effect": "NoSchedule"}]},
+                "status": {
+                    "allocatable": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
+                    "capacity": {"cpu": cpu, "memory": "64Gi", "pods": "110"},
+                },
+            });
+            extra(i, &mut node);
+            let node: Node = serde_json::from_value(node).context("building a node")?;
+            nodes
+                .create(&PostParams::default(), &node)
+                .await
+                .with_context(|| format!("creating node {name}"))?;
+            names.push(name);
+        }
+        for name in &names {
+            wait_for(
+                &format!("node {name} to be Ready"),
+                Duration::from_secs(30),
+                || {
+                    let nodes = nodes.clone();
+                    async move {
+                        let node = nodes.get(name).await?;
+                        let ready = node
+                            .status
+                            .and_then(|s| s.conditions)
+                            .unwrap_or_default()
+                            .iter()
+                            .any(|c| c.type_ == "Ready" && c.status == "True");
+                        Ok(ready.then_some(()))
+                    }
+                },
+            )
+            .await?;
+        }
+        Ok(TestNodes {
+            test,
+            names,
+            client: client.clone(),
+        })
+    }
+
+    /// Makes a pod (as JSON) select and tolerate this test's nodes.
+    pub fn isolate(&self, pod_spec: &mut serde_json::Value) {
+        let spec = pod_spec.as_object_mut().expect("a pod spec is an object");
+        let selector = spec
+            .entry("nodeSelector")
+            .or_insert_with(|| serde_json::json!({}));
+        selector[TEST_KEY] = serde_json::json!(self.test);
+        let tolerations = spec
+            .entry("tolerations")
+            .or_insert_with(|| serde_json::json!([]));
+        if let Some(list) = tolerations.as_array_mut() {
+            list.push(serde_json::json!({"key": TEST_KEY, "operator": "Equal", "value": self.test, "effect": "NoSchedule"}));
+        }
+    }
+
+    pub async fn delete(self) -> anyhow::Result<()> {
+        use k8s_openapi::api::core::v1::Node;
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        for name in &self.names {
+            let _ = nodes.delete(name, &DeleteParams::default()).await;
+        }
+        Ok(())
+    }
+}
+
+/// The node a pod is bound to, waiting for the bind.
+pub async fn wait_bound(
+    client: &Client,
+    namespace: &str,
+    pod: &str,
+    timeout: Duration,
+) -> anyhow::Result<String> {
+    use k8s_openapi::api::core::v1::Pod;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    wait_for(
+        &format!("pod {namespace}/{pod} to be bound"),
+        timeout,
+        || {
+            let pods = pods.clone();
+            async move { Ok(pods.get(pod).await?.spec.and_then(|s| s.node_name)) }
+        },
+    )
+    .await
+}
+
+/// Messages of the events with `reason` about one object, newest last.
+pub async fn events_for(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), namespace);
+    let list = events.list(&kube::api::ListParams::default()).await?;
+    Ok(list
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
+                && e.reason.as_deref() == Some(reason)
+        })
+        .filter_map(|e| e.note)
+        .collect())
+}

@@ -242,12 +242,12 @@ async fn samples_in_config_are_accepted() -> anyhow::Result<()> {
 }
 
 #[tokio::test]
-async fn a_deployment_for_tether_gets_a_pending_pod_from_the_replicaset_controller()
+async fn a_deployment_for_an_unserved_scheduler_gets_a_pending_pod_from_the_replicaset_controller()
 -> anyhow::Result<()> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, "pending").await?;
     let deployment = format!(
-        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      schedulerName: tether-scheduler\n      containers:\n      - {{name: web, image: nginx, resources: {{requests: {{cpu: 100m}}}}}}\n",
+        "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  namespace: {ns}\nspec:\n  replicas: 1\n  selector: {{matchLabels: {{app: web}}}}\n  template:\n    metadata: {{labels: {{app: web}}}}\n    spec:\n      schedulerName: nobody-serves-this\n      containers:\n      - {{name: web, image: nginx, resources: {{requests: {{cpu: 100m}}}}}}\n",
         ns = ns.name
     );
     kubectl_ok(&["apply", "-f", "-"], Some(&deployment))?;
@@ -278,10 +278,10 @@ async fn a_deployment_for_tether_gets_a_pending_pod_from_the_replicaset_controll
         "the pod is not controlled by a ReplicaSet: {owner:?}"
     );
     let spec = pod.spec.clone().unwrap_or_default();
-    assert_eq!(spec.scheduler_name.as_deref(), Some("tether-scheduler"));
+    assert_eq!(spec.scheduler_name.as_deref(), Some("nobody-serves-this"));
     assert_eq!(
         spec.node_name, None,
-        "no scheduler for tether-scheduler runs, yet the pod was bound"
+        "no scheduler serves this pod, yet it was bound"
     );
     let phase = pod.status.and_then(|s| s.phase);
     assert_eq!(phase.as_deref(), Some("Pending"));

@@ -1,0 +1,108 @@
+//! One scheduling cycle (Filter and Score over every node, default profile) of a pod over
+//! 5,000 nodes with 10 pods each: plain, and with topology spread and inter-pod affinity in play.
+//!
+//! `cargo bench --bench schedule_cycle`
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicUsize;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use tether::scheduler::compile::default_profile;
+use tether::scheduler::framework::CycleState;
+use tether::scheduler::framework::registry::Handle;
+use tether::scheduler::framework::runtime::{ScheduleResult, schedule_pod};
+use tether::scheduler::node_info::NodeInfo;
+use tether::scheduler::pod_info::PodInfo;
+use tether::scheduler::snapshot::Snapshot;
+
+const NODES: usize = 5000;
+const PODS_PER_NODE: usize = 10;
+
+fn node(i: usize) -> Node {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": format!("node-{i}"), "labels": {
+            "kubernetes.io/hostname": format!("node-{i}"),
+            "topology.kubernetes.io/zone": format!("zone-{}", i % 10),
+        }},
+        "spec": {},
+        "status": {"allocatable": {"cpu": "64", "memory": "256Gi", "pods": "110"}},
+    }))
+    .expect("valid node")
+}
+
+fn pod(name: &str, app: &str, extra: serde_json::Value) -> Pod {
+    let mut spec = serde_json::json!({
+        "schedulerName": "tether-scheduler",
+        "containers": [{"name": "c", "image": "registry.local/app:1", "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}}}],
+    });
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "bench", "uid": name, "labels": {"app": app}},
+        "spec": spec,
+    }))
+    .expect("valid pod")
+}
+
+fn snapshot(existing_extra: &serde_json::Value) -> Snapshot {
+    let infos = (0..NODES)
+        .map(|i| {
+            let mut info = NodeInfo::new(format!("node-{i}"));
+            info.set_node(Arc::new(node(i)));
+            for j in 0..PODS_PER_NODE {
+                let mut p = pod(&format!("p-{i}-{j}"), &format!("app-{}", j % 5), existing_extra.clone());
+                p.spec.get_or_insert_with(Default::default).node_name = Some(format!("node-{i}"));
+                info.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
+            }
+            info
+        })
+        .collect();
+    Snapshot::from_node_infos(infos)
+}
+
+fn bench(c: &mut Criterion) {
+    let profile = default_profile("tether-scheduler", &Handle::default()).expect("default profile").profile;
+    let start = AtomicUsize::new(0);
+    let cases: [(&str, serde_json::Value, serde_json::Value); 2] = [
+        ("plain", serde_json::json!({}), serde_json::json!({})),
+        (
+            "spread+affinity",
+            serde_json::json!({
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "app-0"}}},
+                    {"maxSkew": 2, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"app": "app-0"}}}
+                ],
+                "affinity": {
+                    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 50, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "app-0"}}, "topologyKey": "kubernetes.io/hostname"}}
+                    ]},
+                    "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                        {"weight": 10, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "app-1"}}, "topologyKey": "topology.kubernetes.io/zone"}}
+                    ]}
+                }
+            }),
+            serde_json::json!({"affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "app-4"}}, "topologyKey": "kubernetes.io/hostname"}}
+            ]}}}),
+        ),
+    ];
+    let mut group = c.benchmark_group("schedule_cycle_5000_nodes");
+    group.sample_size(20);
+    for (name, incoming, existing) in cases {
+        let snap = snapshot(&existing);
+        let incoming = PodInfo::new(Arc::new(pod("incoming", "app-0", incoming)));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut state = CycleState::new();
+                let result = schedule_pod(&profile, &mut state, &incoming, &snap, &start);
+                assert!(matches!(result, ScheduleResult::Scheduled { .. }), "{result:?}");
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

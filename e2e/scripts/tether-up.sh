@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs the tether binary against the local cluster the way it runs in a cluster: installs
+# deploy/ (CRDs, namespace, RBAC) and authenticates as the tether ServiceAccount, so that the
+# ClusterRole is tested for real. Logs to .cluster/logs/tether.log. Restarts a running tether.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+TETHER_BIN=${TETHER_BIN:-$REPO_DIR/target/debug/tether}
+TETHER_HTTP_PORT=${TETHER_HTTP_PORT:-18080}
+ADMIN_KUBECONFIG=$CLUSTER_DIR/kubeconfig
+KUBECTL="$BIN_DIR/kubectl --kubeconfig=$ADMIN_KUBECONFIG"
+PID_FILE=$CLUSTER_DIR/pids/tether.pid
+
+[[ -f $ADMIN_KUBECONFIG ]] || die "no local cluster; run make cluster first"
+[[ -x $TETHER_BIN ]] || die "$TETHER_BIN is missing; run cargo build first"
+"$E2E_DIR/scripts/tether-down.sh" >/dev/null 2>&1 || true
+
+
+$KUBECTL apply -f "$REPO_DIR/crds/tether.dev.yaml" -f "$REPO_DIR/deploy/namespace.yaml" -f "$REPO_DIR/deploy/rbac.yaml" >/dev/null
+$KUBECTL wait --for=condition=Established --timeout=60s crd/schedulingprofiles.tether.dev crd/stickybindings.tether.dev >/dev/null
+
+token=$($KUBECTL -n tether-system create token tether --duration=24h)
+sa_kubeconfig=$CLUSTER_DIR/tether.kubeconfig
+cat >"$sa_kubeconfig" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: tether-local
+  cluster:
+    server: https://127.0.0.1:$APISERVER_PORT
+    certificate-authority-data: $(base64 -w0 <"$PKI_DIR/ca.crt")
+users:
+- name: tether
+  user: {token: $token}
+contexts:
+- name: tether
+  context: {cluster: tether-local, user: tether}
+current-context: tether
+KCFG
+
+mkdir -p "$LOG_DIR" "$(dirname "$PID_FILE")"
+KUBECONFIG=$sa_kubeconfig RUST_LOG=${RUST_LOG:-info,tether=debug} setsid "$TETHER_BIN" run \
+  --http-addr "127.0.0.1:$TETHER_HTTP_PORT" --instance tether-local \
+  >"$LOG_DIR/tether.log" 2>&1 </dev/null &
+echo $! >"$PID_FILE"
+
+deadline=$(( $(date +%s) + 60 ))
+until curl -sf --max-time 2 "http://127.0.0.1:$TETHER_HTTP_PORT/readyz" >/dev/null; do
+  kill -0 "$(cat "$PID_FILE")" 2>/dev/null || { tail -n 20 "$LOG_DIR/tether.log" >&2; die "tether exited; read $LOG_DIR/tether.log"; }
+  (( $(date +%s) > deadline )) && die "tether was not ready within 60s; read $LOG_DIR/tether.log"
+  sleep 0.2
+done
+log "tether is running (pid $(cat "$PID_FILE"), http://127.0.0.1:$TETHER_HTTP_PORT, log $LOG_DIR/tether.log)"
