@@ -52,7 +52,11 @@ fn snapshot(existing_extra: &serde_json::Value) -> Snapshot {
             let mut info = NodeInfo::new(format!("node-{i}"));
             info.set_node(Arc::new(node(i)));
             for j in 0..PODS_PER_NODE {
-                let mut p = pod(&format!("p-{i}-{j}"), &format!("app-{}", j % 5), existing_extra.clone());
+                let mut p = pod(
+                    &format!("p-{i}-{j}"),
+                    &format!("app-{}", j % 5),
+                    existing_extra.clone(),
+                );
                 p.spec.get_or_insert_with(Default::default).node_name = Some(format!("node-{i}"));
                 info.add_pod(Arc::new(PodInfo::new(Arc::new(p))));
             }
@@ -63,7 +67,9 @@ fn snapshot(existing_extra: &serde_json::Value) -> Snapshot {
 }
 
 fn bench(c: &mut Criterion) {
-    let profile = default_profile("tether-scheduler", &Handle::default()).expect("default profile").profile;
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("default profile")
+        .profile;
     let start = AtomicUsize::new(0);
     let cases: [(&str, serde_json::Value, serde_json::Value); 2] = [
         ("plain", serde_json::json!({}), serde_json::json!({})),
@@ -97,7 +103,10 @@ fn bench(c: &mut Criterion) {
             b.iter(|| {
                 let mut state = CycleState::new();
                 let result = schedule_pod(&profile, &mut state, &incoming, &snap, &start);
-                assert!(matches!(result, ScheduleResult::Scheduled { .. }), "{result:?}");
+                assert!(
+                    matches!(result, ScheduleResult::Scheduled { .. }),
+                    "{result:?}"
+                );
             })
         });
     }

@@ -254,9 +254,21 @@ async fn host_ports_and_anti_affinity_keep_pods_apart() -> anyhow::Result<()> {
         placed.push(wait_bound(&client, &ns.name, &name, BIND_TIMEOUT).await?);
     }
     assert_ne!(placed[0], placed[1]);
-    create_labelled_pod(&client, &ns.name, "anti-2", &[("group", "spread")], &nodes, anti("anti-2")).await?;
+    create_labelled_pod(
+        &client,
+        &ns.name,
+        "anti-2",
+        &[("group", "spread")],
+        &nodes,
+        anti("anti-2"),
+    )
+    .await?;
     let message = wait_unschedulable(&client, &ns.name, "anti-2").await?;
-    assert!(message.starts_with("0/2 nodes are available: 2 node(s) didn't") && message.contains("anti-affinity rules"), "got: {message}");
+    assert!(
+        message.starts_with("0/2 nodes are available: 2 node(s) didn't")
+            && message.contains("anti-affinity rules"),
+        "got: {message}"
+    );
     nodes.delete().await?;
     ns.delete().await
 }

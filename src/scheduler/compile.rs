@@ -73,6 +73,9 @@ fn point_set<'a>(spec: &'a SchedulingProfileSpec, point: &str) -> Option<&'a Plu
     }
 }
 
+/// The plugins of one extension point with their score weights.
+type WeightedPlugins = Vec<(Arc<dyn Plugin>, i32)>;
+
 /// A compiled profile and the effective plugin lists reported in its status.
 pub struct Compiled {
     pub profile: CompiledProfile,
@@ -193,7 +196,7 @@ pub fn compile(
     }
 
     // Expand per extension point.
-    let mut per_point: BTreeMap<&str, Vec<(Arc<dyn Plugin>, i32)>> = BTreeMap::new();
+    let mut per_point: BTreeMap<&str, WeightedPlugins> = BTreeMap::new();
     for point in POINTS {
         let set = point_set(spec, point);
         let enabled = set.map(|s| s.enabled.as_slice()).unwrap_or_default();
@@ -201,7 +204,7 @@ pub fn compile(
             .map(|s| s.disabled.iter().map(|p| p.name.as_str()).collect())
             .unwrap_or_default();
         let in_mp = |n: &str| multi_point.iter().any(|(m, _)| m == n);
-        let mut list: Vec<(Arc<dyn Plugin>, i32)> = Vec::new();
+        let mut list: WeightedPlugins = Vec::new();
         let weight_of = |name: &str, explicit: Option<i32>| -> i32 {
             explicit
                 .or_else(|| {
@@ -212,25 +215,24 @@ pub fn compile(
                 })
                 .unwrap_or_else(|| known.get(name).map_or(1, |r| r.default_weight.max(1)))
         };
-        let push_enabled =
-            |only_mp: bool, list: &mut Vec<(Arc<dyn Plugin>, i32)>, errs: &mut FieldErrors| {
-                for (j, p) in enabled.iter().enumerate() {
-                    if in_mp(&p.name) != only_mp {
-                        continue;
-                    }
-                    let Some(plugin) = built.get(p.name.as_str()) else {
-                        continue;
-                    };
-                    if !implements(plugin.as_ref(), point) {
-                        errs.push(
-                            format!("plugins.{point}.enabled[{j}].name"),
-                            format!("plugin {} does not implement {point}", p.name),
-                        );
-                        continue;
-                    }
-                    list.push((plugin.clone(), weight_of(&p.name, p.weight)));
+        let push_enabled = |only_mp: bool, list: &mut WeightedPlugins, errs: &mut FieldErrors| {
+            for (j, p) in enabled.iter().enumerate() {
+                if in_mp(&p.name) != only_mp {
+                    continue;
                 }
-            };
+                let Some(plugin) = built.get(p.name.as_str()) else {
+                    continue;
+                };
+                if !implements(plugin.as_ref(), point) {
+                    errs.push(
+                        format!("plugins.{point}.enabled[{j}].name"),
+                        format!("plugin {} does not implement {point}", p.name),
+                    );
+                    continue;
+                }
+                list.push((plugin.clone(), weight_of(&p.name, p.weight)));
+            }
+        };
         push_enabled(true, &mut list, &mut errs);
         for (name, _) in &multi_point {
             if disabled.contains(&"*")
