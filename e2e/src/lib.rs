@@ -281,12 +281,21 @@ impl TestNodes {
                     let nodes = nodes.clone();
                     async move {
                         let node = nodes.get(name).await?;
-                        let ready = node
-                            .status
-                            .and_then(|s| s.conditions)
-                            .unwrap_or_default()
-                            .iter()
-                            .any(|c| c.type_ == "Ready" && c.status == "True");
+                        // Ready, and the node lifecycle controller has lifted its not-ready taint.
+                        let tainted = node
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.taints.as_ref())
+                            .is_some_and(|ts| {
+                                ts.iter().any(|t| t.key.starts_with("node.kubernetes.io/"))
+                            });
+                        let ready = !tainted
+                            && node
+                                .status
+                                .and_then(|s| s.conditions)
+                                .unwrap_or_default()
+                                .iter()
+                                .any(|c| c.type_ == "Ready" && c.status == "True");
                         Ok(ready.then_some(()))
                     }
                 },

@@ -265,8 +265,8 @@ async fn host_ports_and_anti_affinity_keep_pods_apart() -> anyhow::Result<()> {
     .await?;
     let message = wait_unschedulable(&client, &ns.name, "anti-2").await?;
     assert!(
-        message.starts_with("0/2 nodes are available: 2 node(s) didn't")
-            && message.contains("anti-affinity rules"),
+        message.contains("2 node(s) didn't match pod anti-affinity rules")
+            || message.contains("2 node(s) didn't satisfy existing pods anti-affinity rules"),
         "got: {message}"
     );
     nodes.delete().await?;
