@@ -341,3 +341,184 @@ pub fn default_profile(scheduler_name: &str, handle: &Handle) -> Result<Compiled
     };
     compile(&spec, "built-in default", handle)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Plugin as PluginRef, PluginConfig, Plugins};
+
+    fn spec(plugins: Option<Plugins>, plugin_config: Vec<PluginConfig>) -> SchedulingProfileSpec {
+        SchedulingProfileSpec {
+            scheduler_name: "p".into(),
+            percentage_of_nodes_to_score: 0,
+            pod_initial_backoff_seconds: 1,
+            pod_max_backoff_seconds: 10,
+            plugins,
+            plugin_config,
+        }
+    }
+
+    fn plugin(name: &str, weight: Option<i32>) -> PluginRef {
+        PluginRef {
+            name: name.into(),
+            weight,
+        }
+    }
+
+    fn set(enabled: Vec<PluginRef>, disabled: Vec<PluginRef>) -> Option<PluginSet> {
+        Some(PluginSet { enabled, disabled })
+    }
+
+    #[test]
+    fn the_default_profile_is_kube_schedulers() {
+        let c = default_profile("tether-scheduler", &Handle::default()).expect("compiles");
+        let e = c.effective;
+        assert_eq!(e.queue_sort, ["PrioritySort"]);
+        assert_eq!(e.pre_enqueue, ["SchedulingGates"]);
+        assert_eq!(
+            e.filter,
+            [
+                "NodeUnschedulable",
+                "NodeName",
+                "TaintToleration",
+                "NodeAffinity",
+                "NodePorts",
+                "NodeResourcesFit",
+                "PodTopologySpread",
+                "InterPodAffinity"
+            ]
+        );
+        let score: Vec<(&str, i32)> = e
+            .score
+            .iter()
+            .map(|s| (s.name.as_str(), s.weight))
+            .collect();
+        assert_eq!(
+            score,
+            [
+                ("TaintToleration", 3),
+                ("NodeAffinity", 2),
+                ("NodeResourcesFit", 1),
+                ("PodTopologySpread", 2),
+                ("InterPodAffinity", 2),
+                ("NodeResourcesBalancedAllocation", 1),
+                ("ImageLocality", 1)
+            ]
+        );
+        assert_eq!(e.bind, ["DefaultBinder"]);
+    }
+
+    #[test]
+    fn enabled_disabled_weights_and_args_follow_kube_scheduler() {
+        let plugins = Plugins {
+            score: set(
+                vec![plugin("NodeResourcesFit", Some(7))],
+                vec![plugin("ImageLocality", None)],
+            ),
+            filter: set(vec![], vec![plugin("*", None)]),
+            ..Default::default()
+        };
+        let args = vec![PluginConfig {
+            name: "NodeResourcesFit".into(),
+            args: Some(serde_json::json!({"scoringStrategy": {"type": "MostAllocated"}})),
+        }];
+        let c = compile(&spec(Some(plugins), args), "test", &Handle::default()).expect("compiles");
+        assert!(
+            c.effective.filter.is_empty(),
+            "* disables every default filter"
+        );
+        let score: Vec<(&str, i32)> = c
+            .effective
+            .score
+            .iter()
+            .map(|s| (s.name.as_str(), s.weight))
+            .collect();
+        assert_eq!(
+            score[0],
+            ("NodeResourcesFit", 7),
+            "an enabled multi-point plugin comes first with its weight"
+        );
+        assert!(!score.iter().any(|(n, _)| *n == "ImageLocality"));
+    }
+
+    #[test]
+    fn invalid_specs_name_the_field() {
+        let cases: Vec<(&str, SchedulingProfileSpec, &str)> = vec![
+            (
+                "unknown plugin",
+                spec(
+                    Some(Plugins {
+                        filter: set(vec![plugin("Nope", None)], vec![]),
+                        ..Default::default()
+                    }),
+                    vec![],
+                ),
+                "plugins.filter.enabled[0].name",
+            ),
+            (
+                "a plugin at a point it does not implement",
+                spec(
+                    Some(Plugins {
+                        filter: set(vec![plugin("ImageLocality", None)], vec![]),
+                        ..Default::default()
+                    }),
+                    vec![],
+                ),
+                "plugins.filter.enabled[0].name",
+            ),
+            (
+                "bad args",
+                spec(
+                    None,
+                    vec![PluginConfig {
+                        name: "NodeResourcesFit".into(),
+                        args: Some(serde_json::json!({"bogus": 1})),
+                    }],
+                ),
+                "pluginConfig[0].args",
+            ),
+            (
+                "args for an unknown plugin",
+                spec(
+                    None,
+                    vec![PluginConfig {
+                        name: "Nope".into(),
+                        args: None,
+                    }],
+                ),
+                "pluginConfig[0].name",
+            ),
+            (
+                "no queue sort",
+                spec(
+                    Some(Plugins {
+                        multi_point: set(vec![], vec![plugin("PrioritySort", None)]),
+                        ..Default::default()
+                    }),
+                    vec![],
+                ),
+                "plugins.queueSort",
+            ),
+            (
+                "no binder",
+                spec(
+                    Some(Plugins {
+                        bind: set(vec![], vec![plugin("*", None)]),
+                        ..Default::default()
+                    }),
+                    vec![],
+                ),
+                "plugins.bind",
+            ),
+        ];
+        for (name, spec, field) in cases {
+            let errs = compile(&spec, "test", &Handle::default())
+                .err()
+                .unwrap_or_default();
+            assert!(
+                errs.0.iter().any(|e| e.path == field),
+                "{name}: want an error at {field}, got {errs}"
+            );
+        }
+    }
+}

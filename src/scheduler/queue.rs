@@ -440,3 +440,99 @@ impl SchedulingQueue {
         self.lock().entries.contains_key(key)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::plugins::priority_sort;
+    use crate::scheduler::testing::PodBuilder;
+
+    fn queue() -> SchedulingQueue {
+        SchedulingQueue::new(
+            priority_sort::build(None, "pluginConfig").expect("PrioritySort builds"),
+        )
+    }
+
+    fn pod(name: &str, priority: i32) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(name).priority(priority).info())
+    }
+
+    const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(200));
+
+    #[test]
+    fn pops_by_priority_then_arrival() {
+        let q = queue();
+        q.add(pod("low", 1), None);
+        q.add(pod("high", 10), None);
+        q.add(pod("low-later", 1), None);
+        let order: Vec<String> = (0..3)
+            .filter_map(|_| q.pop())
+            .map(|p| p.pod.name().to_string())
+            .collect();
+        assert_eq!(order, ["high", "low", "low-later"]);
+    }
+
+    #[test]
+    fn gated_pods_wait_until_an_update_clears_the_gate() {
+        let q = queue();
+        q.add(pod("gated", 0), Some("SchedulingGates"));
+        assert_eq!(q.lengths(), (0, 0, 0, 1));
+        q.update(pod("gated", 0), None);
+        assert_eq!(
+            q.pop().map(|p| p.pod.name().to_string()).as_deref(),
+            Some("gated")
+        );
+    }
+
+    #[test]
+    fn unschedulable_pods_wait_for_an_event_then_back_off() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        let popped = q.pop().expect("a pod");
+        assert_eq!(popped.attempts, 1);
+        q.add_unschedulable(popped, &["NodeResourcesFit"], BACKOFF);
+        assert_eq!(q.lengths(), (0, 0, 1, 0), "parked until an event");
+        q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
+        let (active, backoff, _, _) = q.lengths();
+        assert_eq!(active + backoff, 1);
+        let again = q.pop().expect("retried after the event");
+        assert_eq!(again.attempts, 2);
+    }
+
+    #[test]
+    fn an_event_during_the_cycle_sends_the_pod_to_backoff_not_the_pool() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        let popped = q.pop().expect("a pod");
+        q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
+        q.add_unschedulable(popped, &[], BACKOFF);
+        assert_eq!(q.lengths(), (0, 1, 0, 0));
+        assert!(q.pop().is_some(), "comes back after its backoff");
+    }
+
+    #[test]
+    fn deleted_and_assumed_pods_are_not_requeued() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        let popped = q.pop().expect("a pod");
+        q.delete("default/p");
+        q.add_unschedulable(popped, &[], BACKOFF);
+        assert!(!q.contains("default/p"), "deleted while in flight: gone");
+
+        q.add(pod("b", 0), None);
+        let popped = q.pop().expect("a pod");
+        q.done("default/b");
+        q.delete("default/b"); // the watch saw it bound
+        q.requeue_with_backoff(popped, BACKOFF);
+        assert!(!q.contains("default/b"), "a bound pod is never requeued");
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_max() {
+        let (i, m) = (Duration::from_secs(1), Duration::from_secs(10));
+        let got: Vec<u64> = (1..=6)
+            .map(|a| backoff_duration(a, i, m).as_secs())
+            .collect();
+        assert_eq!(got, [1, 2, 4, 8, 10, 10]);
+    }
+}

@@ -366,3 +366,114 @@ pub fn run_unreserve(profile: &CompiledProfile, state: &CycleState, pod: &PodInf
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::compile::default_profile;
+    use crate::scheduler::framework::registry::Handle;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
+
+    #[test]
+    fn feasible_nodes_to_find_is_adaptive_as_kube_scheduler() {
+        assert_eq!(
+            num_feasible_nodes_to_find(0, 50),
+            50,
+            "small clusters: every node"
+        );
+        assert_eq!(
+            num_feasible_nodes_to_find(0, 5000),
+            5000 * 10 / 100,
+            "50% - 5000/125 = 10%"
+        );
+        assert_eq!(
+            num_feasible_nodes_to_find(0, 100_000),
+            5000,
+            "never under 5%"
+        );
+        assert_eq!(num_feasible_nodes_to_find(30, 1000), 300);
+        assert_eq!(
+            num_feasible_nodes_to_find(1, 1000),
+            100,
+            "never under 100 nodes"
+        );
+        assert_eq!(num_feasible_nodes_to_find(100, 1000), 1000);
+    }
+
+    #[test]
+    fn the_failure_message_counts_reasons_over_nodes() {
+        let d = Diagnosis {
+            num_all_nodes: 5,
+            node_statuses: vec![
+                ("a".into(), Status::unschedulable("Insufficient cpu")),
+                ("b".into(), Status::unschedulable("Insufficient cpu")),
+                (
+                    "c".into(),
+                    Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
+                ),
+                (
+                    "d".into(),
+                    Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
+                ),
+                (
+                    "e".into(),
+                    Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
+                ),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            d.message(),
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {dedicated: gpu}."
+        );
+    }
+
+    #[test]
+    fn the_default_profile_places_a_pod_only_where_it_fits() {
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let snap = snapshot(
+            vec![
+                NodeBuilder::new("small").allocatable("cpu", "1"),
+                NodeBuilder::new("tainted").taint("dedicated", "gpu", "NoSchedule"),
+                NodeBuilder::new("fits"),
+            ],
+            vec![],
+        );
+        let pod = PodBuilder::new("p").req_cpu("2").info();
+        let start = AtomicUsize::new(0);
+        for _ in 0..20 {
+            let mut state = CycleState::new();
+            match schedule_pod(&profile, &mut state, &pod, &snap, &start) {
+                ScheduleResult::Scheduled { node, .. } => assert_eq!(node, "fits"),
+                other => panic!("want fits, got {other:?}"),
+            }
+        }
+        let huge = PodBuilder::new("h").req_cpu("64").info();
+        let mut state = CycleState::new();
+        match schedule_pod(&profile, &mut state, &huge, &snap, &start) {
+            ScheduleResult::Unschedulable(d) => {
+                assert_eq!(
+                    d.message(),
+                    "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}."
+                )
+            }
+            other => panic!("want unschedulable, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn ties_are_broken_at_random_among_the_best() {
+        let scores: Vec<NodeScore> = ["a", "b", "c"]
+            .iter()
+            .map(|n| NodeScore {
+                name: n.to_string(),
+                score: if *n == "c" { 1 } else { 5 },
+            })
+            .collect();
+        let picks: std::collections::BTreeSet<String> =
+            (0..200).map(|_| select_host(&scores)).collect();
+        assert_eq!(picks.into_iter().collect::<Vec<_>>(), ["a", "b"]);
+    }
+}
