@@ -12,9 +12,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
+use crate::scheduler::default_selectors::WorkloadSelectors;
 use crate::scheduler::framework::registry::Handle;
 use crate::scheduler::metrics::Metrics;
-use crate::scheduler::plugins::pod_topology_spread::NoDefaultSelectors;
 use crate::scheduler::profile::ProfileRegistry;
 use crate::scheduler::queue::SchedulingQueue;
 use crate::scheduler::report::Reports;
@@ -53,9 +53,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .build_global()
         .context("starting the Filter/Score thread pool")?;
 
+    let selectors = Arc::new(WorkloadSelectors::default());
     let handle = Handle {
         client: Some(client.clone()),
-        default_selectors: Arc::new(NoDefaultSelectors),
+        default_selectors: selectors.clone(),
     };
     let default = compile::default_profile(&config.scheduler_name, &handle)
         .map_err(|e| anyhow::anyhow!("the built-in profile does not compile: {e}"))?;
@@ -75,6 +76,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     );
 
     let synced = Arc::new(AtomicUsize::new(0));
+    let selector_watches = tokio::spawn(watch::run_selector_watches(selectors, client.clone()));
     let watches = tokio::spawn(watch::run_watches(
         sched.clone(),
         client.clone(),
@@ -113,6 +115,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     sched.queue.close();
     watches.abort();
+    selector_watches.abort();
     http.abort();
     let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
     Ok(())

@@ -97,6 +97,12 @@ impl Selector {
         self.requirements.push(requirement);
     }
 
+    /// Adds every requirement of `other` (both must then hold).
+    pub fn merge(&mut self, other: &Selector) {
+        self.matches_nothing |= other.matches_nothing;
+        self.requirements.extend(other.requirements.iter().cloned());
+    }
+
     pub fn is_empty(&self) -> bool {
         !self.matches_nothing && self.requirements.is_empty()
     }

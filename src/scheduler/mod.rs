@@ -10,6 +10,7 @@ pub mod binder;
 pub mod cache;
 pub mod compile;
 pub mod cycle;
+pub mod default_selectors;
 pub mod framework;
 pub mod labels;
 pub mod metrics;

@@ -240,3 +240,70 @@ fn pods_gone(sched: &Scheduler, seen: &HashSet<String>) {
             .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
     }
 }
+
+/// Watches Services, ReplicationControllers, ReplicaSets and StatefulSets into `selectors`,
+/// for PodTopologySpread's default constraints.
+pub async fn run_selector_watches(
+    selectors: Arc<super::default_selectors::WorkloadSelectors>,
+    client: kube::Client,
+) {
+    use super::labels::Selector;
+    use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+    use k8s_openapi::api::core::v1::{ReplicationController, Service};
+
+    fn key<K: kube::Resource>(o: &K) -> (String, String) {
+        (
+            o.meta().namespace.clone().unwrap_or_default(),
+            o.meta().name.clone().unwrap_or_default(),
+        )
+    }
+    let map_selector =
+        |m: Option<&BTreeMap<String, String>>| m.filter(|m| !m.is_empty()).map(Selector::from_map);
+    let label_selector =
+        |s: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector>| {
+            Selector::from_label_selector(s)
+                .ok()
+                .filter(|s| !s.is_empty())
+        };
+    macro_rules! watch_kind {
+        ($ty:ty, $kind:literal, $sel:expr) => {{
+            let (a, d) = (selectors.clone(), selectors.clone());
+            watch_all(
+                Api::<$ty>::all(client.clone()),
+                $kind,
+                move |o: $ty| {
+                    let (ns, name) = key(&o);
+                    match $sel(&o) {
+                        Some(s) => a.set(&ns, $kind, &name, s),
+                        None => a.remove(&ns, $kind, &name),
+                    }
+                },
+                move |o: &$ty| {
+                    let (ns, name) = key(o);
+                    d.remove(&ns, $kind, &name);
+                },
+                |_| {},
+            )
+        }};
+    }
+    tokio::join!(
+        watch_kind!(Service, "Service", |o: &Service| map_selector(
+            o.spec.as_ref().and_then(|s| s.selector.as_ref())
+        )),
+        watch_kind!(
+            ReplicationController,
+            "ReplicationController",
+            |o: &ReplicationController| map_selector(
+                o.spec.as_ref().and_then(|s| s.selector.as_ref())
+            )
+        ),
+        watch_kind!(ReplicaSet, "ReplicaSet", |o: &ReplicaSet| label_selector(
+            o.spec.as_ref().map(|s| &s.selector)
+        )),
+        watch_kind!(
+            StatefulSet,
+            "StatefulSet",
+            |o: &StatefulSet| label_selector(o.spec.as_ref().map(|s| &s.selector))
+        ),
+    );
+}
