@@ -66,20 +66,23 @@ test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, c
 	fi; \
 	exit $$status
 
-demo: build cluster ## build, start the cluster, install the CRDs and samples, show how to use them
-	$(KUBECTL) apply -f crds/
-	$(KUBECTL) wait --for=condition=Established --timeout=60s crd/schedulingprofiles.tether.dev crd/stickybindings.tether.dev
+demo: build cluster ## build, start the cluster and tether, schedule a sample Deployment, show it
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
 	$(KUBECTL) apply -f config/samples/
+	$(KUBECTL) apply -f config/examples/demo-deployment.yaml
+	$(KUBECTL) rollout status deployment/demo-web --timeout=60s
 	@echo
 	$(KUBECTL) get nodes -L topology.kubernetes.io/zone
 	@echo
+	$(KUBECTL) get pods -o wide -l app=demo-web
+	@echo
+	$(KUBECTL) get events --field-selector reason=Scheduled -o custom-columns=REASON:.reason,MESSAGE:.message | tail -n 5
+	@echo
 	$(KUBECTL) get schedulingprofiles
 	@echo
-	$(KUBECTL) get stickybindings -A
-	@echo
-	@echo "The cluster is up. Use it with:"
+	@echo "tether runs in the background (log: .cluster/logs/tether.log, metrics: http://127.0.0.1:18080/metrics)."
+	@echo "Use the cluster with:"
 	@echo "  export KUBECONFIG=$(KUBECONFIG_FILE)"
 	@echo "  alias kubectl='$(BIN_DIR)/kubectl'"
-	@echo "  kubectl explain schedulingprofile.spec"
-	@echo "  kubectl get sp,sb -A"
-	@echo "Stop it with: make cluster-down"
+	@echo "  kubectl scale deployment demo-web --replicas=20 && kubectl get pods -o wide"
+	@echo "Stop everything with: make cluster-down"
