@@ -1,5 +1,6 @@
 //! tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
 
 pub mod api;
+pub mod controller;
 pub mod run;
 pub mod scheduler;

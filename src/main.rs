@@ -71,7 +71,6 @@ fn main() -> anyhow::Result<()> {
                 .parallelism
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
             let config = tether::run::RunConfig {
-                scheduler_name: args.scheduler_name,
                 http_addr: args.http_addr,
                 parallelism,
                 instance: args.instance,

@@ -12,19 +12,19 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 
+use crate::controller;
 use crate::scheduler::default_selectors::WorkloadSelectors;
 use crate::scheduler::framework::registry::Handle;
 use crate::scheduler::metrics::Metrics;
+use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::profile::ProfileRegistry;
 use crate::scheduler::queue::SchedulingQueue;
 use crate::scheduler::report::Reports;
-use crate::scheduler::{Scheduler, compile, watch};
+use crate::scheduler::{Scheduler, watch};
 
 /// How `tether run` is configured.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// The schedulerName of the built-in default profile.
-    pub scheduler_name: String,
     /// Where `/metrics`, `/healthz` and `/readyz` are served.
     pub http_addr: SocketAddr,
     /// Threads for Filter and Score.
@@ -58,12 +58,11 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         client: Some(client.clone()),
         default_selectors: selectors.clone(),
     };
-    let default = compile::default_profile(&config.scheduler_name, &handle)
-        .map_err(|e| anyhow::anyhow!("the built-in profile does not compile: {e}"))?;
+    // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
-    let queue = SchedulingQueue::new(default.profile.queue_sort.clone());
-    tracing::info!(scheduler = %config.scheduler_name, plugins = ?default.effective, "serving the built-in default profile");
-    profiles.insert(default.profile);
+    let queue_sort = priority_sort::build(None, "plugins.queueSort")
+        .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
+    let queue = SchedulingQueue::new(queue_sort);
 
     let metrics = Arc::new(Metrics::default());
     let reports = Reports::new(client.clone(), config.instance.clone());
@@ -75,6 +74,12 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         tokio::runtime::Handle::current(),
     );
 
+    let profile_controller = tokio::spawn(controller::scheduling_profile::run(
+        client.clone(),
+        sched.clone(),
+        handle.clone(),
+        config.instance.clone(),
+    ));
     let synced = Arc::new(AtomicUsize::new(0));
     let selector_watches = tokio::spawn(watch::run_selector_watches(selectors, client.clone()));
     let watches = tokio::spawn(watch::run_watches(
@@ -115,6 +120,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     sched.queue.close();
     watches.abort();
+    profile_controller.abort();
     selector_watches.abort();
     http.abort();
     let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;

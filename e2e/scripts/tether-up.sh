@@ -49,4 +49,9 @@ until curl -sf --max-time 2 "http://127.0.0.1:$TETHER_HTTP_PORT/readyz" >/dev/nu
   (( $(date +%s) > deadline )) && die "tether was not ready within 60s; read $LOG_DIR/tether.log"
   sleep 0.2
 done
+# Profiles reach the scheduler only as SchedulingProfiles: serve the default one.
+$KUBECTL apply -f "$REPO_DIR/config/samples/default.yaml" >/dev/null
+$KUBECTL wait --for=condition=Ready --timeout=60s schedulingprofile/default >/dev/null \
+  || die "the default SchedulingProfile did not become Ready; read $LOG_DIR/tether.log"
+
 log "tether is running (pid $(cat "$PID_FILE"), http://127.0.0.1:$TETHER_HTTP_PORT, log $LOG_DIR/tether.log)"

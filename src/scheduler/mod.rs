@@ -30,7 +30,10 @@ pub mod watch;
 #[cfg(test)]
 pub mod testing;
 
+use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
+
+use k8s_openapi::api::core::v1::Pod;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use self::cache::Cache;
@@ -52,6 +55,9 @@ pub struct Scheduler {
     pub reports: Reports,
     /// Where the next Filter search starts, rotating over the nodes.
     pub start_index: AtomicUsize,
+    /// Pending pods whose schedulerName no profile serves, by schedulerName then key: left
+    /// alone, and queued as soon as a profile for them appears.
+    unserved: Mutex<HashMap<String, HashMap<String, Arc<Pod>>>>,
     runtime: tokio::runtime::Handle,
     this: std::sync::Weak<Scheduler>,
 }
@@ -72,6 +78,7 @@ impl Scheduler {
             metrics,
             reports,
             start_index: AtomicUsize::new(0),
+            unserved: Mutex::new(HashMap::new()),
             runtime,
             this: this.clone(),
         })
@@ -80,6 +87,56 @@ impl Scheduler {
     /// The cache, locked. Held only for short sections, never across an `.await`.
     pub fn lock_cache(&self) -> MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn lock_unserved(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Arc<Pod>>>> {
+        self.unserved.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Records a pending pod no profile serves, or forgets it (`pod` None) once it is served,
+    /// bound or deleted.
+    pub fn set_unserved(&self, scheduler_name: &str, key: &str, pod: Option<Arc<Pod>>) {
+        let mut unserved = self.lock_unserved();
+        match pod {
+            Some(pod) => {
+                unserved
+                    .entry(scheduler_name.to_string())
+                    .or_default()
+                    .insert(key.to_string(), pod);
+            }
+            None => {
+                if let Some(pods) = unserved.get_mut(scheduler_name) {
+                    pods.remove(key);
+                }
+            }
+        }
+    }
+
+    /// Serves exactly `profiles` from now on (the profile controller's decision). Pods of a
+    /// schedulerName no longer served leave the queue untouched; pods of a newly served one
+    /// are queued; any change gives unschedulable pods another try.
+    pub fn apply_profiles(&self, profiles: HashMap<String, Arc<profile::CompiledProfile>>) {
+        let (added, removed, changed) = self.profiles.replace_all(profiles);
+        for name in &removed {
+            tracing::info!(scheduler = %name, "no profile serves this schedulerName any more; its pods are left alone");
+            for info in self.queue.drain_scheduler(name) {
+                self.set_unserved(name, &info.key(), Some(info.pod.clone()));
+            }
+        }
+        for name in &added {
+            let pods: Vec<Arc<Pod>> = self
+                .lock_unserved()
+                .remove(name)
+                .map(|m| m.into_values().collect())
+                .unwrap_or_default();
+            for pod in pods {
+                self.on_pod((*pod).clone());
+            }
+        }
+        if changed {
+            self.queue
+                .move_all_to_active_or_backoff(queue::ClusterEvent::ProfileChanged);
+        }
     }
 
     /// Starts the binding cycle of an assumed pod on the tokio runtime.

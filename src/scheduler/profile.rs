@@ -97,6 +97,33 @@ impl ProfileRegistry {
         *guard = Arc::new(map);
     }
 
+    /// Replaces every profile at once. Returns the schedulerNames that were added, those that
+    /// were removed, and whether any profile changed at all.
+    pub fn replace_all(
+        &self,
+        profiles: std::collections::HashMap<String, Arc<CompiledProfile>>,
+    ) -> (Vec<String>, Vec<String>, bool) {
+        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let old = guard.clone();
+        let added: Vec<String> = profiles
+            .keys()
+            .filter(|k| !old.contains_key(*k))
+            .cloned()
+            .collect();
+        let removed: Vec<String> = old
+            .keys()
+            .filter(|k| !profiles.contains_key(*k))
+            .cloned()
+            .collect();
+        let changed = !added.is_empty()
+            || !removed.is_empty()
+            || profiles
+                .iter()
+                .any(|(k, p)| old.get(k).is_none_or(|o| !Arc::ptr_eq(o, p)));
+        *guard = Arc::new(profiles);
+        (added, removed, changed)
+    }
+
     pub fn scheduler_names(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
     }

@@ -411,6 +411,31 @@ impl SchedulingQueue {
         }
     }
 
+    /// Removes the waiting pods of `scheduler_name` (its profile is gone) and returns them.
+    /// Pods in flight or assumed finish their cycle.
+    pub fn drain_scheduler(&self, scheduler_name: &str) -> Vec<Arc<PodInfo>> {
+        let mut st = self.lock();
+        let keys: Vec<String> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                !matches!(e.pool, Pool::InFlight | Pool::Assumed)
+                    && e.info
+                        .pod
+                        .pod
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.scheduler_name.as_deref())
+                        == Some(scheduler_name)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| st.entries.remove(&k))
+            .map(|e| e.info.pod)
+            .collect()
+    }
+
     /// Keeps only the pods whose UID is in `uids` (after a relist of pods).
     pub fn retain_uids(&self, uids: &std::collections::HashSet<String>) {
         let mut st = self.lock();

@@ -39,6 +39,12 @@ impl Scheduler {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         if is_bound(&pod) {
             self.queue.delete(&key);
+            let scheduler_name = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default();
+            self.set_unserved(&scheduler_name, &key, None);
             let mut cache = self.lock_cache();
             let was_ours = cache.is_assumed(&uid);
             let known = cache.pod_node(&uid).is_some();
@@ -65,14 +71,18 @@ impl Scheduler {
             .as_ref()
             .and_then(|s| s.scheduler_name.clone())
             .unwrap_or_default();
-        let Some(profile) = self
-            .profiles
-            .get(&scheduler_name)
-            .filter(|_| !terminating && !finished)
-        else {
+        if terminating || finished {
             self.queue.delete(&key);
+            self.set_unserved(&scheduler_name, &key, None);
+            return;
+        }
+        let Some(profile) = self.profiles.get(&scheduler_name) else {
+            // Not ours (yet): left alone, remembered in case a profile for it appears.
+            self.queue.delete(&key);
+            self.set_unserved(&scheduler_name, &key, Some(Arc::new(pod)));
             return;
         };
+        self.set_unserved(&scheduler_name, &key, None);
         if self.lock_cache().is_assumed(&uid) {
             return;
         }
@@ -87,6 +97,12 @@ impl Scheduler {
     /// A pod deleted.
     pub fn on_pod_deleted(&self, pod: &Pod) {
         self.queue.delete(&pod_key(pod));
+        let scheduler_name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.clone())
+            .unwrap_or_default();
+        self.set_unserved(&scheduler_name, &pod_key(pod), None);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut cache = self.lock_cache();
         let held_resources = cache.pod_node(&uid).is_some();

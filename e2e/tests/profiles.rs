@@ -1,0 +1,262 @@
+//! SchedulingProfiles on a real cluster: applied live with no restart, validated with
+//! Ready=False naming the field while the last good version serves, two names served at once,
+//! conflicts refused, and a deleted profile's pods left alone.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use tether::api::SchedulingProfile;
+use tether_e2e::{
+    TestNamespace, TestNodes, client, events_for, kubectl_ok, unique_suffix, wait_bound, wait_for,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+fn apply_profile(name: &str, spec: Value) -> anyhow::Result<()> {
+    let doc = json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile", "metadata": {"name": name}, "spec": spec});
+    kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;
+    Ok(())
+}
+
+/// Waits until the profile's Ready condition describes its current generation with `ready`,
+/// and returns (reason, message).
+async fn wait_ready(client: &Client, name: &str, ready: bool) -> anyhow::Result<(String, String)> {
+    let api: Api<SchedulingProfile> = Api::all(client.clone());
+    wait_for(
+        &format!("SchedulingProfile {name} Ready={ready}"),
+        TIMEOUT,
+        || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await?;
+                let generation = p.metadata.generation;
+                let status = p.status.unwrap_or_default();
+                if status.observed_generation != generation {
+                    return Ok(None);
+                }
+                Ok(status
+                    .conditions
+                    .iter()
+                    .find(|c| {
+                        c.type_ == "Ready"
+                            && c.observed_generation == generation
+                            && (c.status == "True") == ready
+                    })
+                    .map(|c| (c.reason.clone(), c.message.clone())))
+            }
+        },
+    )
+    .await
+}
+
+async fn create_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    scheduler: &str,
+    nodes: &TestNodes,
+    cpu: &str,
+) -> anyhow::Result<()> {
+    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]});
+    nodes.isolate(&mut spec);
+    let pod: Pod = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+    )?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    Ok(())
+}
+
+/// Only NodeResourcesFit scores, with `strategy`: placements depend on it alone.
+fn fit_only(scheduler: &str, strategy: &str) -> Value {
+    json!({
+        "schedulerName": scheduler,
+        "plugins": {"score": {"disabled": [{"name": "*"}], "enabled": [{"name": "NodeResourcesFit", "weight": 1}]}},
+        "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": strategy}}}],
+    })
+}
+
+#[tokio::test]
+async fn a_profile_change_takes_effect_live_and_a_bad_one_keeps_the_last_good_serving()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "live").await?;
+    let nodes = TestNodes::create(&client, "live", 2, "16", |_, _| {}).await?;
+    let (busy, idle) = (&nodes.names[0], &nodes.names[1]);
+    let profile = format!("live-{}", unique_suffix());
+    let scheduler = format!("{profile}-sched");
+
+    // Load one node so that the strategies disagree: LeastAllocated picks the idle node,
+    // MostAllocated the busy one.
+    apply_profile(&profile, fit_only(&scheduler, "LeastAllocated"))?;
+    let (reason, _) = wait_ready(&client, &profile, true).await?;
+    assert_eq!(reason, "Serving");
+    let p: SchedulingProfile = Api::all(client.clone()).get(&profile).await?;
+    let effective = p.status.and_then(|s| s.plugins).unwrap_or_default();
+    assert_eq!(
+        effective
+            .score
+            .iter()
+            .map(|s| s.name.as_str())
+            .collect::<Vec<_>>(),
+        ["NodeResourcesFit"],
+        "{effective:?}"
+    );
+    assert!(effective.filter.contains(&"NodeResourcesFit".to_string()));
+
+    let mut load = json!({"schedulerName": scheduler, "nodeName": busy, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "8"}}}]});
+    nodes.isolate(&mut load);
+    let load: Pod = serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "load", "namespace": ns.name}, "spec": load}),
+    )?;
+    Api::<Pod>::namespaced(client.clone(), &ns.name)
+        .create(&PostParams::default(), &load)
+        .await?;
+
+    create_pod(&client, &ns.name, "least", &scheduler, &nodes, "1").await?;
+    assert_eq!(
+        &wait_bound(&client, &ns.name, "least", TIMEOUT).await?,
+        idle,
+        "LeastAllocated picks the idle node"
+    );
+
+    // Live switch to MostAllocated: no restart of tether.
+    apply_profile(&profile, fit_only(&scheduler, "MostAllocated"))?;
+    wait_ready(&client, &profile, true).await?;
+    create_pod(&client, &ns.name, "most", &scheduler, &nodes, "1").await?;
+    assert_eq!(
+        &wait_bound(&client, &ns.name, "most", TIMEOUT).await?,
+        busy,
+        "MostAllocated picks the busy node"
+    );
+
+    // An invalid change: Ready=False naming the field; MostAllocated keeps serving.
+    let mut bad = fit_only(&scheduler, "LeastAllocated");
+    bad["plugins"]["filter"] = json!({"enabled": [{"name": "NoSuchPlugin"}]});
+    apply_profile(&profile, bad)?;
+    let (reason, message) = wait_ready(&client, &profile, false).await?;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains("spec.plugins.filter.enabled[0].name"),
+        "got: {message}"
+    );
+    assert!(message.contains("keeps serving"), "got: {message}");
+    create_pod(&client, &ns.name, "still-most", &scheduler, &nodes, "1").await?;
+    assert_eq!(
+        &wait_bound(&client, &ns.name, "still-most", TIMEOUT).await?,
+        busy,
+        "the last good version (MostAllocated) serves"
+    );
+
+    let events = events_for(&client, "default", &profile, "InvalidSpec").await?;
+    assert!(
+        events.iter().any(|e| e.contains("NoSuchPlugin")),
+        "events: {events:?}"
+    );
+
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn two_names_serve_at_once_a_conflict_is_refused_and_a_deleted_profile_leaves_its_pods_alone()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "two").await?;
+    let nodes = TestNodes::create(&client, "two", 1, "16", |_, _| {}).await?;
+    let base = format!("two-{}", unique_suffix());
+    let (a, b, dup) = (
+        format!("{base}-a"),
+        format!("{base}-b"),
+        format!("{base}-dup"),
+    );
+    apply_profile(&a, json!({"schedulerName": format!("{a}-sched")}))?;
+    apply_profile(&b, json!({"schedulerName": format!("{b}-sched")}))?;
+    wait_ready(&client, &a, true).await?;
+    wait_ready(&client, &b, true).await?;
+    create_pod(
+        &client,
+        &ns.name,
+        "via-a",
+        &format!("{a}-sched"),
+        &nodes,
+        "100m",
+    )
+    .await?;
+    create_pod(
+        &client,
+        &ns.name,
+        "via-b",
+        &format!("{b}-sched"),
+        &nodes,
+        "100m",
+    )
+    .await?;
+    wait_bound(&client, &ns.name, "via-a", TIMEOUT).await?;
+    wait_bound(&client, &ns.name, "via-b", TIMEOUT).await?;
+
+    // A newer profile claiming a's schedulerName is refused; a keeps serving.
+    apply_profile(&dup, json!({"schedulerName": format!("{a}-sched")}))?;
+    let (reason, message) = wait_ready(&client, &dup, false).await?;
+    assert_eq!(reason, "SchedulerNameConflict");
+    assert!(
+        message.contains(&format!("SchedulingProfile {a}")),
+        "got: {message}"
+    );
+    kubectl_ok(&["delete", "sp", &dup], None)?;
+
+    // b deleted: its pods stay Pending and untouched; a's pods still get bound.
+    kubectl_ok(&["delete", "sp", &b], None)?;
+    let api: Api<SchedulingProfile> = Api::all(client.clone());
+    wait_for("profile b gone", TIMEOUT, || {
+        let api = api.clone();
+        let b = b.clone();
+        async move { Ok(api.get_opt(&b).await?.is_none().then_some(())) }
+    })
+    .await?;
+    create_pod(
+        &client,
+        &ns.name,
+        "orphan",
+        &format!("{b}-sched"),
+        &nodes,
+        "100m",
+    )
+    .await?;
+    create_pod(
+        &client,
+        &ns.name,
+        "after",
+        &format!("{a}-sched"),
+        &nodes,
+        "100m",
+    )
+    .await?;
+    wait_bound(&client, &ns.name, "after", TIMEOUT).await?;
+    let orphan = Api::<Pod>::namespaced(client.clone(), &ns.name)
+        .get("orphan")
+        .await?;
+    assert_eq!(orphan.spec.and_then(|s| s.node_name), None);
+    assert!(
+        orphan
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .all(|c| c.type_ != "PodScheduled")
+    );
+
+    // b back: the waiting pod is scheduled, with no restart.
+    apply_profile(&b, json!({"schedulerName": format!("{b}-sched")}))?;
+    wait_ready(&client, &b, true).await?;
+    wait_bound(&client, &ns.name, "orphan", TIMEOUT).await?;
+
+    kubectl_ok(&["delete", "sp", &a, &b], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

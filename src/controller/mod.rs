@@ -1,0 +1,5 @@
+//! Reconcilers, one file each: read → compile/validate (pure) → apply → status.
+
+pub mod conditions;
+pub mod profile_set;
+pub mod scheduling_profile;

@@ -1,0 +1,203 @@
+//! The SchedulingProfile reconciler: read every profile from the store → decide which versions
+//! serve (pure, [`ProfileSet`]) → swap them into the scheduler's registry → write this profile's
+//! status (observedGeneration, Ready, effective plugins) and an Event when its verdict changes.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::conditions::set_condition;
+use super::profile_set::{ProfileSet, Verdict};
+use crate::api::{SchedulingProfile, SchedulingProfileStatus};
+use crate::scheduler::Scheduler;
+use crate::scheduler::framework::registry::Handle;
+
+/// Errors of one reconcile, each naming the profile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("writing the status of SchedulingProfile {name}: {source}")]
+    Status {
+        name: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// What every reconcile shares.
+pub struct Context {
+    client: kube::Client,
+    scheduler: Arc<Scheduler>,
+    handle: Handle,
+    store: Store<SchedulingProfile>,
+    set: Mutex<ProfileSet>,
+    verdicts: Mutex<BTreeMap<String, Verdict>>,
+    /// (generation, reason) last announced with an Event, by profile name.
+    announced: Mutex<HashMap<String, (Option<i64>, &'static str)>>,
+    recorder: Recorder,
+    resync: tokio::sync::mpsc::Sender<()>,
+}
+
+impl Context {
+    /// Decides for all profiles and swaps the result into the registry. Returns the verdict
+    /// of `name`, and whether any other profile's verdict changed (they then need a reconcile).
+    fn sync(&self, name: &str) -> (Option<Verdict>, bool) {
+        let profiles = self.store.state();
+        let decision = self
+            .set
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .decide(&profiles, &self.handle);
+        self.scheduler.apply_profiles(decision.serving);
+        let mut last = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        let others_changed = decision
+            .verdicts
+            .iter()
+            .any(|(n, v)| n != name && last.get(n) != Some(v))
+            || last
+                .keys()
+                .any(|n| n != name && !decision.verdicts.contains_key(n));
+        let verdict = decision.verdicts.get(name).cloned();
+        *last = decision.verdicts;
+        (verdict, others_changed)
+    }
+}
+
+async fn reconcile(profile: Arc<SchedulingProfile>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = profile.name_any();
+    let (verdict, others_changed) = ctx.sync(&name);
+    if others_changed {
+        let _ = ctx.resync.try_send(());
+    }
+    let Some(verdict) = verdict else {
+        return Ok(Action::await_change());
+    };
+
+    let mut status = profile.status.clone().unwrap_or_default();
+    let before = status.clone();
+    status.observed_generation = verdict.generation;
+    set_condition(
+        &mut status.conditions,
+        "Ready",
+        verdict.ready,
+        verdict.reason,
+        &verdict.message,
+        verdict.generation,
+    );
+    status.plugins = verdict.effective.clone();
+    if status != before {
+        write_status(&ctx.client, &name, &status).await?;
+    }
+    announce(&ctx, &profile, &verdict).await;
+    Ok(Action::requeue(Duration::from_secs(300)))
+}
+
+async fn write_status(
+    client: &kube::Client,
+    name: &str,
+    status: &SchedulingProfileStatus,
+) -> Result<(), Error> {
+    let api: Api<SchedulingProfile> = Api::all(client.clone());
+    let patch = serde_json::json!({"status": status});
+    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Status {
+            name: name.to_string(),
+            source,
+        })?;
+    Ok(())
+}
+
+/// An Event when a profile's verdict for a generation is new: Accepted or Rejected.
+async fn announce(ctx: &Context, profile: &SchedulingProfile, verdict: &Verdict) {
+    let name = profile.name_any();
+    let key = (verdict.generation, verdict.reason);
+    {
+        let mut announced = ctx.announced.lock().unwrap_or_else(|e| e.into_inner());
+        if announced.get(&name) == Some(&key) {
+            return;
+        }
+        announced.insert(name.clone(), key);
+    }
+    let generation = verdict.generation.unwrap_or(0);
+    let event = if verdict.ready {
+        tracing::info!(profile = %name, generation, scheduler = %profile.spec.scheduler_name, "profile serving");
+        Event {
+            type_: EventType::Normal,
+            reason: "Accepted".into(),
+            note: Some(format!(
+                "generation {generation} serves schedulerName {}",
+                profile.spec.scheduler_name
+            )),
+            action: "Compile".into(),
+            secondary: None,
+        }
+    } else {
+        tracing::warn!(profile = %name, generation, reason = verdict.reason, message = %verdict.message, "profile rejected");
+        Event {
+            type_: EventType::Warning,
+            reason: verdict.reason.into(),
+            note: Some(verdict.message.chars().take(1000).collect()),
+            action: "Compile".into(),
+            secondary: None,
+        }
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &profile.object_ref(&())).await {
+        tracing::warn!(profile = %name, error = %e, "could not publish the profile event");
+    }
+}
+
+fn error_policy(profile: Arc<SchedulingProfile>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(profile = %profile.name_any(), error = %error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the SchedulingProfile controller until the process stops.
+pub async fn run(
+    client: kube::Client,
+    scheduler: Arc<Scheduler>,
+    handle: Handle,
+    instance: Option<String>,
+) {
+    let api: Api<SchedulingProfile> = Api::all(client.clone());
+    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
+    let ctx = Arc::new(Context {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "tether".into(),
+                instance,
+            },
+        ),
+        client,
+        scheduler,
+        handle,
+        store: controller.store(),
+        set: Mutex::new(ProfileSet::default()),
+        verdicts: Mutex::new(BTreeMap::new()),
+        announced: Mutex::new(HashMap::new()),
+        resync: resync_tx.clone(),
+    });
+    let sync_ctx = ctx.clone();
+    controller
+        .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
+        .run(reconcile, error_policy, ctx)
+        .for_each(move |result| {
+            // A deleted profile is gone from the store: decide again without it, and let the
+            // others (a conflict's loser may now serve) be reconciled.
+            if let Err(ControllerError::ObjectNotFound(obj)) = &result {
+                sync_ctx.sync(&obj.name);
+                let _ = resync_tx.try_send(());
+            }
+            async {}
+        })
+        .await;
+}
