@@ -2,5 +2,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod history;
 pub mod run;
 pub mod scheduler;
+pub mod workload;

@@ -10,7 +10,9 @@ pub use scheduling_profile::{
     EffectivePlugins, Plugin, PluginConfig, PluginSet, Plugins, SchedulingProfile,
     SchedulingProfileSpec, SchedulingProfileStatus, WeightedPlugin,
 };
-pub use sticky_binding::{StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
+pub use sticky_binding::{
+    BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef,
+};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

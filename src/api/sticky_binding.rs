@@ -81,8 +81,40 @@ pub struct StickyBindingStatus {
     /// When the workload's pod was last bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_schedule_time: Option<Time>,
+    /// The most recent binds, newest last (at most 16): each bound pod is counted once, by UID,
+    /// however often its bind is reported.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub recent_binds: Vec<BindRecord>,
+    /// When the workload was released from a lost node (StickyNode `onNodeLoss: Release`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub released_from: Option<Release>,
     /// `NodeAvailable` tells whether the pinned node exists and is Ready.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,
+}
+
+/// One counted bind.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BindRecord {
+    /// The UID of the bound pod.
+    #[serde(rename = "podUID")]
+    pub pod_uid: String,
+    /// The name of the bound pod.
+    pub pod_name: String,
+    /// The node it was bound to.
+    pub node: String,
+    /// When it was bound.
+    pub time: Time,
+}
+
+/// A release of the workload from a node that was lost.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Release {
+    /// The node the workload was pinned to.
+    pub node: String,
+    /// When tether released it.
+    pub time: Time,
 }
