@@ -8,7 +8,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use crate::api::WorkloadRef;
 
 /// What the resolver needs to know of an owner object.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct OwnerMeta {
     pub api_version: String,
     pub kind: String,
