@@ -3,6 +3,7 @@
 pub mod api;
 pub mod controller;
 pub mod history;
+pub mod owners;
 pub mod run;
 pub mod scheduler;
 pub mod workload;

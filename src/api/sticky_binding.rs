@@ -27,6 +27,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Pinned","type":"string","jsonPath":".spec.nodeName","description":"The node a person pinned the workload to"}"#,
     printcolumn = r#"{"name":"Latest","type":"string","jsonPath":".status.latest","description":"The node the workload was last bound to"}"#,
     printcolumn = r#"{"name":"Schedules","type":"integer","jsonPath":".status.scheduleCount","description":"How many times the workload's pods were bound"}"#,
+    printcolumn = r#"{"name":"Available","type":"string","jsonPath":".status.conditions[?(@.type==\"NodeAvailable\")].status","description":"Whether the pinned node exists and is Ready"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]

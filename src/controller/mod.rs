@@ -3,3 +3,4 @@
 pub mod conditions;
 pub mod profile_set;
 pub mod scheduling_profile;
+pub mod sticky_binding;

@@ -54,6 +54,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             .metrics
             .bound(&profile.scheduler_name, start.elapsed());
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
+        sched.record_history(&profile, &pod, &node);
         sched.reports.scheduled(&pod, &node).await;
         for plugin in &profile.post_bind {
             if let Some(p) = plugin.post_bind() {

@@ -171,6 +171,16 @@ impl Cache {
         }
     }
 
+    /// The pods the watch confirmed bound (not the assumed ones).
+    pub fn bound_pods(&self) -> Vec<Arc<Pod>> {
+        self.nodes
+            .values()
+            .flat_map(|n| n.pods.iter())
+            .filter(|p| !self.is_assumed(p.uid()))
+            .map(|p| p.pod.clone())
+            .collect()
+    }
+
     pub fn is_assumed(&self, uid: &str) -> bool {
         self.pods.get(uid).is_some_and(|s| s.assumed)
     }

@@ -58,18 +58,26 @@ pub struct Scheduler {
     /// Pending pods whose schedulerName no profile serves, by schedulerName then key: left
     /// alone, and queued as soon as a profile for them appears.
     unserved: Mutex<HashMap<String, HashMap<String, Arc<Pod>>>>,
+    /// StickyBinding history writes, for profiles that run StickyNode or PlacementHistory.
+    pub history: Option<Arc<crate::history::HistoryWriter>>,
+    /// Owner metadata for workload resolution.
+    pub owners: Arc<dyn crate::workload::OwnerLookup>,
     runtime: tokio::runtime::Handle,
     this: std::sync::Weak<Scheduler>,
 }
 
+/// What the scheduler needs besides its queue and profiles.
+pub struct Services {
+    pub metrics: Arc<Metrics>,
+    pub reports: Reports,
+    pub history: Option<Arc<crate::history::HistoryWriter>>,
+    pub owners: Arc<dyn crate::workload::OwnerLookup>,
+    pub runtime: tokio::runtime::Handle,
+}
+
 impl Scheduler {
-    pub fn new(
-        queue: SchedulingQueue,
-        profiles: Arc<ProfileRegistry>,
-        metrics: Arc<Metrics>,
-        reports: Reports,
-        runtime: tokio::runtime::Handle,
-    ) -> Arc<Self> {
+    pub fn new(queue: SchedulingQueue, profiles: Arc<ProfileRegistry>, services: Services) -> Arc<Self> {
+        let Services { metrics, reports, history, owners, runtime } = services;
         Arc::new_cyclic(|this| Scheduler {
             cache: Mutex::new(Cache::new()),
             queue,
@@ -79,6 +87,8 @@ impl Scheduler {
             reports,
             start_index: AtomicUsize::new(0),
             unserved: Mutex::new(HashMap::new()),
+            history,
+            owners,
             runtime,
             this: this.clone(),
         })
@@ -143,6 +153,63 @@ impl Scheduler {
     pub fn spawn_binding(&self, assumed: Assumed) {
         if let Some(sched) = self.this.upgrade() {
             self.runtime.spawn(binder::binding_cycle(sched, assumed));
+        }
+    }
+
+    /// Counts a bind in the workload's StickyBinding, off the binding cycle, when the profile
+    /// runs a plugin that reads the history. Idempotent per pod UID.
+    pub fn record_history(&self, profile: &profile::CompiledProfile, pod: &Arc<Pod>, node: &str) {
+        const READERS: [&str; 2] = [plugins::sticky_node::NAME, plugins::placement_history::NAME];
+        let Some(history) = self.history.clone() else { return };
+        if !READERS.iter().any(|n| profile.uses(n)) {
+            return;
+        }
+        let workload = crate::workload::resolve(pod, self.owners.as_ref());
+        let (pod, node) = (pod.clone(), node.to_string());
+        self.runtime.spawn(async move {
+            if let Err(e) = history.record(&workload, &pod, &node).await {
+                tracing::warn!(error = %e, "could not record the bind in the StickyBinding");
+            }
+        });
+    }
+
+    /// After a (re)start: counts binds that were made but never recorded, as after a crash
+    /// between a bind and its status write. A pod already in `recentBinds` is never counted
+    /// twice. A pod is counted when its binding has recorded nothing since the pod was bound;
+    /// without a binding, only when it was bound in the last ten minutes (an older one may have
+    /// had its binding deleted by a person, to free the workload).
+    pub fn reconcile_history(&self, bindings: &dyn crate::history::BindingLookup) {
+        const READERS: [&str; 2] = [plugins::sticky_node::NAME, plugins::placement_history::NAME];
+        let pods = self.lock_cache().bound_pods();
+        let now = jiff::Timestamp::now();
+        for pod in pods {
+            let scheduler_name = pod.spec.as_ref().and_then(|s| s.scheduler_name.clone()).unwrap_or_default();
+            let Some(profile) = self.profiles.get(&scheduler_name) else { continue };
+            if !READERS.iter().any(|n| profile.uses(n)) {
+                continue;
+            }
+            let bound_at = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True"))
+                .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0));
+            let Some(bound_at) = bound_at else { continue };
+            let workload = crate::workload::resolve(&pod, self.owners.as_ref());
+            let missed = match bindings.get(&workload.namespace, &workload.binding_name()) {
+                Some(b) => {
+                    let status = b.status.clone().unwrap_or_default();
+                    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+                    !status.recent_binds.iter().any(|r| r.pod_uid == uid)
+                        && status.last_schedule_time.as_ref().is_none_or(|t| t.0 < bound_at)
+                }
+                None => now.duration_since(bound_at) < jiff::SignedDuration::from_mins(10),
+            };
+            if missed {
+                let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                tracing::info!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), node = %node, "recording a bind made before the restart");
+                self.record_history(&profile, &pod, &node);
+            }
         }
     }
 

@@ -36,6 +36,16 @@ pub struct CompiledProfile {
     pub post_bind: Vec<Arc<dyn Plugin>>,
 }
 
+impl CompiledProfile {
+    /// Whether a plugin of this name runs at any extension point.
+    pub fn uses(&self, name: &str) -> bool {
+        [&self.pre_enqueue, &self.pre_filter, &self.filter, &self.post_filter, &self.pre_score, &self.reserve, &self.permit, &self.pre_bind, &self.bind, &self.post_bind]
+            .iter()
+            .any(|list| list.iter().any(|p| p.name() == name))
+            || self.score.iter().any(|s| s.plugin.name() == name)
+    }
+}
+
 impl std::fmt::Debug for CompiledProfile {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names = |v: &[Arc<dyn Plugin>]| v.iter().map(|p| p.name()).collect::<Vec<_>>();
