@@ -57,6 +57,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let handle = Handle {
         client: Some(client.clone()),
         default_selectors: selectors.clone(),
+        // No watches feed owners or StickyBindings yet: StickyNode and PlacementHistory see
+        // no history until they do.
+        ..Handle::default()
     };
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());

@@ -3,6 +3,7 @@
 //! Pod → Job, Pod → StatefulSet (each ordinal its own identity), a pod without a controller is
 //! its own workload. Pure: the owners come from an [`OwnerLookup`] fed by watches.
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::WorkloadRef;
@@ -58,6 +59,399 @@ impl Workload {
             kind: self.kind.clone(),
             name: self.name.clone(),
             ordinal: self.ordinal,
+        }
+    }
+}
+
+/// The workload `pod` belongs to, following its controller ownerReference over `owners`.
+///
+/// - No controller: the pod is its own workload (`v1` `Pod`, its name and UID).
+/// - StatefulSet: the StatefulSet, with the pod's ordinal (the number after the last `-` of
+///   its name) and the pod's name, since each ordinal sticks on its own.
+/// - Job: the Job.
+/// - Any other kind (ReplicaSet, VirtualMachineInstance, …): that owner, or its own controller
+///   one level up when it has one (ReplicaSet → Deployment, VirtualMachineInstance →
+///   VirtualMachine).
+///
+/// An owner `owners` does not know yet is still named by the reference that points to it, so
+/// a pod is never left without a workload while a watch catches up. `replicas` comes from the
+/// workload's metadata; when only a reference names it, from the owner below it.
+pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    let pod_name = pod.metadata.name.clone().unwrap_or_default();
+    let Some(owner_ref) = controller_of(pod.metadata.owner_references.as_deref()) else {
+        return Workload {
+            namespace,
+            api_version: "v1".into(),
+            kind: "Pod".into(),
+            name: pod_name,
+            uid: pod.metadata.uid.clone().unwrap_or_default(),
+            ordinal: None,
+            pod_name: None,
+            replicas: None,
+        };
+    };
+    let owner = owners.get(&namespace, &owner_ref.kind, &owner_ref.name);
+    let mut workload = match owner.as_ref() {
+        Some(meta) => Workload::from_meta(&namespace, meta),
+        None => Workload::from_ref(&namespace, owner_ref),
+    };
+    match owner_ref.kind.as_str() {
+        "StatefulSet" => {
+            workload.ordinal = ordinal_of(&pod_name);
+            workload.pod_name = Some(pod_name);
+        }
+        "Job" => {}
+        _ => {
+            if let Some(up) = owner.as_ref().and_then(|m| m.controller.as_ref()) {
+                let below_replicas = workload.replicas;
+                workload = match owners.get(&namespace, &up.kind, &up.name) {
+                    Some(meta) => Workload::from_meta(&namespace, &meta),
+                    None => Workload {
+                        replicas: below_replicas,
+                        ..Workload::from_ref(&namespace, up)
+                    },
+                };
+            }
+        }
+    }
+    workload
+}
+
+/// The controller among `refs` (`controller: true`), as kube's `controller_owner_ref`.
+fn controller_of(refs: Option<&[OwnerReference]>) -> Option<&OwnerReference> {
+    refs?.iter().find(|r| r.controller == Some(true))
+}
+
+/// A StatefulSet pod's ordinal: the number after the last `-` of its name.
+fn ordinal_of(pod_name: &str) -> Option<i32> {
+    pod_name.rsplit_once('-')?.1.parse().ok()
+}
+
+impl Workload {
+    fn from_meta(namespace: &str, meta: &OwnerMeta) -> Self {
+        Workload {
+            namespace: namespace.into(),
+            api_version: meta.api_version.clone(),
+            kind: meta.kind.clone(),
+            name: meta.name.clone(),
+            uid: meta.uid.clone(),
+            ordinal: None,
+            pod_name: None,
+            replicas: meta.replicas,
+        }
+    }
+
+    fn from_ref(namespace: &str, r: &OwnerReference) -> Self {
+        Workload {
+            namespace: namespace.into(),
+            api_version: r.api_version.clone(),
+            kind: r.kind.clone(),
+            name: r.name.clone(),
+            uid: r.uid.clone(),
+            ordinal: None,
+            pod_name: None,
+            replicas: None,
+        }
+    }
+
+    /// Whether the workload is a ReplicaSet or Deployment with more than one replica: the
+    /// pods of such a workload are interchangeable, so the `skipMultiReplica` switch of
+    /// StickyNode and PlacementHistory leaves them alone. A StatefulSet never is: each of its
+    /// ordinals sticks on its own.
+    pub fn is_multi_replica(&self) -> bool {
+        matches!(self.kind.as_str(), "ReplicaSet" | "Deployment") && self.replicas.unwrap_or(1) > 1
+    }
+}
+
+/// An [`OwnerLookup`] that knows no owner: every pod's workload is named by its references.
+/// The default until the watches feeding a real lookup are wired in.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NoOwners;
+
+impl OwnerLookup for NoOwners {
+    fn get(&self, _namespace: &str, _kind: &str, _name: &str) -> Option<OwnerMeta> {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+
+    /// Owners by (namespace, kind, name).
+    #[derive(Default)]
+    struct FakeOwners(HashMap<(String, String, String), OwnerMeta>);
+
+    impl FakeOwners {
+        fn with(mut self, meta: OwnerMeta) -> Self {
+            let key = ("default".to_string(), meta.kind.clone(), meta.name.clone());
+            self.0.insert(key, meta);
+            self
+        }
+    }
+
+    impl OwnerLookup for FakeOwners {
+        fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+            self.0
+                .get(&(namespace.into(), kind.into(), name.into()))
+                .cloned()
+        }
+    }
+
+    fn oref(api_version: &str, kind: &str, name: &str, controller: bool) -> OwnerReference {
+        OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(controller),
+            block_owner_deletion: None,
+        }
+    }
+
+    fn meta(
+        api_version: &str,
+        kind: &str,
+        name: &str,
+        controller: Option<OwnerReference>,
+        replicas: Option<i32>,
+    ) -> OwnerMeta {
+        OwnerMeta {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller,
+            replicas,
+        }
+    }
+
+    fn pod(name: &str, refs: Vec<OwnerReference>) -> Pod {
+        PodBuilder::new(name)
+            .with(|p| p.metadata.owner_references = Some(refs))
+            .build()
+    }
+
+    fn want(api_version: &str, kind: &str, name: &str, replicas: Option<i32>) -> Workload {
+        Workload {
+            namespace: "default".into(),
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            ordinal: None,
+            pod_name: None,
+            replicas,
+        }
+    }
+
+    #[test]
+    fn resolve_follows_controller_references() {
+        let rs_of_deploy = oref("apps/v1", "ReplicaSet", "web-7d9f", true);
+        let deploy = oref("apps/v1", "Deployment", "web", true);
+        let vmi = oref("kubevirt.io/v1", "VirtualMachineInstance", "fedora", true);
+        let vm = oref("kubevirt.io/v1", "VirtualMachine", "fedora", true);
+        let owners = FakeOwners::default()
+            .with(meta(
+                "apps/v1",
+                "ReplicaSet",
+                "web-7d9f",
+                Some(deploy.clone()),
+                Some(3),
+            ))
+            .with(meta("apps/v1", "Deployment", "web", None, Some(2)))
+            .with(meta("apps/v1", "ReplicaSet", "bare", None, Some(1)))
+            .with(meta(
+                "kubevirt.io/v1",
+                "VirtualMachineInstance",
+                "fedora",
+                Some(vm),
+                None,
+            ))
+            .with(meta(
+                "kubevirt.io/v1",
+                "VirtualMachine",
+                "fedora",
+                None,
+                None,
+            ))
+            .with(meta(
+                "kubevirt.io/v1",
+                "VirtualMachineInstance",
+                "lone",
+                None,
+                None,
+            ))
+            .with(meta("apps/v1", "StatefulSet", "db", None, Some(3)))
+            .with(meta(
+                "batch/v1",
+                "Job",
+                "backup",
+                Some(oref("batch/v1", "CronJob", "nightly", true)),
+                None,
+            ))
+            .with(meta(
+                "example.dev/v1",
+                "Widget",
+                "w",
+                Some(oref("example.dev/v1", "WidgetSet", "ws", true)),
+                None,
+            ))
+            .with(meta(
+                "apps/v1",
+                "ReplicaSet",
+                "orphan-deploy-rs",
+                Some(oref("apps/v1", "Deployment", "gone", true)),
+                Some(4),
+            ));
+        let no_controller = Pod {
+            metadata: ObjectMeta {
+                owner_references: Some(vec![oref("v1", "ConfigMap", "cm", false)]),
+                ..PodBuilder::new("solo").build().metadata
+            },
+            ..Default::default()
+        };
+
+        let cases: Vec<(&str, Pod, Workload)> = vec![
+            (
+                "no controller: the pod itself",
+                no_controller,
+                want("v1", "Pod", "solo", None),
+            ),
+            (
+                "no references at all: the pod itself",
+                PodBuilder::new("bare").build(),
+                want("v1", "Pod", "bare", None),
+            ),
+            (
+                "ReplicaSet of a Deployment: the Deployment and its replicas",
+                pod(
+                    "web-7d9f-x",
+                    vec![oref("v1", "ConfigMap", "cm", false), rs_of_deploy],
+                ),
+                want("apps/v1", "Deployment", "web", Some(2)),
+            ),
+            (
+                "ReplicaSet without a controller: the ReplicaSet",
+                pod("bare-x", vec![oref("apps/v1", "ReplicaSet", "bare", true)]),
+                want("apps/v1", "ReplicaSet", "bare", Some(1)),
+            ),
+            (
+                "Deployment not known yet: named by the ReplicaSet's reference, RS replicas",
+                pod(
+                    "orphan-x",
+                    vec![oref("apps/v1", "ReplicaSet", "orphan-deploy-rs", true)],
+                ),
+                want("apps/v1", "Deployment", "gone", Some(4)),
+            ),
+            (
+                "ReplicaSet not known yet: named by the pod's reference",
+                pod("new-x", vec![oref("apps/v1", "ReplicaSet", "new-rs", true)]),
+                want("apps/v1", "ReplicaSet", "new-rs", None),
+            ),
+            (
+                "VirtualMachineInstance of a VirtualMachine: the VirtualMachine",
+                pod("virt-launcher-fedora-abcde", vec![vmi]),
+                want("kubevirt.io/v1", "VirtualMachine", "fedora", None),
+            ),
+            (
+                "VirtualMachineInstance without a VirtualMachine: the VMI",
+                pod(
+                    "virt-launcher-lone-abcde",
+                    vec![oref(
+                        "kubevirt.io/v1",
+                        "VirtualMachineInstance",
+                        "lone",
+                        true,
+                    )],
+                ),
+                want("kubevirt.io/v1", "VirtualMachineInstance", "lone", None),
+            ),
+            (
+                "Job: the Job, not its CronJob",
+                pod("backup-xyz", vec![oref("batch/v1", "Job", "backup", true)]),
+                want("batch/v1", "Job", "backup", None),
+            ),
+            (
+                "StatefulSet: the StatefulSet with the pod's ordinal",
+                pod("db-12", vec![oref("apps/v1", "StatefulSet", "db", true)]),
+                Workload {
+                    ordinal: Some(12),
+                    pod_name: Some("db-12".into()),
+                    ..want("apps/v1", "StatefulSet", "db", Some(3))
+                },
+            ),
+            (
+                "StatefulSet not known yet: named by the reference, ordinal from the name",
+                pod(
+                    "cache-0",
+                    vec![oref("apps/v1", "StatefulSet", "cache", true)],
+                ),
+                Workload {
+                    ordinal: Some(0),
+                    pod_name: Some("cache-0".into()),
+                    ..want("apps/v1", "StatefulSet", "cache", None)
+                },
+            ),
+            (
+                "other kind with a controller: one level up",
+                pod("w-1", vec![oref("example.dev/v1", "Widget", "w", true)]),
+                want("example.dev/v1", "WidgetSet", "ws", None),
+            ),
+            (
+                "other kind not known yet: named by the pod's reference",
+                pod("g-1", vec![oref("example.dev/v1", "Gadget", "g", true)]),
+                want("example.dev/v1", "Gadget", "g", None),
+            ),
+        ];
+        for (name, pod, want) in cases {
+            assert_eq!(resolve(&pod, &owners), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn binding_names_and_multi_replica() {
+        let sts = Workload {
+            ordinal: Some(1),
+            pod_name: Some("DB-1".into()),
+            ..want("apps/v1", "StatefulSet", "DB", Some(3))
+        };
+        let cases = [
+            (
+                "deployment with 3",
+                want("apps/v1", "Deployment", "Web", Some(3)),
+                "deployment-web",
+                true,
+            ),
+            (
+                "replicaset with 1",
+                want("apps/v1", "ReplicaSet", "rs", Some(1)),
+                "replicaset-rs",
+                false,
+            ),
+            (
+                "replicas unknown",
+                want("apps/v1", "Deployment", "d", None),
+                "deployment-d",
+                false,
+            ),
+            ("statefulset ordinal", sts, "statefulset-db-1", false),
+            (
+                "virtual machine",
+                want("kubevirt.io/v1", "VirtualMachine", "fedora", None),
+                "virtualmachine-fedora",
+                false,
+            ),
+        ];
+        for (name, w, binding, multi) in cases {
+            assert_eq!(w.binding_name(), binding, "{name}");
+            assert_eq!(w.is_multi_replica(), multi, "{name}");
         }
     }
 }

@@ -688,7 +688,7 @@ mod more_tests {
         #[test]
         fn arbitrary_args_and_lists_never_panic(
             args in json_value(),
-            plugin in 0usize..13,
+            plugin in 0usize..15,
             names in prop::collection::vec(prop_oneof![Just("*".to_string()), Just("NodeResourcesFit".to_string()), Just("ImageLocality".to_string()), "[A-Za-z]{1,10}"], 0..5),
             weights in prop::collection::vec(proptest::option::of(-5i32..200), 5),
         ) {

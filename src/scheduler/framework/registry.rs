@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use super::{FieldErrors, Plugin};
+use crate::history::{BindingIndex, BindingLookup};
 use crate::scheduler::plugins;
+use crate::workload::{NoOwners, OwnerLookup};
 
 /// What plugin factories may need besides their args.
 #[derive(Clone)]
@@ -14,6 +16,11 @@ pub struct Handle {
     /// Selectors of the Services and controllers that select a pod, for PodTopologySpread's
     /// default constraints.
     pub default_selectors: Arc<dyn plugins::pod_topology_spread::DefaultSelectorSource>,
+    /// Owner metadata from watch caches, for resolving a pod's workload (StickyNode,
+    /// PlacementHistory).
+    pub owners: Arc<dyn OwnerLookup>,
+    /// StickyBindings from a watch, for the pin and placement history of a workload.
+    pub bindings: Arc<dyn BindingLookup>,
 }
 
 impl Default for Handle {
@@ -21,6 +28,8 @@ impl Default for Handle {
         Handle {
             client: None,
             default_selectors: Arc::new(plugins::pod_topology_spread::NoDefaultSelectors),
+            owners: Arc::new(NoOwners),
+            bindings: Arc::new(BindingIndex::default()),
         }
     }
 }
@@ -97,6 +106,16 @@ pub fn registry() -> Vec<Registration> {
             default_binder::NAME,
             |a, p, h| default_binder::build(a, p, h.client.clone()),
             0,
+        ),
+        reg(
+            sticky_node::NAME,
+            |a, p, h| sticky_node::build(a, p, h.owners.clone(), h.bindings.clone()),
+            0,
+        ),
+        reg(
+            placement_history::NAME,
+            |a, p, h| placement_history::build(a, p, h.owners.clone(), h.bindings.clone()),
+            placement_history::DEFAULT_WEIGHT,
         ),
     ]
 }

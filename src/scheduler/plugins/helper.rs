@@ -1,5 +1,6 @@
 //! Small pieces several plugins share, as kube-scheduler's `plugins/helper` package holds them.
 
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use crate::scheduler::framework::{FieldErrors, NodeScore};
@@ -37,6 +38,19 @@ pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [N
             scaled
         };
     }
+}
+
+/// Whether a pod opted out of a workload-history plugin (StickyNode, PlacementHistory): it is in
+/// one of `excluded_namespaces`, or carries `disable_annotation` set to `"true"`.
+pub fn opted_out(pod: &Pod, excluded_namespaces: &[String], disable_annotation: &str) -> bool {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    excluded_namespaces.iter().any(|n| n == namespace)
+        || pod
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(disable_annotation))
+            .is_some_and(|v| v == "true")
 }
 
 #[cfg(test)]

@@ -1,0 +1,696 @@
+//! StickyNode: a workload's pod goes back to the node its StickyBinding pins it to
+//! (`spec.nodeName` if a person set it, else `status.latest`), as the out-of-tree "StickyVM"
+//! plugin, with the pin read from the StickyBinding instead of the VM's annotations.
+//!
+//! PreFilter narrows the nodes to the pin and Filter rejects every other node as
+//! UnschedulableAndUnresolvable, so preemption never evicts anything on its behalf. The
+//! history the pin comes from is written by the binder after each bind, not by this plugin.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+use crate::api::StickyBinding;
+use crate::history::BindingLookup;
+use crate::scheduler::framework::{
+    CycleState, FieldErrors, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    decode_args,
+};
+use crate::scheduler::node_info::NodeInfo;
+use crate::scheduler::pod_info::PodInfo;
+use crate::scheduler::snapshot::Snapshot;
+use crate::workload::{self, OwnerLookup};
+
+use super::helper::opted_out;
+
+pub const NAME: &str = "StickyNode";
+
+/// The CycleState key of the pin found in PreFilter.
+const STATE_KEY: &str = "PreFilterStickyNode";
+
+/// The StickyBinding condition telling whether the pinned node exists and is Ready.
+pub const CONDITION_NODE_AVAILABLE: &str = "NodeAvailable";
+
+/// The annotation that turns the plugin off for a pod (value `"true"`) unless the args name
+/// another.
+pub const DEFAULT_DISABLE_ANNOTATION: &str = "tether.dev/sticky-node-disabled";
+
+/// What happens when the pinned node is lost (gone, or not Ready).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum OnNodeLoss {
+    /// Keep the pin: the pod waits, unschedulable, until the node is back or a person moves
+    /// the workload (`spec.nodeName`) or deletes its StickyBinding.
+    #[default]
+    Wait,
+    /// Drop the pin once the node has been unavailable for `releaseAfterSeconds` (or tether
+    /// recorded a release from it): the pod may then go to any node.
+    Release,
+}
+
+/// The plugin's args.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct StickyNodeArgs {
+    /// Leave alone the pods of a ReplicaSet or Deployment with more than one replica, which
+    /// are interchangeable. StatefulSet ordinals stick whatever the replicas.
+    pub skip_multi_replica: bool,
+    /// Namespaces whose pods the plugin leaves alone.
+    pub excluded_namespaces: Vec<String>,
+    /// A pod annotation that, set to `"true"`, turns the plugin off for that pod.
+    pub disable_annotation: String,
+    /// What happens when the pinned node is lost.
+    pub on_node_loss: OnNodeLoss,
+    /// With `onNodeLoss: Release`: how long the node must have been unavailable first.
+    pub release_after_seconds: i64,
+}
+
+impl Default for StickyNodeArgs {
+    fn default() -> Self {
+        StickyNodeArgs {
+            skip_multi_replica: true,
+            excluded_namespaces: Vec::new(),
+            disable_annotation: DEFAULT_DISABLE_ANNOTATION.into(),
+            on_node_loss: OnNodeLoss::Wait,
+            release_after_seconds: 300,
+        }
+    }
+}
+
+impl StickyNodeArgs {
+    /// Checks the args, naming fields under `path` (e.g. `pluginConfig[0].args.releaseAfterSeconds`).
+    pub fn validate(&self, path: &str) -> Result<(), FieldErrors> {
+        let mut errs = FieldErrors::new();
+        if self.release_after_seconds < 0 {
+            errs.push(
+                format!("{path}.releaseAfterSeconds"),
+                format!("{} must be >= 0", self.release_after_seconds),
+            );
+        }
+        if self.disable_annotation.is_empty() {
+            errs.push(format!("{path}.disableAnnotation"), "must not be empty");
+        }
+        for (i, ns) in self.excluded_namespaces.iter().enumerate() {
+            if ns.is_empty() {
+                errs.push(
+                    format!("{path}.excludedNamespaces[{i}]"),
+                    "must not be empty",
+                );
+            }
+        }
+        errs.into_result()
+    }
+}
+
+/// Pins a workload's pods to the node its StickyBinding names.
+pub struct StickyNode {
+    args: StickyNodeArgs,
+    owners: Arc<dyn OwnerLookup>,
+    bindings: Arc<dyn BindingLookup>,
+    /// The clock `releaseAfterSeconds` is measured with.
+    now: fn() -> Timestamp,
+}
+
+/// The pin PreFilter found, for Filter.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StickyState {
+    node: String,
+    /// `<Kind>/<name>` of the workload, for messages.
+    workload: String,
+}
+
+impl StickyState {
+    fn reason(&self) -> String {
+        format!(
+            "node(s) didn't match the sticky node {} of {}",
+            self.node, self.workload
+        )
+    }
+}
+
+/// The node `binding` pins its workload to, or `None` when it pins it nowhere: no pin yet, or
+/// (with `onNodeLoss: Release`) the pinned node was lost at least `releaseAfterSeconds` before
+/// `now`, or tether already recorded a release from it.
+pub fn pinned_node(
+    binding: &StickyBinding,
+    args: &StickyNodeArgs,
+    now: Timestamp,
+) -> Option<String> {
+    let status = binding.status.as_ref();
+    let pin = binding
+        .spec
+        .node_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+        .or_else(|| status.and_then(|s| s.latest.as_deref()))
+        .filter(|n| !n.is_empty())?;
+    if args.on_node_loss == OnNodeLoss::Release {
+        let released = status
+            .and_then(|s| s.released_from.as_ref())
+            .is_some_and(|r| r.node == pin);
+        let lost_since = status
+            .into_iter()
+            .flat_map(|s| &s.conditions)
+            .find(|c| c.type_ == CONDITION_NODE_AVAILABLE && c.status == "False")
+            // A condition observed for an older spec may be about another node.
+            .filter(
+                |c| match (c.observed_generation, binding.metadata.generation) {
+                    (Some(observed), Some(current)) => observed >= current,
+                    _ => true,
+                },
+            )
+            .map(|c| c.last_transition_time.0);
+        let delay = SignedDuration::from_secs(args.release_after_seconds);
+        let expired = lost_since.is_some_and(|t| now.duration_since(t) >= delay);
+        if released || expired {
+            return None;
+        }
+    }
+    Some(pin.to_string())
+}
+
+impl Plugin for StickyNode {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for StickyNode {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let skip = (PreFilterResult::all_nodes(), Status::skip());
+        let args = &self.args;
+        if opted_out(
+            &pod.pod,
+            &args.excluded_namespaces,
+            &args.disable_annotation,
+        ) {
+            return skip;
+        }
+        let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        if args.skip_multi_replica && workload.is_multi_replica() {
+            return skip;
+        }
+        let Some(binding) = self
+            .bindings
+            .get(&workload.namespace, &workload.binding_name())
+        else {
+            return skip;
+        };
+        let Some(node) = pinned_node(&binding, args, (self.now)()) else {
+            return skip;
+        };
+        let sticky = StickyState {
+            node,
+            workload: format!("{}/{}", workload.kind, workload.name),
+        };
+        if snapshot.get(&sticky.node).is_none() {
+            let reason = format!("{}: the node is not available", sticky.reason());
+            return (PreFilterResult::all_nodes(), Status::unresolvable(reason));
+        }
+        let result = PreFilterResult::nodes([sticky.node.clone()]);
+        state.write(STATE_KEY, sticky);
+        (result, Status::success())
+    }
+}
+
+impl FilterPlugin for StickyNode {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        match state.read::<StickyState>(STATE_KEY) {
+            Some(sticky) if sticky.node != node.name => Status::unresolvable(sticky.reason()),
+            _ => Status::success(),
+        }
+    }
+}
+
+/// Builds the plugin from its args (absent means defaults), validated and named under `path`.
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &str,
+    owners: Arc<dyn OwnerLookup>,
+    bindings: Arc<dyn BindingLookup>,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let args: StickyNodeArgs = decode_args(args, path)?;
+    args.validate(path)?;
+    Ok(Arc::new(StickyNode {
+        args,
+        owners,
+        bindings,
+        now: Timestamp::now,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, OwnerReference, Time};
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::{Release, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
+    use crate::history::BindingIndex;
+    use crate::scheduler::framework::Code;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
+    use crate::workload::{NoOwners, OwnerMeta};
+
+    /// The tests' clock: 2025-01-01T00:10:00Z.
+    fn now() -> Timestamp {
+        Timestamp::from_second(1_735_690_200).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn ago(secs: i64) -> Time {
+        Time(now() - SignedDuration::from_secs(secs))
+    }
+
+    /// Owners: a Deployment `web` with 3 replicas (via ReplicaSet `web-rs`), a StatefulSet
+    /// `db` with 3 replicas.
+    struct Owners;
+
+    impl OwnerLookup for Owners {
+        fn get(&self, _ns: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+            let meta = |kind: &str, name: &str, controller, replicas| OwnerMeta {
+                api_version: "apps/v1".into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                controller,
+                replicas,
+            };
+            match (kind, name) {
+                ("ReplicaSet", "web-rs") => Some(meta(
+                    "ReplicaSet",
+                    "web-rs",
+                    Some(owner("Deployment", "web")),
+                    Some(3),
+                )),
+                ("Deployment", "web") => Some(meta("Deployment", "web", None, Some(3))),
+                ("StatefulSet", "db") => Some(meta("StatefulSet", "db", None, Some(3))),
+                _ => None,
+            }
+        }
+    }
+
+    fn owner(kind: &str, name: &str) -> OwnerReference {
+        OwnerReference {
+            api_version: "apps/v1".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            controller: Some(true),
+            block_owner_deletion: None,
+        }
+    }
+
+    fn owned(pod: PodBuilder, kind: &str, name: &str) -> PodBuilder {
+        pod.with(|p| p.metadata.owner_references = Some(vec![owner(kind, name)]))
+    }
+
+    fn binding(
+        namespace: &str,
+        name: &str,
+        node_name: Option<&str>,
+        status: StickyBindingStatus,
+    ) -> StickyBinding {
+        let mut b = StickyBinding::new(
+            name,
+            StickyBindingSpec {
+                workload_ref: WorkloadRef {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: name.into(),
+                    ordinal: None,
+                },
+                node_name: node_name.map(Into::into),
+            },
+        );
+        b.metadata.namespace = Some(namespace.into());
+        b.status = Some(status);
+        b
+    }
+
+    fn latest(node: &str) -> StickyBindingStatus {
+        StickyBindingStatus {
+            latest: Some(node.into()),
+            schedule_count: 1,
+            node_count: [(node.to_string(), 1)].into(),
+            ..Default::default()
+        }
+    }
+
+    fn node_lost(node: &str, since: Time) -> StickyBindingStatus {
+        StickyBindingStatus {
+            conditions: vec![Condition {
+                type_: CONDITION_NODE_AVAILABLE.into(),
+                status: "False".into(),
+                reason: "NodeNotFound".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: since,
+            }],
+            ..latest(node)
+        }
+    }
+
+    fn plugin(args: StickyNodeArgs, bindings: Vec<StickyBinding>) -> StickyNode {
+        let index = BindingIndex::default();
+        bindings.into_iter().for_each(|b| index.upsert(b));
+        StickyNode {
+            args,
+            owners: Arc::new(Owners),
+            bindings: Arc::new(index),
+            now,
+        }
+    }
+
+    /// What the plugin decided: Skip, the nodes that pass Filter, or a rejection's code and
+    /// message.
+    #[derive(Debug, PartialEq)]
+    enum Want {
+        Skip,
+        Only(&'static str),
+        Rejected(Code, String),
+    }
+
+    fn run(plugin: &StickyNode, pod: PodBuilder) -> Want {
+        let nodes = ["n1", "n2", "n3"];
+        let snap = snapshot(nodes.iter().map(|n| NodeBuilder::new(n)).collect(), vec![]);
+        let pod = pod.info();
+        let mut state = CycleState::new();
+        let (result, status) = PreFilterPlugin::pre_filter(plugin, &mut state, &pod, &snap);
+        match status.code {
+            Code::Skip => return Want::Skip,
+            Code::Success => {}
+            code => return Want::Rejected(code, status.message()),
+        }
+        let passing: Vec<&str> = nodes
+            .iter()
+            .filter(|n| {
+                let info = snap.get(n).expect("node in snapshot");
+                FilterPlugin::filter(plugin, &state, &pod, info).is_success()
+            })
+            .copied()
+            .collect();
+        let narrowed: Vec<&str> = result
+            .node_names
+            .iter()
+            .flatten()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(passing, narrowed, "Filter and PreFilterResult agree");
+        match passing[..] {
+            [only] => Want::Only(only),
+            _ => panic!("more than one node passes: {passing:?}"),
+        }
+    }
+
+    #[test]
+    fn pre_filter_and_filter_pin_the_workload() {
+        let release = StickyNodeArgs {
+            on_node_loss: OnNodeLoss::Release,
+            ..Default::default()
+        };
+        let no_skip = StickyNodeArgs {
+            skip_multi_replica: false,
+            ..Default::default()
+        };
+        let excluded = StickyNodeArgs {
+            excluded_namespaces: vec!["kube-system".into()],
+            ..Default::default()
+        };
+        let pod = || PodBuilder::new("p");
+        let p_binding = |node_name, status| binding("default", "pod-p", node_name, status);
+        let reject = |node: &str, of: &str| {
+            Want::Rejected(
+                Code::UnschedulableAndUnresolvable,
+                format!(
+                    "node(s) didn't match the sticky node {node} of {of}: the node is not available"
+                ),
+            )
+        };
+        let default = StickyNodeArgs::default;
+
+        let cases: Vec<(&str, StickyNodeArgs, Vec<StickyBinding>, PodBuilder, Want)> = vec![
+            (
+                "no binding: every node passes",
+                default(),
+                vec![],
+                pod(),
+                Want::Skip,
+            ),
+            (
+                "binding without a pin yet",
+                default(),
+                vec![p_binding(None, StickyBindingStatus::default())],
+                pod(),
+                Want::Skip,
+            ),
+            (
+                "latest pins",
+                default(),
+                vec![p_binding(None, latest("n2"))],
+                pod(),
+                Want::Only("n2"),
+            ),
+            (
+                "spec.nodeName beats latest",
+                default(),
+                vec![p_binding(Some("n3"), latest("n2"))],
+                pod(),
+                Want::Only("n3"),
+            ),
+            (
+                "empty spec.nodeName falls back to latest",
+                default(),
+                vec![p_binding(Some(""), latest("n2"))],
+                pod(),
+                Want::Only("n2"),
+            ),
+            (
+                "excluded namespace",
+                excluded.clone(),
+                vec![binding("kube-system", "pod-p", None, latest("n2"))],
+                pod().namespace("kube-system"),
+                Want::Skip,
+            ),
+            (
+                "a namespace not excluded still sticks",
+                excluded,
+                vec![p_binding(None, latest("n2"))],
+                pod(),
+                Want::Only("n2"),
+            ),
+            (
+                "disable annotation true",
+                default(),
+                vec![p_binding(None, latest("n2"))],
+                pod().annotation(DEFAULT_DISABLE_ANNOTATION, "true"),
+                Want::Skip,
+            ),
+            (
+                "disable annotation other than true",
+                default(),
+                vec![p_binding(None, latest("n2"))],
+                pod().annotation(DEFAULT_DISABLE_ANNOTATION, "false"),
+                Want::Only("n2"),
+            ),
+            (
+                "skipMultiReplica: Deployment with 3 replicas is skipped",
+                default(),
+                vec![binding("default", "deployment-web", None, latest("n2"))],
+                owned(PodBuilder::new("web-rs-x"), "ReplicaSet", "web-rs"),
+                Want::Skip,
+            ),
+            (
+                "skipMultiReplica off: Deployment with 3 replicas sticks",
+                no_skip,
+                vec![binding("default", "deployment-web", None, latest("n2"))],
+                owned(PodBuilder::new("web-rs-x"), "ReplicaSet", "web-rs"),
+                Want::Only("n2"),
+            ),
+            (
+                "StatefulSet with 3 replicas: each ordinal sticks",
+                default(),
+                vec![
+                    binding("default", "statefulset-db-0", None, latest("n1")),
+                    binding("default", "statefulset-db-1", None, latest("n3")),
+                ],
+                owned(PodBuilder::new("db-1"), "StatefulSet", "db"),
+                Want::Only("n3"),
+            ),
+            (
+                "pinned node missing from the snapshot",
+                default(),
+                vec![p_binding(None, latest("gone"))],
+                pod(),
+                reject("gone", "Pod/p"),
+            ),
+            (
+                "missing node names the workload kind",
+                default(),
+                vec![binding("default", "statefulset-db-2", None, latest("gone"))],
+                owned(PodBuilder::new("db-2"), "StatefulSet", "db"),
+                reject("gone", "StatefulSet/db"),
+            ),
+            (
+                "Wait: a node lost long ago keeps the pin",
+                default(),
+                vec![p_binding(None, node_lost("gone", ago(3600)))],
+                pod(),
+                reject("gone", "Pod/p"),
+            ),
+            (
+                "Release: lost for releaseAfterSeconds releases",
+                release.clone(),
+                vec![p_binding(None, node_lost("gone", ago(300)))],
+                pod(),
+                Want::Skip,
+            ),
+            (
+                "Release: lost for less than releaseAfterSeconds keeps the pin",
+                release.clone(),
+                vec![p_binding(None, node_lost("gone", ago(299)))],
+                pod(),
+                reject("gone", "Pod/p"),
+            ),
+            (
+                "Release: releasedFrom names the pinned node",
+                release.clone(),
+                vec![p_binding(
+                    None,
+                    StickyBindingStatus {
+                        released_from: Some(Release {
+                            node: "n2".into(),
+                            time: ago(10),
+                        }),
+                        ..latest("n2")
+                    },
+                )],
+                pod(),
+                Want::Skip,
+            ),
+            (
+                "Release: releasedFrom another node keeps the pin",
+                release,
+                vec![p_binding(
+                    Some("n3"),
+                    StickyBindingStatus {
+                        released_from: Some(Release {
+                            node: "n2".into(),
+                            time: ago(10),
+                        }),
+                        ..latest("n2")
+                    },
+                )],
+                pod(),
+                Want::Only("n3"),
+            ),
+        ];
+        for (name, args, bindings, pod, want) in cases {
+            let got = run(&plugin(args, bindings), pod);
+            assert_eq!(got, want, "{name}");
+        }
+    }
+
+    #[test]
+    fn filter_message_names_the_sticky_node() {
+        let pl = plugin(
+            StickyNodeArgs::default(),
+            vec![binding("default", "pod-p", None, latest("n2"))],
+        );
+        let snap = snapshot(vec![NodeBuilder::new("n1"), NodeBuilder::new("n2")], vec![]);
+        let pod = PodBuilder::new("p").info();
+        let mut state = CycleState::new();
+        let _ = PreFilterPlugin::pre_filter(&pl, &mut state, &pod, &snap);
+        let n1 = snap.get("n1").expect("n1");
+        assert_eq!(
+            FilterPlugin::filter(&pl, &state, &pod, n1),
+            Status::unresolvable("node(s) didn't match the sticky node n2 of Pod/p")
+        );
+    }
+
+    /// A row of args to decode and validate: the args, and the args or the paths of the errors.
+    type ArgsCase<T> = (
+        &'static str,
+        Option<serde_json::Value>,
+        Result<T, Vec<&'static str>>,
+    );
+
+    #[test]
+    fn args_default_and_are_validated_naming_the_field() {
+        let p = "pluginConfig[1].args";
+        let cases: Vec<ArgsCase<StickyNodeArgs>> = vec![
+            ("absent", None, Ok(StickyNodeArgs::default())),
+            (
+                "all set",
+                Some(
+                    json!({"skipMultiReplica": false, "excludedNamespaces": ["kube-system"],
+                    "disableAnnotation": "x/y", "onNodeLoss": "Release", "releaseAfterSeconds": 0}),
+                ),
+                Ok(StickyNodeArgs {
+                    skip_multi_replica: false,
+                    excluded_namespaces: vec!["kube-system".into()],
+                    disable_annotation: "x/y".into(),
+                    on_node_loss: OnNodeLoss::Release,
+                    release_after_seconds: 0,
+                }),
+            ),
+            (
+                "negative releaseAfterSeconds",
+                Some(json!({"releaseAfterSeconds": -1})),
+                Err(vec!["pluginConfig[1].args.releaseAfterSeconds"]),
+            ),
+            (
+                "empty disableAnnotation and namespace",
+                Some(json!({"disableAnnotation": "", "excludedNamespaces": ["a", ""]})),
+                Err(vec![
+                    "pluginConfig[1].args.disableAnnotation",
+                    "pluginConfig[1].args.excludedNamespaces[1]",
+                ]),
+            ),
+            (
+                "unknown field",
+                Some(json!({"skipMultiReplicas": true})),
+                Err(vec!["pluginConfig[1].args"]),
+            ),
+            (
+                "unknown onNodeLoss",
+                Some(json!({"onNodeLoss": "Evict"})),
+                Err(vec!["pluginConfig[1].args"]),
+            ),
+        ];
+        for (name, args, want) in cases {
+            let got = decode_args::<StickyNodeArgs>(args.as_ref(), p)
+                .and_then(|a| a.validate(p).map(|()| a));
+            match (got, want) {
+                (Ok(got), Ok(want)) => assert_eq!(got, want, "{name}"),
+                (Err(errs), Err(paths)) => {
+                    let got: Vec<&str> = errs.0.iter().map(|e| e.path.as_str()).collect();
+                    assert_eq!(got, paths, "{name}");
+                }
+                (got, _) => panic!("{name}: got {got:?}"),
+            }
+            let built = build(
+                args.as_ref(),
+                p,
+                Arc::new(NoOwners),
+                Arc::new(BindingIndex::default()),
+            );
+            assert_eq!(
+                built.is_ok(),
+                name == "absent" || name == "all set",
+                "{name}"
+            );
+        }
+    }
+}
