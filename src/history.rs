@@ -64,18 +64,38 @@ const MAX_CONFLICTS: usize = 10;
 #[derive(Debug, thiserror::Error)]
 pub enum HistoryError {
     #[error("reading StickyBinding {namespace}/{name}: {source}")]
-    Get { namespace: String, name: String, source: kube::Error },
+    Get {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
     #[error("creating StickyBinding {namespace}/{name}: {source}")]
-    Create { namespace: String, name: String, source: kube::Error },
+    Create {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
     #[error("writing the status of StickyBinding {namespace}/{name}: {source}")]
-    Update { namespace: String, name: String, source: kube::Error },
-    #[error("writing the status of StickyBinding {namespace}/{name}: still conflicting after {MAX_CONFLICTS} tries")]
+    Update {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
+    #[error(
+        "writing the status of StickyBinding {namespace}/{name}: still conflicting after {MAX_CONFLICTS} tries"
+    )]
     Conflicts { namespace: String, name: String },
 }
 
 /// The status after counting `pod_uid` bound to `node`, or `None` when that pod is already
 /// counted (a repeated report of the same bind). Pure.
-pub fn count_bind(status: &StickyBindingStatus, pod_uid: &str, pod_name: &str, node: &str, now: Time) -> Option<StickyBindingStatus> {
+pub fn count_bind(
+    status: &StickyBindingStatus,
+    pod_uid: &str,
+    pod_name: &str,
+    node: &str,
+    now: Time,
+) -> Option<StickyBindingStatus> {
     if status.recent_binds.iter().any(|b| b.pod_uid == pod_uid) {
         return None;
     }
@@ -84,7 +104,12 @@ pub fn count_bind(status: &StickyBindingStatus, pod_uid: &str, pod_name: &str, n
     next.schedule_count += 1;
     next.latest = Some(node.to_string());
     next.last_schedule_time = Some(now.clone());
-    next.recent_binds.push(BindRecord { pod_uid: pod_uid.to_string(), pod_name: pod_name.to_string(), node: node.to_string(), time: now });
+    next.recent_binds.push(BindRecord {
+        pod_uid: pod_uid.to_string(),
+        pod_name: pod_name.to_string(),
+        node: node.to_string(),
+        time: now,
+    });
     let excess = next.recent_binds.len().saturating_sub(RECENT_BINDS);
     next.recent_binds.drain(..excess);
     Some(next)
@@ -92,14 +117,26 @@ pub fn count_bind(status: &StickyBindingStatus, pod_uid: &str, pod_name: &str, n
 
 /// A new StickyBinding for `workload`, owned by it (so that it is garbage-collected with it).
 pub fn new_binding(workload: &Workload) -> StickyBinding {
-    let mut binding = StickyBinding::new(&workload.binding_name(), StickyBindingSpec { workload_ref: workload.workload_ref(), node_name: None });
+    let mut binding = StickyBinding::new(
+        &workload.binding_name(),
+        StickyBindingSpec {
+            workload_ref: workload.workload_ref(),
+            node_name: None,
+        },
+    );
     binding.metadata = ObjectMeta {
         name: Some(workload.binding_name()),
         namespace: Some(workload.namespace.clone()),
         labels: Some(
             [
-                ("tether.dev/workload-kind".to_string(), workload.kind.to_lowercase()),
-                ("tether.dev/workload-name".to_string(), truncate_label(&workload.name)),
+                (
+                    "tether.dev/workload-kind".to_string(),
+                    workload.kind.to_lowercase(),
+                ),
+                (
+                    "tether.dev/workload-name".to_string(),
+                    truncate_label(&workload.name),
+                ),
             ]
             .into(),
         ),
@@ -119,7 +156,11 @@ pub fn new_binding(workload: &Workload) -> StickyBinding {
 }
 
 fn truncate_label(v: &str) -> String {
-    v.chars().take(63).collect::<String>().trim_end_matches(['-', '.', '_']).to_string()
+    v.chars()
+        .take(63)
+        .collect::<String>()
+        .trim_end_matches(['-', '.', '_'])
+        .to_string()
 }
 
 /// Writes StickyBinding history: exactly once per bound pod, with a resourceVersion
@@ -131,12 +172,23 @@ pub struct HistoryWriter {
 
 impl HistoryWriter {
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        let recorder = Recorder::new(client.clone(), Reporter { controller: "tether".into(), instance });
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "tether".into(),
+                instance,
+            },
+        );
         HistoryWriter { client, recorder }
     }
 
     /// Counts `pod` bound to `node` in its workload's binding, creating the binding if missing.
-    pub async fn record(&self, workload: &Workload, pod: &Pod, node: &str) -> Result<(), HistoryError> {
+    pub async fn record(
+        &self,
+        workload: &Workload,
+        pod: &Pod,
+        node: &str,
+    ) -> Result<(), HistoryError> {
         let namespace = workload.namespace.clone();
         let name = workload.binding_name();
         let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
@@ -145,12 +197,27 @@ impl HistoryWriter {
         for _ in 0..MAX_CONFLICTS {
             let current = match api.get_opt(&name).await {
                 Ok(Some(b)) => b,
-                Ok(None) => match api.create(&PostParams::default(), &new_binding(workload)).await {
+                Ok(None) => match api
+                    .create(&PostParams::default(), &new_binding(workload))
+                    .await
+                {
                     Ok(b) => b,
                     Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                    Err(source) => return Err(HistoryError::Create { namespace, name, source }),
+                    Err(source) => {
+                        return Err(HistoryError::Create {
+                            namespace,
+                            name,
+                            source,
+                        });
+                    }
                 },
-                Err(source) => return Err(HistoryError::Get { namespace, name, source }),
+                Err(source) => {
+                    return Err(HistoryError::Get {
+                        namespace,
+                        name,
+                        source,
+                    });
+                }
             };
             let status = current.status.clone().unwrap_or_default();
             let now = Time(jiff::Timestamp::now());
@@ -159,11 +226,17 @@ impl HistoryWriter {
             };
             let released = released_node(&current, node);
             if let Some(old) = &released {
-                next.released_from = Some(Release { node: old.clone(), time: now });
+                next.released_from = Some(Release {
+                    node: old.clone(),
+                    time: now,
+                });
             }
             let mut updated = current.clone();
             updated.status = Some(next);
-            match api.replace_status(&name, &PostParams::default(), &updated).await {
+            match api
+                .replace_status(&name, &PostParams::default(), &updated)
+                .await
+            {
                 Ok(_) => {
                     if let Some(old) = released {
                         self.announce_release(&current, &old, node).await;
@@ -171,7 +244,13 @@ impl HistoryWriter {
                     return Ok(());
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => continue,
-                Err(source) => return Err(HistoryError::Update { namespace, name, source }),
+                Err(source) => {
+                    return Err(HistoryError::Update {
+                        namespace,
+                        name,
+                        source,
+                    });
+                }
             }
         }
         Err(HistoryError::Conflicts { namespace, name })
@@ -182,11 +261,17 @@ impl HistoryWriter {
         let event = Event {
             type_: EventType::Warning,
             reason: "Released".into(),
-            note: Some(format!("node {from} was lost; the workload was released and bound to {to}")),
+            note: Some(format!(
+                "node {from} was lost; the workload was released and bound to {to}"
+            )),
             action: "Release".into(),
             secondary: None,
         };
-        if let Err(e) = self.recorder.publish(&event, &binding.object_ref(&())).await {
+        if let Err(e) = self
+            .recorder
+            .publish(&event, &binding.object_ref(&()))
+            .await
+        {
             tracing::warn!(error = %e, "could not publish the Released event");
         }
     }
@@ -196,8 +281,16 @@ impl HistoryWriter {
 /// (spec.nodeName or status.latest) differs from `node` and NodeAvailable is False.
 fn released_node(binding: &StickyBinding, node: &str) -> Option<String> {
     let status = binding.status.as_ref()?;
-    let pin = binding.spec.node_name.clone().filter(|n| !n.is_empty()).or_else(|| status.latest.clone())?;
-    let lost = status.conditions.iter().any(|c| c.type_ == "NodeAvailable" && c.status == "False");
+    let pin = binding
+        .spec
+        .node_name
+        .clone()
+        .filter(|n| !n.is_empty())
+        .or_else(|| status.latest.clone())?;
+    let lost = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == "NodeAvailable" && c.status == "False");
     (pin != node && lost).then_some(pin)
 }
 
@@ -213,10 +306,19 @@ mod tests {
     fn a_bind_is_counted_once_however_often_it_is_reported() {
         let s0 = StickyBindingStatus::default();
         let s1 = count_bind(&s0, "u1", "p1", "n1", now()).expect("first report counts");
-        assert_eq!((s1.schedule_count, s1.node_count["n1"], s1.latest.as_deref()), (1, 1, Some("n1")));
-        assert!(count_bind(&s1, "u1", "p1", "n1", now()).is_none(), "the same pod again: nothing");
+        assert_eq!(
+            (s1.schedule_count, s1.node_count["n1"], s1.latest.as_deref()),
+            (1, 1, Some("n1"))
+        );
+        assert!(
+            count_bind(&s1, "u1", "p1", "n1", now()).is_none(),
+            "the same pod again: nothing"
+        );
         let s2 = count_bind(&s1, "u2", "p2", "n2", now()).expect("another pod counts");
-        assert_eq!((s2.schedule_count, s2.node_count["n2"], s2.latest.as_deref()), (2, 1, Some("n2")));
+        assert_eq!(
+            (s2.schedule_count, s2.node_count["n2"], s2.latest.as_deref()),
+            (2, 1, Some("n2"))
+        );
         assert_eq!(s2.node_count.values().sum::<i64>(), s2.schedule_count);
     }
 
@@ -227,7 +329,10 @@ mod tests {
             s = count_bind(&s, &format!("u{i}"), "p", "n", now()).expect("counts");
         }
         assert_eq!(s.recent_binds.len(), RECENT_BINDS);
-        assert_eq!(s.recent_binds.last().map(|b| b.pod_uid.as_str()), Some("u39"));
+        assert_eq!(
+            s.recent_binds.last().map(|b| b.pod_uid.as_str()),
+            Some("u39")
+        );
         assert_eq!(s.schedule_count, 40);
     }
 
@@ -247,7 +352,10 @@ mod tests {
         assert_eq!(b.metadata.name.as_deref(), Some("virtualmachine-fedora"));
         assert_eq!(b.metadata.namespace.as_deref(), Some("vms"));
         let owner = &b.metadata.owner_references.as_ref().expect("owned")[0];
-        assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("VirtualMachine", "vm-uid"));
+        assert_eq!(
+            (owner.kind.as_str(), owner.uid.as_str()),
+            ("VirtualMachine", "vm-uid")
+        );
         assert_eq!(b.spec.workload_ref.kind, "VirtualMachine");
     }
 }

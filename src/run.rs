@@ -13,14 +13,17 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use crate::controller;
+use crate::history::{BindingIndex, HistoryWriter};
+use crate::owners::{self, OwnerCache};
 use crate::scheduler::default_selectors::WorkloadSelectors;
 use crate::scheduler::framework::registry::Handle;
 use crate::scheduler::metrics::Metrics;
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::profile::ProfileRegistry;
+use crate::scheduler::queue::ClusterEvent;
 use crate::scheduler::queue::SchedulingQueue;
 use crate::scheduler::report::Reports;
-use crate::scheduler::{Scheduler, watch};
+use crate::scheduler::{Scheduler, Services, watch};
 
 /// How `tether run` is configured.
 #[derive(Clone, Debug)]
@@ -39,8 +42,9 @@ struct HttpState {
     synced: Arc<AtomicUsize>,
 }
 
-/// The number of watches (pods, nodes, namespaces) that must list once before scheduling starts.
-const WATCHES: usize = 3;
+/// What must have listed once before scheduling starts: the pod, node and namespace watches,
+/// the SchedulingProfiles and the StickyBindings.
+const WATCHES: usize = 5;
 
 /// Runs the scheduler until SIGINT or SIGTERM.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
@@ -54,12 +58,13 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .context("starting the Filter/Score thread pool")?;
 
     let selectors = Arc::new(WorkloadSelectors::default());
+    let owners = Arc::new(OwnerCache::default());
+    let bindings = Arc::new(BindingIndex::default());
     let handle = Handle {
         client: Some(client.clone()),
         default_selectors: selectors.clone(),
-        // No watches feed owners or StickyBindings yet: StickyNode and PlacementHistory see
-        // no history until they do.
-        ..Handle::default()
+        owners: owners.clone(),
+        bindings: bindings.clone(),
     };
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
@@ -72,18 +77,38 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let sched = Scheduler::new(
         queue,
         profiles,
-        metrics.clone(),
-        reports,
-        tokio::runtime::Handle::current(),
+        Services {
+            metrics: metrics.clone(),
+            reports,
+            history: Some(Arc::new(HistoryWriter::new(
+                client.clone(),
+                config.instance.clone(),
+            ))),
+            owners: owners.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        },
     );
+    let synced = Arc::new(AtomicUsize::new(0));
+    let owner_watches = tokio::spawn(owners::run_owner_watches(owners, client.clone()));
+    let requeue = sched.clone();
+    let binding_controller = tokio::spawn(controller::sticky_binding::run(
+        client.clone(),
+        bindings.clone(),
+        Arc::new(move || {
+            requeue
+                .queue
+                .move_all_to_active_or_backoff(ClusterEvent::BindingChanged)
+        }),
+        synced.clone(),
+    ));
 
     let profile_controller = tokio::spawn(controller::scheduling_profile::run(
         client.clone(),
         sched.clone(),
         handle.clone(),
         config.instance.clone(),
+        synced.clone(),
     ));
-    let synced = Arc::new(AtomicUsize::new(0));
     let selector_watches = tokio::spawn(watch::run_selector_watches(selectors, client.clone()));
     let watches = tokio::spawn(watch::run_watches(
         sched.clone(),
@@ -107,6 +132,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
 
     let loop_sched = sched.clone();
     let loop_synced = synced.clone();
+    let loop_bindings = bindings;
     let scheduling = std::thread::Builder::new()
         .name("scheduling-loop".into())
         .spawn(move || {
@@ -115,6 +141,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                 std::thread::sleep(Duration::from_millis(20));
             }
             tracing::info!("caches synced; scheduling");
+            loop_sched.reconcile_history(loop_bindings.as_ref());
             loop_sched.run_loop();
         })
         .context("starting the scheduling loop")?;
@@ -123,6 +150,8 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     tracing::info!("shutting down");
     sched.queue.close();
     watches.abort();
+    owner_watches.abort();
+    binding_controller.abort();
     profile_controller.abort();
     selector_watches.abort();
     http.abort();

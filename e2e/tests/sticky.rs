@@ -7,11 +7,16 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use kube::Client;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use serde_json::{Value, json};
 use tether::api::{SchedulingProfile, StickyBinding};
-use tether_e2e::{TestNamespace, TestNodes, client, kubectl_ok, unique_suffix, wait_bound, wait_for};
+use tether_e2e::{
+    TestNamespace, TestNodes, client, kubectl_ok, unique_suffix, wait_bound, wait_for,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -21,13 +26,19 @@ fn apply(doc: Value) -> anyhow::Result<()> {
 }
 
 async fn profile(client: &Client, name: &str, spec: Value) -> anyhow::Result<()> {
-    apply(json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile", "metadata": {"name": name}, "spec": spec}))?;
+    apply(
+        json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile", "metadata": {"name": name}, "spec": spec}),
+    )?;
     let api: Api<SchedulingProfile> = Api::all(client.clone());
     wait_for(&format!("profile {name} Ready"), TIMEOUT, || {
         let api = api.clone();
         async move {
             let p = api.get(name).await?;
-            let ready = p.status.unwrap_or_default().conditions.iter().any(|c| c.type_ == "Ready" && c.status == "True" && c.observed_generation == p.metadata.generation);
+            let ready = p.status.unwrap_or_default().conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.observed_generation == p.metadata.generation
+            });
             Ok(ready.then_some(()))
         }
     })
@@ -35,15 +46,24 @@ async fn profile(client: &Client, name: &str, spec: Value) -> anyhow::Result<()>
 }
 
 /// Waits until the binding has counted `count` binds; returns it.
-async fn wait_count(client: &Client, ns: &str, name: &str, count: i64) -> anyhow::Result<StickyBinding> {
+async fn wait_count(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    count: i64,
+) -> anyhow::Result<StickyBinding> {
     let api: Api<StickyBinding> = Api::namespaced(client.clone(), ns);
-    wait_for(&format!("StickyBinding {ns}/{name} at scheduleCount {count}"), TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let b = api.get_opt(name).await?;
-            Ok(b.filter(|b| b.status.as_ref().map(|s| s.schedule_count) == Some(count)))
-        }
-    })
+    wait_for(
+        &format!("StickyBinding {ns}/{name} at scheduleCount {count}"),
+        TIMEOUT,
+        || {
+            let api = api.clone();
+            async move {
+                let b = api.get_opt(name).await?;
+                Ok(b.filter(|b| b.status.as_ref().map(|s| s.schedule_count) == Some(count)))
+            }
+        },
+    )
     .await
 }
 
@@ -56,10 +76,23 @@ fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value
 }
 
 /// Plays virt-controller: a VMI owned by the VM and a pod owned by the VMI.
-async fn start_vm(client: &Client, ns: &str, vm: &str, vm_uid: &str, scheduler: &str, nodes: &TestNodes) -> anyhow::Result<()> {
-    let vmis: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
+async fn start_vm(
+    client: &Client,
+    ns: &str,
+    vm: &str,
+    vm_uid: &str,
+    scheduler: &str,
+    nodes: &TestNodes,
+) -> anyhow::Result<()> {
+    let vmis: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
     let mut vmi = DynamicObject::new(vm, &kubevirt("VirtualMachineInstance"));
-    vmi.metadata.owner_references = serde_json::from_value(controller_ref("kubevirt.io/v1", "VirtualMachine", vm, vm_uid))?;
+    vmi.metadata.owner_references = serde_json::from_value(controller_ref(
+        "kubevirt.io/v1",
+        "VirtualMachine",
+        vm,
+        vm_uid,
+    ))?;
     let vmi = vmis.create(&PostParams::default(), &vmi).await?;
     let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "compute", "image": "virt-launcher"}]});
     nodes.isolate(&mut spec);
@@ -69,19 +102,27 @@ async fn start_vm(client: &Client, ns: &str, vm: &str, vm_uid: &str, scheduler: 
                      "ownerReferences": controller_ref("kubevirt.io/v1", "VirtualMachineInstance", vm, vmi.metadata.uid.as_deref().unwrap_or_default())},
         "spec": spec,
     }))?;
-    Api::<Pod>::namespaced(client.clone(), ns).create(&PostParams::default(), &pod).await?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
     Ok(())
 }
 
 async fn stop_vm(client: &Client, ns: &str, vm: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let vmis: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
+    let vmis: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
     let pod = format!("virt-launcher-{vm}");
     pods.delete(&pod, &DeleteParams::default()).await?;
     vmis.delete(vm, &DeleteParams::default()).await?;
     wait_for(&format!("pod {pod} and its VMI gone"), TIMEOUT, || {
         let (pods, vmis, pod) = (pods.clone(), vmis.clone(), pod.clone());
-        async move { Ok((pods.get_opt(&pod).await?.is_none() && vmis.get_opt(vm).await?.is_none()).then_some(())) }
+        async move {
+            Ok(
+                (pods.get_opt(&pod).await?.is_none() && vmis.get_opt(vm).await?.is_none())
+                    .then_some(()),
+            )
+        }
     })
     .await
 }
@@ -95,8 +136,14 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
     let scheduler = format!("{name}-sched");
     profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
 
-    let vms: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
-    let vm = vms.create(&PostParams::default(), &DynamicObject::new("fedora", &kubevirt("VirtualMachine"))).await?;
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
+    let vm = vms
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new("fedora", &kubevirt("VirtualMachine")),
+        )
+        .await?;
     let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
 
     start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
@@ -104,21 +151,33 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
     let binding = wait_count(&client, &ns.name, "virtualmachine-fedora", 1).await?;
     assert_eq!(binding.spec.workload_ref.kind, "VirtualMachine");
     let owners = binding.metadata.owner_references.unwrap_or_default();
-    assert!(owners.iter().any(|o| o.uid == vm_uid), "the binding is owned by the VM: {owners:?}");
+    assert!(
+        owners.iter().any(|o| o.uid == vm_uid),
+        "the binding is owned by the VM: {owners:?}"
+    );
 
     for round in 0..5 {
         stop_vm(&client, &ns.name, "fedora").await?;
         start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
         let node = wait_bound(&client, &ns.name, "virt-launcher-fedora", TIMEOUT).await?;
         assert_eq!(node, first, "round {round}: the VM moved");
-        wait_count(&client, &ns.name, "virtualmachine-fedora", i64::from(round) + 2).await?;
+        wait_count(
+            &client,
+            &ns.name,
+            "virtualmachine-fedora",
+            i64::from(round) + 2,
+        )
+        .await?;
     }
     let binding = wait_count(&client, &ns.name, "virtualmachine-fedora", 6).await?;
     let status = binding.status.unwrap_or_default();
     assert_eq!(status.node_count, BTreeMap::from([(first.clone(), 6)]));
     assert_eq!(status.latest.as_deref(), Some(first.as_str()));
     let table = kubectl_ok(&["get", "sb", "-n", &ns.name], None)?;
-    assert!(table.contains("virtualmachine-fedora") && table.contains(" 6 "), "got:\n{table}");
+    assert!(
+        table.contains("virtualmachine-fedora") && table.contains(" 6 "),
+        "got:\n{table}"
+    );
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
@@ -145,33 +204,72 @@ async fn a_rescheduled_deployment_pod_goes_to_the_least_used_node() -> anyhow::R
         let pods = pods.clone();
         async move {
             let list = pods.list(&ListParams::default().labels("app=web")).await?;
-            Ok(list.items.into_iter().find(|p| p.metadata.deletion_timestamp.is_none() && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()))
+            Ok(list.items.into_iter().find(|p| {
+                p.metadata.deletion_timestamp.is_none()
+                    && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+            }))
         }
     };
     let reschedules = 6;
     let mut pod = wait_for("the first pod bound", TIMEOUT, current).await?;
     for i in 0..reschedules {
-        let before = wait_count(&client, &ns.name, "deployment-web", i + 1).await?.status.unwrap_or_default();
+        let before = wait_count(&client, &ns.name, "deployment-web", i + 1)
+            .await?
+            .status
+            .unwrap_or_default();
         let latest = before.latest.clone().unwrap_or_default();
         let count = |n: &str| before.node_count.get(n).copied().unwrap_or(0);
-        let least = nodes.names.iter().filter(|n| **n != latest).map(|n| count(n)).min().unwrap_or(0);
+        let least = nodes
+            .names
+            .iter()
+            .filter(|n| **n != latest)
+            .map(|n| count(n))
+            .min()
+            .unwrap_or(0);
         let old_uid = pod.metadata.uid.clone();
-        pods.delete(pod.metadata.name.as_deref().unwrap_or_default(), &DeleteParams::default()).await?;
+        pods.delete(
+            pod.metadata.name.as_deref().unwrap_or_default(),
+            &DeleteParams::default(),
+        )
+        .await?;
         pod = wait_for("the replacement pod bound", TIMEOUT, || {
             let pods = pods.clone();
             let old_uid = old_uid.clone();
             async move {
                 let list = pods.list(&ListParams::default().labels("app=web")).await?;
-                Ok(list.items.into_iter().find(|p| p.metadata.uid != old_uid && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()))
+                Ok(list.items.into_iter().find(|p| {
+                    p.metadata.uid != old_uid
+                        && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                }))
             }
         })
         .await?;
-        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
-        assert_ne!(node, latest, "reschedule {i}: back on the latest node while others fit");
-        assert_eq!(count(&node), least, "reschedule {i}: {node} is not among the least used ({:?})", before.node_count);
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        assert_ne!(
+            node, latest,
+            "reschedule {i}: back on the latest node while others fit"
+        );
+        assert_eq!(
+            count(&node),
+            least,
+            "reschedule {i}: {node} is not among the least used ({:?})",
+            before.node_count
+        );
     }
-    let status = wait_count(&client, &ns.name, "deployment-web", reschedules + 1).await?.status.unwrap_or_default();
-    assert_eq!(status.node_count.values().sum::<i64>(), reschedules + 1, "{:?}", status.node_count);
+    let status = wait_count(&client, &ns.name, "deployment-web", reschedules + 1)
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(
+        status.node_count.values().sum::<i64>(),
+        reschedules + 1,
+        "{:?}",
+        status.node_count
+    );
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
@@ -186,7 +284,8 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
     let name = format!("sticky-sts-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
     profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
-    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause"}]});
+    let mut spec =
+        json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause"}]});
     nodes.isolate(&mut spec);
     apply(json!({
         "apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -197,7 +296,10 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
     let mut placed = BTreeMap::new();
     for i in 0..3 {
         let pod = format!("db-{i}");
-        placed.insert(pod.clone(), wait_bound(&client, &ns.name, &pod, TIMEOUT).await?);
+        placed.insert(
+            pod.clone(),
+            wait_bound(&client, &ns.name, &pod, TIMEOUT).await?,
+        );
         wait_count(&client, &ns.name, &format!("statefulset-{pod}"), 1).await?;
     }
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
@@ -207,12 +309,22 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
             pods.delete(pod, &DeleteParams::default()).await?;
             wait_for(&format!("{pod} recreated"), TIMEOUT, || {
                 let (pods, uid) = (pods.clone(), uid.clone());
-                async move { Ok(pods.get_opt(pod).await?.filter(|p| p.metadata.uid != uid).map(|_| ())) }
+                async move {
+                    Ok(pods
+                        .get_opt(pod)
+                        .await?
+                        .filter(|p| p.metadata.uid != uid)
+                        .map(|_| ()))
+                }
             })
             .await?;
         }
         for (pod, node) in &placed {
-            assert_eq!(&wait_bound(&client, &ns.name, pod, TIMEOUT).await?, node, "round {round}: {pod} moved");
+            assert_eq!(
+                &wait_bound(&client, &ns.name, pod, TIMEOUT).await?,
+                node,
+                "round {round}: {pod} moved"
+            );
             wait_count(&client, &ns.name, &format!("statefulset-{pod}"), round + 2).await?;
         }
     }
@@ -229,23 +341,38 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
     let name = format!("sticky-lost-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
     profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
-    let vms: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
-    let vm = vms.create(&PostParams::default(), &DynamicObject::new("vm", &kubevirt("VirtualMachine"))).await?;
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
+    let vm = vms
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new("vm", &kubevirt("VirtualMachine")),
+        )
+        .await?;
     let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
     start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let first = wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?;
     wait_count(&client, &ns.name, "virtualmachine-vm", 1).await?;
-    let other = nodes.names.iter().find(|n| **n != first).cloned().unwrap_or_default();
+    let other = nodes
+        .names
+        .iter()
+        .find(|n| **n != first)
+        .cloned()
+        .unwrap_or_default();
 
     // The pinned node is lost while the VM is down: the VM waits for it (onNodeLoss: Wait).
     stop_vm(&client, &ns.name, "vm").await?;
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone()).delete(&first, &DeleteParams::default()).await?;
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .delete(&first, &DeleteParams::default())
+        .await?;
     let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
     wait_for("NodeAvailable=False", TIMEOUT, || {
         let bindings = bindings.clone();
         async move {
             let b = bindings.get("virtualmachine-vm").await?;
-            let lost = b.status.unwrap_or_default().conditions.iter().any(|c| c.type_ == "NodeAvailable" && c.status == "False" && c.reason == "NodeNotFound");
+            let lost = b.status.unwrap_or_default().conditions.iter().any(|c| {
+                c.type_ == "NodeAvailable" && c.status == "False" && c.reason == "NodeNotFound"
+            });
             Ok(lost.then_some(()))
         }
     })
@@ -256,19 +383,43 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         let pods = pods.clone();
         async move {
             let p = pods.get("virt-launcher-vm").await?;
-            Ok(p.status.and_then(|s| s.conditions).unwrap_or_default().into_iter().find(|c| c.type_ == "PodScheduled" && c.status == "False").and_then(|c| c.message))
+            Ok(p.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .and_then(|c| c.message))
         }
     })
     .await?;
-    assert!(message.contains(&first), "the message names the sticky node {first}: {message}");
-    assert_eq!(pods.get("virt-launcher-vm").await?.spec.and_then(|s| s.node_name), None);
+    assert!(
+        message.contains(&first),
+        "the message names the sticky node {first}: {message}"
+    );
+    assert_eq!(
+        pods.get("virt-launcher-vm")
+            .await?
+            .spec
+            .and_then(|s| s.node_name),
+        None
+    );
 
     // A person moves the VM: the waiting pod goes to the new pin.
     bindings
-        .patch("virtualmachine-vm", &PatchParams::default(), &Patch::Merge(json!({"spec": {"nodeName": other}})))
+        .patch(
+            "virtualmachine-vm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"nodeName": other}})),
+        )
         .await?;
-    assert_eq!(wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?, other);
-    let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2).await?.status.unwrap_or_default();
+    assert_eq!(
+        wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?,
+        other
+    );
+    let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2)
+        .await?
+        .status
+        .unwrap_or_default();
     assert_eq!(status.latest.as_deref(), Some(other.as_str()));
 
     kubectl_ok(&["delete", "sp", &name], None)?;

@@ -160,11 +160,13 @@ fn error_policy(profile: Arc<SchedulingProfile>, error: &Error, _ctx: Arc<Contex
 }
 
 /// Runs the SchedulingProfile controller until the process stops.
+/// Adds one to `synced` once the profiles were listed and the registry filled from them.
 pub async fn run(
     client: kube::Client,
     scheduler: Arc<Scheduler>,
     handle: Handle,
     instance: Option<String>,
+    synced: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let api: Api<SchedulingProfile> = Api::all(client.clone());
     let controller = Controller::new(api, watcher::Config::default().any_semantic());
@@ -186,6 +188,16 @@ pub async fn run(
         announced: Mutex::new(HashMap::new()),
         resync: resync_tx.clone(),
     });
+    let first_sync = {
+        let (ctx, store) = (ctx.clone(), ctx.store.clone());
+        async move {
+            if store.wait_until_ready().await.is_ok() {
+                ctx.sync("");
+                synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+        }
+    };
+    tokio::spawn(first_sync);
     let sync_ctx = ctx.clone();
     controller
         .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))

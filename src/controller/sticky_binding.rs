@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 use super::conditions::set_condition;
@@ -20,7 +20,11 @@ use crate::history::BindingIndex;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("writing the status of StickyBinding {namespace}/{name}: {source}")]
-    Status { namespace: String, name: String, source: kube::Error },
+    Status {
+        namespace: String,
+        name: String,
+        source: kube::Error,
+    },
 }
 
 pub struct Context {
@@ -58,18 +62,35 @@ pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str,
 
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
     ctx.index.upsert((*binding).clone());
-    let Some(pin) = pinned_node(&binding) else { return Ok(Action::await_change()) };
+    let Some(pin) = pinned_node(&binding) else {
+        return Ok(Action::await_change());
+    };
     let node = ctx.nodes.get(&ObjectRef::new(&pin));
     let (available, reason, message) = node_availability(&pin, node.as_deref());
-    let mut conditions = binding.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default();
-    if set_condition(&mut conditions, "NodeAvailable", available, reason, &message, binding.meta().generation) {
+    let mut conditions = binding
+        .status
+        .as_ref()
+        .map(|s| s.conditions.clone())
+        .unwrap_or_default();
+    if set_condition(
+        &mut conditions,
+        "NodeAvailable",
+        available,
+        reason,
+        &message,
+        binding.meta().generation,
+    ) {
         let namespace = binding.namespace().unwrap_or_default();
         let name = binding.name_any();
         let api: Api<StickyBinding> = Api::namespaced(ctx.client.clone(), &namespace);
         let patch = serde_json::json!({"status": {"conditions": conditions}});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|source| Error::Status { namespace, name, source })?;
+            .map_err(|source| Error::Status {
+                namespace,
+                name,
+                source,
+            })?;
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
@@ -83,20 +104,35 @@ fn error_policy(binding: Arc<StickyBinding>, error: &Error, _ctx: Arc<Context>) 
 /// plugins' view of the bindings).
 /// `on_change` runs whenever a binding is added, changed or deleted (the scheduler requeues
 /// the pods waiting for a sticky node).
-pub async fn run(client: kube::Client, index: Arc<BindingIndex>, on_change: Arc<dyn Fn() + Send + Sync>) {
+pub async fn run(
+    client: kube::Client,
+    index: Arc<BindingIndex>,
+    on_change: Arc<dyn Fn() + Send + Sync>,
+    synced: Arc<std::sync::atomic::AtomicUsize>,
+) {
     let bindings: Api<StickyBinding> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
     let (node_store, node_writer) = kube::runtime::reflector::store();
-    let node_stream = kube::runtime::reflector(node_writer, watcher::watcher(nodes, watcher::Config::default().any_semantic()));
+    let node_stream = kube::runtime::reflector(
+        node_writer,
+        watcher::watcher(nodes, watcher::Config::default().any_semantic()),
+    );
     let controller = Controller::new(bindings, watcher::Config::default().any_semantic());
     let binding_store = controller.store();
-    let ctx = Arc::new(Context { client, nodes: node_store, index: index.clone() });
+    let ctx = Arc::new(Context {
+        client,
+        nodes: node_store,
+        index: index.clone(),
+    });
     // The index follows a watch of its own, so that deletions leave it too.
     let deletions = {
         let api: Api<StickyBinding> = Api::all(ctx.client.clone());
         let index = index.clone();
         async move {
-            let mut stream = watcher::watcher(api, watcher::Config::default().any_semantic()).boxed();
+            let mut stream = watcher::watcher(api, watcher::Config::default().any_semantic())
+                .default_backoff()
+                .boxed();
+            let mut listed = false;
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(watcher::Event::Delete(b)) => {
@@ -108,6 +144,10 @@ pub async fn run(client: kube::Client, index: Arc<BindingIndex>, on_change: Arc<
                         on_change();
                     }
                     Ok(watcher::Event::InitApply(b)) => index.upsert(b),
+                    Ok(watcher::Event::InitDone) if !listed => {
+                        listed = true;
+                        synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    }
                     _ => {}
                 }
             }
@@ -142,18 +182,32 @@ mod tests {
         let mut b = StickyBinding::new(
             "b",
             StickyBindingSpec {
-                workload_ref: WorkloadRef { api_version: "v1".into(), kind: "Pod".into(), name: "p".into(), ordinal: None },
+                workload_ref: WorkloadRef {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: "p".into(),
+                    ordinal: None,
+                },
                 node_name: node_name.map(String::from),
             },
         );
-        b.status = Some(StickyBindingStatus { latest: latest.map(String::from), ..Default::default() });
+        b.status = Some(StickyBindingStatus {
+            latest: latest.map(String::from),
+            ..Default::default()
+        });
         b
     }
 
     #[test]
     fn a_persons_pin_beats_the_history() {
-        assert_eq!(pinned_node(&binding(Some("n2"), Some("n1"))).as_deref(), Some("n2"));
-        assert_eq!(pinned_node(&binding(Some(""), Some("n1"))).as_deref(), Some("n1"));
+        assert_eq!(
+            pinned_node(&binding(Some("n2"), Some("n1"))).as_deref(),
+            Some("n2")
+        );
+        assert_eq!(
+            pinned_node(&binding(Some(""), Some("n1"))).as_deref(),
+            Some("n1")
+        );
         assert_eq!(pinned_node(&binding(None, None)), None);
     }
 

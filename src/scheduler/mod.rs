@@ -76,8 +76,18 @@ pub struct Services {
 }
 
 impl Scheduler {
-    pub fn new(queue: SchedulingQueue, profiles: Arc<ProfileRegistry>, services: Services) -> Arc<Self> {
-        let Services { metrics, reports, history, owners, runtime } = services;
+    pub fn new(
+        queue: SchedulingQueue,
+        profiles: Arc<ProfileRegistry>,
+        services: Services,
+    ) -> Arc<Self> {
+        let Services {
+            metrics,
+            reports,
+            history,
+            owners,
+            runtime,
+        } = services;
         Arc::new_cyclic(|this| Scheduler {
             cache: Mutex::new(Cache::new()),
             queue,
@@ -160,7 +170,9 @@ impl Scheduler {
     /// runs a plugin that reads the history. Idempotent per pod UID.
     pub fn record_history(&self, profile: &profile::CompiledProfile, pod: &Arc<Pod>, node: &str) {
         const READERS: [&str; 2] = [plugins::sticky_node::NAME, plugins::placement_history::NAME];
-        let Some(history) = self.history.clone() else { return };
+        let Some(history) = self.history.clone() else {
+            return;
+        };
         if !READERS.iter().any(|n| profile.uses(n)) {
             return;
         }
@@ -183,8 +195,14 @@ impl Scheduler {
         let pods = self.lock_cache().bound_pods();
         let now = jiff::Timestamp::now();
         for pod in pods {
-            let scheduler_name = pod.spec.as_ref().and_then(|s| s.scheduler_name.clone()).unwrap_or_default();
-            let Some(profile) = self.profiles.get(&scheduler_name) else { continue };
+            let scheduler_name = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default();
+            let Some(profile) = self.profiles.get(&scheduler_name) else {
+                continue;
+            };
             if !READERS.iter().any(|n| profile.uses(n)) {
                 continue;
             }
@@ -192,7 +210,10 @@ impl Scheduler {
                 .status
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled" && c.status == "True"))
+                .and_then(|cs| {
+                    cs.iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+                })
                 .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0));
             let Some(bound_at) = bound_at else { continue };
             let workload = crate::workload::resolve(&pod, self.owners.as_ref());
@@ -201,12 +222,19 @@ impl Scheduler {
                     let status = b.status.clone().unwrap_or_default();
                     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
                     !status.recent_binds.iter().any(|r| r.pod_uid == uid)
-                        && status.last_schedule_time.as_ref().is_none_or(|t| t.0 < bound_at)
+                        && status
+                            .last_schedule_time
+                            .as_ref()
+                            .is_none_or(|t| t.0 < bound_at)
                 }
                 None => now.duration_since(bound_at) < jiff::SignedDuration::from_mins(10),
             };
             if missed {
-                let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
+                let node = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.clone())
+                    .unwrap_or_default();
                 tracing::info!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), node = %node, "recording a bind made before the restart");
                 self.record_history(&profile, &pod, &node);
             }

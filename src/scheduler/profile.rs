@@ -39,9 +39,20 @@ pub struct CompiledProfile {
 impl CompiledProfile {
     /// Whether a plugin of this name runs at any extension point.
     pub fn uses(&self, name: &str) -> bool {
-        [&self.pre_enqueue, &self.pre_filter, &self.filter, &self.post_filter, &self.pre_score, &self.reserve, &self.permit, &self.pre_bind, &self.bind, &self.post_bind]
-            .iter()
-            .any(|list| list.iter().any(|p| p.name() == name))
+        [
+            &self.pre_enqueue,
+            &self.pre_filter,
+            &self.filter,
+            &self.post_filter,
+            &self.pre_score,
+            &self.reserve,
+            &self.permit,
+            &self.pre_bind,
+            &self.bind,
+            &self.post_bind,
+        ]
+        .iter()
+        .any(|list| list.iter().any(|p| p.name() == name))
             || self.score.iter().any(|s| s.plugin.name() == name)
     }
 }
