@@ -138,6 +138,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .spawn(move || {
             // kube-scheduler waits for its informers to sync; so does tether.
             while loop_synced.load(Ordering::Acquire) < WATCHES {
+                if loop_sched.queue.is_closed() {
+                    return;
+                }
                 std::thread::sleep(Duration::from_millis(20));
             }
             tracing::info!("caches synced; scheduling");
@@ -171,11 +174,15 @@ async fn serve_metrics(
     )
 }
 
-async fn ready(State(state): State<HttpState>) -> (StatusCode, &'static str) {
-    if state.synced.load(Ordering::Acquire) >= WATCHES {
-        (StatusCode::OK, "ok")
+async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
+    let synced = state.synced.load(Ordering::Acquire);
+    if synced >= WATCHES {
+        (StatusCode::OK, "ok".into())
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "caches not synced")
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("caches not synced ({synced} of {WATCHES} listed)"),
+        )
     }
 }
 

@@ -6,12 +6,12 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
 use super::conditions::set_condition;
@@ -169,7 +169,7 @@ pub async fn run(
     synced: Arc<std::sync::atomic::AtomicUsize>,
 ) {
     let api: Api<SchedulingProfile> = Api::all(client.clone());
-    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    let (store, writer) = kube::runtime::reflector::store();
     let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
     let ctx = Arc::new(Context {
         recorder: Recorder::new(
@@ -182,22 +182,29 @@ pub async fn run(
         client,
         scheduler,
         handle,
-        store: controller.store(),
+        store: store.clone(),
         set: Mutex::new(ProfileSet::default()),
         verdicts: Mutex::new(BTreeMap::new()),
         announced: Mutex::new(HashMap::new()),
         resync: resync_tx.clone(),
     });
-    let first_sync = {
-        let (ctx, store) = (ctx.clone(), ctx.store.clone());
-        async move {
-            if store.wait_until_ready().await.is_ok() {
-                ctx.sync("");
+    // The reflector applies each event to the store before passing it on, so at the first
+    // InitDone the store holds every profile: fill the registry from all of them at once.
+    let first_sync_ctx = ctx.clone();
+    let mut listed = false;
+    let profiles = watcher::watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            if matches!(event, watcher::Event::InitDone) && !listed {
+                listed = true;
+                tracing::debug!("SchedulingProfiles listed");
+                first_sync_ctx.sync("");
                 synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
             }
-        }
-    };
-    tokio::spawn(first_sync);
+        })
+        .touched_objects();
+    let controller = Controller::for_stream(profiles, store);
     let sync_ctx = ctx.clone();
     controller
         .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
@@ -117,42 +117,37 @@ pub async fn run(
         node_writer,
         watcher::watcher(nodes, watcher::Config::default().any_semantic()),
     );
-    let controller = Controller::new(bindings, watcher::Config::default().any_semantic());
-    let binding_store = controller.store();
+    let (binding_store, binding_writer) = kube::runtime::reflector::store();
     let ctx = Arc::new(Context {
         client,
         nodes: node_store,
         index: index.clone(),
     });
-    // The index follows a watch of its own, so that deletions leave it too.
-    let deletions = {
-        let api: Api<StickyBinding> = Api::all(ctx.client.clone());
-        let index = index.clone();
-        async move {
-            let mut stream = watcher::watcher(api, watcher::Config::default().any_semantic())
-                .default_backoff()
-                .boxed();
-            let mut listed = false;
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(watcher::Event::Delete(b)) => {
-                        index.remove(&b.namespace().unwrap_or_default(), &b.name_any());
-                        on_change();
-                    }
-                    Ok(watcher::Event::Apply(b)) => {
-                        index.upsert(b);
-                        on_change();
-                    }
-                    Ok(watcher::Event::InitApply(b)) => index.upsert(b),
-                    Ok(watcher::Event::InitDone) if !listed => {
-                        listed = true;
-                        synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                    }
-                    _ => {}
-                }
+    // One watch of the bindings feeds the controller's store, the plugins' index (deletions
+    // included) and the requeue of pods that wait for a sticky node.
+    let mut listed = false;
+    let binding_events = watcher::watcher(bindings, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(binding_writer)
+        .inspect_ok(move |event| match event {
+            watcher::Event::Delete(b) => {
+                index.remove(&b.namespace().unwrap_or_default(), &b.name_any());
+                on_change();
             }
-        }
-    };
+            watcher::Event::Apply(b) => {
+                index.upsert(b.clone());
+                on_change();
+            }
+            watcher::Event::InitApply(b) => index.upsert(b.clone()),
+            watcher::Event::InitDone if !listed => {
+                listed = true;
+                tracing::debug!("StickyBindings listed");
+                synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
+            watcher::Event::Init | watcher::Event::InitDone => {}
+        })
+        .applied_objects();
+    let controller = Controller::for_stream(binding_events, binding_store.clone());
     let feed_nodes = node_stream.for_each(|_| async {});
     let run = controller
         .watches(
@@ -170,7 +165,7 @@ pub async fn run(
         )
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {});
-    tokio::join!(run, deletions, feed_nodes);
+    tokio::join!(run, feed_nodes);
 }
 
 #[cfg(test)]

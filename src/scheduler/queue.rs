@@ -449,6 +449,11 @@ impl SchedulingQueue {
         self.ready.notify_all();
     }
 
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
     /// Pods per pool: (active, backoff, unschedulable, gated), for metrics.
     pub fn lengths(&self) -> (usize, usize, usize, usize) {
         let st = self.lock();
