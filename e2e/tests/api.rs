@@ -23,7 +23,7 @@ async fn profiles_and_bindings_round_trip_with_printer_columns() -> anyhow::Resu
     let ns = TestNamespace::create(&client, "api").await?;
     let name = format!("e2e-roundtrip-{}", unique_suffix());
 
-    let spec = "  plugins:\n    multiPoint: {enabled: [{name: StickyNode}]}\n    score:\n      enabled: [{name: PlacementHistory, weight: 5}]\n      disabled: [{name: ImageLocality}]\n  pluginConfig:\n  - name: PlacementHistory\n    args: {skipMultiReplica: true, excludedNamespaces: [kube-system]}\n";
+    let spec = "  plugins:\n    multiPoint: {enabled: [{name: StickyNode}, {name: PlacementHistory, weight: 5}]}\n    score:\n      disabled: [{name: ImageLocality}]\n  pluginConfig:\n  - name: PlacementHistory\n    args: {skipMultiReplica: true, excludedNamespaces: [kube-system]}\n";
     kubectl_ok(
         &["apply", "-f", "-"],
         Some(&profile_yaml(&name, &format!("{name}-sched"), spec)),
@@ -41,12 +41,13 @@ async fn profiles_and_bindings_round_trip_with_printer_columns() -> anyhow::Resu
         .clone()
         .unwrap_or_default();
     assert_eq!(args["excludedNamespaces"][0], "kube-system");
-    let score = profile
-        .spec
-        .plugins
-        .and_then(|p| p.score)
-        .unwrap_or_default();
-    assert_eq!(score.enabled[0].weight, Some(5));
+    let plugins = profile.spec.plugins.unwrap_or_default();
+    let multi_point = plugins.multi_point.unwrap_or_default();
+    assert_eq!(multi_point.enabled[1].weight, Some(5));
+    assert_eq!(
+        plugins.score.unwrap_or_default().disabled[0].name,
+        "ImageLocality"
+    );
 
     // The printer columns, by their long name and by the short name.
     let table = kubectl_ok(&["get", "schedulingprofiles", &name], None)?;
@@ -87,6 +88,7 @@ async fn profiles_and_bindings_round_trip_with_printer_columns() -> anyhow::Resu
             "PINNED",
             "LATEST",
             "SCHEDULES",
+            "AVAILABLE",
             "AGE"
         ],
         "got:\n{table}"
@@ -228,16 +230,32 @@ async fn samples_in_config_are_accepted() -> anyhow::Result<()> {
     let client = client().await?;
     install_crds(&client).await?;
     let samples = tether_e2e::repo_dir().join("config/samples");
-    let out = kubectl_ok(
-        &[
-            "apply",
-            "--dry-run=server",
-            "-f",
-            &samples.to_string_lossy(),
-        ],
-        None,
-    )?;
-    assert!(out.contains("schedulingprofile.tether.dev/"), "got:\n{out}");
+    let samples = samples.to_string_lossy();
+    let out = kubectl_ok(&["apply", "-f", &samples, "-o", "name"], None)?;
+    let names: Vec<&str> = out
+        .lines()
+        .filter_map(|l| l.strip_prefix("schedulingprofile.tether.dev/"))
+        .collect();
+    assert!(names.len() >= 3, "got:\n{out}");
+    // Every sample compiles and serves.
+    let profiles: Api<SchedulingProfile> = Api::all(client.clone());
+    for name in &names {
+        wait_for(
+            &format!("the sample SchedulingProfile {name} to be Ready"),
+            Duration::from_secs(30),
+            || {
+                let profiles = profiles.clone();
+                async move {
+                    let p = profiles.get(name).await?;
+                    let ready = p
+                        .status
+                        .and_then(|s| s.conditions.into_iter().find(|c| c.type_ == "Ready"));
+                    Ok(ready.filter(|c| c.status == "True").map(|_| ()))
+                }
+            },
+        )
+        .await?;
+    }
     Ok(())
 }
 

@@ -191,7 +191,7 @@ async fn a_rescheduled_deployment_pod_goes_to_the_least_used_node() -> anyhow::R
     let nodes = TestNodes::create(&client, "history", 3, "16", |_, _| {}).await?;
     let name = format!("spread-history-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"score": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}})).await?;
+    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}})).await?;
     let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
     nodes.isolate(&mut spec);
     apply(json!({

@@ -252,6 +252,34 @@ pub fn compile(
         per_point.insert(point, list);
     }
 
+    // A plugin's Filter reads what its PreFilter computed, its Score what its PreScore
+    // computed: running one without the other would silently do nothing or fail every pod.
+    for (point, prep) in [("filter", "preFilter"), ("score", "preScore")] {
+        let runs_at = |pt: &str, name: &str| {
+            per_point
+                .get(pt)
+                .is_some_and(|l| l.iter().any(|(p, _)| p.name() == name))
+        };
+        for (plugin, _) in per_point.get(point).into_iter().flatten() {
+            let name = plugin.name();
+            if !implements(plugin.as_ref(), prep) || runs_at(prep, name) {
+                continue;
+            }
+            let field = point_set(spec, point)
+                .and_then(|s| s.enabled.iter().position(|p| p.name == name))
+                .map_or(format!("plugins.{prep}.disabled"), |j| {
+                    format!("plugins.{point}.enabled[{j}].name")
+                });
+            errs.push(
+                field,
+                format!(
+                    "plugin {name} runs at {point} but not at {prep}, which {point} needs; \
+                     enable it under multiPoint (or under {prep} too)"
+                ),
+            );
+        }
+    }
+
     let take = |point: &str| -> Vec<Arc<dyn Plugin>> {
         per_point
             .get(point)
@@ -498,6 +526,28 @@ mod tests {
                     vec![],
                 ),
                 "plugins.queueSort",
+            ),
+            (
+                "a Score without the PreScore it reads",
+                spec(
+                    Some(Plugins {
+                        score: set(vec![plugin("PlacementHistory", Some(5))], vec![]),
+                        ..Default::default()
+                    }),
+                    vec![],
+                ),
+                "plugins.score.enabled[0].name",
+            ),
+            (
+                "a Filter whose PreFilter is disabled",
+                spec(
+                    Some(Plugins {
+                        pre_filter: set(vec![], vec![plugin("NodeResourcesFit", None)]),
+                        ..Default::default()
+                    }),
+                    vec![],
+                ),
+                "plugins.preFilter.disabled",
             ),
             (
                 "no binder",
