@@ -186,10 +186,29 @@ pub async fn install_crds(client: &Client) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A namespace of one test, named after it with a random suffix. Delete it with [`TestNamespace::delete`].
+/// A namespace of one test, named after it with a random suffix. Delete it with
+/// [`TestNamespace::delete`]; a test that fails early deletes it when the value is dropped.
 pub struct TestNamespace {
     pub name: String,
     client: Client,
+    deleted: bool,
+}
+
+impl Drop for TestNamespace {
+    fn drop(&mut self) {
+        if !self.deleted {
+            let _ = kubectl(
+                &[
+                    "delete",
+                    "namespace",
+                    &self.name,
+                    "--wait=false",
+                    "--ignore-not-found",
+                ],
+                None,
+            );
+        }
+    }
 }
 
 impl TestNamespace {
@@ -209,11 +228,13 @@ impl TestNamespace {
         Ok(TestNamespace {
             name,
             client: client.clone(),
+            deleted: false,
         })
     }
 
-    pub async fn delete(self) -> anyhow::Result<()> {
-        Api::<Namespace>::all(self.client)
+    pub async fn delete(mut self) -> anyhow::Result<()> {
+        self.deleted = true;
+        Api::<Namespace>::all(self.client.clone())
             .delete(&self.name, &DeleteParams::background())
             .await
             .with_context(|| format!("deleting namespace {}", self.name))?;
@@ -223,10 +244,31 @@ impl TestNamespace {
 
 /// Kwok nodes that belong to one test: labelled and tainted `e2e.tether.dev/test=<name>`, so
 /// that only that test's pods (which select and tolerate it, see [`TestNodes::isolate`]) land on them.
+/// A test that fails early deletes its nodes when the value is dropped.
 pub struct TestNodes {
     pub test: String,
     pub names: Vec<String>,
     client: Client,
+    deleted: bool,
+}
+
+impl Drop for TestNodes {
+    fn drop(&mut self) {
+        if !self.deleted {
+            let selector = format!("{TEST_KEY}={}", self.test);
+            let _ = kubectl(
+                &[
+                    "delete",
+                    "nodes",
+                    "-l",
+                    &selector,
+                    "--wait=false",
+                    "--ignore-not-found",
+                ],
+                None,
+            );
+        }
+    }
 }
 
 /// The label and taint key that isolates a test's nodes.
@@ -245,7 +287,13 @@ impl TestNodes {
         use k8s_openapi::api::core::v1::Node;
         let test = format!("{test}-{}", unique_suffix());
         let nodes: Api<Node> = Api::all(client.clone());
-        let mut names = Vec::new();
+        // Built first, so that the nodes made so far go away if a later step fails.
+        let mut made = TestNodes {
+            test: test.clone(),
+            names: Vec::new(),
+            client: client.clone(),
+            deleted: false,
+        };
         for i in 0..count {
             let name = format!("{test}-{i}");
             let zone = ["zone-a", "zone-b", "zone-c"][i % 3];
@@ -271,9 +319,9 @@ impl TestNodes {
                 .create(&PostParams::default(), &node)
                 .await
                 .with_context(|| format!("creating node {name}"))?;
-            names.push(name);
+            made.names.push(name);
         }
-        for name in &names {
+        for name in &made.names {
             wait_for(
                 &format!("node {name} to be Ready"),
                 Duration::from_secs(30),
@@ -302,11 +350,7 @@ impl TestNodes {
             )
             .await?;
         }
-        Ok(TestNodes {
-            test,
-            names,
-            client: client.clone(),
-        })
+        Ok(made)
     }
 
     /// Makes a pod (as JSON) select and tolerate this test's nodes.
@@ -324,7 +368,8 @@ impl TestNodes {
         }
     }
 
-    pub async fn delete(self) -> anyhow::Result<()> {
+    pub async fn delete(mut self) -> anyhow::Result<()> {
+        self.deleted = true;
         use k8s_openapi::api::core::v1::Node;
         let nodes: Api<Node> = Api::all(self.client.clone());
         for name in &self.names {

@@ -112,11 +112,13 @@ pub async fn run(
 ) {
     let bindings: Api<StickyBinding> = Api::all(client.clone());
     let nodes: Api<Node> = Api::all(client.clone());
+    // The node store is updated before a node event triggers a reconcile, so a reconcile
+    // never reads a node older than the event that woke it.
     let (node_store, node_writer) = kube::runtime::reflector::store();
-    let node_stream = kube::runtime::reflector(
-        node_writer,
-        watcher::watcher(nodes, watcher::Config::default().any_semantic()),
-    );
+    let node_events = watcher::watcher(nodes, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(node_writer)
+        .touched_objects();
     let (binding_store, binding_writer) = kube::runtime::reflector::store();
     let ctx = Arc::new(Context {
         client,
@@ -148,24 +150,19 @@ pub async fn run(
         })
         .applied_objects();
     let controller = Controller::for_stream(binding_events, binding_store.clone());
-    let feed_nodes = node_stream.for_each(|_| async {});
     let run = controller
-        .watches(
-            Api::<Node>::all(ctx.client.clone()),
-            watcher::Config::default().any_semantic(),
-            move |node: Node| {
-                let name = node.name_any();
-                binding_store
-                    .state()
-                    .into_iter()
-                    .filter(|b| pinned_node(b).as_deref() == Some(name.as_str()))
-                    .map(|b| ObjectRef::from_obj(&*b))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(node_events, move |node: Node| {
+            let name = node.name_any();
+            binding_store
+                .state()
+                .into_iter()
+                .filter(|b| pinned_node(b).as_deref() == Some(name.as_str()))
+                .map(|b| ObjectRef::from_obj(&*b))
+                .collect::<Vec<_>>()
+        })
         .run(reconcile, error_policy, ctx)
         .for_each(|_| async {});
-    tokio::join!(run, feed_nodes);
+    run.await;
 }
 
 #[cfg(test)]
