@@ -29,6 +29,30 @@ impl BindingIndex {
             .insert(key, Arc::new(binding));
     }
 
+    /// Stores what one of our own writes returned, unless the index already holds a newer
+    /// version (a watch event may have overtaken the write's response). Versions are compared
+    /// as numbers when both are, as client-go's mutation cache does; else the write wins.
+    pub fn upsert_written(&self, binding: StickyBinding) {
+        let key = (
+            binding.metadata.namespace.clone().unwrap_or_default(),
+            binding.metadata.name.clone().unwrap_or_default(),
+        );
+        let version = |b: &StickyBinding| {
+            b.metadata
+                .resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        let mut map = self.bindings.write().unwrap_or_else(|e| e.into_inner());
+        let older = map
+            .get(&key)
+            .and_then(|held| Some(version(held)? > version(&binding)?))
+            .unwrap_or(false);
+        if !older {
+            map.insert(key, Arc::new(binding));
+        }
+    }
+
     pub fn remove(&self, namespace: &str, name: &str) {
         self.bindings
             .write()
@@ -168,10 +192,13 @@ fn truncate_label(v: &str) -> String {
 pub struct HistoryWriter {
     client: kube::Client,
     recorder: Recorder,
+    index: Arc<BindingIndex>,
 }
 
 impl HistoryWriter {
-    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+    /// `index` is read for the current binding (no GET unless it is stale) and receives what
+    /// each write returns, so the plugins see a bind's history before the watch delivers it.
+    pub fn new(client: kube::Client, instance: Option<String>, index: Arc<BindingIndex>) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -179,7 +206,11 @@ impl HistoryWriter {
                 instance,
             },
         );
-        HistoryWriter { client, recorder }
+        HistoryWriter {
+            client,
+            recorder,
+            index,
+        }
     }
 
     /// Counts `pod` bound to `node` in its workload's binding, creating the binding if missing.
@@ -194,14 +225,23 @@ impl HistoryWriter {
         let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
         let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
         let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        // The index's copy first; after a conflict, the API server's.
+        let mut cached = self.index.get(&namespace, &name);
         for _ in 0..MAX_CONFLICTS {
-            let current = match api.get_opt(&name).await {
+            let fetched = match cached.take() {
+                Some(b) => Ok(Some(StickyBinding::clone(&b))),
+                None => api.get_opt(&name).await,
+            };
+            let current = match fetched {
                 Ok(Some(b)) => b,
                 Ok(None) => match api
                     .create(&PostParams::default(), &new_binding(workload))
                     .await
                 {
-                    Ok(b) => b,
+                    Ok(b) => {
+                        self.index.upsert_written(b.clone());
+                        b
+                    }
                     Err(kube::Error::Api(e)) if e.code == 409 => continue,
                     Err(source) => {
                         return Err(HistoryError::Create {
@@ -237,7 +277,8 @@ impl HistoryWriter {
                 .replace_status(&name, &PostParams::default(), &updated)
                 .await
             {
-                Ok(_) => {
+                Ok(written) => {
+                    self.index.upsert_written(written);
                     if let Some(old) = released {
                         self.announce_release(&current, &old, node).await;
                     }
@@ -300,6 +341,50 @@ mod tests {
 
     fn now() -> Time {
         Time(jiff::Timestamp::from_second(1_700_000_000).expect("ts"))
+    }
+
+    fn versioned(rv: &str, latest: &str) -> StickyBinding {
+        let mut b = StickyBinding::new(
+            "b",
+            StickyBindingSpec {
+                workload_ref: crate::api::WorkloadRef {
+                    api_version: "apps/v1".into(),
+                    kind: "StatefulSet".into(),
+                    name: "db".into(),
+                    ordinal: Some(0),
+                },
+                node_name: None,
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.resource_version = Some(rv.into());
+        b.status = Some(StickyBindingStatus {
+            latest: Some(latest.into()),
+            ..Default::default()
+        });
+        b
+    }
+
+    #[test]
+    fn a_write_never_replaces_a_newer_version_the_watch_delivered() {
+        let index = BindingIndex::default();
+        let latest = |i: &BindingIndex| {
+            i.get("ns", "b")
+                .and_then(|b| b.status.clone())
+                .and_then(|s| s.latest)
+        };
+        index.upsert_written(versioned("10", "a"));
+        assert_eq!(latest(&index).as_deref(), Some("a"), "absent: stored");
+        index.upsert_written(versioned("12", "b"));
+        assert_eq!(latest(&index).as_deref(), Some("b"), "newer: replaces");
+        index.upsert_written(versioned("11", "c"));
+        assert_eq!(latest(&index).as_deref(), Some("b"), "older: kept out");
+        index.upsert_written(versioned("opaque", "d"));
+        assert_eq!(
+            latest(&index).as_deref(),
+            Some("d"),
+            "not numbers: the write wins"
+        );
     }
 
     #[test]

@@ -83,6 +83,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             history: Some(Arc::new(HistoryWriter::new(
                 client.clone(),
                 config.instance.clone(),
+                bindings.clone(),
             ))),
             owners: owners.clone(),
             runtime: tokio::runtime::Handle::current(),

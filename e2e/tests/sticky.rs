@@ -3,7 +3,7 @@
 //! least-used node; StatefulSet ordinals stick each to their own node; a lost node keeps its
 //! workload Pending (Wait) and a person's pin moves it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -13,7 +13,7 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use serde_json::{Value, json};
-use tether::api::{SchedulingProfile, StickyBinding};
+use tether::api::{SchedulingProfile, StickyBinding, StickyBindingStatus};
 use tether_e2e::{
     TestNamespace, TestNodes, client, kubectl_ok, unique_suffix, wait_bound, wait_for,
 };
@@ -67,6 +67,48 @@ async fn wait_count(
     .await
 }
 
+/// Waits until the binding has recorded the bind of the pod `uid`, then checks that every bind
+/// was counted exactly once: distinct pods in `recentBinds`, as many as `scheduleCount`, and
+/// `nodeCount` adding up to it. For workloads whose pods the control plane may replace on its
+/// own (a StatefulSet's), where the number of binds is not the test's to decide.
+async fn wait_recorded(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    uid: &str,
+) -> anyhow::Result<StickyBindingStatus> {
+    let api: Api<StickyBinding> = Api::namespaced(client.clone(), ns);
+    let status = wait_for(
+        &format!("StickyBinding {ns}/{name} to record pod {uid}"),
+        TIMEOUT,
+        || {
+            let api = api.clone();
+            async move {
+                let status = api.get_opt(name).await?.and_then(|b| b.status);
+                Ok(status.filter(|s| s.recent_binds.iter().any(|b| b.pod_uid == uid)))
+            }
+        },
+    )
+    .await?;
+    let uids: BTreeSet<&str> = status
+        .recent_binds
+        .iter()
+        .map(|b| b.pod_uid.as_str())
+        .collect();
+    assert_eq!(uids.len(), status.recent_binds.len(), "{status:?}");
+    assert_eq!(
+        status.schedule_count,
+        status.recent_binds.len() as i64,
+        "{status:?}"
+    );
+    assert_eq!(
+        status.node_count.values().sum::<i64>(),
+        status.schedule_count,
+        "{status:?}"
+    );
+    Ok(status)
+}
+
 fn kubevirt(kind: &str) -> ApiResource {
     ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
 }
@@ -108,12 +150,20 @@ async fn start_vm(
     Ok(())
 }
 
+/// Deletes a pod at once (grace 0), as a node that is gone would. With a grace period kwok
+/// finishes the deletion itself, by name, and a late retry of it can delete the pod that
+/// replaced the old one under the same name (a StatefulSet's or a VM's), adding binds the test
+/// did not make.
+fn at_once() -> DeleteParams {
+    DeleteParams::default().grace_period(0)
+}
+
 async fn stop_vm(client: &Client, ns: &str, vm: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let vmis: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
     let pod = format!("virt-launcher-{vm}");
-    pods.delete(&pod, &DeleteParams::default()).await?;
+    pods.delete(&pod, &at_once()).await?;
     vmis.delete(vm, &DeleteParams::default()).await?;
     wait_for(&format!("pod {pod} and its VMI gone"), TIMEOUT, || {
         let (pods, vmis, pod) = (pods.clone(), vmis.clone(), pod.clone());
@@ -227,11 +277,8 @@ async fn a_rescheduled_deployment_pod_goes_to_the_least_used_node() -> anyhow::R
             .min()
             .unwrap_or(0);
         let old_uid = pod.metadata.uid.clone();
-        pods.delete(
-            pod.metadata.name.as_deref().unwrap_or_default(),
-            &DeleteParams::default(),
-        )
-        .await?;
+        pods.delete(pod.metadata.name.as_deref().unwrap_or_default(), &at_once())
+            .await?;
         pod = wait_for("the replacement pod bound", TIMEOUT, || {
             let pods = pods.clone();
             let old_uid = old_uid.clone();
@@ -293,27 +340,30 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
         "spec": {"replicas": 3, "podManagementPolicy": "Parallel", "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
                  "template": {"metadata": {"labels": {"app": "db"}}, "spec": spec}},
     }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let uid_of = |pod: &str| {
+        let (pods, pod) = (pods.clone(), pod.to_string());
+        async move { anyhow::Ok(pods.get(&pod).await?.metadata.uid.unwrap_or_default()) }
+    };
     let mut placed = BTreeMap::new();
     for i in 0..3 {
         let pod = format!("db-{i}");
-        placed.insert(
-            pod.clone(),
-            wait_bound(&client, &ns.name, &pod, TIMEOUT).await?,
-        );
-        wait_count(&client, &ns.name, &format!("statefulset-{pod}"), 1).await?;
+        let node = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
+        let uid = uid_of(&pod).await?;
+        wait_recorded(&client, &ns.name, &format!("statefulset-{pod}"), &uid).await?;
+        placed.insert(pod, node);
     }
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     for round in 0..2 {
         for pod in placed.keys() {
-            let uid = pods.get(pod).await?.metadata.uid;
-            pods.delete(pod, &DeleteParams::default()).await?;
+            let uid = uid_of(pod).await?;
+            pods.delete(pod, &at_once()).await?;
             wait_for(&format!("{pod} recreated"), TIMEOUT, || {
                 let (pods, uid) = (pods.clone(), uid.clone());
                 async move {
                     Ok(pods
                         .get_opt(pod)
                         .await?
-                        .filter(|p| p.metadata.uid != uid)
+                        .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
                         .map(|_| ()))
                 }
             })
@@ -325,7 +375,16 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
                 node,
                 "round {round}: {pod} moved"
             );
-            wait_count(&client, &ns.name, &format!("statefulset-{pod}"), round + 2).await?;
+            let uid = uid_of(pod).await?;
+            let status =
+                wait_recorded(&client, &ns.name, &format!("statefulset-{pod}"), &uid).await?;
+            // Only its own node, ever; at least the binds this test caused.
+            assert_eq!(
+                status.node_count.keys().collect::<Vec<_>>(),
+                [node],
+                "round {round}: {pod}: {status:?}"
+            );
+            assert!(status.schedule_count >= round + 2, "{status:?}");
         }
     }
     kubectl_ok(&["delete", "sp", &name], None)?;
