@@ -187,6 +187,15 @@ fn truncate_label(v: &str) -> String {
         .to_string()
 }
 
+/// What a history write did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Recorded {
+    /// The bind was counted.
+    Counted,
+    /// The binding had counted this pod already (a repeated report); nothing was written.
+    AlreadyCounted,
+}
+
 /// Writes StickyBinding history: exactly once per bound pod, with a resourceVersion
 /// precondition and retries on conflict.
 pub struct HistoryWriter {
@@ -219,7 +228,7 @@ impl HistoryWriter {
         workload: &Workload,
         pod: &Pod,
         node: &str,
-    ) -> Result<(), HistoryError> {
+    ) -> Result<Recorded, HistoryError> {
         let namespace = workload.namespace.clone();
         let name = workload.binding_name();
         let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
@@ -262,7 +271,7 @@ impl HistoryWriter {
             let status = current.status.clone().unwrap_or_default();
             let now = Time(jiff::Timestamp::now());
             let Some(mut next) = count_bind(&status, &pod_uid, &pod_name, node, now.clone()) else {
-                return Ok(());
+                return Ok(Recorded::AlreadyCounted);
             };
             let released = released_node(&current, node);
             if let Some(old) = &released {
@@ -282,7 +291,7 @@ impl HistoryWriter {
                     if let Some(old) = released {
                         self.announce_release(&current, &old, node).await;
                     }
-                    return Ok(());
+                    return Ok(Recorded::Counted);
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => continue,
                 Err(source) => {

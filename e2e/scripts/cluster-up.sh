@@ -152,6 +152,13 @@ main() {
     --endpoint-reconciler-type none --allow-privileged \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false
   wait_healthy kube-apiserver apiserver_ready
+  # The cluster serves KubeVirt's VM API (the CRDs only; the e2e plays virt-controller) from the
+  # start, as a KubeVirt cluster does: the garbage collector must know the kinds before any
+  # object owned by a VMI exists, or it takes such objects for orphans and deletes them.
+  $KUBECTL apply -f "$E2E_DIR/kubevirt/crds.yaml" >/dev/null
+  $KUBECTL wait --for=condition=Established --timeout=60s \
+    crd/virtualmachines.kubevirt.io crd/virtualmachineinstances.kubevirt.io >/dev/null \
+    || die "the KubeVirt CRDs were not established; read $LOG_DIR/kube-apiserver.log"
 
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \

@@ -97,6 +97,26 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<Kubectl> {
     Ok(out.into())
 }
 
+/// The value of one sample on tether's `/metrics` (the tether `make e2e` started, on
+/// `$TETHER_HTTP_PORT`, default 18080), e.g. `tether_binds_total{profile="p"}`; `None` when
+/// the sample is absent.
+pub fn tether_metric(sample: &str) -> anyhow::Result<Option<f64>> {
+    let port = std::env::var("TETHER_HTTP_PORT").unwrap_or_else(|_| "18080".into());
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5"])
+        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .output()
+        .context("running curl")?;
+    if !out.status.success() {
+        bail!("tether's /metrics on port {port} did not answer");
+    }
+    let text = String::from_utf8_lossy(&out.stdout);
+    Ok(text.lines().find_map(|line| {
+        let value = line.strip_prefix(sample)?.strip_prefix(' ')?;
+        value.trim().parse().ok()
+    }))
+}
+
 /// Like [`kubectl`], but fails when kubectl fails, with what it printed.
 pub fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> {
     let out = kubectl(args, stdin)?;

@@ -15,7 +15,8 @@ use kube::api::{
 use serde_json::{Value, json};
 use tether::api::{SchedulingProfile, StickyBinding, StickyBindingStatus};
 use tether_e2e::{
-    TestNamespace, TestNodes, client, kubectl_ok, unique_suffix, wait_bound, wait_for,
+    TestNamespace, TestNodes, client, events_for, kubectl_ok, tether_metric, unique_suffix,
+    wait_bound, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -228,6 +229,11 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
         table.contains("virtualmachine-fedora") && table.contains(" 6 "),
         "got:\n{table}"
     );
+    // The writes are observable, and none failed (every test's binds included).
+    let recorded = tether_metric(r#"tether_history_writes_total{result="recorded"}"#)?;
+    assert!(recorded.unwrap_or(0.0) >= 6.0, "recorded: {recorded:?}");
+    let failed = tether_metric(r#"tether_history_writes_total{result="failed"}"#)?;
+    assert_eq!(failed, None, "no history write failed");
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
@@ -480,6 +486,87 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         .status
         .unwrap_or_default();
     assert_eq!(status.latest.as_deref(), Some(other.as_str()));
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "release").await?;
+    let nodes = TestNodes::create(&client, "release", 2, "16", |_, _| {}).await?;
+    let name = format!("sticky-release-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    let delay = 3;
+    profile(
+        &client,
+        &name,
+        json!({"schedulerName": scheduler,
+               "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}},
+               "pluginConfig": [{"name": "StickyNode", "args": {"onNodeLoss": "Release", "releaseAfterSeconds": delay}}]}),
+    )
+    .await?;
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
+    let vm = vms
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new("vm", &kubevirt("VirtualMachine")),
+        )
+        .await?;
+    let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
+    start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
+    let first = wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?;
+    wait_count(&client, &ns.name, "virtualmachine-vm", 1).await?;
+
+    // The node is lost while the VM is down; the VM starts again before the delay is over.
+    stop_vm(&client, &ns.name, "vm").await?;
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .delete(&first, &DeleteParams::default())
+        .await?;
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let lost_at = wait_for("NodeAvailable=False", TIMEOUT, || {
+        let bindings = bindings.clone();
+        async move {
+            let b = bindings.get("virtualmachine-vm").await?;
+            Ok(b.status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "NodeAvailable" && c.status == "False")
+                .map(|c| c.last_transition_time.0))
+        }
+    })
+    .await?;
+    start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
+
+    // Released: bound elsewhere, not before the delay, with the release in status and an Event.
+    let other = wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?;
+    assert_ne!(other, first);
+    let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2)
+        .await?
+        .status
+        .unwrap_or_default();
+    assert_eq!(status.latest.as_deref(), Some(other.as_str()));
+    let released = status.released_from.expect("status.releasedFrom is set");
+    assert_eq!(released.node, first);
+    let bound_at = status.recent_binds.last().map(|b| b.time.0);
+    assert!(
+        bound_at.is_some_and(|t| t.duration_since(lost_at).as_secs() >= delay),
+        "bound at {bound_at:?}, lost at {lost_at}: not before releaseAfterSeconds"
+    );
+    let events = wait_for("a Released event", TIMEOUT, || {
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move {
+            let events = events_for(&client, &ns, "virtualmachine-vm", "Released").await?;
+            Ok((!events.is_empty()).then_some(events))
+        }
+    })
+    .await?;
+    assert!(events[0].contains(&first), "got: {events:?}");
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;

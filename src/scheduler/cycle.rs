@@ -55,6 +55,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             queued,
             &[],
             (profile.pod_initial_backoff, profile.pod_max_backoff),
+            status.retry_after,
         );
         return;
     }
@@ -110,9 +111,12 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 .metrics
                 .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
             sched.report_failure(&queued, "Unschedulable", message);
-            sched
-                .queue
-                .add_unschedulable(queued, &diagnosis.unschedulable_plugins, backoff);
+            sched.queue.add_unschedulable(
+                queued,
+                &diagnosis.unschedulable_plugins,
+                backoff,
+                diagnosis.retry_after(),
+            );
         }
         ScheduleResult::Error(status) => {
             tracing::warn!(pod = %key, profile = %profile.source, error = %status, "scheduling error");
@@ -163,7 +167,9 @@ fn fail(sched: &Scheduler, queued: QueuedPodInfo, profile: &CompiledProfile, sta
     if status.is_rejected() {
         sched.report_failure(&queued, "Unschedulable", status.message());
         let plugins: Vec<&'static str> = status.plugin.into_iter().collect();
-        sched.queue.add_unschedulable(queued, &plugins, backoff);
+        sched
+            .queue
+            .add_unschedulable(queued, &plugins, backoff, status.retry_after);
     } else {
         sched.report_failure(&queued, "SchedulerError", status.message());
         sched.queue.requeue_with_backoff(queued, backoff);

@@ -22,6 +22,12 @@ pub struct ProfileLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HistoryLabels {
+    /// recorded (the bind was counted), duplicate (it already was) or failed.
+    pub result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     /// active, backoff, unschedulable or gated.
     pub queue: String,
@@ -35,6 +41,7 @@ pub struct Metrics {
     binds: Family<ProfileLabels, Counter>,
     bind_failures: Family<ProfileLabels, Counter>,
     bind_duration: Family<ProfileLabels, Histogram>,
+    history_writes: Family<HistoryLabels, Counter>,
     pub pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -54,6 +61,7 @@ impl Default for Metrics {
         let bind_failures = Family::<ProfileLabels, Counter>::default();
         let bind_duration =
             Family::<ProfileLabels, Histogram>::new_with_constructor(buckets as fn() -> Histogram);
+        let history_writes = Family::<HistoryLabels, Counter>::default();
         let pending_pods = Family::default();
         let cache_nodes = Gauge::default();
         let cache_pods = Gauge::default();
@@ -79,6 +87,11 @@ impl Default for Metrics {
             bind_duration.clone(),
         );
         registry.register(
+            "history_writes",
+            "Binds reported to StickyBinding history, by result",
+            history_writes.clone(),
+        );
+        registry.register(
             "pending_pods",
             "Pods in the scheduling queue by sub-queue",
             pending_pods.clone(),
@@ -100,6 +113,7 @@ impl Default for Metrics {
             binds,
             bind_failures,
             bind_duration,
+            history_writes,
             pending_pods,
             cache_nodes,
             cache_pods,
@@ -108,6 +122,15 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// One bind reported to a StickyBinding: `recorded`, `duplicate` or `failed`.
+    pub fn history_write(&self, result: &str) {
+        self.history_writes
+            .get_or_create(&HistoryLabels {
+                result: result.into(),
+            })
+            .inc();
+    }
+
     pub fn attempt(&self, result: &str, profile: &str, took: Duration) {
         let labels = AttemptLabels {
             result: result.into(),

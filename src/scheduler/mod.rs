@@ -177,11 +177,17 @@ impl Scheduler {
             return;
         }
         let workload = crate::workload::resolve(pod, self.owners.as_ref());
-        let (pod, node) = (pod.clone(), node.to_string());
+        let (pod, node, metrics) = (pod.clone(), node.to_string(), self.metrics.clone());
         self.runtime.spawn(async move {
-            if let Err(e) = history.record(&workload, &pod, &node).await {
-                tracing::warn!(error = %e, "could not record the bind in the StickyBinding");
-            }
+            let result = match history.record(&workload, &pod, &node).await {
+                Ok(crate::history::Recorded::Counted) => "recorded",
+                Ok(crate::history::Recorded::AlreadyCounted) => "duplicate",
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not record the bind in the StickyBinding");
+                    "failed"
+                }
+            };
+            metrics.history_write(result);
         });
     }
 

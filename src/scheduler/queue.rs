@@ -340,12 +340,14 @@ impl SchedulingQueue {
     }
 
     /// The pod did not fit. It waits in the unschedulable pool for a cluster event, or goes
-    /// to backoffQ at once when an event arrived while it was being scheduled.
+    /// to backoffQ at once when an event arrived while it was being scheduled. With
+    /// `retry_after` (a plugin's answer changes by itself then) it goes to backoffQ until then.
     pub fn add_unschedulable(
         &self,
         info: QueuedPodInfo,
         plugins: &[&'static str],
         backoff: (Duration, Duration),
+        retry_after: Option<Duration>,
     ) {
         let key = info.pod.key();
         let mut st = self.lock();
@@ -360,7 +362,10 @@ impl SchedulingQueue {
         entry.info.unschedulable_plugins = plugins.iter().copied().collect();
         entry.backoff_until = now + backoff_duration(entry.info.attempts, backoff.0, backoff.1);
         entry.since = now;
-        if entry.moved_while_in_flight {
+        if let Some(after) = retry_after {
+            entry.backoff_until = entry.backoff_until.max(now + after);
+        }
+        if entry.moved_while_in_flight || retry_after.is_some() {
             entry.pool = Pool::Backoff;
             let until = entry.backoff_until;
             st.backoff.push(BackoffEntry { until, key });
@@ -520,7 +525,7 @@ mod tests {
         q.add(pod("p", 0), None);
         let popped = q.pop().expect("a pod");
         assert_eq!(popped.attempts, 1);
-        q.add_unschedulable(popped, &["NodeResourcesFit"], BACKOFF);
+        q.add_unschedulable(popped, &["NodeResourcesFit"], BACKOFF, None);
         assert_eq!(q.lengths(), (0, 0, 1, 0), "parked until an event");
         q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
         let (active, backoff, _, _) = q.lengths();
@@ -535,9 +540,24 @@ mod tests {
         q.add(pod("p", 0), None);
         let popped = q.pop().expect("a pod");
         q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
-        q.add_unschedulable(popped, &[], BACKOFF);
+        q.add_unschedulable(popped, &[], BACKOFF, None);
         assert_eq!(q.lengths(), (0, 1, 0, 0));
         assert!(q.pop().is_some(), "comes back after its backoff");
+    }
+
+    #[test]
+    fn a_rejection_with_a_deadline_is_retried_then_without_an_event() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        let popped = q.pop().expect("a pod");
+        q.add_unschedulable(
+            popped,
+            &["StickyNode"],
+            BACKOFF,
+            Some(Duration::from_millis(50)),
+        );
+        assert_eq!(q.lengths(), (0, 1, 0, 0), "in backoff, not parked");
+        assert!(q.pop().is_some(), "comes back when the deadline passes");
     }
 
     #[test]
@@ -546,7 +566,7 @@ mod tests {
         q.add(pod("p", 0), None);
         let popped = q.pop().expect("a pod");
         q.delete("default/p");
-        q.add_unschedulable(popped, &[], BACKOFF);
+        q.add_unschedulable(popped, &[], BACKOFF, None);
         assert!(!q.contains("default/p"), "deleted while in flight: gone");
 
         q.add(pod("b", 0), None);

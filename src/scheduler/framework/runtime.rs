@@ -47,6 +47,15 @@ pub struct Diagnosis {
 }
 
 impl Diagnosis {
+    /// The earliest time a rejecting plugin asked to be asked again, if any did.
+    pub fn retry_after(&self) -> Option<std::time::Duration> {
+        self.pre_filter_status
+            .iter()
+            .chain(self.node_statuses.iter().map(|(_, s)| s))
+            .filter_map(|s| s.retry_after)
+            .min()
+    }
+
     /// kube-scheduler's FitError message: "0/5 nodes are available: 2 Insufficient cpu,
     /// 3 node(s) had untolerated taint {dedicated: gpu}." — reasons counted over nodes, sorted.
     pub fn message(&self) -> String {

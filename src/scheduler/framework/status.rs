@@ -27,6 +27,9 @@ pub struct Status {
     pub reasons: Vec<String>,
     /// The plugin that returned this status, filled in by the runtime.
     pub plugin: Option<&'static str>,
+    /// For a rejection: when the answer may change by itself (a deadline passes), so that the
+    /// pod is retried then instead of waiting for a cluster event.
+    pub retry_after: Option<std::time::Duration>,
 }
 
 impl Status {
@@ -35,6 +38,7 @@ impl Status {
             code: Code::Success,
             reasons: Vec::new(),
             plugin: None,
+            retry_after: None,
         }
     }
 
@@ -43,6 +47,7 @@ impl Status {
             code,
             reasons: vec![reason.into()],
             plugin: None,
+            retry_after: None,
         }
     }
 
@@ -51,6 +56,7 @@ impl Status {
             code,
             reasons,
             plugin: None,
+            retry_after: None,
         }
     }
 
@@ -71,6 +77,7 @@ impl Status {
             code: Code::Skip,
             reasons: Vec::new(),
             plugin: None,
+            retry_after: None,
         }
     }
 
@@ -88,6 +95,12 @@ impl Status {
             self.code,
             Code::Unschedulable | Code::UnschedulableAndUnresolvable
         )
+    }
+
+    /// Asks for a retry after `after` (see [`Status::retry_after`]).
+    pub fn with_retry_after(mut self, after: std::time::Duration) -> Self {
+        self.retry_after = Some(after);
+        self
     }
 
     pub fn with_plugin(mut self, plugin: &'static str) -> Self {

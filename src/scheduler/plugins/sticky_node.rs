@@ -148,25 +148,45 @@ pub fn pinned_node(
         let released = status
             .and_then(|s| s.released_from.as_ref())
             .is_some_and(|r| r.node == pin);
-        let lost_since = status
-            .into_iter()
-            .flat_map(|s| &s.conditions)
-            .find(|c| c.type_ == CONDITION_NODE_AVAILABLE && c.status == "False")
-            // A condition observed for an older spec may be about another node.
-            .filter(
-                |c| match (c.observed_generation, binding.metadata.generation) {
-                    (Some(observed), Some(current)) => observed >= current,
-                    _ => true,
-                },
-            )
-            .map(|c| c.last_transition_time.0);
-        let delay = SignedDuration::from_secs(args.release_after_seconds);
-        let expired = lost_since.is_some_and(|t| now.duration_since(t) >= delay);
-        if released || expired {
+        if released || release_in(binding, args, now) == Some(std::time::Duration::ZERO) {
             return None;
         }
     }
     Some(pin.to_string())
+}
+
+/// Since when the binding's pinned node has been reported lost (`NodeAvailable=False`, for
+/// the binding's current spec), if it is.
+fn lost_since(binding: &StickyBinding) -> Option<Timestamp> {
+    binding
+        .status
+        .iter()
+        .flat_map(|s| &s.conditions)
+        .find(|c| c.type_ == CONDITION_NODE_AVAILABLE && c.status == "False")
+        // A condition observed for an older spec may be about another node.
+        .filter(
+            |c| match (c.observed_generation, binding.metadata.generation) {
+                (Some(observed), Some(current)) => observed >= current,
+                _ => true,
+            },
+        )
+        .map(|c| c.last_transition_time.0)
+}
+
+/// With `onNodeLoss: Release` and the pinned node lost: how long until the pin is dropped
+/// (zero once it is due). `None` when no release is coming.
+fn release_in(
+    binding: &StickyBinding,
+    args: &StickyNodeArgs,
+    now: Timestamp,
+) -> Option<std::time::Duration> {
+    if args.on_node_loss != OnNodeLoss::Release {
+        return None;
+    }
+    let since = lost_since(binding)?;
+    let due = since.checked_add(SignedDuration::from_secs(args.release_after_seconds));
+    let left = due.map_or(SignedDuration::ZERO, |due| due.duration_since(now));
+    Some(std::time::Duration::try_from(left).unwrap_or(std::time::Duration::ZERO))
 }
 
 impl Plugin for StickyNode {
@@ -216,9 +236,14 @@ impl PreFilterPlugin for StickyNode {
             node,
             workload: format!("{}/{}", workload.kind, workload.name),
         };
-        if snapshot.get(&sticky.node).is_none() {
+        if snapshot.get(&sticky.node).is_none() || lost_since(&binding).is_some() {
             let reason = format!("{}: the node is not available", sticky.reason());
-            return (PreFilterResult::all_nodes(), Status::unresolvable(reason));
+            let mut status = Status::unresolvable(reason);
+            // Under Release the answer changes by itself when the delay is over.
+            if let Some(left) = release_in(&binding, args, (self.now)()) {
+                status = status.with_retry_after(left);
+            }
+            return (PreFilterResult::all_nodes(), status);
         }
         let result = PreFilterResult::nodes([sticky.node.clone()]);
         state.write(STATE_KEY, sticky);
@@ -600,6 +625,33 @@ mod tests {
             let got = run(&plugin(args, bindings), pod);
             assert_eq!(got, want, "{name}");
         }
+    }
+
+    #[test]
+    fn a_release_to_come_asks_for_a_retry_when_it_is_due() {
+        let release = StickyNodeArgs {
+            on_node_loss: OnNodeLoss::Release,
+            ..Default::default()
+        };
+        // n2 is in the snapshot but reported lost: rejected up front, not narrowed to.
+        let snap = snapshot(vec![NodeBuilder::new("n1"), NodeBuilder::new("n2")], vec![]);
+        let pod = PodBuilder::new("p").info();
+        let status_for = |args: StickyNodeArgs| {
+            let pl = plugin(
+                args,
+                vec![binding("default", "pod-p", None, node_lost("n2", ago(100)))],
+            );
+            PreFilterPlugin::pre_filter(&pl, &mut CycleState::new(), &pod, &snap).1
+        };
+        let status = status_for(release);
+        assert_eq!(status.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            status.retry_after,
+            Some(std::time::Duration::from_secs(200))
+        );
+        let status = status_for(StickyNodeArgs::default());
+        assert_eq!(status.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(status.retry_after, None, "Wait never releases by itself");
     }
 
     #[test]
