@@ -441,6 +441,7 @@ mod tests {
             ordinal: None,
             pod_name: None,
             replicas: None,
+            pending_owner: None,
         };
         let b = new_binding(&w);
         assert_eq!(b.metadata.name.as_deref(), Some("virtualmachine-fedora"));

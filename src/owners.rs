@@ -2,7 +2,8 @@
 //! StatefulSets and KubeVirt VirtualMachineInstances / VirtualMachines, fed by metadata-only
 //! watches (typed watches where `spec.replicas` is needed), read without API calls.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 
 use futures::{StreamExt, TryStreamExt};
@@ -21,6 +22,8 @@ type Key = (String, String, String);
 #[derive(Default)]
 pub struct OwnerCache {
     owners: RwLock<HashMap<Key, OwnerMeta>>,
+    /// Kinds whose watch has listed at least once.
+    listed: RwLock<HashSet<&'static str>>,
 }
 
 impl OwnerCache {
@@ -30,6 +33,14 @@ impl OwnerCache {
             .write()
             .unwrap_or_else(|e| e.into_inner())
             .insert(key, meta);
+    }
+
+    /// Marks `kind` listed; true the first time.
+    pub fn mark_listed(&self, kind: &'static str) -> bool {
+        self.listed
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(kind)
     }
 
     pub fn remove(&self, namespace: &str, kind: &str, name: &str) {
@@ -47,6 +58,13 @@ impl OwnerLookup for OwnerCache {
             .unwrap_or_else(|e| e.into_inner())
             .get(&(namespace.to_string(), kind.to_string(), name.to_string()))
             .cloned()
+    }
+
+    fn is_watched(&self, kind: &str) -> bool {
+        self.listed
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(kind)
     }
 }
 
@@ -72,21 +90,27 @@ fn meta_of(
 }
 
 /// Feeds `cache` from a watch of `api`, `to_meta` giving each object's namespace and metadata.
-async fn feed<K, F>(cache: Arc<OwnerCache>, api: Api<K>, kind: &'static str, to_meta: F)
-where
+async fn feed<K, F>(
+    cache: Arc<OwnerCache>,
+    api: Api<K>,
+    kind: &'static str,
+    synced: Option<Arc<AtomicUsize>>,
+    to_meta: F,
+) where
     K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
     F: Fn(&K) -> OwnerMeta,
 {
     let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         .boxed();
-    feed_stream(cache, stream, kind, to_meta).await;
+    feed_stream(cache, stream, kind, synced, to_meta).await;
 }
 
 async fn feed_stream<K, F>(
     cache: Arc<OwnerCache>,
     mut stream: futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>,
     kind: &'static str,
+    synced: Option<Arc<AtomicUsize>>,
     to_meta: F,
 ) where
     K: kube::Resource + Clone + std::fmt::Debug + Send + 'static,
@@ -107,7 +131,15 @@ async fn feed_stream<K, F>(
                     o.meta().name.as_deref().unwrap_or_default(),
                 );
             }
-            Ok(Some(_)) => {}
+            Ok(Some(Event::InitDone)) => {
+                if cache.mark_listed(kind) {
+                    tracing::debug!(kind, "owner watch listed");
+                    if let Some(synced) = &synced {
+                        synced.fetch_add(1, Ordering::AcqRel);
+                    }
+                }
+            }
+            Ok(Some(Event::Init)) => {}
             Ok(None) => return,
             Err(e) => tracing::debug!(kind, error = %e, "owner watch error; retrying"),
         }
@@ -116,7 +148,24 @@ async fn feed_stream<K, F>(
 
 /// Runs the owner watches until the process stops. KubeVirt kinds are watched through the
 /// metadata API; where KubeVirt is not installed those watches just keep retrying quietly.
-pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
+/// Whether the cluster serves `kubevirt.io/v1` (one discovery call at start-up).
+pub async fn kubevirt_served(client: &kube::Client) -> bool {
+    let served = client
+        .list_api_group_resources("kubevirt.io/v1")
+        .await
+        .is_ok();
+    tracing::info!(served, "KubeVirt API (kubevirt.io/v1)");
+    served
+}
+
+/// `synced` gains one per watch at its first list: the four built-in kinds, and the two
+/// KubeVirt kinds when `kubevirt` says the cluster serves them.
+pub async fn run_owner_watches(
+    cache: Arc<OwnerCache>,
+    client: kube::Client,
+    synced: Arc<AtomicUsize>,
+    kubevirt_served: bool,
+) {
     let kubevirt =
         |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind));
     let vmi = kubevirt("VirtualMachineInstance");
@@ -126,6 +175,7 @@ pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
             cache.clone(),
             Api::<ReplicaSet>::all(client.clone()),
             "ReplicaSet",
+            Some(synced.clone()),
             |o: &ReplicaSet| {
                 meta_of(
                     &o.metadata,
@@ -139,6 +189,7 @@ pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
             cache.clone(),
             Api::<Deployment>::all(client.clone()),
             "Deployment",
+            Some(synced.clone()),
             |o: &Deployment| {
                 meta_of(
                     &o.metadata,
@@ -152,6 +203,7 @@ pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
             cache.clone(),
             Api::<StatefulSet>::all(client.clone()),
             "StatefulSet",
+            Some(synced.clone()),
             |o: &StatefulSet| {
                 meta_of(
                     &o.metadata,
@@ -165,6 +217,7 @@ pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
             cache.clone(),
             Api::<Job>::all(client.clone()),
             "Job",
+            Some(synced.clone()),
             |o: &Job| meta_of(&o.metadata, "batch/v1", "Job", None)
         ),
         feed_stream(
@@ -176,6 +229,7 @@ pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
             .default_backoff()
             .boxed(),
             "VirtualMachineInstance",
+            kubevirt_served.then(|| synced.clone()),
             |o: &PartialObjectMeta<DynamicObject>| meta_of(
                 &o.metadata,
                 "kubevirt.io/v1",
@@ -192,6 +246,7 @@ pub async fn run_owner_watches(cache: Arc<OwnerCache>, client: kube::Client) {
             .default_backoff()
             .boxed(),
             "VirtualMachine",
+            kubevirt_served.then(|| synced.clone()),
             |o: &PartialObjectMeta<DynamicObject>| meta_of(
                 &o.metadata,
                 "kubevirt.io/v1",

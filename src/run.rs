@@ -40,11 +40,15 @@ pub struct RunConfig {
 struct HttpState {
     metrics: Arc<Metrics>,
     synced: Arc<AtomicUsize>,
+    /// How many watches must have listed.
+    watches: usize,
 }
 
 /// What must have listed once before scheduling starts: the pod, node and namespace watches,
-/// the SchedulingProfiles and the StickyBindings.
-const WATCHES: usize = 5;
+/// the SchedulingProfiles, the StickyBindings, and the ReplicaSet, Deployment, StatefulSet
+/// and Job owner watches; plus the VirtualMachineInstance and VirtualMachine watches where
+/// the cluster serves KubeVirt's API.
+const WATCHES: usize = 9;
 
 /// Runs the scheduler until SIGINT or SIGTERM.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
@@ -90,7 +94,14 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         },
     );
     let synced = Arc::new(AtomicUsize::new(0));
-    let owner_watches = tokio::spawn(owners::run_owner_watches(owners, client.clone()));
+    let kubevirt = owners::kubevirt_served(&client).await;
+    let must_list = WATCHES + if kubevirt { 2 } else { 0 };
+    let owner_watches = tokio::spawn(owners::run_owner_watches(
+        owners,
+        client.clone(),
+        synced.clone(),
+        kubevirt,
+    ));
     let requeue = sched.clone();
     let binding_controller = tokio::spawn(controller::sticky_binding::run(
         client.clone(),
@@ -128,6 +139,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .with_state(HttpState {
             metrics,
             synced: synced.clone(),
+            watches: must_list,
         });
     let http = tokio::spawn(async move { axum::serve(listener, app).await });
 
@@ -138,7 +150,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .name("scheduling-loop".into())
         .spawn(move || {
             // kube-scheduler waits for its informers to sync; so does tether.
-            while loop_synced.load(Ordering::Acquire) < WATCHES {
+            while loop_synced.load(Ordering::Acquire) < must_list {
                 if loop_sched.queue.is_closed() {
                     return;
                 }
@@ -177,12 +189,12 @@ async fn serve_metrics(
 
 async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
     let synced = state.synced.load(Ordering::Acquire);
-    if synced >= WATCHES {
+    if synced >= state.watches {
         (StatusCode::OK, "ok".into())
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("caches not synced ({synced} of {WATCHES} listed)"),
+            format!("caches not synced ({synced} of {} listed)", state.watches),
         )
     }
 }

@@ -24,6 +24,12 @@ pub struct OwnerMeta {
 /// Owner metadata by namespace, kind and name, from watch caches. No API call.
 pub trait OwnerLookup: Send + Sync {
     fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta>;
+
+    /// Whether owners of `kind` are watched (and listed): then an owner missing from the
+    /// lookup is one the watch has not delivered yet, not one that cannot be known.
+    fn is_watched(&self, _kind: &str) -> bool {
+        false
+    }
 }
 
 /// The workload a pod belongs to.
@@ -41,6 +47,10 @@ pub struct Workload {
     pub pod_name: Option<String>,
     /// `spec.replicas` of the workload, where it has one.
     pub replicas: Option<i32>,
+    /// `<Kind>/<name>` of the pod's controller when its kind is watched but the watch has not
+    /// delivered it yet (a VMI created a moment before its pod): the identity above is then
+    /// only a guess, and a plugin keyed on it must wait.
+    pub pending_owner: Option<String>,
 }
 
 impl Workload {
@@ -89,9 +99,15 @@ pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
             ordinal: None,
             pod_name: None,
             replicas: None,
+            pending_owner: None,
         };
     };
-    let owner = owners.get(&namespace, &owner_ref.kind, &owner_ref.name);
+    // A cached owner of another UID is an older object of the same name: not this pod's.
+    let owner = owners
+        .get(&namespace, &owner_ref.kind, &owner_ref.name)
+        .filter(|meta| owner_ref.uid.is_empty() || meta.uid == owner_ref.uid);
+    let pending_owner = (owner.is_none() && owners.is_watched(&owner_ref.kind))
+        .then(|| format!("{}/{}", owner_ref.kind, owner_ref.name));
     let mut workload = match owner.as_ref() {
         Some(meta) => Workload::from_meta(&namespace, meta),
         None => Workload::from_ref(&namespace, owner_ref),
@@ -115,6 +131,7 @@ pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
             }
         }
     }
+    workload.pending_owner = pending_owner;
     workload
 }
 
@@ -139,6 +156,7 @@ impl Workload {
             ordinal: None,
             pod_name: None,
             replicas: meta.replicas,
+            pending_owner: None,
         }
     }
 
@@ -152,6 +170,7 @@ impl Workload {
             ordinal: None,
             pod_name: None,
             replicas: None,
+            pending_owner: None,
         }
     }
 
@@ -238,6 +257,57 @@ mod tests {
             .build()
     }
 
+    /// FakeOwners whose kinds are all watched.
+    struct Watched(FakeOwners);
+
+    impl OwnerLookup for Watched {
+        fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+            self.0.get(namespace, kind, name)
+        }
+
+        fn is_watched(&self, _kind: &str) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn an_owner_the_watch_has_not_delivered_leaves_the_workload_pending() {
+        let vmi_ref = oref("kubevirt.io/v1", "VirtualMachineInstance", "fedora", true);
+        let p = pod("virt-launcher-fedora-x1", vec![vmi_ref.clone()]);
+        let vm_ref = oref("kubevirt.io/v1", "VirtualMachine", "fedora", true);
+        let vmi = meta(
+            "kubevirt.io/v1",
+            "VirtualMachineInstance",
+            "fedora",
+            Some(vm_ref),
+            None,
+        );
+
+        let pending = resolve(&p, &Watched(FakeOwners::default()));
+        assert_eq!(
+            pending.pending_owner.as_deref(),
+            Some("VirtualMachineInstance/fedora"),
+            "watched kind, not delivered yet"
+        );
+        let older = OwnerMeta {
+            uid: "uid-of-an-older-vmi".into(),
+            ..vmi.clone()
+        };
+        let stale = resolve(&p, &Watched(FakeOwners::default().with(older)));
+        assert!(
+            stale.pending_owner.is_some(),
+            "a cached owner of another UID is not this pod's"
+        );
+        let known = resolve(&p, &Watched(FakeOwners::default().with(vmi)));
+        assert_eq!(known.pending_owner, None);
+        assert_eq!(known.kind, "VirtualMachine", "resolved up to the VM");
+        let unwatched = resolve(&p, &FakeOwners::default());
+        assert_eq!(
+            unwatched.pending_owner, None,
+            "a kind nobody watches is named by its reference"
+        );
+    }
+
     fn want(api_version: &str, kind: &str, name: &str, replicas: Option<i32>) -> Workload {
         Workload {
             namespace: "default".into(),
@@ -248,6 +318,7 @@ mod tests {
             ordinal: None,
             pod_name: None,
             replicas,
+            pending_owner: None,
         }
     }
 

@@ -118,7 +118,8 @@ fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value
     json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}])
 }
 
-/// Plays virt-controller: a VMI owned by the VM and a pod owned by the VMI.
+/// Plays virt-controller: a VMI owned by the VM and a pod owned by the VMI, named
+/// `virt-launcher-<vm>-<random>` as KubeVirt names it. Returns the pod's name.
 async fn start_vm(
     client: &Client,
     ns: &str,
@@ -126,7 +127,7 @@ async fn start_vm(
     vm_uid: &str,
     scheduler: &str,
     nodes: &TestNodes,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<String> {
     let vmis: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
     let mut vmi = DynamicObject::new(vm, &kubevirt("VirtualMachineInstance"));
@@ -141,14 +142,14 @@ async fn start_vm(
     nodes.isolate(&mut spec);
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": format!("virt-launcher-{vm}"), "namespace": ns,
+        "metadata": {"generateName": format!("virt-launcher-{vm}-"), "namespace": ns,
                      "ownerReferences": controller_ref("kubevirt.io/v1", "VirtualMachineInstance", vm, vmi.metadata.uid.as_deref().unwrap_or_default())},
         "spec": spec,
     }))?;
-    Api::<Pod>::namespaced(client.clone(), ns)
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await?;
-    Ok(())
+    Ok(pod.metadata.name.unwrap_or_default())
 }
 
 /// Deletes a pod at once (grace 0), as a node that is gone would. With a grace period kwok
@@ -159,11 +160,11 @@ fn at_once() -> DeleteParams {
     DeleteParams::default().grace_period(0)
 }
 
-async fn stop_vm(client: &Client, ns: &str, vm: &str) -> anyhow::Result<()> {
+async fn stop_vm(client: &Client, ns: &str, vm: &str, pod: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let vmis: Api<DynamicObject> =
         Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
-    let pod = format!("virt-launcher-{vm}");
+    let pod = pod.to_string();
     pods.delete(&pod, &at_once()).await?;
     vmis.delete(vm, &DeleteParams::default()).await?;
     wait_for(&format!("pod {pod} and its VMI gone"), TIMEOUT, || {
@@ -197,8 +198,8 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
         .await?;
     let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
 
-    start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
-    let first = wait_bound(&client, &ns.name, "virt-launcher-fedora", TIMEOUT).await?;
+    let mut pod = start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
+    let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
     let binding = wait_count(&client, &ns.name, "virtualmachine-fedora", 1).await?;
     assert_eq!(binding.spec.workload_ref.kind, "VirtualMachine");
     let owners = binding.metadata.owner_references.unwrap_or_default();
@@ -208,9 +209,9 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
     );
 
     for round in 0..5 {
-        stop_vm(&client, &ns.name, "fedora").await?;
-        start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
-        let node = wait_bound(&client, &ns.name, "virt-launcher-fedora", TIMEOUT).await?;
+        stop_vm(&client, &ns.name, "fedora", &pod).await?;
+        pod = start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
+        let node = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
         assert_eq!(node, first, "round {round}: the VM moved");
         wait_count(
             &client,
@@ -347,21 +348,33 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
                  "template": {"metadata": {"labels": {"app": "db"}}, "spec": spec}},
     }))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let uid_of = |pod: &str| {
+    // The node and UID of the pod bound under `pod`'s name now. The StatefulSet controller may
+    // replace a pod at any moment (it is the cluster's to decide), so this waits for one.
+    let bound = |pod: &str| {
         let (pods, pod) = (pods.clone(), pod.to_string());
-        async move { anyhow::Ok(pods.get(&pod).await?.metadata.uid.unwrap_or_default()) }
+        async move {
+            wait_for(&format!("{pod} bound"), TIMEOUT, || {
+                let (pods, pod) = (pods.clone(), pod.clone());
+                async move {
+                    Ok(pods.get_opt(&pod).await?.and_then(|p| {
+                        let node = p.spec.and_then(|s| s.node_name)?;
+                        Some((node, p.metadata.uid.unwrap_or_default()))
+                    }))
+                }
+            })
+            .await
+        }
     };
     let mut placed = BTreeMap::new();
     for i in 0..3 {
         let pod = format!("db-{i}");
-        let node = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
-        let uid = uid_of(&pod).await?;
+        let (node, uid) = bound(&pod).await?;
         wait_recorded(&client, &ns.name, &format!("statefulset-{pod}"), &uid).await?;
         placed.insert(pod, node);
     }
     for round in 0..2 {
         for pod in placed.keys() {
-            let uid = uid_of(pod).await?;
+            let (_, uid) = bound(pod).await?;
             pods.delete(pod, &at_once()).await?;
             wait_for(&format!("{pod} recreated"), TIMEOUT, || {
                 let (pods, uid) = (pods.clone(), uid.clone());
@@ -376,12 +389,8 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
             .await?;
         }
         for (pod, node) in &placed {
-            assert_eq!(
-                &wait_bound(&client, &ns.name, pod, TIMEOUT).await?,
-                node,
-                "round {round}: {pod} moved"
-            );
-            let uid = uid_of(pod).await?;
+            let (now_on, uid) = bound(pod).await?;
+            assert_eq!(&now_on, node, "round {round}: {pod} moved");
             let status =
                 wait_recorded(&client, &ns.name, &format!("statefulset-{pod}"), &uid).await?;
             // Only its own node, ever; at least the binds this test caused.
@@ -415,8 +424,8 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         )
         .await?;
     let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
-    start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
-    let first = wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?;
+    let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
+    let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
     wait_count(&client, &ns.name, "virtualmachine-vm", 1).await?;
     let other = nodes
         .names
@@ -426,7 +435,7 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         .unwrap_or_default();
 
     // The pinned node is lost while the VM is down: the VM waits for it (onNodeLoss: Wait).
-    stop_vm(&client, &ns.name, "vm").await?;
+    stop_vm(&client, &ns.name, "vm", &pod).await?;
     Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .delete(&first, &DeleteParams::default())
         .await?;
@@ -442,12 +451,12 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         }
     })
     .await?;
-    start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
+    let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let message = wait_for("FailedScheduling naming the sticky node", TIMEOUT, || {
-        let pods = pods.clone();
+        let (pods, pod) = (pods.clone(), pod.clone());
         async move {
-            let p = pods.get("virt-launcher-vm").await?;
+            let p = pods.get(&pod).await?;
             Ok(p.status
                 .and_then(|s| s.conditions)
                 .unwrap_or_default()
@@ -461,13 +470,7 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         message.contains(&first),
         "the message names the sticky node {first}: {message}"
     );
-    assert_eq!(
-        pods.get("virt-launcher-vm")
-            .await?
-            .spec
-            .and_then(|s| s.node_name),
-        None
-    );
+    assert_eq!(pods.get(&pod).await?.spec.and_then(|s| s.node_name), None);
 
     // A person moves the VM: the waiting pod goes to the new pin.
     bindings
@@ -477,10 +480,7 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
             &Patch::Merge(json!({"spec": {"nodeName": other}})),
         )
         .await?;
-    assert_eq!(
-        wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?,
-        other
-    );
+    assert_eq!(wait_bound(&client, &ns.name, &pod, TIMEOUT).await?, other);
     let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2)
         .await?
         .status
@@ -517,12 +517,12 @@ async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyho
         )
         .await?;
     let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
-    start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
-    let first = wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?;
+    let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
+    let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
     wait_count(&client, &ns.name, "virtualmachine-vm", 1).await?;
 
     // The node is lost while the VM is down; the VM starts again before the delay is over.
-    stop_vm(&client, &ns.name, "vm").await?;
+    stop_vm(&client, &ns.name, "vm", &pod).await?;
     Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
         .delete(&first, &DeleteParams::default())
         .await?;
@@ -540,10 +540,10 @@ async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyho
         }
     })
     .await?;
-    start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
+    let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
 
     // Released: bound elsewhere, not before the delay, with the release in status and an Event.
-    let other = wait_bound(&client, &ns.name, "virt-launcher-vm", TIMEOUT).await?;
+    let other = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
     assert_ne!(other, first);
     let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2)
         .await?
@@ -567,6 +567,119 @@ async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyho
     })
     .await?;
     assert!(events[0].contains(&first), "got: {events:?}");
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn fifty_workloads_churned_while_a_person_edits_their_bindings_count_every_bind_once()
+-> anyhow::Result<()> {
+    const WORKLOADS: usize = 50;
+    const STARTS: i64 = 4;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "churn").await?;
+    let nodes = TestNodes::create(&client, "churn", 5, "64", |_, _| {}).await?;
+    let name = format!("sticky-churn-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
+    let mut vm_uids = Vec::new();
+    for i in 0..WORKLOADS {
+        let vm = vms
+            .create(
+                &PostParams::default(),
+                &DynamicObject::new(&format!("vm-{i}"), &kubevirt("VirtualMachine")),
+            )
+            .await?;
+        vm_uids.push(vm.metadata.uid.unwrap_or_default());
+    }
+
+    // A person (another client) keeps editing the bindings' specs: pins each to the node it is
+    // on, then unpins it, without resourceVersions, as `kubectl patch` does.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let editor = {
+        let (bindings, stop) = (bindings.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut edits = 0usize;
+            let mut pin = true;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for b in bindings.list(&ListParams::default()).await?.items {
+                    let latest = b.status.as_ref().and_then(|s| s.latest.clone());
+                    let node = if pin { latest } else { None };
+                    let patch = json!({"spec": {"nodeName": node}});
+                    bindings
+                        .patch(
+                            &b.metadata.name.unwrap_or_default(),
+                            &PatchParams::default(),
+                            &Patch::Merge(patch),
+                        )
+                        .await?;
+                    edits += 1;
+                }
+                pin = !pin;
+            }
+            anyhow::Ok(edits)
+        })
+    };
+
+    // Every workload started, stopped and started again, all at once.
+    let churn = (0..WORKLOADS).map(|i| {
+        let (client, ns, scheduler, nodes, uid) = (
+            client.clone(),
+            ns.name.clone(),
+            scheduler.clone(),
+            &nodes,
+            vm_uids[i].clone(),
+        );
+        async move {
+            let vm = format!("vm-{i}");
+            let mut pod = String::new();
+            let mut first = None;
+            for start in 0..STARTS {
+                if start > 0 {
+                    stop_vm(&client, &ns, &vm, &pod).await?;
+                }
+                pod = start_vm(&client, &ns, &vm, &uid, &scheduler, nodes).await?;
+                let node = wait_bound(&client, &ns, &pod, TIMEOUT).await?;
+                let first = first.get_or_insert(node.clone());
+                anyhow::ensure!(*first == node, "{vm} moved from {first} to {node}");
+                let uid = Api::<Pod>::namespaced(client.clone(), &ns)
+                    .get(&pod)
+                    .await?
+                    .metadata
+                    .uid
+                    .unwrap_or_default();
+                wait_recorded(&client, &ns, &format!("virtualmachine-{vm}"), &uid).await?;
+            }
+            anyhow::Ok(())
+        }
+    });
+    let results = futures::future::join_all(churn).await;
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let edits = editor.await??;
+    for result in results {
+        result?;
+    }
+    assert!(edits > 0, "the editor edited nothing");
+
+    // Exactly STARTS binds each: none lost, none doubled.
+    for i in 0..WORKLOADS {
+        let status = bindings
+            .get(&format!("virtualmachine-vm-{i}"))
+            .await?
+            .status
+            .unwrap_or_default();
+        assert_eq!(status.schedule_count, STARTS, "vm-{i}: {status:?}");
+        assert_eq!(
+            status.node_count.values().sum::<i64>(),
+            STARTS,
+            "vm-{i}: {status:?}"
+        );
+    }
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;

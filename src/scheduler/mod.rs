@@ -177,6 +177,12 @@ impl Scheduler {
             return;
         }
         let workload = crate::workload::resolve(pod, self.owners.as_ref());
+        if let Some(owner) = &workload.pending_owner {
+            // Not this pod's binding to guess at; a restart's reconcile counts it later.
+            tracing::warn!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
+            self.metrics.history_write("failed");
+            return;
+        }
         let (pod, node, metrics) = (pod.clone(), node.to_string(), self.metrics.clone());
         self.runtime.spawn(async move {
             let result = match history.record(&workload, &pod, &node).await {

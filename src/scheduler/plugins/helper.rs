@@ -3,7 +3,22 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::scheduler::framework::{FieldErrors, NodeScore};
+use crate::scheduler::framework::{FieldErrors, NodeScore, Status};
+use crate::workload::Workload;
+
+/// How soon a pod whose owner the watches have not delivered yet is tried again.
+const OWNER_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// For a plugin keyed on the pod's workload: a rejection, retried shortly, while the pod's
+/// controller is not known yet (its identity would be a guess: a VMI's pod would be taken for
+/// the VMI's own workload instead of its VM's). `None` once the workload is known.
+pub fn wait_for_owner(workload: &Workload) -> Option<Status> {
+    let owner = workload.pending_owner.as_ref()?;
+    Some(
+        Status::unschedulable(format!("waiting for the pod's owner {owner} to be known"))
+            .with_retry_after(OWNER_RETRY),
+    )
+}
 
 /// Accepts the args of a plugin that takes none: absent, `null` or `{}`. Anything else is an
 /// error at `path`, so a typo in a profile is not silently ignored.

@@ -10,15 +10,15 @@ use serde::{Deserialize, Serialize};
 
 use crate::history::BindingLookup;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin,
-    Status, decode_args,
+    CycleState, FieldErrors, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
 };
 use crate::scheduler::node_info::NodeInfo;
 use crate::scheduler::pod_info::PodInfo;
 use crate::scheduler::snapshot::Snapshot;
 use crate::workload::{self, OwnerLookup};
 
-use super::helper::opted_out;
+use super::helper::{opted_out, wait_for_owner};
 
 pub const NAME: &str = "PlacementHistory";
 
@@ -117,12 +117,31 @@ impl Plugin for PlacementHistory {
         NAME
     }
 
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+
     fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
         Some(self)
     }
 
     fn score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
+    }
+}
+
+/// PreFilter only holds a pod back while its workload is not known yet, so that its history
+/// is neither read from nor written to the wrong binding.
+impl PreFilterPlugin for PlacementHistory {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        let status = wait_for_owner(&workload).unwrap_or_else(Status::skip);
+        (PreFilterResult::all_nodes(), status)
     }
 }
 

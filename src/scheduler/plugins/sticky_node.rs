@@ -22,7 +22,7 @@ use crate::scheduler::pod_info::PodInfo;
 use crate::scheduler::snapshot::Snapshot;
 use crate::workload::{self, OwnerLookup};
 
-use super::helper::opted_out;
+use super::helper::{opted_out, wait_for_owner};
 
 pub const NAME: &str = "StickyNode";
 
@@ -220,6 +220,9 @@ impl PreFilterPlugin for StickyNode {
             return skip;
         }
         let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        if let Some(wait) = wait_for_owner(&workload) {
+            return (PreFilterResult::all_nodes(), wait);
+        }
         if args.skip_multi_replica && workload.is_multi_replica() {
             return skip;
         }
