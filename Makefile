@@ -66,7 +66,7 @@ test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, c
 	fi; \
 	exit $$status
 
-demo: build cluster ## build, start the cluster and tether, schedule a sample Deployment, show it
+demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them
 	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
 	$(KUBECTL) apply -f config/samples/
 	$(KUBECTL) apply -f config/examples/demo-deployment.yaml
@@ -79,6 +79,8 @@ demo: build cluster ## build, start the cluster and tether, schedule a sample De
 	$(KUBECTL) get events --field-selector reason=Scheduled -o custom-columns=REASON:.reason,MESSAGE:.message | tail -n 5
 	@echo
 	$(KUBECTL) get schedulingprofiles
+	@echo
+	e2e/scripts/demo-sticky.sh
 	@echo
 	@echo "tether runs in the background (log: .cluster/logs/tether.log, metrics: http://127.0.0.1:18080/metrics)."
 	@echo "Use the cluster with:"
