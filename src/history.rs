@@ -18,21 +18,11 @@ pub struct BindingIndex {
 }
 
 impl BindingIndex {
+    /// Stores a binding from the watch or from one of our own writes, unless the index
+    /// already holds a newer version (a write's response and the watch event of a later
+    /// change race). Versions are compared as numbers when both are, as client-go's mutation
+    /// cache does; else the new one wins.
     pub fn upsert(&self, binding: StickyBinding) {
-        let key = (
-            binding.metadata.namespace.clone().unwrap_or_default(),
-            binding.metadata.name.clone().unwrap_or_default(),
-        );
-        self.bindings
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Arc::new(binding));
-    }
-
-    /// Stores what one of our own writes returned, unless the index already holds a newer
-    /// version (a watch event may have overtaken the write's response). Versions are compared
-    /// as numbers when both are, as client-go's mutation cache does; else the write wins.
-    pub fn upsert_written(&self, binding: StickyBinding) {
         let key = (
             binding.metadata.namespace.clone().unwrap_or_default(),
             binding.metadata.name.clone().unwrap_or_default(),
@@ -248,7 +238,7 @@ impl HistoryWriter {
                     .await
                 {
                     Ok(b) => {
-                        self.index.upsert_written(b.clone());
+                        self.index.upsert(b.clone());
                         b
                     }
                     Err(kube::Error::Api(e)) if e.code == 409 => continue,
@@ -287,7 +277,7 @@ impl HistoryWriter {
                 .await
             {
                 Ok(written) => {
-                    self.index.upsert_written(written);
+                    self.index.upsert(written);
                     if let Some(old) = released {
                         self.announce_release(&current, &old, node).await;
                     }
@@ -382,13 +372,13 @@ mod tests {
                 .and_then(|b| b.status.clone())
                 .and_then(|s| s.latest)
         };
-        index.upsert_written(versioned("10", "a"));
+        index.upsert(versioned("10", "a"));
         assert_eq!(latest(&index).as_deref(), Some("a"), "absent: stored");
-        index.upsert_written(versioned("12", "b"));
+        index.upsert(versioned("12", "b"));
         assert_eq!(latest(&index).as_deref(), Some("b"), "newer: replaces");
-        index.upsert_written(versioned("11", "c"));
+        index.upsert(versioned("11", "c"));
         assert_eq!(latest(&index).as_deref(), Some("b"), "older: kept out");
-        index.upsert_written(versioned("opaque", "d"));
+        index.upsert(versioned("opaque", "d"));
         assert_eq!(
             latest(&index).as_deref(),
             Some("d"),

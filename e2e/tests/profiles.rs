@@ -158,6 +158,42 @@ async fn a_profile_change_takes_effect_live_and_a_bad_one_keeps_the_last_good_se
         "events: {events:?}"
     );
 
+    // A plugin disabled live: without NodeResourcesFit's PreFilter and Filter, a pod asking
+    // for more CPU than any node has is bound all the same.
+    create_pod(&client, &ns.name, "too-big", &scheduler, &nodes, "100").await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    wait_for(
+        "too-big refused while NodeResourcesFit filters",
+        TIMEOUT,
+        || {
+            let pods = pods.clone();
+            async move {
+                let p = pods.get("too-big").await?;
+                let refused = p
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "PodScheduled" && c.status == "False");
+                Ok(refused.then_some(()))
+            }
+        },
+    )
+    .await?;
+    apply_profile(
+        &profile,
+        json!({
+            "schedulerName": scheduler,
+            "plugins": {
+                "preFilter": {"disabled": [{"name": "NodeResourcesFit"}]},
+                "filter": {"disabled": [{"name": "NodeResourcesFit"}]},
+                "score": {"disabled": [{"name": "*"}]},
+            },
+        }),
+    )?;
+    wait_ready(&client, &profile, true).await?;
+    wait_bound(&client, &ns.name, "too-big", TIMEOUT).await?;
+
     kubectl_ok(&["delete", "sp", &profile], None)?;
     nodes.delete().await?;
     ns.delete().await

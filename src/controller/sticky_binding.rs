@@ -30,7 +30,6 @@ pub enum Error {
 pub struct Context {
     client: kube::Client,
     nodes: Store<Node>,
-    index: Arc<BindingIndex>,
 }
 
 /// The node a binding pins its workload to: spec.nodeName, else status.latest.
@@ -61,7 +60,6 @@ pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str,
 }
 
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    ctx.index.upsert((*binding).clone());
     let Some(pin) = pinned_node(&binding) else {
         return Ok(Action::await_change());
     };
@@ -123,7 +121,6 @@ pub async fn run(
     let ctx = Arc::new(Context {
         client,
         nodes: node_store,
-        index: index.clone(),
     });
     // One watch of the bindings feeds the controller's store, the plugins' index (deletions
     // included) and the requeue of pods that wait for a sticky node.
