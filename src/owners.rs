@@ -1,10 +1,11 @@
 //! The owner metadata cache behind workload resolution: ReplicaSets, Deployments, Jobs,
-//! StatefulSets and KubeVirt VirtualMachineInstances / VirtualMachines, fed by metadata-only
-//! watches (typed watches where `spec.replicas` is needed), read without API calls.
+//! StatefulSets and KubeVirt VirtualMachineInstances / VirtualMachines from the start, and any
+//! other owner kind a pod names from the moment it is first seen (found through discovery and
+//! watched through the metadata API), read without API calls.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
@@ -18,12 +19,24 @@ use crate::workload::{OwnerLookup, OwnerMeta};
 
 type Key = (String, String, String);
 
+/// Where the watch of one owner kind stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum KindState {
+    /// Started, not listed yet: owners of this kind are not known yet.
+    Starting,
+    /// Listed at least once: an owner missing from the cache does not exist (yet).
+    Listed,
+    /// Not served, or not readable by tether (RBAC): owners are named by their reference.
+    Unavailable,
+}
+
 /// Owner objects by (namespace, kind, name).
 #[derive(Default)]
 pub struct OwnerCache {
     owners: RwLock<HashMap<Key, OwnerMeta>>,
-    /// Kinds whose watch has listed at least once.
-    listed: RwLock<HashSet<&'static str>>,
+    kinds: RwLock<HashMap<String, KindState>>,
+    /// Where a kind seen for the first time is sent to be watched (`run_owner_watches`).
+    discover: Mutex<Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>>,
 }
 
 impl OwnerCache {
@@ -35,12 +48,28 @@ impl OwnerCache {
             .insert(key, meta);
     }
 
-    /// Marks `kind` listed; true the first time.
-    pub fn mark_listed(&self, kind: &'static str) -> bool {
-        self.listed
+    fn set_kind(&self, kind: &str, state: KindState) -> Option<KindState> {
+        self.kinds
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(kind)
+            .insert(kind.to_string(), state)
+    }
+
+    /// Marks `kind` listed; true the first time.
+    pub fn mark_listed(&self, kind: &str) -> bool {
+        self.set_kind(kind, KindState::Listed) != Some(KindState::Listed)
+    }
+
+    /// Marks `kind` unavailable unless it has listed; true when that changed its state.
+    fn mark_unavailable(&self, kind: &str) -> bool {
+        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        match kinds.get(kind) {
+            Some(KindState::Listed | KindState::Unavailable) => false,
+            _ => {
+                kinds.insert(kind.to_string(), KindState::Unavailable);
+                true
+            }
+        }
     }
 
     pub fn remove(&self, namespace: &str, kind: &str, name: &str) {
@@ -60,11 +89,31 @@ impl OwnerLookup for OwnerCache {
             .cloned()
     }
 
-    fn is_watched(&self, kind: &str) -> bool {
-        self.listed
+    /// A kind seen for the first time is sent to be watched, and counts as watched (its
+    /// owners pending) until its watch lists or turns out unavailable.
+    fn is_watched(&self, api_version: &str, kind: &str) -> bool {
+        let state = self
+            .kinds
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .contains(kind)
+            .get(kind)
+            .copied();
+        match state {
+            Some(KindState::Starting | KindState::Listed) => true,
+            Some(KindState::Unavailable) => false,
+            None => {
+                let discover = self.discover.lock().unwrap_or_else(|e| e.into_inner());
+                let Some(tx) = discover.as_ref() else {
+                    return false;
+                };
+                let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+                if let Some(state) = kinds.get(kind) {
+                    return *state != KindState::Unavailable;
+                }
+                kinds.insert(kind.to_string(), KindState::Starting);
+                tx.send((api_version.to_string(), kind.to_string())).is_ok()
+            }
+        }
     }
 }
 
@@ -93,7 +142,7 @@ fn meta_of(
 async fn feed<K, F>(
     cache: Arc<OwnerCache>,
     api: Api<K>,
-    kind: &'static str,
+    kind: &str,
     synced: Option<Arc<AtomicUsize>>,
     to_meta: F,
 ) where
@@ -109,7 +158,7 @@ async fn feed<K, F>(
 async fn feed_stream<K, F>(
     cache: Arc<OwnerCache>,
     mut stream: futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>,
-    kind: &'static str,
+    kind: &str,
     synced: Option<Arc<AtomicUsize>>,
     to_meta: F,
 ) where
@@ -141,13 +190,19 @@ async fn feed_stream<K, F>(
             }
             Ok(Some(Event::Init)) => {}
             Ok(None) => return,
-            Err(e) => tracing::debug!(kind, error = %e, "owner watch error; retrying"),
+            Err(e) => {
+                // Before its first list, a failing watch (forbidden, not served) must not
+                // hold pods back: their owners are named by their references meanwhile.
+                if cache.mark_unavailable(kind) {
+                    tracing::warn!(kind, error = %e, "cannot watch this owner kind; its pods' workloads are named by their ownerReference");
+                } else {
+                    tracing::debug!(kind, error = %e, "owner watch error; retrying");
+                }
+            }
         }
     }
 }
 
-/// Runs the owner watches until the process stops. KubeVirt kinds are watched through the
-/// metadata API; where KubeVirt is not installed those watches just keep retrying quietly.
 /// Whether the cluster serves `kubevirt.io/v1` (one discovery call at start-up).
 pub async fn kubevirt_served(client: &kube::Client) -> bool {
     let served = client
@@ -158,19 +213,58 @@ pub async fn kubevirt_served(client: &kube::Client) -> bool {
     served
 }
 
-/// `synced` gains one per watch at its first list: the four built-in kinds, and the two
-/// KubeVirt kinds when `kubevirt` says the cluster serves them.
+/// Runs the owner watches until the process stops. `synced` gains one per watch at its first
+/// list: the four built-in kinds, and KubeVirt's two when `kubevirt_served`. Any other kind is
+/// watched once a pod names it (see [`OwnerCache::is_watched`]).
 pub async fn run_owner_watches(
     cache: Arc<OwnerCache>,
     client: kube::Client,
     synced: Arc<AtomicUsize>,
     kubevirt_served: bool,
 ) {
-    let kubevirt =
-        |kind: &str| ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind));
-    let vmi = kubevirt("VirtualMachineInstance");
-    let vm = kubevirt("VirtualMachine");
+    let mut kinds = vec!["ReplicaSet", "Deployment", "StatefulSet", "Job"];
+    if kubevirt_served {
+        kinds.extend(["VirtualMachineInstance", "VirtualMachine"]);
+    }
+    for kind in kinds {
+        cache.set_kind(kind, KindState::Starting);
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+    *cache.discover.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    let discovered = {
+        let (cache, client) = (cache.clone(), client.clone());
+        async move {
+            while let Some((api_version, kind)) = rx.recv().await {
+                tokio::spawn(watch_discovered(
+                    cache.clone(),
+                    client.clone(),
+                    api_version,
+                    kind,
+                ));
+            }
+        }
+    };
+    let kubevirt = async {
+        if kubevirt_served {
+            tokio::join!(
+                watch_metadata(
+                    cache.clone(),
+                    client.clone(),
+                    kubevirt_resource("VirtualMachineInstance"),
+                    Some(synced.clone()),
+                ),
+                watch_metadata(
+                    cache.clone(),
+                    client.clone(),
+                    kubevirt_resource("VirtualMachine"),
+                    Some(synced.clone()),
+                ),
+            );
+        }
+    };
     tokio::join!(
+        discovered,
+        kubevirt,
         feed(
             cache.clone(),
             Api::<ReplicaSet>::all(client.clone()),
@@ -220,39 +314,98 @@ pub async fn run_owner_watches(
             Some(synced.clone()),
             |o: &Job| meta_of(&o.metadata, "batch/v1", "Job", None)
         ),
-        feed_stream(
-            cache.clone(),
-            watcher::watcher(
-                Api::<PartialObjectMeta<DynamicObject>>::all_with(client.clone(), &vmi),
-                watcher::Config::default().any_semantic()
-            )
-            .default_backoff()
-            .boxed(),
-            "VirtualMachineInstance",
-            kubevirt_served.then(|| synced.clone()),
-            |o: &PartialObjectMeta<DynamicObject>| meta_of(
-                &o.metadata,
-                "kubevirt.io/v1",
-                "VirtualMachineInstance",
-                None
-            )
-        ),
-        feed_stream(
-            cache,
-            watcher::watcher(
-                Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &vm),
-                watcher::Config::default().any_semantic()
-            )
-            .default_backoff()
-            .boxed(),
-            "VirtualMachine",
-            kubevirt_served.then(|| synced.clone()),
-            |o: &PartialObjectMeta<DynamicObject>| meta_of(
-                &o.metadata,
-                "kubevirt.io/v1",
-                "VirtualMachine",
-                None
-            )
-        ),
     );
+}
+
+fn kubevirt_resource(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
+}
+
+/// Feeds `cache` from a metadata-only watch of `resource`.
+async fn watch_metadata(
+    cache: Arc<OwnerCache>,
+    client: kube::Client,
+    resource: ApiResource,
+    synced: Option<Arc<AtomicUsize>>,
+) {
+    let stream = watcher::watcher(
+        Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource),
+        watcher::Config::default().any_semantic(),
+    )
+    .default_backoff()
+    .boxed();
+    let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
+    feed_stream(
+        cache,
+        stream,
+        &resource.kind,
+        synced,
+        |o: &PartialObjectMeta<DynamicObject>| meta_of(&o.metadata, &api_version, &kind, None),
+    )
+    .await;
+}
+
+/// Watches an owner kind a pod named for the first time, found through discovery. A kind the
+/// cluster does not serve is marked unavailable.
+async fn watch_discovered(
+    cache: Arc<OwnerCache>,
+    client: kube::Client,
+    api_version: String,
+    kind: String,
+) {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
+    let gvk = GroupVersionKind::gvk(group, version, &kind);
+    match kube::discovery::pinned_kind(&client, &gvk).await {
+        Ok((resource, _)) => {
+            tracing::info!(api_version = %api_version, kind = %kind, "watching a new owner kind");
+            watch_metadata(cache, client, resource, None).await;
+        }
+        Err(e) => {
+            cache.mark_unavailable(&kind);
+            tracing::warn!(api_version = %api_version, kind = %kind, error = %e, "owner kind not served; its pods' workloads are named by their ownerReference");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_kind_seen_first_is_sent_to_be_watched_and_pending_until_decided() {
+        let cache = OwnerCache::default();
+        assert!(
+            !cache.is_watched("example.com/v1", "Widget"),
+            "without the watch runner, nothing is pending"
+        );
+        let cache = OwnerCache::default();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        *cache.discover.lock().expect("lock") = Some(tx);
+
+        assert!(cache.is_watched("example.com/v1", "Widget"), "starting");
+        assert!(
+            cache.is_watched("example.com/v1", "Widget"),
+            "still starting"
+        );
+        assert_eq!(
+            rx.try_recv().ok(),
+            Some(("example.com/v1".to_string(), "Widget".to_string()))
+        );
+        assert!(rx.try_recv().is_err(), "asked for once");
+
+        assert!(cache.mark_listed("Widget"));
+        assert!(!cache.mark_listed("Widget"), "only the first list counts");
+        assert!(cache.is_watched("example.com/v1", "Widget"), "listed");
+        assert!(
+            !cache.mark_unavailable("Widget"),
+            "a listed kind stays listed"
+        );
+
+        assert!(cache.is_watched("example.com/v1", "Gadget"));
+        assert!(cache.mark_unavailable("Gadget"));
+        assert!(
+            !cache.is_watched("example.com/v1", "Gadget"),
+            "unavailable: named by reference"
+        );
+    }
 }

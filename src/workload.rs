@@ -25,9 +25,10 @@ pub struct OwnerMeta {
 pub trait OwnerLookup: Send + Sync {
     fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta>;
 
-    /// Whether owners of `kind` are watched (and listed): then an owner missing from the
-    /// lookup is one the watch has not delivered yet, not one that cannot be known.
-    fn is_watched(&self, _kind: &str) -> bool {
+    /// Whether owners of `kind` are (being) watched: then an owner missing from the lookup is
+    /// one the watch has not delivered yet, not one that cannot be known. A lookup may start
+    /// watching a kind it is asked about for the first time.
+    fn is_watched(&self, _api_version: &str, _kind: &str) -> bool {
         false
     }
 }
@@ -106,8 +107,9 @@ pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
     let owner = owners
         .get(&namespace, &owner_ref.kind, &owner_ref.name)
         .filter(|meta| owner_ref.uid.is_empty() || meta.uid == owner_ref.uid);
-    let pending_owner = (owner.is_none() && owners.is_watched(&owner_ref.kind))
-        .then(|| format!("{}/{}", owner_ref.kind, owner_ref.name));
+    let pending_owner = (owner.is_none()
+        && owners.is_watched(&owner_ref.api_version, &owner_ref.kind))
+    .then(|| format!("{}/{}", owner_ref.kind, owner_ref.name));
     let mut workload = match owner.as_ref() {
         Some(meta) => Workload::from_meta(&namespace, meta),
         None => Workload::from_ref(&namespace, owner_ref),
@@ -265,7 +267,7 @@ mod tests {
             self.0.get(namespace, kind, name)
         }
 
-        fn is_watched(&self, _kind: &str) -> bool {
+        fn is_watched(&self, _api_version: &str, _kind: &str) -> bool {
             true
         }
     }

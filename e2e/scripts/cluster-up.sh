@@ -155,10 +155,12 @@ main() {
   # The cluster serves KubeVirt's VM API (the CRDs only; the e2e plays virt-controller) from the
   # start, as a KubeVirt cluster does: the garbage collector must know the kinds before any
   # object owned by a VMI exists, or it takes such objects for orphans and deletes them.
-  $KUBECTL apply -f "$E2E_DIR/kubevirt/crds.yaml" >/dev/null
+  # The same holds for e2e/fixtures (an owner kind tether does not know).
+  $KUBECTL apply -f "$E2E_DIR/kubevirt/crds.yaml" -f "$E2E_DIR/fixtures/" >/dev/null
   $KUBECTL wait --for=condition=Established --timeout=60s \
-    crd/virtualmachines.kubevirt.io crd/virtualmachineinstances.kubevirt.io >/dev/null \
-    || die "the KubeVirt CRDs were not established; read $LOG_DIR/kube-apiserver.log"
+    crd/virtualmachines.kubevirt.io crd/virtualmachineinstances.kubevirt.io \
+    crd/widgets.example.tether.dev crd/widgetsets.example.tether.dev >/dev/null \
+    || die "the fixture CRDs were not established; read $LOG_DIR/kube-apiserver.log"
 
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
     --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
