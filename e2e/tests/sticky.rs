@@ -118,6 +118,49 @@ fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value
     json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}])
 }
 
+/// Creates the VirtualMachine `name`; returns its UID.
+async fn create_vm(client: &Client, ns: &str, name: &str) -> anyhow::Result<String> {
+    let vm = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachine"))
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new(name, &kubevirt("VirtualMachine")),
+        )
+        .await?;
+    Ok(vm.metadata.uid.unwrap_or_default())
+}
+
+/// Deletes `node` while the VM `vm` (whose pod is `pod`) is stopped, and waits until the VM's
+/// binding says NodeAvailable=False, NodeNotFound; returns when that condition began.
+async fn lose_node_of_stopped_vm(
+    client: &Client,
+    ns: &str,
+    vm: &str,
+    pod: &str,
+    node: &str,
+) -> anyhow::Result<k8s_openapi::jiff::Timestamp> {
+    stop_vm(client, ns, vm, pod).await?;
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .delete(node, &DeleteParams::default())
+        .await?;
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), ns);
+    let binding = format!("virtualmachine-{vm}");
+    wait_for("NodeAvailable=False", TIMEOUT, || {
+        let (bindings, binding) = (bindings.clone(), binding.clone());
+        async move {
+            let b = bindings.get(&binding).await?;
+            Ok(b.status
+                .unwrap_or_default()
+                .conditions
+                .into_iter()
+                .find(|c| {
+                    c.type_ == "NodeAvailable" && c.status == "False" && c.reason == "NodeNotFound"
+                })
+                .map(|c| c.last_transition_time.0))
+        }
+    })
+    .await
+}
+
 /// Plays virt-controller: a VMI owned by the VM and a pod owned by the VMI, named
 /// `virt-launcher-<vm>-<random>` as KubeVirt names it. Returns the pod's name.
 async fn start_vm(
@@ -188,15 +231,7 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
     let scheduler = format!("{name}-sched");
     profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
 
-    let vms: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
-    let vm = vms
-        .create(
-            &PostParams::default(),
-            &DynamicObject::new("fedora", &kubevirt("VirtualMachine")),
-        )
-        .await?;
-    let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
+    let vm_uid = create_vm(&client, &ns.name, "fedora").await?;
 
     let mut pod = start_vm(&client, &ns.name, "fedora", &vm_uid, &scheduler, &nodes).await?;
     let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
@@ -419,15 +454,7 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
     let name = format!("sticky-lost-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
     profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
-    let vms: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
-    let vm = vms
-        .create(
-            &PostParams::default(),
-            &DynamicObject::new("vm", &kubevirt("VirtualMachine")),
-        )
-        .await?;
-    let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
+    let vm_uid = create_vm(&client, &ns.name, "vm").await?;
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
     wait_count(&client, &ns.name, "virtualmachine-vm", 1).await?;
@@ -439,22 +466,8 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         .unwrap_or_default();
 
     // The pinned node is lost while the VM is down: the VM waits for it (onNodeLoss: Wait).
-    stop_vm(&client, &ns.name, "vm", &pod).await?;
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .delete(&first, &DeleteParams::default())
-        .await?;
+    lose_node_of_stopped_vm(&client, &ns.name, "vm", &pod, &first).await?;
     let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
-    wait_for("NodeAvailable=False", TIMEOUT, || {
-        let bindings = bindings.clone();
-        async move {
-            let b = bindings.get("virtualmachine-vm").await?;
-            let lost = b.status.unwrap_or_default().conditions.iter().any(|c| {
-                c.type_ == "NodeAvailable" && c.status == "False" && c.reason == "NodeNotFound"
-            });
-            Ok(lost.then_some(()))
-        }
-    })
-    .await?;
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let message = wait_for("FailedScheduling naming the sticky node", TIMEOUT, || {
@@ -512,38 +525,13 @@ async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyho
                "pluginConfig": [{"name": "StickyNode", "args": {"onNodeLoss": "Release", "releaseAfterSeconds": delay}}]}),
     )
     .await?;
-    let vms: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
-    let vm = vms
-        .create(
-            &PostParams::default(),
-            &DynamicObject::new("vm", &kubevirt("VirtualMachine")),
-        )
-        .await?;
-    let vm_uid = vm.metadata.uid.clone().unwrap_or_default();
+    let vm_uid = create_vm(&client, &ns.name, "vm").await?;
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
     wait_count(&client, &ns.name, "virtualmachine-vm", 1).await?;
 
     // The node is lost while the VM is down; the VM starts again before the delay is over.
-    stop_vm(&client, &ns.name, "vm", &pod).await?;
-    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
-        .delete(&first, &DeleteParams::default())
-        .await?;
-    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
-    let lost_at = wait_for("NodeAvailable=False", TIMEOUT, || {
-        let bindings = bindings.clone();
-        async move {
-            let b = bindings.get("virtualmachine-vm").await?;
-            Ok(b.status
-                .unwrap_or_default()
-                .conditions
-                .into_iter()
-                .find(|c| c.type_ == "NodeAvailable" && c.status == "False")
-                .map(|c| c.last_transition_time.0))
-        }
-    })
-    .await?;
+    let lost_at = lose_node_of_stopped_vm(&client, &ns.name, "vm", &pod, &first).await?;
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
 
     // Released: bound elsewhere, not before the delay, with the release in status and an Event.
@@ -588,17 +576,9 @@ async fn fifty_workloads_churned_while_a_person_edits_their_bindings_count_every
     let name = format!("sticky-churn-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
     profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
-    let vms: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
     let mut vm_uids = Vec::new();
     for i in 0..WORKLOADS {
-        let vm = vms
-            .create(
-                &PostParams::default(),
-                &DynamicObject::new(&format!("vm-{i}"), &kubevirt("VirtualMachine")),
-            )
-            .await?;
-        vm_uids.push(vm.metadata.uid.unwrap_or_default());
+        vm_uids.push(create_vm(&client, &ns.name, &format!("vm-{i}")).await?);
     }
 
     // A person (another client) keeps editing the bindings' specs: pins each to the node it is
