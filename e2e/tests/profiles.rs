@@ -10,7 +10,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tether::api::SchedulingProfile;
 use tether_e2e::{
-    TestNamespace, TestNodes, client, events_for, kubectl_ok, unique_suffix, wait_bound, wait_for,
+    TestNamespace, TestNodes, client, events_for, kubectl_ok, tether_metric, unique_suffix,
+    wait_bound, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -235,6 +236,8 @@ async fn two_names_serve_at_once_a_conflict_is_refused_and_a_deleted_profile_lea
     .await?;
     wait_bound(&client, &ns.name, "via-a", TIMEOUT).await?;
     wait_bound(&client, &ns.name, "via-b", TIMEOUT).await?;
+    let serving = format!(r#"tether_profiles_serving{{profile="{b}-sched"}}"#);
+    assert_eq!(tether_metric(&serving)?, Some(1.0), "b serves");
 
     // A newer profile claiming a's schedulerName is refused; a keeps serving.
     apply_profile(&dup, json!({"schedulerName": format!("{a}-sched")}))?;
@@ -253,6 +256,12 @@ async fn two_names_serve_at_once_a_conflict_is_refused_and_a_deleted_profile_lea
         let api = api.clone();
         let b = b.clone();
         async move { Ok(api.get_opt(&b).await?.is_none().then_some(())) }
+    })
+    .await?;
+    // …and tether has seen it go (its watch follows the API server by a moment).
+    wait_for("tether to stop serving b", TIMEOUT, || {
+        let serving = serving.clone();
+        async move { Ok(tether_metric(&serving)?.is_none().then_some(())) }
     })
     .await?;
     create_pod(

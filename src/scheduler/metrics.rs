@@ -42,6 +42,7 @@ pub struct Metrics {
     bind_failures: Family<ProfileLabels, Counter>,
     bind_duration: Family<ProfileLabels, Histogram>,
     history_writes: Family<HistoryLabels, Counter>,
+    profiles_serving: Family<ProfileLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -62,6 +63,7 @@ impl Default for Metrics {
         let bind_duration =
             Family::<ProfileLabels, Histogram>::new_with_constructor(buckets as fn() -> Histogram);
         let history_writes = Family::<HistoryLabels, Counter>::default();
+        let profiles_serving = Family::default();
         let pending_pods = Family::default();
         let cache_nodes = Gauge::default();
         let cache_pods = Gauge::default();
@@ -92,6 +94,11 @@ impl Default for Metrics {
             history_writes.clone(),
         );
         registry.register(
+            "profiles_serving",
+            "1 for each schedulerName a SchedulingProfile serves in this process",
+            profiles_serving.clone(),
+        );
+        registry.register(
             "pending_pods",
             "Pods in the scheduling queue by sub-queue",
             pending_pods.clone(),
@@ -114,6 +121,7 @@ impl Default for Metrics {
             bind_failures,
             bind_duration,
             history_writes,
+            profiles_serving,
             pending_pods,
             cache_nodes,
             cache_pods,
@@ -122,6 +130,18 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Whether a profile serves `scheduler` now; a name no longer served leaves the metric.
+    pub fn profile_serving(&self, scheduler: &str, serving: bool) {
+        let labels = ProfileLabels {
+            profile: scheduler.into(),
+        };
+        if serving {
+            self.profiles_serving.get_or_create(&labels).set(1);
+        } else {
+            self.profiles_serving.remove(&labels);
+        }
+    }
+
     /// One bind reported to a StickyBinding: `recorded`, `duplicate` or `failed`.
     pub fn history_write(&self, result: &str) {
         self.history_writes

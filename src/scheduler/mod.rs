@@ -138,12 +138,14 @@ impl Scheduler {
     pub fn apply_profiles(&self, profiles: HashMap<String, Arc<profile::CompiledProfile>>) {
         let (added, removed, changed) = self.profiles.replace_all(profiles);
         for name in &removed {
+            self.metrics.profile_serving(name, false);
             tracing::info!(scheduler = %name, "no profile serves this schedulerName any more; its pods are left alone");
             for info in self.queue.drain_scheduler(name) {
                 self.set_unserved(name, &info.key(), Some(info.pod.clone()));
             }
         }
         for name in &added {
+            self.metrics.profile_serving(name, true);
             let pods: Vec<Arc<Pod>> = self
                 .lock_unserved()
                 .remove(name)
