@@ -75,6 +75,14 @@ pub struct Services {
     pub runtime: tokio::runtime::Handle,
 }
 
+/// Whether `profile` runs a plugin that reads StickyBinding history: only then are the binds
+/// of its pods recorded.
+fn reads_history(profile: &profile::CompiledProfile) -> bool {
+    [plugins::sticky_node::NAME, plugins::placement_history::NAME]
+        .iter()
+        .any(|n| profile.uses(n))
+}
+
 impl Scheduler {
     pub fn new(
         queue: SchedulingQueue,
@@ -171,11 +179,10 @@ impl Scheduler {
     /// Counts a bind in the workload's StickyBinding, off the binding cycle, when the profile
     /// runs a plugin that reads the history. Idempotent per pod UID.
     pub fn record_history(&self, profile: &profile::CompiledProfile, pod: &Arc<Pod>, node: &str) {
-        const READERS: [&str; 2] = [plugins::sticky_node::NAME, plugins::placement_history::NAME];
         let Some(history) = self.history.clone() else {
             return;
         };
-        if !READERS.iter().any(|n| profile.uses(n)) {
+        if !reads_history(profile) {
             return;
         }
         let workload = crate::workload::resolve(pod, self.owners.as_ref());
@@ -205,7 +212,6 @@ impl Scheduler {
     /// without a binding, only when it was bound in the last ten minutes (an older one may have
     /// had its binding deleted by a person, to free the workload).
     pub fn reconcile_history(&self, bindings: &dyn crate::history::BindingLookup) {
-        const READERS: [&str; 2] = [plugins::sticky_node::NAME, plugins::placement_history::NAME];
         let pods = self.lock_cache().bound_pods();
         let now = jiff::Timestamp::now();
         for pod in pods {
@@ -217,7 +223,7 @@ impl Scheduler {
             let Some(profile) = self.profiles.get(&scheduler_name) else {
                 continue;
             };
-            if !READERS.iter().any(|n| profile.uses(n)) {
+            if !reads_history(&profile) {
                 continue;
             }
             let bound_at = pod
