@@ -8,13 +8,13 @@ use std::sync::atomic::AtomicUsize;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use tether::scheduler::compile::default_profile;
 use tether::scheduler::framework::CycleState;
-use tether::scheduler::framework::registry::Handle;
+use tether::scheduler::framework::node_info::NodeInfo;
+use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::runtime::{ScheduleResult, schedule_pod};
-use tether::scheduler::node_info::NodeInfo;
-use tether::scheduler::pod_info::PodInfo;
-use tether::scheduler::snapshot::Snapshot;
+use tether::scheduler::framework::snapshot::Snapshot;
+use tether::scheduler::plugins::registry::Handle;
+use tether::scheduler::profile::default_profile;
 
 const NODES: usize = 5000;
 const PODS_PER_NODE: usize = 10;

@@ -2,8 +2,8 @@
 
 pub mod api;
 pub mod controller;
-pub mod history;
-pub mod owners;
+pub mod k8s;
 pub mod run;
 pub mod scheduler;
-pub mod workload;
+pub mod sticky;
+pub mod watch;

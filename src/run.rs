@@ -3,8 +3,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use anyhow::Context;
 use axum::Router;
@@ -13,17 +11,21 @@ use axum::http::StatusCode;
 use axum::routing::get;
 
 use crate::controller;
-use crate::history::{BindingIndex, HistoryWriter};
-use crate::owners::{self, OwnerCache};
-use crate::scheduler::default_selectors::WorkloadSelectors;
-use crate::scheduler::framework::registry::Handle;
+use crate::scheduler::backend::handlers;
+use crate::scheduler::backend::queue::{ClusterEvent, SchedulingQueue};
+use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
+use crate::scheduler::framework::profile::ProfileRegistry;
 use crate::scheduler::metrics::Metrics;
+use crate::scheduler::plugins::placement_recorder;
 use crate::scheduler::plugins::priority_sort;
-use crate::scheduler::profile::ProfileRegistry;
-use crate::scheduler::queue::ClusterEvent;
-use crate::scheduler::queue::SchedulingQueue;
+use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::report::Reports;
-use crate::scheduler::{Scheduler, Services, watch};
+use crate::scheduler::{Scheduler, Services};
+use crate::sticky::bindings::BindingIndex;
+use crate::sticky::history::HistoryWriter;
+use crate::sticky::owners::{self, OwnerCache};
+use crate::sticky::reconcile;
+use crate::watch::Readiness;
 
 /// How `tether run` is configured.
 #[derive(Clone, Debug)]
@@ -39,16 +41,8 @@ pub struct RunConfig {
 #[derive(Clone)]
 struct HttpState {
     metrics: Arc<Metrics>,
-    synced: Arc<AtomicUsize>,
-    /// How many watches must have listed.
-    watches: usize,
+    readiness: Arc<Readiness>,
 }
-
-/// What must have listed once before scheduling starts: the pod, node and namespace watches,
-/// the SchedulingProfiles, the StickyBindings, and the ReplicaSet, Deployment, StatefulSet
-/// and Job owner watches; plus the VirtualMachineInstance and VirtualMachine watches where
-/// the cluster serves KubeVirt's API.
-const WATCHES: usize = 9;
 
 /// Runs the scheduler until SIGINT or SIGTERM.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
@@ -61,22 +55,30 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .build_global()
         .context("starting the Filter/Score thread pool")?;
 
+    let metrics = Arc::new(Metrics::default());
+    let readiness = Readiness::new();
     let selectors = Arc::new(WorkloadSelectors::default());
     let owners = Arc::new(OwnerCache::default());
     let bindings = Arc::new(BindingIndex::default());
+    let history = Arc::new(HistoryWriter::new(
+        client.clone(),
+        config.instance.clone(),
+        bindings.clone(),
+        owners.clone(),
+        metrics.clone(),
+    ));
     let handle = Handle {
         client: Some(client.clone()),
         default_selectors: selectors.clone(),
         owners: owners.clone(),
         bindings: bindings.clone(),
+        history: Some(history.clone()),
     };
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
     let queue_sort = priority_sort::build(None, "plugins.queueSort")
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort);
-
-    let metrics = Arc::new(Metrics::default());
     let reports = Reports::new(client.clone(), config.instance.clone());
     let sched = Scheduler::new(
         queue,
@@ -84,49 +86,49 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         Services {
             metrics: metrics.clone(),
             reports,
-            history: Some(Arc::new(HistoryWriter::new(
-                client.clone(),
-                config.instance.clone(),
-                bindings.clone(),
-            ))),
-            owners: owners.clone(),
+            readiness: readiness.clone(),
             runtime: tokio::runtime::Handle::current(),
         },
     );
-    let synced = Arc::new(AtomicUsize::new(0));
-    let kubevirt = owners::kubevirt_served(&client).await;
-    let must_list = WATCHES + if kubevirt { 2 } else { 0 };
-    let owner_watches = tokio::spawn(owners::run_owner_watches(
-        owners,
-        client.clone(),
-        synced.clone(),
-        kubevirt,
-    ));
-    let requeue = sched.clone();
-    let binding_controller = tokio::spawn(controller::sticky_binding::run(
-        client.clone(),
-        bindings.clone(),
-        Arc::new(move || {
-            requeue
-                .queue
-                .move_all_to_active_or_backoff(ClusterEvent::BindingChanged)
-        }),
-        synced.clone(),
-    ));
 
-    let profile_controller = tokio::spawn(controller::scheduling_profile::run(
-        client.clone(),
-        sched.clone(),
-        handle.clone(),
-        config.instance.clone(),
-        synced.clone(),
-    ));
-    let selector_watches = tokio::spawn(watch::run_selector_watches(selectors, client.clone()));
-    let watches = tokio::spawn(watch::run_watches(
-        sched.clone(),
-        client.clone(),
-        synced.clone(),
-    ));
+    // Every watch registers itself in `readiness` here, before anything runs.
+    let kubevirt = owners::kubevirt_served(&client).await;
+    let requeue = sched.clone();
+    let mut tasks = vec![
+        tokio::spawn(handlers::run_watches(
+            sched.clone(),
+            client.clone(),
+            &readiness,
+        )),
+        tokio::spawn(selectors::run_watches(
+            selectors,
+            client.clone(),
+            &readiness,
+        )),
+        tokio::spawn(owners::run_owner_watches(
+            owners,
+            client.clone(),
+            &readiness,
+            kubevirt,
+        )),
+        tokio::spawn(controller::sticky_binding::run(
+            client.clone(),
+            bindings,
+            Arc::new(move || {
+                requeue
+                    .queue
+                    .move_all_to_active_or_backoff(ClusterEvent::BindingChanged)
+            }),
+            &readiness,
+        )),
+        tokio::spawn(controller::scheduling_profile::run(
+            client.clone(),
+            sched.clone(),
+            handle,
+            config.instance.clone(),
+            &readiness,
+        )),
+    ];
 
     let listener = tokio::net::TcpListener::bind(config.http_addr)
         .await
@@ -138,26 +140,41 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .route("/readyz", get(ready))
         .with_state(HttpState {
             metrics,
-            synced: synced.clone(),
-            watches: must_list,
+            readiness: readiness.clone(),
         });
-    let http = tokio::spawn(async move { axum::serve(listener, app).await });
+    tasks.push(tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "the HTTP endpoint stopped");
+        }
+    }));
 
     let loop_sched = sched.clone();
-    let loop_synced = synced.clone();
-    let loop_bindings = bindings;
+    let runtime = tokio::runtime::Handle::current();
     let scheduling = std::thread::Builder::new()
         .name("scheduling-loop".into())
         .spawn(move || {
             // kube-scheduler waits for its informers to sync; so does tether.
-            while loop_synced.load(Ordering::Acquire) < must_list {
-                if loop_sched.queue.is_closed() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            if !loop_sched
+                .readiness
+                .wait_current(|| loop_sched.queue.is_closed())
+            {
+                return;
             }
             tracing::info!("caches synced; scheduling");
-            loop_sched.reconcile_history(loop_bindings.as_ref());
+            // Binds made before a restart whose history write was lost are counted now.
+            let recorded: Vec<_> = loop_sched
+                .lock_cache()
+                .bound_pods()
+                .into_iter()
+                .filter(|pod| {
+                    let name = crate::k8s::pods::scheduler_name(pod);
+                    loop_sched
+                        .profiles
+                        .get(name)
+                        .is_some_and(|p| p.uses(placement_recorder::NAME))
+                })
+                .collect();
+            runtime.spawn(reconcile::record_missed_binds(history, recorded));
             loop_sched.run_loop();
         })
         .context("starting the scheduling loop")?;
@@ -165,12 +182,9 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     shutdown_signal().await;
     tracing::info!("shutting down");
     sched.queue.close();
-    watches.abort();
-    owner_watches.abort();
-    binding_controller.abort();
-    profile_controller.abort();
-    selector_watches.abort();
-    http.abort();
+    for task in tasks {
+        task.abort();
+    }
     let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
     Ok(())
 }
@@ -188,13 +202,23 @@ async fn serve_metrics(
 }
 
 async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
-    let synced = state.synced.load(Ordering::Acquire);
-    if synced >= state.watches {
-        (StatusCode::OK, "ok".into())
+    let summary = state.readiness.summary();
+    if summary.listed_once == summary.registered {
+        let body = if summary.not_current.is_empty() {
+            "ok".to_string()
+        } else {
+            format!("ok (re-listing: {})", summary.not_current.join(", "))
+        };
+        (StatusCode::OK, body)
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("caches not synced ({synced} of {} listed)", state.watches),
+            format!(
+                "caches not synced ({} of {} listed; waiting for {})",
+                summary.listed_once,
+                summary.registered,
+                summary.not_current.join(", ")
+            ),
         )
     }
 }

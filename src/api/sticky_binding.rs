@@ -119,3 +119,132 @@ pub struct Release {
     /// When tether released it.
     pub time: Time,
 }
+
+/// The condition type telling whether the pinned node exists and is Ready.
+pub const CONDITION_NODE_AVAILABLE: &str = "NodeAvailable";
+/// `NodeAvailable=True`: the pinned node exists and is Ready.
+pub const REASON_NODE_READY: &str = "NodeReady";
+/// `NodeAvailable=False`: the pinned node does not exist.
+pub const REASON_NODE_NOT_FOUND: &str = "NodeNotFound";
+/// `NodeAvailable=False`: the pinned node exists but is not Ready.
+pub const REASON_NODE_NOT_READY: &str = "NodeNotReady";
+
+impl StickyBinding {
+    /// The node the workload is pinned to: `spec.nodeName` when a person set it, else
+    /// `status.latest`. An empty name counts as unset; `None` when neither names a node.
+    pub fn pin(&self) -> Option<&str> {
+        self.spec
+            .node_name
+            .as_deref()
+            .filter(|n| !n.is_empty())
+            .or_else(|| self.status.as_ref().and_then(|s| s.latest.as_deref()))
+            .filter(|n| !n.is_empty())
+    }
+
+    /// Since when the pinned node has been reported lost (`NodeAvailable=False`), if it is. A
+    /// condition observed for an older generation of the spec may be about another node and
+    /// does not count.
+    pub fn node_lost_since(&self) -> Option<jiff::Timestamp> {
+        self.status
+            .iter()
+            .flat_map(|s| &s.conditions)
+            .find(|c| c.type_ == CONDITION_NODE_AVAILABLE && c.status == "False")
+            .filter(
+                |c| match (c.observed_generation, self.metadata.generation) {
+                    (Some(observed), Some(current)) => observed >= current,
+                    _ => true,
+                },
+            )
+            .map(|c| c.last_transition_time.0)
+    }
+
+    /// The node the workload was released from by a bind to `node`: its pin, when that is
+    /// another node and was lost.
+    pub fn released_by_bind_to(&self, node: &str) -> Option<String> {
+        let pin = self.pin()?;
+        (pin != node && self.node_lost_since().is_some()).then(|| pin.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+
+    fn binding(node_name: Option<&str>, latest: Option<&str>, lost: bool) -> StickyBinding {
+        let mut b = StickyBinding::new(
+            "b",
+            StickyBindingSpec {
+                workload_ref: WorkloadRef {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: "p".into(),
+                    ordinal: None,
+                },
+                node_name: node_name.map(String::from),
+            },
+        );
+        let conditions = lost
+            .then(|| Condition {
+                type_: CONDITION_NODE_AVAILABLE.into(),
+                status: "False".into(),
+                reason: REASON_NODE_NOT_FOUND.into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            })
+            .into_iter()
+            .collect();
+        b.status = Some(StickyBindingStatus {
+            latest: latest.map(String::from),
+            conditions,
+            ..Default::default()
+        });
+        b
+    }
+
+    #[test]
+    fn a_persons_pin_beats_the_history_and_empty_names_pin_nothing() {
+        let cases = [
+            ("spec wins", Some("n2"), Some("n1"), Some("n2")),
+            ("empty spec falls back", Some(""), Some("n1"), Some("n1")),
+            ("history alone", None, Some("n1"), Some("n1")),
+            ("empty latest pins nothing", None, Some(""), None),
+            ("nothing", None, None, None),
+        ];
+        for (name, spec, latest, want) in cases {
+            assert_eq!(binding(spec, latest, false).pin(), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_bind_elsewhere_releases_only_from_a_lost_pin() {
+        assert_eq!(
+            binding(None, Some("n1"), true).released_by_bind_to("n2"),
+            Some("n1".to_string())
+        );
+        assert_eq!(
+            binding(None, Some("n1"), true).released_by_bind_to("n1"),
+            None
+        );
+        assert_eq!(
+            binding(None, Some("n1"), false).released_by_bind_to("n2"),
+            None
+        );
+        let mut changed = binding(Some("n3"), Some("n1"), true);
+        changed.metadata.generation = Some(2);
+        if let Some(c) = changed
+            .status
+            .as_mut()
+            .and_then(|s| s.conditions.first_mut())
+        {
+            c.observed_generation = Some(1);
+        }
+        assert_eq!(
+            changed.released_by_bind_to("n2"),
+            None,
+            "a condition about the spec before a person's change says nothing of the new pin"
+        );
+    }
+}

@@ -6,19 +6,23 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use std::future::Future;
+
+use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::watch::{self, Readiness};
 use kube::{Resource, ResourceExt};
 
-use super::conditions::set_condition;
-use super::profile_set::{ProfileSet, Verdict};
 use crate::api::{SchedulingProfile, SchedulingProfileStatus};
+use crate::controller::conditions::set_condition;
+use crate::controller::profile_set::{ProfileSet, Verdict};
 use crate::scheduler::Scheduler;
-use crate::scheduler::framework::registry::Handle;
+use crate::scheduler::plugins::registry::Handle;
 
 /// Errors of one reconcile, each naming the profile.
 #[derive(Debug, thiserror::Error)]
@@ -159,64 +163,72 @@ fn error_policy(profile: Arc<SchedulingProfile>, error: &Error, _ctx: Arc<Contex
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the SchedulingProfile controller until the process stops.
-/// Adds one to `synced` once the profiles were listed and the registry filled from them.
-pub async fn run(
+/// The SchedulingProfile controller, its watch registered in `readiness` now; the future runs
+/// it until the process stops. The watch counts as listed once the registry holds every
+/// profile.
+pub fn run(
     client: kube::Client,
     scheduler: Arc<Scheduler>,
     handle: Handle,
     instance: Option<String>,
-    synced: Arc<std::sync::atomic::AtomicUsize>,
-) {
-    let api: Api<SchedulingProfile> = Api::all(client.clone());
-    let (store, writer) = kube::runtime::reflector::store();
-    let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
-    let ctx = Arc::new(Context {
-        recorder: Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "tether".into(),
-                instance,
-            },
-        ),
-        client,
-        scheduler,
-        handle,
-        store: store.clone(),
-        set: Mutex::new(ProfileSet::default()),
-        verdicts: Mutex::new(BTreeMap::new()),
-        announced: Mutex::new(HashMap::new()),
-        resync: resync_tx.clone(),
-    });
-    // The reflector applies each event to the store before passing it on, so at the first
-    // InitDone the store holds every profile: fill the registry from all of them at once.
-    let first_sync_ctx = ctx.clone();
-    let mut listed = false;
-    let profiles = watcher::watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
+    readiness: &Arc<Readiness>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let feed = readiness.register("schedulingprofiles");
+    async move {
+        let api: Api<SchedulingProfile> = Api::all(client.clone());
+        let (store, writer) = kube::runtime::reflector::store();
+        let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
+        let ctx = Arc::new(Context {
+            recorder: Recorder::new(
+                client.clone(),
+                Reporter {
+                    controller: "tether".into(),
+                    instance,
+                },
+            ),
+            client,
+            scheduler,
+            handle,
+            store: store.clone(),
+            set: Mutex::new(ProfileSet::default()),
+            verdicts: Mutex::new(BTreeMap::new()),
+            announced: Mutex::new(HashMap::new()),
+            resync: resync_tx.clone(),
+        });
+        // The reflector applies each event to the store before passing it on, so at each
+        // InitDone the store holds every profile: fill the registry from all of them at once.
+        // After a re-list, a profile deleted meanwhile is gone from the store: every profile is
+        // reconciled again.
+        let list_ctx = ctx.clone();
+        let list_resync = resync_tx.clone();
+        let profiles = watch::watch(
+            api,
+            watch::default_config(),
+            "schedulingprofiles",
+            Some(feed.clone()),
+        )
         .reflect(writer)
-        .inspect_ok(move |event| {
-            if matches!(event, watcher::Event::InitDone) && !listed {
-                listed = true;
-                tracing::debug!("SchedulingProfiles listed");
-                first_sync_ctx.sync("");
-                synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                list_ctx.sync("");
+                feed.listed();
+                let _ = list_resync.try_send(());
             }
         })
         .touched_objects();
-    let controller = Controller::for_stream(profiles, store);
-    let sync_ctx = ctx.clone();
-    controller
-        .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
-        .run(reconcile, error_policy, ctx)
-        .for_each(move |result| {
-            // A deleted profile is gone from the store: decide again without it, and let the
-            // others (a conflict's loser may now serve) be reconciled.
-            if let Err(ControllerError::ObjectNotFound(obj)) = &result {
-                sync_ctx.sync(&obj.name);
-                let _ = resync_tx.try_send(());
-            }
-            async {}
-        })
-        .await;
+        let sync_ctx = ctx.clone();
+        Controller::for_stream(profiles, store)
+            .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
+            .run(reconcile, error_policy, ctx)
+            .for_each(move |result| {
+                // A deleted profile is gone from the store: decide again without it, and let
+                // the others (a conflict's loser may now serve) be reconciled.
+                if let Err(ControllerError::ObjectNotFound(obj)) = &result {
+                    sync_ctx.sync(&obj.name);
+                    let _ = resync_tx.try_send(());
+                }
+                async {}
+            })
+            .await;
+    }
 }

@@ -4,17 +4,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{StreamExt, TryStreamExt};
+use std::future::Future;
+
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
+
+use crate::watch::{self, Applier, Index, Readiness};
 use kube::{Resource, ResourceExt};
 
-use super::conditions::set_condition;
 use crate::api::StickyBinding;
-use crate::history::BindingIndex;
+use crate::api::sticky_binding::{
+    CONDITION_NODE_AVAILABLE, REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY, REASON_NODE_READY,
+};
+use crate::controller::conditions::set_condition;
+use crate::sticky::bindings::BindingIndex;
 
 /// Errors of one reconcile, naming the binding.
 #[derive(Debug, thiserror::Error)]
@@ -32,20 +39,14 @@ pub struct Context {
     nodes: Store<Node>,
 }
 
-/// The node a binding pins its workload to: spec.nodeName, else status.latest.
-pub fn pinned_node(binding: &StickyBinding) -> Option<String> {
-    binding
-        .spec
-        .node_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .or_else(|| binding.status.as_ref().and_then(|s| s.latest.clone()))
-}
-
 /// (available, reason, message) for the pinned node. Pure.
 pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str, String) {
     let Some(node) = node else {
-        return (false, "NodeNotFound", format!("node {pin} does not exist"));
+        return (
+            false,
+            REASON_NODE_NOT_FOUND,
+            format!("node {pin} does not exist"),
+        );
     };
     let ready = node
         .status
@@ -54,17 +55,21 @@ pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str,
         .and_then(|cs| cs.iter().find(|c| c.type_ == "Ready"))
         .map(|c| c.status.as_str());
     match ready {
-        Some("True") => (true, "NodeReady", String::new()),
-        _ => (false, "NodeNotReady", format!("node {pin} is not Ready")),
+        Some("True") => (true, REASON_NODE_READY, String::new()),
+        _ => (
+            false,
+            REASON_NODE_NOT_READY,
+            format!("node {pin} is not Ready"),
+        ),
     }
 }
 
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(pin) = pinned_node(&binding) else {
+    let Some(pin) = binding.pin() else {
         return Ok(Action::await_change());
     };
-    let node = ctx.nodes.get(&ObjectRef::new(&pin));
-    let (available, reason, message) = node_availability(&pin, node.as_deref());
+    let node = ctx.nodes.get(&ObjectRef::new(pin));
+    let (available, reason, message) = node_availability(pin, node.as_deref());
     let mut conditions = binding
         .status
         .as_ref()
@@ -72,7 +77,7 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
         .unwrap_or_default();
     if set_condition(
         &mut conditions,
-        "NodeAvailable",
+        CONDITION_NODE_AVAILABLE,
         available,
         reason,
         &message,
@@ -98,107 +103,101 @@ fn error_policy(binding: Arc<StickyBinding>, error: &Error, _ctx: Arc<Context>) 
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the StickyBinding controller until the process stops; also feeds `index` (the
-/// plugins' view of the bindings).
-/// `on_change` runs whenever a binding is added, changed or deleted (the scheduler requeues
-/// the pods waiting for a sticky node).
-pub async fn run(
+/// The plugins' view of the bindings, fed by the controller's watch: each change (and a
+/// re-list) also runs `on_change`, which requeues the pods waiting for a sticky node.
+struct IndexFeed {
+    index: Arc<BindingIndex>,
+    on_change: Arc<dyn Fn() + Send + Sync>,
+}
+
+impl Index<StickyBinding> for IndexFeed {
+    fn apply(&self, binding: StickyBinding) {
+        self.index.upsert(binding);
+        (self.on_change)();
+    }
+
+    fn delete(&self, binding: StickyBinding) {
+        self.index.remove(
+            &binding.namespace().unwrap_or_default(),
+            &binding.name_any(),
+        );
+        (self.on_change)();
+    }
+
+    fn reset(&self, bindings: Vec<StickyBinding>) {
+        self.index.reset(bindings);
+        (self.on_change)();
+    }
+}
+
+/// The StickyBinding controller, its watches registered in `readiness` now; the future runs it
+/// until the process stops. One watch of the bindings feeds the controller's store and the
+/// plugins' `index`; one watch of the nodes feeds the store reconciles read.
+pub fn run(
     client: kube::Client,
     index: Arc<BindingIndex>,
     on_change: Arc<dyn Fn() + Send + Sync>,
-    synced: Arc<std::sync::atomic::AtomicUsize>,
-) {
-    let bindings: Api<StickyBinding> = Api::all(client.clone());
-    let nodes: Api<Node> = Api::all(client.clone());
-    // The node store is updated before a node event triggers a reconcile, so a reconcile
-    // never reads a node older than the event that woke it.
-    let (node_store, node_writer) = kube::runtime::reflector::store();
-    let node_events = watcher::watcher(nodes, watcher::Config::default().any_semantic())
-        .default_backoff()
+    readiness: &Arc<Readiness>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let binding_feed = readiness.register("stickybindings");
+    let node_feed = readiness.register("nodes (StickyBinding controller)");
+    async move {
+        let bindings: Api<StickyBinding> = Api::all(client.clone());
+        let nodes: Api<Node> = Api::all(client.clone());
+        // The node store is updated before a node event triggers a reconcile, so a reconcile
+        // never reads a node older than the event that woke it.
+        let (node_store, node_writer) = kube::runtime::reflector::store();
+        let node_events = watch::watch(
+            nodes,
+            watch::default_config(),
+            "nodes (StickyBinding controller)",
+            Some(node_feed.clone()),
+        )
         .reflect(node_writer)
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                node_feed.listed();
+            }
+        })
         .touched_objects();
-    let (binding_store, binding_writer) = kube::runtime::reflector::store();
-    let ctx = Arc::new(Context {
-        client,
-        nodes: node_store,
-    });
-    // One watch of the bindings feeds the controller's store, the plugins' index (deletions
-    // included) and the requeue of pods that wait for a sticky node.
-    let mut listed = false;
-    let binding_events = watcher::watcher(bindings, watcher::Config::default().any_semantic())
-        .default_backoff()
+        let (binding_store, binding_writer) = kube::runtime::reflector::store();
+        let ctx = Arc::new(Context {
+            client,
+            nodes: node_store,
+        });
+        let feed = IndexFeed { index, on_change };
+        let mut applier = Applier::new(Some(binding_feed.clone()));
+        let binding_events = watch::watch(
+            bindings,
+            watch::default_config(),
+            "stickybindings",
+            Some(binding_feed),
+        )
         .reflect(binding_writer)
-        .inspect_ok(move |event| match event {
-            watcher::Event::Delete(b) => {
-                index.remove(&b.namespace().unwrap_or_default(), &b.name_any());
-                on_change();
-            }
-            watcher::Event::Apply(b) => {
-                index.upsert(b.clone());
-                on_change();
-            }
-            watcher::Event::InitApply(b) => index.upsert(b.clone()),
-            watcher::Event::InitDone if !listed => {
-                listed = true;
-                tracing::debug!("StickyBindings listed");
-                synced.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-            }
-            watcher::Event::Init | watcher::Event::InitDone => {}
+        .inspect(move |event| match event {
+            Ok(e) => applier.event(&feed, e.clone()),
+            Err(e) => applier.failed(&feed, e),
         })
-        .applied_objects();
-    let controller = Controller::for_stream(binding_events, binding_store.clone());
-    let run = controller
-        .watches_stream(node_events, move |node: Node| {
-            let name = node.name_any();
-            binding_store
-                .state()
-                .into_iter()
-                .filter(|b| pinned_node(b).as_deref() == Some(name.as_str()))
-                .map(|b| ObjectRef::from_obj(&*b))
-                .collect::<Vec<_>>()
-        })
-        .run(reconcile, error_policy, ctx)
-        .for_each(|_| async {});
-    run.await;
+        .touched_objects();
+        Controller::for_stream(binding_events, binding_store.clone())
+            .watches_stream(node_events, move |node: Node| {
+                let name = node.name_any();
+                binding_store
+                    .state()
+                    .into_iter()
+                    .filter(|b| b.pin() == Some(name.as_str()))
+                    .map(|b| ObjectRef::from_obj(&*b))
+                    .collect::<Vec<_>>()
+            })
+            .run(reconcile, error_policy, ctx)
+            .for_each(|_| async {})
+            .await;
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{StickyBindingSpec, StickyBindingStatus, WorkloadRef};
-
-    fn binding(node_name: Option<&str>, latest: Option<&str>) -> StickyBinding {
-        let mut b = StickyBinding::new(
-            "b",
-            StickyBindingSpec {
-                workload_ref: WorkloadRef {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: "p".into(),
-                    ordinal: None,
-                },
-                node_name: node_name.map(String::from),
-            },
-        );
-        b.status = Some(StickyBindingStatus {
-            latest: latest.map(String::from),
-            ..Default::default()
-        });
-        b
-    }
-
-    #[test]
-    fn a_persons_pin_beats_the_history() {
-        assert_eq!(
-            pinned_node(&binding(Some("n2"), Some("n1"))).as_deref(),
-            Some("n2")
-        );
-        assert_eq!(
-            pinned_node(&binding(Some(""), Some("n1"))).as_deref(),
-            Some("n1")
-        );
-        assert_eq!(pinned_node(&binding(None, None)), None);
-    }
 
     #[test]
     fn availability_follows_the_node() {

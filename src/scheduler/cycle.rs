@@ -1,15 +1,14 @@
 //! One scheduling cycle (kube-scheduler's scheduleOne): take a pod from the queue, find its node
-//! with its profile, assume it there, run Reserve and Permit, and hand it to the binding cycle.
-//! Serial; the only parallel work is Filter and Score over the nodes.
+//! with its profile, assume it there, run Reserve and Permit, and hand it to the binding cycle
+//! (`binding.rs`). Serial; the only parallel work is Filter and Score over the nodes.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::Scheduler;
-use super::framework::runtime::{self, ScheduleResult};
-use super::framework::{Code, CycleState, QueuedPodInfo, Status};
-use super::profile::CompiledProfile;
+use crate::scheduler::Scheduler;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::runtime::{self, ScheduleResult};
+use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 
 /// What the binding cycle needs from the scheduling cycle.
 pub struct Assumed {
@@ -18,7 +17,7 @@ pub struct Assumed {
     pub state: CycleState,
     pub node: String,
     /// Set when a Permit plugin answered Wait: the verdict and how long to wait for it.
-    pub permit: Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>,
+    pub permit: Option<runtime::PermitWait>,
 }
 
 /// Runs one scheduling cycle for `queued`.
@@ -78,20 +77,21 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 fail(sched, queued, &profile, status);
                 return;
             }
-            let permit = match run_permit(sched, &profile, &state, &queued, &node) {
-                Ok(permit) => permit,
-                Err(status) => {
-                    runtime::run_unreserve(&profile, &state, &pod, &node);
-                    sched.lock_cache().forget_pod(pod.uid());
-                    sched.metrics.attempt(
-                        "unschedulable",
-                        &profile.scheduler_name,
-                        start.elapsed(),
-                    );
-                    fail(sched, queued, &profile, status);
-                    return;
-                }
-            };
+            let permit =
+                match runtime::run_permit(&profile, &state, &pod, &node, &sched.waiting_pods) {
+                    Ok(permit) => permit,
+                    Err(status) => {
+                        runtime::run_unreserve(&profile, &state, &pod, &node);
+                        sched.lock_cache().forget_pod(pod.uid());
+                        sched.metrics.attempt(
+                            "unschedulable",
+                            &profile.scheduler_name,
+                            start.elapsed(),
+                        );
+                        fail(sched, queued, &profile, status);
+                        return;
+                    }
+                };
             sched
                 .metrics
                 .attempt("scheduled", &profile.scheduler_name, start.elapsed());
@@ -127,38 +127,6 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             sched.queue.requeue_with_backoff(queued, backoff);
         }
     }
-}
-
-/// Runs Permit: any rejection fails the pod; Wait answers register it with the waiting pods,
-/// for the longest of the timeouts asked for.
-fn run_permit(
-    sched: &Scheduler,
-    profile: &CompiledProfile,
-    state: &CycleState,
-    queued: &QueuedPodInfo,
-    node: &str,
-) -> Result<Option<(tokio::sync::oneshot::Receiver<Status>, Duration)>, Status> {
-    let mut waiting = BTreeSet::new();
-    let mut timeout = Duration::ZERO;
-    for plugin in &profile.permit {
-        let Some(p) = plugin.permit() else { continue };
-        let (status, t) = p.permit(state, &queued.pod, node);
-        match status.code {
-            Code::Success => {}
-            Code::Wait => {
-                waiting.insert(plugin.name());
-                timeout = timeout.max(t);
-            }
-            _ => return Err(status.with_plugin(plugin.name())),
-        }
-    }
-    if waiting.is_empty() {
-        return Ok(None);
-    }
-    Ok(Some((
-        sched.waiting_pods.add(queued.pod.uid(), waiting),
-        timeout,
-    )))
 }
 
 /// The pod could not be placed after all (Reserve or Permit): report and requeue it.

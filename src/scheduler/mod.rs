@@ -1,4 +1,6 @@
-//! The embedded scheduler: queue, cache, the framework of extension points, plugins, binder.
+//! The embedded scheduler: the backend (queue, cache and the handlers that feed them), the
+//! framework of extension points, the plugins, profiles, and one scheduling cycle at a time
+//! with a binding cycle per pod. `docs/ARCHITECTURE.md` draws the data path.
 //!
 //! ```text
 //! watches ──► cache (nodes, pods, assumed) ──snapshot──┐
@@ -6,26 +8,14 @@
 //!                                                              └─► binding cycle (tokio task per pod)
 //! ```
 
-pub mod binder;
-pub mod cache;
-pub mod compile;
+pub mod backend;
+pub mod binding;
 pub mod cycle;
-pub mod default_selectors;
 pub mod framework;
-pub mod labels;
 pub mod metrics;
-pub mod node_info;
-pub mod node_selector;
 pub mod plugins;
-pub mod pod_info;
 pub mod profile;
-pub mod quantity;
-pub mod queue;
 pub mod report;
-pub mod resource;
-pub mod snapshot;
-pub mod taints;
-pub mod watch;
 
 #[cfg(test)]
 pub mod testing;
@@ -36,14 +26,15 @@ use std::sync::atomic::AtomicUsize;
 use k8s_openapi::api::core::v1::Pod;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use self::cache::Cache;
+use self::backend::cache::Cache;
+use self::backend::queue::{self, SchedulingQueue};
 use self::cycle::Assumed;
 use self::framework::QueuedPodInfo;
+use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
-use self::profile::ProfileRegistry;
-use self::queue::SchedulingQueue;
 use self::report::Reports;
+use crate::watch::Readiness;
 
 /// Everything the scheduling loop, the binding cycles and the watches share.
 pub struct Scheduler {
@@ -58,10 +49,8 @@ pub struct Scheduler {
     /// Pending pods whose schedulerName no profile serves, by schedulerName then key: left
     /// alone, and queued as soon as a profile for them appears.
     unserved: Mutex<HashMap<String, HashMap<String, Arc<Pod>>>>,
-    /// StickyBinding history writes, for profiles that run StickyNode or PlacementHistory.
-    pub history: Option<Arc<crate::history::HistoryWriter>>,
-    /// Owner metadata for workload resolution.
-    pub owners: Arc<dyn crate::workload::OwnerLookup>,
+    /// Whether every watch is current: scheduling waits while one fails or re-lists.
+    pub readiness: Arc<Readiness>,
     runtime: tokio::runtime::Handle,
     this: std::sync::Weak<Scheduler>,
 }
@@ -70,17 +59,8 @@ pub struct Scheduler {
 pub struct Services {
     pub metrics: Arc<Metrics>,
     pub reports: Reports,
-    pub history: Option<Arc<crate::history::HistoryWriter>>,
-    pub owners: Arc<dyn crate::workload::OwnerLookup>,
+    pub readiness: Arc<Readiness>,
     pub runtime: tokio::runtime::Handle,
-}
-
-/// Whether `profile` runs a plugin that reads StickyBinding history: only then are the binds
-/// of its pods recorded.
-fn reads_history(profile: &profile::CompiledProfile) -> bool {
-    [plugins::sticky_node::NAME, plugins::placement_history::NAME]
-        .iter()
-        .any(|n| profile.uses(n))
 }
 
 impl Scheduler {
@@ -92,8 +72,7 @@ impl Scheduler {
         let Services {
             metrics,
             reports,
-            history,
-            owners,
+            readiness,
             runtime,
         } = services;
         Arc::new_cyclic(|this| Scheduler {
@@ -105,8 +84,7 @@ impl Scheduler {
             reports,
             start_index: AtomicUsize::new(0),
             unserved: Mutex::new(HashMap::new()),
-            history,
-            owners,
+            readiness,
             runtime,
             this: this.clone(),
         })
@@ -143,7 +121,7 @@ impl Scheduler {
     /// Serves exactly `profiles` from now on (the profile controller's decision). Pods of a
     /// schedulerName no longer served leave the queue untouched; pods of a newly served one
     /// are queued; any change gives unschedulable pods another try.
-    pub fn apply_profiles(&self, profiles: HashMap<String, Arc<profile::CompiledProfile>>) {
+    pub fn apply_profiles(&self, profiles: HashMap<String, Arc<CompiledProfile>>) {
         let (added, removed, changed) = self.profiles.replace_all(profiles);
         for name in &removed {
             self.metrics.profile_serving(name, false);
@@ -172,92 +150,7 @@ impl Scheduler {
     /// Starts the binding cycle of an assumed pod on the tokio runtime.
     pub fn spawn_binding(&self, assumed: Assumed) {
         if let Some(sched) = self.this.upgrade() {
-            self.runtime.spawn(binder::binding_cycle(sched, assumed));
-        }
-    }
-
-    /// Counts a bind in the workload's StickyBinding, off the binding cycle, when the profile
-    /// runs a plugin that reads the history. Idempotent per pod UID.
-    pub fn record_history(&self, profile: &profile::CompiledProfile, pod: &Arc<Pod>, node: &str) {
-        let Some(history) = self.history.clone() else {
-            return;
-        };
-        if !reads_history(profile) {
-            return;
-        }
-        let workload = crate::workload::resolve(pod, self.owners.as_ref());
-        if let Some(owner) = &workload.pending_owner {
-            // Not this pod's binding to guess at; a restart's reconcile counts it later.
-            tracing::warn!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
-            self.metrics.history_write("failed");
-            return;
-        }
-        let (pod, node, metrics) = (pod.clone(), node.to_string(), self.metrics.clone());
-        self.runtime.spawn(async move {
-            let result = match history.record(&workload, &pod, &node).await {
-                Ok(crate::history::Recorded::Counted) => "recorded",
-                Ok(crate::history::Recorded::AlreadyCounted) => "duplicate",
-                Err(e) => {
-                    tracing::warn!(error = %e, "could not record the bind in the StickyBinding");
-                    "failed"
-                }
-            };
-            metrics.history_write(result);
-        });
-    }
-
-    /// After a (re)start: counts binds that were made but never recorded, as after a crash
-    /// between a bind and its status write. A pod already in `recentBinds` is never counted
-    /// twice. A pod is counted when its binding has recorded nothing since the pod was bound;
-    /// without a binding, only when it was bound in the last ten minutes (an older one may have
-    /// had its binding deleted by a person, to free the workload).
-    pub fn reconcile_history(&self, bindings: &dyn crate::history::BindingLookup) {
-        let pods = self.lock_cache().bound_pods();
-        let now = jiff::Timestamp::now();
-        for pod in pods {
-            let scheduler_name = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduler_name.clone())
-                .unwrap_or_default();
-            let Some(profile) = self.profiles.get(&scheduler_name) else {
-                continue;
-            };
-            if !reads_history(&profile) {
-                continue;
-            }
-            let bound_at = pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .and_then(|cs| {
-                    cs.iter()
-                        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
-                })
-                .and_then(|c| c.last_transition_time.as_ref().map(|t| t.0));
-            let Some(bound_at) = bound_at else { continue };
-            let workload = crate::workload::resolve(&pod, self.owners.as_ref());
-            let missed = match bindings.get(&workload.namespace, &workload.binding_name()) {
-                Some(b) => {
-                    let status = b.status.clone().unwrap_or_default();
-                    let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-                    !status.recent_binds.iter().any(|r| r.pod_uid == uid)
-                        && status
-                            .last_schedule_time
-                            .as_ref()
-                            .is_none_or(|t| t.0 < bound_at)
-                }
-                None => now.duration_since(bound_at) < jiff::SignedDuration::from_mins(10),
-            };
-            if missed {
-                let node = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.clone())
-                    .unwrap_or_default();
-                tracing::info!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), node = %node, "recording a bind made before the restart");
-                self.record_history(&profile, &pod, &node);
-            }
+            self.runtime.spawn(binding::binding_cycle(sched, assumed));
         }
     }
 
@@ -271,8 +164,17 @@ impl Scheduler {
 
     /// The scheduling loop: pops pods and schedules them one at a time until the queue closes.
     /// Runs on its own thread: the cycle is CPU work and must not block the tokio workers.
+    /// No cycle runs while a watch fails or re-lists: a pod is never placed against a view of
+    /// the nodes or pods from before an outage.
     pub fn run_loop(self: &Arc<Self>) {
-        while let Some(queued) = self.queue.pop() {
+        let closed = || self.queue.is_closed();
+        while self.readiness.wait_current(closed) {
+            let Some(queued) = self.queue.pop() else {
+                return;
+            };
+            if !self.readiness.wait_current(closed) {
+                return;
+            }
             cycle::schedule_one(self, queued);
             self.update_gauges();
         }

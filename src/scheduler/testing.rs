@@ -11,9 +11,9 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::node_info::NodeInfo;
-use super::pod_info::PodInfo;
-use super::snapshot::Snapshot;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 
 /// Builds a pod. Resource requests go to the last container (one is created on demand).
 #[derive(Clone, Debug)]

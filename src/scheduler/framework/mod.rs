@@ -4,9 +4,12 @@
 //! one plugin can serve several points, as kube-scheduler plugins do.
 
 pub mod cycle_state;
-pub mod field_errors;
-pub mod registry;
+pub mod extension_point;
+pub mod node_info;
+pub mod pod_info;
+pub mod profile;
 pub mod runtime;
+pub mod snapshot;
 pub mod status;
 pub mod waiting_pods;
 
@@ -17,11 +20,11 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
 pub use self::cycle_state::CycleState;
-pub use self::field_errors::{FieldError, FieldErrors, decode_args};
+pub use self::extension_point::ExtensionPoint;
 pub use self::status::{Code, Status};
-use super::node_info::NodeInfo;
-use super::pod_info::PodInfo;
-use super::snapshot::Snapshot;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 
 /// The highest score a Score plugin gives after normalization.
 pub const MAX_NODE_SCORE: i64 = 100;

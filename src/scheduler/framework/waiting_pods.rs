@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::Status;
+use crate::scheduler::framework::Status;
 
 struct Waiting {
     pending: BTreeSet<&'static str>,

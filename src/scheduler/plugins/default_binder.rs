@@ -7,7 +7,8 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::scheduler::framework::{BindPlugin, CycleState, FieldErrors, Plugin, Status};
+use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
+use crate::scheduler::profile::validation::FieldErrors;
 
 pub const NAME: &str = "DefaultBinder";
 
@@ -22,7 +23,7 @@ pub fn build(
     path: &str,
     client: Option<kube::Client>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
-    super::helper::expect_no_args(NAME, args, path)?;
+    crate::scheduler::plugins::helper::expect_no_args(NAME, args, path)?;
     Ok(Arc::new(DefaultBinder { client }))
 }
 

@@ -3,8 +3,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
-use crate::scheduler::framework::{FieldErrors, NodeScore, Status};
-use crate::workload::Workload;
+use crate::scheduler::framework::{NodeScore, Status};
+use crate::scheduler::profile::validation::FieldErrors;
+use crate::sticky::workload::Workload;
 
 /// How soon a pod whose owner the watches have not delivered yet is tried again.
 const OWNER_RETRY: std::time::Duration = std::time::Duration::from_millis(500);

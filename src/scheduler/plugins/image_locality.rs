@@ -3,14 +3,15 @@
 
 use std::sync::Arc;
 
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
+    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::profile::validation::FieldErrors;
 
-use super::helper::expect_no_args;
+use crate::scheduler::plugins::helper::expect_no_args;
 
 pub const NAME: &str = "ImageLocality";
 /// Upstream's default weight of this plugin's score.

@@ -14,13 +14,14 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
 pub const NAME: &str = "InterPodAffinity";
 /// The weight kube-scheduler's default profile gives this plugin's score.

@@ -8,16 +8,17 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PreferredSchedulingTerm};
 use serde::{Deserialize, Serialize};
 
+use crate::k8s::node_selector::{RequiredNodeAffinity, Term, Terms};
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::node_selector::{RequiredNodeAffinity, Term, Terms};
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
-use super::helper::default_normalize_score;
+use crate::scheduler::plugins::helper::default_normalize_score;
 
 pub const NAME: &str = "NodeAffinity";
 /// Upstream's default weight of this plugin's score.

@@ -3,14 +3,15 @@
 
 use std::sync::Arc;
 
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::{HostPort, PodInfo};
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::{HostPort, PodInfo};
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::profile::validation::FieldErrors;
 
-use super::helper::expect_no_args;
+use crate::scheduler::plugins::helper::expect_no_args;
 
 pub const NAME: &str = "NodePorts";
 

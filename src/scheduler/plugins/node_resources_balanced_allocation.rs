@@ -7,16 +7,16 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::node_resources_fit::{
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{
+    CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
+};
+use crate::scheduler::plugins::node_resources_fit::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, default_resources, pod_request,
 };
-use crate::scheduler::framework::{
-    CycleState, FieldErrors, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
-    decode_args,
-};
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 pub const DEFAULT_WEIGHT: i32 = 1;

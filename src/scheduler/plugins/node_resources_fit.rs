@@ -11,14 +11,15 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::k8s::resource::{CPU, EPHEMERAL_STORAGE, MEMORY, Resource};
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    Code, CycleState, FieldErrors, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::resource::{CPU, EPHEMERAL_STORAGE, MEMORY, Resource};
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
 pub const NAME: &str = "NodeResourcesFit";
 pub const DEFAULT_WEIGHT: i32 = 1;

@@ -6,12 +6,13 @@ use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::Taint;
 
-use crate::scheduler::framework::{CycleState, FieldErrors, FilterPlugin, Plugin, Status};
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::taints::tolerates;
+use crate::k8s::taints::tolerates;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::{CycleState, FilterPlugin, Plugin, Status};
+use crate::scheduler::profile::validation::FieldErrors;
 
-use super::helper::expect_no_args;
+use crate::scheduler::plugins::helper::expect_no_args;
 
 pub const NAME: &str = "NodeUnschedulable";
 

@@ -8,17 +8,18 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::history::BindingLookup;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
-use crate::workload::{self, OwnerLookup};
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
+use crate::sticky::bindings::BindingLookup;
+use crate::sticky::workload::{self, OwnerLookup};
 
-use super::helper::{opted_out, wait_for_owner};
+use crate::scheduler::plugins::helper::{opted_out, wait_for_owner};
 
 pub const NAME: &str = "PlacementHistory";
 
@@ -222,9 +223,9 @@ mod tests {
 
     use super::*;
     use crate::api::{StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
-    use crate::history::BindingIndex;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
-    use crate::workload::{NoOwners, OwnerMeta};
+    use crate::sticky::bindings::BindingIndex;
+    use crate::sticky::workload::{NoOwners, OwnerMeta};
 
     fn counts(c: &[(&str, i64)]) -> BTreeMap<String, i64> {
         c.iter().map(|(n, k)| (n.to_string(), *k)).collect()

@@ -12,16 +12,17 @@ use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::k8s::labels::{Requirement, Selector};
+use crate::k8s::node_selector::RequiredNodeAffinity;
+use crate::k8s::taints::find_untolerated;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin,
-    PreFilterResult, PreScorePlugin, ScorePlugin, Status, decode_args,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::labels::{Requirement, Selector};
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::node_selector::RequiredNodeAffinity;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
-use crate::scheduler::taints::find_untolerated;
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
 pub const NAME: &str = "PodTopologySpread";
 /// The plugin's Score weight in kube-scheduler's default profile.

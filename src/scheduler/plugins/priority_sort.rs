@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use crate::scheduler::framework::{FieldErrors, Plugin, QueueSortPlugin, QueuedPodInfo};
-use crate::scheduler::pod_info::PodInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
+use crate::scheduler::profile::validation::FieldErrors;
 
-use super::helper::expect_no_args;
+use crate::scheduler::plugins::helper::expect_no_args;
 
 pub const NAME: &str = "PrioritySort";
 

@@ -4,7 +4,8 @@
 //!
 //! PreFilter narrows the nodes to the pin and Filter rejects every other node as
 //! UnschedulableAndUnresolvable, so preemption never evicts anything on its behalf. The
-//! history the pin comes from is written by the binder after each bind, not by this plugin.
+//! history the pin comes from is written after each bind by the PlacementRecorder PostBind
+//! plugin, not by this plugin.
 
 use std::sync::Arc;
 
@@ -12,25 +13,22 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::api::StickyBinding;
-use crate::history::BindingLookup;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
-    decode_args,
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
-use crate::workload::{self, OwnerLookup};
+use crate::scheduler::profile::validation::{FieldErrors, decode_args};
+use crate::sticky::bindings::BindingLookup;
+use crate::sticky::workload::{self, OwnerLookup};
 
-use super::helper::{opted_out, wait_for_owner};
+use crate::scheduler::plugins::helper::{opted_out, wait_for_owner};
 
 pub const NAME: &str = "StickyNode";
 
 /// The CycleState key of the pin found in PreFilter.
 const STATE_KEY: &str = "PreFilterStickyNode";
-
-/// The StickyBinding condition telling whether the pinned node exists and is Ready.
-pub const CONDITION_NODE_AVAILABLE: &str = "NodeAvailable";
 
 /// The annotation that turns the plugin off for a pod (value `"true"`) unless the args name
 /// another.
@@ -136,16 +134,11 @@ pub fn pinned_node(
     args: &StickyNodeArgs,
     now: Timestamp,
 ) -> Option<String> {
-    let status = binding.status.as_ref();
-    let pin = binding
-        .spec
-        .node_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
-        .or_else(|| status.and_then(|s| s.latest.as_deref()))
-        .filter(|n| !n.is_empty())?;
+    let pin = binding.pin()?;
     if args.on_node_loss == OnNodeLoss::Release {
-        let released = status
+        let released = binding
+            .status
+            .as_ref()
             .and_then(|s| s.released_from.as_ref())
             .is_some_and(|r| r.node == pin);
         if released || release_in(binding, args, now) == Some(std::time::Duration::ZERO) {
@@ -153,24 +146,6 @@ pub fn pinned_node(
         }
     }
     Some(pin.to_string())
-}
-
-/// Since when the binding's pinned node has been reported lost (`NodeAvailable=False`, for
-/// the binding's current spec), if it is.
-fn lost_since(binding: &StickyBinding) -> Option<Timestamp> {
-    binding
-        .status
-        .iter()
-        .flat_map(|s| &s.conditions)
-        .find(|c| c.type_ == CONDITION_NODE_AVAILABLE && c.status == "False")
-        // A condition observed for an older spec may be about another node.
-        .filter(
-            |c| match (c.observed_generation, binding.metadata.generation) {
-                (Some(observed), Some(current)) => observed >= current,
-                _ => true,
-            },
-        )
-        .map(|c| c.last_transition_time.0)
 }
 
 /// With `onNodeLoss: Release` and the pinned node lost: how long until the pin is dropped
@@ -183,7 +158,7 @@ fn release_in(
     if args.on_node_loss != OnNodeLoss::Release {
         return None;
     }
-    let since = lost_since(binding)?;
+    let since = binding.node_lost_since()?;
     let due = since.checked_add(SignedDuration::from_secs(args.release_after_seconds));
     let left = due.map_or(SignedDuration::ZERO, |due| due.duration_since(now));
     Some(std::time::Duration::try_from(left).unwrap_or(std::time::Duration::ZERO))
@@ -239,7 +214,7 @@ impl PreFilterPlugin for StickyNode {
             node,
             workload: format!("{}/{}", workload.kind, workload.name),
         };
-        if snapshot.get(&sticky.node).is_none() || lost_since(&binding).is_some() {
+        if snapshot.get(&sticky.node).is_none() || binding.node_lost_since().is_some() {
             let reason = format!("{}: the node is not available", sticky.reason());
             let mut status = Status::unresolvable(reason);
             // Under Release the answer changes by itself when the delay is over.
@@ -286,11 +261,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::api::sticky_binding::CONDITION_NODE_AVAILABLE;
     use crate::api::{Release, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
-    use crate::history::BindingIndex;
     use crate::scheduler::framework::Code;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
-    use crate::workload::{NoOwners, OwnerMeta};
+    use crate::sticky::bindings::BindingIndex;
+    use crate::sticky::workload::{NoOwners, OwnerMeta};
 
     /// The tests' clock: 2025-01-01T00:10:00Z.
     fn now() -> Timestamp {

@@ -6,16 +6,17 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration};
 
+use crate::k8s::taints::{find_untolerated, tolerates};
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, FieldErrors, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin,
-    ScorePlugin, Status,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin,
+    Status,
 };
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::snapshot::Snapshot;
-use crate::scheduler::taints::{find_untolerated, tolerates};
+use crate::scheduler::profile::validation::FieldErrors;
 
-use super::helper::{default_normalize_score, expect_no_args};
+use crate::scheduler::plugins::helper::{default_normalize_score, expect_no_args};
 
 pub const NAME: &str = "TaintToleration";
 /// Upstream's default weight of this plugin's score.

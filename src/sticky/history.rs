@@ -1,73 +1,17 @@
-//! StickyBinding reads for the plugins (an index fed by a watch) and the exactly-once status
-//! writes of PostBind.
-
-use std::collections::HashMap;
-use std::sync::{Arc, RwLock};
-
-use crate::api::StickyBinding;
-
-/// StickyBindings by namespace and name, from a watch. No API call.
-pub trait BindingLookup: Send + Sync {
-    fn get(&self, namespace: &str, name: &str) -> Option<Arc<StickyBinding>>;
-}
-
-/// The in-memory index of StickyBindings.
-#[derive(Default)]
-pub struct BindingIndex {
-    bindings: RwLock<HashMap<(String, String), Arc<StickyBinding>>>,
-}
-
-impl BindingIndex {
-    /// Stores a binding from the watch or from one of our own writes, unless the index
-    /// already holds a newer version (a write's response and the watch event of a later
-    /// change race). Versions are compared as numbers when both are, as client-go's mutation
-    /// cache does; else the new one wins.
-    pub fn upsert(&self, binding: StickyBinding) {
-        let key = (
-            binding.metadata.namespace.clone().unwrap_or_default(),
-            binding.metadata.name.clone().unwrap_or_default(),
-        );
-        let version = |b: &StickyBinding| {
-            b.metadata
-                .resource_version
-                .as_deref()
-                .and_then(|v| v.parse::<u64>().ok())
-        };
-        let mut map = self.bindings.write().unwrap_or_else(|e| e.into_inner());
-        let older = map
-            .get(&key)
-            .and_then(|held| Some(version(held)? > version(&binding)?))
-            .unwrap_or(false);
-        if !older {
-            map.insert(key, Arc::new(binding));
-        }
-    }
-
-    pub fn remove(&self, namespace: &str, name: &str) {
-        self.bindings
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(namespace.to_string(), name.to_string()));
-    }
-}
-
-impl BindingLookup for BindingIndex {
-    fn get(&self, namespace: &str, name: &str) -> Option<Arc<StickyBinding>> {
-        self.bindings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
-    }
-}
+//! The exactly-once StickyBinding history writes: every bind of a pod of a workload whose
+//! profile runs StickyNode or PlacementHistory is counted once in the workload's binding, by the
+//! PlacementRecorder PostBind plugin (and, after a restart, by [`super::reconcile`]).
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
-use crate::api::{BindRecord, Release, StickyBindingSpec, StickyBindingStatus};
-use crate::workload::Workload;
+use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
+use crate::scheduler::metrics::Metrics;
+use crate::sticky::bindings::{BindingIndex, BindingLookup};
+use crate::sticky::workload::{self, OwnerLookup, Workload};
+use std::sync::Arc;
 
 /// How many binds `status.recentBinds` keeps.
 pub const RECENT_BINDS: usize = 16;
@@ -192,12 +136,21 @@ pub struct HistoryWriter {
     client: kube::Client,
     recorder: Recorder,
     index: Arc<BindingIndex>,
+    owners: Arc<dyn OwnerLookup>,
+    metrics: Arc<Metrics>,
 }
 
 impl HistoryWriter {
     /// `index` is read for the current binding (no GET unless it is stale) and receives what
     /// each write returns, so the plugins see a bind's history before the watch delivers it.
-    pub fn new(client: kube::Client, instance: Option<String>, index: Arc<BindingIndex>) -> Self {
+    /// `owners` resolves a pod's workload; `metrics` counts each write's result.
+    pub fn new(
+        client: kube::Client,
+        instance: Option<String>,
+        index: Arc<BindingIndex>,
+        owners: Arc<dyn OwnerLookup>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let recorder = Recorder::new(
             client.clone(),
             Reporter {
@@ -209,7 +162,46 @@ impl HistoryWriter {
             client,
             recorder,
             index,
+            owners,
+            metrics,
         }
+    }
+
+    /// The bindings this writer reads and updates.
+    pub fn bindings(&self) -> &BindingIndex {
+        &self.index
+    }
+
+    /// Counts the bind of `pod` to `node` in its workload's binding, once, and counts the
+    /// outcome in `tether_history_writes_total`. A failure is logged, never returned: the bind
+    /// stands, and the start-up reconcile of a later restart counts what was missed.
+    pub async fn record_bind(&self, pod: &Pod, node: &str) {
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        let key = format!(
+            "{}/{}",
+            workload.namespace,
+            pod.metadata.name.as_deref().unwrap_or_default()
+        );
+        if let Some(owner) = &workload.pending_owner {
+            // Not this pod's binding to guess at; a restart's reconcile counts it later.
+            tracing::warn!(pod = %key, owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
+            self.metrics.history_write("failed");
+            return;
+        }
+        let result = match self.record(&workload, pod, node).await {
+            Ok(Recorded::Counted) => "recorded",
+            Ok(Recorded::AlreadyCounted) => "duplicate",
+            Err(e) => {
+                tracing::warn!(pod = %key, error = %e, "could not record the bind in the StickyBinding");
+                "failed"
+            }
+        };
+        self.metrics.history_write(result);
+    }
+
+    /// The workload `pod` belongs to, as the writer resolves it.
+    pub fn workload_of(&self, pod: &Pod) -> Workload {
+        workload::resolve(pod, self.owners.as_ref())
     }
 
     /// Counts `pod` bound to `node` in its workload's binding, creating the binding if missing.
@@ -263,7 +255,7 @@ impl HistoryWriter {
             let Some(mut next) = count_bind(&status, &pod_uid, &pod_name, node, now.clone()) else {
                 return Ok(Recorded::AlreadyCounted);
             };
-            let released = released_node(&current, node);
+            let released = current.released_by_bind_to(node);
             if let Some(old) = &released {
                 next.released_from = Some(Release {
                     node: old.clone(),
@@ -284,6 +276,12 @@ impl HistoryWriter {
                     return Ok(Recorded::Counted);
                 }
                 Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                // Deleted since it was read (a person freeing the workload, or a copy from
+                // before an outage): the bind still counts, in a binding created anew.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    self.index.remove(&namespace, &name);
+                    continue;
+                }
                 Err(source) => {
                     return Err(HistoryError::Update {
                         namespace,
@@ -317,73 +315,12 @@ impl HistoryWriter {
     }
 }
 
-/// The node the workload was pinned to and left because that node was lost: the pin
-/// (spec.nodeName or status.latest) differs from `node` and NodeAvailable is False.
-fn released_node(binding: &StickyBinding, node: &str) -> Option<String> {
-    let status = binding.status.as_ref()?;
-    let pin = binding
-        .spec
-        .node_name
-        .clone()
-        .filter(|n| !n.is_empty())
-        .or_else(|| status.latest.clone())?;
-    let lost = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == "NodeAvailable" && c.status == "False");
-    (pin != node && lost).then_some(pin)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn now() -> Time {
         Time(jiff::Timestamp::from_second(1_700_000_000).expect("ts"))
-    }
-
-    fn versioned(rv: &str, latest: &str) -> StickyBinding {
-        let mut b = StickyBinding::new(
-            "b",
-            StickyBindingSpec {
-                workload_ref: crate::api::WorkloadRef {
-                    api_version: "apps/v1".into(),
-                    kind: "StatefulSet".into(),
-                    name: "db".into(),
-                    ordinal: Some(0),
-                },
-                node_name: None,
-            },
-        );
-        b.metadata.namespace = Some("ns".into());
-        b.metadata.resource_version = Some(rv.into());
-        b.status = Some(StickyBindingStatus {
-            latest: Some(latest.into()),
-            ..Default::default()
-        });
-        b
-    }
-
-    #[test]
-    fn a_write_never_replaces_a_newer_version_the_watch_delivered() {
-        let index = BindingIndex::default();
-        let latest = |i: &BindingIndex| {
-            i.get("ns", "b")
-                .and_then(|b| b.status.clone())
-                .and_then(|s| s.latest)
-        };
-        index.upsert(versioned("10", "a"));
-        assert_eq!(latest(&index).as_deref(), Some("a"), "absent: stored");
-        index.upsert(versioned("12", "b"));
-        assert_eq!(latest(&index).as_deref(), Some("b"), "newer: replaces");
-        index.upsert(versioned("11", "c"));
-        assert_eq!(latest(&index).as_deref(), Some("b"), "older: kept out");
-        index.upsert(versioned("opaque", "d"));
-        assert_eq!(
-            latest(&index).as_deref(),
-            Some("d"),
-            "not numbers: the write wins"
-        );
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use super::framework::{Plugin, QueuedPodInfo};
-use super::pod_info::PodInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::{Plugin, QueuedPodInfo};
 
 /// How long a pod may stay in the unschedulable pool before it is retried anyway
 /// (kube-scheduler's podMaxInUnschedulablePodsDuration).

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::framework::Plugin;
+use crate::scheduler::framework::Plugin;
 
 /// A plugin at the Score extension point with the weight its normalized score is multiplied by.
 #[derive(Clone)]

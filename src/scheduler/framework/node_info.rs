@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use super::pod_info::{HostPort, PodInfo};
-use super::resource::Resource;
+use crate::k8s::resource::Resource;
+use crate::scheduler::framework::pod_info::{HostPort, PodInfo};
 
 /// One node and the pods on it (bound or assumed). The sums are kept up to date incrementally
 /// as pods are added and removed.

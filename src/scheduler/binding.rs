@@ -1,14 +1,14 @@
 //! The binding cycle (kube-scheduler's bindingCycle): runs concurrently with the next
-//! scheduling cycle. Waits for Permit, runs PreBind, Bind and PostBind. On failure the pod is
-//! unreserved, forgotten by the cache and retried after backoff.
+//! scheduling cycle. Waits for Permit, runs PreBind, Bind and PostBind (the runners are the
+//! framework's). On failure the pod is unreserved, forgotten by the cache and retried after
+//! backoff.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::Scheduler;
-use super::cycle::Assumed;
-use super::framework::runtime;
-use super::framework::{Code, Status};
+use crate::scheduler::Scheduler;
+use crate::scheduler::cycle::Assumed;
+use crate::scheduler::framework::runtime;
 
 /// Binds one assumed pod.
 pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
@@ -31,21 +31,11 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
                 return verdict;
             }
         }
-        for plugin in &profile.pre_bind {
-            let Some(p) = plugin.pre_bind() else { continue };
-            let status = p.pre_bind(&state, &pod, &node).await;
-            if !status.is_success() {
-                return status.with_plugin(plugin.name());
-            }
+        let status = runtime::run_pre_bind(&profile, &state, &pod, &node).await;
+        if !status.is_success() {
+            return status;
         }
-        for plugin in &profile.bind {
-            let Some(p) = plugin.bind() else { continue };
-            let status = p.bind(&state, &pod, &node).await;
-            if status.code != Code::Skip {
-                return status.with_plugin(plugin.name());
-            }
-        }
-        Status::error("no bind plugin bound the pod")
+        runtime::run_bind(&profile, &state, &pod, &node).await
     }
     .await;
 
@@ -54,13 +44,8 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             .metrics
             .bound(&profile.scheduler_name, start.elapsed());
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
-        sched.record_history(&profile, &pod, &node);
         sched.reports.scheduled(&pod, &node).await;
-        for plugin in &profile.post_bind {
-            if let Some(p) = plugin.post_bind() {
-                p.post_bind(&state, &pod, &node).await;
-            }
-        }
+        runtime::run_post_bind(&profile, &state, &pod, &node).await;
         return;
     }
 
@@ -81,5 +66,5 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
     sched.queue.requeue_with_backoff(queued, backoff);
     sched
         .queue
-        .move_all_to_active_or_backoff(super::queue::ClusterEvent::PodDeleted);
+        .move_all_to_active_or_backoff(crate::scheduler::backend::queue::ClusterEvent::PodDeleted);
 }

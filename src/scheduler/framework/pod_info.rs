@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
 
-use super::labels::Selector;
-use super::resource::{Resource, pod_requests};
+use crate::k8s::labels::Selector;
+use crate::k8s::resource::{Resource, pod_requests};
 
 /// A host port a container asks for: (host IP, protocol, port). An empty IP means 0.0.0.0.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -4,18 +4,18 @@
 //! watched through the metadata API), read without API calls.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::future::Future;
 use std::sync::{Arc, Mutex, RwLock};
 
-use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher;
 
-use crate::workload::{OwnerLookup, OwnerMeta};
+use crate::watch::{self, Feed, Index, Readiness};
+
+use crate::sticky::workload::{OwnerLookup, OwnerMeta};
 
 type Key = (String, String, String);
 
@@ -69,6 +69,15 @@ impl OwnerCache {
                 kinds.insert(kind.to_string(), KindState::Unavailable);
                 true
             }
+        }
+    }
+
+    /// Replaces every owner of `kind` (after a relist) with `owners`, given with their namespace.
+    pub fn reset_kind(&self, kind: &str, owners: Vec<(String, OwnerMeta)>) {
+        let mut map = self.owners.write().unwrap_or_else(|e| e.into_inner());
+        map.retain(|(_, k, _), _| k != kind);
+        for (namespace, meta) in owners {
+            map.insert((namespace, meta.kind.clone(), meta.name.clone()), meta);
         }
     }
 
@@ -138,69 +147,76 @@ fn meta_of(
     }
 }
 
-/// Feeds `cache` from a watch of `api`, `to_meta` giving each object's namespace and metadata.
-async fn feed<K, F>(
+/// The owners of one kind, as an [`Index`] of its watch.
+struct OwnersOf<K> {
+    cache: Arc<OwnerCache>,
+    kind: String,
+    to_meta: Box<dyn Fn(&K) -> OwnerMeta + Send + Sync>,
+}
+
+impl<K: kube::Resource + Send + Sync> Index<K> for OwnersOf<K> {
+    fn apply(&self, obj: K) {
+        self.cache.upsert(
+            obj.meta().namespace.as_deref().unwrap_or_default(),
+            (self.to_meta)(&obj),
+        );
+    }
+
+    fn delete(&self, obj: K) {
+        self.cache.remove(
+            obj.meta().namespace.as_deref().unwrap_or_default(),
+            &self.kind,
+            obj.meta().name.as_deref().unwrap_or_default(),
+        );
+    }
+
+    fn reset(&self, objs: Vec<K>) {
+        let metas = objs
+            .iter()
+            .map(|o| {
+                (
+                    o.meta().namespace.clone().unwrap_or_default(),
+                    (self.to_meta)(o),
+                )
+            })
+            .collect();
+        self.cache.reset_kind(&self.kind, metas);
+        if self.cache.mark_listed(&self.kind) {
+            tracing::debug!(kind = %self.kind, "owner watch listed");
+        }
+    }
+
+    /// Before its first list, a failing watch (forbidden, not served) must not hold pods
+    /// back: their owners are named by their references meanwhile.
+    fn failed(&self, error: &watcher::Error) {
+        if self.cache.mark_unavailable(&self.kind) {
+            tracing::warn!(kind = %self.kind, error = %error, "cannot watch this owner kind; its pods' workloads are named by their ownerReference");
+        }
+    }
+}
+
+/// Feeds `cache` from a watch of `api`, `to_meta` giving each object's metadata.
+async fn feed<K>(
     cache: Arc<OwnerCache>,
     api: Api<K>,
     kind: &str,
-    synced: Option<Arc<AtomicUsize>>,
-    to_meta: F,
+    feed: Option<Feed>,
+    to_meta: impl Fn(&K) -> OwnerMeta + Send + Sync + 'static,
 ) where
-    K: kube::Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + 'static,
-    F: Fn(&K) -> OwnerMeta,
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
-    let stream = watcher::watcher(api, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .boxed();
-    feed_stream(cache, stream, kind, synced, to_meta).await;
-}
-
-async fn feed_stream<K, F>(
-    cache: Arc<OwnerCache>,
-    mut stream: futures::stream::BoxStream<'static, Result<Event<K>, watcher::Error>>,
-    kind: &str,
-    synced: Option<Arc<AtomicUsize>>,
-    to_meta: F,
-) where
-    K: kube::Resource + Clone + std::fmt::Debug + Send + 'static,
-    F: Fn(&K) -> OwnerMeta,
-{
-    loop {
-        match stream.try_next().await {
-            Ok(Some(Event::Apply(o) | Event::InitApply(o))) => {
-                cache.upsert(
-                    o.meta().namespace.as_deref().unwrap_or_default(),
-                    to_meta(&o),
-                );
-            }
-            Ok(Some(Event::Delete(o))) => {
-                cache.remove(
-                    o.meta().namespace.as_deref().unwrap_or_default(),
-                    kind,
-                    o.meta().name.as_deref().unwrap_or_default(),
-                );
-            }
-            Ok(Some(Event::InitDone)) => {
-                if cache.mark_listed(kind) {
-                    tracing::debug!(kind, "owner watch listed");
-                    if let Some(synced) = &synced {
-                        synced.fetch_add(1, Ordering::AcqRel);
-                    }
-                }
-            }
-            Ok(Some(Event::Init)) => {}
-            Ok(None) => return,
-            Err(e) => {
-                // Before its first list, a failing watch (forbidden, not served) must not
-                // hold pods back: their owners are named by their references meanwhile.
-                if cache.mark_unavailable(kind) {
-                    tracing::warn!(kind, error = %e, "cannot watch this owner kind; its pods' workloads are named by their ownerReference");
-                } else {
-                    tracing::debug!(kind, error = %e, "owner watch error; retrying");
-                }
-            }
-        }
-    }
+    let index = OwnersOf {
+        cache,
+        kind: kind.to_string(),
+        to_meta: Box::new(to_meta),
+    };
+    watch::run(api, format!("{kind} owners"), feed, &index).await;
 }
 
 /// Whether the cluster serves `kubevirt.io/v1` (one discovery call at start-up).
@@ -213,22 +229,42 @@ pub async fn kubevirt_served(client: &kube::Client) -> bool {
     served
 }
 
-/// Runs the owner watches until the process stops. `synced` gains one per watch at its first
-/// list: the four built-in kinds, and KubeVirt's two when `kubevirt_served`. Any other kind is
-/// watched once a pod names it (see [`OwnerCache::is_watched`]).
-pub async fn run_owner_watches(
+/// The owner watches, registered in `readiness` now: the four built-in kinds, and KubeVirt's
+/// two when `kubevirt_served`. Any other kind is watched once a pod names it (see
+/// [`OwnerCache::is_watched`]); nothing waits for those. The future runs them until the process
+/// stops.
+pub fn run_owner_watches(
     cache: Arc<OwnerCache>,
     client: kube::Client,
-    synced: Arc<AtomicUsize>,
+    readiness: &Arc<Readiness>,
     kubevirt_served: bool,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
     let mut kinds = vec!["ReplicaSet", "Deployment", "StatefulSet", "Job"];
     if kubevirt_served {
         kinds.extend(["VirtualMachineInstance", "VirtualMachine"]);
     }
+    let mut feeds: HashMap<&str, Feed> = HashMap::new();
     for kind in kinds {
         cache.set_kind(kind, KindState::Starting);
+        feeds.insert(kind, readiness.register(format!("{kind} owners")));
     }
+    async move { run_owner_watches_with(cache, client, feeds, kubevirt_served).await }
+}
+
+async fn run_owner_watches_with(
+    cache: Arc<OwnerCache>,
+    client: kube::Client,
+    mut feeds: HashMap<&'static str, Feed>,
+    kubevirt_served: bool,
+) {
+    let mut feed_of = |kind| feeds.remove(kind);
+    let (vmi, vm) = (feed_of("VirtualMachineInstance"), feed_of("VirtualMachine"));
+    let (rs, deploy, sts, job) = (
+        feed_of("ReplicaSet"),
+        feed_of("Deployment"),
+        feed_of("StatefulSet"),
+        feed_of("Job"),
+    );
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
     *cache.discover.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
     let discovered = {
@@ -251,13 +287,13 @@ pub async fn run_owner_watches(
                     cache.clone(),
                     client.clone(),
                     kubevirt_resource("VirtualMachineInstance"),
-                    Some(synced.clone()),
+                    vmi,
                 ),
                 watch_metadata(
                     cache.clone(),
                     client.clone(),
                     kubevirt_resource("VirtualMachine"),
-                    Some(synced.clone()),
+                    vm,
                 ),
             );
         }
@@ -269,7 +305,7 @@ pub async fn run_owner_watches(
             cache.clone(),
             Api::<ReplicaSet>::all(client.clone()),
             "ReplicaSet",
-            Some(synced.clone()),
+            rs,
             |o: &ReplicaSet| {
                 meta_of(
                     &o.metadata,
@@ -283,7 +319,7 @@ pub async fn run_owner_watches(
             cache.clone(),
             Api::<Deployment>::all(client.clone()),
             "Deployment",
-            Some(synced.clone()),
+            deploy,
             |o: &Deployment| {
                 meta_of(
                     &o.metadata,
@@ -297,7 +333,7 @@ pub async fn run_owner_watches(
             cache.clone(),
             Api::<StatefulSet>::all(client.clone()),
             "StatefulSet",
-            Some(synced.clone()),
+            sts,
             |o: &StatefulSet| {
                 meta_of(
                     &o.metadata,
@@ -311,7 +347,7 @@ pub async fn run_owner_watches(
             cache.clone(),
             Api::<Job>::all(client.clone()),
             "Job",
-            Some(synced.clone()),
+            job,
             |o: &Job| meta_of(&o.metadata, "batch/v1", "Job", None)
         ),
     );
@@ -326,21 +362,15 @@ async fn watch_metadata(
     cache: Arc<OwnerCache>,
     client: kube::Client,
     resource: ApiResource,
-    synced: Option<Arc<AtomicUsize>>,
+    feed_of: Option<Feed>,
 ) {
-    let stream = watcher::watcher(
-        Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource),
-        watcher::Config::default().any_semantic(),
-    )
-    .default_backoff()
-    .boxed();
     let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
-    feed_stream(
+    feed(
         cache,
-        stream,
+        Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource),
         &resource.kind,
-        synced,
-        |o: &PartialObjectMeta<DynamicObject>| meta_of(&o.metadata, &api_version, &kind, None),
+        feed_of,
+        move |o: &PartialObjectMeta<DynamicObject>| meta_of(&o.metadata, &api_version, &kind, None),
     )
     .await;
 }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::quantity::{parse_milli, parse_value};
+use crate::k8s::quantity::{parse_milli, parse_value};
 
 pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";

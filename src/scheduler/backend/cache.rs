@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
-use super::node_info::NodeInfo;
-use super::pod_info::PodInfo;
-use super::snapshot::Snapshot;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 
 #[derive(Clone, Debug)]
 struct PodState {
@@ -224,6 +224,18 @@ impl Cache {
     pub fn set_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {
         if self.namespaces.get(name) != Some(&labels) {
             Arc::make_mut(&mut self.namespaces).insert(name.to_string(), labels);
+            self.touch();
+        }
+    }
+
+    /// Replaces every namespace's labels (after a relist).
+    pub fn reset_namespaces(&mut self, labels: BTreeMap<String, BTreeMap<String, String>>) {
+        if labels.len() != self.namespaces.len()
+            || labels
+                .iter()
+                .any(|(k, v)| self.namespaces.get(k) != Some(v))
+        {
+            self.namespaces = Arc::new(labels.into_iter().collect());
             self.touch();
         }
     }

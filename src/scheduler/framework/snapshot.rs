@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use super::node_info::NodeInfo;
+use crate::scheduler::framework::node_info::NodeInfo;
 
 /// Node infos of every node the cache knows an object for, plus cluster-wide indexes.
 #[derive(Clone, Debug, Default)]

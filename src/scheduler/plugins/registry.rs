@@ -1,12 +1,15 @@
-//! The plugin registry: every plugin tether knows, by name, with the function that builds it
-//! from its (validated) args, and kube-scheduler's default plugin set.
+//! The plugin registry (kube-scheduler's in-tree registry): every plugin tether knows, by name,
+//! with the function that builds it from its (validated) args and what it needs of the process
+//! ([`Handle`]), and kube-scheduler's default plugin set.
 
 use std::sync::Arc;
 
-use super::{FieldErrors, Plugin};
-use crate::history::{BindingIndex, BindingLookup};
+use crate::scheduler::framework::Plugin;
 use crate::scheduler::plugins;
-use crate::workload::{NoOwners, OwnerLookup};
+use crate::scheduler::profile::validation::FieldErrors;
+use crate::sticky::bindings::{BindingIndex, BindingLookup};
+use crate::sticky::history::HistoryWriter;
+use crate::sticky::workload::{NoOwners, OwnerLookup};
 
 /// What plugin factories may need besides their args.
 #[derive(Clone)]
@@ -21,6 +24,8 @@ pub struct Handle {
     pub owners: Arc<dyn OwnerLookup>,
     /// StickyBindings from a watch, for the pin and placement history of a workload.
     pub bindings: Arc<dyn BindingLookup>,
+    /// The StickyBinding history writer, for PlacementRecorder. `None` in unit tests.
+    pub history: Option<Arc<HistoryWriter>>,
 }
 
 impl Default for Handle {
@@ -30,6 +35,7 @@ impl Default for Handle {
             default_selectors: Arc::new(plugins::pod_topology_spread::NoDefaultSelectors),
             owners: Arc::new(NoOwners),
             bindings: Arc::new(BindingIndex::default()),
+            history: None,
         }
     }
 }
@@ -117,8 +123,18 @@ pub fn registry() -> Vec<Registration> {
             |a, p, h| placement_history::build(a, p, h.owners.clone(), h.bindings.clone()),
             placement_history::DEFAULT_WEIGHT,
         ),
+        reg(
+            placement_recorder::NAME,
+            |a, p, h| placement_recorder::build(a, p, h.history.clone()),
+            0,
+        ),
     ]
 }
+
+/// The plugins that read StickyBinding history: where one runs, PlacementRecorder records
+/// every bind (the profile compiler enables it at postBind).
+pub const HISTORY_READERS: [&str; 2] =
+    [plugins::sticky_node::NAME, plugins::placement_history::NAME];
 
 /// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
 /// their order, with their default score weights.

@@ -1,6 +1,13 @@
-//! Runs a [`CompiledProfile`]'s plugins over a pod and the nodes of a snapshot, as
-//! kube-scheduler's frameworkImpl runs them: PreFilter once, Filter per node in parallel until
-//! enough feasible nodes are found, PreScore once, Score per node in parallel, normalize, weigh.
+//! Runs a [`CompiledProfile`]'s plugins, as kube-scheduler's frameworkImpl runs them: every
+//! extension point has its runner here. This file holds PreEnqueue and the search for a node
+//! (PreFilter once, Filter per node in parallel until enough feasible nodes are found, PreScore
+//! once, Score per node in parallel, normalize, weigh); [`binding`] the points from Reserve on.
+
+pub mod binding;
+
+pub use self::binding::{
+    PermitWait, run_bind, run_permit, run_post_bind, run_pre_bind, run_reserve, run_unreserve,
+};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,11 +16,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rand::Rng;
 use rayon::prelude::*;
 
-use super::{CycleState, NodeScore, PreFilterResult, Status};
-use crate::scheduler::node_info::NodeInfo;
-use crate::scheduler::pod_info::PodInfo;
-use crate::scheduler::profile::CompiledProfile;
-use crate::scheduler::snapshot::Snapshot;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{
+    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PreFilterResult, Status,
+};
 
 /// Below this many nodes every node is filtered (kube-scheduler's minFeasibleNodesToFind).
 pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
@@ -93,6 +102,15 @@ pub enum ScheduleResult {
     Error(Status),
 }
 
+/// Runs PreEnqueue: the name of the first plugin that holds the pod back (a scheduling gate),
+/// or `None` when the pod may enter the active queue.
+pub fn run_pre_enqueue(profile: &CompiledProfile, pod: &PodInfo) -> Option<&'static str> {
+    profile.pre_enqueue.iter().find_map(|p| {
+        let status = p.pre_enqueue()?.pre_enqueue(pod);
+        (!status.is_success()).then(|| p.name())
+    })
+}
+
 /// Runs the scheduling algorithm (kube-scheduler's schedulePod) of `profile` for `pod`.
 /// `start_index` rotates where the search begins, so that successive pods look at different
 /// nodes first when only a share of the nodes is filtered.
@@ -156,7 +174,7 @@ pub fn schedule_pod(
             rejected.iter().filter_map(|(_, s)| s.plugin).collect();
         plugins.sort_unstable();
         plugins.dedup();
-        if let Some((_, err)) = rejected.iter().find(|(_, s)| s.code == super::Code::Error) {
+        if let Some((_, err)) = rejected.iter().find(|(_, s)| s.code == Code::Error) {
             return ScheduleResult::Error(err.clone());
         }
         diagnosis.unschedulable_plugins = plugins;
@@ -310,7 +328,7 @@ pub fn prioritize(
             return Err(status.with_plugin(plugin.name()));
         }
         for (total, s) in totals.iter_mut().zip(&scores) {
-            if !(super::MIN_NODE_SCORE..=super::MAX_NODE_SCORE).contains(&s.score) {
+            if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
                 return Err(Status::error(format!(
                     "plugin {} returned an invalid score {} for node {}",
                     plugin.name(),
@@ -349,38 +367,11 @@ pub fn select_host(scores: &[NodeScore]) -> String {
     best.map(|b| b.name.clone()).unwrap_or_default()
 }
 
-/// Runs Reserve in order; on the first failure, Unreserve runs for all of them in reverse.
-pub fn run_reserve(
-    profile: &CompiledProfile,
-    state: &mut CycleState,
-    pod: &PodInfo,
-    node: &str,
-) -> Status {
-    for plugin in &profile.reserve {
-        let Some(r) = plugin.reserve() else { continue };
-        let status = r.reserve(state, pod, node);
-        if !status.is_success() {
-            run_unreserve(profile, state, pod, node);
-            return status.with_plugin(plugin.name());
-        }
-    }
-    Status::success()
-}
-
-/// Runs Unreserve of every Reserve plugin, in reverse order.
-pub fn run_unreserve(profile: &CompiledProfile, state: &CycleState, pod: &PodInfo, node: &str) {
-    for plugin in profile.reserve.iter().rev() {
-        if let Some(r) = plugin.reserve() {
-            r.unreserve(state, pod, node);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheduler::compile::default_profile;
-    use crate::scheduler::framework::registry::Handle;
+    use crate::scheduler::plugins::registry::Handle;
+    use crate::scheduler::profile::default_profile;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 
     #[test]

@@ -1,0 +1,9 @@
+//! Small, pure helpers over Kubernetes types that the plugins share: label selectors, node
+//! selectors and affinity terms, quantities, resource lists and taints. Each returns typed errors.
+
+pub mod labels;
+pub mod node_selector;
+pub mod pods;
+pub mod quantity;
+pub mod resource;
+pub mod taints;

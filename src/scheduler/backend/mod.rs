@@ -1,0 +1,8 @@
+//! What feeds the scheduling cycle, as kube-scheduler's `backend`: the cache of nodes and pods
+//! (with assumed pods), the scheduling queue, and the event handlers that keep both current from
+//! the watches; plus the index of workload selectors PodTopologySpread's default constraints read.
+
+pub mod cache;
+pub mod handlers;
+pub mod queue;
+pub mod selectors;

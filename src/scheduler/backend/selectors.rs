@@ -1,0 +1,240 @@
+//! The selectors of the Services, ReplicationControllers, ReplicaSets and StatefulSets that
+//! select a pod, merged into one, as kube-scheduler's DefaultSelector builds them for
+//! PodTopologySpread's default (system) constraints. Fed by watches; read in PreFilter/PreScore.
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+
+use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
+use k8s_openapi::api::core::v1::{ReplicationController, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::api::Api;
+
+use crate::watch::{self, Index, Readiness};
+
+use crate::k8s::labels::Selector;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::plugins::pod_topology_spread::DefaultSelectorSource;
+
+/// Selectors by namespace, then by `Kind/name`.
+#[derive(Default)]
+pub struct WorkloadSelectors {
+    by_namespace: RwLock<HashMap<String, HashMap<String, Selector>>>,
+}
+
+impl WorkloadSelectors {
+    /// Records (or replaces) the selector of `kind/name` in `namespace`.
+    pub fn set(&self, namespace: &str, kind: &str, name: &str, selector: Selector) {
+        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        map.entry(namespace.to_string())
+            .or_default()
+            .insert(format!("{kind}/{name}"), selector);
+    }
+
+    pub fn remove(&self, namespace: &str, kind: &str, name: &str) {
+        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(ns) = map.get_mut(namespace) {
+            ns.remove(&format!("{kind}/{name}"));
+        }
+    }
+
+    /// Replaces every selector of `kind` (after a relist) with `selectors`, given as
+    /// (namespace, name, selector).
+    pub fn reset_kind(&self, kind: &str, selectors: Vec<(String, String, Selector)>) {
+        let prefix = format!("{kind}/");
+        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        for ns in map.values_mut() {
+            ns.retain(|key, _| !key.starts_with(&prefix));
+        }
+        for (namespace, name, selector) in selectors {
+            map.entry(namespace)
+                .or_default()
+                .insert(format!("{kind}/{name}"), selector);
+        }
+    }
+}
+
+/// The selectors of one kind, as an [`Index`] of its watch.
+struct SelectorsOf<K> {
+    selectors: Arc<WorkloadSelectors>,
+    kind: &'static str,
+    selector: fn(&K) -> Option<Selector>,
+}
+
+fn key<K: kube::Resource>(o: &K) -> (String, String) {
+    (
+        o.meta().namespace.clone().unwrap_or_default(),
+        o.meta().name.clone().unwrap_or_default(),
+    )
+}
+
+impl<K: kube::Resource + Send + Sync> Index<K> for SelectorsOf<K> {
+    fn apply(&self, obj: K) {
+        let (ns, name) = key(&obj);
+        match (self.selector)(&obj) {
+            Some(s) => self.selectors.set(&ns, self.kind, &name, s),
+            None => self.selectors.remove(&ns, self.kind, &name),
+        }
+    }
+
+    fn delete(&self, obj: K) {
+        let (ns, name) = key(&obj);
+        self.selectors.remove(&ns, self.kind, &name);
+    }
+
+    fn reset(&self, objs: Vec<K>) {
+        let selectors = objs
+            .iter()
+            .filter_map(|o| {
+                let (ns, name) = key(o);
+                (self.selector)(o).map(|s| (ns, name, s))
+            })
+            .collect();
+        self.selectors.reset_kind(self.kind, selectors);
+    }
+}
+
+fn map_selector(m: Option<&BTreeMap<String, String>>) -> Option<Selector> {
+    m.filter(|m| !m.is_empty()).map(Selector::from_map)
+}
+
+fn label_selector(s: Option<&LabelSelector>) -> Option<Selector> {
+    Selector::from_label_selector(s)
+        .ok()
+        .filter(|s| !s.is_empty())
+}
+
+/// Watches Services, ReplicationControllers, ReplicaSets and StatefulSets into `selectors`,
+/// for PodTopologySpread's default constraints; registered in `readiness` now.
+pub fn run_watches(
+    selectors: Arc<WorkloadSelectors>,
+    client: kube::Client,
+    readiness: &Arc<Readiness>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let feeds = [
+        readiness.register("Service selectors"),
+        readiness.register("ReplicationController selectors"),
+        readiness.register("ReplicaSet selectors"),
+        readiness.register("StatefulSet selectors"),
+    ];
+    async move {
+        let [services, rcs, replica_sets, stateful_sets] = feeds;
+        let services_index = SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "Service",
+            selector: |o: &Service| map_selector(o.spec.as_ref().and_then(|s| s.selector.as_ref())),
+        };
+        let rcs_index = SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "ReplicationController",
+            selector: |o: &ReplicationController| {
+                map_selector(o.spec.as_ref().and_then(|s| s.selector.as_ref()))
+            },
+        };
+        let replica_sets_index = SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "ReplicaSet",
+            selector: |o: &ReplicaSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
+        };
+        let stateful_sets_index = SelectorsOf {
+            selectors,
+            kind: "StatefulSet",
+            selector: |o: &StatefulSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
+        };
+        tokio::join!(
+            watch::run(
+                Api::<Service>::all(client.clone()),
+                "services",
+                Some(services),
+                &services_index,
+            ),
+            watch::run(
+                Api::<ReplicationController>::all(client.clone()),
+                "replicationcontrollers",
+                Some(rcs),
+                &rcs_index,
+            ),
+            watch::run(
+                Api::<ReplicaSet>::all(client.clone()),
+                "replicasets (selectors)",
+                Some(replica_sets),
+                &replica_sets_index,
+            ),
+            watch::run(
+                Api::<StatefulSet>::all(client),
+                "statefulsets (selectors)",
+                Some(stateful_sets),
+                &stateful_sets_index,
+            ),
+        );
+    }
+}
+
+impl DefaultSelectorSource for WorkloadSelectors {
+    fn default_selector(&self, pod: &PodInfo) -> Option<Selector> {
+        let map = self.by_namespace.read().unwrap_or_else(|e| e.into_inner());
+        let mut merged: Option<Selector> = None;
+        // An empty selector selects every pod; it adds nothing and is skipped, as upstream.
+        for selector in map
+            .get(pod.namespace())?
+            .values()
+            .filter(|s| !s.is_empty() && s.matches(pod.labels()))
+        {
+            merged
+                .get_or_insert_with(Selector::everything)
+                .merge(selector);
+        }
+        merged
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+
+    #[test]
+    fn merges_the_selectors_that_select_the_pod() {
+        let w = WorkloadSelectors::default();
+        let sel = |pairs: &[(&str, &str)]| {
+            Selector::from_map(
+                &pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        w.set("default", "Service", "web", sel(&[("app", "web")]));
+        w.set(
+            "default",
+            "ReplicaSet",
+            "web-1",
+            sel(&[("app", "web"), ("hash", "1")]),
+        );
+        w.set("default", "Service", "other", sel(&[("app", "db")]));
+        w.set("shop", "Service", "web", sel(&[("app", "web")]));
+        let pod = PodBuilder::new("p")
+            .label("app", "web")
+            .label("hash", "1")
+            .info();
+        let merged = w.default_selector(&pod).expect("selected");
+        assert!(merged.matches(pod.labels()));
+        let sibling = PodBuilder::new("q")
+            .label("app", "web")
+            .label("hash", "2")
+            .info();
+        assert!(
+            !merged.matches(sibling.labels()),
+            "the ReplicaSet's selector is part of it"
+        );
+        let loner = PodBuilder::new("l").label("app", "cache").info();
+        assert!(w.default_selector(&loner).is_none());
+        w.remove("default", "ReplicaSet", "web-1");
+        assert!(
+            w.default_selector(&pod)
+                .expect("the service")
+                .matches(sibling.labels())
+        );
+    }
+}

@@ -1,0 +1,116 @@
+//! The runners of the points from Reserve on: Reserve and Unreserve (scheduling cycle),
+//! Permit (its verdict, or a wait registered with the waiting pods), then PreBind, Bind and
+//! PostBind (binding cycle).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use tokio::sync::oneshot;
+
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::waiting_pods::WaitingPods;
+use crate::scheduler::framework::{Code, CycleState, Status};
+
+/// Runs Reserve in order; on the first failure, Unreserve runs for all of them in reverse.
+pub fn run_reserve(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    node: &str,
+) -> Status {
+    for plugin in &profile.reserve {
+        let Some(r) = plugin.reserve() else { continue };
+        let status = r.reserve(state, pod, node);
+        if !status.is_success() {
+            run_unreserve(profile, state, pod, node);
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+/// Runs Unreserve of every Reserve plugin, in reverse order.
+pub fn run_unreserve(profile: &CompiledProfile, state: &CycleState, pod: &PodInfo, node: &str) {
+    for plugin in profile.reserve.iter().rev() {
+        if let Some(r) = plugin.reserve() {
+            r.unreserve(state, pod, node);
+        }
+    }
+}
+
+/// A Permit wait: the verdict to come, and how long to wait for it at most.
+pub type PermitWait = (oneshot::Receiver<Status>, Duration);
+
+/// Runs Permit: any rejection fails the pod; Wait answers register it with `waiting` for the
+/// longest of the timeouts asked for. `Ok(None)`: allowed at once.
+pub fn run_permit(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &str,
+    waiting: &WaitingPods,
+) -> Result<Option<PermitWait>, Status> {
+    let mut waiting_on = BTreeSet::new();
+    let mut timeout = Duration::ZERO;
+    for plugin in &profile.permit {
+        let Some(p) = plugin.permit() else { continue };
+        let (status, t) = p.permit(state, pod, node);
+        match status.code {
+            Code::Success => {}
+            Code::Wait => {
+                waiting_on.insert(plugin.name());
+                timeout = timeout.max(t);
+            }
+            _ => return Err(status.with_plugin(plugin.name())),
+        }
+    }
+    if waiting_on.is_empty() {
+        return Ok(None);
+    }
+    Ok(Some((waiting.add(pod.uid(), waiting_on), timeout)))
+}
+
+/// Runs PreBind in order, stopping at the first failure.
+pub async fn run_pre_bind(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &Pod,
+    node: &str,
+) -> Status {
+    for plugin in &profile.pre_bind {
+        let Some(p) = plugin.pre_bind() else { continue };
+        let status = p.pre_bind(state, pod, node).await;
+        if !status.is_success() {
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::success()
+}
+
+/// Runs Bind plugins in order until one does not Skip.
+pub async fn run_bind(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &Pod,
+    node: &str,
+) -> Status {
+    for plugin in &profile.bind {
+        let Some(p) = plugin.bind() else { continue };
+        let status = p.bind(state, pod, node).await;
+        if status.code != Code::Skip {
+            return status.with_plugin(plugin.name());
+        }
+    }
+    Status::error("no bind plugin bound the pod")
+}
+
+/// Runs every PostBind plugin (informational: nothing can fail the pod any more).
+pub async fn run_post_bind(profile: &CompiledProfile, state: &CycleState, pod: &Pod, node: &str) {
+    for plugin in &profile.post_bind {
+        if let Some(p) = plugin.post_bind() {
+            p.post_bind(state, pod, node).await;
+        }
+    }
+}

@@ -1,0 +1,343 @@
+//! The profile compiler: a SchedulingProfile spec becomes a [`CompiledProfile`], or the list of
+//! fields that are wrong. Pure: it builds plugins but talks to nothing.
+//!
+//! The plugin sets follow KubeSchedulerConfiguration v1 (see [`expand`]). Compiling runs in
+//! steps: the numbers, the multi-point list, the args by plugin, building each plugin once,
+//! expanding each extension point, the checks across points, then PlacementRecorder where a
+//! plugin reads StickyBinding history.
+
+mod expand;
+pub mod validation;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlugin};
+use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
+use crate::scheduler::framework::{ExtensionPoint, Plugin};
+use crate::scheduler::plugins::placement_recorder;
+use crate::scheduler::plugins::registry::{HISTORY_READERS, Handle, Registration, registry};
+
+use self::expand::{PerPoint, expand_point, multi_point_list};
+use self::validation::FieldErrors;
+
+/// A compiled profile and the effective plugin lists reported in its status.
+pub struct Compiled {
+    pub profile: CompiledProfile,
+    pub effective: EffectivePlugins,
+}
+
+/// The plugins named in one extension point of `spec`.
+fn point_set(spec: &SchedulingProfileSpec, point: ExtensionPoint) -> Option<&PluginSet> {
+    let p = spec.plugins.as_ref()?;
+    match point {
+        ExtensionPoint::PreEnqueue => p.pre_enqueue.as_ref(),
+        ExtensionPoint::QueueSort => p.queue_sort.as_ref(),
+        ExtensionPoint::PreFilter => p.pre_filter.as_ref(),
+        ExtensionPoint::Filter => p.filter.as_ref(),
+        ExtensionPoint::PostFilter => p.post_filter.as_ref(),
+        ExtensionPoint::PreScore => p.pre_score.as_ref(),
+        ExtensionPoint::Score => p.score.as_ref(),
+        ExtensionPoint::Reserve => p.reserve.as_ref(),
+        ExtensionPoint::Permit => p.permit.as_ref(),
+        ExtensionPoint::PreBind => p.pre_bind.as_ref(),
+        ExtensionPoint::Bind => p.bind.as_ref(),
+        ExtensionPoint::PostBind => p.post_bind.as_ref(),
+    }
+}
+
+/// The numbers the schema also checks; checked again so that a spec from anywhere is safe.
+fn check_numbers(spec: &SchedulingProfileSpec, errs: &mut FieldErrors) {
+    if !(0..=100).contains(&spec.percentage_of_nodes_to_score) {
+        errs.push("percentageOfNodesToScore", "must be between 0 and 100");
+    }
+    if spec.pod_initial_backoff_seconds < 1 {
+        errs.push("podInitialBackoffSeconds", "must be at least 1");
+    }
+    if spec.pod_max_backoff_seconds < spec.pod_initial_backoff_seconds {
+        errs.push(
+            "podMaxBackoffSeconds",
+            "must not be less than podInitialBackoffSeconds",
+        );
+    }
+    if spec.scheduler_name == "default-scheduler" {
+        errs.push(
+            "schedulerName",
+            "default-scheduler belongs to kube-scheduler",
+        );
+    }
+}
+
+/// Args by plugin name, with the index of their `pluginConfig` entry.
+type ArgsByPlugin<'a> = BTreeMap<&'a str, (usize, Option<&'a serde_json::Value>)>;
+
+fn plugin_args<'a>(
+    spec: &'a SchedulingProfileSpec,
+    known: &HashMap<&str, Registration>,
+    errs: &mut FieldErrors,
+) -> ArgsByPlugin<'a> {
+    let mut args = BTreeMap::new();
+    for (i, pc) in spec.plugin_config.iter().enumerate() {
+        if !known.contains_key(pc.name.as_str()) {
+            errs.push(
+                format!("pluginConfig[{i}].name"),
+                format!("unknown plugin {:?}", pc.name),
+            );
+        }
+        args.insert(pc.name.as_str(), (i, pc.args.as_ref()));
+    }
+    args
+}
+
+/// Builds every plugin in `names` once, with its args; unknown names were reported already.
+fn build_plugins<'a>(
+    names: impl IntoIterator<Item = &'a str>,
+    known: &HashMap<&str, Registration>,
+    args: &ArgsByPlugin<'_>,
+    handle: &Handle,
+    errs: &mut FieldErrors,
+) -> HashMap<&'static str, Arc<dyn Plugin>> {
+    let mut built: HashMap<&'static str, Arc<dyn Plugin>> = HashMap::new();
+    for name in names {
+        let Some(reg) = known.get(name) else { continue };
+        if built.contains_key(reg.name) {
+            continue;
+        }
+        let (path, a) = match args.get(name) {
+            Some((i, a)) => (format!("pluginConfig[{i}].args"), *a),
+            None => ("pluginConfig".to_string(), None),
+        };
+        match (reg.factory)(a, &path, handle) {
+            Ok(p) => {
+                built.insert(reg.name, p);
+            }
+            Err(e) => errs.0.extend(e.0),
+        }
+    }
+    built
+}
+
+/// A plugin's Filter reads what its PreFilter computed, its Score what its PreScore computed:
+/// running one without the other would silently do nothing or fail every pod.
+fn check_prerequisites(spec: &SchedulingProfileSpec, per_point: &PerPoint, errs: &mut FieldErrors) {
+    let runs_at = |point: ExtensionPoint, name: &str| {
+        per_point
+            .get(&point)
+            .is_some_and(|l| l.iter().any(|(p, _)| p.name() == name))
+    };
+    for point in ExtensionPoint::ALL {
+        let Some(prep) = point.prerequisite() else {
+            continue;
+        };
+        for (plugin, _) in per_point.get(&point).into_iter().flatten() {
+            let name = plugin.name();
+            if !prep.implemented_by(plugin.as_ref()) || runs_at(prep, name) {
+                continue;
+            }
+            let field = point_set(spec, point)
+                .and_then(|s| s.enabled.iter().position(|p| p.name == name))
+                .map_or(format!("plugins.{prep}.disabled"), |j| {
+                    format!("plugins.{point}.enabled[{j}].name")
+                });
+            errs.push(
+                field,
+                format!(
+                    "plugin {name} runs at {point} but not at {prep}, which {point} needs; \
+                     enable it under multiPoint (or under {prep} too)"
+                ),
+            );
+        }
+    }
+}
+
+/// Where StickyNode or PlacementHistory runs, PlacementRecorder records every bind at postBind
+/// so that they have a history to read; disabling it by name there is an error.
+fn enable_placement_recorder(
+    spec: &SchedulingProfileSpec,
+    per_point: &mut PerPoint,
+    known: &HashMap<&str, Registration>,
+    args: &ArgsByPlugin<'_>,
+    handle: &Handle,
+    errs: &mut FieldErrors,
+) {
+    let readers: Vec<&str> = HISTORY_READERS
+        .into_iter()
+        .filter(|r| per_point.values().flatten().any(|(p, _)| p.name() == *r))
+        .collect();
+    if readers.is_empty() {
+        return;
+    }
+    let point = ExtensionPoint::PostBind;
+    let disabled = point_set(spec, point).and_then(|s| {
+        s.disabled
+            .iter()
+            .position(|p| p.name == placement_recorder::NAME)
+    });
+    if let Some(j) = disabled {
+        errs.push(
+            format!("plugins.{point}.disabled[{j}].name"),
+            format!(
+                "{} records the binds that {} read; it cannot be disabled while they run",
+                placement_recorder::NAME,
+                readers.join(" and ")
+            ),
+        );
+        return;
+    }
+    let list = per_point.entry(point).or_default();
+    if list
+        .iter()
+        .any(|(p, _)| p.name() == placement_recorder::NAME)
+    {
+        return;
+    }
+    let built = build_plugins([placement_recorder::NAME], known, args, handle, errs);
+    if let Some(p) = built.into_values().next() {
+        list.push((p, 1));
+    }
+}
+
+/// Compiles `spec`. `source` names where it came from, for logs.
+pub fn compile(
+    spec: &SchedulingProfileSpec,
+    source: &str,
+    handle: &Handle,
+) -> Result<Compiled, FieldErrors> {
+    let mut errs = FieldErrors::new();
+    let known: HashMap<&str, Registration> = registry().into_iter().map(|r| (r.name, r)).collect();
+
+    check_numbers(spec, &mut errs);
+    let multi_point = multi_point_list(spec, &known, &mut errs);
+    let args = plugin_args(spec, &known, &mut errs);
+
+    let mut names: Vec<&str> = multi_point.iter().map(|(n, _)| n.as_str()).collect();
+    for point in ExtensionPoint::ALL {
+        for (j, p) in point_set(spec, point)
+            .map(|s| s.enabled.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .enumerate()
+        {
+            if known.contains_key(p.name.as_str()) {
+                names.push(p.name.as_str());
+            } else {
+                errs.push(
+                    format!("plugins.{point}.enabled[{j}].name"),
+                    format!("unknown plugin {:?}", p.name),
+                );
+            }
+        }
+    }
+    names.extend(args.keys().copied());
+    let built = build_plugins(names, &known, &args, handle, &mut errs);
+
+    let mut per_point: PerPoint = ExtensionPoint::ALL
+        .into_iter()
+        .map(|point| {
+            let list = expand_point(
+                point_set(spec, point),
+                point,
+                &multi_point,
+                &built,
+                &known,
+                &mut errs,
+            );
+            (point, list)
+        })
+        .collect();
+    check_prerequisites(spec, &per_point, &mut errs);
+    enable_placement_recorder(spec, &mut per_point, &known, &args, handle, &mut errs);
+
+    let take = |point: ExtensionPoint| -> Vec<Arc<dyn Plugin>> {
+        per_point
+            .get(&point)
+            .into_iter()
+            .flatten()
+            .map(|(p, _)| p.clone())
+            .collect()
+    };
+    let queue_sort = take(ExtensionPoint::QueueSort);
+    if queue_sort.len() != 1 {
+        errs.push(
+            "plugins.queueSort",
+            format!(
+                "exactly one queueSort plugin must be enabled, found {}",
+                queue_sort.len()
+            ),
+        );
+    }
+    if take(ExtensionPoint::Bind).is_empty() {
+        errs.push("plugins.bind", "at least one bind plugin must be enabled");
+    }
+    let Some(queue_sort) = queue_sort.into_iter().next().filter(|_| errs.is_empty()) else {
+        return Err(errs);
+    };
+    let names =
+        |point| -> Vec<String> { take(point).iter().map(|p| p.name().to_string()).collect() };
+    let score: Vec<WeightedScore> = per_point
+        .get(&ExtensionPoint::Score)
+        .into_iter()
+        .flatten()
+        .map(|(p, w)| WeightedScore {
+            plugin: p.clone(),
+            weight: i64::from(*w),
+        })
+        .collect();
+    let effective = EffectivePlugins {
+        pre_enqueue: names(ExtensionPoint::PreEnqueue),
+        queue_sort: names(ExtensionPoint::QueueSort),
+        pre_filter: names(ExtensionPoint::PreFilter),
+        filter: names(ExtensionPoint::Filter),
+        post_filter: names(ExtensionPoint::PostFilter),
+        pre_score: names(ExtensionPoint::PreScore),
+        score: score
+            .iter()
+            .map(|s| WeightedPlugin {
+                name: s.plugin.name().to_string(),
+                weight: s.weight as i32,
+            })
+            .collect(),
+        reserve: names(ExtensionPoint::Reserve),
+        permit: names(ExtensionPoint::Permit),
+        pre_bind: names(ExtensionPoint::PreBind),
+        bind: names(ExtensionPoint::Bind),
+        post_bind: names(ExtensionPoint::PostBind),
+    };
+    let profile = CompiledProfile {
+        scheduler_name: spec.scheduler_name.clone(),
+        source: source.to_string(),
+        percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
+        pod_initial_backoff: Duration::from_secs(spec.pod_initial_backoff_seconds.max(1) as u64),
+        pod_max_backoff: Duration::from_secs(spec.pod_max_backoff_seconds.max(1) as u64),
+        queue_sort,
+        pre_enqueue: take(ExtensionPoint::PreEnqueue),
+        pre_filter: take(ExtensionPoint::PreFilter),
+        filter: take(ExtensionPoint::Filter),
+        post_filter: take(ExtensionPoint::PostFilter),
+        pre_score: take(ExtensionPoint::PreScore),
+        score,
+        reserve: take(ExtensionPoint::Reserve),
+        permit: take(ExtensionPoint::Permit),
+        pre_bind: take(ExtensionPoint::PreBind),
+        bind: take(ExtensionPoint::Bind),
+        post_bind: take(ExtensionPoint::PostBind),
+    };
+    Ok(Compiled { profile, effective })
+}
+
+/// kube-scheduler's defaults for `scheduler_name`: the profile an empty spec compiles to.
+pub fn default_profile(scheduler_name: &str, handle: &Handle) -> Result<Compiled, FieldErrors> {
+    let spec = SchedulingProfileSpec {
+        scheduler_name: scheduler_name.to_string(),
+        percentage_of_nodes_to_score: 0,
+        pod_initial_backoff_seconds: 1,
+        pod_max_backoff_seconds: 10,
+        plugins: None,
+        plugin_config: Vec::new(),
+    };
+    compile(&spec, "built-in default", handle)
+}
+
+#[cfg(test)]
+mod tests;

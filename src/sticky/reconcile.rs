@@ -1,0 +1,150 @@
+//! After a (re)start: counts binds that were made but never recorded, as after a crash between
+//! a bind and its status write, or a write that failed while the API server was away. Lives
+//! beside the writer because it is the writer's second entry point.
+
+use std::sync::Arc;
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::api::StickyBinding;
+use crate::sticky::bindings::BindingLookup;
+use crate::sticky::history::HistoryWriter;
+
+/// How recently a bound pod without any binding must have been bound to be counted: an older
+/// one may have had its binding deleted by a person, to free the workload.
+const UNBOUND_WINDOW: SignedDuration = SignedDuration::from_mins(10);
+
+/// When `pod` was bound (its `PodScheduled=True` condition), if it says.
+fn bound_at(pod: &Pod) -> Option<Timestamp> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
+/// Whether the bind of `pod` (bound at `bound_at`) is missing from `binding`. A pod already in
+/// `recentBinds` never is; with a binding, a pod bound after its last recorded bind is; without
+/// one, a pod bound in the last ten minutes is. Pure.
+pub fn missed(
+    pod: &Pod,
+    bound_at: Timestamp,
+    binding: Option<&StickyBinding>,
+    now: Timestamp,
+) -> bool {
+    match binding {
+        Some(b) => {
+            let status = b.status.clone().unwrap_or_default();
+            let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+            !status.recent_binds.iter().any(|r| r.pod_uid == uid)
+                && status
+                    .last_schedule_time
+                    .as_ref()
+                    .is_none_or(|t| t.0 < bound_at)
+        }
+        None => now.duration_since(bound_at) < UNBOUND_WINDOW,
+    }
+}
+
+/// Records the binds among `pods` (bound pods of profiles that record history) that their
+/// bindings missed. A pod already in `recentBinds` is never counted twice.
+pub async fn record_missed_binds(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
+    let now = Timestamp::now();
+    for pod in pods {
+        let Some(bound_at) = bound_at(&pod) else {
+            continue;
+        };
+        let workload = writer.workload_of(&pod);
+        let binding = writer
+            .bindings()
+            .get(&workload.namespace, &workload.binding_name());
+        if !missed(&pod, bound_at, binding.as_deref(), now) {
+            continue;
+        }
+        let node = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.clone())
+            .unwrap_or_default();
+        tracing::info!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), node = %node, "recording a bind made before the restart");
+        writer.record_bind(&pod, &node).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::api::{BindRecord, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + second).expect("ts")
+    }
+
+    fn pod(uid: &str) -> Pod {
+        let mut p = Pod::default();
+        p.metadata.uid = Some(uid.into());
+        p
+    }
+
+    fn binding(recorded: &[&str], last: i64) -> StickyBinding {
+        let mut b = StickyBinding::new(
+            "b",
+            StickyBindingSpec {
+                workload_ref: WorkloadRef {
+                    api_version: "v1".into(),
+                    kind: "Pod".into(),
+                    name: "p".into(),
+                    ordinal: None,
+                },
+                node_name: None,
+            },
+        );
+        b.status = Some(StickyBindingStatus {
+            last_schedule_time: Some(Time(at(last))),
+            recent_binds: recorded
+                .iter()
+                .map(|uid| BindRecord {
+                    pod_uid: uid.to_string(),
+                    pod_name: "p".into(),
+                    node: "n".into(),
+                    time: Time(at(last)),
+                })
+                .collect(),
+            ..Default::default()
+        });
+        b
+    }
+
+    #[test]
+    fn only_binds_the_binding_has_not_seen_are_counted_again() {
+        let now = at(3600);
+        let cases = [
+            ("already recorded", binding(&["u1"], 0), 10, false),
+            ("bound after the last record", binding(&["u0"], 0), 10, true),
+            (
+                "bound before the last record",
+                binding(&["u0"], 20),
+                10,
+                false,
+            ),
+        ];
+        for (name, b, bound, want) in cases {
+            assert_eq!(missed(&pod("u1"), at(bound), Some(&b), now), want, "{name}");
+        }
+        assert!(
+            missed(&pod("u1"), at(3500), None, now),
+            "no binding, bound lately"
+        );
+        assert!(
+            !missed(&pod("u1"), at(0), None, now),
+            "no binding, bound an hour ago: a person may have freed it"
+        );
+    }
+}

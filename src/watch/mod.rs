@@ -1,0 +1,269 @@
+//! One pattern for every watch-fed structure, as linkerd2's policy-controller indexes are fed:
+//! a watch that keeps itself current ([`watch`]) and an [`Index`] that applies its events, with
+//! a re-list replacing what the index holds ([`Index::reset`]), so an object deleted while the
+//! watch was down never outlives the outage.
+//!
+//! The watch behaves as client-go's reflector: a `410 Gone` (the API server no longer has the
+//! history the watch asked for, as after its restart) re-lists at once; any other failure
+//! re-lists after a backoff (0.5 s doubling to 5 s). From its failure until the index holds the
+//! new list the watch is marked stale in [`Readiness`], and the scheduling loop waits.
+
+pub mod readiness;
+
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::stream::BoxStream;
+use futures::{Stream, StreamExt};
+use kube::api::Api;
+use kube::runtime::watcher::{self, Event};
+use serde::de::DeserializeOwned;
+
+pub use self::readiness::{Feed, Readiness};
+
+/// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
+const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest wait between two attempts.
+const MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// An in-memory structure fed by one watch.
+pub trait Index<K>: Send + Sync {
+    /// An object was added or changed.
+    fn apply(&self, obj: K);
+    /// An object was deleted.
+    fn delete(&self, obj: K);
+    /// A list (the first, or a re-list after the watch failed): `objs` is every object that
+    /// exists now. Anything else the index holds was deleted meanwhile and must go.
+    fn reset(&self, objs: Vec<K>);
+    /// The watch failed; it will re-list. Most indexes need not care.
+    fn failed(&self, _error: &watcher::Error) {}
+}
+
+/// Whether a watch failure means the API server no longer has the requested history.
+fn is_gone(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchError(status) => status.code == 410,
+        watcher::Error::InitialListFailed(kube::Error::Api(status))
+        | watcher::Error::WatchStartFailed(kube::Error::Api(status))
+        | watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 410,
+        _ => false,
+    }
+}
+
+struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
+    api: Api<K>,
+    config: watcher::Config,
+    feed: Option<Feed>,
+    what: String,
+    stream: Option<BoxStream<'static, watcher::Result<Event<K>>>>,
+    backoff: Duration,
+    /// Set after a failure: wait this long before the next attempt.
+    pause: Option<Duration>,
+}
+
+/// Watches `api`: yields every event of kube's watcher, starting with a full list (`Init`,
+/// `InitApply`…, `InitDone`). On a failure the error is yielded for the caller to note, `feed`
+/// is marked stale, and the watch starts over with a new list: at once after a `410 Gone`,
+/// else after the backoff. The stream never ends.
+pub fn watch<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    what: impl Into<String>,
+    feed: Option<Feed>,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
+where
+    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let state = WatchLoop {
+        api,
+        config,
+        feed,
+        what: what.into(),
+        stream: None,
+        backoff: INITIAL_BACKOFF,
+        pause: None,
+    };
+    futures::stream::unfold(state, |mut st| async move {
+        if let Some(pause) = st.pause.take() {
+            tokio::time::sleep(pause).await;
+        }
+        loop {
+            let stream = st
+                .stream
+                .get_or_insert_with(|| watcher::watcher(st.api.clone(), st.config.clone()).boxed());
+            match stream.next().await {
+                Some(Ok(event)) => {
+                    match &event {
+                        Event::Init => {
+                            if let Some(feed) = &st.feed {
+                                feed.stale();
+                            }
+                        }
+                        Event::InitDone => st.backoff = INITIAL_BACKOFF,
+                        _ => {}
+                    }
+                    return Some((Ok(event), st));
+                }
+                Some(Err(error)) => {
+                    // Start over with a new list; kube's watcher would resume from its last
+                    // version, or wait for a 410 before re-listing.
+                    st.stream = None;
+                    if let Some(feed) = &st.feed {
+                        feed.stale();
+                    }
+                    if is_gone(&error) {
+                        tracing::info!(watch = %st.what, "the API server no longer has this watch's history (410 Gone); re-listing");
+                    } else {
+                        tracing::warn!(watch = %st.what, error = %error, retry_in = ?st.backoff, "watch failed; re-listing");
+                        st.pause = Some(st.backoff);
+                        st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
+                    }
+                    return Some((Err(error), st));
+                }
+                None => st.stream = None,
+            }
+        }
+    })
+}
+
+/// Applies watch events to an index: objects of a (re)list are collected until `InitDone` and
+/// handed to [`Index::reset`] at once, then `feed` is marked listed.
+pub struct Applier<K> {
+    listing: Option<Vec<K>>,
+    feed: Option<Feed>,
+}
+
+impl<K> Applier<K> {
+    pub fn new(feed: Option<Feed>) -> Self {
+        Applier {
+            listing: None,
+            feed,
+        }
+    }
+
+    /// Applies one item of [`watch`]'s stream.
+    pub fn apply(&mut self, index: &dyn Index<K>, item: watcher::Result<Event<K>>) {
+        match item {
+            Ok(event) => self.event(index, event),
+            Err(error) => self.failed(index, &error),
+        }
+    }
+
+    /// Applies one watch event.
+    pub fn event(&mut self, index: &dyn Index<K>, event: Event<K>) {
+        match event {
+            Event::Init => self.listing = Some(Vec::new()),
+            Event::InitApply(obj) => self.listing.get_or_insert_with(Vec::new).push(obj),
+            Event::InitDone => {
+                index.reset(self.listing.take().unwrap_or_default());
+                if let Some(feed) = &self.feed {
+                    feed.listed();
+                }
+            }
+            Event::Apply(obj) => index.apply(obj),
+            Event::Delete(obj) => index.delete(obj),
+        }
+    }
+
+    /// The watch failed: a list in progress is dropped (the watch starts a new one).
+    pub fn failed(&mut self, index: &dyn Index<K>, error: &watcher::Error) {
+        self.listing = None;
+        index.failed(error);
+    }
+}
+
+/// Feeds `index` from a watch of `api` until the process stops. `feed` is this watch's entry in
+/// [`Readiness`] (None for a watch nothing waits for).
+pub async fn run<K>(api: Api<K>, what: impl Into<String>, feed: Option<Feed>, index: &dyn Index<K>)
+where
+    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    let mut applier = Applier::new(feed.clone());
+    let mut events = std::pin::pin!(watch(api, default_config(), what, feed));
+    while let Some(event) = events.next().await {
+        applier.apply(index, event);
+    }
+}
+
+/// The watch configuration every tether watch uses: lists served from the API server's cache.
+pub fn default_config() -> watcher::Config {
+    watcher::Config::default().any_semantic()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Default)]
+    struct Names(Mutex<Vec<String>>);
+
+    impl Index<String> for Names {
+        fn apply(&self, obj: String) {
+            let mut names = self.0.lock().expect("lock");
+            if !names.contains(&obj) {
+                names.push(obj);
+            }
+        }
+        fn delete(&self, obj: String) {
+            self.0.lock().expect("lock").retain(|n| *n != obj);
+        }
+        fn reset(&self, objs: Vec<String>) {
+            *self.0.lock().expect("lock") = objs;
+        }
+    }
+
+    #[test]
+    fn a_relist_drops_what_was_deleted_while_the_watch_was_down_and_marks_the_feed() {
+        let readiness = Readiness::new();
+        let feed = readiness.register("names");
+        let index = Names::default();
+        let mut applier = Applier::new(Some(feed.clone()));
+        for e in [
+            Event::Init,
+            Event::InitApply("a".to_string()),
+            Event::InitApply("b".to_string()),
+        ] {
+            applier.apply(&index, Ok(e));
+        }
+        assert!(
+            index.0.lock().expect("lock").is_empty(),
+            "a list applies whole, at its end"
+        );
+        applier.apply(&index, Ok(Event::InitDone));
+        assert_eq!(*index.0.lock().expect("lock"), ["a", "b"]);
+        assert!(readiness.is_current());
+
+        applier.apply(&index, Ok(Event::Apply("c".to_string())));
+        feed.stale();
+        applier.apply(&index, Err(watcher::Error::NoResourceVersion));
+        for e in [
+            Event::Init,
+            Event::InitApply("c".to_string()),
+            Event::InitDone,
+        ] {
+            applier.apply(&index, Ok(e));
+        }
+        assert_eq!(
+            *index.0.lock().expect("lock"),
+            ["c"],
+            "a and b were deleted meanwhile"
+        );
+        assert!(readiness.is_current());
+    }
+
+    #[test]
+    fn gone_is_recognised_in_every_shape_kube_reports_it() {
+        let status = |code| kube::core::Status {
+            code,
+            ..Default::default()
+        };
+        assert!(is_gone(&watcher::Error::WatchError(Box::new(status(410)))));
+        assert!(is_gone(&watcher::Error::WatchStartFailed(
+            kube::Error::Api(Box::new(status(410)))
+        )));
+        assert!(!is_gone(&watcher::Error::WatchError(Box::new(status(500)))));
+        assert!(!is_gone(&watcher::Error::NoResourceVersion));
+    }
+}
