@@ -4,49 +4,11 @@
 # cluster is left as it is (missing nodes are added). Writes .cluster/kubeconfig.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 source "$E2E_DIR/scripts/pki.sh"
+source "$E2E_DIR/scripts/components.sh"
 
 NODES=${NODES:-3}
-START_TIMEOUT=${START_TIMEOUT:-90}
-PID_DIR=$CLUSTER_DIR/pids
 KUBECONFIG_FILE=$CLUSTER_DIR/kubeconfig
 KUBECTL="$BIN_DIR/kubectl --kubeconfig=$KUBECONFIG_FILE"
-
-components=(etcd kube-apiserver kube-controller-manager kwok)
-
-alive() { [[ -f "$PID_DIR/$1.pid" ]] && kill -0 "$(cat "$PID_DIR/$1.pid")" 2>/dev/null; }
-
-all_alive() {
-  local c
-  for c in "${components[@]}"; do alive "$c" || return 1; done
-}
-
-port_free() { ! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-
-# start NAME ARGS...: runs a component in its own session so that cluster-down can stop it and
-# everything it spawned.
-start() {
-  local name=$1; shift
-  setsid "$@" >"$LOG_DIR/$name.log" 2>&1 </dev/null &
-  echo $! >"$PID_DIR/$name.pid"
-}
-
-# wait_healthy NAME CHECK...: waits until CHECK succeeds; fails naming the log when the
-# component dies or is not healthy within START_TIMEOUT seconds.
-wait_healthy() {
-  local name=$1; shift
-  local deadline=$(( $(date +%s) + START_TIMEOUT ))
-  until "$@" >/dev/null 2>&1; do
-    if ! alive "$name"; then
-      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
-      die "$name exited during start-up; read $LOG_DIR/$name.log"
-    fi
-    if (( $(date +%s) > deadline )); then
-      tail -n 20 "$LOG_DIR/$name.log" >&2 || true
-      die "$name was not healthy within ${START_TIMEOUT}s; read $LOG_DIR/$name.log"
-    fi
-    sleep 0.2
-  done
-}
 
 apply_nodes() {
   local i zones=(a b c) manifest=""
@@ -87,11 +49,6 @@ wait_nodes_ready() {
     (( $(date +%s) > deadline )) && die "only $ready of $NODES nodes Ready within ${START_TIMEOUT}s; read $LOG_DIR/kwok.log"
     sleep 0.2
   done
-}
-
-apiserver_ready() {
-  curl -sf --max-time 2 --cacert "$PKI_DIR/ca.crt" --cert "$PKI_DIR/admin.crt" --key "$PKI_DIR/admin.key" \
-    "https://127.0.0.1:$APISERVER_PORT/readyz"
 }
 
 on_exit() {
@@ -141,17 +98,7 @@ main() {
     --unsafe-no-fsync --quota-backend-bytes 8589934592 --log-level warn
   wait_healthy etcd curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 
-  start kube-apiserver "$BIN_DIR/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
-    --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
-    --client-ca-file "$PKI_DIR/ca.crt" \
-    --service-account-issuer https://kubernetes.default.svc.cluster.local \
-    --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
-    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
-    --endpoint-reconciler-type none --allow-privileged \
-    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false
-  wait_healthy kube-apiserver apiserver_ready
+  start_apiserver
   # The cluster serves KubeVirt's VM API (the CRDs only; the e2e plays virt-controller) from the
   # start, as a KubeVirt cluster does: the garbage collector must know the kinds before any
   # object owned by a VMI exists, or it takes such objects for orphans and deletes them.

@@ -3,6 +3,8 @@
 //!
 //! Every test fails (never skips) when the cluster is not there.
 
+pub mod faults;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

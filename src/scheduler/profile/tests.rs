@@ -219,7 +219,10 @@ fn placement_recorder_runs_wherever_a_plugin_reads_the_history() {
     }
     let named_too = with(Plugins {
         multi_point: set(
-            vec![plugin("StickyNode", None), plugin("PlacementRecorder", None)],
+            vec![
+                plugin("StickyNode", None),
+                plugin("PlacementRecorder", None),
+            ],
             vec![],
         ),
         ..Default::default()

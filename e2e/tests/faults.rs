@@ -1,0 +1,190 @@
+//! Faults: tether cut off the API server while the cluster changes, then the API server
+//! restarted (its watch cache starts afresh, so every resumed watch gets 410 Gone). These tests
+//! run a tether of their own behind a proxy and restart kube-apiserver, so `make e2e` runs them
+//! alone, after the shared tether has stopped.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use tether::api::{SchedulingProfile, StickyBinding};
+use tether_e2e::faults::{OwnTether, Proxy, restart_apiserver};
+use tether_e2e::{TestNamespace, TestNodes, client, kubectl_ok, unique_suffix, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+fn apply(doc: Value) -> anyhow::Result<()> {
+    kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;
+    Ok(())
+}
+
+async fn wait_profile_ready(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<SchedulingProfile> = Api::all(client.clone());
+    wait_for(&format!("profile {name} Ready"), TIMEOUT, || {
+        let api = api.clone();
+        async move {
+            let p = api.get(name).await?;
+            let ready = p.status.unwrap_or_default().conditions.iter().any(|c| {
+                c.type_ == "Ready"
+                    && c.status == "True"
+                    && c.observed_generation == p.metadata.generation
+            });
+            Ok(ready.then_some(()))
+        }
+    })
+    .await
+}
+
+/// The bound pod of the Deployment `app`, other than `not_uid`.
+async fn bound_pod(
+    pods: &Api<Pod>,
+    app: &str,
+    not_uid: Option<&str>,
+) -> anyhow::Result<Option<Pod>> {
+    let list = pods
+        .list(&ListParams::default().labels(&format!("app={app}")))
+        .await?;
+    Ok(list.items.into_iter().find(|p| {
+        p.metadata.deletion_timestamp.is_none()
+            && p.metadata.uid.as_deref() != not_uid
+            && p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+    }))
+}
+
+fn node_of(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default()
+}
+
+/// Cut off, a person deletes a workload's StickyBinding (freeing it) and cordons its node; the
+/// workload's pod is replaced; the API server restarts. Reconnected, tether must re-list before
+/// it schedules: the new pod does not land on the cordoned node, the deleted pin is forgotten,
+/// and the new bind is counted in a binding created anew.
+#[tokio::test]
+async fn after_an_outage_and_an_api_server_restart_tether_schedules_on_the_current_view()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "relist").await?;
+    let nodes = TestNodes::create(&client, "relist", 3, "16", |_, _| {}).await?;
+    let apiserver = {
+        let kubeconfig =
+            std::fs::read_to_string(tether_e2e::repo_dir().join(".cluster/tether.kubeconfig"))?;
+        let server = kubeconfig
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("server: https://"))
+            .unwrap_or_default()
+            .trim()
+            .to_string();
+        server.parse()?
+    };
+    let proxy = Proxy::start(apiserver).await?;
+    let tether = OwnTether::start("relist", &proxy).await?;
+
+    let name = format!("relist-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    apply(json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+        "metadata": {"name": name},
+        "spec": {"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}},
+    }))?;
+    wait_profile_ready(&client, &name).await?;
+    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
+    nodes.isolate(&mut spec);
+    apply(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "vm", "namespace": ns.name},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "vm"}}, "template": {"metadata": {"labels": {"app": "vm"}}, "spec": spec}},
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let first = wait_for("the first pod bound", TIMEOUT, || {
+        bound_pod(&pods, "vm", None)
+    })
+    .await?;
+    let pinned = node_of(&first);
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let old_binding = wait_for("the first bind recorded", TIMEOUT, || {
+        let bindings = bindings.clone();
+        async move {
+            Ok(bindings
+                .get_opt("deployment-vm")
+                .await?
+                .filter(|b| b.status.as_ref().is_some_and(|s| s.schedule_count == 1)))
+        }
+    })
+    .await?;
+    assert_eq!(old_binding.pin(), Some(pinned.as_str()));
+
+    // Cut off: tether notices (its watches fail and it stops scheduling).
+    proxy.cut();
+    wait_for("tether to notice the outage", TIMEOUT, || async {
+        Ok(tether.readyz()?.filter(|body| body.contains("re-listing")))
+    })
+    .await?;
+    // Meanwhile a person frees the workload and cordons its node, and the pod is replaced.
+    bindings
+        .delete("deployment-vm", &DeleteParams::default())
+        .await?;
+    Api::<Node>::all(client.clone())
+        .patch(
+            &pinned,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await?;
+    let first_uid = first.metadata.uid.clone().unwrap_or_default();
+    pods.delete(
+        first.metadata.name.as_deref().unwrap_or_default(),
+        &DeleteParams::default().grace_period(0),
+    )
+    .await?;
+    restart_apiserver()?;
+    proxy.restore();
+
+    let second = wait_for(
+        "the replacement pod bound after the outage",
+        TIMEOUT,
+        || bound_pod(&pods, "vm", Some(&first_uid)),
+    )
+    .await?;
+    let node = node_of(&second);
+    assert_ne!(
+        node,
+        pinned,
+        "bound to the node that was cordoned (and unpinned) during the outage; tether's log: {}",
+        tether.log.display()
+    );
+    let second_uid = second.metadata.uid.clone().unwrap_or_default();
+    let binding = wait_for("the new bind recorded in a new binding", TIMEOUT, || {
+        let bindings = bindings.clone();
+        let uid = second_uid.clone();
+        async move {
+            Ok(bindings.get_opt("deployment-vm").await?.filter(|b| {
+                b.status
+                    .as_ref()
+                    .is_some_and(|s| s.recent_binds.iter().any(|r| r.pod_uid == uid))
+            }))
+        }
+    })
+    .await?;
+    assert_ne!(
+        binding.metadata.uid, old_binding.metadata.uid,
+        "a binding created anew"
+    );
+    let status = binding.status.clone().unwrap_or_default();
+    assert_eq!(status.schedule_count, 1, "only the new bind: {status:?}");
+    assert_eq!(status.node_count.get(&node), Some(&1), "{status:?}");
+    assert_eq!(
+        binding.pin(),
+        Some(node.as_str()),
+        "pinned anew where it went"
+    );
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
