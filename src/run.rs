@@ -76,7 +76,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     };
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
-    let queue_sort = priority_sort::build(None, "plugins.queueSort")
+    let queue_sort = priority_sort::build(None, &"plugins.queueSort".into())
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort);
     let reports = Reports::new(client.clone(), config.instance.clone());

@@ -2,6 +2,7 @@
 //! selectors and affinity terms, quantities, resource lists and taints. Each returns typed errors.
 
 pub mod labels;
+pub mod names;
 pub mod node_selector;
 pub mod pods;
 pub mod quantity;

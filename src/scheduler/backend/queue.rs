@@ -484,7 +484,7 @@ mod tests {
 
     fn queue() -> SchedulingQueue {
         SchedulingQueue::new(
-            priority_sort::build(None, "pluginConfig").expect("PrioritySort builds"),
+            priority_sort::build(None, &"pluginConfig".into()).expect("PrioritySort builds"),
         )
     }
 

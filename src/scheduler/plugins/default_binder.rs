@@ -9,6 +9,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
 use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::FieldPath;
 
 pub const NAME: &str = "DefaultBinder";
 
@@ -20,7 +21,7 @@ pub struct DefaultBinder {
 /// DefaultBinder takes no args. Without a client (unit tests) every bind fails with an error.
 pub fn build(
     args: Option<&serde_json::Value>,
-    path: &str,
+    path: &FieldPath,
     client: Option<kube::Client>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     crate::scheduler::plugins::helper::expect_no_args(NAME, args, path)?;
@@ -103,10 +104,10 @@ mod tests {
 
     #[test]
     fn takes_no_args() {
-        assert!(build(None, "pluginConfig[0].args", None).is_ok());
+        assert!(build(None, &"pluginConfig[0].args".into(), None).is_ok());
         let err = build(
             Some(&serde_json::json!({"x": 1})),
-            "pluginConfig[0].args",
+            &"pluginConfig[0].args".into(),
             None,
         )
         .err()

@@ -4,7 +4,7 @@ use k8s_openapi::api::core::v1::Pod;
 use serde_json::Value;
 
 use crate::scheduler::framework::{NodeScore, Status};
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 use crate::sticky::workload::Workload;
 
 /// How soon a pod whose owner the watches have not delivered yet is tried again.
@@ -23,7 +23,11 @@ pub fn wait_for_owner(workload: &Workload) -> Option<Status> {
 
 /// Accepts the args of a plugin that takes none: absent, `null` or `{}`. Anything else is an
 /// error at `path`, so a typo in a profile is not silently ignored.
-pub fn expect_no_args(plugin: &str, args: Option<&Value>, path: &str) -> Result<(), FieldErrors> {
+pub fn expect_no_args(
+    plugin: &str,
+    args: Option<&Value>,
+    path: &FieldPath,
+) -> Result<(), FieldErrors> {
     match args {
         None | Some(Value::Null) => Ok(()),
         Some(Value::Object(m)) if m.is_empty() => Ok(()),
@@ -84,7 +88,7 @@ mod tests {
             ("not an object", Some(json!([1])), false),
         ];
         for (name, args, ok) in cases {
-            let got = expect_no_args("P", args.as_ref(), "pluginConfig[0].args");
+            let got = expect_no_args("P", args.as_ref(), &"pluginConfig[0].args".into());
             match got {
                 Ok(()) => assert!(ok, "{name}"),
                 Err(e) => {

@@ -9,7 +9,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -183,7 +183,10 @@ impl ScorePlugin for ImageLocality {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(ImageLocality))
 }
@@ -381,8 +384,8 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, "p").is_ok());
-        let err = build(Some(&json!({"x": 1})), "pluginConfig[6].args")
+        assert!(build(None, &"p".into()).is_ok());
+        let err = build(Some(&json!({"x": 1})), &"pluginConfig[6].args".into())
             .err()
             .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[6].args");

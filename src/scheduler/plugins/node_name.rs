@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{CycleState, FilterPlugin, Plugin, Status};
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -39,7 +39,10 @@ impl FilterPlugin for NodeName {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeName))
 }
@@ -76,8 +79,8 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(Some(&json!({})), "p").is_ok());
-        let err = build(Some(&json!("x")), "pluginConfig[2].args")
+        assert!(build(Some(&json!({})), &"p".into()).is_ok());
+        let err = build(Some(&json!("x")), &"pluginConfig[2].args".into())
             .err()
             .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[2].args");

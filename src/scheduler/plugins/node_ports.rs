@@ -9,7 +9,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -84,7 +84,10 @@ impl FilterPlugin for NodePorts {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodePorts))
 }
@@ -258,8 +261,8 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, "p").is_ok());
-        let err = build(Some(&json!({"x": 1})), "pluginConfig[5].args")
+        assert!(build(None, &"p".into()).is_ok());
+        let err = build(Some(&json!({"x": 1})), &"pluginConfig[5].args".into())
             .err()
             .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[5].args");

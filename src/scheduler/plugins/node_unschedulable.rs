@@ -10,7 +10,7 @@ use crate::k8s::taints::tolerates;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{CycleState, FilterPlugin, Plugin, Status};
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -73,7 +73,10 @@ impl FilterPlugin for NodeUnschedulable {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeUnschedulable))
 }
@@ -171,8 +174,8 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, "p").is_ok());
-        let err = build(Some(&json!({"x": 1})), "pluginConfig[3].args")
+        assert!(build(None, &"p".into()).is_ok());
+        let err = build(Some(&json!({"x": 1})), &"pluginConfig[3].args".into())
             .err()
             .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[3].args");

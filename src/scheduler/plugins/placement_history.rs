@@ -15,6 +15,7 @@ use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::profile::validation::FieldPath;
 use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::workload::{self, OwnerLookup};
@@ -59,15 +60,15 @@ impl Default for PlacementHistoryArgs {
 
 impl PlacementHistoryArgs {
     /// Checks the args, naming fields under `path` (e.g. `pluginConfig[0].args.disableAnnotation`).
-    pub fn validate(&self, path: &str) -> Result<(), FieldErrors> {
+    pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
         let mut errs = FieldErrors::new();
         if self.disable_annotation.is_empty() {
-            errs.push(format!("{path}.disableAnnotation"), "must not be empty");
+            errs.push(path.child("disableAnnotation"), "must not be empty");
         }
         for (i, ns) in self.excluded_namespaces.iter().enumerate() {
             if ns.is_empty() {
                 errs.push(
-                    format!("{path}.excludedNamespaces[{i}]"),
+                    path.child("excludedNamespaces").index(i),
                     "must not be empty",
                 );
             }
@@ -203,7 +204,7 @@ impl ScorePlugin for PlacementHistory {
 /// Builds the plugin from its args (absent means defaults), validated and named under `path`.
 pub fn build(
     args: Option<&serde_json::Value>,
-    path: &str,
+    path: &FieldPath,
     owners: Arc<dyn OwnerLookup>,
     bindings: Arc<dyn BindingLookup>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
@@ -495,8 +496,8 @@ mod tests {
             ),
         ];
         for (name, args, want) in cases {
-            let got = decode_args::<PlacementHistoryArgs>(args.as_ref(), p)
-                .and_then(|a| a.validate(p).map(|()| a));
+            let got = decode_args::<PlacementHistoryArgs>(args.as_ref(), &p.into())
+                .and_then(|a| a.validate(&p.into()).map(|()| a));
             match (got, want) {
                 (Ok(got), Ok(want)) => assert_eq!(got, want, "{name}"),
                 (Err(errs), Err(paths)) => {
@@ -507,7 +508,7 @@ mod tests {
             }
             let built = build(
                 args.as_ref(),
-                p,
+                &p.into(),
                 Arc::new(NoOwners),
                 Arc::new(BindingIndex::default()),
             );

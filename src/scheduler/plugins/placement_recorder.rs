@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::scheduler::framework::{CycleState, Plugin, PostBindPlugin};
 use crate::scheduler::plugins::helper::expect_no_args;
 use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::FieldPath;
 use crate::sticky::history::HistoryWriter;
 
 pub const NAME: &str = "PlacementRecorder";
@@ -49,7 +50,7 @@ impl PostBindPlugin for PlacementRecorder {
 /// PlacementRecorder takes no args.
 pub fn build(
     args: Option<&serde_json::Value>,
-    path: &str,
+    path: &FieldPath,
     writer: Option<Arc<HistoryWriter>>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;

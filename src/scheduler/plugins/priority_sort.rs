@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -38,7 +38,10 @@ impl QueueSortPlugin for PrioritySort {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(PrioritySort))
 }
@@ -121,9 +124,9 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, "p").is_ok());
-        assert!(build(Some(&json!({})), "p").is_ok());
-        let err = build(Some(&json!({"x": 1})), "pluginConfig[0].args")
+        assert!(build(None, &"p".into()).is_ok());
+        assert!(build(Some(&json!({})), &"p".into()).is_ok());
+        let err = build(Some(&json!({"x": 1})), &"pluginConfig[0].args".into())
             .err()
             .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[0].args");

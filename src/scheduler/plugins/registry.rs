@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::plugins;
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::history::HistoryWriter;
 use crate::sticky::workload::{NoOwners, OwnerLookup};
@@ -42,7 +42,7 @@ impl Default for Handle {
 
 /// Builds a plugin from its args; errors name fields under `path` (e.g. `pluginConfig[0].args`).
 pub type Factory =
-    fn(Option<&serde_json::Value>, &str, &Handle) -> Result<Arc<dyn Plugin>, FieldErrors>;
+    fn(Option<&serde_json::Value>, &FieldPath, &Handle) -> Result<Arc<dyn Plugin>, FieldErrors>;
 
 /// A registered plugin: its name, factory, and the weight it scores with unless told otherwise.
 pub struct Registration {
@@ -84,9 +84,9 @@ pub fn registry() -> Vec<Registration> {
         ),
         reg(node_ports::NAME, |a, p, _| node_ports::build(a, p), 0),
         reg(
-            node_resources_fit::NAME,
-            |a, p, _| node_resources_fit::build(a, p),
-            node_resources_fit::DEFAULT_WEIGHT,
+            noderesources::fit::NAME,
+            |a, p, _| noderesources::fit::build(a, p),
+            noderesources::fit::DEFAULT_WEIGHT,
         ),
         reg(
             pod_topology_spread::NAME,
@@ -99,9 +99,9 @@ pub fn registry() -> Vec<Registration> {
             inter_pod_affinity::DEFAULT_WEIGHT,
         ),
         reg(
-            node_resources_balanced_allocation::NAME,
-            |a, p, _| node_resources_balanced_allocation::build(a, p),
-            node_resources_balanced_allocation::DEFAULT_WEIGHT,
+            noderesources::balanced_allocation::NAME,
+            |a, p, _| noderesources::balanced_allocation::build(a, p),
+            noderesources::balanced_allocation::DEFAULT_WEIGHT,
         ),
         reg(
             image_locality::NAME,
@@ -152,8 +152,8 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         (node_affinity::NAME, Some(node_affinity::DEFAULT_WEIGHT)),
         (node_ports::NAME, None),
         (
-            node_resources_fit::NAME,
-            Some(node_resources_fit::DEFAULT_WEIGHT),
+            noderesources::fit::NAME,
+            Some(noderesources::fit::DEFAULT_WEIGHT),
         ),
         (
             pod_topology_spread::NAME,
@@ -164,8 +164,8 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
             Some(inter_pod_affinity::DEFAULT_WEIGHT),
         ),
         (
-            node_resources_balanced_allocation::NAME,
-            Some(node_resources_balanced_allocation::DEFAULT_WEIGHT),
+            noderesources::balanced_allocation::NAME,
+            Some(noderesources::balanced_allocation::DEFAULT_WEIGHT),
         ),
         (image_locality::NAME, Some(image_locality::DEFAULT_WEIGHT)),
         (default_binder::NAME, None),

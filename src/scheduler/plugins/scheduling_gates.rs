@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -49,7 +49,10 @@ impl PreEnqueuePlugin for SchedulingGates {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(SchedulingGates))
 }
@@ -109,10 +112,13 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(Some(&json!(null)), "p").is_ok());
-        let err = build(Some(&json!({"enabled": true})), "pluginConfig[1].args")
-            .err()
-            .expect("args are refused");
+        assert!(build(Some(&json!(null)), &"p".into()).is_ok());
+        let err = build(
+            Some(&json!({"enabled": true})),
+            &"pluginConfig[1].args".into(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[1].args");
     }
 }

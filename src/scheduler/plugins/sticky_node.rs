@@ -19,6 +19,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::scheduler::profile::validation::FieldPath;
 use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::workload::{self, OwnerLookup};
@@ -77,21 +78,21 @@ impl Default for StickyNodeArgs {
 
 impl StickyNodeArgs {
     /// Checks the args, naming fields under `path` (e.g. `pluginConfig[0].args.releaseAfterSeconds`).
-    pub fn validate(&self, path: &str) -> Result<(), FieldErrors> {
+    pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
         let mut errs = FieldErrors::new();
         if self.release_after_seconds < 0 {
             errs.push(
-                format!("{path}.releaseAfterSeconds"),
+                path.child("releaseAfterSeconds"),
                 format!("{} must be >= 0", self.release_after_seconds),
             );
         }
         if self.disable_annotation.is_empty() {
-            errs.push(format!("{path}.disableAnnotation"), "must not be empty");
+            errs.push(path.child("disableAnnotation"), "must not be empty");
         }
         for (i, ns) in self.excluded_namespaces.iter().enumerate() {
             if ns.is_empty() {
                 errs.push(
-                    format!("{path}.excludedNamespaces[{i}]"),
+                    path.child("excludedNamespaces").index(i),
                     "must not be empty",
                 );
             }
@@ -241,7 +242,7 @@ impl FilterPlugin for StickyNode {
 /// Builds the plugin from its args (absent means defaults), validated and named under `path`.
 pub fn build(
     args: Option<&serde_json::Value>,
-    path: &str,
+    path: &FieldPath,
     owners: Arc<dyn OwnerLookup>,
     bindings: Arc<dyn BindingLookup>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
@@ -701,8 +702,8 @@ mod tests {
             ),
         ];
         for (name, args, want) in cases {
-            let got = decode_args::<StickyNodeArgs>(args.as_ref(), p)
-                .and_then(|a| a.validate(p).map(|()| a));
+            let got = decode_args::<StickyNodeArgs>(args.as_ref(), &p.into())
+                .and_then(|a| a.validate(&p.into()).map(|()| a));
             match (got, want) {
                 (Ok(got), Ok(want)) => assert_eq!(got, want, "{name}"),
                 (Err(errs), Err(paths)) => {
@@ -713,7 +714,7 @@ mod tests {
             }
             let built = build(
                 args.as_ref(),
-                p,
+                &p.into(),
                 Arc::new(NoOwners),
                 Arc::new(BindingIndex::default()),
             );

@@ -14,7 +14,7 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin,
     Status,
 };
-use crate::scheduler::profile::validation::FieldErrors;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::{default_normalize_score, expect_no_args};
 
@@ -142,7 +142,10 @@ impl ScorePlugin for TaintToleration {
 }
 
 /// Builds the plugin; it takes no args.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(TaintToleration))
 }
@@ -384,8 +387,8 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, "p").is_ok());
-        let err = build(Some(&json!({"x": 1})), "pluginConfig[4].args")
+        assert!(build(None, &"p".into()).is_ok());
+        let err = build(Some(&json!({"x": 1})), &"pluginConfig[4].args".into())
             .err()
             .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[4].args");

@@ -20,7 +20,7 @@ use crate::scheduler::plugins::placement_recorder;
 use crate::scheduler::plugins::registry::{HISTORY_READERS, Handle, Registration, registry};
 
 use self::expand::{PerPoint, expand_point, multi_point_list};
-use self::validation::FieldErrors;
+use self::validation::{FieldErrors, FieldPath};
 
 /// A compiled profile and the effective plugin lists reported in its status.
 pub struct Compiled {
@@ -105,8 +105,8 @@ fn build_plugins<'a>(
             continue;
         }
         let (path, a) = match args.get(name) {
-            Some((i, a)) => (format!("pluginConfig[{i}].args"), *a),
-            None => ("pluginConfig".to_string(), None),
+            Some((i, a)) => (FieldPath::new("pluginConfig").index(*i).child("args"), *a),
+            None => (FieldPath::new("pluginConfig"), None),
         };
         match (reg.factory)(a, &path, handle) {
             Ok(p) => {

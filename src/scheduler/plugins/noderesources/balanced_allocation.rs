@@ -13,10 +13,10 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::plugins::node_resources_fit::{
+use crate::scheduler::plugins::noderesources::resource_allocation::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, default_resources, pod_request,
 };
-use crate::scheduler::profile::validation::{FieldErrors, decode_args};
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 pub const DEFAULT_WEIGHT: i32 = 1;
@@ -42,18 +42,21 @@ impl Default for NodeResourcesBalancedAllocationArgs {
 impl NodeResourcesBalancedAllocationArgs {
     /// Checks the args as kube-scheduler's ValidateNodeResourcesBalancedAllocationArgs does:
     /// no resource twice, every weight 1. Fields are named under `path`.
-    pub fn validate(&self, path: &str) -> Result<(), FieldErrors> {
+    pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
         let mut errs = FieldErrors::new();
         let mut seen = HashSet::new();
         for (i, r) in self.resources.iter().enumerate() {
             if !seen.insert(r.name.as_str()) {
                 errs.push(
-                    format!("{path}.resources[{i}].name"),
+                    path.child("resources").index(i).child("name"),
                     format!("duplicate value {:?}", r.name),
                 );
             }
             if r.weight != 1 {
-                errs.push(format!("{path}.resources[{i}].weight"), "must be 1");
+                errs.push(
+                    path.child("resources").index(i).child("weight"),
+                    "must be 1",
+                );
             }
         }
         errs.into_result()
@@ -61,7 +64,10 @@ impl NodeResourcesBalancedAllocationArgs {
 }
 
 /// Decodes (absent args mean defaults), defaults and validates the args, then builds the plugin.
-pub fn build(args: Option<&serde_json::Value>, path: &str) -> Result<Arc<dyn Plugin>, FieldErrors> {
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let mut args: NodeResourcesBalancedAllocationArgs = decode_args(args, path)?;
     default_resource_specs(&mut args.resources);
     args.validate(path)?;
@@ -350,13 +356,13 @@ mod tests {
             ("an unknown field", json!({"resource": []}), vec!["args"]),
         ];
         for (name, args, want) in cases {
-            let got: Vec<String> = match build(Some(&args), "args") {
+            let got: Vec<String> = match build(Some(&args), &"args".into()) {
                 Ok(_) => vec![],
                 Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
             };
             assert_eq!(got, want, "{name}");
         }
-        let built = build(None, "args").expect("defaults are valid");
+        let built = build(None, &"args".into()).expect("defaults are valid");
         assert_eq!(built.name(), NAME);
         assert!(built.pre_score().is_some() && built.score().is_some());
         assert!(built.filter().is_none());

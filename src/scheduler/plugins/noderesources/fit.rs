@@ -1,0 +1,339 @@
+//! NodeResourcesFit: keeps a pod off nodes without room for its requests, and ranks the nodes
+//! that have room by how much of them would be allocated (LeastAllocated, MostAllocated or
+//! RequestedToCapacityRatio, see [`super::scoring`]), as kube-scheduler's plugin of that name.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use super::resource_allocation::{
+    ResourceSpec, allocatable_and_requested, default_resource_specs, pod_request,
+};
+use super::scoring::{
+    MAX_CUSTOM_PRIORITY_SCORE, ScoringStrategy, ScoringStrategyType, Strategy, broken_linear,
+    least_requested_score, most_requested_score, utilization, validate_shape,
+};
+use crate::k8s::names::is_extended_resource_name;
+use crate::k8s::resource::Resource;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{
+    Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
+};
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
+
+pub const NAME: &str = "NodeResourcesFit";
+pub const DEFAULT_WEIGHT: i32 = 1;
+
+const PRE_FILTER_KEY: &str = "PreFilterNodeResourcesFit";
+const PRE_SCORE_KEY: &str = "PreScoreNodeResourcesFit";
+
+/// The args of NodeResourcesFit, with kube-scheduler's defaults (LeastAllocated over cpu and
+/// memory, each of weight 1).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct NodeResourcesFitArgs {
+    /// Extended resources Filter does not check (a device plugin or another component
+    /// accounts for them).
+    pub ignored_resources: Vec<String>,
+    /// Prefixes (`example.com` of `example.com/gpu`) of extended resources Filter does not check.
+    pub ignored_resource_groups: Vec<String>,
+    pub scoring_strategy: ScoringStrategy,
+}
+
+impl NodeResourcesFitArgs {
+    /// Checks the args as kube-scheduler's ValidateNodeResourcesFitArgs does, naming each
+    /// invalid field under `path` (for example `pluginConfig[0].args`).
+    pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
+        let mut errs = FieldErrors::new();
+        for (i, name) in self.ignored_resources.iter().enumerate() {
+            errs.check_qualified_name(&path.child("ignoredResources").index(i), name);
+        }
+        for (i, group) in self.ignored_resource_groups.iter().enumerate() {
+            let field = path.child("ignoredResourceGroups").index(i);
+            if group.contains('/') {
+                errs.push(field.clone(), "resource group name can't contain '/'");
+            }
+            errs.check_qualified_name(&field, group);
+        }
+        let strategy = &self.scoring_strategy;
+        let sp = path.child("scoringStrategy");
+        if let ScoringStrategyType::Unsupported(t) = &strategy.type_ {
+            errs.push(
+                sp.child("type"),
+                format!(
+                    "unsupported value {t:?}: supported values: \"LeastAllocated\", \
+                     \"MostAllocated\", \"RequestedToCapacityRatio\""
+                ),
+            );
+        }
+        for (i, r) in strategy.resources.iter().enumerate() {
+            if !(1..=100).contains(&r.weight) {
+                errs.push(
+                    sp.child("resources").index(i).child("weight"),
+                    format!("resource weight of {} not in valid range (0, 100]", r.name),
+                );
+            }
+        }
+        let shape = strategy.requested_to_capacity_ratio.as_ref();
+        if shape.is_some() || strategy.type_ == ScoringStrategyType::RequestedToCapacityRatio {
+            let shape = shape.map_or(&[][..], |s| &s.shape[..]);
+            validate_shape(
+                shape,
+                &sp.child("requestedToCapacityRatio").child("shape"),
+                &mut errs,
+            );
+        }
+        errs.into_result()
+    }
+}
+
+/// Decodes (absent args mean defaults), defaults and validates the args, then builds the plugin.
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let mut args: NodeResourcesFitArgs = decode_args(args, path)?;
+    default_resource_specs(&mut args.scoring_strategy.resources);
+    args.validate(path)?;
+    Ok(Arc::new(NodeResourcesFit::from_validated(args)))
+}
+
+/// The plugin: its ignored resources and its scoring strategy.
+pub struct NodeResourcesFit {
+    ignored_resources: HashSet<String>,
+    ignored_resource_groups: HashSet<String>,
+    resources: Vec<ResourceSpec>,
+    strategy: Strategy,
+}
+
+/// What PreFilter computes for Filter: the requests to check, ignored resources left out.
+struct PreFilterState {
+    requests: Resource,
+}
+
+/// What PreScore computes for Score: the pod's request of each scored resource, in order.
+struct PreScoreState {
+    pod_requests: Vec<i64>,
+}
+
+impl NodeResourcesFit {
+    pub(super) fn from_validated(args: NodeResourcesFitArgs) -> Self {
+        let strategy = match args.scoring_strategy.type_ {
+            ScoringStrategyType::MostAllocated => Strategy::MostAllocated,
+            ScoringStrategyType::RequestedToCapacityRatio => {
+                let scale = MAX_NODE_SCORE / MAX_CUSTOM_PRIORITY_SCORE;
+                let shape = args.scoring_strategy.requested_to_capacity_ratio;
+                Strategy::RequestedToCapacityRatio(
+                    shape
+                        .into_iter()
+                        .flat_map(|s| s.shape)
+                        .map(|p| (i64::from(p.utilization), i64::from(p.score) * scale))
+                        .collect(),
+                )
+            }
+            // validate() refuses unsupported types before a plugin is built.
+            ScoringStrategyType::LeastAllocated | ScoringStrategyType::Unsupported(_) => {
+                Strategy::LeastAllocated
+            }
+        };
+        NodeResourcesFit {
+            ignored_resources: args.ignored_resources.into_iter().collect(),
+            ignored_resource_groups: args.ignored_resource_groups.into_iter().collect(),
+            resources: args.scoring_strategy.resources,
+            strategy,
+        }
+    }
+
+    /// Whether Filter leaves this resource unchecked: an extended resource listed in
+    /// ignoredResources or whose prefix is in ignoredResourceGroups.
+    fn ignores(&self, name: &str) -> bool {
+        let group = name.split_once('/').map_or(name, |(g, _)| g);
+        (self.ignored_resources.contains(name) || self.ignored_resource_groups.contains(group))
+            && is_extended_resource_name(name)
+    }
+
+    /// The pod's requests as Filter checks them.
+    fn filter_requests(&self, pod: &PodInfo) -> Resource {
+        let mut requests = pod.requests.clone();
+        if !self.ignored_resources.is_empty() || !self.ignored_resource_groups.is_empty() {
+            requests.scalar.retain(|name, _| !self.ignores(name));
+        }
+        requests
+    }
+
+    /// The node's score given the pod's request of each scored resource, as kube-scheduler's
+    /// resourceAllocationScorer with the configured strategy.
+    fn score_node(&self, node: &NodeInfo, pod_request_of: impl Fn(usize) -> i64) -> i64 {
+        let mut node_score: i64 = 0;
+        let mut weight_sum: i64 = 0;
+        for (i, spec) in self.resources.iter().enumerate() {
+            let (allocatable, requested) =
+                allocatable_and_requested(node, &spec.name, pod_request_of(i), false);
+            if allocatable == 0 {
+                continue;
+            }
+            let score = match &self.strategy {
+                Strategy::LeastAllocated => least_requested_score(requested, allocatable),
+                Strategy::MostAllocated => most_requested_score(requested, allocatable),
+                Strategy::RequestedToCapacityRatio(shape) => {
+                    let score = broken_linear(shape, utilization(requested, allocatable));
+                    // As upstream, a resource scoring 0 does not count towards the weights.
+                    if score <= 0 {
+                        continue;
+                    }
+                    score
+                }
+            };
+            node_score = node_score.saturating_add(score.saturating_mul(spec.weight));
+            weight_sum += spec.weight;
+        }
+        if weight_sum == 0 {
+            return 0;
+        }
+        match self.strategy {
+            Strategy::RequestedToCapacityRatio(_) => {
+                (node_score as f64 / weight_sum as f64).round() as i64
+            }
+            _ => node_score / weight_sum,
+        }
+    }
+}
+
+impl Plugin for NodeResourcesFit {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for NodeResourcesFit {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let requests = self.filter_requests(pod);
+        state.write(PRE_FILTER_KEY, PreFilterState { requests });
+        (PreFilterResult::all_nodes(), Status::success())
+    }
+}
+
+impl FilterPlugin for NodeResourcesFit {
+    /// Rejects the node when the pod would exceed its pod count or any requested resource, with
+    /// every reason ("Too many pods", "Insufficient cpu", ...). The code is
+    /// UnschedulableAndUnresolvable when a request exceeds what the node has in all, since no
+    /// preemption could make room.
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let computed;
+        let requests = match state.read::<PreFilterState>(PRE_FILTER_KEY) {
+            Some(s) => &s.requests,
+            None => {
+                computed = self.filter_requests(pod);
+                &computed
+            }
+        };
+        fits_request(requests, node)
+    }
+}
+
+/// Whether `requests` fit on the node, as kube-scheduler's fitsRequest.
+fn fits_request(requests: &Resource, node: &NodeInfo) -> Status {
+    let mut reasons: Vec<String> = Vec::new();
+    let mut unresolvable = false;
+    let (allocatable, used) = (&node.allocatable, &node.requested);
+
+    if node.pods.len() as i64 + 1 > allocatable.allowed_pod_number {
+        reasons.push("Too many pods".into());
+    }
+    let native = [
+        (
+            "Insufficient cpu",
+            requests.milli_cpu,
+            allocatable.milli_cpu,
+            used.milli_cpu,
+        ),
+        (
+            "Insufficient memory",
+            requests.memory,
+            allocatable.memory,
+            used.memory,
+        ),
+        (
+            "Insufficient ephemeral-storage",
+            requests.ephemeral_storage,
+            allocatable.ephemeral_storage,
+            used.ephemeral_storage,
+        ),
+    ];
+    for (reason, want, alloc, in_use) in native {
+        if let Some(beyond_node) = shortfall(want, alloc, in_use) {
+            reasons.push(reason.into());
+            unresolvable |= beyond_node;
+        }
+    }
+    for (name, &want) in &requests.scalar {
+        let alloc = allocatable.scalar.get(name).copied().unwrap_or(0);
+        let in_use = used.scalar.get(name).copied().unwrap_or(0);
+        if let Some(beyond_node) = shortfall(want, alloc, in_use) {
+            reasons.push(format!("Insufficient {name}"));
+            unresolvable |= beyond_node;
+        }
+    }
+
+    match (reasons.is_empty(), unresolvable) {
+        (true, _) => Status::success(),
+        (false, true) => Status::with_reasons(Code::UnschedulableAndUnresolvable, reasons),
+        (false, false) => Status::with_reasons(Code::Unschedulable, reasons),
+    }
+}
+
+/// `Some(beyond_node)` when a positive request `want` exceeds what is left of the resource;
+/// `beyond_node` says it exceeds even the node's whole allocatable amount.
+fn shortfall(want: i64, allocatable: i64, in_use: i64) -> Option<bool> {
+    (want > 0 && want > allocatable.saturating_sub(in_use)).then_some(want > allocatable)
+}
+
+impl PreScorePlugin for NodeResourcesFit {
+    fn pre_score(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _nodes: &[Arc<NodeInfo>],
+        _snapshot: &Snapshot,
+    ) -> Status {
+        let pod_requests = self
+            .resources
+            .iter()
+            .map(|r| pod_request(pod, &r.name, false))
+            .collect();
+        state.write(PRE_SCORE_KEY, PreScoreState { pod_requests });
+        Status::success()
+    }
+}
+
+impl ScorePlugin for NodeResourcesFit {
+    /// 0..=MAX_NODE_SCORE by the configured strategy; cpu and memory count the non-zero
+    /// requests (a container without a request counts as 100m / 200Mi), as upstream.
+    fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        Ok(match state.read::<PreScoreState>(PRE_SCORE_KEY) {
+            Some(s) => self.score_node(node, |i| s.pod_requests[i]),
+            None => self.score_node(node, |i| pod_request(pod, &self.resources[i].name, false)),
+        })
+    }
+}

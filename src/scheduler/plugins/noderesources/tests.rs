@@ -1,0 +1,558 @@
+//! NodeResourcesFit, row by row from kube-scheduler's own tests.
+
+use serde_json::json;
+
+use super::fit::*;
+use super::resource_allocation::*;
+use super::scoring::*;
+use crate::k8s::names::is_extended_resource_name;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::*;
+use crate::scheduler::profile::validation::*;
+use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+/// A pod with one container requesting `cpu` and `memory` ("" requests nothing).
+fn pod(name: &str, cpu: &str, memory: &str) -> PodBuilder {
+    let mut b = PodBuilder::new(name).container();
+    for (resource, quantity) in [("cpu", cpu), ("memory", memory)] {
+        if !quantity.is_empty() {
+            b = b.req(resource, quantity);
+        }
+    }
+    b
+}
+
+/// A node (4 CPUs, 16Gi, 110 pods, plus `extra` allocatable) running `pods`.
+fn node(extra: &[(&str, &str)], pods: Vec<PodBuilder>) -> NodeInfo {
+    let b = extra
+        .iter()
+        .fold(NodeBuilder::new("n"), |b, (r, q)| b.allocatable(r, q));
+    b.info(pods.into_iter().map(PodBuilder::build).collect())
+}
+
+fn rejected(code: Code, reasons: &[&str]) -> Status {
+    Status::with_reasons(code, reasons.iter().map(|r| r.to_string()).collect())
+}
+
+fn plugin(args: NodeResourcesFitArgs) -> NodeResourcesFit {
+    NodeResourcesFit::from_validated(args)
+}
+
+/// Runs Filter with PreFilter's state and without it; both must agree.
+fn filter(plugin: &NodeResourcesFit, pod: PodBuilder, node: &NodeInfo) -> Status {
+    let pod = pod.info();
+    let mut state = CycleState::new();
+    let (result, status) =
+        PreFilterPlugin::pre_filter(plugin, &mut state, &pod, &Snapshot::default());
+    assert_eq!(
+        (result, status),
+        (PreFilterResult::all_nodes(), Status::success())
+    );
+    let with_state = FilterPlugin::filter(plugin, &state, &pod, node);
+    let without = FilterPlugin::filter(plugin, &CycleState::new(), &pod, node);
+    assert_eq!(
+        with_state, without,
+        "Filter differs without PreFilter state"
+    );
+    with_state
+}
+
+/// Runs Score after PreScore and without it; both must agree.
+fn score(plugin: &NodeResourcesFit, pod: PodBuilder, node: &NodeInfo) -> i64 {
+    let pod = pod.info();
+    let mut state = CycleState::new();
+    let status = PreScorePlugin::pre_score(plugin, &mut state, &pod, &[], &Snapshot::default());
+    assert!(status.is_success());
+    let with_state = ScorePlugin::score(plugin, &state, &pod, node);
+    let without = ScorePlugin::score(plugin, &CycleState::new(), &pod, node);
+    assert_eq!(with_state, without, "Score differs without PreScore state");
+    with_state.expect("score")
+}
+
+const GPU: &str = "example.com/gpu";
+
+#[test]
+fn filter_checks_every_requested_resource_as_kube_scheduler() {
+    use Code::{Unschedulable, UnschedulableAndUnresolvable as Unresolvable};
+    let cases = [
+        (
+            "a pod requesting nothing fits",
+            pod("p", "", ""),
+            node(&[], vec![]),
+            Status::success(),
+        ),
+        (
+            "fits beside the pods already there",
+            pod("p", "1", "8Gi"),
+            node(&[], vec![pod("e", "3", "8Gi")]),
+            Status::success(),
+        ),
+        (
+            "too many pods",
+            pod("p", "", ""),
+            node(&[("pods", "1")], vec![pod("e", "", "")]),
+            rejected(Unschedulable, &["Too many pods"]),
+        ),
+        (
+            "insufficient cpu",
+            pod("p", "1", ""),
+            node(&[], vec![pod("e", "3500m", "")]),
+            rejected(Unschedulable, &["Insufficient cpu"]),
+        ),
+        (
+            "insufficient memory",
+            pod("p", "", "2Gi"),
+            node(&[], vec![pod("e", "", "15Gi")]),
+            rejected(Unschedulable, &["Insufficient memory"]),
+        ),
+        (
+            "every reason is kept, pods first",
+            pod("p", "1", "2Gi"),
+            node(&[("pods", "1")], vec![pod("e", "3500m", "15Gi")]),
+            rejected(
+                Unschedulable,
+                &["Too many pods", "Insufficient cpu", "Insufficient memory"],
+            ),
+        ),
+        (
+            "a request beyond the whole node is unresolvable",
+            pod("p", "5", ""),
+            node(&[], vec![]),
+            rejected(Unresolvable, &["Insufficient cpu"]),
+        ),
+        (
+            "an init container larger than the containers counts",
+            pod("p", "100m", "").init_cpu("4", false),
+            node(&[], vec![pod("e", "1", "")]),
+            rejected(Unschedulable, &["Insufficient cpu"]),
+        ),
+        (
+            "an init container smaller than the containers does not count",
+            pod("p", "1", "").init_cpu("500m", false),
+            node(&[], vec![pod("e", "3", "")]),
+            Status::success(),
+        ),
+        (
+            "a sidecar adds to the containers",
+            pod("p", "1", "").init_cpu("500m", true),
+            node(&[], vec![pod("e", "3", "")]),
+            rejected(Unschedulable, &["Insufficient cpu"]),
+        ),
+        (
+            "pod overhead counts",
+            pod("p", "1", "").overhead_cpu("100m"),
+            node(&[], vec![pod("e", "3", "")]),
+            rejected(Unschedulable, &["Insufficient cpu"]),
+        ),
+        (
+            "insufficient ephemeral-storage",
+            pod("p", "", "").req("ephemeral-storage", "5Gi"),
+            node(
+                &[("ephemeral-storage", "10Gi")],
+                vec![pod("e", "", "").req("ephemeral-storage", "8Gi")],
+            ),
+            rejected(Unschedulable, &["Insufficient ephemeral-storage"]),
+        ),
+        (
+            "an extended resource that fits",
+            pod("p", "", "").req(GPU, "2"),
+            node(&[(GPU, "4")], vec![pod("e", "", "").req(GPU, "2")]),
+            Status::success(),
+        ),
+        (
+            "insufficient extended resource",
+            pod("p", "", "").req(GPU, "3"),
+            node(&[(GPU, "4")], vec![pod("e", "", "").req(GPU, "2")]),
+            rejected(Unschedulable, &["Insufficient example.com/gpu"]),
+        ),
+        (
+            "an extended resource the node does not have",
+            pod("p", "", "").req(GPU, "1"),
+            node(&[], vec![]),
+            rejected(Unresolvable, &["Insufficient example.com/gpu"]),
+        ),
+        (
+            "insufficient hugepages",
+            pod("p", "", "").req("hugepages-2Mi", "4Mi"),
+            node(&[("hugepages-2Mi", "2Mi")], vec![]),
+            rejected(Unresolvable, &["Insufficient hugepages-2Mi"]),
+        ),
+    ];
+    let fit = plugin(NodeResourcesFitArgs::default());
+    for (name, pod, node, want) in cases {
+        assert_eq!(filter(&fit, pod, &node), want, "{name}");
+    }
+}
+
+#[test]
+fn filter_skips_ignored_extended_resources_only() {
+    let args = |resources: &[&str], groups: &[&str]| NodeResourcesFitArgs {
+        ignored_resources: resources.iter().map(|s| s.to_string()).collect(),
+        ignored_resource_groups: groups.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let cases = [
+        (
+            "an ignored resource is not checked",
+            args(&[GPU], &[]),
+            pod("p", "", "").req(GPU, "10"),
+            Status::success(),
+        ),
+        (
+            "a resource of an ignored group is not checked",
+            args(&[], &["example.com"]),
+            pod("p", "", "").req(GPU, "10"),
+            Status::success(),
+        ),
+        (
+            "other extended resources are still checked",
+            args(&[GPU], &[]),
+            pod("p", "", "").req("example.com/fpga", "1"),
+            rejected(
+                Code::UnschedulableAndUnresolvable,
+                &["Insufficient example.com/fpga"],
+            ),
+        ),
+        (
+            "a native resource cannot be ignored",
+            args(&["hugepages-2Mi"], &[]),
+            pod("p", "", "").req("hugepages-2Mi", "2Mi"),
+            rejected(
+                Code::UnschedulableAndUnresolvable,
+                &["Insufficient hugepages-2Mi"],
+            ),
+        ),
+        (
+            "the kubernetes.io namespace is not extended, so not ignored",
+            args(&[], &["kubernetes.io"]),
+            pod("p", "", "").req("kubernetes.io/foo", "1"),
+            rejected(
+                Code::UnschedulableAndUnresolvable,
+                &["Insufficient kubernetes.io/foo"],
+            ),
+        ),
+    ];
+    for (name, args, pod, want) in cases {
+        assert_eq!(
+            filter(&plugin(args), pod, &node(&[], vec![])),
+            want,
+            "{name}"
+        );
+    }
+}
+
+fn strategy(type_: ScoringStrategyType, resources: &[(&str, i64)]) -> NodeResourcesFitArgs {
+    NodeResourcesFitArgs {
+        scoring_strategy: ScoringStrategy {
+            type_,
+            resources: resources
+                .iter()
+                .map(|&(name, weight)| ResourceSpec {
+                    name: name.to_string(),
+                    weight,
+                })
+                .collect(),
+            requested_to_capacity_ratio: None,
+        },
+        ..Default::default()
+    }
+}
+
+// Expected scores worked by hand on a node of 4000m CPU and 16Gi memory.
+#[test]
+fn least_allocated_scores_free_room_as_kube_scheduler() {
+    let default = || NodeResourcesFitArgs::default();
+    let with_gpu = || {
+        strategy(
+            ScoringStrategyType::LeastAllocated,
+            &[("cpu", 1), ("memory", 1), (GPU, 2)],
+        )
+    };
+    let cases = [
+        // cpu (3000*100)/4000 = 75, memory (14*100)/16 = 87; (75+87)/2 = 81.
+        (
+            "an empty node",
+            default(),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![]),
+            81,
+        ),
+        // cpu (2000*100)/4000 = 50, memory (10*100)/16 = 62; 112/2 = 56.
+        (
+            "pods on the node count",
+            default(),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![pod("e", "1", "4Gi")]),
+            56,
+        ),
+        // 100m and 200Mi: cpu 3900*100/4000 = 97, memory 16184*100/16384 = 98; 195/2 = 97.
+        (
+            "a best-effort pod counts the non-zero defaults",
+            default(),
+            pod("p", "", ""),
+            node(&[], vec![]),
+            97,
+        ),
+        (
+            "a full node scores 0",
+            default(),
+            pod("p", "1", "8Gi"),
+            node(&[], vec![pod("e", "3", "8Gi")]),
+            0,
+        ),
+        // cpu over capacity 0; memory 200Mi + 200Mi: 15984*100/16384 = 97; 97/2 = 48.
+        (
+            "a resource over capacity scores 0",
+            default(),
+            pod("p", "1", ""),
+            node(&[], vec![pod("e", "4", "")]),
+            48,
+        ),
+        // (75*3 + 87*1) / 4 = 78.
+        (
+            "weights",
+            strategy(
+                ScoringStrategyType::LeastAllocated,
+                &[("cpu", 3), ("memory", 1)],
+            ),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![]),
+            78,
+        ),
+        // gpu (3*100)/4 = 75 at weight 2: (75 + 87 + 150) / 4 = 78.
+        (
+            "an extended resource the pod requests",
+            with_gpu(),
+            pod("p", "1", "2Gi").req(GPU, "1"),
+            node(&[(GPU, "4")], vec![]),
+            78,
+        ),
+        (
+            "an extended resource the pod does not request is left out",
+            with_gpu(),
+            pod("p", "1", "2Gi"),
+            node(&[(GPU, "4")], vec![]),
+            81,
+        ),
+        (
+            "an extended resource the node does not have is left out",
+            with_gpu(),
+            pod("p", "1", "2Gi").req(GPU, "1"),
+            node(&[], vec![]),
+            81,
+        ),
+    ];
+    for (name, args, pod, node, want) in cases {
+        assert_eq!(score(&plugin(args), pod, &node), want, "{name}");
+    }
+}
+
+#[test]
+fn most_allocated_scores_used_room_as_kube_scheduler() {
+    let most = || {
+        strategy(
+            ScoringStrategyType::MostAllocated,
+            &[("cpu", 1), ("memory", 1)],
+        )
+    };
+    let cases = [
+        // cpu 1000*100/4000 = 25, memory 2*100/16 = 12; 37/2 = 18.
+        ("an empty node", pod("p", "1", "2Gi"), node(&[], vec![]), 18),
+        // cpu 50, memory 6*100/16 = 37; 87/2 = 43.
+        (
+            "pods on the node count",
+            pod("p", "1", "2Gi"),
+            node(&[], vec![pod("e", "1", "4Gi")]),
+            43,
+        ),
+        // cpu 100*100/4000 = 2, memory 200*100/16384 = 1; 3/2 = 1.
+        (
+            "a best-effort pod counts the non-zero defaults",
+            pod("p", "", ""),
+            node(&[], vec![]),
+            1,
+        ),
+        // cpu capped at capacity 100, memory 400*100/16384 = 2; 102/2 = 51.
+        (
+            "a request over capacity is capped",
+            pod("p", "1", ""),
+            node(&[], vec![pod("e", "4", "")]),
+            51,
+        ),
+    ];
+    for (name, pod, node, want) in cases {
+        assert_eq!(score(&plugin(most()), pod, &node), want, "{name}");
+    }
+}
+
+#[test]
+fn requested_to_capacity_ratio_follows_the_shape_as_kube_scheduler() {
+    let rtcr = |shape: &[(i32, i32)]| {
+        let mut args = strategy(
+            ScoringStrategyType::RequestedToCapacityRatio,
+            &[("cpu", 1), ("memory", 1)],
+        );
+        args.scoring_strategy.requested_to_capacity_ratio = Some(RequestedToCapacityRatioParam {
+            shape: shape
+                .iter()
+                .map(|&(utilization, score)| UtilizationShapePoint { utilization, score })
+                .collect(),
+        });
+        args
+    };
+    let cases = [
+        // Utilization cpu 25, memory 12 (12.5 truncated); scores 75 and 88; 81.5 rounds to 82.
+        (
+            "a falling shape favours free nodes",
+            rtcr(&[(0, 10), (100, 0)]),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![]),
+            82,
+        ),
+        // Scores 25 and 12; 18.5 rounds to 19.
+        (
+            "a rising shape favours full nodes",
+            rtcr(&[(0, 0), (100, 10)]),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![]),
+            19,
+        ),
+        // cpu 25: 0 + 100*(25-20)/80 = 6; memory 12 scores 0 and is not counted: 6/1.
+        (
+            "a resource scoring 0 does not count towards the weights",
+            rtcr(&[(0, 0), (20, 0), (100, 10)]),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![]),
+            6,
+        ),
+        // cpu over capacity counts as 100% and scores 0; memory 400Mi is 2%: 98.
+        (
+            "over capacity counts as full",
+            rtcr(&[(0, 10), (100, 0)]),
+            pod("p", "1", ""),
+            node(&[], vec![pod("e", "4", "")]),
+            98,
+        ),
+        (
+            "a single point is flat",
+            rtcr(&[(50, 5)]),
+            pod("p", "1", "2Gi"),
+            node(&[], vec![]),
+            50,
+        ),
+    ];
+    for (name, args, pod, node, want) in cases {
+        assert_eq!(score(&plugin(args), pod, &node), want, "{name}");
+    }
+}
+
+#[test]
+fn args_default_and_decode_as_kube_scheduler() {
+    let args = NodeResourcesFitArgs::default();
+    assert_eq!(
+        args.scoring_strategy.type_,
+        ScoringStrategyType::LeastAllocated
+    );
+    assert_eq!(args.scoring_strategy.resources, default_resources());
+    let built = build(None, &"args".into()).expect("defaults are valid");
+    assert_eq!(built.name(), NAME);
+    assert!(built.pre_filter().is_some() && built.filter().is_some());
+    assert!(built.pre_score().is_some() && built.score().is_some());
+
+    let decoded: NodeResourcesFitArgs = decode_args(
+        Some(&json!({"scoringStrategy": {"type": "MostAllocated",
+            "resources": [{"name": "cpu"}, {"name": "memory", "weight": 0}]}})),
+        &"args".into(),
+    )
+    .expect("decodes");
+    assert_eq!(
+        decoded.scoring_strategy.type_,
+        ScoringStrategyType::MostAllocated
+    );
+    let mut resources = decoded.scoring_strategy.resources;
+    default_resource_specs(&mut resources);
+    assert_eq!(resources, default_resources(), "weights left at 0 become 1");
+}
+
+#[test]
+fn validation_names_the_invalid_field() {
+    let cases = [
+        ("defaults are valid", json!(null), vec![]),
+        (
+            "a weight above 100",
+            json!({"scoringStrategy": {"resources": [{"name": "cpu", "weight": 1},
+                {"name": "memory", "weight": 101}]}}),
+            vec!["args.scoringStrategy.resources[1].weight"],
+        ),
+        (
+            "a negative weight",
+            json!({"scoringStrategy": {"resources": [{"name": "cpu", "weight": -1}]}}),
+            vec!["args.scoringStrategy.resources[0].weight"],
+        ),
+        (
+            "an unknown strategy type",
+            json!({"scoringStrategy": {"type": "Random"}}),
+            vec!["args.scoringStrategy.type"],
+        ),
+        (
+            "RequestedToCapacityRatio without a shape",
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio"}}),
+            vec!["args.scoringStrategy.requestedToCapacityRatio.shape"],
+        ),
+        (
+            "a shape that does not increase",
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio",
+                "requestedToCapacityRatio": {"shape": [{"utilization": 50, "score": 1},
+                    {"utilization": 50, "score": 2}]}}}),
+            vec!["args.scoringStrategy.requestedToCapacityRatio.shape[1].utilization"],
+        ),
+        (
+            "a shape point out of range",
+            json!({"scoringStrategy": {"type": "RequestedToCapacityRatio",
+                "requestedToCapacityRatio": {"shape": [{"utilization": 0, "score": 11},
+                    {"utilization": 101, "score": 0}]}}}),
+            vec![
+                "args.scoringStrategy.requestedToCapacityRatio.shape[0].score",
+                "args.scoringStrategy.requestedToCapacityRatio.shape[1].utilization",
+            ],
+        ),
+        (
+            "an invalid ignored resource name",
+            json!({"ignoredResources": ["example.com/a/b"]}),
+            vec!["args.ignoredResources[0]"],
+        ),
+        (
+            "an ignored resource group with a slash",
+            json!({"ignoredResourceGroups": ["example.com/gpu"]}),
+            vec!["args.ignoredResourceGroups[0]"],
+        ),
+        (
+            "an unknown field",
+            json!({"ignoredResource": []}),
+            vec!["args"],
+        ),
+    ];
+    for (name, args, want) in cases {
+        let got: Vec<String> = match build(Some(&args), &"args".into()) {
+            Ok(_) => vec![],
+            Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
+        };
+        assert_eq!(got, want, "{name}");
+    }
+}
+
+#[test]
+fn extended_resource_names_as_kubernetes_defines_them() {
+    for (name, want) in [
+        ("example.com/gpu", true),
+        ("nvidia.com/gpu", true),
+        ("cpu", false),
+        ("hugepages-2Mi", false),
+        ("kubernetes.io/foo", false),
+        ("requests.example.com/gpu", false),
+        ("Example.com/gpu", false),
+    ] {
+        assert_eq!(is_extended_resource_name(name), want, "{name}");
+    }
+}
