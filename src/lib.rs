@@ -3,6 +3,7 @@
 pub mod api;
 pub mod controller;
 pub mod k8s;
+pub mod locks;
 pub mod run;
 pub mod scheduler;
 pub mod sticky;

@@ -25,13 +25,6 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// The schedulerName served by the built-in profile (kube-scheduler's default plugins).
-    #[arg(
-        long,
-        env = "TETHER_SCHEDULER_NAME",
-        default_value = "tether-scheduler"
-    )]
-    scheduler_name: String,
     /// Where /metrics, /healthz and /readyz are served.
     #[arg(long, env = "TETHER_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,

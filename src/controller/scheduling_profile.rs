@@ -15,6 +15,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::locks;
 use crate::watch::{self, Readiness};
 use kube::{Resource, ResourceExt};
 
@@ -54,13 +55,9 @@ impl Context {
     /// of `name`, and whether any other profile's verdict changed (they then need a reconcile).
     fn sync(&self, name: &str) -> (Option<Verdict>, bool) {
         let profiles = self.store.state();
-        let decision = self
-            .set
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .decide(&profiles, &self.handle);
+        let decision = locks::lock(&self.set).decide(&profiles, &self.handle);
         self.scheduler.apply_profiles(decision.serving);
-        let mut last = self.verdicts.lock().unwrap_or_else(|e| e.into_inner());
+        let mut last = locks::lock(&self.verdicts);
         let others_changed = decision
             .verdicts
             .iter()
@@ -124,7 +121,7 @@ async fn announce(ctx: &Context, profile: &SchedulingProfile, verdict: &Verdict)
     let name = profile.name_any();
     let key = (verdict.generation, verdict.reason);
     {
-        let mut announced = ctx.announced.lock().unwrap_or_else(|e| e.into_inner());
+        let mut announced = locks::lock(&ctx.announced);
         if announced.get(&name) == Some(&key) {
             return;
         }

@@ -5,6 +5,15 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
 /// One requirement of a selector.
+/// Why a LabelSelector does not parse, as `metav1.LabelSelectorAsSelector` reports it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum SelectorError {
+    #[error("{key}: values must be non-empty for operator {operator}")]
+    MissingValues { key: String, operator: String },
+    #[error("{key}: {operator:?} is not a valid label selector operator")]
+    UnknownOperator { key: String, operator: String },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Requirement {
     In(String, Vec<String>),
@@ -46,7 +55,7 @@ impl Selector {
 
     /// Parses a LabelSelector; `None` gives [`Selector::nothing`]. An unknown operator or an
     /// In/NotIn without values is an error, as `metav1.LabelSelectorAsSelector` reports it.
-    pub fn from_label_selector(selector: Option<&LabelSelector>) -> Result<Self, String> {
+    pub fn from_label_selector(selector: Option<&LabelSelector>) -> Result<Self, SelectorError> {
         let Some(selector) = selector else {
             return Ok(Selector::nothing());
         };
@@ -59,19 +68,20 @@ impl Selector {
             let key = expr.key.clone();
             requirements.push(match expr.operator.as_str() {
                 "In" | "NotIn" if values.is_empty() => {
-                    return Err(format!(
-                        "{}: values must be non-empty for operator {}",
-                        key, expr.operator
-                    ));
+                    return Err(SelectorError::MissingValues {
+                        key,
+                        operator: expr.operator.clone(),
+                    });
                 }
                 "In" => Requirement::In(key, values),
                 "NotIn" => Requirement::NotIn(key, values),
                 "Exists" => Requirement::Exists(key),
                 "DoesNotExist" => Requirement::DoesNotExist(key),
                 op => {
-                    return Err(format!(
-                        "{key}: {op:?} is not a valid label selector operator"
-                    ));
+                    return Err(SelectorError::UnknownOperator {
+                        key,
+                        operator: op.to_string(),
+                    });
                 }
             });
         }

@@ -19,6 +19,21 @@ enum Op {
     Lt(i64),
 }
 
+/// Why a node selector term does not parse, naming the requirement's key.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NodeSelectorError {
+    #[error("{key}: operator {operator} needs values")]
+    MissingValues { key: String, operator: String },
+    #[error("{key}: operator {operator} needs exactly one value")]
+    NeedsOneValue { key: String, operator: String },
+    #[error("{key}: {value:?} is not an integer")]
+    NotAnInteger { key: String, value: String },
+    #[error("{key}: {operator:?} is not a valid node selector operator here")]
+    InvalidOperator { key: String, operator: String },
+    #[error("{key}: matchFields supports only metadata.name")]
+    UnsupportedField { key: String },
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Requirement {
     key: String,
@@ -26,22 +41,28 @@ struct Requirement {
 }
 
 impl Requirement {
-    fn parse(r: &NodeSelectorRequirement, field: bool) -> Result<Self, String> {
+    fn parse(r: &NodeSelectorRequirement, field: bool) -> Result<Self, NodeSelectorError> {
         let values = r.values.clone().unwrap_or_default();
-        let single_int = |values: &[String]| -> Result<i64, String> {
+        let key = || r.key.clone();
+        let operator = || r.operator.clone();
+        let single_int = |values: &[String]| -> Result<i64, NodeSelectorError> {
             match values {
-                [v] => v
-                    .parse()
-                    .map_err(|_| format!("{}: {v:?} is not an integer", r.key)),
-                _ => Err(format!(
-                    "{}: operator {} needs exactly one value",
-                    r.key, r.operator
-                )),
+                [v] => v.parse().map_err(|_| NodeSelectorError::NotAnInteger {
+                    key: key(),
+                    value: v.clone(),
+                }),
+                _ => Err(NodeSelectorError::NeedsOneValue {
+                    key: key(),
+                    operator: operator(),
+                }),
             }
         };
         let op = match r.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
-                return Err(format!("{}: operator {} needs values", r.key, r.operator));
+                return Err(NodeSelectorError::MissingValues {
+                    key: key(),
+                    operator: operator(),
+                });
             }
             "In" => Op::In(values),
             "NotIn" => Op::NotIn(values),
@@ -49,18 +70,15 @@ impl Requirement {
             "DoesNotExist" if !field => Op::DoesNotExist,
             "Gt" if !field => Op::Gt(single_int(&values)?),
             "Lt" if !field => Op::Lt(single_int(&values)?),
-            op => {
-                return Err(format!(
-                    "{}: {op:?} is not a valid node selector operator here",
-                    r.key
-                ));
+            _ => {
+                return Err(NodeSelectorError::InvalidOperator {
+                    key: key(),
+                    operator: operator(),
+                });
             }
         };
         if field && r.key != "metadata.name" {
-            return Err(format!(
-                "{}: matchFields supports only metadata.name",
-                r.key
-            ));
+            return Err(NodeSelectorError::UnsupportedField { key: key() });
         }
         Ok(Requirement {
             key: r.key.clone(),
@@ -91,7 +109,7 @@ pub struct Term {
 }
 
 impl Term {
-    pub fn parse(term: &NodeSelectorTerm) -> Result<Self, String> {
+    pub fn parse(term: &NodeSelectorTerm) -> Result<Self, NodeSelectorError> {
         let labels = term
             .match_expressions
             .iter()
@@ -131,7 +149,7 @@ impl Term {
 pub struct Terms(Vec<Term>);
 
 impl Terms {
-    pub fn parse(selector: &NodeSelector) -> Result<Self, String> {
+    pub fn parse(selector: &NodeSelector) -> Result<Self, NodeSelectorError> {
         selector
             .node_selector_terms
             .iter()
@@ -165,7 +183,7 @@ pub struct RequiredNodeAffinity {
 
 impl RequiredNodeAffinity {
     /// Reads the pod's requirements; an invalid term is an error that names it.
-    pub fn from_pod(pod: &Pod) -> Result<Self, String> {
+    pub fn from_pod(pod: &Pod) -> Result<Self, NodeSelectorError> {
         let spec = pod.spec.as_ref();
         let node_selector = spec
             .and_then(|s| s.node_selector.clone())

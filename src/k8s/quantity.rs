@@ -1,15 +1,20 @@
 //! Kubernetes resource quantities ("100m", "1.5Gi", "2e3") as integers, rounded up as
 //! apimachinery's `Quantity.Value()` and `MilliValue()` round.
 
+/// A quantity that does not parse, named.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid quantity {0:?}")]
+pub struct QuantityError(pub String);
+
 /// Parses a quantity into thousandths of its unit (CPU millicores), rounded up.
 /// Values beyond `i64` saturate; malformed input is an error naming the input.
-pub fn parse_milli(s: &str) -> Result<i64, String> {
+pub fn parse_milli(s: &str) -> Result<i64, QuantityError> {
     let (num, den) = parse_ratio(s)?;
     Ok(ceil_div(num.saturating_mul(1000), den))
 }
 
 /// Parses a quantity into whole units (bytes, counts), rounded up.
-pub fn parse_value(s: &str) -> Result<i64, String> {
+pub fn parse_value(s: &str) -> Result<i64, QuantityError> {
     let (num, den) = parse_ratio(s)?;
     Ok(ceil_div(num, den))
 }
@@ -20,8 +25,8 @@ fn ceil_div(num: i128, den: i128) -> i64 {
 }
 
 /// The quantity as an exact fraction `num / den`, `den > 0`.
-fn parse_ratio(input: &str) -> Result<(i128, i128), String> {
-    let bad = || format!("invalid quantity {input:?}");
+fn parse_ratio(input: &str) -> Result<(i128, i128), QuantityError> {
+    let bad = || QuantityError(input.to_string());
     let s = input.trim();
     let (negative, s) = match s.as_bytes().first() {
         Some(b'-') => (true, &s[1..]),
@@ -44,14 +49,14 @@ fn parse_ratio(input: &str) -> Result<(i128, i128), String> {
     let mut num: i128 = digits.parse().map_err(|_| bad())?;
     let mut den: i128 = 10i128.pow(frac_part.len() as u32);
 
-    let pow10 = |e: i32| -> Result<i128, String> {
+    let pow10 = |e: i32| -> Result<i128, QuantityError> {
         if e.unsigned_abs() > 30 {
             Err(bad())
         } else {
             Ok(10i128.pow(e.unsigned_abs()))
         }
     };
-    let scale_by_pow10 = |e: i32, num: &mut i128, den: &mut i128| -> Result<(), String> {
+    let scale_by_pow10 = |e: i32, num: &mut i128, den: &mut i128| -> Result<(), QuantityError> {
         let p = pow10(e)?;
         if e >= 0 {
             *num = num.checked_mul(p).ok_or_else(bad)?;

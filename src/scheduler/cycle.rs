@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{self, ScheduleResult};
@@ -24,13 +25,8 @@ pub struct Assumed {
 pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     let pod = queued.pod.clone();
     let key = pod.key();
-    let scheduler_name = pod
-        .pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_default();
-    let Some(profile) = sched.profiles.get(&scheduler_name) else {
+    let scheduler_name = pods::scheduler_name(&pod.pod);
+    let Some(profile) = sched.profiles.get(scheduler_name) else {
         // The profile went away while the pod waited: leave the pod alone.
         tracing::debug!(pod = %key, scheduler = %scheduler_name, "no profile serves this pod any more; leaving it");
         sched.queue.forget(&key);

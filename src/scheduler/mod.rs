@@ -34,6 +34,7 @@ use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
 use self::report::Reports;
+use crate::locks;
 use crate::watch::Readiness;
 
 /// Everything the scheduling loop, the binding cycles and the watches share.
@@ -92,11 +93,11 @@ impl Scheduler {
 
     /// The cache, locked. Held only for short sections, never across an `.await`.
     pub fn lock_cache(&self) -> MutexGuard<'_, Cache> {
-        self.cache.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.cache)
     }
 
     fn lock_unserved(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Arc<Pod>>>> {
-        self.unserved.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.unserved)
     }
 
     /// Records a pending pod no profile serves, or forgets it (`pod` None) once it is served,

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use crate::api::StickyBinding;
+use crate::locks;
 
 /// StickyBindings by namespace and name, from a watch. No API call.
 pub trait BindingLookup: Send + Sync {
@@ -40,7 +41,7 @@ fn is_newer(held: &StickyBinding, incoming: &StickyBinding) -> bool {
 
 impl BindingIndex {
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Key, Arc<StickyBinding>>> {
-        self.bindings.write().unwrap_or_else(|e| e.into_inner())
+        locks::write(&self.bindings)
     }
 
     /// Stores a binding from the watch or from one of our own writes, unless the index
@@ -75,9 +76,7 @@ impl BindingIndex {
 
 impl BindingLookup for BindingIndex {
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<StickyBinding>> {
-        self.bindings
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        locks::read(&self.bindings)
             .get(&(namespace.to_string(), name.to_string()))
             .cloned()
     }

@@ -8,6 +8,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
+use crate::k8s::pods;
 use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
@@ -177,11 +178,7 @@ impl HistoryWriter {
     /// stands, and the start-up reconcile of a later restart counts what was missed.
     pub async fn record_bind(&self, pod: &Pod, node: &str) {
         let workload = workload::resolve(pod, self.owners.as_ref());
-        let key = format!(
-            "{}/{}",
-            workload.namespace,
-            pod.metadata.name.as_deref().unwrap_or_default()
-        );
+        let key = pods::key(pod);
         if let Some(owner) = &workload.pending_owner {
             // Not this pod's binding to guess at; a restart's reconcile counts it later.
             tracing::warn!(pod = %key, owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");

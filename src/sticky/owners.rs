@@ -13,6 +13,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 
+use crate::locks;
 use crate::watch::{self, Feed, Index, Readiness};
 
 use crate::sticky::workload::{OwnerLookup, OwnerMeta};
@@ -42,17 +43,11 @@ pub struct OwnerCache {
 impl OwnerCache {
     pub fn upsert(&self, namespace: &str, meta: OwnerMeta) {
         let key = (namespace.to_string(), meta.kind.clone(), meta.name.clone());
-        self.owners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, meta);
+        locks::write(&self.owners).insert(key, meta);
     }
 
     fn set_kind(&self, kind: &str, state: KindState) -> Option<KindState> {
-        self.kinds
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(kind.to_string(), state)
+        locks::write(&self.kinds).insert(kind.to_string(), state)
     }
 
     /// Marks `kind` listed; true the first time.
@@ -62,7 +57,7 @@ impl OwnerCache {
 
     /// Marks `kind` unavailable unless it has listed; true when that changed its state.
     fn mark_unavailable(&self, kind: &str) -> bool {
-        let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+        let mut kinds = locks::write(&self.kinds);
         match kinds.get(kind) {
             Some(KindState::Listed | KindState::Unavailable) => false,
             _ => {
@@ -74,7 +69,7 @@ impl OwnerCache {
 
     /// Replaces every owner of `kind` (after a relist) with `owners`, given with their namespace.
     pub fn reset_kind(&self, kind: &str, owners: Vec<(String, OwnerMeta)>) {
-        let mut map = self.owners.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = locks::write(&self.owners);
         map.retain(|(_, k, _), _| k != kind);
         for (namespace, meta) in owners {
             map.insert((namespace, meta.kind.clone(), meta.name.clone()), meta);
@@ -82,18 +77,17 @@ impl OwnerCache {
     }
 
     pub fn remove(&self, namespace: &str, kind: &str, name: &str) {
-        self.owners
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(namespace.to_string(), kind.to_string(), name.to_string()));
+        locks::write(&self.owners).remove(&(
+            namespace.to_string(),
+            kind.to_string(),
+            name.to_string(),
+        ));
     }
 }
 
 impl OwnerLookup for OwnerCache {
     fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
-        self.owners
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+        locks::read(&self.owners)
             .get(&(namespace.to_string(), kind.to_string(), name.to_string()))
             .cloned()
     }
@@ -101,21 +95,16 @@ impl OwnerLookup for OwnerCache {
     /// A kind seen for the first time is sent to be watched, and counts as watched (its
     /// owners pending) until its watch lists or turns out unavailable.
     fn is_watched(&self, api_version: &str, kind: &str) -> bool {
-        let state = self
-            .kinds
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(kind)
-            .copied();
+        let state = locks::read(&self.kinds).get(kind).copied();
         match state {
             Some(KindState::Starting | KindState::Listed) => true,
             Some(KindState::Unavailable) => false,
             None => {
-                let discover = self.discover.lock().unwrap_or_else(|e| e.into_inner());
+                let discover = locks::lock(&self.discover);
                 let Some(tx) = discover.as_ref() else {
                     return false;
                 };
-                let mut kinds = self.kinds.write().unwrap_or_else(|e| e.into_inner());
+                let mut kinds = locks::write(&self.kinds);
                 if let Some(state) = kinds.get(kind) {
                     return *state != KindState::Unavailable;
                 }
@@ -266,7 +255,7 @@ async fn run_owner_watches_with(
         feed_of("Job"),
     );
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
-    *cache.discover.lock().unwrap_or_else(|e| e.into_inner()) = Some(tx);
+    *locks::lock(&cache.discover) = Some(tx);
     let discovered = {
         let (cache, client) = (cache.clone(), client.clone());
         async move {

@@ -8,6 +8,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::StickyBinding;
+use crate::k8s::pods;
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::history::HistoryWriter;
 
@@ -66,13 +67,9 @@ pub async fn record_missed_binds(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>
         if !missed(&pod, bound_at, binding.as_deref(), now) {
             continue;
         }
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
-        tracing::info!(pod = %format!("{}/{}", workload.namespace, pod.metadata.name.as_deref().unwrap_or_default()), node = %node, "recording a bind made before the restart");
-        writer.record_bind(&pod, &node).await;
+        let node = pods::node_name(&pod).unwrap_or_default();
+        tracing::info!(pod = %pods::key(&pod), node = %node, "recording a bind made before the restart");
+        writer.record_bind(&pod, node).await;
     }
 }
 

@@ -1,7 +1,8 @@
 //! Pod → workload identity, following controller ownerReferences over cached metadata:
 //! Pod → ReplicaSet → Deployment, Pod → VirtualMachineInstance → VirtualMachine (KubeVirt),
 //! Pod → Job, Pod → StatefulSet (each ordinal its own identity), a pod without a controller is
-//! its own workload. Pure: the owners come from an [`OwnerLookup`] fed by watches.
+//! its own workload. No API call: the owners come from an [`OwnerLookup`] fed by watches
+//! (which may start watching an owner kind it is asked about for the first time).
 
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
@@ -186,7 +187,7 @@ impl Workload {
 }
 
 /// An [`OwnerLookup`] that knows no owner: every pod's workload is named by its references.
-/// The default until the watches feeding a real lookup are wired in.
+/// For unit tests and the default plugin [`Handle`](crate::scheduler::plugins::registry::Handle).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoOwners;
 

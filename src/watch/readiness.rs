@@ -4,6 +4,7 @@
 //! first lists; the scheduling loop runs only while every watch is current, so no pod is placed
 //! against a view of the nodes or pods from before an outage.
 
+use crate::locks;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -36,7 +37,7 @@ impl Readiness {
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<WatchState>> {
-        self.watches.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.watches)
     }
 
     /// Registers a watch, not listed yet.

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 
+use crate::k8s::pods;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -38,12 +39,7 @@ pub struct Cache {
 /// Whether a pod holds resources on its node: bound and not finished.
 pub fn occupies_node(pod: &Pod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
-    let bound = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty());
-    bound && !matches!(phase, Some("Succeeded" | "Failed"))
+    pods::node_name(pod).is_some() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
 impl Cache {

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::Api;
 
+use crate::k8s::pods;
 use crate::scheduler::framework::runtime;
 use crate::watch::{self, Index, Readiness};
 
@@ -18,33 +19,14 @@ use crate::scheduler::backend::cache::occupies_node;
 use crate::scheduler::backend::queue::ClusterEvent;
 use crate::scheduler::framework::pod_info::PodInfo;
 
-fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-fn is_bound(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.node_name.as_deref())
-        .is_some_and(|n| !n.is_empty())
-}
-
 impl Scheduler {
     /// A pod added or changed.
     pub fn on_pod(&self, pod: Pod) {
-        let key = pod_key(&pod);
+        let key = pods::key(&pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        if is_bound(&pod) {
+        let scheduler_name = pods::scheduler_name(&pod).to_string();
+        if pods::node_name(&pod).is_some() {
             self.queue.delete(&key);
-            let scheduler_name = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduler_name.clone())
-                .unwrap_or_default();
             self.set_unserved(&scheduler_name, &key, None);
             let mut cache = self.lock_cache();
             let was_ours = cache.is_assumed(&uid);
@@ -67,11 +49,6 @@ impl Scheduler {
             pod.status.as_ref().and_then(|s| s.phase.as_deref()),
             Some("Succeeded" | "Failed")
         );
-        let scheduler_name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.clone())
-            .unwrap_or_default();
         if terminating || finished {
             self.queue.delete(&key);
             self.set_unserved(&scheduler_name, &key, None);
@@ -94,13 +71,9 @@ impl Scheduler {
 
     /// A pod deleted.
     pub fn on_pod_deleted(&self, pod: &Pod) {
-        self.queue.delete(&pod_key(pod));
-        let scheduler_name = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.scheduler_name.clone())
-            .unwrap_or_default();
-        self.set_unserved(&scheduler_name, &pod_key(pod), None);
+        let key = pods::key(pod);
+        self.queue.delete(&key);
+        self.set_unserved(pods::scheduler_name(pod), &key, None);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut cache = self.lock_cache();
         let held_resources = cache.pod_node(&uid).is_some();

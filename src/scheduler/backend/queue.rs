@@ -7,6 +7,8 @@ use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::k8s::pods;
+use crate::locks;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
 
@@ -156,7 +158,7 @@ impl SchedulingQueue {
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves the queue usable: its state is always consistent
         // between statements that change it.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        locks::lock(&self.state)
     }
 
     fn push_active(&self, st: &mut State, info: QueuedPodInfo) {
@@ -290,11 +292,10 @@ impl SchedulingQueue {
                     return Some(entry.info.clone());
                 }
             }
-            let (guard, _) = self
-                .ready
-                .wait_timeout(st, FLUSH_INTERVAL)
-                .unwrap_or_else(|e| e.into_inner());
-            st = guard;
+            st = match self.ready.wait_timeout(st, FLUSH_INTERVAL) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
         }
     }
 
@@ -425,13 +426,7 @@ impl SchedulingQueue {
             .iter()
             .filter(|(_, e)| {
                 !matches!(e.pool, Pool::InFlight | Pool::Assumed)
-                    && e.info
-                        .pod
-                        .pod
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.scheduler_name.as_deref())
-                        == Some(scheduler_name)
+                    && pods::scheduler_name(&e.info.pod.pod) == scheduler_name
             })
             .map(|(k, _)| k.clone())
             .collect();

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{ReplicationController, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use kube::api::Api;
 
+use crate::locks;
 use crate::watch::{self, Index, Readiness};
 
 use crate::k8s::labels::Selector;
@@ -26,14 +27,14 @@ pub struct WorkloadSelectors {
 impl WorkloadSelectors {
     /// Records (or replaces) the selector of `kind/name` in `namespace`.
     pub fn set(&self, namespace: &str, kind: &str, name: &str, selector: Selector) {
-        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = locks::write(&self.by_namespace);
         map.entry(namespace.to_string())
             .or_default()
             .insert(format!("{kind}/{name}"), selector);
     }
 
     pub fn remove(&self, namespace: &str, kind: &str, name: &str) {
-        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = locks::write(&self.by_namespace);
         if let Some(ns) = map.get_mut(namespace) {
             ns.remove(&format!("{kind}/{name}"));
         }
@@ -43,7 +44,7 @@ impl WorkloadSelectors {
     /// (namespace, name, selector).
     pub fn reset_kind(&self, kind: &str, selectors: Vec<(String, String, Selector)>) {
         let prefix = format!("{kind}/");
-        let mut map = self.by_namespace.write().unwrap_or_else(|e| e.into_inner());
+        let mut map = locks::write(&self.by_namespace);
         for ns in map.values_mut() {
             ns.retain(|key, _| !key.starts_with(&prefix));
         }
@@ -173,7 +174,7 @@ pub fn run_watches(
 
 impl DefaultSelectorSource for WorkloadSelectors {
     fn default_selector(&self, pod: &PodInfo) -> Option<Selector> {
-        let map = self.by_namespace.read().unwrap_or_else(|e| e.into_inner());
+        let map = locks::read(&self.by_namespace);
         let mut merged: Option<Selector> = None;
         // An empty selector selects every pod; it adds nothing and is skipped, as upstream.
         for selector in map

@@ -77,7 +77,8 @@ pub struct QueuedPodInfo {
     pub timestamp: std::time::Instant,
     /// How many times the scheduler tried the pod.
     pub attempts: u32,
-    /// Plugins that rejected the pod last time; cluster events touching them requeue it.
+    /// Plugins that rejected the pod last time. Recorded for queueing hints; until those are
+    /// built, every cluster event that may help moves every unschedulable pod.
     pub unschedulable_plugins: BTreeSet<&'static str>,
     /// The PreEnqueue plugin holding the pod back (a scheduling gate), if any.
     pub gated_by: Option<&'static str>,

@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
 
-use crate::k8s::labels::Selector;
+use crate::k8s::labels::{Selector, SelectorError};
+use crate::k8s::pods;
 use crate::k8s::resource::{Resource, pod_requests};
 
 /// A host port a container asks for: (host IP, protocol, port). An empty IP means 0.0.0.0.
@@ -29,7 +30,7 @@ pub struct AffinityTerm {
 }
 
 impl AffinityTerm {
-    fn parse(term: &PodAffinityTerm, pod_namespace: &str) -> Result<Self, String> {
+    fn parse(term: &PodAffinityTerm, pod_namespace: &str) -> Result<Self, SelectorError> {
         let mut namespaces: BTreeSet<String> = term.namespaces.iter().flatten().cloned().collect();
         let namespace_selector = match term.namespace_selector.as_ref() {
             Some(s) => Some(Selector::from_label_selector(Some(s))?),
@@ -82,7 +83,7 @@ pub struct PodInfo {
     pub preferred_affinity_terms: Vec<WeightedAffinityTerm>,
     pub preferred_anti_affinity_terms: Vec<WeightedAffinityTerm>,
     /// An affinity term that could not be parsed; the pod cannot be scheduled while it has one.
-    pub parse_error: Option<String>,
+    pub parse_error: Option<SelectorError>,
 }
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
@@ -193,16 +194,13 @@ impl PodInfo {
     }
 
     /// `namespace/name`, the key the queue and the cache use.
+    /// `namespace/name`.
     pub fn key(&self) -> String {
-        format!("{}/{}", self.namespace(), self.name())
+        pods::key(&self.pod)
     }
 
     pub fn node_name(&self) -> Option<&str> {
-        self.pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .filter(|n| !n.is_empty())
+        pods::node_name(&self.pod)
     }
 
     /// Whether the pod has any inter-pod affinity or anti-affinity terms.

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::locks;
 use crate::scheduler::framework::Plugin;
 
 /// A plugin at the Score extension point with the weight its normalized score is multiplied by.
@@ -90,7 +91,7 @@ impl ProfileRegistry {
     }
 
     fn read(&self) -> Arc<std::collections::HashMap<String, Arc<CompiledProfile>>> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
+        locks::read(&self.inner).clone()
     }
 
     /// The profile serving `scheduler_name`, if any.
@@ -104,7 +105,7 @@ impl ProfileRegistry {
 
     /// Serves `profile` for its schedulerName, replacing the previous version.
     pub fn insert(&self, profile: CompiledProfile) {
-        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = locks::write(&self.inner);
         let mut map = (**guard).clone();
         map.insert(profile.scheduler_name.clone(), Arc::new(profile));
         *guard = Arc::new(map);
@@ -112,7 +113,7 @@ impl ProfileRegistry {
 
     /// Stops serving `scheduler_name`; its pods are left alone from now on.
     pub fn remove(&self, scheduler_name: &str) {
-        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = locks::write(&self.inner);
         let mut map = (**guard).clone();
         map.remove(scheduler_name);
         *guard = Arc::new(map);
@@ -124,7 +125,7 @@ impl ProfileRegistry {
         &self,
         profiles: std::collections::HashMap<String, Arc<CompiledProfile>>,
     ) -> (Vec<String>, Vec<String>, bool) {
-        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = locks::write(&self.inner);
         let old = guard.clone();
         let added: Vec<String> = profiles
             .keys()

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::locks;
 use crate::scheduler::framework::Status;
 
 struct Waiting {
@@ -24,7 +25,7 @@ impl WaitingPods {
     /// Registers a pod that `plugins` hold; the receiver yields the verdict.
     pub fn add(&self, uid: &str, plugins: BTreeSet<&'static str>) -> oneshot::Receiver<Status> {
         let (tx, rx) = oneshot::channel();
-        let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pods = locks::lock(&self.pods);
         pods.insert(
             uid.to_string(),
             Waiting {
@@ -37,7 +38,7 @@ impl WaitingPods {
 
     /// `plugin` allows the pod; once no plugin holds it, it proceeds to binding.
     pub fn allow(&self, uid: &str, plugin: &'static str) {
-        let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pods = locks::lock(&self.pods);
         let Some(w) = pods.get_mut(uid) else { return };
         w.pending.remove(plugin);
         if w.pending.is_empty() {
@@ -50,7 +51,7 @@ impl WaitingPods {
 
     /// `plugin` rejects the pod.
     pub fn reject(&self, uid: &str, plugin: &'static str, message: &str) {
-        let mut pods = self.pods.lock().unwrap_or_else(|e| e.into_inner());
+        let mut pods = locks::lock(&self.pods);
         if let Some(mut w) = pods.remove(uid)
             && let Some(tx) = w.done.take()
         {
@@ -72,10 +73,7 @@ impl WaitingPods {
                 "rejected due to timeout after waiting {timeout:?} at permit"
             )),
         };
-        self.pods
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(uid);
+        locks::lock(&self.pods).remove(uid);
         verdict
     }
 }

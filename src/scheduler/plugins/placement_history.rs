@@ -1,7 +1,8 @@
 //! PlacementHistory: when a workload's pod is scheduled again, prefer the nodes the workload
 //! used least, as the out-of-tree "SPPriority" plugin, with the history read from the
 //! StickyBinding's status (`latest`, `nodeCount`, `scheduleCount`) instead of ReplicaSet
-//! annotations. The history is written by the binder after each bind, not by this plugin.
+//! annotations. The history is written after each bind by the PlacementRecorder PostBind plugin, not
+//! by this plugin.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PreferredSchedulingTerm};
 use serde::{Deserialize, Serialize};
 
-use crate::k8s::node_selector::{RequiredNodeAffinity, Term, Terms};
+use crate::k8s::node_selector::{NodeSelectorError, RequiredNodeAffinity, Term, Terms};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -65,7 +65,7 @@ fn validate_term(term: &NodeSelectorTerm, path: &FieldPath, errs: &mut FieldErro
                 }
             };
             if let Err(e) = Term::parse(&single) {
-                errs.push(path.child(field).index(j), e);
+                errs.push(path.child(field).index(j), e.to_string());
             }
         }
     }
@@ -115,7 +115,9 @@ struct WeightedTerm {
     term: Term,
 }
 
-fn parse_preferred(terms: &[PreferredSchedulingTerm]) -> Result<Vec<WeightedTerm>, String> {
+fn parse_preferred(
+    terms: &[PreferredSchedulingTerm],
+) -> Result<Vec<WeightedTerm>, NodeSelectorError> {
     terms
         .iter()
         .filter(|t| t.weight != 0)
@@ -149,7 +151,7 @@ pub struct NodeAffinity {
 
 impl NodeAffinity {
     /// Builds the plugin from validated args.
-    pub fn new(args: &NodeAffinityArgs) -> Result<Self, String> {
+    pub fn new(args: &NodeAffinityArgs) -> Result<Self, NodeSelectorError> {
         let Some(added) = args.added_affinity.as_ref() else {
             return Ok(NodeAffinity::default());
         };
@@ -326,7 +328,7 @@ pub fn build(
         .map(|p| Arc::new(p) as Arc<dyn Plugin>)
         .map_err(|e| {
             let mut errs = FieldErrors::new();
-            errs.push(path.child("addedAffinity"), e);
+            errs.push(path.child("addedAffinity"), e.to_string());
             errs
         })
 }

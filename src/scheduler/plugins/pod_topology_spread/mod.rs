@@ -12,7 +12,7 @@ use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::k8s::labels::{Requirement, Selector};
+use crate::k8s::labels::{Requirement, Selector, SelectorError};
 use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::taints::find_untolerated;
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -189,7 +189,7 @@ impl PodTopologySpread {
 
     /// The pod's constraints with this `whenUnsatisfiable`; for a pod with none of its own, the
     /// default constraints with the pod's default selector (none without one).
-    fn constraints(&self, pod: &PodInfo, action: &str) -> Result<Vec<Constraint>, String> {
+    fn constraints(&self, pod: &PodInfo, action: &str) -> Result<Vec<Constraint>, SelectorError> {
         if has_own_constraints(pod) {
             return own_constraints(pod)
                 .iter()
@@ -256,7 +256,7 @@ impl Constraint {
     fn parse(
         c: &TopologySpreadConstraint,
         pod_labels: &BTreeMap<String, String>,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, SelectorError> {
         let mut selector = Selector::from_label_selector(c.label_selector.as_ref())?;
         for key in c.match_label_keys.iter().flatten() {
             if let Some(value) = pod_labels.get(key) {
