@@ -80,7 +80,7 @@ impl Drop for Proxy {
 
 /// The API server address in tether's kubeconfig (`.cluster/tether.kubeconfig`, written by
 /// `e2e/scripts/tether-up.sh` with the tether ServiceAccount's token).
-fn tether_kubeconfig() -> anyhow::Result<(PathBuf, String, SocketAddr)> {
+fn tether_kubeconfig() -> anyhow::Result<(String, SocketAddr)> {
     let path = repo_dir().join(".cluster/tether.kubeconfig");
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("reading {} (written by tether-up.sh)", path.display()))?;
@@ -93,7 +93,12 @@ fn tether_kubeconfig() -> anyhow::Result<(PathBuf, String, SocketAddr)> {
     let addr = server
         .parse()
         .with_context(|| format!("the server {server} is not an address"))?;
-    Ok((path, text, addr))
+    Ok((text, addr))
+}
+
+/// The API server's address, as tether's kubeconfig names it: where a [`Proxy`] forwards to.
+pub fn apiserver_addr() -> anyhow::Result<SocketAddr> {
+    Ok(tether_kubeconfig()?.1)
 }
 
 /// A tether process of the test's own, talking to the API server through a [`Proxy`] as the
@@ -107,7 +112,7 @@ pub struct OwnTether {
 impl OwnTether {
     /// Starts `target/debug/tether` (or `$TETHER_BIN`) against `proxy` and waits for `/readyz`.
     pub async fn start(name: &str, proxy: &Proxy) -> anyhow::Result<Self> {
-        let (_, text, upstream) = tether_kubeconfig()?;
+        let (text, upstream) = tether_kubeconfig()?;
         let kubeconfig = repo_dir().join(format!(".cluster/tether-{name}.kubeconfig"));
         std::fs::write(
             &kubeconfig,

@@ -133,6 +133,44 @@ pub fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> 
     Ok(out.stdout)
 }
 
+/// Applies one object given as JSON with `kubectl apply`.
+pub fn apply(doc: serde_json::Value) -> anyhow::Result<()> {
+    kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;
+    Ok(())
+}
+
+/// Applies the SchedulingProfile `name` with `spec` and waits until tether reports it Ready
+/// for this generation.
+pub async fn apply_profile(
+    client: &Client,
+    name: &str,
+    spec: serde_json::Value,
+) -> anyhow::Result<()> {
+    use tether::api::SchedulingProfile;
+    apply(serde_json::json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+        "metadata": {"name": name}, "spec": spec,
+    }))?;
+    let api: Api<SchedulingProfile> = Api::all(client.clone());
+    wait_for(
+        &format!("profile {name} Ready"),
+        Duration::from_secs(60),
+        || {
+            let api = api.clone();
+            async move {
+                let p = api.get(name).await?;
+                let ready = p.status.unwrap_or_default().conditions.iter().any(|c| {
+                    c.type_ == "Ready"
+                        && c.status == "True"
+                        && c.observed_generation == p.metadata.generation
+                });
+                Ok(ready.then_some(()))
+            }
+        },
+    )
+    .await
+}
+
 /// Polls `check` until it returns `Ok(Some(_))` or `timeout` passes. `check` returns
 /// `Ok(None)` while the condition does not hold yet; the error on timeout says what was awaited
 /// and what `describe` reports of the state at that moment.

@@ -6,36 +6,15 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::Client;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
-use serde_json::{Value, json};
-use tether::api::{SchedulingProfile, StickyBinding};
-use tether_e2e::faults::{OwnTether, Proxy, restart_apiserver};
-use tether_e2e::{TestNamespace, TestNodes, client, kubectl_ok, unique_suffix, wait_for};
+use serde_json::json;
+use tether::api::StickyBinding;
+use tether_e2e::faults::{OwnTether, Proxy, apiserver_addr, restart_apiserver};
+use tether_e2e::{
+    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-fn apply(doc: Value) -> anyhow::Result<()> {
-    kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;
-    Ok(())
-}
-
-async fn wait_profile_ready(client: &Client, name: &str) -> anyhow::Result<()> {
-    let api: Api<SchedulingProfile> = Api::all(client.clone());
-    wait_for(&format!("profile {name} Ready"), TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await?;
-            let ready = p.status.unwrap_or_default().conditions.iter().any(|c| {
-                c.type_ == "Ready"
-                    && c.status == "True"
-                    && c.observed_generation == p.metadata.generation
-            });
-            Ok(ready.then_some(()))
-        }
-    })
-    .await
-}
 
 /// The bound pod of the Deployment `app`, other than `not_uid`.
 async fn bound_pod(
@@ -70,28 +49,17 @@ async fn after_an_outage_and_an_api_server_restart_tether_schedules_on_the_curre
     let client = client().await?;
     let ns = TestNamespace::create(&client, "relist").await?;
     let nodes = TestNodes::create(&client, "relist", 3, "16", |_, _| {}).await?;
-    let apiserver = {
-        let kubeconfig =
-            std::fs::read_to_string(tether_e2e::repo_dir().join(".cluster/tether.kubeconfig"))?;
-        let server = kubeconfig
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("server: https://"))
-            .unwrap_or_default()
-            .trim()
-            .to_string();
-        server.parse()?
-    };
-    let proxy = Proxy::start(apiserver).await?;
+    let proxy = Proxy::start(apiserver_addr()?).await?;
     let tether = OwnTether::start("relist", &proxy).await?;
 
     let name = format!("relist-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    apply(json!({
-        "apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
-        "metadata": {"name": name},
-        "spec": {"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}},
-    }))?;
-    wait_profile_ready(&client, &name).await?;
+    apply_profile(
+        &client,
+        &name,
+        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}}),
+    )
+    .await?;
     let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
     nodes.isolate(&mut spec);
     apply(json!({

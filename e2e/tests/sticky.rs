@@ -13,38 +13,13 @@ use kube::api::{
     PatchParams, PostParams,
 };
 use serde_json::{Value, json};
-use tether::api::{SchedulingProfile, StickyBinding, StickyBindingStatus};
+use tether::api::{StickyBinding, StickyBindingStatus};
 use tether_e2e::{
-    TestNamespace, TestNodes, client, events_for, kubectl_ok, tether_metric, unique_suffix,
-    wait_bound, wait_for,
+    TestNamespace, TestNodes, apply, apply_profile, client, events_for, kubectl_ok, tether_metric,
+    unique_suffix, wait_bound, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn apply(doc: Value) -> anyhow::Result<()> {
-    kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;
-    Ok(())
-}
-
-async fn profile(client: &Client, name: &str, spec: Value) -> anyhow::Result<()> {
-    apply(
-        json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile", "metadata": {"name": name}, "spec": spec}),
-    )?;
-    let api: Api<SchedulingProfile> = Api::all(client.clone());
-    wait_for(&format!("profile {name} Ready"), TIMEOUT, || {
-        let api = api.clone();
-        async move {
-            let p = api.get(name).await?;
-            let ready = p.status.unwrap_or_default().conditions.iter().any(|c| {
-                c.type_ == "Ready"
-                    && c.status == "True"
-                    && c.observed_generation == p.metadata.generation
-            });
-            Ok(ready.then_some(()))
-        }
-    })
-    .await
-}
 
 /// Waits until the binding has counted `count` binds; returns it.
 async fn wait_count(
@@ -229,7 +204,7 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
     let nodes = TestNodes::create(&client, "vm", 3, "16", |_, _| {}).await?;
     let name = format!("sticky-vm-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
 
     let vm_uid = create_vm(&client, &ns.name, "fedora").await?;
 
@@ -283,7 +258,7 @@ async fn a_rescheduled_deployment_pod_goes_to_the_least_used_node() -> anyhow::R
     let nodes = TestNodes::create(&client, "history", 3, "16", |_, _| {}).await?;
     let name = format!("spread-history-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}})).await?;
     let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
     nodes.isolate(&mut spec);
     apply(json!({
@@ -372,7 +347,7 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
     let nodes = TestNodes::create(&client, "sts", 3, "16", |_, _| {}).await?;
     let name = format!("sticky-sts-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
     let mut spec =
         json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause"}]});
     nodes.isolate(&mut spec);
@@ -453,7 +428,7 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
     let nodes = TestNodes::create(&client, "lost", 2, "16", |_, _| {}).await?;
     let name = format!("sticky-lost-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
     let vm_uid = create_vm(&client, &ns.name, "vm").await?;
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let first = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
@@ -517,7 +492,7 @@ async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyho
     let name = format!("sticky-release-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
     let delay = 3;
-    profile(
+    apply_profile(
         &client,
         &name,
         json!({"schedulerName": scheduler,
@@ -575,7 +550,7 @@ async fn fifty_workloads_churned_while_a_person_edits_their_bindings_count_every
     let nodes = TestNodes::create(&client, "churn", 5, "64", |_, _| {}).await?;
     let name = format!("sticky-churn-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
     let mut vm_uids = Vec::new();
     for i in 0..WORKLOADS {
         vm_uids.push(create_vm(&client, &ns.name, &format!("vm-{i}")).await?);
@@ -678,7 +653,7 @@ async fn an_owner_kind_tether_does_not_know_is_resolved_through_the_metadata_api
     let nodes = TestNodes::create(&client, "widget", 3, "16", |_, _| {}).await?;
     let name = format!("sticky-widget-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
     // WidgetSet → Widget → pod (e2e/fixtures/widgets.yaml; tether may read both kinds).
     let kind =
         |k: &str| ApiResource::from_gvk(&GroupVersionKind::gvk("example.tether.dev", "v1", k));
