@@ -315,6 +315,7 @@ impl HistoryWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sticky::bindings::BindingLookup;
 
     fn now() -> Time {
         Time(jiff::Timestamp::from_second(1_700_000_000).expect("ts"))
@@ -376,5 +377,122 @@ mod tests {
             ("VirtualMachine", "vm-uid")
         );
         assert_eq!(b.spec.workload_ref.kind, "VirtualMachine");
+    }
+
+    /// A stand-in API server for one StickyBinding: answers the history writer's calls and
+    /// records them. The binding `deployment-web` was deleted after the index read it.
+    fn api_server(
+        calls: Arc<std::sync::Mutex<Vec<String>>>,
+    ) -> impl tower::Service<
+        http::Request<kube::client::Body>,
+        Response = http::Response<kube::client::Body>,
+        Error = std::convert::Infallible,
+        Future = impl Send,
+    > + Send
+    + 'static {
+        tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let calls = calls.clone();
+            async move {
+                let (parts, body) = req.into_parts();
+                let bytes = body.collect_bytes().await.unwrap_or_default();
+                let mut sent: serde_json::Value =
+                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                let base = "/apis/tether.dev/v1alpha1/namespaces/ns/stickybindings";
+                let path = parts.uri.path().to_string();
+                calls.lock().expect("calls").push(format!(
+                    "{} {}",
+                    parts.method,
+                    path.trim_start_matches(base)
+                ));
+                let not_found = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Failure", "reason": "NotFound", "code": 404,
+                    "message": "stickybindings.tether.dev \"deployment-web\" not found"});
+                let (code, reply) = match (parts.method.as_str(), path.trim_start_matches(base)) {
+                    ("PUT", "/deployment-web/status") if sent["metadata"]["uid"] == "recreated" => {
+                        sent["metadata"]["resourceVersion"] = "8".into();
+                        (200, sent)
+                    }
+                    ("PUT", "/deployment-web/status") | ("GET", "/deployment-web") => {
+                        (404, not_found)
+                    }
+                    ("POST", "") => {
+                        sent["metadata"]["uid"] = "recreated".into();
+                        sent["metadata"]["resourceVersion"] = "7".into();
+                        (201, sent)
+                    }
+                    _ => (404, not_found),
+                };
+                let body = serde_json::to_vec(&reply).unwrap_or_default();
+                Ok(http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body))
+                    .expect("response"))
+            }
+        })
+    }
+
+    #[tokio::test]
+    async fn a_binding_deleted_since_the_index_read_it_is_created_anew_with_the_bind_counted() {
+        let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let client = kube::Client::new(api_server(calls.clone()), "default");
+        let index = Arc::new(BindingIndex::default());
+        let workload = Workload {
+            namespace: "ns".into(),
+            api_version: "apps/v1".into(),
+            kind: "Deployment".into(),
+            name: "web".into(),
+            uid: "web-uid".into(),
+            ordinal: None,
+            pod_name: None,
+            replicas: Some(1),
+            pending_owner: None,
+        };
+        let mut stale = new_binding(&workload);
+        stale.metadata.uid = Some("deleted".into());
+        stale.metadata.resource_version = Some("5".into());
+        stale.status = Some(StickyBindingStatus {
+            latest: Some("n1".into()),
+            node_count: [("n1".to_string(), 3)].into(),
+            schedule_count: 3,
+            ..Default::default()
+        });
+        index.upsert(stale);
+        let writer = HistoryWriter::new(
+            client,
+            None,
+            index.clone(),
+            Arc::new(crate::sticky::workload::NoOwners),
+            Arc::new(Metrics::default()),
+        );
+        let mut pod = Pod::default();
+        pod.metadata.uid = Some("pod-2".into());
+        pod.metadata.name = Some("web-abc".into());
+
+        let recorded = writer
+            .record(&workload, &pod, "n2")
+            .await
+            .expect("recorded");
+
+        assert_eq!(recorded, Recorded::Counted);
+        assert_eq!(
+            *calls.lock().expect("calls"),
+            [
+                "PUT /deployment-web/status",
+                "GET /deployment-web",
+                "POST ",
+                "PUT /deployment-web/status"
+            ],
+            "404 on the write: read again, create, count"
+        );
+        let now = index.get("ns", "deployment-web").expect("indexed");
+        assert_eq!(now.metadata.uid.as_deref(), Some("recreated"));
+        let status = now.status.clone().unwrap_or_default();
+        assert_eq!(
+            (status.schedule_count, status.latest.as_deref()),
+            (1, Some("n2")),
+            "only this bind, in the new binding: {status:?}"
+        );
+        assert_eq!(status.recent_binds[0].pod_uid, "pod-2");
     }
 }
