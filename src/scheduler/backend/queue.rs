@@ -121,6 +121,9 @@ struct Entry {
     moved_while_in_flight: bool,
     /// A deletion arrived while the pod was in flight.
     deleted_while_in_flight: bool,
+    /// The sequence number of this pod's newest activeQ heap entry: older heap entries of the
+    /// pod (pushed before an update re-sorted it) are skipped when popped.
+    heap_seq: u64,
 }
 
 #[derive(Default)]
@@ -161,9 +164,13 @@ impl SchedulingQueue {
         locks::lock(&self.state)
     }
 
+    /// Pushes `info` on activeQ as the pod's current heap entry.
     fn push_active(&self, st: &mut State, info: QueuedPodInfo) {
         st.seq += 1;
         let seq = st.seq;
+        if let Some(entry) = st.entries.get_mut(&info.pod.key()) {
+            entry.heap_seq = seq;
+        }
         st.active.push(ActiveEntry {
             info,
             sort: self.sort.clone(),
@@ -204,6 +211,7 @@ impl SchedulingQueue {
                 backoff_until: now,
                 moved_while_in_flight: false,
                 deleted_while_in_flight: false,
+                heap_seq: 0,
             },
         );
         if pool == Pool::Active {
@@ -211,8 +219,9 @@ impl SchedulingQueue {
         }
     }
 
-    /// An update of a pending pod: the newest object is used; a gated pod whose gates are
-    /// gone, or an unschedulable pod that changed, is retried.
+    /// An update of a pending pod: the newest object is used (a pod in activeQ is re-sorted
+    /// with it); a gated pod whose gates are gone, or an unschedulable pod that changed, is
+    /// retried.
     pub fn update(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
         let key = pod.key();
         let mut st = self.lock();
@@ -226,6 +235,10 @@ impl SchedulingQueue {
         entry.info.pod = pod;
         entry.info.gated_by = gate;
         match entry.pool {
+            Pool::Active => {
+                let info = entry.info.clone();
+                self.push_active(&mut st, info);
+            }
             Pool::Gated if gate.is_none() => {
                 entry.pool = Pool::Active;
                 entry.info.timestamp = Instant::now();
@@ -282,9 +295,10 @@ impl SchedulingQueue {
             while let Some(top) = st.active.pop() {
                 let key = top.info.pod.key();
                 let current = st.entries.get_mut(&key);
-                // Skip entries that were deleted or moved since they were pushed.
-                if let Some(entry) = current
-                    .filter(|e| e.pool == Pool::Active && Arc::ptr_eq(&e.info.pod, &top.info.pod))
+                // Skip heap entries of pods deleted, moved or re-sorted since they were pushed;
+                // the pod's newest object is the entry's, not the heap entry's.
+                if let Some(entry) =
+                    current.filter(|e| e.pool == Pool::Active && e.heap_seq == top.seq)
                 {
                     entry.pool = Pool::InFlight;
                     entry.info.attempts += 1;
@@ -500,6 +514,43 @@ mod tests {
             .map(|p| p.pod.name().to_string())
             .collect();
         assert_eq!(order, ["high", "low", "low-later"]);
+    }
+
+    #[test]
+    fn a_pod_updated_while_it_waits_in_active_q_is_popped_with_its_newest_object() {
+        let q = queue();
+        q.add(pod("relabelled", 5), None);
+        let relabelled = PodBuilder::new("relabelled")
+            .priority(5)
+            .label("touched", "yes")
+            .info();
+        q.update(Arc::new(relabelled), None);
+        q.add(pod("later", 1), None);
+        let first = q.pop().expect("a pod");
+        assert_eq!(first.pod.name(), "relabelled", "not lost by the update");
+        assert_eq!(
+            first.pod.labels().get("touched").map(String::as_str),
+            Some("yes")
+        );
+        assert_eq!(
+            q.pop().map(|p| p.pod.name().to_string()).as_deref(),
+            Some("later")
+        );
+        assert_eq!(q.lengths(), (0, 0, 0, 0), "nothing left behind");
+    }
+
+    #[test]
+    fn an_update_that_raises_priority_re_sorts_active_q() {
+        let q = queue();
+        q.add(pod("x", 1), None);
+        q.add(pod("y", 5), None);
+        q.add(pod("z", 0), None);
+        q.update(pod("x", 10), None);
+        let order: Vec<String> = (0..2)
+            .filter_map(|_| q.pop())
+            .map(|p| p.pod.name().to_string())
+            .collect();
+        assert_eq!(order, ["x", "y"]);
     }
 
     #[test]
