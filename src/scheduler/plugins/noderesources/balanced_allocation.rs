@@ -1,6 +1,7 @@
-//! NodeResourcesBalancedAllocation: favours nodes whose resources would be used evenly with the
-//! pod placed there, as kube-scheduler's plugin of that name: the score is
-//! (1 - standard deviation of the requested / allocatable fractions) * MAX_NODE_SCORE.
+//! NodeResourcesBalancedAllocation: favours nodes whose resources the pod would leave more
+//! evenly used, as kube-scheduler v1.36's plugin of that name: the balance of a node is
+//! (1 - standard deviation of the requested / allocatable fractions) * MAX_NODE_SCORE, and the
+//! score is the change in balance the pod brings, `50 + (50 + with - without) / 2`.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -95,44 +96,60 @@ impl NodeResourcesBalancedAllocation {
             .collect()
     }
 
-    /// The fraction of each resource the node would have requested with the pod, capped at 1;
-    /// resources the node has none of (or extended ones the pod does not ask for) are left out.
+    /// The fraction of each resource requested on the node, with the pod placed there
+    /// (`with_pod`) or before, capped at 1. Resources the node has none of, and extended ones
+    /// the pod does not ask for, are left out of both, as upstream's
+    /// calculateNodeAllocatableRequest leaves them out.
     fn fractions<'a>(
         &'a self,
         node: &'a NodeInfo,
         pod_request_of: impl Fn(usize) -> i64 + 'a,
+        with_pod: bool,
     ) -> impl Iterator<Item = f64> + 'a {
         self.resources.iter().enumerate().filter_map(move |(i, r)| {
+            let pod_request = pod_request_of(i);
             let (allocatable, requested) =
-                allocatable_and_requested(node, &r.name, pod_request_of(i), true);
-            (allocatable != 0).then(|| (requested as f64 / allocatable as f64).min(1.0))
+                allocatable_and_requested(node, &r.name, pod_request, true);
+            let used = if with_pod {
+                requested
+            } else {
+                requested - pod_request
+            };
+            (allocatable != 0).then(|| (used as f64 / allocatable as f64).min(1.0))
         })
     }
 
-    /// As upstream's balancedResourceScorer. Iterates the fractions twice rather than
-    /// collecting them, so scoring a node does not allocate.
+    /// As upstream's balancedResourceScorer (1.34 on): the change in balance the pod brings,
+    /// `MaxNodeScore/2 + (MaxNodeScore/2 + with − without)/2`, where each balance is
+    /// `(1 − standard deviation of the fractions) × MaxNodeScore`. Near 75 when the pod
+    /// changes little, towards 100 when it evens the node out, towards 50 when it skews it.
     fn score_node(&self, node: &NodeInfo, pod_request_of: impl Fn(usize) -> i64 + Copy) -> i64 {
-        let (count, total) = self
-            .fractions(node, pod_request_of)
-            .fold((0usize, 0.0), |(n, sum), f| (n + 1, sum + f));
-        let std = match count {
-            0 | 1 => 0.0,
-            2 => {
-                let mut it = self.fractions(node, pod_request_of);
-                let (a, b) = (it.next().unwrap_or(0.0), it.next().unwrap_or(0.0));
-                ((a - b) / 2.0).abs()
-            }
-            _ => {
-                let mean = total / count as f64;
-                let sum: f64 = self
-                    .fractions(node, pod_request_of)
-                    .map(|f| (f - mean) * (f - mean))
-                    .sum();
-                (sum / count as f64).sqrt()
-            }
-        };
-        ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
+        let with = balance(|| self.fractions(node, pod_request_of, true));
+        let without = balance(|| self.fractions(node, pod_request_of, false));
+        MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2
     }
+}
+
+/// `(1 − standard deviation of the fractions) × MaxNodeScore`, as upstream's
+/// balancedResourceScore: two fractions deviate by half their difference, one or none not at
+/// all. Takes the fractions as a function so that they are iterated, never collected: scoring
+/// a node does not allocate.
+fn balance<I: Iterator<Item = f64>>(fractions: impl Fn() -> I) -> i64 {
+    let (count, total) = fractions().fold((0usize, 0.0), |(n, sum), f| (n + 1, sum + f));
+    let std = match count {
+        0 | 1 => 0.0,
+        2 => {
+            let mut it = fractions();
+            let (a, b) = (it.next().unwrap_or(0.0), it.next().unwrap_or(0.0));
+            ((a - b) / 2.0).abs()
+        }
+        _ => {
+            let mean = total / count as f64;
+            let sum: f64 = fractions().map(|f| (f - mean) * (f - mean)).sum();
+            (sum / count as f64).sqrt()
+        }
+    };
+    ((1.0 - std) * MAX_NODE_SCORE as f64) as i64
 }
 
 impl Plugin for NodeResourcesBalancedAllocation {
@@ -231,86 +248,139 @@ mod tests {
         with_state.expect("score")
     }
 
-    const GPU: &str = "example.com/gpu";
+    /// Containers, each requesting cpu and memory ("" requests nothing), as upstream's
+    /// `st.MakePod().Req(..).Req(..)`.
+    fn containers(name: &str, node: Option<&str>, reqs: &[(&str, &str)]) -> PodBuilder {
+        let mut b = PodBuilder::new(name);
+        if let Some(node) = node {
+            b = b.with(|p| {
+                p.spec.get_or_insert_with(Default::default).node_name = Some(node.into())
+            });
+        }
+        for (cpu, memory) in reqs {
+            b = b.container();
+            for (resource, quantity) in [("cpu", *cpu), ("memory", *memory)] {
+                if !quantity.is_empty() {
+                    b = b.req(resource, quantity);
+                }
+            }
+        }
+        b
+    }
 
-    // Expected scores worked by hand on a node of 4000m CPU and 16Gi memory.
+    /// Upstream's makeNode: `milli_cpu` and `memory` (bytes) allocatable, plus `extra`.
+    fn make_node(
+        milli_cpu: i64,
+        memory: i64,
+        extra: &[(&str, &str)],
+        pods: Vec<PodBuilder>,
+    ) -> NodeInfo {
+        let b = NodeBuilder::new("n")
+            .allocatable("cpu", &format!("{milli_cpu}m"))
+            .allocatable("memory", &memory.to_string());
+        let b = extra.iter().fold(b, |b, (r, q)| b.allocatable(r, q));
+        b.info(pods.into_iter().map(PodBuilder::build).collect())
+    }
+
+    const GPU: &str = "nvidia.com/gpu";
+
+    /// kube-scheduler v1.36's TestNodeResourcesBalancedAllocation, row by row (its DRA rows
+    /// aside: tether has no DRA), each node as (allocatable cpu, memory, extra, pods on it).
     #[test]
-    fn scores_one_minus_the_deviation_of_the_fractions_as_kube_scheduler() {
+    fn scores_the_change_in_balance_as_kube_scheduler_1_36() {
         let cpu_mem = || plugin(&["cpu", "memory"]);
         let with_gpu = || plugin(&["cpu", "memory", GPU]);
-        let cases = [
-            // Fractions 0.25 and 0.125: std 0.0625, (1 - 0.0625) * 100 = 93.75 -> 93.
+        let both = [("1000m", "2000"), ("2000m", "3000")];
+        let cpu_only = [("1000m", ""), ("2000m", "")];
+        let on = |node: &str, reqs: &[(&str, &str)]| containers("e", Some(node), reqs);
+        type Node = (i64, i64, Vec<(&'static str, &'static str)>, Vec<PodBuilder>);
+        type Case = (
+            &'static str,
+            NodeResourcesBalancedAllocation,
+            PodBuilder,
+            [Node; 2],
+            [i64; 2],
+        );
+        let cases: Vec<Case> = vec![
             (
-                "cpu and memory unevenly used",
+                "nothing scheduled, resources requested, differently sized nodes",
                 cpu_mem(),
-                pod("p", "1", "2Gi"),
-                node(&[], vec![]),
-                93,
+                containers("p", None, &both),
+                [(4000, 10000, vec![], vec![]), (6000, 10000, vec![], vec![])],
+                [68, 75],
             ),
             (
-                "cpu and memory evenly used",
+                "resources requested, pods scheduled with resources",
                 cpu_mem(),
-                pod("p", "1", "4Gi"),
-                node(&[], vec![]),
-                100,
+                containers("p", None, &both),
+                [
+                    (10000, 20000, vec![], vec![on("node1", &cpu_only)]),
+                    (10000, 20000, vec![], vec![on("node2", &both)]),
+                ],
+                [73, 74],
             ),
-            // The other pod requests no memory; its non-zero default does not count:
-            // fractions 0.75 and 0.25, std 0.25 -> 75.
             (
-                "pods on the node count with their actual requests",
+                "resources requested, pods scheduled with resources, differently sized nodes",
                 cpu_mem(),
-                pod("p", "1", "4Gi"),
-                node(&[], vec![pod("e", "2", "")]),
-                75,
+                containers("p", None, &both),
+                [
+                    (10000, 20000, vec![], vec![on("node1", &cpu_only)]),
+                    (10000, 50000, vec![], vec![on("node2", &both)]),
+                ],
+                [73, 70],
             ),
-            // cpu 6000/4000 is capped at 1; memory 0.5: std 0.25 -> 75.
             (
-                "fractions are capped at 1",
+                "resources requested, pods scheduled with resources, nodes to reach min/max score",
                 cpu_mem(),
-                pod("p", "2", "8Gi"),
-                node(&[], vec![pod("e", "4", "")]),
-                75,
+                containers("p", None, &[("", "2000"), ("", "3000")]),
+                [
+                    (3000, 5000, vec![], vec![on("node1", &cpu_only)]),
+                    (3000, 5000, vec![], vec![]),
+                ],
+                [100, 50],
             ),
-            // Memory is not an extended resource, so its 0 counts: std 0.125 -> 87.
             (
-                "a pod requesting only cpu",
+                "requested resources at node capacity",
                 cpu_mem(),
-                pod("p", "1", ""),
-                node(&[], vec![]),
-                87,
+                containers("p", None, &cpu_only),
+                [
+                    (6000, 10000, vec![], vec![on("node1", &cpu_only)]),
+                    (6000, 10000, vec![], vec![on("node2", &both)]),
+                ],
+                [62, 62],
             ),
-            // Fractions 0.25, 0.25, 1: mean 0.5, variance 0.375/3, std 0.3536 -> 64.
             (
-                "three resources",
+                "scalar resource is included in the score computation if pod requests the scalar resource",
                 with_gpu(),
-                pod("p", "1", "4Gi").req(GPU, "4"),
-                node(&[(GPU, "4")], vec![]),
-                64,
+                containers("p", None, &[("0", "0")]).req(GPU, "1"),
+                [
+                    (
+                        3500,
+                        40000,
+                        vec![(GPU, "8")],
+                        vec![on("node1", &both).req(GPU, "3")],
+                    ),
+                    (3500, 40000, vec![(GPU, "8")], vec![on("node2", &both)]),
+                ],
+                [75, 76],
             ),
             (
-                "an extended resource the pod does not request is left out",
+                "scalar resource is not included in the score computation if pod doesn't request the scalar resource",
                 with_gpu(),
-                pod("p", "1", "2Gi"),
-                node(&[(GPU, "4")], vec![]),
-                93,
-            ),
-            (
-                "an extended resource the node does not have is left out",
-                with_gpu(),
-                pod("p", "1", "2Gi").req(GPU, "1"),
-                node(&[], vec![]),
-                93,
-            ),
-            (
-                "a single resource has no deviation",
-                plugin(&["cpu"]),
-                pod("p", "1", ""),
-                node(&[], vec![]),
-                100,
+                containers("p", None, &both),
+                [
+                    (3500, 40000, vec![(GPU, "8")], vec![]),
+                    (3500, 40000, vec![], vec![]),
+                ],
+                [56, 56],
             ),
         ];
-        for (name, plugin, pod, node, want) in cases {
-            assert_eq!(score(&plugin, pod, &node), want, "{name}");
+        for (name, plugin, pod, nodes, want) in cases {
+            let got = nodes.map(|(cpu, memory, extra, pods)| {
+                let node = make_node(cpu, memory, &extra, pods);
+                score(&plugin, pod.clone(), &node)
+            });
+            assert_eq!(got, want, "{name}");
         }
     }
 
