@@ -25,17 +25,18 @@ const MAX_CONTAINER_THRESHOLD: i64 = 1000 * MB;
 
 const PRE_SCORE_STATE_KEY: &str = "PreScoreImageLocality";
 
-/// What Score needs, computed once per pod: for each container image that some node has, the
-/// names it may be listed under on a node, each with how many nodes list it.
+/// What Score needs, computed once per pod: each image of the pod that some node has, with how
+/// many nodes have it.
 struct PreScoreState {
     total_nodes: usize,
     num_containers: i64,
-    images: Vec<Vec<(String, usize)>>,
+    images: Vec<(String, usize)>,
 }
 
-/// Upstream's image name normalization: `:latest` appended when the name has no tag (its last
-/// `:` is not after its last `/`; a digest counts as a tag).
-fn with_default_tag(name: &str) -> String {
+/// Upstream's normalizedImageName: `:latest` appended when the name has no tag (its last `:`
+/// is not after its last `/`; a digest counts as a tag). Nothing else: no registry or
+/// `library/` is added, so an image is found on a node only under the name the node reports.
+fn normalized_image_name(name: &str) -> String {
     let last_colon = name.rfind(':');
     let last_slash = name.rfind('/');
     if last_colon <= last_slash {
@@ -43,32 +44,6 @@ fn with_default_tag(name: &str) -> String {
     } else {
         name.to_string()
     }
-}
-
-/// The fully qualified reference a container runtime reports (`nginx` →
-/// `docker.io/library/nginx:latest`): a first component that is no registry host gets
-/// `docker.io/`, a single-component repository on Docker Hub gets `library/`, and the default tag
-/// is appended as by [`with_default_tag`].
-fn normalized_image_name(name: &str) -> String {
-    let (domain, rest) = match name.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            (first, rest)
-        }
-        _ => ("docker.io", name),
-    };
-    let domain = if domain == "index.docker.io" {
-        "docker.io"
-    } else {
-        domain
-    };
-    let qualified = if domain == "docker.io" && !rest.contains('/') {
-        format!("{domain}/library/{rest}")
-    } else {
-        format!("{domain}/{rest}")
-    };
-    with_default_tag(&qualified)
 }
 
 /// `size × nodes having it / all nodes`, upstream's scaledImageScore: an image already on
@@ -123,29 +98,25 @@ impl PreScorePlugin for ImageLocality {
         let Some(spec) = pod.pod.spec.as_ref() else {
             return Status::skip();
         };
-        let containers: Vec<_> = spec
+        let containers = spec
             .init_containers
             .iter()
             .flatten()
-            .chain(spec.containers.iter())
-            .collect();
-        let counts = &snapshot.image_node_counts;
-        let images: Vec<Vec<(String, usize)>> = containers
+            .chain(&spec.containers);
+        let num_containers = containers.clone().count() as i64;
+        // As upstream's sumImageScores: init containers, containers and image volumes.
+        let volume_images = spec
+            .volumes
             .iter()
-            .filter_map(|c| c.image.as_deref().filter(|i| !i.is_empty()))
-            .map(|image| {
-                let mut names = vec![normalized_image_name(image)];
-                let short = with_default_tag(image);
-                if short != names[0] {
-                    names.push(short);
-                }
-                names
-                    .into_iter()
-                    .filter_map(|n| counts.get(&n).map(|&c| (n, c)))
-                    .filter(|(_, c)| *c > 0)
-                    .collect::<Vec<_>>()
-            })
-            .filter(|names| !names.is_empty())
+            .flatten()
+            .filter_map(|v| v.image.as_ref()?.reference.as_deref());
+        let counts = &snapshot.image_node_counts;
+        let images: Vec<(String, usize)> = containers
+            .map(|c| c.image.as_deref().unwrap_or_default())
+            .chain(volume_images)
+            .map(normalized_image_name)
+            .filter_map(|name| counts.get(&name).map(|&c| (name, c)))
+            .filter(|(_, c)| *c > 0)
             .collect();
         if images.is_empty() || snapshot.is_empty() {
             return Status::skip();
@@ -154,7 +125,7 @@ impl PreScorePlugin for ImageLocality {
             PRE_SCORE_STATE_KEY,
             PreScoreState {
                 total_nodes: snapshot.len(),
-                num_containers: containers.len() as i64,
+                num_containers,
                 images,
             },
         );
@@ -171,13 +142,9 @@ impl ScorePlugin for ImageLocality {
         let sum = s
             .images
             .iter()
-            .filter_map(|names| {
-                names
-                    .iter()
-                    .find_map(|(n, count)| node.images.get(n).map(|size| (*size, *count)))
-            })
+            .filter_map(|(name, count)| node.images.get(name).map(|size| (*size, *count)))
             .map(|(size, count)| scaled_image_score(size, count, s.total_nodes))
-            .sum();
+            .fold(0i64, i64::saturating_add);
         Ok(calculate_priority(sum, s.num_containers))
     }
 }
@@ -193,38 +160,41 @@ pub fn build(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Container;
+    use k8s_openapi::api::core::v1::{Container, ImageVolumeSource, Volume};
     use serde_json::json;
 
     use super::*;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 
+    /// kube-scheduler v1.36's TestNormalizedImageName.
     #[test]
-    fn image_names_normalize_as_a_runtime_reports_them() {
+    fn image_names_normalize_as_kube_scheduler() {
+        let digest = "sha256:4813494d137e1631bba301d5acab6e7bb7aa74ce1185d456565ef51d737677b2";
         let cases = [
-            ("nginx", "docker.io/library/nginx:latest"),
-            ("nginx:1.25", "docker.io/library/nginx:1.25"),
-            ("library/nginx", "docker.io/library/nginx:latest"),
-            ("docker.io/nginx", "docker.io/library/nginx:latest"),
             (
-                "index.docker.io/library/nginx",
-                "docker.io/library/nginx:latest",
+                "add :latest postfix 1",
+                "root".to_string(),
+                "root:latest".to_string(),
             ),
-            ("user/app:v2", "docker.io/user/app:v2"),
-            ("gcr.io/40", "gcr.io/40:latest"),
-            ("gcr.io/proj/app:v1", "gcr.io/proj/app:v1"),
-            ("localhost/app", "localhost/app:latest"),
-            ("registry:5000/app", "registry:5000/app:latest"),
-            ("nginx@sha256:abcd", "docker.io/library/nginx@sha256:abcd"),
+            (
+                "add :latest postfix 2",
+                "gcr.io:5000/root".to_string(),
+                "gcr.io:5000/root:latest".to_string(),
+            ),
+            (
+                "keep it as is 1",
+                "root:tag".to_string(),
+                "root:tag".to_string(),
+            ),
+            (
+                "keep it as is 2",
+                format!("root@{digest}"),
+                format!("root@{digest}"),
+            ),
         ];
-        for (image, want) in cases {
-            assert_eq!(normalized_image_name(image), want, "{image}");
+        for (name, input, want) in cases {
+            assert_eq!(normalized_image_name(&input), want, "{name}");
         }
-        assert_eq!(
-            with_default_tag("registry:5000/app"),
-            "registry:5000/app:latest"
-        );
-        assert_eq!(with_default_tag("nginx:1.25"), "nginx:1.25");
     }
 
     /// A pod with one container per image.
@@ -332,14 +302,13 @@ mod tests {
                 None,
             ),
             (
-                "a short name matches the fully qualified name on the node",
+                "a short name does not match the fully qualified name on the node, as upstream",
                 pod(&["nginx"]),
                 vec![
                     NodeBuilder::new("node1").image("docker.io/library/nginx:latest", 500 * MB),
                     NodeBuilder::new("node2").image("gcr.io/other:latest", 500 * MB),
                 ],
-                // 500MB×1/2 = 250MB → 100×227/977 = 23
-                Some(vec![23, 0]),
+                None,
             ),
             (
                 "a short name reported by the node still matches",
@@ -355,12 +324,32 @@ mod tests {
                 "a digest is matched as is",
                 pod(&["nginx@sha256:abcd"]),
                 vec![
-                    NodeBuilder::new("node1")
-                        .image("docker.io/library/nginx@sha256:abcd", 1000 * MB),
+                    NodeBuilder::new("node1").image("nginx@sha256:abcd", 1000 * MB),
                     NodeBuilder::new("node2"),
                 ],
                 // 1000MB×1/2 = 500MB → 100×477/977 = 48
                 Some(vec![48, 0]),
+            ),
+            (
+                "an image volume counts, without raising the max threshold",
+                pod(&["gcr.io/250"]).with(|p| {
+                    if let Some(spec) = p.spec.as_mut() {
+                        spec.volumes.get_or_insert_with(Vec::new).push(Volume {
+                            name: "data".into(),
+                            image: Some(ImageVolumeSource {
+                                reference: Some("gcr.io/300".into()),
+                                ..Default::default()
+                            }),
+                            ..Default::default()
+                        });
+                    }
+                }),
+                vec![
+                    NodeBuilder::new("node1").image("gcr.io/300:latest", 300 * MB),
+                    NodeBuilder::new("node2"),
+                ],
+                // node1: 300MB×1/2 = 150MB → 100×127/977 = 12
+                Some(vec![12, 0]),
             ),
             (
                 "init containers count, and raise the max threshold",
