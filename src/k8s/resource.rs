@@ -125,33 +125,65 @@ impl Resource {
     }
 }
 
-fn container_requests(c: &Container) -> Resource {
-    Resource::from_list(c.resources.as_ref().and_then(|r| r.requests.as_ref()))
+type ResourceList = BTreeMap<String, Quantity>;
+
+fn requests_of(c: &Container) -> Option<&ResourceList> {
+    c.resources.as_ref().and_then(|r| r.requests.as_ref())
 }
 
-fn non_zero(mut r: Resource) -> Resource {
-    if r.milli_cpu == 0 {
-        r.milli_cpu = DEFAULT_MILLI_CPU_REQUEST;
-    }
-    if r.memory == 0 {
-        r.memory = DEFAULT_MEMORY_REQUEST;
-    }
-    r
+/// Whether pod-level requests are set for a resource pod-level resources support (cpu, memory,
+/// hugepages), as upstream's IsPodLevelRequestsSet.
+fn pod_level_requests(pod: &Pod) -> Option<&ResourceList> {
+    pod.spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()
+        .filter(|l| l.keys().any(|k| is_pod_level_resource(k)))
+}
+
+fn is_pod_level_resource(name: &str) -> bool {
+    name == CPU || name == MEMORY || name.starts_with("hugepages-")
 }
 
 /// What a pod requests, as kube-scheduler computes it: the regular containers and restartable
 /// init containers (sidecars) add up; each other init container runs alone beside the sidecars
-/// started before it, and the pod needs the larger of the two; pod overhead is added on top.
-/// Pod-level `spec.resources.requests` replace the container sum for the resources they name.
-/// With `non_zero`, a container without a CPU or memory request counts as the defaults, as
-/// kube-scheduler does for scoring.
+/// started before it, and the pod needs the larger of the two; pod-level
+/// `spec.resources.requests` replace the container sum for the resources they name; pod overhead
+/// is added on top.
+///
+/// With `non_zero_defaults` (kube-scheduler's non-zero requests, for scoring), a container that
+/// does not name a CPU or memory request counts as 100m CPU / 200Mi memory; a request set to
+/// zero stays zero. When pod-level requests are set, the defaults apply only to a resource that
+/// neither the pod level nor any container names, as upstream's getNonMissingContainerRequests.
 pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
     let Some(spec) = pod.spec.as_ref() else {
         return Resource::default();
     };
+    let pod_level = pod_level_requests(pod);
+    let named_anywhere = |name: &str| {
+        pod_level.is_some_and(|l| l.contains_key(name))
+            || spec
+                .containers
+                .iter()
+                .chain(spec.init_containers.iter().flatten())
+                .any(|c| requests_of(c).is_some_and(|l| l.contains_key(name)))
+            || spec.overhead.as_ref().is_some_and(|o| o.contains_key(name))
+    };
+    let default = |name: &str| non_zero_defaults && (pod_level.is_none() || !named_anywhere(name));
+    let (default_cpu, default_memory) = (default(CPU), default(MEMORY));
     let req = |c: &Container| {
-        let r = container_requests(c);
-        if non_zero_defaults { non_zero(r) } else { r }
+        let list = requests_of(c);
+        let mut r = Resource::from_list(list);
+        let missing = |name: &str| !list.is_some_and(|l| l.contains_key(name));
+        if default_cpu && missing(CPU) {
+            r.milli_cpu = DEFAULT_MILLI_CPU_REQUEST;
+        }
+        if default_memory && missing(MEMORY) {
+            r.memory = DEFAULT_MEMORY_REQUEST;
+        }
+        r
     };
     let mut total = Resource::default();
     for c in &spec.containers {
@@ -174,13 +206,13 @@ pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
     }
     total.set_max(&init_peak);
 
-    if let Some(pod_level) = spec.resources.as_ref().and_then(|r| r.requests.as_ref()) {
-        let pod_level = Resource::from_list(Some(pod_level));
-        if pod_level.milli_cpu > 0 {
-            total.milli_cpu = pod_level.milli_cpu;
+    if let Some(pod_level) = pod_level {
+        let values = Resource::from_list(Some(pod_level));
+        if pod_level.contains_key(CPU) {
+            total.milli_cpu = values.milli_cpu;
         }
-        if pod_level.memory > 0 {
-            total.memory = pod_level.memory;
+        if pod_level.contains_key(MEMORY) {
+            total.memory = values.memory;
         }
     }
     if let Some(overhead) = spec.overhead.as_ref() {
@@ -243,6 +275,39 @@ mod tests {
             let r = pod_requests(&pod.build(), false);
             assert_eq!((r.milli_cpu, r.memory), (cpu, mem), "{name}");
         }
+    }
+
+    #[test]
+    fn non_zero_defaults_replace_only_requests_that_are_absent() {
+        let non_zero = |pod: PodBuilder| {
+            let r = pod_requests(&pod.build(), true);
+            (r.milli_cpu, r.memory)
+        };
+        assert_eq!(
+            non_zero(PodBuilder::new("p").req_cpu("0")),
+            (0, DEFAULT_MEMORY_REQUEST),
+            "an explicit zero stays zero"
+        );
+        let pod_level = |cpu: &str| {
+            PodBuilder::new("p").container().with(|p| {
+                if let Some(spec) = p.spec.as_mut() {
+                    spec.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                        requests: Some([("cpu".to_string(), Quantity(cpu.into()))].into()),
+                        ..Default::default()
+                    });
+                }
+            })
+        };
+        assert_eq!(
+            non_zero(pod_level("500m")),
+            (500, DEFAULT_MEMORY_REQUEST),
+            "pod-level cpu wins; memory named nowhere gets the default"
+        );
+        assert_eq!(
+            non_zero(pod_level("0")),
+            (0, DEFAULT_MEMORY_REQUEST),
+            "a pod-level zero is a request"
+        );
     }
 
     #[test]
