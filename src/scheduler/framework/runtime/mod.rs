@@ -225,7 +225,8 @@ pub fn run_filters(
 type Feasible<'a> = (Vec<Arc<NodeInfo>>, Vec<(String, Status)>, usize);
 
 /// Filters nodes in parallel from `start_index` round-robin, until enough feasible nodes are
-/// found (kube-scheduler's findNodesThatPassFilters). Returns the feasible nodes, the
+/// found (kube-scheduler's findNodesThatPassFilters): how many is counted over `candidates`,
+/// the nodes PreFilter left, and `num_all` (every node of the snapshot) wraps the start index. Returns the feasible nodes, the
 /// rejections, and how many nodes were evaluated.
 fn find_feasible<'a>(
     profile: &CompiledProfile,
@@ -236,8 +237,10 @@ fn find_feasible<'a>(
     num_all: usize,
 ) -> Feasible<'a> {
     let n = candidates.len();
-    let want = num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score, num_all).min(n);
-    let start = start_index.load(Ordering::Relaxed) % n;
+    // Counted over the nodes PreFilter left, as upstream's findNodesThatPassFilters.
+    let want = num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score, n).min(n);
+    let next_start = start_index.load(Ordering::Relaxed);
+    let start = next_start % n;
     let found = AtomicUsize::new(0);
     let results: Vec<(usize, Option<Status>)> = (0..n)
         .into_par_iter()
@@ -259,7 +262,8 @@ fn find_feasible<'a>(
         })
         .collect();
     let evaluated = results.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
-    start_index.store((start + evaluated) % n.max(1), Ordering::Relaxed);
+    // As upstream's nextStartNodeIndex: advanced by the nodes processed, modulo all nodes.
+    start_index.store((next_start + evaluated) % num_all.max(1), Ordering::Relaxed);
     let mut feasible = Vec::with_capacity(want);
     let mut rejected = Vec::new();
     for (i, status) in results {
@@ -398,6 +402,39 @@ mod tests {
             "never under 100 nodes"
         );
         assert_eq!(num_feasible_nodes_to_find(100, 1000), 1000);
+    }
+
+    #[test]
+    fn feasible_nodes_are_counted_over_the_nodes_prefilter_left() {
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let snap = snapshot(
+            (0..300)
+                .map(|i| NodeBuilder::new(&format!("n{i:03}")))
+                .collect(),
+            vec![],
+        );
+        let names: Vec<String> = (0..150).map(|i| format!("n{i:03}")).collect();
+        let pod = PodBuilder::new("p")
+            .with(|p| {
+                p.spec.get_or_insert_with(Default::default).affinity = serde_json::from_value(
+                    serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
+                        {"nodeSelectorTerms": [{"matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": names}]}]}}}),
+                )
+                .ok();
+            })
+            .info();
+        let mut state = CycleState::new();
+        match schedule_pod(&profile, &mut state, &pod, &snap, &AtomicUsize::new(0)) {
+            ScheduleResult::Scheduled { feasible, .. } => assert_eq!(
+                feasible,
+                num_feasible_nodes_to_find(0, 150),
+                "150 nodes after PreFilter: 100 to find, not 300's 144"
+            ),
+            other => panic!("want a node, got {other:?}"),
+        }
     }
 
     #[test]
