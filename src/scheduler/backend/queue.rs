@@ -121,6 +121,9 @@ struct Entry {
     moved_while_in_flight: bool,
     /// A deletion arrived while the pod was in flight.
     deleted_while_in_flight: bool,
+    /// In backoffQ after plugins rejected it (not after an error, nor with a plugin's
+    /// retry-after): activeQ may take it early when it runs empty.
+    pop_early: bool,
     /// The sequence number of this pod's newest activeQ heap entry: older heap entries of the
     /// pod (pushed before an update re-sorted it) are skipped when popped.
     heap_seq: u64,
@@ -142,10 +145,24 @@ pub struct SchedulingQueue {
     sort: Arc<dyn Plugin>,
 }
 
-/// The backoff of a pod after `attempts` failures: initial × 2^(attempts-1), at most max.
-pub fn backoff_duration(attempts: u32, initial: Duration, max: Duration) -> Duration {
-    let exp = attempts.saturating_sub(1).min(30);
+/// The backoff of a pod after `failures` failures: none before the first, then
+/// initial × 2^(failures-1), at most max.
+pub fn backoff_duration(failures: u32, initial: Duration, max: Duration) -> Duration {
+    if failures == 0 {
+        return Duration::ZERO;
+    }
+    let exp = (failures - 1).min(30);
     initial.saturating_mul(1u32 << exp).min(max)
+}
+
+/// The failures a pod's backoff doubles with, as upstream's getBackoffTime: its consecutive
+/// errors while it has any, else its unschedulable attempts.
+fn backoff_failures(info: &QueuedPodInfo) -> u32 {
+    if info.consecutive_errors_count > 0 {
+        info.consecutive_errors_count
+    } else {
+        info.unschedulable_count
+    }
 }
 
 impl SchedulingQueue {
@@ -194,6 +211,8 @@ impl SchedulingQueue {
             initial_attempt_timestamp: now,
             timestamp: now,
             attempts: 0,
+            unschedulable_count: 0,
+            consecutive_errors_count: 0,
             unschedulable_plugins: BTreeSet::new(),
             gated_by: gate,
         };
@@ -211,6 +230,7 @@ impl SchedulingQueue {
                 backoff_until: now,
                 moved_while_in_flight: false,
                 deleted_while_in_flight: false,
+                pop_early: false,
                 heap_seq: 0,
             },
         );
@@ -268,9 +288,10 @@ impl SchedulingQueue {
         }
     }
 
-    fn to_active_or_backoff(&self, st: &mut State, mut info: QueuedPodInfo, until: Instant) {
+    /// Moves a pod to activeQ, or to backoffQ while its backoff lasts. Its timestamp stays:
+    /// an event moving a pod does not send it behind pods that failed after it.
+    fn to_active_or_backoff(&self, st: &mut State, info: QueuedPodInfo, until: Instant) {
         let key = info.pod.key();
-        info.timestamp = Instant::now();
         let Some(entry) = st.entries.get_mut(&key) else {
             return;
         };
@@ -306,11 +327,46 @@ impl SchedulingQueue {
                     return Some(entry.info.clone());
                 }
             }
+            // activeQ is empty: as kube-scheduler's SchedulerPopFromBackoffQ (on by default
+            // since 1.33), take the pod whose backoff ends first from backoffQ; pods backing off
+            // after an error, or until a plugin's retry-after, wait it out.
+            if let Some(key) = self.early_from_backoff(&st)
+                && let Some(entry) = st.entries.get_mut(&key)
+            {
+                entry.pool = Pool::InFlight;
+                entry.info.attempts += 1;
+                entry.moved_while_in_flight = false;
+                return Some(entry.info.clone());
+            }
             st = match self.ready.wait_timeout(st, FLUSH_INTERVAL) {
                 Ok((guard, _)) => guard,
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
+    }
+
+    /// The backoffQ pod activeQ may take early: the one whose backoff ends first, ties in
+    /// QueueSort's order.
+    fn early_from_backoff(&self, st: &State) -> Option<String> {
+        let less = |a: &Entry, b: &Entry| match self.sort.queue_sort() {
+            Some(qs) => qs.less(&a.info, &b.info),
+            None => false,
+        };
+        st.entries
+            .iter()
+            .filter(|(_, e)| e.pool == Pool::Backoff && e.pop_early)
+            .min_by(|(_, a), (_, b)| {
+                a.backoff_until.cmp(&b.backoff_until).then_with(|| {
+                    if less(a, b) {
+                        CmpOrdering::Less
+                    } else if less(b, a) {
+                        CmpOrdering::Greater
+                    } else {
+                        CmpOrdering::Equal
+                    }
+                })
+            })
+            .map(|(k, _)| k.clone())
     }
 
     /// Moves pods whose backoff expired to activeQ, and pods parked too long to activeQ/backoffQ.
@@ -323,7 +379,6 @@ impl SchedulingQueue {
             };
             if entry.pool == Pool::Backoff && entry.backoff_until <= now {
                 entry.pool = Pool::Active;
-                entry.info.timestamp = now;
                 let info = entry.info.clone();
                 self.push_active(st, info);
             }
@@ -375,12 +430,24 @@ impl SchedulingQueue {
         }
         let now = Instant::now();
         entry.info.unschedulable_plugins = plugins.iter().copied().collect();
-        entry.backoff_until = now + backoff_duration(entry.info.attempts, backoff.0, backoff.1);
+        // No plugin rejected the pod: something unusual failed; it backs off as an error would,
+        // never waits in the pool for an event (upstream's determineSchedulingHintForInFlightPod).
+        let error = plugins.is_empty();
+        if error {
+            entry.info.consecutive_errors_count += 1;
+        } else {
+            entry.info.unschedulable_count += 1;
+            entry.info.consecutive_errors_count = 0;
+        }
+        entry.info.timestamp = now;
+        entry.backoff_until =
+            now + backoff_duration(backoff_failures(&entry.info), backoff.0, backoff.1);
         entry.since = now;
         if let Some(after) = retry_after {
             entry.backoff_until = entry.backoff_until.max(now + after);
         }
-        if entry.moved_while_in_flight || retry_after.is_some() {
+        entry.pop_early = !error && retry_after.is_none();
+        if error || entry.moved_while_in_flight || retry_after.is_some() {
             entry.pool = Pool::Backoff;
             let until = entry.backoff_until;
             st.backoff.push(BackoffEntry { until, key });
@@ -389,7 +456,7 @@ impl SchedulingQueue {
         }
     }
 
-    /// An error or a failed bind: retry after backoff.
+    /// An error or a failed bind: retry after backoff, which doubles with the errors in a row.
     pub fn requeue_with_backoff(&self, info: QueuedPodInfo, backoff: (Duration, Duration)) {
         let key = info.pod.key();
         let mut st = self.lock();
@@ -403,8 +470,11 @@ impl SchedulingQueue {
             st.entries.remove(&key);
             return;
         }
+        entry.info.consecutive_errors_count += 1;
+        entry.info.timestamp = now;
+        entry.pop_early = false;
         entry.backoff_until =
-            now + backoff_duration(entry.info.attempts.max(1), backoff.0, backoff.1);
+            now + backoff_duration(backoff_failures(&entry.info), backoff.0, backoff.1);
         entry.pool = Pool::Backoff;
         let until = entry.backoff_until;
         st.backoff.push(BackoffEntry { until, key });
@@ -551,6 +621,84 @@ mod tests {
             .map(|p| p.pod.name().to_string())
             .collect();
         assert_eq!(order, ["x", "y"]);
+    }
+
+    #[test]
+    fn a_failure_no_plugin_rejected_backs_off_as_an_error_and_never_waits_for_an_event() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        let popped = q.pop().expect("p");
+        q.add_unschedulable(popped, &[], BACKOFF, None);
+        assert_eq!(q.lengths(), (0, 1, 0, 0), "in backoffQ, not the pool");
+        let again = q.pop().expect("retried after its backoff");
+        assert_eq!(
+            (again.consecutive_errors_count, again.unschedulable_count),
+            (1, 0)
+        );
+    }
+
+    #[test]
+    fn errors_in_a_row_and_unschedulable_attempts_are_counted_apart() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        let popped = q.pop().expect("p");
+        q.requeue_with_backoff(popped, BACKOFF);
+        let popped = q.pop().expect("after the first error");
+        q.requeue_with_backoff(popped, BACKOFF);
+        let popped = q.pop().expect("after the second error");
+        assert_eq!(
+            (popped.consecutive_errors_count, popped.unschedulable_count),
+            (2, 0)
+        );
+        q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
+        q.add_unschedulable(popped, &["NodeResourcesFit"], BACKOFF, None);
+        let popped = q.pop().expect("after a rejection");
+        assert_eq!(
+            (popped.consecutive_errors_count, popped.unschedulable_count),
+            (0, 1),
+            "a rejection ends the run of errors"
+        );
+        assert_eq!(backoff_duration(0, BACKOFF.0, BACKOFF.1), Duration::ZERO);
+    }
+
+    #[test]
+    fn with_active_q_empty_a_rejected_pod_is_taken_from_backoff_q_but_not_one_that_errored() {
+        let long = (Duration::from_secs(60), Duration::from_secs(60));
+        let q = queue();
+        q.add(pod("rejected", 0), None);
+        q.add(pod("errored", 10), None);
+        let errored = q.pop().expect("errored first, by priority");
+        q.requeue_with_backoff(errored, long);
+        let rejected = q.pop().expect("rejected");
+        q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
+        q.add_unschedulable(rejected, &["NodeResourcesFit"], long, None);
+        assert_eq!(q.lengths(), (0, 2, 0, 0), "both back off for a minute");
+        let again = q.pop().expect("taken from backoffQ at once");
+        assert_eq!(again.pod.name(), "rejected");
+        assert_eq!(
+            q.lengths(),
+            (0, 1, 0, 0),
+            "the errored pod waits its backoff out"
+        );
+    }
+
+    #[test]
+    fn an_event_moves_pods_without_sending_them_behind_pods_that_failed_later() {
+        let none = (Duration::ZERO, Duration::ZERO);
+        let q = queue();
+        q.add(pod("a", 0), None);
+        q.add(pod("b", 0), None);
+        let a = q.pop().expect("a");
+        let b = q.pop().expect("b");
+        q.add_unschedulable(b, &["NodeAffinity"], none, None);
+        std::thread::sleep(Duration::from_millis(2));
+        q.add_unschedulable(a, &["NodeAffinity"], none, None);
+        q.move_all_to_active_or_backoff(ClusterEvent::NodeChanged);
+        let order: Vec<String> = (0..2)
+            .filter_map(|_| q.pop())
+            .map(|p| p.pod.name().to_string())
+            .collect();
+        assert_eq!(order, ["b", "a"], "b failed first, so it goes first");
     }
 
     #[test]

@@ -73,10 +73,18 @@ pub struct QueuedPodInfo {
     pub pod: std::sync::Arc<PodInfo>,
     /// When the pod was first added to the queue.
     pub initial_attempt_timestamp: std::time::Instant,
-    /// When the pod was last added to (or moved within) the queue.
+    /// When the pod was added to the queue, or last came back to it after a failed attempt
+    /// (not when an event moved it): QueueSort's order within a priority, and where backoff
+    /// counts from.
     pub timestamp: std::time::Instant,
     /// How many times the scheduler tried the pod.
     pub attempts: u32,
+    /// Attempts that plugins rejected: the backoff doubles with each (upstream's
+    /// UnschedulableCount).
+    pub unschedulable_count: u32,
+    /// Attempts in a row that ended in an error (no plugin rejected the pod): while non-zero,
+    /// the backoff doubles with these instead (upstream's ConsecutiveErrorsCount).
+    pub consecutive_errors_count: u32,
     /// Plugins that rejected the pod last time. Recorded for queueing hints; until those are
     /// built, every cluster event that may help moves every unschedulable pod.
     pub unschedulable_plugins: BTreeSet<&'static str>,

@@ -63,6 +63,8 @@ mod tests {
             timestamp,
             attempts: 0,
             unschedulable_plugins: BTreeSet::new(),
+            unschedulable_count: 0,
+            consecutive_errors_count: 0,
             gated_by: None,
         }
     }

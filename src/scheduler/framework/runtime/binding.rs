@@ -43,8 +43,11 @@ pub fn run_unreserve(profile: &CompiledProfile, state: &CycleState, pod: &PodInf
 /// A Permit wait: the verdict to come, and how long to wait for it at most.
 pub type PermitWait = (oneshot::Receiver<Status>, Duration);
 
+/// The longest a Permit plugin may make a pod wait (kube-scheduler's maxTimeout).
+pub const MAX_PERMIT_WAIT: Duration = Duration::from_secs(15 * 60);
+
 /// Runs Permit: any rejection fails the pod; Wait answers register it with `waiting` for the
-/// longest of the timeouts asked for. `Ok(None)`: allowed at once.
+/// longest of the timeouts asked for, at most [`MAX_PERMIT_WAIT`]. `Ok(None)`: allowed at once.
 pub fn run_permit(
     profile: &CompiledProfile,
     state: &CycleState,
@@ -61,7 +64,7 @@ pub fn run_permit(
             Code::Success => {}
             Code::Wait => {
                 waiting_on.insert(plugin.name());
-                timeout = timeout.max(t);
+                timeout = timeout.max(t.min(MAX_PERMIT_WAIT));
             }
             _ => return Err(status.with_plugin(plugin.name())),
         }
