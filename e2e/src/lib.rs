@@ -459,7 +459,8 @@ pub async fn wait_bound(
     .await
 }
 
-/// Messages of the events with `reason` about one object, newest last.
+/// Messages of the events with `reason` about one object, newest last: ordered by when each
+/// was last observed (a repeated event is one object whose `series` counts the repeats).
 pub async fn events_for(
     client: &Client,
     namespace: &str,
@@ -469,13 +470,20 @@ pub async fn events_for(
     use k8s_openapi::api::events::v1::Event;
     let events: Api<Event> = Api::namespaced(client.clone(), namespace);
     let list = events.list(&kube::api::ListParams::default()).await?;
-    Ok(list
+    let mut matching: Vec<Event> = list
         .items
         .into_iter()
         .filter(|e| {
             e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
                 && e.reason.as_deref() == Some(reason)
         })
-        .filter_map(|e| e.note)
-        .collect())
+        .collect();
+    let last_observed = |e: &Event| {
+        e.series
+            .as_ref()
+            .map(|s| s.last_observed_time.0)
+            .or(e.event_time.as_ref().map(|t| t.0))
+    };
+    matching.sort_by_key(last_observed);
+    Ok(matching.into_iter().filter_map(|e| e.note).collect())
 }

@@ -81,16 +81,21 @@ async fn wait_unschedulable(client: &Client, ns: &str, pod: &str) -> anyhow::Res
                             && c.reason.as_deref() == Some("Unschedulable")
                     });
                 let events = events_for(&client, ns, pod, "FailedScheduling").await?;
-                Ok(condition.zip(events.last().cloned()).map(|(c, e)| {
-                    // The same message; an Event's note is cut to the API's 1 KiB limit.
-                    let full = c.message.unwrap_or_default();
-                    let same = match e.strip_suffix('…') {
-                        Some(head) => full.starts_with(head),
-                        None => full == e,
-                    };
-                    assert!(same, "condition and event differ:\n{full}\n{e}");
-                    full
-                }))
+                let (Some(c), Some(e)) = (condition, events.last()) else {
+                    return Ok(None);
+                };
+                // The same message once the latest attempt has written both (another attempt
+                // may be between its condition and its event); an Event's note is cut to the
+                // API's 1 KiB limit.
+                let full = c.message.unwrap_or_default();
+                let same = match e.strip_suffix('…') {
+                    Some(head) => full.starts_with(head),
+                    None => full == *e,
+                };
+                if !same {
+                    anyhow::bail!("condition and latest event differ:\n{full}\n{e}");
+                }
+                Ok(Some(full))
             }
         },
     )

@@ -121,9 +121,6 @@ struct Entry {
     moved_while_in_flight: bool,
     /// A deletion arrived while the pod was in flight.
     deleted_while_in_flight: bool,
-    /// In backoffQ after plugins rejected it (not after an error, nor with a plugin's
-    /// retry-after): activeQ may take it early when it runs empty.
-    pop_early: bool,
     /// The sequence number of this pod's newest activeQ heap entry: older heap entries of the
     /// pod (pushed before an update re-sorted it) are skipped when popped.
     heap_seq: u64,
@@ -230,7 +227,6 @@ impl SchedulingQueue {
                 backoff_until: now,
                 moved_while_in_flight: false,
                 deleted_while_in_flight: false,
-                pop_early: false,
                 heap_seq: 0,
             },
         );
@@ -327,46 +323,11 @@ impl SchedulingQueue {
                     return Some(entry.info.clone());
                 }
             }
-            // activeQ is empty: as kube-scheduler's SchedulerPopFromBackoffQ (on by default
-            // since 1.33), take the pod whose backoff ends first from backoffQ; pods backing off
-            // after an error, or until a plugin's retry-after, wait it out.
-            if let Some(key) = self.early_from_backoff(&st)
-                && let Some(entry) = st.entries.get_mut(&key)
-            {
-                entry.pool = Pool::InFlight;
-                entry.info.attempts += 1;
-                entry.moved_while_in_flight = false;
-                return Some(entry.info.clone());
-            }
             st = match self.ready.wait_timeout(st, FLUSH_INTERVAL) {
                 Ok((guard, _)) => guard,
                 Err(poisoned) => poisoned.into_inner().0,
             };
         }
-    }
-
-    /// The backoffQ pod activeQ may take early: the one whose backoff ends first, ties in
-    /// QueueSort's order.
-    fn early_from_backoff(&self, st: &State) -> Option<String> {
-        let less = |a: &Entry, b: &Entry| match self.sort.queue_sort() {
-            Some(qs) => qs.less(&a.info, &b.info),
-            None => false,
-        };
-        st.entries
-            .iter()
-            .filter(|(_, e)| e.pool == Pool::Backoff && e.pop_early)
-            .min_by(|(_, a), (_, b)| {
-                a.backoff_until.cmp(&b.backoff_until).then_with(|| {
-                    if less(a, b) {
-                        CmpOrdering::Less
-                    } else if less(b, a) {
-                        CmpOrdering::Greater
-                    } else {
-                        CmpOrdering::Equal
-                    }
-                })
-            })
-            .map(|(k, _)| k.clone())
     }
 
     /// Moves pods whose backoff expired to activeQ, and pods parked too long to activeQ/backoffQ.
@@ -446,7 +407,6 @@ impl SchedulingQueue {
         if let Some(after) = retry_after {
             entry.backoff_until = entry.backoff_until.max(now + after);
         }
-        entry.pop_early = !error && retry_after.is_none();
         if error || entry.moved_while_in_flight || retry_after.is_some() {
             entry.pool = Pool::Backoff;
             let until = entry.backoff_until;
@@ -472,7 +432,6 @@ impl SchedulingQueue {
         }
         entry.info.consecutive_errors_count += 1;
         entry.info.timestamp = now;
-        entry.pop_early = false;
         entry.backoff_until =
             now + backoff_duration(backoff_failures(&entry.info), backoff.0, backoff.1);
         entry.pool = Pool::Backoff;
@@ -659,27 +618,6 @@ mod tests {
             "a rejection ends the run of errors"
         );
         assert_eq!(backoff_duration(0, BACKOFF.0, BACKOFF.1), Duration::ZERO);
-    }
-
-    #[test]
-    fn with_active_q_empty_a_rejected_pod_is_taken_from_backoff_q_but_not_one_that_errored() {
-        let long = (Duration::from_secs(60), Duration::from_secs(60));
-        let q = queue();
-        q.add(pod("rejected", 0), None);
-        q.add(pod("errored", 10), None);
-        let errored = q.pop().expect("errored first, by priority");
-        q.requeue_with_backoff(errored, long);
-        let rejected = q.pop().expect("rejected");
-        q.move_all_to_active_or_backoff(ClusterEvent::NodeAdded);
-        q.add_unschedulable(rejected, &["NodeResourcesFit"], long, None);
-        assert_eq!(q.lengths(), (0, 2, 0, 0), "both back off for a minute");
-        let again = q.pop().expect("taken from backoffQ at once");
-        assert_eq!(again.pod.name(), "rejected");
-        assert_eq!(
-            q.lengths(),
-            (0, 1, 0, 0),
-            "the errored pod waits its backoff out"
-        );
     }
 
     #[test]
