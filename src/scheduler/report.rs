@@ -195,37 +195,17 @@ mod tests {
     use std::sync::Mutex;
 
     use super::*;
-    use crate::scheduler::testing::PodBuilder;
-
-    /// A stand-in API server that accepts every events call and records its method.
-    fn api_server(
-        calls: Arc<Mutex<Vec<String>>>,
-    ) -> impl tower::Service<
-        http::Request<kube::client::Body>,
-        Response = http::Response<kube::client::Body>,
-        Error = std::convert::Infallible,
-        Future = impl Send,
-    > + Send
-    + 'static {
-        tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let calls = calls.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let bytes = body.collect_bytes().await.unwrap_or_default();
-                calls.lock().expect("calls").push(parts.method.to_string());
-                Ok(http::Response::builder()
-                    .status(if parts.method == "POST" { 201 } else { 200 })
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(bytes.to_vec()))
-                    .expect("response"))
-            }
-        })
-    }
+    use crate::scheduler::testing::{PodBuilder, stand_in_client};
 
     #[tokio::test]
     async fn a_repeated_message_counts_in_its_series_and_a_new_message_is_a_new_event() {
         let calls = Arc::new(Mutex::new(Vec::new()));
-        let reports = Reports::new(kube::Client::new(api_server(calls.clone()), "ns"), None);
+        let seen = calls.clone();
+        let client = stand_in_client(move |method, _path, sent| {
+            seen.lock().expect("calls").push(method.to_string());
+            (if method == "POST" { 201 } else { 200 }, sent)
+        });
+        let reports = Reports::new(client, None);
         let pod = PodBuilder::new("p").build();
         for message in [
             "0/3 nodes are available.",

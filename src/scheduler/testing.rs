@@ -357,3 +357,31 @@ pub fn snapshot(nodes: Vec<NodeBuilder>, pods: Vec<Pod>) -> Snapshot {
         .collect();
     Snapshot::from_node_infos(infos)
 }
+
+/// A client whose API server is `answer`: called with each request's method, path and JSON
+/// body, it returns the status code and JSON body of the reply. For unit tests of code that
+/// writes through the API (no cluster, no mock framework).
+pub fn stand_in_client(
+    answer: impl Fn(&str, &str, serde_json::Value) -> (u16, serde_json::Value) + Send + Sync + 'static,
+) -> kube::Client {
+    let answer = Arc::new(answer);
+    let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let answer = answer.clone();
+        async move {
+            let (parts, body) = req.into_parts();
+            let bytes = body.collect_bytes().await.unwrap_or_default();
+            let sent = serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+            let (code, reply) = answer(parts.method.as_str(), parts.uri.path(), sent);
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(
+                        serde_json::to_vec(&reply).unwrap_or_default(),
+                    ))
+                    .expect("a valid response"),
+            )
+        }
+    });
+    kube::Client::new(service, "default")
+}

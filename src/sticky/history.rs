@@ -315,6 +315,7 @@ impl HistoryWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::testing::stand_in_client;
     use crate::sticky::bindings::BindingLookup;
 
     fn now() -> Time {
@@ -379,55 +380,30 @@ mod tests {
         assert_eq!(b.spec.workload_ref.kind, "VirtualMachine");
     }
 
-    /// A stand-in API server for one StickyBinding: answers the history writer's calls and
-    /// records them. The binding `deployment-web` was deleted after the index read it.
-    fn api_server(
-        calls: Arc<std::sync::Mutex<Vec<String>>>,
-    ) -> impl tower::Service<
-        http::Request<kube::client::Body>,
-        Response = http::Response<kube::client::Body>,
-        Error = std::convert::Infallible,
-        Future = impl Send,
-    > + Send
-    + 'static {
-        tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let calls = calls.clone();
-            async move {
-                let (parts, body) = req.into_parts();
-                let bytes = body.collect_bytes().await.unwrap_or_default();
-                let mut sent: serde_json::Value =
-                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
-                let base = "/apis/tether.dev/v1alpha1/namespaces/ns/stickybindings";
-                let path = parts.uri.path().to_string();
-                calls.lock().expect("calls").push(format!(
-                    "{} {}",
-                    parts.method,
-                    path.trim_start_matches(base)
-                ));
-                let not_found = serde_json::json!({"kind": "Status", "apiVersion": "v1",
-                    "status": "Failure", "reason": "NotFound", "code": 404,
-                    "message": "stickybindings.tether.dev \"deployment-web\" not found"});
-                let (code, reply) = match (parts.method.as_str(), path.trim_start_matches(base)) {
-                    ("PUT", "/deployment-web/status") if sent["metadata"]["uid"] == "recreated" => {
-                        sent["metadata"]["resourceVersion"] = "8".into();
-                        (200, sent)
-                    }
-                    ("PUT", "/deployment-web/status") | ("GET", "/deployment-web") => {
-                        (404, not_found)
-                    }
-                    ("POST", "") => {
-                        sent["metadata"]["uid"] = "recreated".into();
-                        sent["metadata"]["resourceVersion"] = "7".into();
-                        (201, sent)
-                    }
-                    _ => (404, not_found),
-                };
-                let body = serde_json::to_vec(&reply).unwrap_or_default();
-                Ok(http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(kube::client::Body::from(body))
-                    .expect("response"))
+    /// A stand-in API server for one StickyBinding, `deployment-web`, deleted after the index
+    /// read it: answers the history writer's calls and records them.
+    fn api_server(calls: Arc<std::sync::Mutex<Vec<String>>>) -> kube::Client {
+        stand_in_client(move |method, path, mut sent| {
+            let base = "/apis/tether.dev/v1alpha1/namespaces/ns/stickybindings";
+            let path = path.trim_start_matches(base).to_string();
+            calls
+                .lock()
+                .expect("calls")
+                .push(format!("{method} {path}"));
+            let not_found = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "NotFound", "code": 404,
+                "message": "stickybindings.tether.dev \"deployment-web\" not found"});
+            match (method, path.as_str()) {
+                ("PUT", "/deployment-web/status") if sent["metadata"]["uid"] == "recreated" => {
+                    sent["metadata"]["resourceVersion"] = "8".into();
+                    (200, sent)
+                }
+                ("POST", "") => {
+                    sent["metadata"]["uid"] = "recreated".into();
+                    sent["metadata"]["resourceVersion"] = "7".into();
+                    (201, sent)
+                }
+                _ => (404, not_found),
             }
         })
     }
@@ -435,7 +411,7 @@ mod tests {
     #[tokio::test]
     async fn a_binding_deleted_since_the_index_read_it_is_created_anew_with_the_bind_counted() {
         let calls = Arc::new(std::sync::Mutex::new(Vec::new()));
-        let client = kube::Client::new(api_server(calls.clone()), "default");
+        let client = api_server(calls.clone());
         let index = Arc::new(BindingIndex::default());
         let workload = Workload {
             namespace: "ns".into(),
