@@ -9,7 +9,7 @@ pub use self::binding::{
     PermitWait, run_bind, run_permit, run_post_bind, run_pre_bind, run_reserve, run_unreserve,
 };
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -51,6 +51,9 @@ pub struct Diagnosis {
     pub num_all_nodes: usize,
     pub node_statuses: Vec<(String, Status)>,
     pub pre_filter_status: Option<Status>,
+    /// The status of the nodes PreFilter left out (upstream's absent nodes status), counted for
+    /// every node without a status of its own.
+    pub absent_nodes_status: Option<Status>,
     /// Plugins that rejected the pod; events that concern them requeue it.
     pub unschedulable_plugins: Vec<&'static str>,
 }
@@ -65,12 +68,20 @@ impl Diagnosis {
             .min()
     }
 
-    /// kube-scheduler's FitError message: "0/5 nodes are available: 2 Insufficient cpu,
-    /// 3 node(s) had untolerated taint {dedicated: gpu}." — reasons counted over nodes, sorted.
+    /// kube-scheduler's FitError message, byte for byte: "0/5 nodes are available: 2 Insufficient
+    /// cpu, 3 node(s) had untolerated taint(s)." — each reason counted over the nodes (the nodes
+    /// PreFilter left out under its absent-nodes reason), as "count reason" strings sorted as
+    /// strings; a PreFilter rejection's message alone when PreFilter rejected the pod.
     pub fn message(&self) -> String {
         let n = self.num_all_nodes;
+        if n == 0 {
+            // Upstream's ErrNoNodesAvailable.
+            return "no nodes available to schedule pods".into();
+        }
+        let mut message = format!("0/{n} nodes are available:");
         if let Some(status) = &self.pre_filter_status {
-            return format!("0/{n} nodes are available: {}.", status.message());
+            message.push_str(&format!(" {}.", status.message()));
+            return message;
         }
         let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
         for (_, status) in &self.node_statuses {
@@ -78,14 +89,21 @@ impl Diagnosis {
                 *histogram.entry(reason.as_str()).or_default() += 1;
             }
         }
-        if histogram.is_empty() {
-            return format!("0/{n} nodes are available.");
+        let absent = n.saturating_sub(self.node_statuses.len());
+        if let Some(status) = self.absent_nodes_status.as_ref().filter(|_| absent > 0) {
+            for reason in &status.reasons {
+                *histogram.entry(reason.as_str()).or_default() += absent;
+            }
         }
-        let parts: Vec<String> = histogram
+        let mut parts: Vec<String> = histogram
             .into_iter()
             .map(|(reason, count)| format!("{count} {reason}"))
             .collect();
-        format!("0/{n} nodes are available: {}.", parts.join(", "))
+        parts.sort();
+        if !parts.is_empty() {
+            message.push_str(&format!(" {}.", parts.join(", ")));
+        }
+        message
     }
 }
 
@@ -134,6 +152,10 @@ pub fn schedule_pod(
         num_all_nodes: num_all,
         ..Default::default()
     };
+    // As upstream's RunPreFilterPlugins: UnschedulableAndUnresolvable stops at once; an
+    // Unschedulable answer lets the other plugins run and rejects the pod after them.
+    let mut rejected_by: Option<Status> = None;
+    let mut narrowing: BTreeSet<&'static str> = BTreeSet::new();
     for plugin in &profile.pre_filter {
         let Some(pf) = plugin.pre_filter() else {
             continue;
@@ -144,27 +166,59 @@ pub fn schedule_pod(
             state.mark_skip_filter(plugin.name());
             continue;
         }
-        if status.is_rejected() {
+        if status.code == Code::UnschedulableAndUnresolvable {
             diagnosis.unschedulable_plugins.push(plugin.name());
             diagnosis.pre_filter_status = Some(status);
             return ScheduleResult::Unschedulable(diagnosis);
         }
+        if status.code == Code::Unschedulable {
+            diagnosis.unschedulable_plugins.push(plugin.name());
+            rejected_by = Some(status);
+            continue;
+        }
         if !status.is_success() {
             return ScheduleResult::Error(status);
         }
+        if result.node_names.is_some() {
+            narrowing.insert(plugin.name());
+        }
         narrowed = narrowed.merge(result);
+        if narrowed.node_names.as_ref().is_some_and(|n| n.is_empty()) {
+            let names: Vec<&str> = narrowing.iter().copied().collect();
+            let message = match names.as_slice() {
+                [one] => format!("node(s) didn't satisfy plugin {one}"),
+                many => format!(
+                    "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                    many.join(" ")
+                ),
+            };
+            diagnosis.unschedulable_plugins.extend(names);
+            diagnosis.pre_filter_status = Some(Status::unresolvable(message));
+            return ScheduleResult::Unschedulable(diagnosis);
+        }
+    }
+    if let Some(status) = rejected_by {
+        diagnosis.pre_filter_status = Some(status);
+        return ScheduleResult::Unschedulable(diagnosis);
     }
 
     // Filter.
     let candidates: Vec<&Arc<NodeInfo>> = match &narrowed.node_names {
-        Some(names) => names.iter().filter_map(|n| snapshot.get(n)).collect(),
+        Some(names) => {
+            let list: Vec<&str> = narrowing.iter().copied().collect();
+            diagnosis.absent_nodes_status = Some(Status::unresolvable(format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                list.join(" ")
+            )));
+            names.iter().filter_map(|n| snapshot.get(n)).collect()
+        }
         None => snapshot.nodes().iter().collect(),
     };
     if candidates.is_empty() {
-        diagnosis.pre_filter_status = Some(Status::unresolvable(
-            "node(s) didn't satisfy plugin(s) narrowing the candidate nodes in PreFilter"
-                .to_string(),
-        ));
+        // PreFilter named only nodes that do not exist: every node is absent.
+        diagnosis
+            .unschedulable_plugins
+            .extend(narrowing.iter().copied());
         return ScheduleResult::Unschedulable(diagnosis);
     }
     let (feasible, rejected, evaluated) =
@@ -438,6 +492,24 @@ mod tests {
     }
 
     #[test]
+    fn nodes_prefilter_left_out_are_counted_under_the_plugins_that_narrowed() {
+        let d = Diagnosis {
+            num_all_nodes: 5,
+            node_statuses: vec![("a".into(), Status::unschedulable("Insufficient cpu"))],
+            absent_nodes_status: Some(Status::unresolvable(
+                "node(s) didn't satisfy plugin(s) [NodeAffinity]",
+            )),
+            ..Default::default()
+        };
+        assert_eq!(
+            d.message(),
+            "0/5 nodes are available: 1 Insufficient cpu, 4 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+        );
+        let none = Diagnosis::default();
+        assert_eq!(none.message(), "no nodes available to schedule pods");
+    }
+
+    #[test]
     fn the_failure_message_counts_reasons_over_nodes() {
         let d = Diagnosis {
             num_all_nodes: 5,
@@ -446,22 +518,22 @@ mod tests {
                 ("b".into(), Status::unschedulable("Insufficient cpu")),
                 (
                     "c".into(),
-                    Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
+                    Status::unresolvable("node(s) had untolerated taint(s)"),
                 ),
                 (
                     "d".into(),
-                    Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
+                    Status::unresolvable("node(s) had untolerated taint(s)"),
                 ),
                 (
                     "e".into(),
-                    Status::unresolvable("node(s) had untolerated taint {dedicated: gpu}"),
+                    Status::unresolvable("node(s) had untolerated taint(s)"),
                 ),
             ],
             ..Default::default()
         };
         assert_eq!(
             d.message(),
-            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint {dedicated: gpu}."
+            "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s)."
         );
     }
 
@@ -493,7 +565,8 @@ mod tests {
             ScheduleResult::Unschedulable(d) => {
                 assert_eq!(
                     d.message(),
-                    "0/3 nodes are available: 2 Insufficient cpu, 1 node(s) had untolerated taint {dedicated: gpu}."
+                    "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu.",
+                    "\"count reason\" strings sorted as strings, as upstream's FitError"
                 )
             }
             other => panic!("want unschedulable, got {other:?}"),
