@@ -172,16 +172,41 @@ pub fn run_watches(
     }
 }
 
+/// The controller kinds whose selector joins the default one when they control the pod, by
+/// the API version and kind of the ownerReference, as upstream's DefaultSelector.
+const CONTROLLER_KINDS: [(&str, &str); 3] = [
+    ("v1", "ReplicationController"),
+    ("apps/v1", "ReplicaSet"),
+    ("apps/v1", "StatefulSet"),
+];
+
 impl DefaultSelectorSource for WorkloadSelectors {
+    /// As upstream's DefaultSelector: the selectors of the Services that select the pod, and
+    /// the selector of the pod's controller (its ownerReference with `controller: true`) when
+    /// that is a ReplicationController, ReplicaSet or StatefulSet. A ReplicaSet that merely
+    /// matches the pod's labels adds nothing. An empty selector adds nothing either.
     fn default_selector(&self, pod: &PodInfo) -> Option<Selector> {
         let map = locks::read(&self.by_namespace);
+        let selectors = map.get(pod.namespace())?;
+        let services = selectors
+            .iter()
+            .filter(|(key, s)| key.starts_with("Service/") && s.matches(pod.labels()))
+            .map(|(_, s)| s);
+        let controller = pod
+            .pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|o| o.controller == Some(true))
+            .filter(|o| {
+                CONTROLLER_KINDS
+                    .iter()
+                    .any(|(v, k)| o.api_version == *v && o.kind == *k)
+            })
+            .and_then(|o| selectors.get(&format!("{}/{}", o.kind, o.name)));
         let mut merged: Option<Selector> = None;
-        // An empty selector selects every pod; it adds nothing and is skipped, as upstream.
-        for selector in map
-            .get(pod.namespace())?
-            .values()
-            .filter(|s| !s.is_empty() && s.matches(pod.labels()))
-        {
+        for selector in services.chain(controller).filter(|s| !s.is_empty()) {
             merged
                 .get_or_insert_with(Selector::everything)
                 .merge(selector);
@@ -193,10 +218,12 @@ impl DefaultSelectorSource for WorkloadSelectors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
     use crate::scheduler::testing::PodBuilder;
 
     #[test]
-    fn merges_the_selectors_that_select_the_pod() {
+    fn merges_the_services_that_select_the_pod_and_its_controller_only() {
         let w = WorkloadSelectors::default();
         let sel = |pairs: &[(&str, &str)]| {
             Selector::from_map(
@@ -215,9 +242,26 @@ mod tests {
         );
         w.set("default", "Service", "other", sel(&[("app", "db")]));
         w.set("shop", "Service", "web", sel(&[("app", "web")]));
+        w.set(
+            "default",
+            "StatefulSet",
+            "matches-but-controls-nothing",
+            sel(&[("app", "web"), ("tier", "x")]),
+        );
+        let owned_by = |kind: &str, name: &str| {
+            vec![OwnerReference {
+                api_version: "apps/v1".into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: "u".into(),
+                controller: Some(true),
+                block_owner_deletion: None,
+            }]
+        };
         let pod = PodBuilder::new("p")
             .label("app", "web")
             .label("hash", "1")
+            .with(|p| p.metadata.owner_references = Some(owned_by("ReplicaSet", "web-1")))
             .info();
         let merged = w.default_selector(&pod).expect("selected");
         assert!(merged.matches(pod.labels()));
@@ -228,6 +272,15 @@ mod tests {
         assert!(
             !merged.matches(sibling.labels()),
             "the ReplicaSet's selector is part of it"
+        );
+        let tiered = PodBuilder::new("t")
+            .label("app", "web")
+            .label("hash", "1")
+            .label("tier", "y")
+            .info();
+        assert!(
+            merged.matches(tiered.labels()),
+            "a StatefulSet that is not the pod's controller adds nothing"
         );
         let loner = PodBuilder::new("l").label("app", "cache").info();
         assert!(w.default_selector(&loner).is_none());
