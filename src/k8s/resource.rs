@@ -1,8 +1,8 @@
 //! Resource amounts as the scheduler counts them: requested by pods, allocatable on nodes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::k8s::quantity::{parse_milli, parse_value};
@@ -143,6 +143,15 @@ fn pod_level_requests(pod: &Pod) -> Option<&ResourceList> {
         .filter(|l| l.keys().any(|k| is_pod_level_resource(k)))
 }
 
+/// Whether the pod's resize was found infeasible (`PodResizePending` with reason Infeasible).
+fn resize_infeasible(pod: &Pod) -> bool {
+    pod.status
+        .iter()
+        .flat_map(|s| s.conditions.iter().flatten())
+        .find(|c| c.type_ == "PodResizePending")
+        .is_some_and(|c| c.reason.as_deref() == Some("Infeasible"))
+}
+
 fn is_pod_level_resource(name: &str) -> bool {
     name == CPU || name == MEMORY || name.starts_with("hugepages-")
 }
@@ -173,10 +182,42 @@ pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
     };
     let default = |name: &str| non_zero_defaults && (pod_level.is_none() || !named_anywhere(name));
     let (default_cpu, default_memory) = (default(CPU), default(MEMORY));
+    let statuses: HashMap<&str, &ContainerStatus> = pod
+        .status
+        .iter()
+        .flat_map(|s| {
+            s.container_statuses
+                .iter()
+                .flatten()
+                .chain(s.init_container_statuses.iter().flatten())
+        })
+        .map(|cs| (cs.name.as_str(), cs))
+        .collect();
+    let resize_infeasible = resize_infeasible(pod);
     let req = |c: &Container| {
-        let list = requests_of(c);
-        let mut r = Resource::from_list(list);
-        let missing = |name: &str| !list.is_some_and(|l| l.contains_key(name));
+        let spec_list = requests_of(c);
+        // A resized container counts the larger of what its spec asks, what runs (actuated)
+        // and what the kubelet allocated; only the latter two while the resize is infeasible,
+        // as upstream's determineEffectiveRequests. Regular containers and sidecars only.
+        let sidecar_or_regular = c.restart_policy.as_deref() == Some("Always")
+            || spec.containers.iter().any(|regular| regular.name == c.name);
+        let status = statuses
+            .get(c.name.as_str())
+            .filter(|cs| sidecar_or_regular && cs.resources.is_some());
+        let lists: Vec<&ResourceList> = match status {
+            Some(cs) => {
+                let actuated = cs.resources.as_ref().and_then(|r| r.requests.as_ref());
+                let allocated = cs.allocated_resources.as_ref();
+                let spec = if resize_infeasible { None } else { spec_list };
+                [spec, actuated, allocated].into_iter().flatten().collect()
+            }
+            None => spec_list.into_iter().collect(),
+        };
+        let mut r = Resource::default();
+        for list in &lists {
+            r.set_max(&Resource::from_list(Some(list)));
+        }
+        let missing = |name: &str| !lists.iter().any(|l| l.contains_key(name));
         if default_cpu && missing(CPU) {
             r.milli_cpu = DEFAULT_MILLI_CPU_REQUEST;
         }
@@ -307,6 +348,56 @@ mod tests {
             non_zero(pod_level("0")),
             (0, DEFAULT_MEMORY_REQUEST),
             "a pod-level zero is a request"
+        );
+    }
+
+    #[test]
+    fn a_resized_container_counts_the_larger_of_spec_actuated_and_allocated() {
+        let resized = |spec: &str, actuated: &str, allocated: &str, infeasible: bool| {
+            let pod = PodBuilder::new("p").req_cpu(spec).with(|p| {
+                let name = p.spec.as_ref().map(|s| s.containers[0].name.clone());
+                let list = |q: &str| Some([("cpu".to_string(), Quantity(q.into()))].into());
+                let status: k8s_openapi::api::core::v1::PodStatus =
+                    serde_json::from_value(serde_json::json!({"containerStatuses": [{
+                        "name": name, "image": "i", "imageID": "", "ready": true,
+                        "restartCount": 0,
+                    }]}))
+                    .expect("status");
+                let mut status = status;
+                if let Some(cs) = status
+                    .container_statuses
+                    .as_mut()
+                    .and_then(|c| c.first_mut())
+                {
+                    cs.resources = Some(k8s_openapi::api::core::v1::ResourceRequirements {
+                        requests: list(actuated),
+                        ..Default::default()
+                    });
+                    cs.allocated_resources = list(allocated);
+                }
+                if infeasible {
+                    status.conditions = serde_json::from_value(serde_json::json!([{
+                        "type": "PodResizePending", "status": "True", "reason": "Infeasible"}]))
+                    .ok();
+                }
+                p.status = Some(status);
+            });
+            pod_requests(&pod.build(), false).milli_cpu
+        };
+        assert_eq!(
+            resized("2", "1", "1", false),
+            2000,
+            "a pending resize up: the spec"
+        );
+        assert_eq!(
+            resized("1", "2", "2", false),
+            2000,
+            "a pending resize down: what runs"
+        );
+        assert_eq!(
+            resized("4", "1", "2", true),
+            2000,
+            "an infeasible resize: the spec no longer counts"
         );
     }
 

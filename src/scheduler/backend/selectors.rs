@@ -1,6 +1,7 @@
-//! The selectors of the Services, ReplicationControllers, ReplicaSets and StatefulSets that
-//! select a pod, merged into one, as kube-scheduler's DefaultSelector builds them for
-//! PodTopologySpread's default (system) constraints. Fed by watches; read in PreFilter/PreScore.
+//! The selectors of the Services that select a pod and of its controller (ReplicationController,
+//! ReplicaSet or StatefulSet), merged into one, as kube-scheduler's DefaultSelector builds them
+//! for PodTopologySpread's default (system) constraints. Fed by watches; read in
+//! PreFilter/PreScore.
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
