@@ -11,6 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Pod};
 
 use crate::k8s::pods;
+use crate::scheduler::backend::node_tree::{NodeTree, zone_key};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -26,8 +27,8 @@ struct PodState {
 #[derive(Default)]
 pub struct Cache {
     nodes: HashMap<String, Arc<NodeInfo>>,
-    /// Node names in the order they were added; the order snapshots list nodes in.
-    order: Vec<String>,
+    /// The nodes with a Node object, by zone: the order snapshots list nodes in.
+    tree: NodeTree,
     pods: HashMap<String, PodState>,
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     image_counts: Arc<HashMap<String, usize>>,
@@ -53,7 +54,6 @@ impl Cache {
 
     fn node_mut(&mut self, name: &str) -> &mut NodeInfo {
         if !self.nodes.contains_key(name) {
-            self.order.push(name.to_string());
             self.nodes
                 .insert(name.to_string(), Arc::new(NodeInfo::new(name)));
         }
@@ -73,6 +73,7 @@ impl Cache {
                 .and_then(|s| s.images.as_ref())
                 != node.status.as_ref().and_then(|s| s.images.as_ref())
         });
+        self.tree.upsert(&name, zone_key(&node));
         self.node_mut(&name).set_node(node);
         self.images_dirty |= images_changed;
         self.touch();
@@ -81,12 +82,12 @@ impl Cache {
     /// Removes a node. Its node info stays while pods are still recorded on it (without the
     /// node object it is left out of snapshots), as kube-scheduler keeps it.
     pub fn remove_node(&mut self, name: &str) {
+        self.tree.remove(name);
         let Some(entry) = self.nodes.get_mut(name) else {
             return;
         };
         if entry.pods.is_empty() {
             self.nodes.remove(name);
-            self.order.retain(|n| n != name);
         } else {
             let info = Arc::make_mut(entry);
             info.node = None;
@@ -133,7 +134,6 @@ impl Cache {
             info.generation += 1;
             if info.node.is_none() && info.pods.is_empty() {
                 self.nodes.remove(&state.node);
-                self.order.retain(|n| n != &state.node);
             }
         }
         self.touch();
@@ -269,8 +269,9 @@ impl Cache {
             self.images_dirty = false;
         }
         let nodes = self
-            .order
-            .iter()
+            .tree
+            .list()
+            .into_iter()
             .filter_map(|n| self.nodes.get(n).cloned())
             .collect();
         let snapshot = Arc::new(Snapshot::new(
@@ -290,6 +291,24 @@ mod tests {
 
     fn bound(name: &str, node: &str, cpu: &str) -> Arc<Pod> {
         Arc::new(PodBuilder::new(name).req_cpu(cpu).node_name(node).build())
+    }
+
+    #[test]
+    fn snapshots_list_one_node_of_each_zone_in_turn() {
+        let mut cache = Cache::new();
+        for (name, zone) in [("a1", "a"), ("a2", "a"), ("b1", "b")] {
+            let node = NodeBuilder::new(name)
+                .label("topology.kubernetes.io/zone", zone)
+                .build();
+            cache.upsert_node(Arc::new(node));
+        }
+        let names: Vec<String> = cache
+            .snapshot()
+            .nodes()
+            .iter()
+            .map(|n| n.name.clone())
+            .collect();
+        assert_eq!(names, ["a1", "b1", "a2"]);
     }
 
     #[test]

@@ -4,5 +4,6 @@
 
 pub mod cache;
 pub mod handlers;
+pub mod node_tree;
 pub mod queue;
 pub mod selectors;
