@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod events;
 pub mod k8s;
 pub mod locks;
 pub mod run;

@@ -11,10 +11,10 @@ use std::future::Future;
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller, Error as ControllerError};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 
+use crate::events::{EventType, EventWriter};
 use crate::locks;
 use crate::watch::{self, Readiness};
 use kube::{Resource, ResourceExt};
@@ -46,7 +46,7 @@ pub struct Context {
     verdicts: Mutex<BTreeMap<String, Verdict>>,
     /// (generation, reason) last announced with an Event, by profile name.
     announced: Mutex<HashMap<String, (Option<i64>, &'static str)>>,
-    recorder: Recorder,
+    events: EventWriter,
     resync: tokio::sync::mpsc::Sender<()>,
 }
 
@@ -128,29 +128,29 @@ async fn announce(ctx: &Context, profile: &SchedulingProfile, verdict: &Verdict)
         announced.insert(name.clone(), key);
     }
     let generation = verdict.generation.unwrap_or(0);
-    let event = if verdict.ready {
+    let (type_, reason, note) = if verdict.ready {
         tracing::info!(profile = %name, generation, scheduler = %profile.spec.scheduler_name, "profile serving");
-        Event {
-            type_: EventType::Normal,
-            reason: "Accepted".into(),
-            note: Some(format!(
+        (
+            EventType::Normal,
+            "Accepted",
+            format!(
                 "generation {generation} serves schedulerName {}",
                 profile.spec.scheduler_name
-            )),
-            action: "Compile".into(),
-            secondary: None,
-        }
+            ),
+        )
     } else {
         tracing::warn!(profile = %name, generation, reason = verdict.reason, message = %verdict.message, "profile rejected");
-        Event {
-            type_: EventType::Warning,
-            reason: verdict.reason.into(),
-            note: Some(verdict.message.chars().take(1000).collect()),
-            action: "Compile".into(),
-            secondary: None,
-        }
+        (
+            EventType::Warning,
+            verdict.reason,
+            verdict.message.chars().take(1000).collect(),
+        )
     };
-    if let Err(e) = ctx.recorder.publish(&event, &profile.object_ref(&())).await {
+    if let Err(e) = ctx
+        .events
+        .publish(&profile.object_ref(&()), type_, reason, "Compile", note)
+        .await
+    {
         tracing::warn!(profile = %name, error = %e, "could not publish the profile event");
     }
 }
@@ -176,13 +176,7 @@ pub fn run(
         let (store, writer) = kube::runtime::reflector::store();
         let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
         let ctx = Arc::new(Context {
-            recorder: Recorder::new(
-                client.clone(),
-                Reporter {
-                    controller: "tether".into(),
-                    instance,
-                },
-            ),
+            events: EventWriter::new(client.clone(), instance),
             client,
             scheduler,
             handle,
@@ -198,21 +192,16 @@ pub fn run(
         // reconciled again.
         let list_ctx = ctx.clone();
         let list_resync = resync_tx.clone();
-        let profiles = watch::watch(
-            api,
-            watch::default_config(),
-            "schedulingprofiles",
-            Some(feed.clone()),
-        )
-        .reflect(writer)
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                list_ctx.sync("");
-                feed.listed();
-                let _ = list_resync.try_send(());
-            }
-        })
-        .touched_objects();
+        let profiles = watch::watch(api, "schedulingprofiles", Some(feed.clone()))
+            .reflect(writer)
+            .inspect(move |event| {
+                if matches!(event, Ok(watcher::Event::InitDone)) {
+                    list_ctx.sync("");
+                    feed.listed();
+                    let _ = list_resync.try_send(());
+                }
+            })
+            .touched_objects();
         let sync_ctx = ctx.clone();
         Controller::for_stream(profiles, store)
             .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))

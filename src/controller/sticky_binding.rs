@@ -149,7 +149,6 @@ pub fn run(
         let (node_store, node_writer) = kube::runtime::reflector::store();
         let node_events = watch::watch(
             nodes,
-            watch::default_config(),
             "nodes (StickyBinding controller)",
             Some(node_feed.clone()),
         )
@@ -167,18 +166,13 @@ pub fn run(
         });
         let feed = IndexFeed { index, on_change };
         let mut applier = Applier::new(Some(binding_feed.clone()));
-        let binding_events = watch::watch(
-            bindings,
-            watch::default_config(),
-            "stickybindings",
-            Some(binding_feed),
-        )
-        .reflect(binding_writer)
-        .inspect(move |event| match event {
-            Ok(e) => applier.event(&feed, e.clone()),
-            Err(e) => applier.failed(&feed, e),
-        })
-        .touched_objects();
+        let binding_events = watch::watch(bindings, "stickybindings", Some(binding_feed))
+            .reflect(binding_writer)
+            .inspect(move |event| match event {
+                Ok(e) => applier.event(&feed, e.clone()),
+                Err(e) => applier.failed(&feed, e),
+            })
+            .applied_objects();
         Controller::for_stream(binding_events, binding_store.clone())
             .watches_stream(node_events, move |node: Node| {
                 let name = node.name_any();

@@ -5,9 +5,9 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ObjectMeta, PostParams};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
+use crate::events::{EventType, EventWriter};
 use crate::k8s::pods;
 use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
@@ -135,7 +135,7 @@ pub enum Recorded {
 /// precondition and retries on conflict.
 pub struct HistoryWriter {
     client: kube::Client,
-    recorder: Recorder,
+    events: EventWriter,
     index: Arc<BindingIndex>,
     owners: Arc<dyn OwnerLookup>,
     metrics: Arc<Metrics>,
@@ -152,16 +152,9 @@ impl HistoryWriter {
         owners: Arc<dyn OwnerLookup>,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let recorder = Recorder::new(
-            client.clone(),
-            Reporter {
-                controller: "tether".into(),
-                instance,
-            },
-        );
         HistoryWriter {
+            events: EventWriter::new(client.clone(), instance),
             client,
-            recorder,
             index,
             owners,
             metrics,
@@ -293,18 +286,16 @@ impl HistoryWriter {
 
     async fn announce_release(&self, binding: &StickyBinding, from: &str, to: &str) {
         use kube::Resource;
-        let event = Event {
-            type_: EventType::Warning,
-            reason: "Released".into(),
-            note: Some(format!(
-                "node {from} was lost; the workload was released and bound to {to}"
-            )),
-            action: "Release".into(),
-            secondary: None,
-        };
+        let note = format!("node {from} was lost; the workload was released and bound to {to}");
         if let Err(e) = self
-            .recorder
-            .publish(&event, &binding.object_ref(&()))
+            .events
+            .publish(
+                &binding.object_ref(&()),
+                EventType::Warning,
+                "Released",
+                "Release",
+                note,
+            )
             .await
         {
             tracing::warn!(error = %e, "could not publish the Released event");

@@ -67,7 +67,6 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
 /// else after the backoff. The stream never ends.
 pub fn watch<K>(
     api: Api<K>,
-    config: watcher::Config,
     what: impl Into<String>,
     feed: Option<Feed>,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
@@ -76,7 +75,7 @@ where
 {
     let state = WatchLoop {
         api,
-        config,
+        config: config(),
         feed,
         what: what.into(),
         stream: None,
@@ -179,14 +178,14 @@ where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let mut applier = Applier::new(feed.clone());
-    let mut events = std::pin::pin!(watch(api, default_config(), what, feed));
+    let mut events = std::pin::pin!(watch(api, what, feed));
     while let Some(event) = events.next().await {
         applier.apply(index, event);
     }
 }
 
 /// The watch configuration every tether watch uses: lists served from the API server's cache.
-pub fn default_config() -> watcher::Config {
+fn config() -> watcher::Config {
     watcher::Config::default().any_semantic()
 }
 

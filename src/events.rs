@@ -1,0 +1,208 @@
+//! Kubernetes Events (events.k8s.io/v1) as tether writes them: a repeat of the same message
+//! about the same object counts in that event's `series`, and a new message is a new event, as
+//! client-go's event correlator does. (kube-runtime's `Recorder` keys events without their
+//! message, so a later message would be lost under the first one's count.)
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use jiff::{SignedDuration, Timestamp};
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::{Event, EventSeries};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+
+use crate::locks;
+
+/// How long a repeated event is counted in the series of the first: past that, it starts a new
+/// event (the API server keeps events for an hour).
+const SERIES_WINDOW: SignedDuration = SignedDuration::from_mins(10);
+
+/// Whether an event is routine or a warning.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Normal,
+    Warning,
+}
+
+/// One event this process wrote: its name, how often it was seen, and when last.
+struct Written {
+    name: String,
+    count: i32,
+    last: Timestamp,
+}
+
+/// Which event a new one repeats: the object (by UID, else namespace/name), the reason and
+/// the message.
+type SeriesKey = (String, String, String);
+
+/// Writes events about any object, as controller `tether` and this replica's instance name.
+#[derive(Clone)]
+pub struct EventWriter {
+    client: kube::Client,
+    instance: String,
+    written: Arc<Mutex<HashMap<SeriesKey, Written>>>,
+}
+
+impl EventWriter {
+    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+        EventWriter {
+            client,
+            instance: instance.unwrap_or_else(|| "tether".into()),
+            written: Arc::default(),
+        }
+    }
+
+    /// Writes an event about `regarding`, or counts a repeat of one in its series.
+    pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        // An event about a cluster-scoped object (a SchedulingProfile) lives in `default`.
+        let ns = regarding
+            .namespace
+            .clone()
+            .filter(|n| !n.is_empty())
+            .unwrap_or_else(|| "default".into());
+        let name_of = regarding.name.as_deref().unwrap_or_default();
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &ns);
+        let now = Timestamp::now();
+        let object = regarding
+            .uid
+            .clone()
+            .unwrap_or_else(|| format!("{ns}/{name_of}"));
+        let key = (object, reason.to_string(), note.clone());
+        let repeat = {
+            let mut written = locks::lock(&self.written);
+            written.retain(|_, w| now.duration_since(w.last) < SERIES_WINDOW);
+            written.get_mut(&key).map(|w| {
+                w.count += 1;
+                w.last = now;
+                (w.name.clone(), w.count)
+            })
+        };
+        if let Some((name, count)) = repeat {
+            let series = serde_json::json!({"series": EventSeries {
+                count,
+                last_observed_time: MicroTime(now),
+            }});
+            match api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
+                .await
+            {
+                // Gone (expired or deleted): write it anew.
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                other => return other.map(|_| ()),
+            }
+        }
+        let name = format!("{name_of}.{:x}", now.as_nanosecond());
+        let event = Event {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                namespace: Some(ns),
+                ..Default::default()
+            },
+            event_time: Some(MicroTime(now)),
+            type_: Some(
+                match type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                }
+                .into(),
+            ),
+            reason: Some(reason.into()),
+            action: Some(action.into()),
+            note: Some(note),
+            regarding: Some(regarding.clone()),
+            reporting_controller: Some("tether".into()),
+            reporting_instance: Some(self.instance.clone()),
+            ..Default::default()
+        };
+        api.create(&PostParams::default(), &event).await?;
+        locks::lock(&self.written).insert(
+            key,
+            Written {
+                name,
+                count: 1,
+                last: now,
+            },
+        );
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::scheduler::testing::stand_in_client;
+
+    #[tokio::test]
+    async fn a_repeated_message_counts_in_its_series_and_a_new_message_is_a_new_event() {
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let seen = calls.clone();
+        let client = stand_in_client(move |method, _path, sent| {
+            seen.lock().expect("calls").push(method.to_string());
+            (if method == "POST" { 201 } else { 200 }, sent)
+        });
+        let events = EventWriter::new(client, None);
+        let pod = ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("ns".into()),
+            name: Some("p".into()),
+            uid: Some("u".into()),
+            ..Default::default()
+        };
+        for message in [
+            "0/3 nodes are available.",
+            "0/3 nodes are available.",
+            "0/2 nodes are available.",
+        ] {
+            events
+                .publish(
+                    &pod,
+                    EventType::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    message.into(),
+                )
+                .await
+                .expect("published");
+        }
+        assert_eq!(*calls.lock().expect("calls"), ["POST", "PATCH", "POST"]);
+    }
+
+    #[tokio::test]
+    async fn an_event_about_a_cluster_scoped_object_lives_in_default() {
+        let paths = Arc::new(Mutex::new(Vec::new()));
+        let seen = paths.clone();
+        let client = stand_in_client(move |_method, path, sent| {
+            seen.lock().expect("paths").push(path.to_string());
+            (201, sent)
+        });
+        let profile = ObjectReference {
+            kind: Some("SchedulingProfile".into()),
+            name: Some("p".into()),
+            ..Default::default()
+        };
+        EventWriter::new(client, None)
+            .publish(
+                &profile,
+                EventType::Normal,
+                "Accepted",
+                "Compile",
+                "ok".into(),
+            )
+            .await
+            .expect("published");
+        assert_eq!(
+            *paths.lock().expect("paths"),
+            ["/apis/events.k8s.io/v1/namespaces/default/events"]
+        );
+    }
+}
