@@ -12,8 +12,9 @@ use axum::routing::get;
 
 use crate::controller;
 use crate::scheduler::backend::handlers;
-use crate::scheduler::backend::queue::{ClusterEvent, SchedulingQueue};
+use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
+use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventObject, EventResource};
 use crate::scheduler::framework::profile::ProfileRegistry;
 use crate::scheduler::metrics::Metrics;
 use crate::scheduler::plugins::placement_recorder;
@@ -78,7 +79,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let profiles = Arc::new(ProfileRegistry::new());
     let queue_sort = priority_sort::build(None, &"plugins.queueSort".into())
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
-    let queue = SchedulingQueue::new(queue_sort);
+    let queue = SchedulingQueue::new(queue_sort, profiles.clone());
     let reports = Reports::new(client.clone(), config.instance.clone());
     let sched = Scheduler::new(
         queue,
@@ -114,10 +115,17 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         tokio::spawn(controller::sticky_binding::run(
             client.clone(),
             bindings,
-            Arc::new(move || {
-                requeue
-                    .queue
-                    .move_all_to_active_or_backoff(ClusterEvent::BindingChanged)
+            Arc::new(move |old, new| {
+                let action = match (&old, &new) {
+                    (None, _) => ActionType::ADD,
+                    (_, None) => ActionType::DELETE,
+                    _ => ActionType::UPDATE,
+                };
+                requeue.queue.on_event(
+                    ClusterEvent::new(EventResource::StickyBinding, action),
+                    old.map(EventObject::StickyBinding),
+                    new.map(EventObject::StickyBinding),
+                )
             }),
             &readiness,
         )),

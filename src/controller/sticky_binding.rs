@@ -1,6 +1,7 @@
 //! The StickyBinding reconciler: keeps the condition `NodeAvailable` (the pinned node exists and
 //! is Ready) on every binding, re-checked whenever a node changes.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use crate::api::sticky_binding::{
     CONDITION_NODE_AVAILABLE, REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY, REASON_NODE_READY,
 };
 use crate::controller::conditions::set_condition;
-use crate::sticky::bindings::BindingIndex;
+use crate::sticky::bindings::{BindingIndex, BindingLookup};
 
 /// Errors of one reconcile, naming the binding.
 #[derive(Debug, thiserror::Error)]
@@ -103,17 +104,27 @@ fn error_policy(binding: Arc<StickyBinding>, error: &Error, _ctx: Arc<Context>) 
     Action::requeue(Duration::from_secs(5))
 }
 
-/// The plugins' view of the bindings, fed by the controller's watch: each change (and a
-/// re-list) also runs `on_change`, which requeues the pods waiting for a sticky node.
+/// What a StickyBinding change calls: the binding before and after (`None` when it was
+/// added, or deleted).
+pub type OnChange =
+    Arc<dyn Fn(Option<Arc<StickyBinding>>, Option<Arc<StickyBinding>>) + Send + Sync>;
+
+/// The plugins' view of the bindings, fed by the controller's watch: each change (and each
+/// change a re-list finds) also runs `on_change`, which requeues the pods of that workload
+/// waiting for their sticky node.
 struct IndexFeed {
     index: Arc<BindingIndex>,
-    on_change: Arc<dyn Fn() + Send + Sync>,
+    on_change: OnChange,
 }
 
 impl Index<StickyBinding> for IndexFeed {
     fn apply(&self, binding: StickyBinding) {
-        self.index.upsert(binding);
-        (self.on_change)();
+        let old = self.index.get(
+            &binding.namespace().unwrap_or_default(),
+            &binding.name_any(),
+        );
+        self.index.upsert(binding.clone());
+        (self.on_change)(old, Some(Arc::new(binding)));
     }
 
     fn delete(&self, binding: StickyBinding) {
@@ -121,12 +132,26 @@ impl Index<StickyBinding> for IndexFeed {
             &binding.namespace().unwrap_or_default(),
             &binding.name_any(),
         );
-        (self.on_change)();
+        (self.on_change)(Some(Arc::new(binding)), None);
     }
 
     fn reset(&self, bindings: Vec<StickyBinding>) {
-        self.index.reset(bindings);
-        (self.on_change)();
+        let key = |b: &StickyBinding| (b.namespace().unwrap_or_default(), b.name_any());
+        let mut before: HashMap<(String, String), Arc<StickyBinding>> =
+            self.index.all().into_iter().map(|b| (key(&b), b)).collect();
+        self.index.reset(bindings.clone());
+        for binding in bindings {
+            let old = before.remove(&key(&binding));
+            let same = old
+                .as_ref()
+                .is_some_and(|o| o.metadata.resource_version == binding.metadata.resource_version);
+            if !same {
+                (self.on_change)(old, Some(Arc::new(binding)));
+            }
+        }
+        for gone in before.into_values() {
+            (self.on_change)(Some(gone), None);
+        }
     }
 }
 
@@ -136,7 +161,7 @@ impl Index<StickyBinding> for IndexFeed {
 pub fn run(
     client: kube::Client,
     index: Arc<BindingIndex>,
-    on_change: Arc<dyn Fn() + Send + Sync>,
+    on_change: OnChange,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let binding_feed = readiness.register("stickybindings");

@@ -8,6 +8,9 @@ use std::time::Instant;
 
 use crate::scheduler::Scheduler;
 use crate::scheduler::cycle::Assumed;
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime;
 
 /// Binds one assumed pod.
@@ -24,13 +27,18 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
     let key = pod_info.key();
     let start = Instant::now();
 
+    // A Permit plugin's rejection counts as that plugin rejecting the pod; any later failure
+    // is an error.
+    let mut permit_rejected = false;
     let status = async {
         if let Some((rx, timeout)) = permit {
             let verdict = sched.waiting_pods.wait(pod_info.uid(), rx, timeout).await;
             if !verdict.is_success() {
+                permit_rejected = verdict.is_rejected();
                 return verdict;
             }
         }
+        sched.queue.permitted(&key);
         let status = runtime::run_pre_bind(&profile, &state, &pod, &node).await;
         if !status.is_success() {
             return status;
@@ -63,8 +71,25 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         )
     };
     sched.reports.failed(&pod, reason, &message).await;
-    sched.queue.requeue_with_backoff(queued, backoff);
+    let plugins: Vec<&'static str> = status
+        .plugin
+        .filter(|_| permit_rejected)
+        .into_iter()
+        .collect();
     sched
         .queue
-        .move_all_to_active_or_backoff(crate::scheduler::backend::queue::ClusterEvent::PodDeleted);
+        .add_unschedulable(&plugins, &key, backoff, status.retry_after);
+    // The pod held resources in the cache: pods waiting for them may fit now.
+    sched.queue.on_event(
+        ASSIGNED_POD_DELETE,
+        Some(EventObject::Pod(assumed_pod(&pod, &node))),
+        None,
+    );
+}
+
+/// The pod as it was assumed: on `node`.
+fn assumed_pod(pod: &Pod, node: &str) -> Arc<Pod> {
+    let mut assumed = pod.clone();
+    assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+    Arc::new(assumed)
 }

@@ -47,8 +47,8 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
         sched.report_failure(&queued, "Unschedulable", message);
         sched.queue.add_unschedulable(
-            queued,
             &[],
+            &key,
             (profile.pod_initial_backoff, profile.pod_max_backoff),
             status.retry_after,
         );
@@ -108,8 +108,8 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
             sched.report_failure(&queued, "Unschedulable", message);
             sched.queue.add_unschedulable(
-                queued,
                 &diagnosis.unschedulable_plugins,
+                &key,
                 backoff,
                 diagnosis.retry_after(),
             );
@@ -120,7 +120,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 .metrics
                 .attempt("error", &profile.scheduler_name, start.elapsed());
             sched.report_failure(&queued, "SchedulerError", status.message());
-            sched.queue.requeue_with_backoff(queued, backoff);
+            sched.queue.requeue_with_backoff(&key, backoff);
         }
     }
 }
@@ -133,9 +133,9 @@ fn fail(sched: &Scheduler, queued: QueuedPodInfo, profile: &CompiledProfile, sta
         let plugins: Vec<&'static str> = status.plugin.into_iter().collect();
         sched
             .queue
-            .add_unschedulable(queued, &plugins, backoff, status.retry_after);
+            .add_unschedulable(&plugins, &queued.pod.key(), backoff, status.retry_after);
     } else {
         sched.report_failure(&queued, "SchedulerError", status.message());
-        sched.queue.requeue_with_backoff(queued, backoff);
+        sched.queue.requeue_with_backoff(&queued.pod.key(), backoff);
     }
 }

@@ -27,9 +27,10 @@ use k8s_openapi::api::core::v1::Pod;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use self::backend::cache::Cache;
-use self::backend::queue::{self, SchedulingQueue};
+use self::backend::queue::SchedulingQueue;
 use self::cycle::Assumed;
 use self::framework::QueuedPodInfo;
+use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
@@ -143,8 +144,7 @@ impl Scheduler {
             }
         }
         if changed {
-            self.queue
-                .move_all_to_active_or_backoff(queue::ClusterEvent::ProfileChanged);
+            self.queue.on_event(PROFILE_CHANGE, None, None);
         }
     }
 

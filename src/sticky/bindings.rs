@@ -68,6 +68,11 @@ impl BindingIndex {
         *map = next;
     }
 
+    /// Every binding held.
+    pub fn all(&self) -> Vec<Arc<StickyBinding>> {
+        locks::read(&self.bindings).values().cloned().collect()
+    }
+
     pub fn remove(&self, namespace: &str, name: &str) {
         self.write()
             .remove(&(namespace.to_string(), name.to_string()));

@@ -186,35 +186,58 @@ impl Cache {
         self.pods.get(uid).map(|s| s.node.as_str())
     }
 
-    /// Keeps only the pods whose UID is in `uids` (after a relist); returns how many went.
-    pub fn retain_pods_by_uid(&mut self, uids: &std::collections::HashSet<String>) -> usize {
+    /// The pod object the cache holds (bound or assumed).
+    pub fn pod(&self, uid: &str) -> Option<Arc<Pod>> {
+        let state = self.pods.get(uid)?;
+        self.nodes
+            .get(&state.node)?
+            .pods
+            .iter()
+            .find(|p| p.uid() == uid)
+            .map(|p| p.pod.clone())
+    }
+
+    /// Keeps only the pods whose UID is in `uids` (after a relist); returns those that went.
+    pub fn retain_pods_by_uid(
+        &mut self,
+        uids: &std::collections::HashSet<String>,
+    ) -> Vec<Arc<Pod>> {
         let gone: Vec<String> = self
             .pods
             .keys()
             .filter(|u| !uids.contains(*u) && !self.pods[*u].assumed)
             .cloned()
             .collect();
+        let mut removed = Vec::with_capacity(gone.len());
         for uid in &gone {
+            removed.extend(self.pod(uid));
             self.remove_pod(uid);
         }
-        gone.len()
+        removed
     }
 
-    /// Keeps only the nodes whose object UID is in `uids` (after a relist).
-    pub fn retain_nodes_by_uid(&mut self, uids: &std::collections::HashSet<String>) {
-        let gone: Vec<String> = self
+    /// Keeps only the nodes whose object UID is in `uids` (after a relist); returns those that
+    /// went.
+    pub fn retain_nodes_by_uid(
+        &mut self,
+        uids: &std::collections::HashSet<String>,
+    ) -> Vec<Arc<Node>> {
+        let gone: Vec<(String, Arc<Node>)> = self
             .nodes
             .values()
             .filter_map(|n| {
                 n.node
                     .as_ref()
                     .filter(|node| !node.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)))
-                    .map(|_| n.name.clone())
+                    .map(|node| (n.name.clone(), node.clone()))
             })
             .collect();
-        for name in gone {
-            self.remove_node(&name);
-        }
+        gone.into_iter()
+            .map(|(name, node)| {
+                self.remove_node(&name);
+                node
+            })
+            .collect()
     }
 
     pub fn set_namespace(&mut self, name: &str, labels: BTreeMap<String, String>) {

@@ -16,11 +16,16 @@ use crate::watch::{self, Index, Readiness};
 
 use crate::scheduler::Scheduler;
 use crate::scheduler::backend::cache::occupies_node;
-use crate::scheduler::backend::queue::ClusterEvent;
+use crate::scheduler::framework::events::{
+    self, ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, EventObject, NODE_ADD, NODE_DELETE,
+};
 use crate::scheduler::framework::pod_info::PodInfo;
 
 impl Scheduler {
-    /// A pod added or changed.
+    /// A pod added or changed. A bound pod goes into the cache, as an added pod when the
+    /// cache did not hold it bound yet (tether's own binds too: pods waiting for it may fit
+    /// now), else as an update; a pod that finished counts as deleted. A pending pod goes into
+    /// the queue.
     pub fn on_pod(&self, pod: Pod) {
         let key = pods::key(&pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
@@ -28,19 +33,29 @@ impl Scheduler {
         if pods::node_name(&pod).is_some() {
             self.queue.delete(&key);
             self.set_unserved(&scheduler_name, &key, None);
+            let pod = Arc::new(pod);
             let mut cache = self.lock_cache();
-            let was_ours = cache.is_assumed(&uid);
-            let known = cache.pod_node(&uid).is_some();
-            let finished = !occupies_node(&pod);
-            cache.upsert_pod(Arc::new(pod));
+            let was_assumed = cache.is_assumed(&uid);
+            let before = cache.pod(&uid);
+            cache.upsert_pod(pod.clone());
             drop(cache);
-            if finished && known {
-                self.queue
-                    .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
-            } else if !known && !was_ours && !finished {
-                // Bound by someone else: pods with affinity to it may fit now.
-                self.queue
-                    .move_all_to_active_or_backoff(ClusterEvent::PodMoved);
+            let new = Some(EventObject::Pod(pod.clone()));
+            match before {
+                Some(old) if !occupies_node(&pod) => {
+                    self.queue
+                        .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
+                }
+                _ if !occupies_node(&pod) => {}
+                Some(old) if !was_assumed => {
+                    for event in events::pod_changes(&pod, &old) {
+                        self.queue.on_event(
+                            event,
+                            Some(EventObject::Pod(old.clone())),
+                            new.clone(),
+                        );
+                    }
+                }
+                _ => self.queue.on_event(ASSIGNED_POD_ADD, None, new),
             }
             return;
         }
@@ -69,53 +84,54 @@ impl Scheduler {
         self.queue.add(info, gate);
     }
 
-    /// A pod deleted.
+    /// A pod deleted. A pod that held resources (bound, or assumed by us) frees them.
     pub fn on_pod_deleted(&self, pod: &Pod) {
         let key = pods::key(pod);
         self.queue.delete(&key);
         self.set_unserved(pods::scheduler_name(pod), &key, None);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let mut cache = self.lock_cache();
-        let held_resources = cache.pod_node(&uid).is_some();
+        let held = cache.pod(&uid);
         cache.remove_pod(&uid);
         drop(cache);
-        if held_resources {
+        if let Some(old) = held {
             self.queue
-                .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
+                .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
         }
     }
 
-    /// A node added or changed. Only changes that can make pods fit requeue them; status
-    /// heartbeats do not.
+    /// A node added or changed. Each kind of change that scheduling reads is an event; status
+    /// heartbeats are none.
     pub fn on_node(&self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
+        let node = Arc::new(node);
         let mut cache = self.lock_cache();
         let before = cache.snapshot().get(&name).and_then(|n| n.node.clone());
-        cache.upsert_node(Arc::new(node.clone()));
+        cache.upsert_node(node.clone());
         drop(cache);
-        let event = match before {
-            None => Some(ClusterEvent::NodeAdded),
+        let new = Some(EventObject::Node(node.clone()));
+        match before {
+            None => self.queue.on_event(NODE_ADD, None, new),
             Some(old) => {
-                let relevant = |n: &Node| {
-                    (
-                        n.metadata.labels.clone(),
-                        n.spec.as_ref().map(|s| (s.taints.clone(), s.unschedulable)),
-                        n.status
-                            .as_ref()
-                            .map(|s| (s.allocatable.clone(), s.images.clone())),
-                    )
-                };
-                (relevant(&old) != relevant(&node)).then_some(ClusterEvent::NodeChanged)
+                for event in events::node_changes(&node, &old) {
+                    self.queue
+                        .on_event(event, Some(EventObject::Node(old.clone())), new.clone());
+                }
             }
-        };
-        if let Some(event) = event {
-            self.queue.move_all_to_active_or_backoff(event);
         }
     }
 
     pub fn on_node_deleted(&self, node: &Node) {
-        self.lock_cache()
-            .remove_node(node.metadata.name.as_deref().unwrap_or_default());
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let old = self
+            .lock_cache()
+            .snapshot()
+            .get(name)
+            .and_then(|n| n.node.clone())
+            .unwrap_or_else(|| Arc::new(node.clone()));
+        self.queue
+            .on_event(NODE_DELETE, Some(EventObject::Node(old)), None);
+        self.lock_cache().remove_node(name);
     }
 }
 
@@ -139,9 +155,9 @@ impl Index<Pod> for Scheduler {
         }
         let removed = self.lock_cache().retain_pods_by_uid(&seen);
         self.queue.retain_uids(&seen);
-        if removed > 0 {
+        for old in removed {
             self.queue
-                .move_all_to_active_or_backoff(ClusterEvent::PodDeleted);
+                .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
         }
     }
 }
@@ -164,7 +180,11 @@ impl Index<Node> for Scheduler {
         for node in nodes {
             self.on_node(node);
         }
-        self.lock_cache().retain_nodes_by_uid(&seen);
+        let removed = self.lock_cache().retain_nodes_by_uid(&seen);
+        for old in removed {
+            self.queue
+                .on_event(NODE_DELETE, Some(EventObject::Node(old)), None);
+        }
     }
 }
 

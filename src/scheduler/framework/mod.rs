@@ -4,6 +4,7 @@
 //! one plugin can serve several points, as kube-scheduler plugins do.
 
 pub mod cycle_state;
+pub mod events;
 pub mod extension_point;
 pub mod node_info;
 pub mod pod_info;
@@ -85,8 +86,8 @@ pub struct QueuedPodInfo {
     /// Attempts in a row that ended in an error (no plugin rejected the pod): while non-zero,
     /// the backoff doubles with these instead (upstream's ConsecutiveErrorsCount).
     pub consecutive_errors_count: u32,
-    /// Plugins that rejected the pod last time. Recorded for queueing hints; until those are
-    /// built, every cluster event that may help moves every unschedulable pod.
+    /// Plugins that rejected the pod last time: only events they registered, and hint may
+    /// help, move it out of the unschedulable pool. Empty after an error.
     pub unschedulable_plugins: BTreeSet<&'static str>,
     /// The PreEnqueue plugin holding the pod back (a scheduling gate), if any.
     pub gated_by: Option<&'static str>,
@@ -130,6 +131,13 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
     fn post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+
+    /// The cluster events that can make a pod this plugin rejected schedulable, each with a
+    /// hint that looks at the change (upstream's EnqueueExtensions). `None`: the plugin does
+    /// not say, and every change of every kind requeues the pods it rejected.
+    fn events_to_register(&self) -> Option<Vec<events::Registration>> {
         None
     }
 }

@@ -5,7 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::locks;
+use crate::scheduler::backend::queue::HintSource;
 use crate::scheduler::framework::Plugin;
+use crate::scheduler::framework::events::{ClusterEvent, QueueingHints};
 
 /// A plugin at the Score extension point with the weight its normalized score is multiplied by.
 #[derive(Clone)]
@@ -35,6 +37,8 @@ pub struct CompiledProfile {
     pub pre_bind: Vec<Arc<dyn Plugin>>,
     pub bind: Vec<Arc<dyn Plugin>>,
     pub post_bind: Vec<Arc<dyn Plugin>>,
+    /// The events that may make a pod this profile rejected schedulable, by plugin.
+    pub hints: Arc<QueueingHints>,
 }
 
 impl CompiledProfile {
@@ -148,5 +152,15 @@ impl ProfileRegistry {
 
     pub fn scheduler_names(&self) -> Vec<String> {
         self.read().keys().cloned().collect()
+    }
+}
+
+impl HintSource for ProfileRegistry {
+    fn hints(&self, scheduler_name: &str) -> Option<Arc<QueueingHints>> {
+        self.get(scheduler_name).map(|p| p.hints.clone())
+    }
+
+    fn interested_in(&self, event: &ClusterEvent) -> bool {
+        self.read().values().any(|p| p.hints.interested_in(event))
     }
 }

@@ -1,6 +1,7 @@
 //! NodeName: a pod that names its node (`spec.nodeName`) fits only that node, as
 //! kube-scheduler's NodeName Filter plugin.
 
+use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventResource, Registration};
 use std::sync::Arc;
 
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -22,6 +23,13 @@ pub struct NodeName;
 impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(vec![Registration::always(ClusterEvent::new(
+            EventResource::Node,
+            ActionType::ADD,
+        ))])
     }
 
     fn filter(&self) -> Option<&dyn FilterPlugin> {

@@ -1,6 +1,9 @@
 //! NodePorts: a pod asking for host ports fits only nodes where those ports are free, as
 //! kube-scheduler's NodePorts PreFilter and Filter.
 
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
 use std::sync::Arc;
 
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -46,6 +49,16 @@ impl Plugin for NodePorts {
         NAME
     }
 
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(vec![
+            Registration::new(
+                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+                Arc::new(after_pod_deleted),
+            ),
+            Registration::always(ClusterEvent::new(EventResource::Node, ActionType::ADD)),
+        ])
+    }
+
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }
@@ -81,6 +94,22 @@ impl FilterPlugin for NodePorts {
             Status::unschedulable(ERR_REASON)
         }
     }
+}
+
+/// A pod deleted that held a host port this pod wants.
+fn after_pod_deleted(pod: &PodInfo, old: Option<&EventObject>, _new: Option<&EventObject>) -> Hint {
+    let Some(deleted) = events::pods(old, None).0 else {
+        return Hint::Queue;
+    };
+    if !events::assigned_or_nominated(deleted) {
+        return Hint::Skip;
+    }
+    let freed = PodInfo::new(std::sync::Arc::new(deleted.clone())).host_ports;
+    events::queue_if(
+        pod.host_ports
+            .iter()
+            .any(|w| freed.iter().any(|u| conflicts(w, u))),
+    )
 }
 
 /// Builds the plugin; it takes no args.

@@ -2,9 +2,12 @@
 //! the `node.kubernetes.io/unschedulable:NoSchedule` taint, as kube-scheduler's
 //! NodeUnschedulable Filter plugin.
 
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
 use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::core::v1::Taint;
+use k8s_openapi::api::core::v1::{Node, Taint};
 
 use crate::k8s::taints::tolerates;
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -36,6 +39,22 @@ pub struct NodeUnschedulable;
 impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(vec![
+            Registration::new(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_TAINT,
+                ),
+                Arc::new(after_node_change),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_TOLERATION),
+                Arc::new(after_toleration_added),
+            ),
+        ])
     }
 
     fn filter(&self) -> Option<&dyn FilterPlugin> {
@@ -79,6 +98,39 @@ pub fn build(
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeUnschedulable))
+}
+
+fn cordoned(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// A schedulable node was added, or a node was uncordoned.
+fn after_node_change(_pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (old, new) = events::nodes(old, new);
+    let Some(new) = new else { return Hint::Queue };
+    events::queue_if(!cordoned(new) && old.is_none_or(cordoned))
+}
+
+/// The pod itself now tolerates cordoned nodes.
+fn after_toleration_added(
+    pod: &PodInfo,
+    _old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    let Some(new) = events::pods(None, new).1 else {
+        return Hint::Queue;
+    };
+    let tolerated = new
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| tolerates(t, &UNSCHEDULABLE_TAINT));
+    events::queue_if(events::is_same_pod(pod, new) && tolerated)
 }
 
 #[cfg(test)]

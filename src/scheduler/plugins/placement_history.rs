@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -118,6 +119,11 @@ pub fn history_score(
 impl Plugin for PlacementHistory {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    /// Its PreFilter only waits for the pod's owner, and asks to be retried then itself.
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(Vec::new())
     }
 
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {

@@ -114,6 +114,11 @@ pub fn registry() -> Vec<Registration> {
             0,
         ),
         reg(
+            node_declared_features::NAME,
+            |a, p, _| node_declared_features::build(a, p),
+            0,
+        ),
+        reg(
             sticky_node::NAME,
             |a, p, h| sticky_node::build(a, p, h.owners.clone(), h.bindings.clone()),
             0,
@@ -169,5 +174,6 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         ),
         (image_locality::NAME, Some(image_locality::DEFAULT_WEIGHT)),
         (default_binder::NAME, None),
+        (node_declared_features::NAME, None),
     ]
 }

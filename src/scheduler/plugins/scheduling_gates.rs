@@ -1,6 +1,9 @@
 //! SchedulingGates: holds a pod out of the active queue while it has `spec.schedulingGates`,
 //! as kube-scheduler's SchedulingGates PreEnqueue plugin.
 
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
 use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -18,6 +21,16 @@ pub struct SchedulingGates;
 impl Plugin for SchedulingGates {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(vec![Registration::new(
+            ClusterEvent::new(
+                EventResource::Pod,
+                ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED,
+            ),
+            Arc::new(after_gates_removed),
+        )])
     }
 
     fn pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
@@ -55,6 +68,18 @@ pub fn build(
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(SchedulingGates))
+}
+
+/// The pod's own gates are gone (other pods' are no concern of it).
+fn after_gates_removed(
+    pod: &PodInfo,
+    _old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    match events::pods(None, new).1 {
+        Some(new) => events::queue_if(events::is_same_pod(pod, new)),
+        None => Hint::Queue,
+    }
 }
 
 #[cfg(test)]

@@ -13,6 +13,9 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::api::StickyBinding;
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -102,6 +105,7 @@ impl StickyNodeArgs {
 }
 
 /// Pins a workload's pods to the node its StickyBinding names.
+#[derive(Clone)]
 pub struct StickyNode {
     args: StickyNodeArgs,
     owners: Arc<dyn OwnerLookup>,
@@ -170,6 +174,26 @@ impl Plugin for StickyNode {
         NAME
     }
 
+    /// Only a change of the pod's own workload's binding, the pinned node coming (back), or
+    /// an edit of the pod itself (its opt-out annotation) can change the answer.
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        let (for_bindings, for_nodes) = (self.clone(), self.clone());
+        Some(vec![
+            Registration::new(
+                ClusterEvent::new(EventResource::StickyBinding, ActionType::ALL),
+                Arc::new(move |pod, old, new| for_bindings.after_binding_change(pod, old, new)),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::Node, ActionType::ADD),
+                Arc::new(move |pod, _old, new| for_nodes.after_node_added(pod, new)),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE),
+                Arc::new(after_own_update),
+            ),
+        ])
+    }
+
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }
@@ -177,6 +201,54 @@ impl Plugin for StickyNode {
     fn filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
     }
+}
+
+impl StickyNode {
+    /// The name of the StickyBinding of the pod's workload, with its namespace.
+    fn binding_of(&self, pod: &PodInfo) -> (String, String) {
+        let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        (workload.namespace.clone(), workload.binding_name())
+    }
+
+    fn after_binding_change(
+        &self,
+        pod: &PodInfo,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Hint {
+        let Some(binding) = new.or(old).and_then(EventObject::sticky_binding) else {
+            return Hint::Queue;
+        };
+        let (namespace, name) = self.binding_of(pod);
+        events::queue_if(
+            binding.metadata.namespace.as_deref() == Some(namespace.as_str())
+                && binding.metadata.name.as_deref() == Some(name.as_str()),
+        )
+    }
+
+    fn after_node_added(&self, pod: &PodInfo, new: Option<&EventObject>) -> Hint {
+        let Some(node) = new.and_then(EventObject::node) else {
+            return Hint::Queue;
+        };
+        let (namespace, name) = self.binding_of(pod);
+        let pinned_here = self
+            .bindings
+            .get(&namespace, &name)
+            .is_some_and(|b| b.pin() == node.metadata.name.as_deref());
+        events::queue_if(pinned_here)
+    }
+}
+
+/// The pod itself changed its annotations (it may have opted out) or owners.
+fn after_own_update(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (Some(old), Some(new)) = events::pods(old, new) else {
+        return Hint::Queue;
+    };
+    events::queue_if(
+        events::is_same_pod(pod, new)
+            && (old.metadata.annotations != new.metadata.annotations
+                || old.metadata.owner_references != new.metadata.owner_references),
+    )
 }
 
 impl PreFilterPlugin for StickyNode {

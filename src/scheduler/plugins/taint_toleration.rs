@@ -2,9 +2,12 @@
 //! tolerate, and prefers nodes with fewer untolerated PreferNoSchedule taints, as
 //! kube-scheduler's TaintToleration Filter, PreScore, Score and NormalizeScore.
 
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 use crate::k8s::taints::{find_untolerated, tolerates};
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -53,6 +56,22 @@ fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
 impl Plugin for TaintToleration {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(vec![
+            Registration::new(
+                ClusterEvent::new(
+                    EventResource::Node,
+                    ActionType::ADD | ActionType::UPDATE_NODE_TAINT,
+                ),
+                Arc::new(after_node_change),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE_POD_TOLERATION),
+                Arc::new(after_toleration_added),
+            ),
+        ])
     }
 
     fn filter(&self) -> Option<&dyn FilterPlugin> {
@@ -152,6 +171,37 @@ pub fn build(
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(TaintToleration))
+}
+
+/// Whether the pod does not tolerate a NoSchedule or NoExecute taint of `node`.
+fn untolerated(pod: &PodInfo, node: &Node) -> bool {
+    let taints = node
+        .spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default();
+    let hard = |t: &Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
+    find_untolerated(taints, pod_tolerations(pod), hard).is_some()
+}
+
+/// A node added, or whose taints changed, that the pod now tolerates.
+fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (old, new) = events::nodes(old, new);
+    let Some(new) = new else { return Hint::Queue };
+    let was = old.is_none_or(|old| untolerated(pod, old));
+    events::queue_if(was && !untolerated(pod, new))
+}
+
+/// The pod itself got a toleration.
+fn after_toleration_added(
+    pod: &PodInfo,
+    _old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    match events::pods(None, new).1 {
+        Some(new) => events::queue_if(events::is_same_pod(pod, new)),
+        None => Hint::Queue,
+    }
 }
 
 #[cfg(test)]

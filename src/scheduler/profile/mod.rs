@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlugin};
+use crate::scheduler::framework::events::QueueingHints;
 use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
 use crate::scheduler::framework::{ExtensionPoint, Plugin};
 use crate::scheduler::plugins::placement_recorder;
@@ -322,6 +323,19 @@ pub fn compile(
         pre_bind: take(ExtensionPoint::PreBind),
         bind: take(ExtensionPoint::Bind),
         post_bind: take(ExtensionPoint::PostBind),
+        hints: Arc::default(),
+    };
+    // The plugins that can reject a pod say which events may help it.
+    let rejecting = [
+        &profile.pre_enqueue,
+        &profile.pre_filter,
+        &profile.filter,
+        &profile.reserve,
+        &profile.permit,
+    ];
+    let profile = CompiledProfile {
+        hints: Arc::new(QueueingHints::build(rejecting.into_iter().flatten())),
+        ..profile
     };
     Ok(Compiled { profile, effective })
 }

@@ -41,7 +41,8 @@ fn the_default_profile_is_kube_schedulers() {
             "NodePorts",
             "NodeResourcesFit",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "NodeDeclaredFeatures"
         ]
     );
     let score: Vec<(&str, i32)> = e

@@ -8,12 +8,15 @@
 //! reduce it to counts per topology pair (`topologyKey` = value). Filter and Score, which run
 //! for every node, only look the node's labels up in those counts.
 
+mod hints;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -108,6 +111,10 @@ pub fn build(
 impl Plugin for InterPodAffinity {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(hints::registrations())
     }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

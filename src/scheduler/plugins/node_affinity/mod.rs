@@ -3,6 +3,8 @@
 //! Filter, PreScore, Score and NormalizeScore. Its args add a node affinity (`addedAffinity`)
 //! that every pod of the profile must also satisfy and whose preferences add to every score.
 
+mod hints;
+
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PreferredSchedulingTerm};
@@ -19,6 +21,7 @@ use crate::scheduler::framework::{
 use crate::scheduler::profile::validation::FieldPath;
 use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
+use crate::scheduler::framework::events::Registration;
 use crate::scheduler::plugins::helper::default_normalize_score;
 
 pub const NAME: &str = "NodeAffinity";
@@ -176,6 +179,10 @@ impl NodeAffinity {
 impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(hints::registrations(self.added_required.clone()))
     }
 
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {

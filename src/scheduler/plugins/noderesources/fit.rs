@@ -16,6 +16,7 @@ use super::scoring::{
 };
 use crate::k8s::names::is_extended_resource_name;
 use crate::k8s::resource::Resource;
+use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -206,6 +207,9 @@ impl NodeResourcesFit {
 impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
+    }
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(super::fit_hints::registrations())
     }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -5,6 +5,7 @@
 
 pub mod balanced_allocation;
 pub mod fit;
+mod fit_hints;
 pub mod resource_allocation;
 pub mod scoring;
 

@@ -5,6 +5,8 @@
 //! taken once in PreFilter; soft ones (`ScheduleAnyway`, and the cluster's default constraints
 //! for pods without constraints of their own) rank nodes in Score from counts taken in PreScore.
 
+mod hints;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -15,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use crate::k8s::labels::{Requirement, Selector, SelectorError};
 use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::taints::find_untolerated;
+use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -164,6 +167,7 @@ pub fn build(
 }
 
 /// The plugin: its default constraints and where default selectors come from.
+#[derive(Clone)]
 pub struct PodTopologySpread {
     default_constraints: Vec<TopologySpreadConstraint>,
     /// Whether the defaults are the system ones; then scoring does not require nodes to have
@@ -406,6 +410,10 @@ struct PreScoreState {
 impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(hints::registrations(Arc::new(self.clone())))
     }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

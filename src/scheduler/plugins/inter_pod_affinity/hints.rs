@@ -1,0 +1,196 @@
+//! InterPodAffinity's queueing hints: a pod appeared or was relabelled that the pod's required
+//! affinity selects; a pod went that its required anti-affinity selected, or whose own
+//! anti-affinity kept this pod away; a node got (or changed) a topology key its terms need.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
+use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo};
+
+/// The events that can make a pod InterPodAffinity rejected schedulable.
+pub fn registrations() -> Vec<Registration> {
+    vec![
+        Registration::new(
+            ClusterEvent::new(
+                EventResource::Pod,
+                ActionType::ADD | ActionType::UPDATE_POD_LABEL | ActionType::DELETE,
+            ),
+            Arc::new(after_pod_change),
+        ),
+        Registration::new(
+            ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_LABEL,
+            ),
+            Arc::new(after_node_change),
+        ),
+    ]
+}
+
+/// Whether every term (there is at least one) selects `pod`. Namespace selectors are
+/// evaluated against no labels, as upstream's hint does.
+fn selected_by_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
+    let no_labels = BTreeMap::new();
+    !terms.is_empty() && terms.iter().all(|t| t.matches(pod, Some(&no_labels)))
+}
+
+fn info(pod: &Pod) -> PodInfo {
+    PodInfo::new(Arc::new(pod.clone()))
+}
+
+fn after_pod_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (old, new) = events::pods(old, new);
+    if let (Some(_), Some(new)) = (old, new)
+        && events::is_same_pod(pod, new)
+    {
+        return Hint::Queue;
+    }
+    if new.is_some_and(|p| !events::assigned_or_nominated(p))
+        || old.is_some_and(|p| !events::assigned_or_nominated(p))
+    {
+        return Hint::Skip;
+    }
+    let (affinity, anti) = (
+        &pod.required_affinity_terms,
+        &pod.required_anti_affinity_terms,
+    );
+    match (old, new) {
+        (Some(old), Some(new)) => {
+            let (old, new) = (info(old), info(new));
+            events::queue_if(
+                (!selected_by_all(affinity, &old) && selected_by_all(affinity, &new))
+                    || (selected_by_all(anti, &old) && !selected_by_all(anti, &new)),
+            )
+        }
+        (None, Some(added)) => events::queue_if(selected_by_all(affinity, &info(added))),
+        (Some(deleted), None) => {
+            let deleted = info(deleted);
+            events::queue_if(
+                selected_by_all(anti, &deleted)
+                    || selected_by_all(&deleted.required_anti_affinity_terms, pod),
+            )
+        }
+        (None, None) => Hint::Queue,
+    }
+}
+
+fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (old, new) = events::nodes(old, new);
+    let Some(new) = new else { return Hint::Queue };
+    let labels =
+        |n: &k8s_openapi::api::core::v1::Node| n.metadata.labels.clone().unwrap_or_default();
+    let after = labels(new);
+    let before = old.map(labels);
+    let changed = |key: &str| {
+        before.as_ref().is_some_and(|b| {
+            b.contains_key(key) && after.contains_key(key) && b.get(key) != after.get(key)
+        })
+    };
+    for term in &pod.required_affinity_terms {
+        let key = term.topology_key.as_str();
+        let gained = match &before {
+            None => after.contains_key(key),
+            Some(b) => !b.contains_key(key) && after.contains_key(key),
+        };
+        if gained || changed(key) {
+            return Hint::Queue;
+        }
+    }
+    for term in &pod.required_anti_affinity_terms {
+        let key = term.topology_key.as_str();
+        let lost = match &before {
+            None => true,
+            Some(b) => b.contains_key(key) && !after.contains_key(key),
+        };
+        if lost || changed(key) {
+            return Hint::Queue;
+        }
+    }
+    Hint::Skip
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+    use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodAffinityTerm, PodAntiAffinity};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+    fn term(app: &str) -> PodAffinityTerm {
+        PodAffinityTerm {
+            label_selector: Some(LabelSelector {
+                match_labels: Some([("app".to_string(), app.to_string())].into()),
+                ..Default::default()
+            }),
+            topology_key: "zone".into(),
+            ..Default::default()
+        }
+    }
+
+    fn bound(app: &str) -> EventObject {
+        EventObject::Pod(Arc::new(
+            PodBuilder::new("q")
+                .label("app", app)
+                .node_name("n1")
+                .build(),
+        ))
+    }
+
+    #[test]
+    fn a_bound_pod_its_affinity_selects_helps_and_others_do_not() {
+        let pod = PodBuilder::new("p")
+            .affinity(Affinity {
+                pod_affinity: Some(PodAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![term("db")]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .info();
+        assert_eq!(
+            after_pod_change(&pod, None, Some(&bound("db"))),
+            Hint::Queue
+        );
+        assert_eq!(
+            after_pod_change(&pod, None, Some(&bound("web"))),
+            Hint::Skip
+        );
+        assert_eq!(
+            after_pod_change(&pod, Some(&bound("web")), Some(&bound("db"))),
+            Hint::Queue
+        );
+        let pending = EventObject::Pod(Arc::new(PodBuilder::new("q").label("app", "db").build()));
+        assert_eq!(
+            after_pod_change(&pod, None, Some(&pending)),
+            Hint::Skip,
+            "not placed yet"
+        );
+    }
+
+    #[test]
+    fn a_pod_its_anti_affinity_selected_helps_when_it_goes() {
+        let pod = PodBuilder::new("p")
+            .affinity(Affinity {
+                pod_anti_affinity: Some(PodAntiAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(vec![term("db")]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .info();
+        assert_eq!(
+            after_pod_change(&pod, Some(&bound("db")), None),
+            Hint::Queue
+        );
+        assert_eq!(
+            after_pod_change(&pod, Some(&bound("web")), None),
+            Hint::Skip
+        );
+        assert_eq!(after_pod_change(&pod, None, Some(&bound("db"))), Hint::Skip);
+    }
+}

@@ -1,0 +1,170 @@
+//! NodeResourcesFit's queueing hints: a pod deleted or scaled down (it freed resources), a
+//! node added that has room for the pod, or a node whose allocatable grew in a resource the pod
+//! requests.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+use crate::k8s::resource::{self, Resource};
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
+use crate::scheduler::framework::pod_info::PodInfo;
+
+/// The events that can make a pod NodeResourcesFit rejected schedulable.
+pub fn registrations() -> Vec<Registration> {
+    vec![
+        Registration::new(
+            ClusterEvent::new(
+                EventResource::Pod,
+                ActionType::DELETE | ActionType::UPDATE_POD_SCALE_DOWN,
+            ),
+            Arc::new(after_pod_event),
+        ),
+        Registration::new(
+            ClusterEvent::new(
+                EventResource::Node,
+                ActionType::ADD | ActionType::UPDATE_NODE_ALLOCATABLE,
+            ),
+            Arc::new(after_node_change),
+        ),
+    ]
+}
+
+/// A bound (or nominated) pod deleted; the pod itself, or a bound pod, requesting less of a
+/// resource this pod requests.
+fn after_pod_event(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    match events::pods(old, new) {
+        (Some(deleted), None) => events::queue_if(events::assigned_or_nominated(deleted)),
+        (Some(old), Some(new)) => {
+            if events::is_same_pod(pod, new) {
+                return Hint::Queue;
+            }
+            if new
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_deref())
+                .is_none_or(str::is_empty)
+            {
+                return Hint::Skip;
+            }
+            let (before, after) = (
+                resource::pod_requests(old, false),
+                resource::pod_requests(new, false),
+            );
+            let wanted = resource::pod_requests(&pod.pod, false);
+            events::queue_if(
+                wanted
+                    .names()
+                    .any(|name| before.get(name) > after.get(name)),
+            )
+        }
+        _ => Hint::Queue,
+    }
+}
+
+fn allocatable(node: &Node) -> Resource {
+    Resource::from_list(node.status.as_ref().and_then(|s| s.allocatable.as_ref()))
+}
+
+/// A node added with room for the pod on an empty node; a node whose allocatable grew in a
+/// resource the pod requests (or in pods), where the pod would fit when empty.
+fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (old, new) = events::nodes(old, new);
+    let Some(new) = new else { return Hint::Queue };
+    let requests = resource::pod_requests(&pod.pod, false);
+    let room = allocatable(new);
+    if !fits_empty(&requests, &room) {
+        return Hint::Skip;
+    }
+    let Some(old) = old else { return Hint::Queue };
+    let before = allocatable(old);
+    if room.allowed_pod_number > before.allowed_pod_number {
+        return Hint::Queue;
+    }
+    events::queue_if(
+        requests
+            .names()
+            .any(|name| room.get(name) > before.get(name)),
+    )
+}
+
+/// Whether the requests fit a node with this allocatable and no pods.
+fn fits_empty(requests: &Resource, allocatable: &Resource) -> bool {
+    allocatable.allowed_pod_number >= 1
+        && requests
+            .names()
+            .all(|name| requests.get(name) <= allocatable.get(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    fn node(cpu: &str, pods: &str) -> Option<EventObject> {
+        NodeBuilder::new("n1")
+            .allocatable("cpu", cpu)
+            .allocatable("memory", "4Gi")
+            .allocatable("pods", pods)
+            .info(vec![])
+            .node
+            .map(EventObject::Node)
+    }
+
+    #[test]
+    fn nodes_help_when_they_have_room_or_grew_in_what_the_pod_requests() {
+        let pod = PodBuilder::new("p").req_cpu("2").info();
+        let hint = |old: &Option<EventObject>, new: &Option<EventObject>| {
+            after_node_change(&pod, old.as_ref(), new.as_ref())
+        };
+        assert_eq!(
+            hint(&None, &node("4", "110")),
+            Hint::Queue,
+            "added with room"
+        );
+        assert_eq!(
+            hint(&None, &node("1", "110")),
+            Hint::Skip,
+            "too small even when empty"
+        );
+        assert_eq!(hint(&None, &node("4", "0")), Hint::Skip, "takes no pods");
+        assert_eq!(
+            hint(&node("3", "110"), &node("4", "110")),
+            Hint::Queue,
+            "more cpu"
+        );
+        assert_eq!(hint(&node("4", "110"), &node("4", "110")), Hint::Skip);
+        assert_eq!(
+            hint(&node("4", "10"), &node("4", "20")),
+            Hint::Queue,
+            "more pods"
+        );
+    }
+
+    #[test]
+    fn pods_help_when_deleted_from_a_node_or_scaled_down_in_what_the_pod_requests() {
+        let pod = PodBuilder::new("p").req_cpu("2").info();
+        let pending = EventObject::Pod(Arc::new(PodBuilder::new("q").build()));
+        let bound = |cpu: &str| {
+            EventObject::Pod(Arc::new(
+                PodBuilder::new("q").node_name("n1").req_cpu(cpu).build(),
+            ))
+        };
+        assert_eq!(after_pod_event(&pod, Some(&bound("1")), None), Hint::Queue);
+        assert_eq!(
+            after_pod_event(&pod, Some(&pending), None),
+            Hint::Skip,
+            "held nothing"
+        );
+        assert_eq!(
+            after_pod_event(&pod, Some(&bound("2")), Some(&bound("1"))),
+            Hint::Queue
+        );
+        assert_eq!(
+            after_pod_event(&pod, Some(&bound("1")), Some(&bound("1"))),
+            Hint::Skip
+        );
+    }
+}
