@@ -208,6 +208,14 @@ impl EventObject {
         }
     }
 
+    /// The pod, shared (to build a `PodInfo` without copying it).
+    pub fn shared_pod(&self) -> Option<&Arc<Pod>> {
+        match self {
+            EventObject::Pod(p) => Some(p),
+            _ => None,
+        }
+    }
+
     pub fn node(&self) -> Option<&Node> {
         match self {
             EventObject::Node(n) => Some(n),

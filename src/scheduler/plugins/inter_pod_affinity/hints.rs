@@ -39,11 +39,15 @@ fn selected_by_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod, Some(&no_labels)))
 }
 
-fn info(pod: &Pod) -> PodInfo {
-    PodInfo::new(Arc::new(pod.clone()))
+fn info(pod: &EventObject) -> PodInfo {
+    match pod.shared_pod() {
+        Some(p) => PodInfo::new(p.clone()),
+        None => PodInfo::new(Arc::new(Pod::default())),
+    }
 }
 
 fn after_pod_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let (old_obj, new_obj) = (old, new);
     let (old, new) = events::pods(old, new);
     if let (Some(_), Some(new)) = (old, new)
         && events::is_same_pod(pod, new)
@@ -59,7 +63,7 @@ fn after_pod_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Event
         &pod.required_affinity_terms,
         &pod.required_anti_affinity_terms,
     );
-    match (old, new) {
+    match (old_obj, new_obj) {
         (Some(old), Some(new)) => {
             let (old, new) = (info(old), info(new));
             events::queue_if(
