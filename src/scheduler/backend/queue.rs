@@ -579,7 +579,14 @@ impl SchedulingQueue {
     /// until the watch shows it bound or deleted. It stays in flight until
     /// [`permitted`](Self::permitted).
     pub fn done(&self, key: &str) {
-        if let Some(entry) = self.lock().entries.get_mut(key) {
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(key) else {
+            return;
+        };
+        if entry.deleted_while_in_flight {
+            // Deleted during its cycle: the watch will not report it again.
+            Self::remove(&mut st, key);
+        } else {
             entry.pool = Pool::Assumed;
         }
     }
@@ -1052,6 +1059,15 @@ mod tests {
         q.delete(&key("p"));
         q.add_unschedulable(&[], &key("p"), BACKOFF, None);
         assert!(!q.contains(&key("p")), "deleted while in flight: gone");
+
+        q.add(pod("c", 0), None);
+        q.pop().expect("c");
+        q.delete(&key("c"));
+        q.done(&key("c"));
+        assert!(
+            !q.contains(&key("c")),
+            "deleted during a cycle that placed it: gone"
+        );
 
         q.add(pod("b", 0), None);
         q.pop().expect("a pod");
