@@ -46,14 +46,18 @@ cluster: ## start the local control plane (NODES=3), kubeconfig in .cluster/kube
 cluster-down: ## stop the local control plane and remove its state
 	e2e/scripts/cluster-down.sh
 
-# The e2e test files that share the tether `make e2e` starts. faults.rs runs a tether of its own
-# behind a proxy and restarts kube-apiserver, so it runs alone, after the shared tether stopped.
-E2E_SHARED := $(filter-out faults,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+# The e2e test files that share the tether `make e2e` starts. fidelity.rs compares tether with
+# kube-scheduler on a cluster no other test changes, so it runs alone after them. faults.rs runs a
+# tether of its own behind a proxy and restarts kube-apiserver, so it runs last, alone.
+E2E_SHARED := $(filter-out faults fidelity,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
 	e2e/scripts/tether-up.sh
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
+	if [ $$status -eq 0 ]; then \
+	  $(CARGO) test -p tether-e2e --test fidelity -- --nocapture || status=$$?; \
+	fi; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
 	$(CARGO) test -p tether-e2e --test faults -- --test-threads=1 || { \

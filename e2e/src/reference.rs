@@ -1,0 +1,129 @@
+//! kube-scheduler itself, as the reference tether's decisions are compared with: the binary
+//! e2e/scripts/build-k8s.sh built (next to kubectl), run by the test with profiles of its own
+//! and the score of every node logged (`--vmodule=schedule_one=10`).
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use anyhow::{Context, anyhow};
+
+use crate::{kubeconfig_path, repo_dir};
+
+/// A kube-scheduler process serving `profiles` (default plugins, no PostFilter), stopped when
+/// dropped.
+pub struct ReferenceScheduler {
+    child: Child,
+    log: PathBuf,
+}
+
+impl ReferenceScheduler {
+    /// Starts kube-scheduler with one profile per schedulerName in `profiles`: kube-scheduler's
+    /// default plugins without the PostFilter ones, DefaultPreemption and DynamicResources
+    /// (tether has neither yet; each appends its own words to a failure message). Leader election and serving are off; the log goes to
+    /// `.cluster/logs/<name>.log`.
+    pub fn start(name: &str, profiles: &[&str]) -> anyhow::Result<Self> {
+        let kubectl = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
+            anyhow!("TETHER_KUBECTL is not set: run the tests through `make e2e`")
+        })?;
+        let bin = PathBuf::from(kubectl)
+            .parent()
+            .map(|dir| dir.join("kube-scheduler"))
+            .ok_or_else(|| anyhow!("no directory for TETHER_KUBECTL"))?;
+        let logs = repo_dir().join(".cluster/logs");
+        std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
+        let config = logs.join(format!("{name}.yaml"));
+        let profiles: Vec<serde_json::Value> = profiles
+            .iter()
+            .map(|p| {
+                serde_json::json!({
+                    "schedulerName": p,
+                    "plugins": {"postFilter": {"disabled": [{"name": "*"}]}},
+                })
+            })
+            .collect();
+        let doc = serde_json::json!({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": kubeconfig_path()},
+            "leaderElection": {"leaderElect": false},
+            "profiles": profiles,
+        });
+        std::fs::write(&config, serde_json::to_string(&doc)?)
+            .with_context(|| format!("writing {}", config.display()))?;
+        let log = logs.join(format!("{name}.log"));
+        let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let child = Command::new(&bin)
+            .arg(format!("--config={}", config.display()))
+            .arg("--secure-port=0")
+            .arg("--vmodule=schedule_one=10")
+            .stdout(Stdio::null())
+            .stderr(out)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(ReferenceScheduler { child, log })
+    }
+
+    /// The final score kube-scheduler logged for each node when it scheduled `pod`
+    /// (`namespace/name`); empty when it logged none (a single feasible node is not scored).
+    pub fn scores(&self, pod: &str) -> anyhow::Result<BTreeMap<String, i64>> {
+        let text = std::fs::read_to_string(&self.log)
+            .with_context(|| format!("reading {}", self.log.display()))?;
+        Ok(parse_scores(&text, pod))
+    }
+
+    /// Where the process logs.
+    pub fn log(&self) -> &PathBuf {
+        &self.log
+    }
+}
+
+impl Drop for ReferenceScheduler {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The scores of `pod` in klog lines such as
+/// `... "Calculated node's final score for pod" pod="ns/p" node="n1" score=237`. The last
+/// attempt wins when there were several.
+pub fn parse_scores(log: &str, pod: &str) -> BTreeMap<String, i64> {
+    let mut scores = BTreeMap::new();
+    let pod_field = format!("pod=\"{pod}\"");
+    for line in log.lines() {
+        if !line.contains("\"Calculated node's final score for pod\"") || !line.contains(&pod_field)
+        {
+            continue;
+        }
+        let field = |key: &str| {
+            line.split(&format!(" {key}="))
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .map(|v| v.trim_matches('"').to_string())
+        };
+        if let (Some(node), Some(Ok(score))) = (field("node"), field("score").map(|s| s.parse())) {
+            scores.insert(node, score);
+        }
+    }
+    scores
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_scores_of_one_pod() {
+        let log = r#"I1123 10:00:00.1 1 schedule_one.go:1050] "Calculated node's final score for pod" pod="ns/a" node="n1" score=237
+I1123 10:00:00.1 1 schedule_one.go:1050] "Calculated node's final score for pod" pod="ns/a" node="n2" score=90
+I1123 10:00:00.1 1 schedule_one.go:1050] "Calculated node's final score for pod" pod="ns/ab" node="n1" score=5
+I1123 10:00:00.2 1 other.go:1] "unrelated" pod="ns/a""#;
+        let scores = parse_scores(log, "ns/a");
+        assert_eq!(
+            scores,
+            BTreeMap::from([("n1".to_string(), 237), ("n2".to_string(), 90)])
+        );
+    }
+}
