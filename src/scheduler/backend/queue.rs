@@ -131,6 +131,9 @@ struct State {
     /// The `in_flight_from` of every pod in flight, counted.
     in_flight_starts: BTreeMap<u64, usize>,
     last_leftover_flush: Instant,
+    /// The keys of the pods in the unschedulable pool (and of some that left it since; they are
+    /// dropped when the pool is next looked at).
+    parked: std::collections::HashSet<String>,
     closed: bool,
 }
 
@@ -180,6 +183,7 @@ impl SchedulingQueue {
                 next_event: 0,
                 in_flight_starts: BTreeMap::new(),
                 last_leftover_flush: now,
+                parked: std::collections::HashSet::new(),
                 closed: false,
             }),
             ready: Condvar::new(),
@@ -472,10 +476,19 @@ impl SchedulingQueue {
         new: Option<&EventObject>,
         candidate: impl Fn(&Entry) -> bool,
     ) -> usize {
+        // Only the pool is looked at, not every queued pod: keys of pods that left it since are
+        // dropped from it here.
+        let entries = &st.entries;
+        st.parked.retain(|k| {
+            entries
+                .get(k)
+                .is_some_and(|e| e.pool == Pool::Unschedulable)
+        });
         let keys: Vec<String> = st
-            .entries
+            .parked
             .iter()
-            .filter(|(_, e)| e.pool == Pool::Unschedulable && candidate(e))
+            .filter_map(|k| st.entries.get(k).map(|e| (k, e)))
+            .filter(|(_, e)| candidate(e))
             .filter(|(_, e)| self.worth_requeuing(&e.info, event, old, new))
             .map(|(k, _)| k.clone())
             .collect();
@@ -664,6 +677,7 @@ impl SchedulingQueue {
             self.to_active_or_backoff(&mut st, key);
         } else if let Some(entry) = st.entries.get_mut(key) {
             entry.pool = Pool::Unschedulable;
+            st.parked.insert(key.to_string());
         }
     }
 
