@@ -8,4 +8,5 @@ pub mod locks;
 pub mod run;
 pub mod scheduler;
 pub mod sticky;
+pub mod supervise;
 pub mod watch;

@@ -26,6 +26,7 @@ use crate::sticky::bindings::BindingIndex;
 use crate::sticky::history::HistoryWriter;
 use crate::sticky::owners::{self, OwnerCache};
 use crate::sticky::reconcile;
+use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
 /// How `tether run` is configured.
@@ -43,6 +44,7 @@ pub struct RunConfig {
 struct HttpState {
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
+    fatal: Fatal,
 }
 
 /// Runs the scheduler until SIGINT or SIGTERM.
@@ -58,6 +60,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
 
     let metrics = Arc::new(Metrics::default());
     let readiness = Readiness::new();
+    let (fatal, mut died) = Fatal::new();
     let selectors = Arc::new(WorkloadSelectors::default());
     let owners = Arc::new(OwnerCache::default());
     let bindings = Arc::new(BindingIndex::default());
@@ -89,6 +92,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             reports,
             readiness: readiness.clone(),
             runtime: tokio::runtime::Handle::current(),
+            fatal: fatal.clone(),
         },
     );
 
@@ -96,45 +100,47 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let kubevirt = owners::kubevirt_served(&client).await;
     let requeue = sched.clone();
     let mut tasks = vec![
-        tokio::spawn(handlers::run_watches(
-            sched.clone(),
-            client.clone(),
-            &readiness,
+        tokio::spawn(fatal.forever(
+            "the pod, node and namespace watches",
+            handlers::run_watches(sched.clone(), client.clone(), &readiness),
         )),
-        tokio::spawn(selectors::run_watches(
-            selectors,
-            client.clone(),
-            &readiness,
+        tokio::spawn(fatal.forever(
+            "the workload selector watches",
+            selectors::run_watches(selectors, client.clone(), &readiness),
         )),
-        tokio::spawn(owners::run_owner_watches(
-            owners,
-            client.clone(),
-            &readiness,
-            kubevirt,
+        tokio::spawn(fatal.forever(
+            "the owner watches",
+            owners::run_owner_watches(owners, client.clone(), &readiness, kubevirt),
         )),
-        tokio::spawn(controller::sticky_binding::run(
-            client.clone(),
-            bindings,
-            Arc::new(move |old, new| {
-                let action = match (&old, &new) {
-                    (None, _) => ActionType::ADD,
-                    (_, None) => ActionType::DELETE,
-                    _ => ActionType::UPDATE,
-                };
-                requeue.queue.on_event(
-                    ClusterEvent::new(EventResource::StickyBinding, action),
-                    old.map(EventObject::StickyBinding),
-                    new.map(EventObject::StickyBinding),
-                )
-            }),
-            &readiness,
+        tokio::spawn(fatal.forever(
+            "the StickyBinding controller",
+            controller::sticky_binding::run(
+                client.clone(),
+                bindings,
+                Arc::new(move |old, new| {
+                    let action = match (&old, &new) {
+                        (None, _) => ActionType::ADD,
+                        (_, None) => ActionType::DELETE,
+                        _ => ActionType::UPDATE,
+                    };
+                    requeue.queue.on_event(
+                        ClusterEvent::new(EventResource::StickyBinding, action),
+                        old.map(EventObject::StickyBinding),
+                        new.map(EventObject::StickyBinding),
+                    )
+                }),
+                &readiness,
+            ),
         )),
-        tokio::spawn(controller::scheduling_profile::run(
-            client.clone(),
-            sched.clone(),
-            handle,
-            config.instance.clone(),
-            &readiness,
+        tokio::spawn(fatal.forever(
+            "the SchedulingProfile controller",
+            controller::scheduling_profile::run(
+                client.clone(),
+                sched.clone(),
+                handle,
+                config.instance.clone(),
+                &readiness,
+            ),
         )),
     ];
 
@@ -144,57 +150,82 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     tracing::info!(addr = %listener.local_addr().unwrap_or(config.http_addr), "serving /metrics, /healthz, /readyz");
     let app = Router::new()
         .route("/metrics", get(serve_metrics))
-        .route("/healthz", get(|| async { "ok" }))
+        .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
         .with_state(HttpState {
             metrics,
             readiness: readiness.clone(),
+            fatal: fatal.clone(),
         });
-    tasks.push(tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "the HTTP endpoint stopped");
-        }
-    }));
+    tasks.push(tokio::spawn(fatal.forever(
+        "the HTTP endpoint",
+        async move {
+            if let Err(e) = axum::serve(listener, app).await {
+                tracing::error!(error = %e, "the HTTP endpoint stopped");
+            }
+        },
+    )));
 
     let loop_sched = sched.clone();
     let runtime = tokio::runtime::Handle::current();
+    let loop_fatal = fatal.clone();
     let scheduling = std::thread::Builder::new()
         .name("scheduling-loop".into())
         .spawn(move || {
-            // kube-scheduler waits for its informers to sync; so does tether.
-            if !loop_sched
-                .readiness
-                .wait_current(|| loop_sched.queue.is_closed())
-            {
-                return;
-            }
-            tracing::info!("caches synced; scheduling");
-            // Binds made before a restart whose history write was lost are counted now.
-            let recorded: Vec<_> = loop_sched
-                .lock_cache()
-                .bound_pods()
-                .into_iter()
-                .filter(|pod| {
-                    let name = crate::k8s::pods::scheduler_name(pod);
-                    loop_sched
-                        .profiles
-                        .get(name)
-                        .is_some_and(|p| p.uses(placement_recorder::NAME))
-                })
-                .collect();
-            runtime.spawn(reconcile::record_missed_binds(history, recorded));
-            loop_sched.run_loop();
+            loop_fatal.guard_thread("the scheduling loop", || {
+                // kube-scheduler waits for its informers to sync; so does tether.
+                if !loop_sched
+                    .readiness
+                    .wait_current(|| loop_sched.queue.is_closed())
+                {
+                    return;
+                }
+                tracing::info!("caches synced; scheduling");
+                // Binds made before a restart whose history write was lost are counted now.
+                let recorded: Vec<_> = loop_sched
+                    .lock_cache()
+                    .bound_pods()
+                    .into_iter()
+                    .filter(|pod| {
+                        let name = crate::k8s::pods::scheduler_name(pod);
+                        loop_sched
+                            .profiles
+                            .get(name)
+                            .is_some_and(|p| p.uses(placement_recorder::NAME))
+                    })
+                    .collect();
+                runtime.spawn(reconcile::record_missed_binds(history, recorded));
+                loop_sched.run_loop();
+                if !loop_sched.queue.is_closed() {
+                    loop_fatal.report("the scheduling loop ended");
+                }
+            })
         })
         .context("starting the scheduling loop")?;
 
-    shutdown_signal().await;
+    let died = tokio::select! {
+        () = shutdown_signal() => None,
+        part = died.recv() => part,
+    };
     tracing::info!("shutting down");
     sched.queue.close();
     for task in tasks {
         task.abort();
     }
     let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
-    Ok(())
+    match died {
+        Some(part) => Err(anyhow::anyhow!("{part}")),
+        None => Ok(()),
+    }
+}
+
+/// 200 while every part of the process runs; 500 once one died (the process then stops).
+async fn healthz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.fatal.is_healthy() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, "a part of tether died")
+    }
 }
 
 async fn serve_metrics(

@@ -189,6 +189,18 @@ async fn the_api_server_refuses_invalid_profiles_naming_the_field() -> anyhow::R
             "spec.podInitialBackoffSeconds",
         ),
         (
+            "a backoff near the largest integer (it used to stop the scheduling loop)",
+            "ok-name",
+            "  podInitialBackoffSeconds: 9223372036854775000\n  podMaxBackoffSeconds: 9223372036854775807\n",
+            "spec.podInitialBackoffSeconds",
+        ),
+        (
+            "a max backoff over a day",
+            "ok-name",
+            "  podMaxBackoffSeconds: 86401\n",
+            "spec.podMaxBackoffSeconds",
+        ),
+        (
             "a plugin twice in one list",
             "ok-name",
             "  plugins:\n    filter:\n      enabled: [{name: NodeName}, {name: NodeName}]\n",

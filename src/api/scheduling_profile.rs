@@ -49,14 +49,15 @@ pub struct SchedulingProfileSpec {
     pub percentage_of_nodes_to_score: i32,
 
     /// The backoff, in seconds, after a pod's first failed attempt. It doubles with every further
-    /// failure up to podMaxBackoffSeconds. Default 1.
+    /// failure up to podMaxBackoffSeconds. Default 1, at most 86400 (a day).
     #[serde(default = "default_initial_backoff")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 86400))]
     pub pod_initial_backoff_seconds: i64,
 
-    /// The longest backoff, in seconds, between two attempts to schedule a pod. Default 10.
+    /// The longest backoff, in seconds, between two attempts to schedule a pod. Default 10, at
+    /// most 86400 (a day).
     #[serde(default = "default_max_backoff")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = 86400))]
     pub pod_max_backoff_seconds: i64,
 
     /// The plugins to enable and disable at each extension point, on top of the default set.
@@ -75,6 +76,9 @@ pub struct SchedulingProfileSpec {
 fn default_initial_backoff() -> i64 {
     1
 }
+
+/// The longest backoff a profile may set, in seconds (a day).
+pub const MAX_BACKOFF_SECONDS: i64 = 86_400;
 
 fn default_max_backoff() -> i64 {
     10

@@ -38,7 +38,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
                 return verdict;
             }
         }
-        sched.queue.permitted(&key);
+        sched.queue.permitted(pod_info.uid());
         let status = runtime::run_pre_bind(&profile, &state, &pod, &node).await;
         if !status.is_success() {
             return status;
@@ -78,7 +78,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         .collect();
     sched
         .queue
-        .add_unschedulable(&plugins, &key, backoff, status.retry_after);
+        .add_unschedulable(&plugins, pod_info.uid(), backoff, status.retry_after);
     // The pod held resources in the cache: pods waiting for them may fit now.
     sched.queue.on_event(
         ASSIGNED_POD_DELETE,

@@ -29,7 +29,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     let Some(profile) = sched.profiles.get(scheduler_name) else {
         // The profile went away while the pod waited: leave the pod alone.
         tracing::debug!(pod = %key, scheduler = %scheduler_name, "no profile serves this pod any more; leaving it");
-        sched.queue.forget(&key);
+        sched.queue.forget(pod.uid());
         return;
     };
     let start = Instant::now();
@@ -48,7 +48,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         sched.report_failure(&queued, "Unschedulable", message);
         sched.queue.add_unschedulable(
             &[],
-            &key,
+            pod.uid(),
             (profile.pod_initial_backoff, profile.pod_max_backoff),
             status.retry_after,
         );
@@ -91,7 +91,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             sched
                 .metrics
                 .attempt("scheduled", &profile.scheduler_name, start.elapsed());
-            sched.queue.done(&key);
+            sched.queue.done(pod.uid());
             sched.spawn_binding(Assumed {
                 queued,
                 profile,
@@ -109,7 +109,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             sched.report_failure(&queued, "Unschedulable", message);
             sched.queue.add_unschedulable(
                 &diagnosis.unschedulable_plugins,
-                &key,
+                pod.uid(),
                 backoff,
                 diagnosis.retry_after(),
             );
@@ -120,7 +120,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 .metrics
                 .attempt("error", &profile.scheduler_name, start.elapsed());
             sched.report_failure(&queued, "SchedulerError", status.message());
-            sched.queue.requeue_with_backoff(&key, backoff);
+            sched.queue.requeue_with_backoff(pod.uid(), backoff);
         }
     }
 }
@@ -133,9 +133,9 @@ fn fail(sched: &Scheduler, queued: QueuedPodInfo, profile: &CompiledProfile, sta
         let plugins: Vec<&'static str> = status.plugin.into_iter().collect();
         sched
             .queue
-            .add_unschedulable(&plugins, &queued.pod.key(), backoff, status.retry_after);
+            .add_unschedulable(&plugins, queued.pod.uid(), backoff, status.retry_after);
     } else {
         sched.report_failure(&queued, "SchedulerError", status.message());
-        sched.queue.requeue_with_backoff(&queued.pod.key(), backoff);
+        sched.queue.requeue_with_backoff(queued.pod.uid(), backoff);
     }
 }

@@ -36,6 +36,7 @@ use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
 use self::report::Reports;
 use crate::locks;
+use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
 /// Everything the scheduling loop, the binding cycles and the watches share.
@@ -54,6 +55,8 @@ pub struct Scheduler {
     /// Whether every watch is current: scheduling waits while one fails or re-lists.
     pub readiness: Arc<Readiness>,
     runtime: tokio::runtime::Handle,
+    /// Reports a binding cycle that panicked.
+    fatal: Fatal,
     this: std::sync::Weak<Scheduler>,
 }
 
@@ -63,6 +66,7 @@ pub struct Services {
     pub reports: Reports,
     pub readiness: Arc<Readiness>,
     pub runtime: tokio::runtime::Handle,
+    pub fatal: Fatal,
 }
 
 impl Scheduler {
@@ -76,6 +80,7 @@ impl Scheduler {
             reports,
             readiness,
             runtime,
+            fatal,
         } = services;
         Arc::new_cyclic(|this| Scheduler {
             cache: Mutex::new(Cache::new()),
@@ -88,6 +93,7 @@ impl Scheduler {
             unserved: Mutex::new(HashMap::new()),
             readiness,
             runtime,
+            fatal,
             this: this.clone(),
         })
     }
@@ -151,7 +157,9 @@ impl Scheduler {
     /// Starts the binding cycle of an assumed pod on the tokio runtime.
     pub fn spawn_binding(&self, assumed: Assumed) {
         if let Some(sched) = self.this.upgrade() {
-            self.runtime.spawn(binding::binding_cycle(sched, assumed));
+            let cycle = binding::binding_cycle(sched, assumed);
+            self.runtime
+                .spawn(self.fatal.guard("a binding cycle", cycle));
         }
     }
 

@@ -31,7 +31,7 @@ impl Scheduler {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let scheduler_name = pods::scheduler_name(&pod).to_string();
         if pods::node_name(&pod).is_some() {
-            self.queue.delete(&key);
+            self.queue.delete(&uid);
             self.set_unserved(&scheduler_name, &key, None);
             let pod = Arc::new(pod);
             let mut cache = self.lock_cache();
@@ -65,13 +65,13 @@ impl Scheduler {
             Some("Succeeded" | "Failed")
         );
         if terminating || finished {
-            self.queue.delete(&key);
+            self.queue.delete(&uid);
             self.set_unserved(&scheduler_name, &key, None);
             return;
         }
         let Some(profile) = self.profiles.get(&scheduler_name) else {
             // Not ours (yet): left alone, remembered in case a profile for it appears.
-            self.queue.delete(&key);
+            self.queue.delete(&uid);
             self.set_unserved(&scheduler_name, &key, Some(Arc::new(pod)));
             return;
         };
@@ -87,9 +87,9 @@ impl Scheduler {
     /// A pod deleted. A pod that held resources (bound, or assumed by us) frees them.
     pub fn on_pod_deleted(&self, pod: &Pod) {
         let key = pods::key(pod);
-        self.queue.delete(&key);
-        self.set_unserved(pods::scheduler_name(pod), &key, None);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        self.queue.delete(&uid);
+        self.set_unserved(pods::scheduler_name(pod), &key, None);
         let mut cache = self.lock_cache();
         let held = cache.pod(&uid);
         cache.remove_pod(&uid);

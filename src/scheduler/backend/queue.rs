@@ -1,6 +1,7 @@
 //! The scheduling queue, as kube-scheduler's PriorityQueue: `activeQ` ordered by the QueueSort
 //! plugin, `backoffQ` for pods that failed recently, the unschedulable pool for pods that wait
-//! for a cluster event, and the gated set for pods held by PreEnqueue (scheduling gates).
+//! for a cluster event, and the gated set for pods held by PreEnqueue (scheduling gates). Pods
+//! are known by UID: a pod deleted and created again under its name is another pod.
 //!
 //! A cluster event moves a pod out of the unschedulable pool only when one of the plugins that
 //! rejected it registered the event and its queueing hint says the change may help
@@ -157,6 +158,13 @@ pub fn backoff_duration(failures: u32, initial: Duration, max: Duration) -> Dura
     initial.saturating_mul(1u32 << exp).min(max)
 }
 
+/// `now + d`, or as far as the clock goes: a duration from a plugin or a profile never panics.
+fn later(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(365 * 86_400)))
+        .unwrap_or(now)
+}
+
 /// The failures a pod's backoff doubles with, as upstream's getBackoffTime: its consecutive
 /// errors while it has any, else its unschedulable attempts.
 fn backoff_failures(info: &QueuedPodInfo) -> u32 {
@@ -203,7 +211,8 @@ impl SchedulingQueue {
     fn align(&self, t: Instant) -> Instant {
         let since = t.saturating_duration_since(self.epoch);
         let windows = since.as_nanos() / BACKOFF_WINDOW.as_nanos();
-        self.epoch + BACKOFF_WINDOW * u32::try_from(windows).unwrap_or(u32::MAX)
+        let aligned = BACKOFF_WINDOW.saturating_mul(u32::try_from(windows).unwrap_or(u32::MAX));
+        self.epoch.checked_add(aligned).unwrap_or(t)
     }
 
     /// Whether a backoff ending at `until` still lasts: it ends with the window it falls in.
@@ -214,7 +223,7 @@ impl SchedulingQueue {
     fn push(&self, st: &mut State, info: QueuedPodInfo, until: Option<Instant>) {
         st.seq += 1;
         let seq = st.seq;
-        let key = info.pod.key();
+        let key = info.pod.uid().to_string();
         let mut full_backoff = info.unschedulable_plugins.is_empty();
         if let Some(entry) = st.entries.get_mut(&key) {
             entry.heap_seq = seq;
@@ -236,7 +245,7 @@ impl SchedulingQueue {
 
     /// Adds a new pending pod. `gate` is the PreEnqueue plugin holding it, if any.
     pub fn add(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
-        let key = pod.key();
+        let key = pod.uid().to_string();
         let mut st = self.lock();
         if st.entries.contains_key(&key) {
             drop(st);
@@ -281,7 +290,7 @@ impl SchedulingQueue {
     /// unschedulable pool the plugins that rejected it decide whether the change may help; a
     /// pod in flight has the change kept for when its cycle ends.
     pub fn update(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
-        let key = pod.key();
+        let key = pod.uid().to_string();
         let mut st = self.lock();
         let Some(entry) = st.entries.get_mut(&key) else {
             drop(st);
@@ -340,13 +349,13 @@ impl SchedulingQueue {
     }
 
     /// Forgets a pod (deleted, bound by someone else, or no longer ours).
-    pub fn delete(&self, key: &str) {
+    pub fn delete(&self, uid: &str) {
         let mut st = self.lock();
-        if let Some(entry) = st.entries.get_mut(key) {
+        if let Some(entry) = st.entries.get_mut(uid) {
             if entry.pool == Pool::InFlight {
                 entry.deleted_while_in_flight = true;
             } else {
-                Self::remove(&mut st, key);
+                Self::remove(&mut st, uid);
             }
         }
     }
@@ -532,7 +541,7 @@ impl SchedulingQueue {
                 Pool::Active => st.active.pop(),
                 _ => st.backoff.pop(),
             }?;
-            let key = top.info.pod.key();
+            let key = top.info.pod.uid().to_string();
             // Skip heap entries of pods deleted, moved or re-sorted since they were pushed;
             // the pod's newest object is the entry's, not the heap entry's.
             let from = st.next_event;
@@ -569,7 +578,7 @@ impl SchedulingQueue {
                 None
             };
             let Some(top) = top else { break };
-            let key = top.info.pod.key();
+            let key = top.info.pod.uid().to_string();
             if let Some(entry) = st
                 .entries
                 .get_mut(&key)
@@ -591,14 +600,14 @@ impl SchedulingQueue {
     /// The pod was assumed on a node: it stays known (so that a failed bind can requeue it)
     /// until the watch shows it bound or deleted. It stays in flight until
     /// [`permitted`](Self::permitted).
-    pub fn done(&self, key: &str) {
+    pub fn done(&self, uid: &str) {
         let mut st = self.lock();
-        let Some(entry) = st.entries.get_mut(key) else {
+        let Some(entry) = st.entries.get_mut(uid) else {
             return;
         };
         if entry.deleted_while_in_flight {
             // Deleted during its cycle: the watch will not report it again.
-            Self::remove(&mut st, key);
+            Self::remove(&mut st, uid);
         } else {
             entry.pool = Pool::Assumed;
         }
@@ -606,18 +615,18 @@ impl SchedulingQueue {
 
     /// The pod passed Permit: no rejection can send it back to the unschedulable pool any
     /// more, so events are no longer kept for it (upstream calls Done here).
-    pub fn permitted(&self, key: &str) {
+    pub fn permitted(&self, uid: &str) {
         let mut st = self.lock();
         let from = st
             .entries
-            .get_mut(key)
+            .get_mut(uid)
             .and_then(|e| e.in_flight_from.take());
         Self::land(&mut st, from);
     }
 
     /// Drops a pod from the queue whatever its state (no profile serves it any more).
-    pub fn forget(&self, key: &str) {
-        Self::remove(&mut self.lock(), key);
+    pub fn forget(&self, uid: &str) {
+        Self::remove(&mut self.lock(), uid);
     }
 
     /// The attempt failed (upstream's AddUnschedulableIfNotPresent). `plugins` rejected the
@@ -628,16 +637,16 @@ impl SchedulingQueue {
     pub fn add_unschedulable(
         &self,
         plugins: &[&'static str],
-        key: &str,
+        uid: &str,
         backoff: (Duration, Duration),
         retry_after: Option<Duration>,
     ) {
         let mut st = self.lock();
-        let Some(entry) = st.entries.get_mut(key) else {
+        let Some(entry) = st.entries.get_mut(uid) else {
             return;
         };
         if entry.deleted_while_in_flight {
-            Self::remove(&mut st, key);
+            Self::remove(&mut st, uid);
             return;
         }
         let now = Instant::now();
@@ -652,38 +661,37 @@ impl SchedulingQueue {
         }
         entry.info.timestamp = now;
         let duration = backoff_duration(backoff_failures(&entry.info), backoff.0, backoff.1);
-        entry.backoff_until = (!duration.is_zero()).then(|| self.align(now + duration));
+        entry.backoff_until = (!duration.is_zero()).then(|| self.align(later(now, duration)));
         entry.full_backoff = error || retry_after.is_some();
         if let Some(after) = retry_after {
             entry.backoff_until = Some(
                 entry
                     .backoff_until
-                    .map_or(now + after, |u| u.max(now + after)),
+                    .map_or(later(now, after), |u| u.max(later(now, after))),
             );
         }
         let info = entry.info.clone();
-        let uid = info.pod.uid().to_string();
         let helped = error
             || retry_after.is_some()
             || from.is_some_and(|from| {
                 st.in_flight_events
                     .iter()
                     .filter(|e| e.seq >= from)
-                    .filter(|e| e.only_for.as_ref().is_none_or(|u| *u == uid))
+                    .filter(|e| e.only_for.as_deref().is_none_or(|u| u == uid))
                     .any(|e| self.worth_requeuing(&info, &e.event, e.old.as_ref(), e.new.as_ref()))
             });
         Self::land(&mut st, from);
         if helped {
-            self.to_active_or_backoff(&mut st, key);
-        } else if let Some(entry) = st.entries.get_mut(key) {
+            self.to_active_or_backoff(&mut st, uid);
+        } else if let Some(entry) = st.entries.get_mut(uid) {
             entry.pool = Pool::Unschedulable;
-            st.parked.insert(key.to_string());
+            st.parked.insert(uid.to_string());
         }
     }
 
     /// An error or a failed bind: retry after backoff, which doubles with the errors in a row.
-    pub fn requeue_with_backoff(&self, key: &str, backoff: (Duration, Duration)) {
-        self.add_unschedulable(&[], key, backoff, None);
+    pub fn requeue_with_backoff(&self, uid: &str, backoff: (Duration, Duration)) {
+        self.add_unschedulable(&[], uid, backoff, None);
     }
 
     /// Removes the waiting pods of `scheduler_name` (its profile is gone) and returns them.
@@ -742,8 +750,8 @@ impl SchedulingQueue {
         )
     }
 
-    pub fn contains(&self, key: &str) -> bool {
-        self.lock().entries.contains_key(key)
+    pub fn contains(&self, uid: &str) -> bool {
+        self.lock().entries.contains_key(uid)
     }
 
     /// How many events are kept for pods in flight (for tests: they must not pile up).
@@ -823,8 +831,9 @@ mod tests {
         Arc::new(PodBuilder::new(name).priority(priority).info())
     }
 
+    /// The UID PodBuilder gives a pod: the queue knows pods by UID.
     fn key(name: &str) -> String {
-        format!("default/{name}")
+        format!("uid-{name}")
     }
 
     fn bound(name: &str, app: &str) -> Option<EventObject> {
@@ -1106,6 +1115,38 @@ mod tests {
         assert_eq!(q.kept_events(), 2, "kept through Permit");
         q.permitted(&key("p"));
         assert_eq!(q.kept_events(), 0, "dropped once no pod needs them");
+    }
+
+    #[test]
+    fn a_pod_recreated_under_its_name_is_another_pod() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        q.pop().expect("the first p");
+        let again = Arc::new(PodBuilder::new("p").uid("second").info());
+        q.add(again, None);
+        q.delete(&key("p")); // the first one's deletion, while it is in flight
+        q.add_unschedulable(&["Fit"], &key("p"), NO_BACKOFF, None);
+        assert!(!q.contains(&key("p")), "the first one is gone");
+        let popped = q.pop().expect("the second p is still queued");
+        assert_eq!(popped.pod.uid(), "second");
+    }
+
+    #[test]
+    fn huge_backoffs_and_retry_times_never_panic() {
+        let q = queue();
+        q.add(pod("p", 0), None);
+        q.pop().expect("p");
+        let huge = (Duration::MAX, Duration::MAX);
+        q.add_unschedulable(&["Fit"], &key("p"), huge, Some(Duration::MAX));
+        assert_eq!(
+            q.lengths(),
+            (0, 1, 0, 0),
+            "backing off, as long as the clock allows"
+        );
+        assert_eq!(
+            backoff_duration(40, Duration::MAX, Duration::MAX),
+            Duration::MAX
+        );
     }
 
     #[test]

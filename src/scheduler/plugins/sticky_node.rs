@@ -38,6 +38,9 @@ const STATE_KEY: &str = "PreFilterStickyNode";
 /// another.
 pub const DEFAULT_DISABLE_ANNOTATION: &str = "tether.dev/sticky-node-disabled";
 
+/// The longest `releaseAfterSeconds` (a year).
+pub const MAX_RELEASE_AFTER_SECONDS: i64 = 365 * 86_400;
+
 /// What happens when the pinned node is lost (gone, or not Ready).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum OnNodeLoss {
@@ -83,10 +86,13 @@ impl StickyNodeArgs {
     /// Checks the args, naming fields under `path` (e.g. `pluginConfig[0].args.releaseAfterSeconds`).
     pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
         let mut errs = FieldErrors::new();
-        if self.release_after_seconds < 0 {
+        if !(0..=MAX_RELEASE_AFTER_SECONDS).contains(&self.release_after_seconds) {
             errs.push(
                 path.child("releaseAfterSeconds"),
-                format!("{} must be >= 0", self.release_after_seconds),
+                format!(
+                    "{} must be between 0 and {MAX_RELEASE_AFTER_SECONDS}",
+                    self.release_after_seconds
+                ),
             );
         }
         if self.disable_annotation.is_empty() {

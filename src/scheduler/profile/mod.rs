@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::api::scheduling_profile::MAX_BACKOFF_SECONDS;
 use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlugin};
 use crate::scheduler::framework::events::QueueingHints;
 use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
@@ -53,8 +54,16 @@ fn check_numbers(spec: &SchedulingProfileSpec, errs: &mut FieldErrors) {
     if !(0..=100).contains(&spec.percentage_of_nodes_to_score) {
         errs.push("percentageOfNodesToScore", "must be between 0 and 100");
     }
-    if spec.pod_initial_backoff_seconds < 1 {
-        errs.push("podInitialBackoffSeconds", "must be at least 1");
+    for (field, value) in [
+        ("podInitialBackoffSeconds", spec.pod_initial_backoff_seconds),
+        ("podMaxBackoffSeconds", spec.pod_max_backoff_seconds),
+    ] {
+        if !(1..=MAX_BACKOFF_SECONDS).contains(&value) {
+            errs.push(
+                field,
+                format!("{value} must be between 1 and {MAX_BACKOFF_SECONDS}"),
+            );
+        }
     }
     if spec.pod_max_backoff_seconds < spec.pod_initial_backoff_seconds {
         errs.push(
@@ -309,8 +318,8 @@ pub fn compile(
         scheduler_name: spec.scheduler_name.clone(),
         source: source.to_string(),
         percentage_of_nodes_to_score: spec.percentage_of_nodes_to_score,
-        pod_initial_backoff: Duration::from_secs(spec.pod_initial_backoff_seconds.max(1) as u64),
-        pod_max_backoff: Duration::from_secs(spec.pod_max_backoff_seconds.max(1) as u64),
+        pod_initial_backoff: backoff_seconds(spec.pod_initial_backoff_seconds),
+        pod_max_backoff: backoff_seconds(spec.pod_max_backoff_seconds),
         queue_sort,
         pre_enqueue: take(ExtensionPoint::PreEnqueue),
         pre_filter: take(ExtensionPoint::PreFilter),
@@ -338,6 +347,11 @@ pub fn compile(
         ..profile
     };
     Ok(Compiled { profile, effective })
+}
+
+/// A backoff field as a duration, within the bounds validation enforces.
+fn backoff_seconds(value: i64) -> Duration {
+    Duration::from_secs(value.clamp(1, MAX_BACKOFF_SECONDS).unsigned_abs())
 }
 
 /// kube-scheduler's defaults for `scheduler_name`: the profile an empty spec compiles to.

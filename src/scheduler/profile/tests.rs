@@ -179,6 +179,23 @@ fn invalid_specs_name_the_field() {
             "plugins.preFilter.disabled",
         ),
         (
+            "a backoff near the largest integer",
+            SchedulingProfileSpec {
+                pod_initial_backoff_seconds: i64::MAX - 1,
+                pod_max_backoff_seconds: i64::MAX,
+                ..spec(None, vec![])
+            },
+            "podInitialBackoffSeconds",
+        ),
+        (
+            "a max backoff over a day",
+            SchedulingProfileSpec {
+                pod_max_backoff_seconds: 86_401,
+                ..spec(None, vec![])
+            },
+            "podMaxBackoffSeconds",
+        ),
+        (
             "no binder",
             spec(
                 Some(Plugins {
