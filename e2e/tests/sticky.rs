@@ -711,3 +711,67 @@ async fn an_owner_kind_tether_does_not_know_is_resolved_through_the_metadata_api
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// 150 pods of one Deployment are created and bound at once: every bind lands in the one
+/// StickyBinding exactly once (`scheduleCount` 150, `nodeCount` adding up to it), although
+/// they race for the same object. The ground truth is the test's own list of bound pods.
+#[tokio::test]
+async fn a_burst_of_binds_to_one_workload_is_counted_exactly_once() -> anyhow::Result<()> {
+    const REPLICAS: i64 = 150;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "burst").await?;
+    let nodes = TestNodes::create(&client, "burst", 5, "64", |_, _| {}).await?;
+    let name = format!("history-burst-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}})).await?;
+    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "10m"}}}]});
+    nodes.isolate(&mut spec);
+    apply(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": ns.name},
+        "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}},
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let bound = wait_for(
+        &format!("{REPLICAS} pods bound"),
+        Duration::from_secs(60),
+        || {
+            let pods = pods.clone();
+            async move {
+                let list = pods.list(&ListParams::default().labels("app=web")).await?;
+                let bound: BTreeSet<String> = list
+                    .items
+                    .iter()
+                    .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+                    .filter_map(|p| p.metadata.uid.clone())
+                    .collect();
+                Ok(
+                    (bound.len() as i64 == REPLICAS && list.items.len() as i64 == REPLICAS)
+                        .then_some(bound),
+                )
+            }
+        },
+    )
+    .await?;
+    assert_eq!(bound.len() as i64, REPLICAS, "no pod was replaced");
+    let binding = wait_count(&client, &ns.name, "deployment-web", REPLICAS).await?;
+    let status = binding.status.unwrap_or_default();
+    assert_eq!(
+        status.node_count.values().sum::<i64>(),
+        REPLICAS,
+        "{status:?}"
+    );
+    let recent: BTreeSet<&str> = status
+        .recent_binds
+        .iter()
+        .map(|b| b.pod_uid.as_str())
+        .collect();
+    assert!(
+        recent.iter().all(|uid| bound.contains(*uid)),
+        "recentBinds names only pods the test saw bound"
+    );
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -9,15 +9,16 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
 use crate::events::{EventType, EventWriter};
 use crate::k8s::pods;
+use crate::locks;
 use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// How many binds `status.recentBinds` keeps.
 pub const RECENT_BINDS: usize = 16;
-/// How often a status write is retried on a conflict before giving up.
-const MAX_CONFLICTS: usize = 10;
 
 /// Errors of a history write, each naming the binding.
 #[derive(Debug, thiserror::Error)]
@@ -40,10 +41,6 @@ pub enum HistoryError {
         name: String,
         source: kube::Error,
     },
-    #[error(
-        "writing the status of StickyBinding {namespace}/{name}: still conflicting after {MAX_CONFLICTS} tries"
-    )]
-    Conflicts { namespace: String, name: String },
 }
 
 /// The status after counting `pod_uid` bound to `node`, or `None` when that pod is already
@@ -131,14 +128,68 @@ pub enum Recorded {
     AlreadyCounted,
 }
 
-/// Writes StickyBinding history: exactly once per bound pod, with a resourceVersion
-/// precondition and retries on conflict.
+/// A bind waiting to be counted in its workload's binding.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Bind {
+    pod_uid: String,
+    pod_name: String,
+    node: String,
+}
+
+/// The binds of one binding not written yet, and whether a writer is at it.
+struct Pending {
+    workload: Workload,
+    binds: Vec<Bind>,
+    writing: bool,
+}
+
+/// How long to wait before retrying a write, doubling up to the max.
+const RETRY_INITIAL: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Whether a failed call may succeed if made again: a conflict, throttling, a server error, or
+/// no answer at all (a timeout or a broken connection).
+fn retryable(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(e) => e.code == 409 || e.code == 429 || e.code >= 500,
+        kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => false,
+        _ => true,
+    }
+}
+
+/// The next retry delay after `delay`, and the delay to sleep now with up to ±25% jitter, so
+/// that writers that collided do not collide again.
+fn next_delay(delay: Duration) -> (Duration, Duration) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter = f64::from(nanos % 1000) / 1000.0 * 0.5 + 0.75;
+    (
+        delay.saturating_mul(2).min(RETRY_MAX),
+        delay.mul_f64(jitter),
+    )
+}
+
+/// Waits before retrying after `error`, and doubles `delay`.
+async fn backoff(delay: &mut Duration, error: &kube::Error) {
+    let (next, now) = next_delay(*delay);
+    *delay = next;
+    tracing::debug!(error = %error, wait = ?now, "retrying a history write");
+    tokio::time::sleep(now).await;
+}
+
+/// Writes StickyBinding history: exactly once per bound pod. Each binding has one writer at a
+/// time: binds that arrive while a write is in flight are counted together in the next write,
+/// so a burst of binds to one workload costs a few writes, not one conflict race per bind.
+/// Writes carry a resourceVersion precondition and are retried with backoff and jitter on
+/// conflicts, throttling, server errors and lost connections until they land.
 pub struct HistoryWriter {
     client: kube::Client,
     events: EventWriter,
     index: Arc<BindingIndex>,
     owners: Arc<dyn OwnerLookup>,
     metrics: Arc<Metrics>,
+    pending: Mutex<HashMap<(String, String), Pending>>,
 }
 
 impl HistoryWriter {
@@ -158,6 +209,7 @@ impl HistoryWriter {
             index,
             owners,
             metrics,
+            pending: Mutex::new(HashMap::new()),
         }
     }
 
@@ -167,26 +219,71 @@ impl HistoryWriter {
     }
 
     /// Counts the bind of `pod` to `node` in its workload's binding, once, and counts the
-    /// outcome in `tether_history_writes_total`. A failure is logged, never returned: the bind
-    /// stands, and the start-up reconcile of a later restart counts what was missed.
+    /// outcome in `tether_history_writes_total`. When a write to that binding is in flight the
+    /// bind joins the next one, which the caller in charge makes; otherwise this call writes
+    /// until no bind of the binding waits. A failure is logged, never returned: the bind stands,
+    /// and the start-up reconcile of a later restart counts what was missed.
     pub async fn record_bind(&self, pod: &Pod, node: &str) {
         let workload = workload::resolve(pod, self.owners.as_ref());
-        let key = pods::key(pod);
         if let Some(owner) = &workload.pending_owner {
             // Not this pod's binding to guess at; a restart's reconcile counts it later.
-            tracing::warn!(pod = %key, owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
+            tracing::warn!(pod = %pods::key(pod), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
             self.metrics.history_write("failed");
             return;
         }
-        let result = match self.record(&workload, pod, node).await {
-            Ok(Recorded::Counted) => "recorded",
-            Ok(Recorded::AlreadyCounted) => "duplicate",
-            Err(e) => {
-                tracing::warn!(pod = %key, error = %e, "could not record the bind in the StickyBinding");
-                "failed"
-            }
+        let key = (workload.namespace.clone(), workload.binding_name());
+        let bind = Bind {
+            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            pod_name: pod.metadata.name.clone().unwrap_or_default(),
+            node: node.to_string(),
         };
-        self.metrics.history_write(result);
+        {
+            let mut pending = locks::lock(&self.pending);
+            let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
+                workload,
+                binds: Vec::new(),
+                writing: false,
+            });
+            entry.binds.push(bind);
+            if entry.writing {
+                return;
+            }
+            entry.writing = true;
+        }
+        self.write_pending(&key).await;
+    }
+
+    /// Writes the binds waiting for `key`, batch after batch, until none is left.
+    async fn write_pending(&self, key: &(String, String)) {
+        loop {
+            let (workload, batch) = {
+                let mut pending = locks::lock(&self.pending);
+                let Some(entry) = pending.get_mut(key) else {
+                    return;
+                };
+                if entry.binds.is_empty() {
+                    pending.remove(key);
+                    return;
+                }
+                (entry.workload.clone(), std::mem::take(&mut entry.binds))
+            };
+            match self.write(&workload, &batch).await {
+                Ok(counted) => {
+                    for _ in 0..counted {
+                        self.metrics.history_write("recorded");
+                    }
+                    for _ in counted..batch.len() {
+                        self.metrics.history_write("duplicate");
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(binding = %format!("{}/{}", key.0, key.1), binds = batch.len(), error = %e, "could not record binds in the StickyBinding");
+                    for _ in &batch {
+                        self.metrics.history_write("failed");
+                    }
+                }
+            }
+        }
     }
 
     /// The workload `pod` belongs to, as the writer resolves it.
@@ -194,21 +291,39 @@ impl HistoryWriter {
         workload::resolve(pod, self.owners.as_ref())
     }
 
-    /// Counts `pod` bound to `node` in its workload's binding, creating the binding if missing.
+    /// Counts `pod` bound to `node` in its workload's binding now, creating the binding if
+    /// missing (one write, not batched).
     pub async fn record(
         &self,
         workload: &Workload,
         pod: &Pod,
         node: &str,
     ) -> Result<Recorded, HistoryError> {
+        let bind = Bind {
+            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            pod_name: pod.metadata.name.clone().unwrap_or_default(),
+            node: node.to_string(),
+        };
+        let counted = self.write(workload, std::slice::from_ref(&bind)).await?;
+        Ok(if counted == 1 {
+            Recorded::Counted
+        } else {
+            Recorded::AlreadyCounted
+        })
+    }
+
+    /// Counts `binds` in the workload's binding in one status write, creating the binding if
+    /// missing, retrying until it lands or fails for good. Returns how many were new.
+    async fn write(&self, workload: &Workload, binds: &[Bind]) -> Result<usize, HistoryError> {
         let namespace = workload.namespace.clone();
         let name = workload.binding_name();
         let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
-        let pod_uid = pod.metadata.uid.clone().unwrap_or_default();
-        let pod_name = pod.metadata.name.clone().unwrap_or_default();
+        let mut delay = RETRY_INITIAL;
+        // Set once a status write got no definite answer: it may have been applied.
+        let mut maybe_landed = false;
         // The index's copy first; after a conflict, the API server's.
         let mut cached = self.index.get(&namespace, &name);
-        for _ in 0..MAX_CONFLICTS {
+        loop {
             let fetched = match cached.take() {
                 Some(b) => Ok(Some(StickyBinding::clone(&b))),
                 None => api.get_opt(&name).await,
@@ -223,7 +338,10 @@ impl HistoryWriter {
                         self.index.upsert(b.clone());
                         b
                     }
-                    Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                    Err(e) if retryable(&e) => {
+                        backoff(&mut delay, &e).await;
+                        continue;
+                    }
                     Err(source) => {
                         return Err(HistoryError::Create {
                             namespace,
@@ -232,6 +350,10 @@ impl HistoryWriter {
                         });
                     }
                 },
+                Err(e) if retryable(&e) => {
+                    backoff(&mut delay, &e).await;
+                    continue;
+                }
                 Err(source) => {
                     return Err(HistoryError::Get {
                         namespace,
@@ -241,11 +363,35 @@ impl HistoryWriter {
                 }
             };
             let status = current.status.clone().unwrap_or_default();
+            // A write of this batch whose answer was lost may have landed: its newest bind is
+            // then recorded, and the whole batch with it (a status write is all or nothing).
+            if maybe_landed
+                && binds
+                    .last()
+                    .is_some_and(|b| status.recent_binds.iter().any(|r| r.pod_uid == b.pod_uid))
+            {
+                return Ok(binds.len());
+            }
             let now = Time(jiff::Timestamp::now());
-            let Some(mut next) = count_bind(&status, &pod_uid, &pod_name, node, now.clone()) else {
-                return Ok(Recorded::AlreadyCounted);
-            };
-            let released = current.released_by_bind_to(node);
+            let mut next = status;
+            let mut counted = 0;
+            let mut released = None;
+            for bind in binds {
+                if let Some(after) = count_bind(
+                    &next,
+                    &bind.pod_uid,
+                    &bind.pod_name,
+                    &bind.node,
+                    now.clone(),
+                ) {
+                    next = after;
+                    counted += 1;
+                    released = released.or_else(|| current.released_by_bind_to(&bind.node));
+                }
+            }
+            if counted == 0 {
+                return Ok(0);
+            }
             if let Some(old) = &released {
                 next.released_from = Some(Release {
                     node: old.clone(),
@@ -260,17 +406,20 @@ impl HistoryWriter {
             {
                 Ok(written) => {
                     self.index.upsert(written);
-                    if let Some(old) = released {
-                        self.announce_release(&current, &old, node).await;
+                    if let (Some(old), Some(last)) = (released, binds.last()) {
+                        self.announce_release(&current, &old, &last.node).await;
                     }
-                    return Ok(Recorded::Counted);
+                    return Ok(counted);
                 }
-                Err(kube::Error::Api(e)) if e.code == 409 => continue,
                 // Deleted since it was read (a person freeing the workload, or a copy from
-                // before an outage): the bind still counts, in a binding created anew.
+                // before an outage): the binds still count, in a binding created anew.
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     self.index.remove(&namespace, &name);
-                    continue;
+                }
+                Err(e) if retryable(&e) => {
+                    maybe_landed |=
+                        !matches!(&e, kube::Error::Api(a) if a.code == 409 || a.code == 429);
+                    backoff(&mut delay, &e).await;
                 }
                 Err(source) => {
                     return Err(HistoryError::Update {
@@ -281,7 +430,6 @@ impl HistoryWriter {
                 }
             }
         }
-        Err(HistoryError::Conflicts { namespace, name })
     }
 
     async fn announce_release(&self, binding: &StickyBinding, from: &str, to: &str) {
@@ -461,5 +609,124 @@ mod tests {
             "only this bind, in the new binding: {status:?}"
         );
         assert_eq!(status.recent_binds[0].pod_uid, "pod-2");
+    }
+
+    /// A stand-in API server holding one StickyBinding, with resourceVersion preconditions.
+    /// `faults` are served in turn to status writes: "lost" applies the write but answers 500
+    /// (an answer lost on the way), "busy" answers 429 without applying it.
+    struct Store {
+        binding: std::sync::Mutex<Option<serde_json::Value>>,
+        faults: std::sync::Mutex<Vec<&'static str>>,
+        writes: std::sync::atomic::AtomicUsize,
+    }
+
+    fn store_client(store: Arc<Store>) -> kube::Client {
+        stand_in_client(move |method, path, mut sent| {
+            let base = "/apis/tether.dev/v1alpha1/namespaces/ns/stickybindings";
+            let path = path.trim_start_matches(base).to_string();
+            let mut held = store.binding.lock().expect("binding");
+            let status = |code: u16, reason: &str| {
+                serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "reason": reason, "code": code, "message": reason})
+            };
+            match (method, path.as_str()) {
+                ("GET", "/deployment-web") => match held.as_ref() {
+                    Some(b) => (200, b.clone()),
+                    None => (404, status(404, "NotFound")),
+                },
+                ("POST", "") => {
+                    sent["metadata"]["uid"] = "b-uid".into();
+                    sent["metadata"]["resourceVersion"] = "1".into();
+                    *held = Some(sent.clone());
+                    (201, sent)
+                }
+                ("PUT", "/deployment-web/status") => {
+                    let Some(current) = held.clone() else {
+                        return (404, status(404, "NotFound"));
+                    };
+                    if sent["metadata"]["resourceVersion"] != current["metadata"]["resourceVersion"]
+                    {
+                        return (409, status(409, "Conflict"));
+                    }
+                    let fault = store.faults.lock().expect("faults").pop();
+                    if fault == Some("busy") {
+                        return (429, status(429, "TooManyRequests"));
+                    }
+                    store
+                        .writes
+                        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    let rv: u64 = current["metadata"]["resourceVersion"]
+                        .as_str()
+                        .and_then(|v| v.parse().ok())
+                        .unwrap_or(0);
+                    sent["metadata"]["resourceVersion"] = (rv + 1).to_string().into();
+                    *held = Some(sent.clone());
+                    if fault == Some("lost") {
+                        return (500, status(500, "InternalError"));
+                    }
+                    (200, sent)
+                }
+                _ => (404, status(404, "NotFound")),
+            }
+        })
+    }
+
+    fn web_pod(i: usize) -> Pod {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": format!("web-{i}"), "namespace": "ns", "uid": format!("pod-{i}"),
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": "web",
+                    "uid": "web-uid", "controller": true}]},
+        }))
+        .expect("a pod");
+        pod.spec = Some(Default::default());
+        pod
+    }
+
+    fn writer_for(store: &Arc<Store>) -> Arc<HistoryWriter> {
+        Arc::new(HistoryWriter::new(
+            store_client(store.clone()),
+            None,
+            Arc::new(BindingIndex::default()),
+            Arc::new(crate::sticky::workload::NoOwners),
+            Arc::new(Metrics::default()),
+        ))
+    }
+
+    fn held_status(store: &Store) -> StickyBindingStatus {
+        let held = store
+            .binding
+            .lock()
+            .expect("binding")
+            .clone()
+            .expect("a binding");
+        serde_json::from_value(held["status"].clone()).unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_binds_to_one_binding_is_counted_exactly_once_in_few_writes() {
+        let store = Arc::new(Store {
+            binding: std::sync::Mutex::new(None),
+            faults: std::sync::Mutex::new(vec!["busy", "lost", "busy"]),
+            writes: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let writer = writer_for(&store);
+        let binds = (0..150).map(|i| {
+            let writer = writer.clone();
+            async move {
+                writer
+                    .record_bind(&web_pod(i), &format!("n{}", i % 3))
+                    .await
+            }
+        });
+        futures::future::join_all(binds).await;
+
+        let status = held_status(&store);
+        assert_eq!(
+            status.schedule_count, 150,
+            "every bind counted once: {status:?}"
+        );
+        assert_eq!(status.node_count.values().sum::<i64>(), 150);
+        let writes = store.writes.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(writes < 150, "binds share writes: {writes} writes");
     }
 }
