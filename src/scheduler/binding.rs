@@ -61,6 +61,13 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
     sched.metrics.bind_failed(&profile.scheduler_name);
     runtime::run_unreserve(&profile, &state, &pod_info, &node);
     sched.lock_cache().forget_pod(pod_info.uid());
+    if let Some(other) = &status.bound_elsewhere {
+        // Bound, just not by this cycle: the pod watch brings it into the cache; nothing to
+        // report or requeue.
+        tracing::warn!(pod = %key, node = %other, "the pod was bound elsewhere meanwhile");
+        sched.queue.forget(pod_info.uid());
+        return;
+    }
     let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
     let (reason, message) = if status.is_rejected() {
         ("Unschedulable", status.message())

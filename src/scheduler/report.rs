@@ -77,7 +77,10 @@ impl Reports {
         if already {
             return;
         }
+        // The UID makes the write a precondition: it never lands on a pod recreated under the
+        // same name.
         let patch = serde_json::json!({
+            "metadata": {"uid": pod.metadata.uid},
             "status": {"conditions": [{
                 "type": "PodScheduled",
                 "status": "False",

@@ -30,6 +30,9 @@ pub struct Status {
     /// For a rejection: when the answer may change by itself (a deadline passes), so that the
     /// pod is retried then instead of waiting for a cluster event.
     pub retry_after: Option<std::time::Duration>,
+    /// Bind: the bind's answer was lost and the pod turned out bound to this other node (by
+    /// someone else): it is not ours to requeue or to report unschedulable.
+    pub bound_elsewhere: Option<String>,
 }
 
 impl Status {
@@ -39,6 +42,7 @@ impl Status {
             reasons: Vec::new(),
             plugin: None,
             retry_after: None,
+            bound_elsewhere: None,
         }
     }
 
@@ -48,6 +52,7 @@ impl Status {
             reasons: vec![reason.into()],
             plugin: None,
             retry_after: None,
+            bound_elsewhere: None,
         }
     }
 
@@ -57,6 +62,7 @@ impl Status {
             reasons,
             plugin: None,
             retry_after: None,
+            bound_elsewhere: None,
         }
     }
 
@@ -78,6 +84,7 @@ impl Status {
             reasons: Vec::new(),
             plugin: None,
             retry_after: None,
+            bound_elsewhere: None,
         }
     }
 
@@ -101,6 +108,14 @@ impl Status {
     pub fn with_retry_after(mut self, after: std::time::Duration) -> Self {
         self.retry_after = Some(after);
         self
+    }
+
+    /// Bind: the pod is bound to `node`, not where this cycle meant to bind it.
+    pub fn bound_elsewhere(node: &str) -> Self {
+        Status {
+            bound_elsewhere: Some(node.to_string()),
+            ..Status::error(format!("the pod is bound to {node} already"))
+        }
     }
 
     pub fn with_plugin(mut self, plugin: &'static str) -> Self {

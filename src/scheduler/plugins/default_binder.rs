@@ -71,9 +71,34 @@ impl BindPlugin for DefaultBinder {
                 .await
             {
                 Ok(_) => Status::success(),
+                Err(e) if answer_may_be_lost(&e) => {
+                    // Whether the bind happened is the pod's to say.
+                    let failed =
+                        || Status::error(format!("binding {namespace}/{name} to {node_name}: {e}"));
+                    match api.get_opt(&name).await {
+                        Ok(Some(now)) if now.metadata.uid == pod.metadata.uid => {
+                            match now.spec.and_then(|s| s.node_name) {
+                                Some(node) if node == node_name => Status::success(),
+                                Some(node) => Status::bound_elsewhere(&node),
+                                None => failed(),
+                            }
+                        }
+                        _ => failed(),
+                    }
+                }
                 Err(e) => Status::error(format!("binding {namespace}/{name} to {node_name}: {e}")),
             }
         })
+    }
+}
+
+/// Whether a failed bind call may have bound the pod after all: no answer (a timeout, a broken
+/// connection), a server error, or a conflict (the pod is bound, maybe by this very call).
+fn answer_may_be_lost(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(e) => e.code == 409 || e.code >= 500,
+        kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => false,
+        _ => true,
     }
 }
 
@@ -100,6 +125,51 @@ mod tests {
         assert_eq!(b.metadata.uid.as_deref(), Some("u-1"));
         assert_eq!(b.target.kind.as_deref(), Some("Node"));
         assert_eq!(b.target.name.as_deref(), Some("node-3"));
+    }
+
+    /// A stand-in API server whose bind call fails with `code` after (maybe) binding, and whose
+    /// pod reads answer `bound_to`.
+    fn binder(code: u16, bound_to: Option<&'static str>) -> DefaultBinder {
+        let client = crate::scheduler::testing::stand_in_client(move |method, _path, _sent| {
+            if method == "POST" {
+                let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Failure", "reason": "InternalError", "code": code, "message": "lost"});
+                return (code, status);
+            }
+            let mut pod = serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "shop", "uid": "u-1"}, "spec": {"containers": []}});
+            if let Some(node) = bound_to {
+                pod["spec"]["nodeName"] = node.into();
+            }
+            (200, pod)
+        });
+        DefaultBinder {
+            client: Some(client),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bind_whose_answer_was_lost_is_decided_by_reading_the_pod_back() {
+        let pod = PodBuilder::new("web").namespace("shop").uid("u-1").build();
+        let state = CycleState::new();
+        let bind = |b: DefaultBinder| {
+            let pod = pod.clone();
+            let state = &state;
+            async move { BindPlugin::bind(&b, state, &pod, "node-3").await }
+        };
+        assert!(
+            bind(binder(500, Some("node-3"))).await.is_success(),
+            "it did bind"
+        );
+        let elsewhere = bind(binder(500, Some("node-1"))).await;
+        assert_eq!(elsewhere.bound_elsewhere.as_deref(), Some("node-1"));
+        let unbound = bind(binder(503, None)).await;
+        assert!(
+            !unbound.is_success() && unbound.bound_elsewhere.is_none(),
+            "requeued"
+        );
+        let refused = bind(binder(403, Some("node-3"))).await;
+        assert!(!refused.is_success(), "a definite refusal is not read back");
     }
 
     #[test]
