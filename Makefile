@@ -31,8 +31,9 @@ lint: ## clippy over every target, warnings denied
 unit: ## unit tests (includes the crds/ drift check)
 	$(CARGO) test --lib --bins
 
-crds: ## regenerate crds/ from src/api
+crds: ## regenerate crds/ (and its copy in deploy/crds/) from src/api
 	$(CARGO) run --quiet --bin tether -- crd > crds/tether.dev.yaml
+	cp crds/tether.dev.yaml deploy/crds/tether.dev.yaml
 
 crds-check: ## fail when crds/ is stale
 	$(CARGO) test --lib api::tests::crds_directory_is_up_to_date

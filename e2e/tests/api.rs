@@ -317,3 +317,58 @@ async fn a_deployment_for_an_unserved_scheduler_gets_a_pending_pod_from_the_repl
     assert_eq!(phase.as_deref(), Some("Pending"));
     ns.delete().await
 }
+
+/// The README's install command, exactly as written, works on the cluster: kubectl's built-in
+/// kustomize takes deploy/ (CRDs included), and a pod is then scheduled by tether running as the
+/// ServiceAccount deploy/ creates (with deploy/'s RBAC, as `make e2e` runs it).
+#[tokio::test]
+async fn the_documented_install_applies_as_written_and_tether_schedules_with_it()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let deploy = tether_e2e::repo_dir().join("deploy");
+    let deploy = deploy.to_string_lossy();
+    kubectl_ok(&["apply", "-k", &deploy], None)?;
+    let strategy = kubectl_ok(
+        &[
+            "get",
+            "deployment",
+            "tether",
+            "-n",
+            "tether-system",
+            "-o",
+            "jsonpath={.spec.strategy.type}",
+        ],
+        None,
+    )?;
+    assert_eq!(strategy, "Recreate", "never two replicas binding at once");
+    for (kind, name) in [
+        ("crd", "schedulingprofiles.tether.dev"),
+        ("crd", "stickybindings.tether.dev"),
+        ("serviceaccount", "tether"),
+    ] {
+        kubectl_ok(&["get", kind, name, "-n", "tether-system"], None)?;
+    }
+
+    let ns = TestNamespace::create(&client, "install").await?;
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "installed"},
+        "spec": {"schedulerName": "tether-scheduler", "containers": [{"name": "c", "image": "pause"}]},
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    pods.create(&kube::api::PostParams::default(), &pod).await?;
+    tether_e2e::wait_bound(&client, &ns.name, "installed", Duration::from_secs(30)).await?;
+
+    // The Deployment's own pod cannot run here (kwok nodes, no image): only the objects count.
+    kubectl_ok(
+        &[
+            "delete",
+            "deployment",
+            "tether",
+            "-n",
+            "tether-system",
+            "--wait=false",
+        ],
+        None,
+    )?;
+    ns.delete().await
+}

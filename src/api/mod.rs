@@ -39,15 +39,27 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
 mod tests {
     use super::*;
 
-    /// `crds/` is generated from these types; a change to them must regenerate it (`make crds`).
+    /// `crds/` and the copy in `deploy/crds/` (inside the kustomization's root, so that
+    /// `kubectl apply -k deploy/` takes it) are generated from these types; a change to them
+    /// must regenerate both (`make crds`).
     #[test]
     fn crds_directory_is_up_to_date() {
         let want = crds_yaml().expect("CRDs serialize");
-        let have = include_str!("../../crds/tether.dev.yaml");
-        assert!(
-            want == have,
-            "crds/tether.dev.yaml is stale: run `make crds` and commit the result"
-        );
+        for (path, have) in [
+            (
+                "crds/tether.dev.yaml",
+                include_str!("../../crds/tether.dev.yaml"),
+            ),
+            (
+                "deploy/crds/tether.dev.yaml",
+                include_str!("../../deploy/crds/tether.dev.yaml"),
+            ),
+        ] {
+            assert!(
+                want == have,
+                "{path} is stale: run `make crds` and commit the result"
+            );
+        }
     }
 
     #[test]
