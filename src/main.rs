@@ -37,6 +37,10 @@ struct RunArgs {
     /// This replica's name, recorded on the events it publishes (the pod name in a Deployment).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
+    /// After SIGTERM: how long binds in flight (and their history writes) may take to finish,
+    /// in seconds. Keep it below the pod's terminationGracePeriodSeconds (30 by default).
+    #[arg(long, env = "TETHER_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
+    shutdown_grace_seconds: u64,
 }
 
 fn init_logging(format: &str) {
@@ -67,6 +71,7 @@ fn main() -> anyhow::Result<()> {
                 http_addr: args.http_addr,
                 parallelism,
                 instance: args.instance,
+                shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

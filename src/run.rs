@@ -38,6 +38,8 @@ pub struct RunConfig {
     pub parallelism: usize,
     /// This replica's name, for events.
     pub instance: Option<String>,
+    /// How long binds in flight may take to finish after SIGTERM.
+    pub shutdown_grace: std::time::Duration,
 }
 
 #[derive(Clone)]
@@ -207,12 +209,21 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         () = shutdown_signal() => None,
         part = died.recv() => part,
     };
-    tracing::info!("shutting down");
+    // No pod is taken from the queue from now on; the cycle under way ends, then the binds in
+    // flight (and their history writes) finish while the watches still run.
+    tracing::info!("shutting down: no new pods are scheduled; waiting for binds in flight");
     sched.queue.close();
+    let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
+    if died.is_none() {
+        let left = sched.wait_binding_cycles(config.shutdown_grace).await;
+        if left > 0 {
+            tracing::warn!(binds = left, grace = ?config.shutdown_grace, "binds still in flight at the end of the grace period; the start-up reconcile counts their history");
+        }
+    }
     for task in tasks {
         task.abort();
     }
-    let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
+    tracing::info!("stopped");
     match died {
         Some(part) => Err(anyhow::anyhow!("{part}")),
         None => Ok(()),

@@ -151,6 +151,24 @@ impl OwnTether {
         Ok(tether)
     }
 
+    /// Sends SIGTERM and waits (up to `timeout`) for the process to exit; returns whether it
+    /// exited with status 0.
+    pub async fn terminate(&mut self, timeout: Duration) -> anyhow::Result<bool> {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .context("running kill")?;
+        anyhow::ensure!(sent.success(), "kill -TERM {pid} failed");
+        let child = &mut self.child;
+        let status = wait_for("the test's tether to exit", timeout, || {
+            let exited = child.try_wait().map_err(anyhow::Error::from);
+            async move { exited }
+        })
+        .await?;
+        Ok(status.success())
+    }
+
     /// What `/readyz` says now (None when it does not answer 200).
     pub fn readyz(&self) -> anyhow::Result<Option<String>> {
         curl(&format!("http://{}/readyz", self.http))

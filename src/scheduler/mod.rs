@@ -57,6 +57,10 @@ pub struct Scheduler {
     runtime: tokio::runtime::Handle,
     /// Reports a binding cycle that panicked.
     fatal: Fatal,
+    /// Binding cycles running now (with their PostBind history writes), and a wake-up for
+    /// [`Scheduler::wait_binding_cycles`].
+    binding_cycles: std::sync::atomic::AtomicUsize,
+    bound_all: tokio::sync::Notify,
     this: std::sync::Weak<Scheduler>,
 }
 
@@ -94,6 +98,8 @@ impl Scheduler {
             readiness,
             runtime,
             fatal,
+            binding_cycles: std::sync::atomic::AtomicUsize::new(0),
+            bound_all: tokio::sync::Notify::new(),
             this: this.clone(),
         })
     }
@@ -157,9 +163,36 @@ impl Scheduler {
     /// Starts the binding cycle of an assumed pod on the tokio runtime.
     pub fn spawn_binding(&self, assumed: Assumed) {
         if let Some(sched) = self.this.upgrade() {
-            let cycle = binding::binding_cycle(sched, assumed);
-            self.runtime
-                .spawn(self.fatal.guard("a binding cycle", cycle));
+            use std::sync::atomic::Ordering;
+            self.binding_cycles.fetch_add(1, Ordering::SeqCst);
+            let counted = sched.clone();
+            let cycle = async move {
+                binding::binding_cycle(sched, assumed).await;
+            };
+            let guarded = self.fatal.guard("a binding cycle", cycle);
+            self.runtime.spawn(async move {
+                guarded.await;
+                if counted.binding_cycles.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    counted.bound_all.notify_waiters();
+                }
+            });
+        }
+    }
+
+    /// Waits until no binding cycle runs (their binds and history writes are done), at most
+    /// `grace`; returns how many still run.
+    pub async fn wait_binding_cycles(&self, grace: std::time::Duration) -> usize {
+        use std::sync::atomic::Ordering;
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let notified = self.bound_all.notified();
+            let running = self.binding_cycles.load(Ordering::SeqCst);
+            if running == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.binding_cycles.load(Ordering::SeqCst);
+            }
         }
     }
 
