@@ -25,9 +25,12 @@ enum Command {
 
 #[derive(Args, Debug)]
 struct RunArgs {
-    /// Where /metrics, /healthz and /readyz are served.
+    /// Where /metrics is served.
     #[arg(long, env = "TETHER_HTTP_ADDR", default_value = "0.0.0.0:8080")]
     http_addr: SocketAddr,
+    /// Where /healthz and /readyz (the probes) are served.
+    #[arg(long, env = "TETHER_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
+    health_addr: SocketAddr,
     /// Threads running Filter and Score over the nodes (default: one per CPU).
     #[arg(long, env = "TETHER_PARALLELISM")]
     parallelism: Option<usize>,
@@ -69,6 +72,7 @@ fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
             let config = tether::run::RunConfig {
                 http_addr: args.http_addr,
+                health_addr: args.health_addr,
                 parallelism,
                 instance: args.instance,
                 shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),

@@ -32,8 +32,10 @@ use crate::watch::Readiness;
 /// How `tether run` is configured.
 #[derive(Clone, Debug)]
 pub struct RunConfig {
-    /// Where `/metrics`, `/healthz` and `/readyz` are served.
+    /// Where `/metrics` is served.
     pub http_addr: SocketAddr,
+    /// Where `/healthz` and `/readyz` are served (probes stay apart from metrics).
+    pub health_addr: SocketAddr,
     /// Threads for Filter and Score.
     pub parallelism: usize,
     /// This replica's name, for events.
@@ -51,9 +53,16 @@ struct HttpState {
 
 /// Runs the scheduler until SIGINT or SIGTERM.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
-    let client = kube::Client::try_default()
+    let mut kube_config = kube::Config::infer()
         .await
-        .context("connecting to the API server")?;
+        .context("reading the kubeconfig or in-cluster config")?;
+    // Every request has a deadline: a connection that went half-open is given up within a
+    // minute (watch requests are renewed every 50 s, so a silent minute means a dead one).
+    kube_config.connect_timeout = Some(std::time::Duration::from_secs(10));
+    kube_config.read_timeout = Some(std::time::Duration::from_secs(60));
+    kube_config.write_timeout = Some(std::time::Duration::from_secs(30));
+    kube_config.reset_reader_on_write = true;
+    let client = kube::Client::try_from(kube_config).context("connecting to the API server")?;
     rayon::ThreadPoolBuilder::new()
         .num_threads(config.parallelism.max(1))
         .thread_name(|i| format!("filter-score-{i}"))
@@ -146,27 +155,35 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         )),
     ];
 
-    let listener = tokio::net::TcpListener::bind(config.http_addr)
-        .await
-        .with_context(|| format!("binding the HTTP endpoint {}", config.http_addr))?;
-    tracing::info!(addr = %listener.local_addr().unwrap_or(config.http_addr), "serving /metrics, /healthz, /readyz");
-    let app = Router::new()
+    let state = HttpState {
+        metrics,
+        readiness: readiness.clone(),
+        fatal: fatal.clone(),
+    };
+    let metrics_app = Router::new()
         .route("/metrics", get(serve_metrics))
+        .with_state(state.clone());
+    let health_app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(ready))
-        .with_state(HttpState {
-            metrics,
-            readiness: readiness.clone(),
-            fatal: fatal.clone(),
-        });
-    tasks.push(tokio::spawn(fatal.forever(
-        "the HTTP endpoint",
-        async move {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::error!(error = %e, "the HTTP endpoint stopped");
-            }
-        },
-    )));
+        .with_state(state);
+    for (what, addr, app) in [
+        ("/metrics", config.http_addr, metrics_app),
+        ("/healthz and /readyz", config.health_addr, health_app),
+    ] {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr} for {what}"))?;
+        tracing::info!(addr = %listener.local_addr().unwrap_or(addr), "serving {what}");
+        tasks.push(tokio::spawn(fatal.forever(
+            "an HTTP endpoint",
+            async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "an HTTP endpoint stopped");
+                }
+            },
+        )));
+    }
 
     let loop_sched = sched.clone();
     let runtime = tokio::runtime::Handle::current();

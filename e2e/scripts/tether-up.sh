@@ -6,6 +6,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 TETHER_BIN=${TETHER_BIN:-$REPO_DIR/target/debug/tether}
 TETHER_HTTP_PORT=${TETHER_HTTP_PORT:-18080}
+TETHER_HEALTH_PORT=${TETHER_HEALTH_PORT:-18081}
 ADMIN_KUBECONFIG=$CLUSTER_DIR/kubeconfig
 KUBECTL="$BIN_DIR/kubectl --kubeconfig=$ADMIN_KUBECONFIG"
 PID_FILE=$CLUSTER_DIR/pids/tether.pid
@@ -42,12 +43,12 @@ KCFG
 
 mkdir -p "$LOG_DIR" "$(dirname "$PID_FILE")"
 KUBECONFIG=$sa_kubeconfig RUST_LOG=${RUST_LOG:-info,tether=debug} setsid "$TETHER_BIN" run \
-  --http-addr "127.0.0.1:$TETHER_HTTP_PORT" --instance tether-local \
+  --http-addr "127.0.0.1:$TETHER_HTTP_PORT" --health-addr "127.0.0.1:$TETHER_HEALTH_PORT" --instance tether-local \
   >"$LOG_DIR/tether.log" 2>&1 </dev/null &
 echo $! >"$PID_FILE"
 
 deadline=$(( $(date +%s) + 60 ))
-until curl -sf --max-time 2 "http://127.0.0.1:$TETHER_HTTP_PORT/readyz" >/dev/null; do
+until curl -sf --max-time 2 "http://127.0.0.1:$TETHER_HEALTH_PORT/readyz" >/dev/null; do
   kill -0 "$(cat "$PID_FILE")" 2>/dev/null || { tail -n 20 "$LOG_DIR/tether.log" >&2; die "tether exited; read $LOG_DIR/tether.log"; }
   (( $(date +%s) > deadline )) && die "tether was not ready within 60s; read $LOG_DIR/tether.log"
   sleep 0.2

@@ -105,6 +105,7 @@ pub fn apiserver_addr() -> anyhow::Result<SocketAddr> {
 /// tether ServiceAccount. Stopped when dropped; logs to `.cluster/logs/tether-<name>.log`.
 pub struct OwnTether {
     child: Child,
+    /// Where its probes (`/healthz`, `/readyz`) answer.
     pub http: SocketAddr,
     pub log: PathBuf,
 }
@@ -119,17 +120,19 @@ impl OwnTether {
             text.replace(&upstream.to_string(), &proxy.addr.to_string()),
         )
         .context("writing the proxied kubeconfig")?;
-        let http = {
+        let free = || -> anyhow::Result<SocketAddr> {
             let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-            probe.local_addr()?
+            Ok(probe.local_addr()?)
         };
+        let (metrics, http) = (free()?, free()?);
         let bin = std::env::var_os("TETHER_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo_dir().join("target/debug/tether"));
         let log = repo_dir().join(format!(".cluster/logs/tether-{name}.log"));
         let out = std::fs::File::create(&log).context("creating the tether log")?;
         let child = Command::new(&bin)
-            .args(["run", "--http-addr", &http.to_string(), "--instance"])
+            .args(["run", "--http-addr", &metrics.to_string()])
+            .args(["--health-addr", &http.to_string(), "--instance"])
             .arg(format!("tether-{name}"))
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,tether=debug")

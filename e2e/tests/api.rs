@@ -345,6 +345,7 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
         ("crd", "schedulingprofiles.tether.dev"),
         ("crd", "stickybindings.tether.dev"),
         ("serviceaccount", "tether"),
+        ("networkpolicy", "tether"),
     ] {
         kubectl_ok(&["get", kind, name, "-n", "tether-system"], None)?;
     }

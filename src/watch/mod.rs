@@ -184,9 +184,17 @@ where
     }
 }
 
-/// The watch configuration every tether watch uses: lists served from the API server's cache.
+/// How long the API server keeps one watch request open. The watcher gives up on a request
+/// that stays silent a few seconds longer, so a half-open connection is noticed within a
+/// minute; a watch that simply ended resumes from where it was, without a re-list.
+const WATCH_TIMEOUT_SECONDS: u32 = 50;
+
+/// The watch configuration every tether watch uses: lists served from the API server's cache,
+/// watch requests renewed every [`WATCH_TIMEOUT_SECONDS`].
 fn config() -> watcher::Config {
-    watcher::Config::default().any_semantic()
+    watcher::Config::default()
+        .any_semantic()
+        .timeout(WATCH_TIMEOUT_SECONDS)
 }
 
 #[cfg(test)]
