@@ -200,8 +200,7 @@ impl Scheduler {
     pub fn report_failure(&self, queued: &QueuedPodInfo, reason: &'static str, message: String) {
         let reports = self.reports.clone();
         let pod = queued.pod.pod.clone();
-        self.runtime
-            .spawn(async move { reports.failed(&pod, reason, &message).await });
+        self.runtime.spawn(reports.failed(&pod, reason, &message));
     }
 
     /// The scheduling loop: pops pods and schedules them one at a time until the queue closes.

@@ -2,24 +2,74 @@
 //! the pod condition `PodScheduled=False`, written as kube-scheduler writes them. These calls run
 //! on the tokio runtime, off the scheduling cycle; a failure to report is logged, never fatal.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
 use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::events::{EventType, EventWriter};
+use crate::locks;
 
 /// Publishes scheduling events and conditions.
 #[derive(Clone)]
 pub struct Reports {
     client: kube::Client,
     events: EventWriter,
+    /// Per pod UID: the newest failure reported, and a lock that makes one failure's event and
+    /// condition writes happen together. Two attempts of a pod failing in quick succession are
+    /// reported in order, and an older one that has not started yet is dropped, so the condition
+    /// and the latest event always tell the same failure.
+    order: Arc<Mutex<HashMap<String, Turn>>>,
 }
+
+/// A pod's newest failure number and the lock its reports are written under.
+type Turn = (u64, Arc<tokio::sync::Mutex<()>>);
 
 impl Reports {
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
         Reports {
             events: EventWriter::new(client.clone(), instance),
             client,
+            order: Arc::default(),
+        }
+    }
+
+    /// Reports a failed attempt of `pod`: its place in the order is taken now (call this in
+    /// the order of the attempts); the writes happen when the returned future runs.
+    pub fn failed(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let (seq, lock) = {
+            let mut order = locks::lock(&self.order);
+            let entry = order.entry(uid.clone()).or_default();
+            entry.0 += 1;
+            (entry.0, entry.1.clone())
+        };
+        let (this, pod, reason, message) = (
+            self.clone(),
+            pod.clone(),
+            reason.to_string(),
+            message.to_string(),
+        );
+        async move {
+            let _writing = lock.lock().await;
+            let newest =
+                |order: &HashMap<String, (u64, _)>| order.get(&uid).map(|e| e.0) == Some(seq);
+            if !newest(&locks::lock(&this.order)) {
+                return;
+            }
+            this.write_failure(&pod, &reason, &message).await;
+            let mut order = locks::lock(&this.order);
+            if newest(&order) {
+                order.remove(&uid);
+            }
         }
     }
 
@@ -45,7 +95,7 @@ impl Reports {
 
     /// Event `FailedScheduling` and the condition PodScheduled=False with `reason`
     /// (Unschedulable, or SchedulerError for errors) and `message`.
-    pub async fn failed(&self, pod: &Pod, reason: &str, message: &str) {
+    async fn write_failure(&self, pod: &Pod, reason: &str, message: &str) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let note = truncate(message, 1000);
@@ -108,4 +158,39 @@ fn truncate(s: &str, max: usize) -> String {
         end -= 1;
     }
     format!("{}…", &s[..end])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::testing::{PodBuilder, stand_in_client};
+
+    #[tokio::test]
+    async fn an_older_failure_that_runs_late_is_not_written_over_a_newer_one() {
+        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = sent.clone();
+        let client = stand_in_client(move |method, path, body| {
+            let message = body["status"]["conditions"][0]["message"]
+                .as_str()
+                .or(body["note"].as_str())
+                .unwrap_or_default()
+                .to_string();
+            log.lock()
+                .expect("log")
+                .push(format!("{method} {path} {message}"));
+            (201, body)
+        });
+        let reports = Reports::new(client, None);
+        let pod = PodBuilder::new("p").build();
+        let first = reports.failed(&pod, "Unschedulable", "0/30 nodes are available");
+        let second = reports.failed(&pod, "Unschedulable", "0/29 nodes are available");
+        second.await;
+        first.await;
+        let sent = sent.lock().expect("log").clone();
+        assert_eq!(sent.len(), 2, "one event and one condition: {sent:?}");
+        assert!(
+            sent.iter().all(|s| s.ends_with("0/29 nodes are available")),
+            "{sent:?}"
+        );
+    }
 }

@@ -59,10 +59,11 @@ impl Workload {
     /// The StickyBinding's name: `<kind>-<name>` in lower case; `statefulset-<pod name>` for a
     /// StatefulSet, whose ordinals each stick on their own.
     pub fn binding_name(&self) -> String {
-        match (&self.kind[..], &self.pod_name) {
+        let full = match (&self.kind[..], &self.pod_name) {
             ("StatefulSet", Some(pod)) => format!("statefulset-{pod}").to_lowercase(),
             _ => format!("{}-{}", self.kind, self.name).to_lowercase(),
-        }
+        };
+        within_name_limit(full)
     }
 
     pub fn workload_ref(&self) -> WorkloadRef {
@@ -73,6 +74,29 @@ impl Workload {
             ordinal: self.ordinal,
         }
     }
+}
+
+/// The longest object name Kubernetes accepts (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// `name` when it fits [`MAX_NAME`]; else its start and a stable hash of the whole, as
+/// Kubernetes controllers shorten generated names, so two long names never collide. The
+/// binding's spec keeps the full workload reference.
+fn within_name_limit(name: String) -> String {
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    // FNV-1a: stable across releases and platforms, unlike std's hasher.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let suffix = format!("-{hash:08x}");
+    let mut cut = MAX_NAME - suffix.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = name[..cut].trim_end_matches(['-', '.']);
+    format!("{head}{suffix}")
 }
 
 /// The workload `pod` belongs to, following its controller ownerReference over `owners`.
