@@ -132,6 +132,14 @@ impl Scheduler {
         }
     }
 
+    /// Forgets the unserved pods whose UID is not in `uids` (after a relist of pods): they were
+    /// deleted while the watch was down.
+    pub fn retain_unserved(&self, uids: &std::collections::HashSet<String>) {
+        for pods in self.lock_unserved().values_mut() {
+            pods.retain(|_, pod| pod.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)));
+        }
+    }
+
     /// Serves exactly `profiles` from now on (the profile controller's decision). Pods of a
     /// schedulerName no longer served leave the queue untouched; pods of a newly served one
     /// are queued; any change gives unschedulable pods another try.

@@ -197,15 +197,18 @@ impl Cache {
             .map(|p| p.pod.clone())
     }
 
-    /// Keeps only the pods whose UID is in `uids` (after a relist); returns those that went.
+    /// Keeps only the pods whose UID is in `uids` (after a relist), assumed ones included;
+    /// returns those that went.
     pub fn retain_pods_by_uid(
         &mut self,
         uids: &std::collections::HashSet<String>,
     ) -> Vec<Arc<Pod>> {
+        // Assumed pods too: a pod is listed from the moment it exists, so one missing from the
+        // list was deleted while the watch was down, whatever tether assumed of it.
         let gone: Vec<String> = self
             .pods
             .keys()
-            .filter(|u| !uids.contains(*u) && !self.pods[*u].assumed)
+            .filter(|u| !uids.contains(*u))
             .cloned()
             .collect();
         let mut removed = Vec::with_capacity(gone.len());
@@ -350,6 +353,28 @@ mod tests {
         let n1 = snap.get("n1").expect("n1");
         assert_eq!(n1.requested.milli_cpu, 1500);
         assert_eq!(n1.pods.len(), 2);
+    }
+
+    #[test]
+    fn a_relist_drops_every_pod_it_does_not_list_assumed_ones_too() {
+        let mut cache = Cache::new();
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").build()));
+        cache.upsert_pod(bound("kept", "n1", "1"));
+        cache.upsert_pod(bound("gone", "n1", "1"));
+        cache.assume_pod(&PodBuilder::new("assumed-kept").req_cpu("1").info(), "n1");
+        cache.assume_pod(&PodBuilder::new("assumed-gone").req_cpu("1").info(), "n1");
+        let listed: std::collections::HashSet<String> =
+            ["uid-kept", "uid-assumed-kept"].map(String::from).into();
+        let removed: Vec<String> = cache
+            .retain_pods_by_uid(&listed)
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(removed, ["assumed-gone", "gone"]);
+        assert_eq!(cache.pod_count(), 2);
+        assert!(cache.is_assumed("uid-assumed-kept"));
     }
 
     #[test]

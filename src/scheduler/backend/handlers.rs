@@ -155,6 +155,7 @@ impl Index<Pod> for Scheduler {
         }
         let removed = self.lock_cache().retain_pods_by_uid(&seen);
         self.queue.retain_uids(&seen);
+        self.retain_unserved(&seen);
         for old in removed {
             self.queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
