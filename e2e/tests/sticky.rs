@@ -775,3 +775,51 @@ async fn a_burst_of_binds_to_one_workload_is_counted_exactly_once() -> anyhow::R
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A pod owned by OpenKruise's StatefulSet (`apps.kruise.io`, e2e/fixtures/kruise.yaml) is not
+/// taken for an `apps/v1` StatefulSet pod: tether finds its owner by group and kind, schedules
+/// it, and records its ordinal's binding with the owner's API version.
+#[tokio::test]
+async fn a_statefulset_of_another_api_group_is_its_own_owner_kind() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kruise").await?;
+    let nodes = TestNodes::create(&client, "kruise", 2, "16", |_, _| {}).await?;
+    let name = format!("sticky-kruise-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    let kind = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "apps.kruise.io",
+        "v1beta1",
+        "StatefulSet",
+    ));
+    let sets: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns.name, &kind);
+    let set = sets
+        .create(&PostParams::default(), &DynamicObject::new("db", &kind))
+        .await?;
+    let mut spec =
+        json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause"}]});
+    nodes.isolate(&mut spec);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "db-0", "namespace": ns.name,
+            "ownerReferences": controller_ref("apps.kruise.io/v1beta1", "StatefulSet", "db", set.metadata.uid.as_deref().unwrap_or_default())},
+        "spec": spec,
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    pods.create(&PostParams::default(), &pod).await?;
+    wait_bound(&client, &ns.name, "db-0", TIMEOUT).await?;
+    let binding = wait_count(&client, &ns.name, "statefulset-db-0", 1).await?;
+    let workload = binding.spec.workload_ref;
+    assert_eq!(
+        (
+            workload.api_version.as_str(),
+            workload.name.as_str(),
+            workload.ordinal
+        ),
+        ("apps.kruise.io/v1beta1", "db", Some(0))
+    );
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

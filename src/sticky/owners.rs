@@ -18,7 +18,17 @@ use crate::watch::{self, Feed, Index, Readiness};
 
 use crate::sticky::workload::{OwnerLookup, OwnerMeta};
 
+/// (namespace, group-qualified kind, name).
 type Key = (String, String, String);
+
+/// An owner kind with its API group (`apps/StatefulSet`, `apps.kruise.io/StatefulSet`; core
+/// kinds bare), so that same-named kinds of different groups are never confused.
+pub fn group_kind(api_version: &str, kind: &str) -> String {
+    match api_version.split_once('/') {
+        Some((group, _)) => format!("{group}/{kind}"),
+        None => kind.to_string(),
+    }
+}
 
 /// Where the watch of one owner kind stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,7 +41,7 @@ enum KindState {
     Unavailable,
 }
 
-/// Owner objects by (namespace, kind, name).
+/// Owner objects by (namespace, group-qualified kind, name).
 #[derive(Default)]
 pub struct OwnerCache {
     owners: RwLock<HashMap<Key, OwnerMeta>>,
@@ -42,7 +52,11 @@ pub struct OwnerCache {
 
 impl OwnerCache {
     pub fn upsert(&self, namespace: &str, meta: OwnerMeta) {
-        let key = (namespace.to_string(), meta.kind.clone(), meta.name.clone());
+        let key = (
+            namespace.to_string(),
+            group_kind(&meta.api_version, &meta.kind),
+            meta.name.clone(),
+        );
         locks::write(&self.owners).insert(key, meta);
     }
 
@@ -67,12 +81,18 @@ impl OwnerCache {
         }
     }
 
-    /// Replaces every owner of `kind` (after a relist) with `owners`, given with their namespace.
+    /// Replaces every owner of the group-qualified `kind` (after a relist) with `owners`, given
+    /// with their namespace.
     pub fn reset_kind(&self, kind: &str, owners: Vec<(String, OwnerMeta)>) {
         let mut map = locks::write(&self.owners);
         map.retain(|(_, k, _), _| k != kind);
         for (namespace, meta) in owners {
-            map.insert((namespace, meta.kind.clone(), meta.name.clone()), meta);
+            let key = (
+                namespace,
+                group_kind(&meta.api_version, &meta.kind),
+                meta.name.clone(),
+            );
+            map.insert(key, meta);
         }
     }
 
@@ -86,15 +106,21 @@ impl OwnerCache {
 }
 
 impl OwnerLookup for OwnerCache {
-    fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+    fn get(&self, namespace: &str, api_version: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
         locks::read(&self.owners)
-            .get(&(namespace.to_string(), kind.to_string(), name.to_string()))
+            .get(&(
+                namespace.to_string(),
+                group_kind(api_version, kind),
+                name.to_string(),
+            ))
             .cloned()
     }
 
     /// A kind seen for the first time is sent to be watched, and counts as watched (its
     /// owners pending) until its watch lists or turns out unavailable.
     fn is_watched(&self, api_version: &str, kind: &str) -> bool {
+        let kind = group_kind(api_version, kind);
+        let kind = kind.as_str();
         let state = locks::read(&self.kinds).get(kind).copied();
         match state {
             Some(KindState::Starting | KindState::Listed) => true,
@@ -109,7 +135,8 @@ impl OwnerLookup for OwnerCache {
                     return *state != KindState::Unavailable;
                 }
                 kinds.insert(kind.to_string(), KindState::Starting);
-                tx.send((api_version.to_string(), kind.to_string())).is_ok()
+                let bare = kind.rsplit('/').next().unwrap_or(kind);
+                tx.send((api_version.to_string(), bare.to_string())).is_ok()
             }
         }
     }
@@ -189,6 +216,7 @@ async fn feed<K>(
     cache: Arc<OwnerCache>,
     api: Api<K>,
     kind: &str,
+    api_version: &str,
     feed: Option<Feed>,
     to_meta: impl Fn(&K) -> OwnerMeta + Send + Sync + 'static,
 ) where
@@ -202,7 +230,7 @@ async fn feed<K>(
 {
     let index = OwnersOf {
         cache,
-        kind: kind.to_string(),
+        kind: group_kind(api_version, kind),
         to_meta: Box::new(to_meta),
     };
     watch::run(api, format!("{kind} owners"), feed, &index).await;
@@ -228,13 +256,21 @@ pub fn run_owner_watches(
     readiness: &Arc<Readiness>,
     kubevirt_served: bool,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let mut kinds = vec!["ReplicaSet", "Deployment", "StatefulSet", "Job"];
+    let mut kinds = vec![
+        ("apps/v1", "ReplicaSet"),
+        ("apps/v1", "Deployment"),
+        ("apps/v1", "StatefulSet"),
+        ("batch/v1", "Job"),
+    ];
     if kubevirt_served {
-        kinds.extend(["VirtualMachineInstance", "VirtualMachine"]);
+        kinds.extend([
+            ("kubevirt.io/v1", "VirtualMachineInstance"),
+            ("kubevirt.io/v1", "VirtualMachine"),
+        ]);
     }
     let mut feeds: HashMap<&str, Feed> = HashMap::new();
-    for kind in kinds {
-        cache.set_kind(kind, KindState::Starting);
+    for (api_version, kind) in kinds {
+        cache.set_kind(&group_kind(api_version, kind), KindState::Starting);
         feeds.insert(kind, readiness.register(format!("{kind} owners")));
     }
     async move { run_owner_watches_with(cache, client, feeds, kubevirt_served).await }
@@ -294,6 +330,7 @@ async fn run_owner_watches_with(
             cache.clone(),
             Api::<ReplicaSet>::all(client.clone()),
             "ReplicaSet",
+            "apps/v1",
             rs,
             |o: &ReplicaSet| {
                 meta_of(
@@ -308,6 +345,7 @@ async fn run_owner_watches_with(
             cache.clone(),
             Api::<Deployment>::all(client.clone()),
             "Deployment",
+            "apps/v1",
             deploy,
             |o: &Deployment| {
                 meta_of(
@@ -322,6 +360,7 @@ async fn run_owner_watches_with(
             cache.clone(),
             Api::<StatefulSet>::all(client.clone()),
             "StatefulSet",
+            "apps/v1",
             sts,
             |o: &StatefulSet| {
                 meta_of(
@@ -336,6 +375,7 @@ async fn run_owner_watches_with(
             cache.clone(),
             Api::<Job>::all(client.clone()),
             "Job",
+            "batch/v1",
             job,
             |o: &Job| meta_of(&o.metadata, "batch/v1", "Job", None)
         ),
@@ -358,6 +398,7 @@ async fn watch_metadata(
         cache,
         Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource),
         &resource.kind,
+        &resource.api_version,
         feed_of,
         move |o: &PartialObjectMeta<DynamicObject>| meta_of(&o.metadata, &api_version, &kind, None),
     )
@@ -380,7 +421,7 @@ async fn watch_discovered(
             watch_metadata(cache, client, resource, None).await;
         }
         Err(e) => {
-            cache.mark_unavailable(&kind);
+            cache.mark_unavailable(&group_kind(&api_version, &kind));
             tracing::warn!(api_version = %api_version, kind = %kind, error = %e, "owner kind not served; its pods' workloads are named by their ownerReference");
         }
     }
@@ -412,19 +453,63 @@ mod tests {
         );
         assert!(rx.try_recv().is_err(), "asked for once");
 
-        assert!(cache.mark_listed("Widget"));
-        assert!(!cache.mark_listed("Widget"), "only the first list counts");
+        assert!(cache.mark_listed("example.com/Widget"));
+        assert!(
+            !cache.mark_listed("example.com/Widget"),
+            "only the first list counts"
+        );
         assert!(cache.is_watched("example.com/v1", "Widget"), "listed");
         assert!(
-            !cache.mark_unavailable("Widget"),
+            !cache.mark_unavailable("example.com/Widget"),
             "a listed kind stays listed"
         );
 
         assert!(cache.is_watched("example.com/v1", "Gadget"));
-        assert!(cache.mark_unavailable("Gadget"));
+        assert!(cache.mark_unavailable("example.com/Gadget"));
         assert!(
             !cache.is_watched("example.com/v1", "Gadget"),
             "unavailable: named by reference"
+        );
+    }
+
+    #[test]
+    fn same_named_kinds_of_two_groups_are_two_owners() {
+        let cache = OwnerCache::default();
+        let meta = |api_version: &str, uid: &str| OwnerMeta {
+            api_version: api_version.into(),
+            kind: "StatefulSet".into(),
+            name: "db".into(),
+            uid: uid.into(),
+            controller: None,
+            replicas: Some(3),
+        };
+        cache.upsert("ns", meta("apps/v1", "apps-uid"));
+        cache.upsert("ns", meta("apps.kruise.io/v1beta1", "kruise-uid"));
+        let uid = |api_version| {
+            cache
+                .get("ns", api_version, "StatefulSet", "db")
+                .map(|m| m.uid)
+        };
+        assert_eq!(uid("apps/v1").as_deref(), Some("apps-uid"));
+        assert_eq!(uid("apps.kruise.io/v1beta1").as_deref(), Some("kruise-uid"));
+        assert_eq!(
+            uid("apps.kruise.io/v1alpha1").as_deref(),
+            Some("kruise-uid"),
+            "any version"
+        );
+        cache.mark_listed("apps/StatefulSet");
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        *cache.discover.lock().expect("lock") = Some(tx);
+        assert!(
+            cache.is_watched("apps.kruise.io/v1beta1", "StatefulSet"),
+            "its own watch"
+        );
+        assert_eq!(
+            rx.try_recv().ok(),
+            Some((
+                "apps.kruise.io/v1beta1".to_string(),
+                "StatefulSet".to_string()
+            ))
         );
     }
 }

@@ -24,7 +24,9 @@ pub struct OwnerMeta {
 
 /// Owner metadata by namespace, kind and name, from watch caches. No API call.
 pub trait OwnerLookup: Send + Sync {
-    fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta>;
+    /// The owner of this API version's group and kind, by namespace and name: an
+    /// `apps.kruise.io` StatefulSet is not an `apps` one.
+    fn get(&self, namespace: &str, api_version: &str, kind: &str, name: &str) -> Option<OwnerMeta>;
 
     /// Whether owners of `kind` are (being) watched: then an owner missing from the lookup is
     /// one the watch has not delivered yet, not one that cannot be known. A lookup may start
@@ -130,7 +132,12 @@ pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
     };
     // A cached owner of another UID is an older object of the same name: not this pod's.
     let owner = owners
-        .get(&namespace, &owner_ref.kind, &owner_ref.name)
+        .get(
+            &namespace,
+            &owner_ref.api_version,
+            &owner_ref.kind,
+            &owner_ref.name,
+        )
         .filter(|meta| owner_ref.uid.is_empty() || meta.uid == owner_ref.uid);
     let pending_owner = (owner.is_none()
         && owners.is_watched(&owner_ref.api_version, &owner_ref.kind))
@@ -148,7 +155,7 @@ pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
         _ => {
             if let Some(up) = owner.as_ref().and_then(|m| m.controller.as_ref()) {
                 let below_replicas = workload.replicas;
-                workload = match owners.get(&namespace, &up.kind, &up.name) {
+                workload = match owners.get(&namespace, &up.api_version, &up.kind, &up.name) {
                     Some(meta) => Workload::from_meta(&namespace, &meta),
                     None => Workload {
                         replicas: below_replicas,
@@ -216,7 +223,13 @@ impl Workload {
 pub struct NoOwners;
 
 impl OwnerLookup for NoOwners {
-    fn get(&self, _namespace: &str, _kind: &str, _name: &str) -> Option<OwnerMeta> {
+    fn get(
+        &self,
+        _namespace: &str,
+        _api_version: &str,
+        _kind: &str,
+        _name: &str,
+    ) -> Option<OwnerMeta> {
         None
     }
 }
@@ -243,7 +256,13 @@ mod tests {
     }
 
     impl OwnerLookup for FakeOwners {
-        fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+        fn get(
+            &self,
+            namespace: &str,
+            _api_version: &str,
+            kind: &str,
+            name: &str,
+        ) -> Option<OwnerMeta> {
             self.0
                 .get(&(namespace.into(), kind.into(), name.into()))
                 .cloned()
@@ -288,8 +307,14 @@ mod tests {
     struct Watched(FakeOwners);
 
     impl OwnerLookup for Watched {
-        fn get(&self, namespace: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
-            self.0.get(namespace, kind, name)
+        fn get(
+            &self,
+            namespace: &str,
+            api_version: &str,
+            kind: &str,
+            name: &str,
+        ) -> Option<OwnerMeta> {
+            self.0.get(namespace, api_version, kind, name)
         }
 
         fn is_watched(&self, _api_version: &str, _kind: &str) -> bool {

@@ -309,7 +309,7 @@ mod tests {
     struct Deployment3;
 
     impl OwnerLookup for Deployment3 {
-        fn get(&self, _ns: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+        fn get(&self, _ns: &str, _api_version: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
             (kind == "Deployment" && name == "web").then(|| OwnerMeta {
                 api_version: "apps/v1".into(),
                 kind: "Deployment".into(),

@@ -361,7 +361,7 @@ mod tests {
     struct Owners;
 
     impl OwnerLookup for Owners {
-        fn get(&self, _ns: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+        fn get(&self, _ns: &str, _api_version: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
             let meta = |kind: &str, name: &str, controller, replicas| OwnerMeta {
                 api_version: "apps/v1".into(),
                 kind: kind.into(),
