@@ -174,7 +174,8 @@ async fn on_sigterm_binds_in_flight_finish_with_their_history_and_tether_exits_c
     apply_profile(
         &client,
         &name,
-        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}}),
+        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}},
+            "pluginConfig": [{"name": "PlacementHistory", "args": {"skipMultiReplica": false}}]}),
     )
     .await?;
     let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "10m"}}}]});

@@ -723,7 +723,7 @@ async fn a_burst_of_binds_to_one_workload_is_counted_exactly_once() -> anyhow::R
     let nodes = TestNodes::create(&client, "burst", 5, "64", |_, _| {}).await?;
     let name = format!("history-burst-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
-    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}})).await?;
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}}, "pluginConfig": [{"name": "PlacementHistory", "args": {"skipMultiReplica": false}}]})).await?;
     let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "10m"}}}]});
     nodes.isolate(&mut spec);
     apply(json!({

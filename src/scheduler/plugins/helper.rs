@@ -62,6 +62,23 @@ pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [N
 
 /// Whether a pod opted out of a workload-history plugin (StickyNode, PlacementHistory): it is in
 /// one of `excluded_namespaces`, or carries `disable_annotation` set to `"true"`.
+/// Whose history a reader plugin (StickyNode, PlacementHistory) reads, from its args: the pods
+/// it does not leave alone. PlacementRecorder writes only what some reader of the profile reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Readership {
+    pub skip_multi_replica: bool,
+    pub excluded_namespaces: Vec<String>,
+    pub disable_annotation: String,
+}
+
+impl Readership {
+    /// Whether the reader reads the history of `workload` for `pod`.
+    pub fn reads(&self, pod: &Pod, workload: &Workload) -> bool {
+        let skipped = self.skip_multi_replica && workload.is_multi_replica();
+        !(skipped || opted_out(pod, &self.excluded_namespaces, &self.disable_annotation))
+    }
+}
+
 pub fn opted_out(pod: &Pod, excluded_namespaces: &[String], disable_annotation: &str) -> bool {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     excluded_namespaces.iter().any(|n| n == namespace)

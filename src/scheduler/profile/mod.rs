@@ -18,11 +18,12 @@ use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlu
 use crate::scheduler::framework::events::QueueingHints;
 use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
 use crate::scheduler::framework::{ExtensionPoint, Plugin};
-use crate::scheduler::plugins::placement_recorder;
+use crate::scheduler::plugins::helper::Readership;
 use crate::scheduler::plugins::registry::{HISTORY_READERS, Handle, Registration, registry};
+use crate::scheduler::plugins::{placement_history, placement_recorder, sticky_node};
 
 use self::expand::{PerPoint, expand_point, multi_point_list};
-use self::validation::{FieldErrors, FieldPath};
+use self::validation::{FieldErrors, FieldPath, decode_args};
 
 /// A compiled profile and the effective plugin lists reported in its status.
 pub struct Compiled {
@@ -166,7 +167,6 @@ fn check_prerequisites(spec: &SchedulingProfileSpec, per_point: &PerPoint, errs:
 fn enable_placement_recorder(
     spec: &SchedulingProfileSpec,
     per_point: &mut PerPoint,
-    known: &HashMap<&str, Registration>,
     args: &ArgsByPlugin<'_>,
     handle: &Handle,
     errs: &mut FieldErrors,
@@ -195,17 +195,37 @@ fn enable_placement_recorder(
         );
         return;
     }
-    let list = per_point.entry(point).or_default();
-    if list
+    let readership: Vec<Readership> = readers
         .iter()
-        .any(|(p, _)| p.name() == placement_recorder::NAME)
-    {
-        return;
+        .filter_map(|r| readership_of(r, args.get(r).and_then(|(_, a)| *a)))
+        .collect();
+    let recorder: Arc<dyn Plugin> = Arc::new(placement_recorder::PlacementRecorder::for_readers(
+        handle.history.clone(),
+        readership,
+    ));
+    let list = per_point.entry(point).or_default();
+    list.retain(|(p, _)| p.name() != placement_recorder::NAME);
+    list.push((recorder, 1));
+}
+
+/// Whose history the reader plugin `name` reads, from its args (already validated when the
+/// plugin was built).
+fn readership_of(name: &str, args: Option<&serde_json::Value>) -> Option<Readership> {
+    let path = FieldPath::from("pluginConfig");
+    if name == sticky_node::NAME {
+        let a: sticky_node::StickyNodeArgs = decode_args(args, &path).ok()?;
+        return Some(Readership {
+            skip_multi_replica: a.skip_multi_replica,
+            excluded_namespaces: a.excluded_namespaces,
+            disable_annotation: a.disable_annotation,
+        });
     }
-    let built = build_plugins([placement_recorder::NAME], known, args, handle, errs);
-    if let Some(p) = built.into_values().next() {
-        list.push((p, 1));
-    }
+    let a: placement_history::PlacementHistoryArgs = decode_args(args, &path).ok()?;
+    Some(Readership {
+        skip_multi_replica: a.skip_multi_replica,
+        excluded_namespaces: a.excluded_namespaces,
+        disable_annotation: a.disable_annotation,
+    })
 }
 
 /// Compiles `spec`. `source` names where it came from, for logs.
@@ -257,7 +277,7 @@ pub fn compile(
         })
         .collect();
     check_prerequisites(spec, &per_point, &mut errs);
-    enable_placement_recorder(spec, &mut per_point, &known, &args, handle, &mut errs);
+    enable_placement_recorder(spec, &mut per_point, &args, handle, &mut errs);
 
     let take = |point: ExtensionPoint| -> Vec<Arc<dyn Plugin>> {
         per_point
