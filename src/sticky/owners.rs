@@ -405,8 +405,11 @@ async fn watch_metadata(
     .await;
 }
 
-/// Watches an owner kind a pod named for the first time, found through discovery. A kind the
-/// cluster does not serve is marked unavailable.
+/// Watches an owner kind a pod named for the first time, found through discovery. While
+/// discovery fails (the kind is not served yet, or the API server is away) the kind counts as
+/// unavailable, so its pods are not held back, and discovery is retried with a backoff of 1 s
+/// doubling to 5 minutes: a kind installed later, or a passing error, does not stay unknown
+/// until a restart.
 async fn watch_discovered(
     cache: Arc<OwnerCache>,
     client: kube::Client,
@@ -415,14 +418,21 @@ async fn watch_discovered(
 ) {
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
     let gvk = GroupVersionKind::gvk(group, version, &kind);
-    match kube::discovery::pinned_kind(&client, &gvk).await {
-        Ok((resource, _)) => {
-            tracing::info!(api_version = %api_version, kind = %kind, "watching a new owner kind");
-            watch_metadata(cache, client, resource, None).await;
-        }
-        Err(e) => {
-            cache.mark_unavailable(&group_kind(&api_version, &kind));
-            tracing::warn!(api_version = %api_version, kind = %kind, error = %e, "owner kind not served; its pods' workloads are named by their ownerReference");
+    let mut delay = std::time::Duration::from_secs(1);
+    loop {
+        match kube::discovery::pinned_kind(&client, &gvk).await {
+            Ok((resource, _)) => {
+                tracing::info!(api_version = %api_version, kind = %kind, "watching a new owner kind");
+                watch_metadata(cache, client, resource, None).await;
+                return;
+            }
+            Err(e) => {
+                if cache.mark_unavailable(&group_kind(&api_version, &kind)) {
+                    tracing::warn!(api_version = %api_version, kind = %kind, error = %e, "owner kind not served; its pods' workloads are named by their ownerReference meanwhile; discovery is retried");
+                }
+                tokio::time::sleep(delay).await;
+                delay = (delay * 2).min(std::time::Duration::from_secs(300));
+            }
         }
     }
 }

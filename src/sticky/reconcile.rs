@@ -52,24 +52,53 @@ pub fn missed(
     }
 }
 
+/// How long the reconcile waits for owners it does not know yet (a custom kind whose watch
+/// starts when a pod names it) before giving up on their pods.
+const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
+
 /// Records the binds among `pods` (bound pods of profiles that record history) that their
-/// bindings missed. A pod already in `recentBinds` is never counted twice.
+/// bindings missed. A pod already in `recentBinds` is never counted twice. Pods whose owner is
+/// not known yet (custom owner kinds are watched from the moment a pod names them) are tried
+/// again, with a backoff, until their owner is known, as built-in kinds' pods are.
 pub async fn record_missed_binds(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
-    let now = Timestamp::now();
-    for pod in pods {
-        let Some(bound_at) = bound_at(&pod) else {
-            continue;
-        };
-        let workload = writer.workload_of(&pod);
-        let binding = writer
-            .bindings()
-            .get(&workload.namespace, &workload.binding_name());
-        if !missed(&pod, bound_at, binding.as_deref(), now) {
-            continue;
+    let mut waiting = pods;
+    let mut delay = std::time::Duration::from_secs(1);
+    let give_up = tokio::time::Instant::now() + OWNER_WAIT;
+    loop {
+        let now = Timestamp::now();
+        let mut later = Vec::new();
+        for pod in waiting {
+            let Some(bound_at) = bound_at(&pod) else {
+                continue;
+            };
+            let workload = writer.workload_of(&pod);
+            if workload.pending_owner.is_some() {
+                later.push(pod);
+                continue;
+            }
+            let binding = writer
+                .bindings()
+                .get(&workload.namespace, &workload.binding_name());
+            if !missed(&pod, bound_at, binding.as_deref(), now) {
+                continue;
+            }
+            let node = pods::node_name(&pod).unwrap_or_default();
+            tracing::info!(pod = %pods::key(&pod), node = %node, "recording a bind made before the restart");
+            writer.record_bind(&pod, node).await;
         }
-        let node = pods::node_name(&pod).unwrap_or_default();
-        tracing::info!(pod = %pods::key(&pod), node = %node, "recording a bind made before the restart");
-        writer.record_bind(&pod, node).await;
+        if later.is_empty() {
+            return;
+        }
+        if tokio::time::Instant::now() >= give_up {
+            tracing::warn!(
+                pods = later.len(),
+                "the owners of some pods bound before the restart stayed unknown; their binds are not recorded"
+            );
+            return;
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(std::time::Duration::from_secs(30));
+        waiting = later;
     }
 }
 
