@@ -44,6 +44,11 @@ struct RunArgs {
     /// in seconds. Keep it below the pod's terminationGracePeriodSeconds (30 by default).
     #[arg(long, env = "TETHER_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
     shutdown_grace_seconds: u64,
+    /// Owner kinds to follow besides ReplicaSet, Deployment, StatefulSet, Job and KubeVirt's
+    /// VirtualMachine(Instance), as group/Kind (e.g. apps.kruise.io/StatefulSet), comma
+    /// separated. tether never reads other kinds; grant it get/list/watch on these.
+    #[arg(long, env = "TETHER_OWNER_KINDS", value_delimiter = ',')]
+    owner_kinds: Vec<String>,
 }
 
 fn init_logging(format: &str) {
@@ -76,6 +81,7 @@ fn main() -> anyhow::Result<()> {
                 parallelism,
                 instance: args.instance,
                 shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),
+                owner_kinds: args.owner_kinds,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()

@@ -42,6 +42,8 @@ pub struct RunConfig {
     pub instance: Option<String>,
     /// How long binds in flight may take to finish after SIGTERM.
     pub shutdown_grace: std::time::Duration,
+    /// Owner kinds (group-qualified) followed besides the built-in ones.
+    pub owner_kinds: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -73,7 +75,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let readiness = Readiness::new();
     let (fatal, mut died) = Fatal::new();
     let selectors = Arc::new(WorkloadSelectors::default());
-    let owners = Arc::new(OwnerCache::default());
+    let owners = Arc::new(OwnerCache::with_kinds(config.owner_kinds.clone()));
     let bindings = Arc::new(BindingIndex::default());
     let history = Arc::new(HistoryWriter::new(
         client.clone(),

@@ -48,9 +48,41 @@ pub struct OwnerCache {
     kinds: RwLock<HashMap<String, KindState>>,
     /// Where a kind seen for the first time is sent to be watched (`run_owner_watches`).
     discover: Mutex<Option<tokio::sync::mpsc::UnboundedSender<(String, String)>>>,
+    /// Group-qualified kinds besides the built-in ones that tether may watch when a pod names
+    /// them (`--owner-kinds`). Any other kind a pod names is never listed or watched: a pod
+    /// author cannot make tether read arbitrary kinds. `None`: any kind (unit tests).
+    extra_kinds: Option<std::collections::HashSet<String>>,
 }
 
+/// The owner kinds tether always follows (when the cluster serves them).
+pub const BUILT_IN_KINDS: [&str; 6] = [
+    "apps/ReplicaSet",
+    "apps/Deployment",
+    "apps/StatefulSet",
+    "batch/Job",
+    "kubevirt.io/VirtualMachineInstance",
+    "kubevirt.io/VirtualMachine",
+];
+
 impl OwnerCache {
+    /// A cache that follows the built-in owner kinds and `extra` (group-qualified, e.g.
+    /// `apps.kruise.io/StatefulSet`).
+    pub fn with_kinds(extra: impl IntoIterator<Item = String>) -> Self {
+        OwnerCache {
+            extra_kinds: Some(extra.into_iter().collect()),
+            ..OwnerCache::default()
+        }
+    }
+
+    /// Whether pods' owners of this group-qualified kind may be watched.
+    fn follows(&self, kind: &str) -> bool {
+        BUILT_IN_KINDS.contains(&kind)
+            || self
+                .extra_kinds
+                .as_ref()
+                .is_none_or(|extra| extra.contains(kind))
+    }
+
     pub fn upsert(&self, namespace: &str, meta: OwnerMeta) {
         let key = (
             namespace.to_string(),
@@ -121,6 +153,9 @@ impl OwnerLookup for OwnerCache {
     fn is_watched(&self, api_version: &str, kind: &str) -> bool {
         let kind = group_kind(api_version, kind);
         let kind = kind.as_str();
+        if !self.follows(kind) {
+            return false;
+        }
         let state = locks::read(&self.kinds).get(kind).copied();
         match state {
             Some(KindState::Starting | KindState::Listed) => true,
@@ -479,6 +514,23 @@ mod tests {
         assert!(
             !cache.is_watched("example.com/v1", "Gadget"),
             "unavailable: named by reference"
+        );
+    }
+
+    #[test]
+    fn only_allowed_kinds_are_ever_watched() {
+        let cache = OwnerCache::with_kinds(["example.com/Widget".to_string()]);
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        *cache.discover.lock().expect("lock") = Some(tx);
+        assert!(
+            !cache.is_watched("evil.com/v1", "Secret"),
+            "not allowed: named by reference"
+        );
+        assert!(rx.try_recv().is_err(), "nothing discovered or watched");
+        assert!(cache.is_watched("example.com/v1", "Widget"));
+        assert_eq!(
+            rx.try_recv().ok(),
+            Some(("example.com/v1".to_string(), "Widget".to_string()))
         );
     }
 
