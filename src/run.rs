@@ -108,6 +108,13 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             fatal: fatal.clone(),
         },
     );
+    // A StickyBinding's countedPods keeps the pods the scheduler's cache still holds.
+    let cache_of = Arc::downgrade(&sched);
+    history.set_alive(Arc::new(move |uid| {
+        cache_of
+            .upgrade()
+            .is_none_or(|s| s.lock_cache().pod_node(uid).is_some())
+    }));
 
     // Every watch registers itself in `readiness` here, before anything runs.
     let kubevirt = owners::kubevirt_served(&client).await;

@@ -770,6 +770,11 @@ async fn a_burst_of_binds_to_one_workload_is_counted_exactly_once() -> anyhow::R
         recent.iter().all(|uid| bound.contains(*uid)),
         "recentBinds names only pods the test saw bound"
     );
+    let counted: BTreeSet<String> = status.counted_pods.iter().cloned().collect();
+    assert_eq!(
+        counted, bound,
+        "countedPods names exactly the bound pods, for a restart to read"
+    );
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;

@@ -86,6 +86,12 @@ pub struct StickyBindingStatus {
     /// however often its bind is reported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub recent_binds: Vec<BindRecord>,
+    /// The UIDs of the workload's pods whose bind is counted and that still ran at the last
+    /// write: how tether knows, after a restart, which binds it already counted (by UID, never
+    /// by comparing clocks).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    pub counted_pods: Vec<String>,
     /// When the workload was released from a lost node (StickyNode `onNodeLoss: Release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_from: Option<Release>,

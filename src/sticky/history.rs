@@ -52,10 +52,13 @@ pub fn count_bind(
     node: &str,
     now: Time,
 ) -> Option<StickyBindingStatus> {
-    if status.recent_binds.iter().any(|b| b.pod_uid == pod_uid) {
+    if status.recent_binds.iter().any(|b| b.pod_uid == pod_uid)
+        || status.counted_pods.iter().any(|u| u == pod_uid)
+    {
         return None;
     }
     let mut next = status.clone();
+    next.counted_pods.push(pod_uid.to_string());
     *next.node_count.entry(node.to_string()).or_insert(0) += 1;
     next.schedule_count += 1;
     next.latest = Some(node.to_string());
@@ -190,7 +193,13 @@ pub struct HistoryWriter {
     owners: Arc<dyn OwnerLookup>,
     metrics: Arc<Metrics>,
     pending: Mutex<HashMap<(String, String), Pending>>,
+    /// Whether a pod (by UID) still exists: `countedPods` keeps only those. Set once the
+    /// scheduler's cache exists; until then nothing is dropped.
+    alive: std::sync::OnceLock<Alive>,
 }
+
+/// Whether the pod of a UID still exists.
+pub type Alive = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 impl HistoryWriter {
     /// `index` is read for the current binding (no GET unless it is stale) and receives what
@@ -210,7 +219,14 @@ impl HistoryWriter {
             owners,
             metrics,
             pending: Mutex::new(HashMap::new()),
+            alive: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Tells the writer which pods still exist (the scheduler's cache), so that `countedPods`
+    /// holds only the workload's live pods.
+    pub fn set_alive(&self, alive: Alive) {
+        let _ = self.alive.set(alive);
     }
 
     /// The bindings this writer reads and updates.
@@ -391,6 +407,10 @@ impl HistoryWriter {
             }
             if counted == 0 {
                 return Ok(0);
+            }
+            if let Some(alive) = self.alive.get() {
+                let fresh = |u: &String| binds.iter().any(|b| b.pod_uid == *u);
+                next.counted_pods.retain(|u| fresh(u) || alive(u));
             }
             if let Some(old) = &released {
                 next.released_from = Some(Release {
@@ -700,6 +720,20 @@ mod tests {
             .clone()
             .expect("a binding");
         serde_json::from_value(held["status"].clone()).unwrap_or_default()
+    }
+
+    #[test]
+    fn counted_pods_keep_what_fell_out_of_recent_binds() {
+        let mut status = StickyBindingStatus::default();
+        for i in 0..40 {
+            status = count_bind(&status, &format!("u{i}"), "p", "n1", now()).expect("new");
+        }
+        assert_eq!(status.recent_binds.len(), RECENT_BINDS);
+        assert_eq!(status.counted_pods.len(), 40);
+        assert!(
+            count_bind(&status, "u0", "p", "n1", now()).is_none(),
+            "u0 left recentBinds but is still counted once"
+        );
     }
 
     #[tokio::test]

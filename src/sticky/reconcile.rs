@@ -29,9 +29,10 @@ fn bound_at(pod: &Pod) -> Option<Timestamp> {
         .map(|t| t.0)
 }
 
-/// Whether the bind of `pod` (bound at `bound_at`) is missing from `binding`. A pod already in
-/// `recentBinds` never is; with a binding, a pod bound after its last recorded bind is; without
-/// one, a pod bound in the last ten minutes is. Pure.
+/// Whether the bind of `pod` (bound at `bound_at`) is missing from `binding`. A pod in
+/// `countedPods` or `recentBinds` never is; with a binding that keeps `countedPods`, every other
+/// pod is (decided by UID alone); with an older binding that does not, a pod bound after its
+/// last recorded bind is; without a binding, a pod bound in the last ten minutes is. Pure.
 pub fn missed(
     pod: &Pod,
     bound_at: Timestamp,
@@ -42,8 +43,13 @@ pub fn missed(
         Some(b) => {
             let status = b.status.clone().unwrap_or_default();
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-            !status.recent_binds.iter().any(|r| r.pod_uid == uid)
-                && status
+            if status.recent_binds.iter().any(|r| r.pod_uid == uid)
+                || status.counted_pods.iter().any(|u| u == uid)
+            {
+                return false;
+            }
+            !status.counted_pods.is_empty()
+                || status
                     .last_schedule_time
                     .as_ref()
                     .is_none_or(|t| t.0 < bound_at)
@@ -172,5 +178,19 @@ mod tests {
             !missed(&pod("u1"), at(0), None, now),
             "no binding, bound an hour ago: a person may have freed it"
         );
+    }
+
+    #[test]
+    fn with_counted_pods_the_decision_is_by_uid_alone_whatever_the_clocks_say() {
+        let now = at(3600);
+        let mut b = binding(&["u9"], 20);
+        if let Some(s) = b.status.as_mut() {
+            s.counted_pods = vec!["u1".into(), "u9".into()];
+        }
+        // u1 fell out of recentBinds long ago: still counted, even "bound after" the last write
+        // by another machine's clock.
+        assert!(!missed(&pod("u1"), at(30), Some(&b), now));
+        // u2 was never counted, even though its bind time reads "before" the last write.
+        assert!(missed(&pod("u2"), at(10), Some(&b), now));
     }
 }
