@@ -373,3 +373,65 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
     )?;
     ns.delete().await
 }
+
+/// A StickyBinding status edited by hand into what can never be true is refused by the API
+/// server, naming the field: negative counts, more than 16 recent binds. (A count at the largest
+/// integer is accepted by the schema; tether saturates it instead of wrapping.)
+#[tokio::test]
+async fn the_api_server_refuses_impossible_binding_history() -> anyhow::Result<()> {
+    let client = client().await?;
+    install_crds(&client).await?;
+    let ns = TestNamespace::create(&client, "odd-history").await?;
+    let binding = format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: StickyBinding\nmetadata:\n  name: deployment-web\n  namespace: {ns}\nspec:\n  workloadRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}\n",
+        ns = ns.name
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&binding))?;
+    let record = |i: usize| {
+        serde_json::json!({"podUID": format!("u{i}"), "podName": "p", "node": "n0",
+            "time": "2026-01-01T00:00:00Z"})
+    };
+    let cases = [
+        (
+            "a negative node count",
+            serde_json::json!({"status": {"nodeCount": {"n0": -5}}}),
+            "status.nodeCount.n0",
+        ),
+        (
+            "a negative schedule count",
+            serde_json::json!({"status": {"scheduleCount": -3}}),
+            "status.scheduleCount",
+        ),
+        (
+            "17 recent binds",
+            serde_json::json!({"status": {"recentBinds": (0..17).map(record).collect::<Vec<_>>()}}),
+            "status.recentBinds",
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, patch, field) in cases {
+        let out = kubectl(
+            &[
+                "patch",
+                "sb",
+                "deployment-web",
+                "-n",
+                &ns.name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &patch.to_string(),
+            ],
+            None,
+        )?;
+        if out.success || !out.stderr.contains(field) {
+            failures.push(format!(
+                "{what}: want a refusal naming {field}, got success={} stderr={}",
+                out.success,
+                out.stderr.trim()
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    ns.delete().await
+}

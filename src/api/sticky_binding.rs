@@ -73,11 +73,13 @@ pub struct StickyBindingStatus {
     /// The node the workload's pod was last bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latest: Option<String>,
-    /// How many times the workload's pods were bound to each node.
+    /// How many times the workload's pods were bound to each node (never negative).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("additionalProperties" = {"type": "integer", "format": "int64", "minimum": 0}))]
     pub node_count: BTreeMap<String, i64>,
     /// How many times the workload's pods were bound in all: the sum of nodeCount.
     #[serde(default)]
+    #[schemars(range(min = 0))]
     pub schedule_count: i64,
     /// When the workload's pod was last bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -85,6 +87,7 @@ pub struct StickyBindingStatus {
     /// The most recent binds, newest last (at most 16): each bound pod is counted once, by UID,
     /// however often its bind is reported.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
     pub recent_binds: Vec<BindRecord>,
     /// The UIDs of the workload's pods whose bind is counted and that still ran at the last
     /// write: how tether knows, after a restart, which binds it already counted (by UID, never

@@ -59,8 +59,10 @@ pub fn count_bind(
     }
     let mut next = status.clone();
     next.counted_pods.push(pod_uid.to_string());
-    *next.node_count.entry(node.to_string()).or_insert(0) += 1;
-    next.schedule_count += 1;
+    // Saturating: a count edited by hand to the largest integer stays there, never wraps.
+    let on_node = next.node_count.entry(node.to_string()).or_insert(0);
+    *on_node = (*on_node).max(0).saturating_add(1);
+    next.schedule_count = next.schedule_count.max(0).saturating_add(1);
     next.latest = Some(node.to_string());
     next.last_schedule_time = Some(now.clone());
     next.recent_binds.push(BindRecord {
@@ -720,6 +722,25 @@ mod tests {
             .clone()
             .expect("a binding");
         serde_json::from_value(held["status"].clone()).unwrap_or_default()
+    }
+
+    #[test]
+    fn counts_edited_to_odd_values_saturate_instead_of_wrapping() {
+        let status = StickyBindingStatus {
+            node_count: [("n1".to_string(), i64::MAX), ("n2".to_string(), -5)].into(),
+            schedule_count: i64::MAX,
+            ..Default::default()
+        };
+        let s1 = count_bind(&status, "u1", "p", "n1", now()).expect("counted");
+        assert_eq!(
+            (s1.node_count["n1"], s1.schedule_count),
+            (i64::MAX, i64::MAX)
+        );
+        let s2 = count_bind(&status, "u2", "p", "n2", now()).expect("counted");
+        assert_eq!(
+            s2.node_count["n2"], 1,
+            "a negative count starts again from zero"
+        );
     }
 
     #[test]
