@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build fmt fmt-check lint unit crds crds-check k8s-bins cluster cluster-down e2e test demo
+.PHONY: help build fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -28,8 +28,11 @@ fmt-check: ## fail when the code is not formatted
 lint: ## clippy over every target, warnings denied
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit: ## unit tests (includes the crds/ drift check)
-	$(CARGO) test --lib --bins
+unit: ## unit tests (includes the crds/ drift check) and the generated-input properties
+	$(CARGO) test --lib --bins --test properties
+
+fuzz: ## the generated-input properties (tests/properties.rs), 200,000 cases each (about a minute each)
+	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --release --test properties
 
 crds: ## regenerate crds/ (and its copy in deploy/crds/) from src/api
 	$(CARGO) run --quiet --bin tether -- crd > crds/tether.dev.yaml
