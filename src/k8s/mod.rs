@@ -1,6 +1,7 @@
 //! Small, pure helpers over Kubernetes types that the plugins share: label selectors, node
 //! selectors and affinity terms, quantities, resource lists and taints. Each returns typed errors.
 
+pub mod api_errors;
 pub mod labels;
 pub mod names;
 pub mod node_selector;

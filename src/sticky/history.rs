@@ -8,6 +8,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
 use crate::events::{EventType, EventWriter};
+use crate::k8s::api_errors::{maybe_applied, retryable};
 use crate::k8s::pods;
 use crate::locks;
 use crate::scheduler::metrics::Metrics;
@@ -151,16 +152,6 @@ struct Pending {
 /// How long to wait before retrying a write, doubling up to the max.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
 const RETRY_MAX: Duration = Duration::from_secs(5);
-
-/// Whether a failed call may succeed if made again: a conflict, throttling, a server error, or
-/// no answer at all (a timeout or a broken connection).
-fn retryable(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(e) => e.code == 409 || e.code == 429 || e.code >= 500,
-        kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => false,
-        _ => true,
-    }
-}
 
 /// The next retry delay after `delay`, and the delay to sleep now with up to ±25% jitter, so
 /// that writers that collided do not collide again.
@@ -439,8 +430,7 @@ impl HistoryWriter {
                     self.index.remove(&namespace, &name);
                 }
                 Err(e) if retryable(&e) => {
-                    maybe_landed |=
-                        !matches!(&e, kube::Error::Api(a) if a.code == 409 || a.code == 429);
+                    maybe_landed |= maybe_applied(&e);
                     backoff(&mut delay, &e).await;
                 }
                 Err(source) => {

@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use crate::k8s::api_errors::maybe_applied;
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
 use crate::scheduler::profile::validation::FieldErrors;
 use crate::scheduler::profile::validation::FieldPath;
@@ -71,7 +72,10 @@ impl BindPlugin for DefaultBinder {
                 .await
             {
                 Ok(_) => Status::success(),
-                Err(e) if answer_may_be_lost(&e) => {
+                // No definite answer, or a conflict (the pod is bound, maybe by this very call).
+                Err(e)
+                    if maybe_applied(&e) || matches!(&e, kube::Error::Api(s) if s.code == 409) =>
+                {
                     // Whether the bind happened is the pod's to say.
                     let failed =
                         || Status::error(format!("binding {namespace}/{name} to {node_name}: {e}"));
@@ -89,16 +93,6 @@ impl BindPlugin for DefaultBinder {
                 Err(e) => Status::error(format!("binding {namespace}/{name} to {node_name}: {e}")),
             }
         })
-    }
-}
-
-/// Whether a failed bind call may have bound the pod after all: no answer (a timeout, a broken
-/// connection), a server error, or a conflict (the pod is bound, maybe by this very call).
-fn answer_may_be_lost(error: &kube::Error) -> bool {
-    match error {
-        kube::Error::Api(e) => e.code == 409 || e.code >= 500,
-        kube::Error::SerdeError(_) | kube::Error::BuildRequest(_) => false,
-        _ => true,
     }
 }
 
