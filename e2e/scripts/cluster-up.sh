@@ -89,15 +89,7 @@ main() {
   pki_kubeconfig "$KUBECONFIG_FILE" admin
   pki_kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" controller-manager
 
-  start etcd "$BIN_DIR/etcd" --name local --data-dir "$CLUSTER_DIR/etcd" \
-    --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
-    --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
-    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
-    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" \
-    --unsafe-no-fsync --quota-backend-bytes 8589934592 --log-level warn
-  wait_healthy etcd curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
-
+  start_etcd
   start_apiserver
   # The cluster serves KubeVirt's VM API (the CRDs only; the e2e plays virt-controller) from the
   # start, as a KubeVirt cluster does: the garbage collector must know the kinds before any

@@ -1,5 +1,5 @@
 # How the control plane's components are started and checked; sourced by cluster-up.sh and
-# apiserver-restart.sh after lib.sh, never run.
+# restart.sh after lib.sh, never run.
 
 START_TIMEOUT=${START_TIMEOUT:-90}
 PID_DIR=$CLUSTER_DIR/pids
@@ -39,6 +39,19 @@ wait_healthy() {
     fi
     sleep 0.2
   done
+}
+
+# start_etcd: starts etcd on 127.0.0.1:$ETCD_CLIENT_PORT (data in $CLUSTER_DIR/etcd) and waits
+# until it is healthy.
+start_etcd() {
+  start etcd "$BIN_DIR/etcd" --name local --data-dir "$CLUSTER_DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "local=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync --quota-backend-bytes 8589934592 --log-level warn
+  wait_healthy etcd curl -sf --max-time 2 "http://127.0.0.1:$ETCD_CLIENT_PORT/health"
 }
 
 apiserver_ready() {

@@ -1,81 +1,288 @@
-//! Fault injection for the e2e tests: a TCP proxy that can cut tether off the API server, a
-//! tether of the test's own that talks through it, and a restart of kube-apiserver.
+//! Fault injection for the e2e tests: an HTTP proxy between tether and the API server that can
+//! cut tether off, answer errors, hold requests or lose replies; a tether of the test's own that
+//! talks through it; and restarts (or crashes) of kube-apiserver and etcd.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use tokio::net::{TcpListener, TcpStream};
+use http::{Method, Request, Response, StatusCode, header};
+use http_body_util::BodyExt;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use kube::client::Body;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::{repo_dir, wait_for};
 
-/// A TCP proxy on 127.0.0.1 in front of `upstream`. [`Proxy::cut`] closes every connection
-/// and refuses new ones (as a network partition would look to tether) until
-/// [`Proxy::restore`]. TLS passes through untouched.
+/// What the [`Proxy`] does with a request a [`Fault`] matches.
+#[derive(Clone, Debug)]
+pub enum Action {
+    /// Answer with this status code (and a Kubernetes `Status` body) without forwarding; 429 and
+    /// 503 carry `Retry-After: 1`, as the API server's own do.
+    Answer(u16),
+    /// Forward the request, then close the connection without answering: the API server did
+    /// what was asked and the client never hears so, as when a reply is lost to a reset.
+    DropReply,
+    /// Hold the request this long, then forward it.
+    Delay(Duration),
+}
+
+/// Which requests a fault applies to: a method (any when None) and a fragment of the path
+/// (with its query).
+#[derive(Clone, Debug)]
+pub struct Matcher {
+    pub method: Option<Method>,
+    pub path_contains: String,
+    /// Watch requests (`watch=true`) match only when set: a watch already open is never hit,
+    /// and most faults are about the requests a client makes, not its streams.
+    pub watches: bool,
+}
+
+impl Matcher {
+    /// Requests with `method` whose path contains `fragment`.
+    pub fn new(method: Method, fragment: &str) -> Self {
+        Matcher {
+            method: Some(method),
+            path_contains: fragment.into(),
+            watches: false,
+        }
+    }
+
+    /// Every request, watches included.
+    pub fn everything() -> Self {
+        Matcher {
+            method: None,
+            path_contains: String::new(),
+            watches: true,
+        }
+    }
+
+    fn matches(&self, method: &Method, path: &str) -> bool {
+        self.method.as_ref().is_none_or(|m| m == method)
+            && path.contains(&self.path_contains)
+            && (self.watches || !path.contains("watch=true"))
+    }
+}
+
+/// A fault installed in a [`Proxy`]: how often it has hit so far.
+#[derive(Clone, Debug)]
+pub struct Fault {
+    id: u64,
+    hits: Arc<AtomicU64>,
+}
+
+impl Fault {
+    /// How many requests it has hit.
+    pub fn hits(&self) -> u64 {
+        self.hits.load(Ordering::SeqCst)
+    }
+}
+
+struct Rule {
+    id: u64,
+    matcher: Matcher,
+    action: Action,
+    /// How many more requests it hits (None: until removed).
+    left: Option<u64>,
+    hits: Arc<AtomicU64>,
+}
+
+struct Shared {
+    upstream: kube::Client,
+    cut: AtomicBool,
+    rules: Mutex<Vec<Rule>>,
+    next_id: AtomicU64,
+    requests: AtomicU64,
+    /// Bumped to close every open connection.
+    generation: watch::Sender<u64>,
+}
+
+/// An HTTP proxy on 127.0.0.1 in front of the API server. Clients speak plain HTTP to it (their
+/// bearer token passes through untouched, so RBAC is the API server's as ever); it speaks TLS to
+/// the API server. Watches stream through. [`Proxy::cut`] closes every connection and refuses
+/// new ones (a network partition, as tether sees it) until [`Proxy::restore`]; [`Proxy::inject`]
+/// makes chosen requests fail, hang or lose their reply.
 pub struct Proxy {
     pub addr: SocketAddr,
-    cut: Arc<AtomicBool>,
-    generation: watch::Sender<u64>,
+    shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Proxy {
-    pub async fn start(upstream: SocketAddr) -> anyhow::Result<Self> {
+    /// Starts a proxy to the API server in tether's kubeconfig.
+    pub async fn start() -> anyhow::Result<Self> {
+        let (text, _) = tether_kubeconfig()?;
+        let kubeconfig = Kubeconfig::from_yaml(&text).context("parsing tether's kubeconfig")?;
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+            .await
+            .context("loading tether's kubeconfig")?;
+        // The client's own credentials pass through; the proxy adds none, and never times out a
+        // watch the client keeps open.
+        config.auth_info = Default::default();
+        config.read_timeout = None;
+        let upstream = kube::Client::try_from(config).context("building the proxy's client")?;
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .context("binding the proxy")?;
         let addr = listener.local_addr()?;
-        let cut = Arc::new(AtomicBool::new(false));
         let (generation, _) = watch::channel(0u64);
-        let (accept_cut, accept_gen) = (cut.clone(), generation.clone());
+        let shared = Arc::new(Shared {
+            upstream,
+            cut: AtomicBool::new(false),
+            rules: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+            generation,
+        });
+        let serving = shared.clone();
         let task = tokio::spawn(async move {
-            while let Ok((mut downstream, _)) = listener.accept().await {
-                if accept_cut.load(Ordering::SeqCst) {
-                    drop(downstream);
+            while let Ok((stream, _)) = listener.accept().await {
+                if serving.cut.load(Ordering::SeqCst) {
+                    drop(stream);
                     continue;
                 }
-                let mut cut_off = accept_gen.subscribe();
+                let mut cut_off = serving.generation.subscribe();
+                let shared = serving.clone();
                 tokio::spawn(async move {
-                    let Ok(mut up) = TcpStream::connect(upstream).await else {
-                        return;
-                    };
+                    let service = hyper::service::service_fn(move |req| shared.clone().handle(req));
+                    let connection = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service);
                     tokio::select! {
-                        _ = tokio::io::copy_bidirectional(&mut downstream, &mut up) => {}
+                        _ = connection => {}
                         _ = cut_off.changed() => {}
                     }
                 });
             }
         });
-        Ok(Proxy {
-            addr,
-            cut,
-            generation,
-            task,
-        })
+        Ok(Proxy { addr, shared, task })
     }
 
     /// Closes every open connection and refuses new ones.
     pub fn cut(&self) {
-        self.cut.store(true, Ordering::SeqCst);
-        self.generation.send_modify(|g| *g += 1);
+        self.shared.cut.store(true, Ordering::SeqCst);
+        self.shared.generation.send_modify(|g| *g += 1);
     }
 
     /// Lets connections through again.
     pub fn restore(&self) {
-        self.cut.store(false, Ordering::SeqCst);
+        self.shared.cut.store(false, Ordering::SeqCst);
+    }
+
+    /// Applies `action` to the next `times` requests `matcher` matches (every one until
+    /// [`Proxy::remove`] when None). The first fault installed that matches a request wins.
+    pub fn inject(&self, matcher: Matcher, action: Action, times: Option<u64>) -> Fault {
+        let fault = Fault {
+            id: self.shared.next_id.fetch_add(1, Ordering::SeqCst),
+            hits: Arc::new(AtomicU64::new(0)),
+        };
+        self.shared.rules().push(Rule {
+            id: fault.id,
+            matcher,
+            action,
+            left: times,
+            hits: fault.hits.clone(),
+        });
+        fault
+    }
+
+    /// Removes a fault; requests pass untouched again.
+    pub fn remove(&self, fault: &Fault) {
+        self.shared.rules().retain(|r| r.id != fault.id);
+    }
+
+    /// How many requests the proxy has received so far.
+    pub fn requests(&self) -> u64 {
+        self.shared.requests.load(Ordering::SeqCst)
     }
 }
 
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.task.abort();
-        self.generation.send_modify(|g| *g += 1);
+        self.shared.generation.send_modify(|g| *g += 1);
     }
+}
+
+type ProxyError = Box<dyn std::error::Error + Send + Sync>;
+
+impl Shared {
+    fn rules(&self) -> std::sync::MutexGuard<'_, Vec<Rule>> {
+        self.rules.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The action for a request, counting the hit.
+    fn action_for(&self, method: &Method, path: &str) -> Option<Action> {
+        let mut rules = self.rules();
+        let rule = rules
+            .iter_mut()
+            .find(|r| r.left != Some(0) && r.matcher.matches(method, path))?;
+        rule.hits.fetch_add(1, Ordering::SeqCst);
+        if let Some(left) = rule.left.as_mut() {
+            *left -= 1;
+        }
+        Some(rule.action.clone())
+    }
+
+    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let path = req
+            .uri()
+            .path_and_query()
+            .map(|p| p.as_str().to_string())
+            .unwrap_or_default();
+        let action = self.action_for(req.method(), &path);
+        match &action {
+            Some(Action::Answer(code)) => return Ok(error_response(*code)),
+            Some(Action::Delay(hold)) => tokio::time::sleep(*hold).await,
+            _ => {}
+        }
+        let (mut parts, body) = req.into_parts();
+        let body = body.collect().await?.to_bytes();
+        for hop in [header::HOST, header::CONNECTION, header::TRANSFER_ENCODING] {
+            parts.headers.remove(hop);
+        }
+        let response = self
+            .upstream
+            .send(Request::from_parts(parts, Body::from(body)))
+            .await?;
+        if matches!(action, Some(Action::DropReply)) {
+            // Read the answer so the API server is done, then hang up instead of passing it on.
+            let _ = response.into_body().collect_bytes().await;
+            return Err("the fault proxy dropped this reply".into());
+        }
+        Ok(response)
+    }
+}
+
+/// A Kubernetes `Status` answer with `code`, as the API server writes one.
+fn error_response(code: u16) -> Response<Body> {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let reason = match code {
+        429 => "TooManyRequests",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "InternalError",
+    };
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": format!("injected by the e2e fault proxy ({code})"),
+        "reason": reason, "code": code,
+    });
+    let mut response = Response::new(Body::from(body.to_string().into_bytes()));
+    *response.status_mut() = status;
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    if code == 429 || code == 503 {
+        headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    response
 }
 
 /// The API server address in tether's kubeconfig (`.cluster/tether.kubeconfig`, written by
@@ -96,11 +303,6 @@ fn tether_kubeconfig() -> anyhow::Result<(String, SocketAddr)> {
     Ok((text, addr))
 }
 
-/// The API server's address, as tether's kubeconfig names it: where a [`Proxy`] forwards to.
-pub fn apiserver_addr() -> anyhow::Result<SocketAddr> {
-    Ok(tether_kubeconfig()?.1)
-}
-
 /// A tether process of the test's own, talking to the API server through a [`Proxy`] as the
 /// tether ServiceAccount. Stopped when dropped; logs to `.cluster/logs/tether-<name>.log`.
 pub struct OwnTether {
@@ -117,7 +319,10 @@ impl OwnTether {
         let kubeconfig = repo_dir().join(format!(".cluster/tether-{name}.kubeconfig"));
         std::fs::write(
             &kubeconfig,
-            text.replace(&upstream.to_string(), &proxy.addr.to_string()),
+            text.replace(
+                &format!("https://{upstream}"),
+                &format!("http://{}", proxy.addr),
+            ),
         )
         .context("writing the proxied kubeconfig")?;
         let free = || -> anyhow::Result<SocketAddr> {
@@ -172,6 +377,18 @@ impl OwnTether {
         Ok(status.success())
     }
 
+    /// Kills the process with SIGKILL, as a crash or an OOM kill would, and reaps it.
+    pub fn kill(&mut self) -> anyhow::Result<()> {
+        self.child.kill().context("killing the test's tether")?;
+        self.child.wait().context("reaping the test's tether")?;
+        Ok(())
+    }
+
+    /// Whether the process is still running.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     /// What `/readyz` says now (None when it does not answer 200).
     pub fn readyz(&self) -> anyhow::Result<Option<String>> {
         curl(&format!("http://{}/readyz", self.http))
@@ -197,17 +414,33 @@ fn curl(url: &str) -> anyhow::Result<Option<String>> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
-/// Restarts kube-apiserver (`e2e/scripts/apiserver-restart.sh`) and waits until it is ready.
-/// Its watch cache starts afresh, so every watch resumed from before answers `410 Gone`.
-pub fn restart_apiserver() -> anyhow::Result<()> {
-    let script = repo_dir().join("e2e/scripts/apiserver-restart.sh");
-    let out = Command::new("bash")
-        .arg(&script)
+/// How a control-plane component is stopped before [`restart`] starts it again.
+#[derive(Clone, Copy, Debug)]
+pub enum Stop {
+    /// SIGTERM: a clean shutdown.
+    Term,
+    /// SIGKILL: a crash.
+    Kill,
+}
+
+/// Restarts `component` (`kube-apiserver` or `etcd`) with `e2e/scripts/restart.sh`, keeping it
+/// down for `down` first, and waits until it is healthy. A restarted kube-apiserver's watch
+/// cache starts afresh, so every watch resumed from before answers `410 Gone`.
+pub fn restart(component: &str, stop: Stop, down: Duration) -> anyhow::Result<()> {
+    let script = repo_dir().join("e2e/scripts/restart.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(&script)
+        .arg(component)
+        .args(["--down", &down.as_secs().to_string()]);
+    if matches!(stop, Stop::Kill) {
+        cmd.arg("--kill");
+    }
+    let out = cmd
         .output()
         .with_context(|| format!("running {}", script.display()))?;
     if !out.status.success() {
         bail!(
-            "restarting kube-apiserver failed:\n{}{}",
+            "restarting {component} failed:\n{}{}",
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tether::api::StickyBinding;
-use tether_e2e::faults::{OwnTether, Proxy, apiserver_addr, restart_apiserver};
+use tether_e2e::faults::{OwnTether, Proxy, Stop, restart};
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
 };
@@ -49,7 +49,7 @@ async fn after_an_outage_and_an_api_server_restart_tether_schedules_on_the_curre
     let client = client().await?;
     let ns = TestNamespace::create(&client, "relist").await?;
     let nodes = TestNodes::create(&client, "relist", 3, "16", |_, _| {}).await?;
-    let proxy = Proxy::start(apiserver_addr()?).await?;
+    let proxy = Proxy::start().await?;
     let tether = OwnTether::start("relist", &proxy).await?;
 
     let name = format!("relist-{}", unique_suffix());
@@ -109,7 +109,7 @@ async fn after_an_outage_and_an_api_server_restart_tether_schedules_on_the_curre
         &DeleteParams::default().grace_period(0),
     )
     .await?;
-    restart_apiserver()?;
+    restart("kube-apiserver", Stop::Term, Duration::ZERO)?;
     proxy.restore();
 
     let second = wait_for(
@@ -167,7 +167,7 @@ async fn on_sigterm_binds_in_flight_finish_with_their_history_and_tether_exits_c
     let client = client().await?;
     let ns = TestNamespace::create(&client, "sigterm").await?;
     let nodes = TestNodes::create(&client, "sigterm", 4, "64", |_, _| {}).await?;
-    let proxy = Proxy::start(apiserver_addr()?).await?;
+    let proxy = Proxy::start().await?;
     let mut tether = OwnTether::start("sigterm", &proxy).await?;
     let name = format!("sigterm-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
