@@ -2,6 +2,7 @@
 //! cut tether off, answer errors, hold requests or lose replies; a tether of the test's own that
 //! talks through it; and restarts (or crashes) of kube-apiserver and etcd.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -75,13 +76,18 @@ impl Matcher {
 #[derive(Clone, Debug)]
 pub struct Fault {
     id: u64,
-    hits: Arc<AtomicU64>,
+    hits: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 impl Fault {
     /// How many requests it has hit.
     pub fn hits(&self) -> u64 {
-        self.hits.load(Ordering::SeqCst)
+        self.hits_by_path().values().sum()
+    }
+
+    /// How many requests it has hit, by path (without the query).
+    pub fn hits_by_path(&self) -> BTreeMap<String, u64> {
+        self.hits.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -91,7 +97,7 @@ struct Rule {
     action: Action,
     /// How many more requests it hits (None: until removed).
     left: Option<u64>,
-    hits: Arc<AtomicU64>,
+    hits: Arc<Mutex<BTreeMap<String, u64>>>,
 }
 
 struct Shared {
@@ -120,9 +126,10 @@ impl Proxy {
     pub async fn start() -> anyhow::Result<Self> {
         let (text, _) = tether_kubeconfig()?;
         let kubeconfig = Kubeconfig::from_yaml(&text).context("parsing tether's kubeconfig")?;
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-            .await
-            .context("loading tether's kubeconfig")?;
+        let mut config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .context("loading tether's kubeconfig")?;
         // The client's own credentials pass through; the proxy adds none, and never times out a
         // watch the client keeps open.
         config.auth_info = Default::default();
@@ -180,7 +187,7 @@ impl Proxy {
     pub fn inject(&self, matcher: Matcher, action: Action, times: Option<u64>) -> Fault {
         let fault = Fault {
             id: self.shared.next_id.fetch_add(1, Ordering::SeqCst),
-            hits: Arc::new(AtomicU64::new(0)),
+            hits: Arc::new(Mutex::new(BTreeMap::new())),
         };
         self.shared.rules().push(Rule {
             id: fault.id,
@@ -214,7 +221,9 @@ type ProxyError = Box<dyn std::error::Error + Send + Sync>;
 
 impl Shared {
     fn rules(&self) -> std::sync::MutexGuard<'_, Vec<Rule>> {
-        self.rules.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.rules
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// The action for a request, counting the hit.
@@ -223,7 +232,13 @@ impl Shared {
         let rule = rules
             .iter_mut()
             .find(|r| r.left != Some(0) && r.matcher.matches(method, path))?;
-        rule.hits.fetch_add(1, Ordering::SeqCst);
+        let without_query = path.split('?').next().unwrap_or_default().to_string();
+        *rule
+            .hits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(without_query)
+            .or_default() += 1;
         if let Some(left) = rule.left.as_mut() {
             *left -= 1;
         }
@@ -278,7 +293,10 @@ fn error_response(code: u16) -> Response<Body> {
     let mut response = Response::new(Body::from(body.to_string().into_bytes()));
     *response.status_mut() = status;
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, header::HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static("application/json"),
+    );
     if code == 429 || code == 503 {
         headers.insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
     }

@@ -4,6 +4,7 @@
 //! Every test fails (never skips) when the cluster is not there.
 
 pub mod faults;
+pub mod ground_truth;
 pub mod reference;
 
 use std::path::{Path, PathBuf};

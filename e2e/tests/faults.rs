@@ -5,16 +5,59 @@
 
 use std::time::Duration;
 
+use http::Method;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tether::api::StickyBinding;
-use tether_e2e::faults::{OwnTether, Proxy, Stop, restart};
+use tether_e2e::faults::{Action, Matcher, OwnTether, Proxy, Stop, restart};
+use tether_e2e::ground_truth::{BindLedger, HistoryWorkload, assert_within_allocatable};
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The pods in `ns` with a `FailedScheduling` event or a `PodScheduled=False` condition although
+/// they are bound: what tether must never report.
+async fn bound_yet_reported_failed(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String>> {
+    use k8s_openapi::api::events::v1::Event;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    let failed_events: Vec<String> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .filter_map(|e| e.regarding.and_then(|r| r.uid))
+        .collect();
+    Ok(pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
+        .filter(|p| {
+            let uid = p.metadata.uid.clone().unwrap_or_default();
+            let condition_false = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                });
+            condition_false || failed_events.contains(&uid)
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect())
+}
+
+/// Whether tether's log shows a panic.
+fn panicked(tether: &OwnTether) -> bool {
+    std::fs::read_to_string(&tether.log).is_ok_and(|log| log.contains("panicked"))
+}
 
 /// The bound pod of the Deployment `app`, other than `not_uid`.
 async fn bound_pod(
@@ -240,6 +283,229 @@ async fn on_sigterm_binds_in_flight_finish_with_their_history_and_tether_exits_c
     assert!(recent_bound, "recentBinds names only bound pods");
 
     kubectl_ok(&["delete", "sp", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// The replies to three binds are lost (the API server binds the pod, then the connection drops
+/// before tether hears so). tether reads each pod back, finds it bound where it chose, and counts
+/// it as a success: every pod is bound once, counted once, and none is reported as failed.
+#[tokio::test]
+async fn a_bind_whose_reply_is_lost_is_counted_once_and_never_reported_failed() -> anyhow::Result<()>
+{
+    const REPLICAS: usize = 8;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "lostreply").await?;
+    let nodes = TestNodes::create(&client, "lostreply", 2, "16", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let lost = proxy.inject(
+        Matcher::new(Method::POST, "/binding"),
+        Action::DropReply,
+        Some(3),
+    );
+    let tether = OwnTether::start("lostreply", &proxy).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", REPLICAS, "100m").await?;
+
+    web.wait_all_bound(REPLICAS, TIMEOUT).await?;
+    assert_eq!(lost.hits(), 3, "three bind replies were lost");
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_eq!(status.schedule_count, REPLICAS as i64, "{status:?}");
+    let misreported = bound_yet_reported_failed(&client, &ns.name).await?;
+    assert!(
+        misreported.is_empty(),
+        "bound pods reported as failed: {misreported:?} (tether's log: {})",
+        tether.log.display()
+    );
+
+    web.delete_profile()?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// For ten seconds the API server answers every write with 429 and every other request with
+/// 503 (both with `Retry-After: 1`), while 60 pods wait; its connections are cut as the storm
+/// begins, so every watch must be opened again through it. tether (its client) retries no
+/// request faster than the API server asks, keeps running, and once the API server answers again
+/// binds every pod exactly once, within the nodes' capacity, with its history exact.
+#[tokio::test]
+async fn through_a_storm_of_429_and_503_tether_backs_off_and_recovers() -> anyhow::Result<()> {
+    const REPLICAS: usize = 60;
+    const STORM: Duration = Duration::from_secs(10);
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "storm").await?;
+    let nodes = TestNodes::create(&client, "storm", 3, "4", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start("storm", &proxy).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 0, "200m").await?;
+
+    let writes = |method: Method| {
+        let matcher = Matcher {
+            method: Some(method),
+            ..Matcher::everything()
+        };
+        proxy.inject(matcher, Action::Answer(429), None)
+    };
+    let storm = [
+        writes(Method::POST),
+        writes(Method::PATCH),
+        writes(Method::PUT),
+        proxy.inject(Matcher::everything(), Action::Answer(503), None),
+    ];
+    // tether sees the pods through the watches it has open; then they break too.
+    web.scale(REPLICAS).await?;
+    tokio::time::sleep(STORM / 3).await;
+    proxy.cut();
+    proxy.restore();
+    tokio::time::sleep(STORM - STORM / 3).await;
+    assert!(ledger.is_empty(), "a bind got through the storm");
+    for fault in &storm {
+        proxy.remove(fault);
+    }
+    let mut by_path: std::collections::BTreeMap<String, u64> = Default::default();
+    for fault in &storm {
+        for (path, hits) in fault.hits_by_path() {
+            *by_path.entry(path).or_default() += hits;
+        }
+    }
+    let (busiest, most) = by_path
+        .iter()
+        .max_by_key(|(_, hits)| **hits)
+        .map(|(p, h)| (p.clone(), *h))
+        .unwrap_or_default();
+    println!(
+        "{} requests refused in the {}s storm, on {} paths; the busiest, {busiest}, {most} times",
+        by_path.values().sum::<u64>(),
+        STORM.as_secs(),
+        by_path.len()
+    );
+    assert!(storm[0].hits() > 0, "the storm hit tether's binds");
+    assert!(
+        storm[3].hits() > 0,
+        "the storm hit tether's watches as they re-opened"
+    );
+    // The API server asked for a second between tries: no request is made more often. A bind
+    // has one maker; a list of owners or selectors may have two watches making it.
+    let limit = STORM.as_secs() + 2;
+    for (path, hits) in &by_path {
+        let makers = if path.ends_with("/binding") { 1 } else { 2 };
+        assert!(
+            *hits <= limit * makers,
+            "{path} was tried {hits} times in {}s: tether does not back off",
+            STORM.as_secs()
+        );
+    }
+
+    web.wait_all_bound(REPLICAS, TIMEOUT * 2).await?;
+    assert!(
+        tether.running(),
+        "tether kept running (log: {})",
+        tether.log.display()
+    );
+    assert!(
+        !panicked(&tether),
+        "tether panicked (log: {})",
+        tether.log.display()
+    );
+    web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_within_allocatable(&client, &nodes).await?;
+
+    web.delete_profile()?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// Every StickyBinding write fails (500) after the binds succeed; then tether is killed
+/// (SIGKILL) before it could write any of them, and started again with the API server healthy.
+/// The start-up reconcile counts each bind made before the crash exactly once, and binds after
+/// it add up with them.
+#[tokio::test]
+async fn binds_whose_history_write_failed_before_a_crash_are_counted_once_after_it()
+-> anyhow::Result<()> {
+    const REPLICAS: usize = 20;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "lostwrite").await?;
+    let nodes = TestNodes::create(&client, "lostwrite", 3, "16", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let writes = |method: Method| {
+        proxy.inject(
+            Matcher::new(method, "/stickybindings"),
+            Action::Answer(500),
+            None,
+        )
+    };
+    let (creates, patches) = (writes(Method::POST), writes(Method::PATCH));
+    let mut tether = OwnTether::start("lostwrite-1", &proxy).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", REPLICAS, "100m").await?;
+    web.wait_all_bound(REPLICAS, TIMEOUT).await?;
+    wait_for("tether to try writing the history", TIMEOUT, || async {
+        Ok((creates.hits() + patches.hits() > 0).then_some(()))
+    })
+    .await?;
+    assert_eq!(
+        web.history().await?.schedule_count,
+        0,
+        "no history write got through"
+    );
+
+    tether.kill()?;
+    proxy.remove(&creates);
+    proxy.remove(&patches);
+    let tether = OwnTether::start("lostwrite-2", &proxy).await?;
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_eq!(status.schedule_count, REPLICAS as i64, "{status:?}");
+
+    web.scale(REPLICAS + 10).await?;
+    web.wait_all_bound(REPLICAS + 10, TIMEOUT).await?;
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_eq!(status.schedule_count, (REPLICAS + 10) as i64, "{status:?}");
+
+    web.delete_profile()?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// tether is killed (SIGKILL) in the middle of a burst, restarted, and the workload is scaled
+/// up and down around it. Every bind the test saw, before, during and after the crash, is
+/// counted exactly once.
+#[tokio::test]
+async fn binds_before_during_and_after_a_crash_add_up_exactly() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "crash").await?;
+    let nodes = TestNodes::create(&client, "crash", 4, "32", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start("crash-1", &proxy).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 120, "100m").await?;
+    ledger.wait_at_least(30, TIMEOUT).await?;
+    tether.kill()?;
+    let at_crash = ledger.len();
+
+    let tether = OwnTether::start("crash-2", &proxy).await?;
+    web.wait_all_bound(120, TIMEOUT).await?;
+    web.scale(40).await?;
+    web.wait_all_bound(40, TIMEOUT).await?;
+    web.scale(100).await?;
+    web.wait_all_bound(100, TIMEOUT).await?;
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    println!(
+        "{} binds seen ({at_crash} before the crash); scheduleCount {}",
+        ledger.len(),
+        status.schedule_count
+    );
+    assert!(
+        ledger.len() >= 180,
+        "the churn made new binds after the crash"
+    );
+    assert_within_allocatable(&client, &nodes).await?;
+
+    web.delete_profile()?;
+    drop(tether);
     nodes.delete().await?;
     ns.delete().await
 }
