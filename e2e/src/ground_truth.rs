@@ -79,6 +79,13 @@ impl BindLedger {
     /// seen bound, each once.
     pub fn assert_matches(&self, status: &StickyBindingStatus) {
         let binds = self.binds();
+        let summary = format!(
+            "scheduleCount {}, nodeCount {:?}, {} countedPods, {} recentBinds",
+            status.schedule_count,
+            status.node_count,
+            status.counted_pods.len(),
+            status.recent_binds.len()
+        );
         let mut per_node: BTreeMap<String, i64> = BTreeMap::new();
         for node in binds.values() {
             *per_node.entry(node.clone()).or_default() += 1;
@@ -86,7 +93,7 @@ impl BindLedger {
         assert_eq!(
             status.schedule_count,
             binds.len() as i64,
-            "scheduleCount against the {} binds the test saw: {status:?}",
+            "scheduleCount against the {} binds the test saw: {summary}",
             binds.len()
         );
         assert_eq!(
@@ -101,7 +108,7 @@ impl BindLedger {
         );
         assert!(
             counted.iter().all(|uid| binds.contains_key(*uid)),
-            "countedPods names a pod never seen bound: {status:?}"
+            "countedPods names a pod never seen bound: {summary}"
         );
         let recent: BTreeSet<&String> = status.recent_binds.iter().map(|r| &r.pod_uid).collect();
         assert_eq!(

@@ -509,3 +509,106 @@ async fn binds_before_during_and_after_a_crash_add_up_exactly() -> anyhow::Resul
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// `component` is killed (SIGKILL) while 500 pods are being scheduled and comes back after
+/// `down`. The nodes hold exactly 500 such pods, so a pod counted twice in tether's cache would
+/// leave another pending. Every pod ends bound, no node holds more than it can, tether keeps
+/// running, and the history equals the binds the test saw.
+async fn five_hundred_pods_through_a_crash_of(component: &str) -> anyhow::Result<()> {
+    const REPLICAS: usize = 500;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "crash-cp").await?;
+    let nodes = TestNodes::create(&client, "crash-cp", 5, "10", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start(&format!("crash-{component}"), &proxy).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", REPLICAS, "100m").await?;
+    ledger.wait_at_least(50, TIMEOUT).await?;
+
+    let crashed = component.to_string();
+    tokio::task::spawn_blocking(move || restart(&crashed, Stop::Kill, Duration::from_secs(5)))
+        .await??;
+    let at_return = ledger.len();
+
+    // Every watch is back within 5 s of the API server's return (tether's /readyz says so),
+    // and the profile controller serves a profile created then within that time.
+    let started = std::time::Instant::now();
+    let within = |limit: Duration| limit.saturating_sub(started.elapsed());
+    let probe = format!("probe-{}", unique_suffix());
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            &json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+                "metadata": {"name": probe}, "spec": {"schedulerName": format!("{probe}-sched")}})
+            .to_string(),
+        ),
+    )?;
+    wait_for(
+        "every watch of tether current",
+        within(Duration::from_secs(5)),
+        || async { Ok(tether.readyz()?.filter(|body| body.trim() == "ok")) },
+    )
+    .await?;
+    let watches_back = started.elapsed();
+    wait_for(
+        "the new profile Ready",
+        within(Duration::from_secs(5)),
+        || async {
+            let ready = kubectl_ok(
+                &[
+                    "get",
+                    "sp",
+                    &probe,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+                None,
+            )?;
+            Ok((ready == "True").then_some(()))
+        },
+    )
+    .await?;
+    println!(
+        "{component} back: {at_return} of {REPLICAS} pods bound then; every watch current {:.1}s later, a new profile Ready {:.1}s later",
+        watches_back.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    );
+    let mut spec = json!({"schedulerName": format!("{probe}-sched"), "containers": [{"name": "c", "image": "pause"}]});
+    nodes.isolate(&mut spec);
+    apply(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe", "namespace": ns.name}, "spec": spec}),
+    )?;
+
+    web.wait_all_bound(REPLICAS, Duration::from_secs(120))
+        .await?;
+    tether_e2e::wait_bound(&client, &ns.name, "probe", TIMEOUT).await?;
+    assert!(
+        tether.running(),
+        "tether kept running (log: {})",
+        tether.log.display()
+    );
+    assert!(
+        !panicked(&tether),
+        "tether panicked (log: {})",
+        tether.log.display()
+    );
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_eq!(status.schedule_count, REPLICAS as i64);
+    assert_within_allocatable(&client, &nodes).await?;
+
+    kubectl_ok(&["delete", "sp", &probe], None)?;
+    web.delete_profile()?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+#[tokio::test]
+async fn five_hundred_pods_through_a_crash_of_kube_apiserver() -> anyhow::Result<()> {
+    five_hundred_pods_through_a_crash_of("kube-apiserver").await
+}
+
+#[tokio::test]
+async fn five_hundred_pods_through_a_crash_of_etcd() -> anyhow::Result<()> {
+    five_hundred_pods_through_a_crash_of("etcd").await
+}

@@ -18,8 +18,46 @@ pub fn conflict_or_throttled(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(e) if e.code == 409 || e.code == 429)
 }
 
-/// Whether a failed request may succeed if made again: refused for now, or without a definite
-/// answer.
+/// Whether the API server denied the request for now: 401 or 403, unless the namespace is
+/// being deleted. A kube-apiserver that has just restarted denies requests until its authorizer
+/// has caught up; a denial that lasts (RBAC taken away) keeps being retried, slowly, and logged.
+pub fn denied_for_now(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(e)
+        if (e.code == 401 || e.code == 403) && !e.message.contains("is being terminated"))
+}
+
+/// Whether a failed request may succeed if made again: refused for now, denied for now, or
+/// without a definite answer.
 pub fn retryable(error: &kube::Error) -> bool {
-    conflict_or_throttled(error) || maybe_applied(error)
+    conflict_or_throttled(error) || maybe_applied(error) || denied_for_now(error)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api(code: u16, message: &str) -> kube::Error {
+        kube::Error::Api(
+            kube::core::Status::failure(message, "Forbidden")
+                .with_code(code)
+                .boxed(),
+        )
+    }
+
+    #[test]
+    fn a_denial_is_retried_unless_the_namespace_is_going_away() {
+        assert!(retryable(&api(
+            403,
+            "User \"tether\" cannot get resource \"stickybindings\""
+        )));
+        assert!(retryable(&api(401, "Unauthorized")));
+        assert!(!retryable(&api(
+            403,
+            "unable to create new content in namespace shop because it is being terminated"
+        )));
+        assert!(!retryable(&api(404, "not found")));
+        assert!(!retryable(&api(422, "invalid")));
+        assert!(retryable(&api(409, "conflict")) && retryable(&api(429, "slow down")));
+        assert!(retryable(&api(503, "unavailable")));
+    }
 }

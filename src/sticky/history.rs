@@ -8,7 +8,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
 use crate::events::{EventType, EventWriter};
-use crate::k8s::api_errors::{maybe_applied, retryable};
+use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
 use crate::k8s::pods;
 use crate::locks;
 use crate::scheduler::metrics::Metrics;
@@ -169,8 +169,13 @@ fn next_delay(delay: Duration) -> (Duration, Duration) {
 /// Waits before retrying after `error`, and doubles `delay`.
 async fn backoff(delay: &mut Duration, error: &kube::Error) {
     let (next, now) = next_delay(*delay);
+    if denied_for_now(error) && *delay >= RETRY_MAX {
+        // Denied for longer than an API server restart explains: say so, once per wait.
+        tracing::warn!(error = %error, wait = ?now, "history write denied; retrying");
+    } else {
+        tracing::debug!(error = %error, wait = ?now, "retrying a history write");
+    }
     *delay = next;
-    tracing::debug!(error = %error, wait = ?now, "retrying a history write");
     tokio::time::sleep(now).await;
 }
 

@@ -5,8 +5,12 @@
 //!
 //! The watch behaves as client-go's reflector: a `410 Gone` (the API server no longer has the
 //! history the watch asked for, as after its restart) re-lists at once; any other failure
-//! re-lists after a backoff (0.5 s doubling to 5 s). From its failure until the index holds the
-//! new list the watch is marked stale in [`Readiness`], and the scheduling loop waits.
+//! re-lists after a backoff (0.5 s doubling to 2 s, each wait drawn from 75–125 % of it so that
+//! two dozen watches do not come back in step). The short ceiling keeps every watch back within
+//! a few seconds of the API server's return; a failed attempt costs a refused connection, and an
+//! API server that is up but overloaded says when to come back (429 with `Retry-After`), which
+//! the client honours before the watch sees a failure. From its failure until the index holds
+//! the new list the watch is marked stale in [`Readiness`], and the scheduling loop waits.
 
 pub mod readiness;
 
@@ -23,8 +27,13 @@ pub use self::readiness::{Feed, Readiness};
 
 /// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
-/// The longest wait between two attempts.
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
+/// The longest wait between two attempts (before jitter).
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+
+/// `backoff` spread over 75–125 % of itself.
+fn jittered(backoff: Duration) -> Duration {
+    backoff.mul_f64(rand::random_range(0.75..1.25))
+}
 
 /// An in-memory structure fed by one watch.
 pub trait Index<K>: Send + Sync {
@@ -50,6 +59,18 @@ fn is_gone(error: &watcher::Error) -> bool {
     }
 }
 
+/// Whether the API server answered the failed request (as opposed to no answer at all: refused,
+/// reset, timed out).
+fn answered(error: &watcher::Error) -> bool {
+    matches!(
+        error,
+        watcher::Error::WatchError(_)
+            | watcher::Error::InitialListFailed(kube::Error::Api(_))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(_))
+            | watcher::Error::WatchFailed(kube::Error::Api(_))
+    )
+}
+
 struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     api: Api<K>,
     config: watcher::Config,
@@ -59,6 +80,8 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     backoff: Duration,
     /// Set after a failure: wait this long before the next attempt.
     pause: Option<Duration>,
+    /// Whether the API server answered the last failed attempt.
+    last_answered: bool,
 }
 
 /// Watches `api`: yields every event of kube's watcher, starting with a full list (`Init`,
@@ -81,6 +104,7 @@ where
         stream: None,
         backoff: INITIAL_BACKOFF,
         pause: None,
+        last_answered: false,
     };
     futures::stream::unfold(state, |mut st| async move {
         if let Some(pause) = st.pause.take() {
@@ -113,8 +137,15 @@ where
                     if is_gone(&error) {
                         tracing::info!(watch = %st.what, "the API server no longer has this watch's history (410 Gone); re-listing");
                     } else {
-                        tracing::warn!(watch = %st.what, error = %error, retry_in = ?st.backoff, "watch failed; re-listing");
-                        st.pause = Some(st.backoff);
+                        // The API server answers again (after an outage, a restarted one may
+                        // deny requests for a moment): a new situation, a fresh backoff.
+                        if answered(&error) && !st.last_answered {
+                            st.backoff = INITIAL_BACKOFF;
+                        }
+                        st.last_answered = answered(&error);
+                        let pause = jittered(st.backoff);
+                        tracing::warn!(watch = %st.what, error = %error, retry_in = ?pause, "watch failed; re-listing");
+                        st.pause = Some(pause);
                         st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
                     }
                     return Some((Err(error), st));

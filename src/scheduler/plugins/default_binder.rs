@@ -2,12 +2,13 @@
 //! DefaultBinder does. The bind is the only API call tether makes per scheduled pod.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{Api, ObjectMeta, PostParams};
 
-use crate::k8s::api_errors::maybe_applied;
+use crate::k8s::api_errors::{maybe_applied, retryable};
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
 use crate::scheduler::profile::validation::FieldErrors;
 use crate::scheduler::profile::validation::FieldPath;
@@ -76,23 +77,49 @@ impl BindPlugin for DefaultBinder {
                 Err(e)
                     if maybe_applied(&e) || matches!(&e, kube::Error::Api(s) if s.code == 409) =>
                 {
-                    // Whether the bind happened is the pod's to say.
-                    let failed =
-                        || Status::error(format!("binding {namespace}/{name} to {node_name}: {e}"));
-                    match api.get_opt(&name).await {
-                        Ok(Some(now)) if now.metadata.uid == pod.metadata.uid => {
-                            match now.spec.and_then(|s| s.node_name) {
-                                Some(node) if node == node_name => Status::success(),
-                                Some(node) => Status::bound_elsewhere(&node),
-                                None => failed(),
-                            }
+                    tracing::debug!(pod = %format!("{namespace}/{name}"), error = %e, "no definite answer to a bind; reading the pod back");
+                    match read_back(&api, &name, pod.metadata.uid.as_deref()).await {
+                        Some(Some(node)) if node == node_name => Status::success(),
+                        Some(Some(node)) => Status::bound_elsewhere(&node),
+                        _ => {
+                            Status::error(format!("binding {namespace}/{name} to {node_name}: {e}"))
                         }
-                        _ => failed(),
                     }
                 }
                 Err(e) => Status::error(format!("binding {namespace}/{name} to {node_name}: {e}")),
             }
         })
+    }
+}
+
+/// How long a bind without a definite answer waits for the API server to say where the pod is.
+/// Until then the pod keeps its place in the cache: the bind may well have happened.
+const READ_BACK_PATIENCE: Duration = Duration::from_secs(600);
+
+/// Where the pod `name` (with `uid`) is bound, read back after a bind without a definite
+/// answer: `Some(Some(node))` bound, `Some(None)` not bound, None when the pod is gone (or
+/// replaced) or the API server gave no answer within [`READ_BACK_PATIENCE`]. Reads that fail
+/// without an answer are retried with backoff: calling the bind failed while it happened would
+/// lose it from the workload's history.
+async fn read_back(api: &Api<Pod>, name: &str, uid: Option<&str>) -> Option<Option<String>> {
+    let give_up = tokio::time::Instant::now() + READ_BACK_PATIENCE;
+    let mut wait = Duration::from_millis(250);
+    loop {
+        match api.get_opt(name).await {
+            Ok(Some(now)) if now.metadata.uid.as_deref() == uid => {
+                return Some(now.spec.and_then(|s| s.node_name));
+            }
+            Ok(_) => return None,
+            Err(e) if retryable(&e) && tokio::time::Instant::now() + wait < give_up => {
+                tracing::debug!(pod = %name, error = %e, retry_in = ?wait, "reading a pod back after a bind failed; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                tracing::warn!(pod = %name, error = %e, "could not learn whether a bind happened; the start-up reconcile counts it if it did");
+                return None;
+            }
+        }
     }
 }
 
@@ -164,6 +191,40 @@ mod tests {
         );
         let refused = bind(binder(403, Some("node-3"))).await;
         assert!(!refused.is_success(), "a definite refusal is not read back");
+    }
+
+    /// The reads after a lost bind answer 503 three times before the API server says the pod
+    /// is bound where tether chose: the bind is a success, not a failure to requeue (which
+    /// would lose it from history).
+    #[tokio::test(start_paused = true)]
+    async fn the_read_back_waits_for_an_answer() {
+        let reads = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = reads.clone();
+        let client = crate::scheduler::testing::stand_in_client(move |method, _path, _sent| {
+            let status = |code: u16| {
+                serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "ServiceUnavailable", "code": code, "message": "down"})
+            };
+            if method == "POST" {
+                return (503, status(503));
+            }
+            if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < 3 {
+                return (500, status(500));
+            }
+            (
+                200,
+                serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "web", "namespace": "shop", "uid": "u-1"},
+                "spec": {"containers": [], "nodeName": "node-3"}}),
+            )
+        });
+        let binder = DefaultBinder {
+            client: Some(client),
+        };
+        let pod = PodBuilder::new("web").namespace("shop").uid("u-1").build();
+        let status = BindPlugin::bind(&binder, &CycleState::new(), &pod, "node-3").await;
+        assert!(status.is_success(), "{status:?}");
+        assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 4);
     }
 
     #[test]
