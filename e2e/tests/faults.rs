@@ -612,3 +612,114 @@ async fn five_hundred_pods_through_a_crash_of_kube_apiserver() -> anyhow::Result
 async fn five_hundred_pods_through_a_crash_of_etcd() -> anyhow::Result<()> {
     five_hundred_pods_through_a_crash_of("etcd").await
 }
+
+/// A pod is deleted while its bind is held in flight, and a node is deleted while binds to it
+/// are. The failed binds give back what they reserved: a node that fits exactly one more such
+/// pod takes the next one; tether keeps running; no node ends over its capacity.
+#[tokio::test]
+async fn pods_and_nodes_deleted_mid_bind_give_back_what_they_held() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "midbind").await?;
+    let nodes = TestNodes::create(&client, "midbind", 2, "1", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start("midbind", &proxy).await?;
+    let scheduler = format!("midbind-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    // A pod asking for a whole CPU, on one of the two nodes.
+    let pod = |name: &str, node: &str| {
+        let mut spec = json!({"schedulerName": scheduler, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]});
+        nodes.isolate(&mut spec);
+        spec["nodeSelector"]["kubernetes.io/hostname"] = json!(node);
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns.name}, "spec": spec})
+    };
+    let (first, second) = (nodes.names[0].clone(), nodes.names[1].clone());
+
+    // The bind of `doomed` is held; the pod is deleted meanwhile, so the bind fails.
+    let held = proxy.inject(
+        Matcher::new(Method::POST, "/pods/doomed/binding"),
+        Action::Delay(Duration::from_secs(3)),
+        Some(1),
+    );
+    apply(pod("doomed", &first))?;
+    wait_for("the bind of doomed to be held", TIMEOUT, || async {
+        Ok((held.hits() == 1).then_some(()))
+    })
+    .await?;
+    pods.delete("doomed", &DeleteParams::default().grace_period(0))
+        .await?;
+    // The CPU it held on the node is free again once the bind failed.
+    apply(pod("after-doomed", &first))?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "after-doomed", TIMEOUT).await?;
+    assert_eq!(node, first);
+
+    // Binds to the second node are held; the node is deleted meanwhile.
+    let held = proxy.inject(
+        Matcher::new(Method::POST, "/pods/orphan/binding"),
+        Action::Delay(Duration::from_secs(3)),
+        Some(1),
+    );
+    apply(pod("orphan", &second))?;
+    wait_for("the bind of orphan to be held", TIMEOUT, || async {
+        Ok((held.hits() == 1).then_some(()))
+    })
+    .await?;
+    Api::<Node>::all(client.clone())
+        .delete(&second, &DeleteParams::default())
+        .await?;
+    // The API server accepts a bind to a node that no longer exists (as it does for
+    // kube-scheduler; the pod garbage collector deletes such pods later): what matters is
+    // that tether forgets the node and keeps going.
+    wait_for("the held bind of orphan to finish", TIMEOUT, || async {
+        let bound_or_gone = pods
+            .get_opt("orphan")
+            .await?
+            .is_none_or(|p| p.spec.and_then(|s| s.node_name).is_some());
+        Ok(bound_or_gone.then_some(()))
+    })
+    .await?;
+
+    // The first node is full: a pod for it is refused (had the failed bind of doomed given
+    // back its CPU twice, tether would place it there on top of after-doomed)…
+    apply(pod("waiting", &first))?;
+    wait_for("waiting to be refused for lack of CPU", TIMEOUT, || async {
+        let refused = pods
+            .get("waiting")
+            .await?
+            .status
+            .and_then(|s| s.conditions)
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("Insufficient cpu"))
+                })
+            });
+        Ok(refused.then_some(()))
+    })
+    .await?;
+    // …and bound there once the pod holding the node goes.
+    pods.delete("after-doomed", &DeleteParams::default().grace_period(0))
+        .await?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "waiting", TIMEOUT).await?;
+    assert_eq!(node, first);
+
+    assert!(
+        tether.running(),
+        "tether kept running (log: {})",
+        tether.log.display()
+    );
+    assert!(
+        !panicked(&tether),
+        "tether panicked (log: {})",
+        tether.log.display()
+    );
+    assert_within_allocatable(&client, &nodes).await?;
+
+    kubectl_ok(&["delete", "sp", &scheduler], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
