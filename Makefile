@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo
+.PHONY: help build fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -53,7 +53,7 @@ cluster-down: ## stop the local control plane and remove its state
 # The e2e test files that share the tether `make e2e` starts. fidelity.rs compares tether with
 # kube-scheduler on a cluster no other test changes, so it runs alone after them. faults.rs runs a
 # tether of its own behind a proxy and restarts kube-apiserver, so it runs last, alone.
-E2E_SHARED := $(filter-out faults fidelity,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+E2E_SHARED := $(filter-out faults fidelity soak,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -66,6 +66,20 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
 	$(CARGO) test -p tether-e2e --test faults -- --test-threads=1 || { \
 	  echo "the fault tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
+
+SOAK_MINUTES ?= 30
+SOAK_NODES ?= 200
+soak: ## 30 min of churn on 200 nodes against a release build (SOAK_MINUTES, SOAK_NODES); figures in .cluster/logs/soak.txt
+	$(CARGO) build --release --bin tether
+	@set -e; started=false; \
+	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
+	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	fi; \
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	status=0; TETHER_BIN=$(CURDIR)/target/release/tether SOAK_MINUTES=$(SOAK_MINUTES) SOAK_NODES=$(SOAK_NODES) \
+	  $(CARGO) test -p tether-e2e --test soak -- --ignored --nocapture || status=$$?; \
+	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
+	exit $$status
 
 # `make test` starts its own cluster when none is running and stops it afterwards.
 test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, crds drift, e2e

@@ -106,6 +106,10 @@ struct Shared {
     rules: Mutex<Vec<Rule>>,
     next_id: AtomicU64,
     requests: AtomicU64,
+    /// Connections open now.
+    open: AtomicU64,
+    /// Watch requests whose answer is still streaming.
+    watches: Arc<AtomicU64>,
     /// Bumped to close every open connection.
     generation: watch::Sender<u64>,
 }
@@ -146,6 +150,8 @@ impl Proxy {
             rules: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            open: AtomicU64::new(0),
+            watches: Arc::new(AtomicU64::new(0)),
             generation,
         });
         let serving = shared.clone();
@@ -157,7 +163,9 @@ impl Proxy {
                 }
                 let mut cut_off = serving.generation.subscribe();
                 let shared = serving.clone();
+                shared.open.fetch_add(1, Ordering::SeqCst);
                 tokio::spawn(async move {
+                    let counted = shared.clone();
                     let service = hyper::service::service_fn(move |req| shared.clone().handle(req));
                     let connection = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service);
@@ -165,6 +173,7 @@ impl Proxy {
                         _ = connection => {}
                         _ = cut_off.changed() => {}
                     }
+                    counted.open.fetch_sub(1, Ordering::SeqCst);
                 });
             }
         });
@@ -202,6 +211,16 @@ impl Proxy {
     /// Removes a fault; requests pass untouched again.
     pub fn remove(&self, fault: &Fault) {
         self.shared.rules().retain(|r| r.id != fault.id);
+    }
+
+    /// How many connections are open through the proxy now (each watch holds one).
+    pub fn open_connections(&self) -> u64 {
+        self.shared.open.load(Ordering::SeqCst)
+    }
+
+    /// How many watch requests are open through the proxy now.
+    pub fn open_watches(&self) -> u64 {
+        self.shared.watches.load(Ordering::SeqCst)
     }
 
     /// How many requests the proxy has received so far.
@@ -245,7 +264,10 @@ impl Shared {
         Some(rule.action.clone())
     }
 
-    async fn handle(self: Arc<Self>, req: Request<Incoming>) -> Result<Response<Body>, ProxyError> {
+    async fn handle(
+        self: Arc<Self>,
+        req: Request<Incoming>,
+    ) -> Result<Response<Counted>, ProxyError> {
         self.requests.fetch_add(1, Ordering::SeqCst);
         let path = req
             .uri()
@@ -254,7 +276,7 @@ impl Shared {
             .unwrap_or_default();
         let action = self.action_for(req.method(), &path);
         match &action {
-            Some(Action::Answer(code)) => return Ok(error_response(*code)),
+            Some(Action::Answer(code)) => return Ok(error_response(*code).map(Counted::plain)),
             Some(Action::Delay(hold)) => tokio::time::sleep(*hold).await,
             _ => {}
         }
@@ -272,7 +294,61 @@ impl Shared {
             let _ = response.into_body().collect_bytes().await;
             return Err("the fault proxy dropped this reply".into());
         }
-        Ok(response)
+        if path.contains("watch=true") {
+            return Ok(response.map(|body| Counted::watch(body, &self.watches)));
+        }
+        Ok(response.map(Counted::plain))
+    }
+}
+
+/// An answer passed on; a watch's counts as open until its body ends or is dropped.
+pub struct Counted {
+    body: Body,
+    open_watches: Option<Arc<AtomicU64>>,
+}
+
+impl Counted {
+    fn plain(body: Body) -> Self {
+        Counted {
+            body,
+            open_watches: None,
+        }
+    }
+
+    fn watch(body: Body, open_watches: &Arc<AtomicU64>) -> Self {
+        open_watches.fetch_add(1, Ordering::SeqCst);
+        Counted {
+            body,
+            open_watches: Some(open_watches.clone()),
+        }
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        if let Some(open) = self.open_watches.take() {
+            open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl hyper::body::Body for Counted {
+    type Data = hyper::body::Bytes;
+    type Error = kube::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.body.size_hint()
     }
 }
 
@@ -327,6 +403,8 @@ pub struct OwnTether {
     child: Child,
     /// Where its probes (`/healthz`, `/readyz`) answer.
     pub http: SocketAddr,
+    /// Where its `/metrics` answer.
+    pub metrics: SocketAddr,
     pub log: PathBuf,
 }
 
@@ -364,7 +442,12 @@ impl OwnTether {
             .stderr(out)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        let tether = OwnTether { child, http, log };
+        let tether = OwnTether {
+            child,
+            http,
+            metrics,
+            log,
+        };
         wait_for(
             "the test's tether to be ready",
             Duration::from_secs(60),
@@ -405,6 +488,33 @@ impl OwnTether {
     /// Whether the process is still running.
     pub fn running(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// Its resident memory now, in bytes (from /proc).
+    pub fn rss_bytes(&self) -> anyhow::Result<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .context("reading the process status")?;
+        let kib: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .context("no VmRSS in the process status")?;
+        Ok(kib * 1024)
+    }
+
+    /// The sum of the samples of metric `name` (all label sets) on its `/metrics`.
+    pub fn metric_sum(&self, name: &str) -> anyhow::Result<f64> {
+        let text = curl(&format!("http://{}/metrics", self.metrics))?
+            .context("tether's /metrics did not answer")?;
+        Ok(text
+            .lines()
+            .filter(|l| {
+                l.strip_prefix(name)
+                    .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum())
     }
 
     /// What `/readyz` says now (None when it does not answer 200).

@@ -828,3 +828,75 @@ async fn a_statefulset_of_another_api_group_is_its_own_owner_kind() -> anyhow::R
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A history edited by hand so that it does not add up (a total that is not the sum of the
+/// per-node counts, a latest node with no count) is reported in the binding's
+/// `HistoryConsistent` condition, naming the values, once; put right, the condition turns True.
+/// Scheduling goes on meanwhile.
+#[tokio::test]
+async fn a_history_that_does_not_add_up_is_reported_in_a_condition() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "odd-sum").await?;
+    let nodes = TestNodes::create(&client, "odd-sum", 1, "4", |_, _| {}).await?;
+    let binding = format!(
+        "apiVersion: tether.dev/v1alpha1\nkind: StickyBinding\nmetadata:\n  name: deployment-web\n  namespace: {ns}\nspec:\n  workloadRef: {{apiVersion: apps/v1, kind: Deployment, name: web}}\n",
+        ns = ns.name
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&binding))?;
+    let patch_status = |status: Value| {
+        kubectl_ok(
+            &[
+                "patch",
+                "sb",
+                "deployment-web",
+                "-n",
+                &ns.name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &json!({"status": status}).to_string(),
+            ],
+            None,
+        )
+    };
+    patch_status(json!({"scheduleCount": 7, "nodeCount": {"n0": 2}, "latest": "n1"}))?;
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let condition = |want: &'static str| {
+        let bindings = bindings.clone();
+        move || {
+            let bindings = bindings.clone();
+            async move {
+                let b = bindings.get("deployment-web").await?;
+                Ok(b.status
+                    .unwrap_or_default()
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "HistoryConsistent" && c.status == want))
+            }
+        }
+    };
+    let odd = wait_for("HistoryConsistent=False", TIMEOUT, condition("False")).await?;
+    assert_eq!(odd.reason, "OddValues");
+    assert!(
+        odd.message
+            .contains("scheduleCount 7 is not the sum of nodeCount (2)")
+            && odd.message.contains("latest node n1 has no nodeCount"),
+        "{}",
+        odd.message
+    );
+
+    // Scheduling goes on for everything else.
+    let mut spec = json!({"schedulerName": "tether-scheduler", "containers": [{"name": "c", "image": "pause"}]});
+    nodes.isolate(&mut spec);
+    apply(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": ns.name}, "spec": spec}),
+    )?;
+    wait_bound(&client, &ns.name, "other", TIMEOUT).await?;
+
+    patch_status(json!({"scheduleCount": 2, "latest": "n0"}))?;
+    let fixed = wait_for("HistoryConsistent=True", TIMEOUT, condition("True")).await?;
+    assert_eq!(fixed.reason, "Consistent");
+
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -98,7 +98,9 @@ pub struct StickyBindingStatus {
     /// When the workload was released from a lost node (StickyNode `onNodeLoss: Release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_from: Option<Release>,
-    /// `NodeAvailable` tells whether the pinned node exists and is Ready.
+    /// `NodeAvailable` tells whether the pinned node exists and is Ready; `HistoryConsistent`
+    /// whether the counts agree with each other (False names what does not, as after a hand
+    /// edit; tether keeps counting from the values as written).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,
@@ -137,6 +139,55 @@ pub const REASON_NODE_READY: &str = "NodeReady";
 pub const REASON_NODE_NOT_FOUND: &str = "NodeNotFound";
 /// `NodeAvailable=False`: the pinned node exists but is not Ready.
 pub const REASON_NODE_NOT_READY: &str = "NodeNotReady";
+
+/// The condition type telling whether the history's counts agree with each other.
+pub const CONDITION_HISTORY_CONSISTENT: &str = "HistoryConsistent";
+/// `HistoryConsistent=True`: the counts agree.
+pub const REASON_CONSISTENT: &str = "Consistent";
+/// `HistoryConsistent=False`: the message names the values that do not agree.
+pub const REASON_ODD_VALUES: &str = "OddValues";
+
+impl StickyBindingStatus {
+    /// What in these counts does not agree, one phrase each (empty when all does). The API
+    /// server refuses negative counts; the rest only a hand edit (or a bug) can produce. Pure.
+    pub fn oddities(&self) -> Vec<String> {
+        let mut odd = Vec::new();
+        let sum = self
+            .node_count
+            .values()
+            .fold(0i64, |acc, n| acc.saturating_add(*n));
+        if sum != self.schedule_count {
+            odd.push(format!(
+                "scheduleCount {} is not the sum of nodeCount ({sum})",
+                self.schedule_count
+            ));
+        }
+        match self.latest.as_deref() {
+            None if self.schedule_count > 0 => {
+                odd.push("binds are counted but latest names no node".into())
+            }
+            Some(node) if !self.node_count.contains_key(node) => {
+                odd.push(format!("latest node {node} has no nodeCount"))
+            }
+            _ => {}
+        }
+        let recent = i64::try_from(self.recent_binds.len()).unwrap_or(i64::MAX);
+        if recent > self.schedule_count {
+            odd.push(format!(
+                "recentBinds lists {recent} binds, more than scheduleCount {}",
+                self.schedule_count
+            ));
+        }
+        let counted = i64::try_from(self.counted_pods.len()).unwrap_or(i64::MAX);
+        if counted > self.schedule_count {
+            odd.push(format!(
+                "countedPods lists {counted} pods, more than scheduleCount {}",
+                self.schedule_count
+            ));
+        }
+        odd
+    }
+}
 
 impl StickyBinding {
     /// The node the workload is pinned to: `spec.nodeName` when a person set it, else

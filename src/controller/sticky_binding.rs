@@ -1,5 +1,6 @@
 //! The StickyBinding reconciler: keeps the condition `NodeAvailable` (the pinned node exists and
-//! is Ready) on every binding, re-checked whenever a node changes.
+//! is Ready) on every binding, re-checked whenever a node changes, and `HistoryConsistent` (the
+//! counts agree with each other), written only when it changes.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,8 +19,10 @@ use crate::watch::{self, Applier, Index, Readiness};
 use kube::{Resource, ResourceExt};
 
 use crate::api::StickyBinding;
+use crate::api::StickyBindingStatus;
 use crate::api::sticky_binding::{
-    CONDITION_NODE_AVAILABLE, REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY, REASON_NODE_READY,
+    CONDITION_HISTORY_CONSISTENT, CONDITION_NODE_AVAILABLE, REASON_CONSISTENT,
+    REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY, REASON_NODE_READY, REASON_ODD_VALUES,
 };
 use crate::controller::conditions::set_condition;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
@@ -65,25 +68,59 @@ pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str,
     }
 }
 
+/// The `HistoryConsistent` condition for a status: (consistent, reason, message). Pure.
+pub fn history_consistency(status: &StickyBindingStatus) -> (bool, &'static str, String) {
+    let odd = status.oddities();
+    if odd.is_empty() {
+        (true, REASON_CONSISTENT, String::new())
+    } else {
+        let message = format!(
+            "{}; tether keeps counting from the values as written",
+            odd.join("; ")
+        );
+        (false, REASON_ODD_VALUES, message)
+    }
+}
+
+/// Keeps the binding's conditions: `NodeAvailable` when it is pinned, `HistoryConsistent` once
+/// it has a history. A condition is written only when it changes, so an odd value is reported
+/// once, not at every reconcile.
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let Some(pin) = binding.pin() else {
-        return Ok(Action::await_change());
-    };
-    let node = ctx.nodes.get(&ObjectRef::new(pin));
-    let (available, reason, message) = node_availability(pin, node.as_deref());
-    let mut conditions = binding
-        .status
-        .as_ref()
-        .map(|s| s.conditions.clone())
-        .unwrap_or_default();
-    if set_condition(
-        &mut conditions,
-        CONDITION_NODE_AVAILABLE,
-        available,
-        reason,
-        &message,
-        binding.meta().generation,
-    ) {
+    let status = binding.status.clone().unwrap_or_default();
+    let mut conditions = status.conditions.clone();
+    let generation = binding.meta().generation;
+    let mut changed = false;
+    if let Some(pin) = binding.pin() {
+        let node = ctx.nodes.get(&ObjectRef::new(pin));
+        let (available, reason, message) = node_availability(pin, node.as_deref());
+        changed |= set_condition(
+            &mut conditions,
+            CONDITION_NODE_AVAILABLE,
+            available,
+            reason,
+            &message,
+            generation,
+        );
+    }
+    if binding.status.is_some() {
+        let (consistent, reason, message) = history_consistency(&status);
+        if !consistent
+            && !conditions
+                .iter()
+                .any(|c| c.type_ == CONDITION_HISTORY_CONSISTENT && c.message == message)
+        {
+            tracing::warn!(binding = %format!("{}/{}", binding.namespace().unwrap_or_default(), binding.name_any()), odd = %message, "a StickyBinding's history does not add up");
+        }
+        changed |= set_condition(
+            &mut conditions,
+            CONDITION_HISTORY_CONSISTENT,
+            consistent,
+            reason,
+            &message,
+            generation,
+        );
+    }
+    if changed {
         let namespace = binding.namespace().unwrap_or_default();
         let name = binding.name_any();
         let api: Api<StickyBinding> = Api::namespaced(ctx.client.clone(), &namespace);
@@ -95,6 +132,9 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
                 name,
                 source,
             })?;
+    }
+    if binding.pin().is_none() {
+        return Ok(Action::await_change());
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
@@ -225,5 +265,51 @@ mod tests {
         assert!(node_availability("n1", Some(&ready)).0);
         let not_ready: Node = serde_json::from_value(serde_json::json!({"metadata": {"name": "n1"}, "status": {"conditions": [{"type": "Ready", "status": "Unknown"}]}})).expect("node");
         assert_eq!(node_availability("n1", Some(&not_ready)).1, "NodeNotReady");
+    }
+
+    fn status(latest: Option<&str>, counts: &[(&str, i64)], total: i64) -> StickyBindingStatus {
+        StickyBindingStatus {
+            latest: latest.map(Into::into),
+            node_count: counts.iter().map(|(n, c)| (n.to_string(), *c)).collect(),
+            schedule_count: total,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn odd_histories_are_named_and_consistent_ones_are_not() {
+        let (ok, reason, _) = history_consistency(&status(Some("a"), &[("a", 2), ("b", 1)], 3));
+        assert!(ok && reason == "Consistent");
+        assert!(
+            history_consistency(&StickyBindingStatus::default()).0,
+            "empty"
+        );
+        let cases = [
+            (
+                status(Some("a"), &[("a", 2)], 5),
+                "scheduleCount 5 is not the sum of nodeCount (2)",
+            ),
+            (status(None, &[("a", 2)], 2), "latest names no node"),
+            (
+                status(Some("gone"), &[("a", 2)], 2),
+                "latest node gone has no nodeCount",
+            ),
+        ];
+        for (odd, says) in cases {
+            let (ok, reason, message) = history_consistency(&odd);
+            assert!(!ok && reason == "OddValues", "{odd:?}");
+            assert!(message.contains(says), "{message}");
+            assert!(message.ends_with("tether keeps counting from the values as written"));
+        }
+        let mut listed = status(Some("a"), &[("a", 1)], 1);
+        listed.counted_pods = vec!["u1".into(), "u2".into()];
+        assert!(
+            history_consistency(&listed)
+                .2
+                .contains("countedPods lists 2 pods")
+        );
+        // The largest counts do not overflow the sum: counts saturate, and so does their sum.
+        let huge = status(Some("a"), &[("a", i64::MAX), ("b", i64::MAX)], i64::MAX);
+        assert!(history_consistency(&huge).0);
     }
 }

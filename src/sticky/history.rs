@@ -300,6 +300,11 @@ impl HistoryWriter {
         }
     }
 
+    /// The API client the writer writes with.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
     /// The workload `pod` belongs to, as the writer resolves it.
     pub fn workload_of(&self, pod: &Pod) -> Workload {
         workload::resolve(pod, self.owners.as_ref())

@@ -13,8 +13,29 @@ use crate::sticky::bindings::BindingLookup;
 use crate::sticky::history::HistoryWriter;
 
 /// How recently a bound pod without any binding must have been bound to be counted: an older
-/// one may have had its binding deleted by a person, to free the workload.
+/// one may have had its binding deleted by a person, to free the workload. Both ends of the
+/// comparison are the API server's clock: the bind time is the `PodScheduled` condition it set,
+/// and "now" is the `Date` of its answer ([`server_now`]).
 const UNBOUND_WINDOW: SignedDuration = SignedDuration::from_mins(10);
+
+/// The API server's clock now: the `Date` header of its answer to a cheap request (`/version`),
+/// to second precision. None when it does not answer or sends no readable date.
+pub async fn server_now(client: &kube::Client) -> Option<Timestamp> {
+    let request = http::Request::get("/version")
+        .body(kube::client::Body::empty())
+        .ok()?;
+    let response = client.send(request).await.ok()?;
+    let date = response.headers().get(http::header::DATE)?.to_str().ok()?;
+    parse_http_date(date)
+}
+
+/// Reads an HTTP date (`Sun, 06 Nov 1994 08:49:37 GMT`, RFC 9110's IMF-fixdate, which RFC 2822
+/// also reads).
+fn parse_http_date(date: &str) -> Option<Timestamp> {
+    jiff::fmt::rfc2822::DateTimeParser::new()
+        .parse_timestamp(date)
+        .ok()
+}
 
 /// When `pod` was bound (its `PodScheduled=True` condition), if it says.
 fn bound_at(pod: &Pod) -> Option<Timestamp> {
@@ -71,7 +92,15 @@ pub async fn record_missed_binds(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>
     let mut delay = std::time::Duration::from_secs(1);
     let give_up = tokio::time::Instant::now() + OWNER_WAIT;
     loop {
-        let now = Timestamp::now();
+        let now = match server_now(writer.client()).await {
+            Some(now) => now,
+            None => {
+                tracing::warn!(
+                    "the API server's clock is unknown (no Date on its answer); using this machine's to decide which binds without a binding to count"
+                );
+                Timestamp::now()
+            }
+        };
         let mut later = Vec::new();
         for pod in waiting {
             let Some(bound_at) = bound_at(&pod) else {
@@ -178,6 +207,24 @@ mod tests {
             !missed(&pod("u1"), at(0), None, now),
             "no binding, bound an hour ago: a person may have freed it"
         );
+    }
+
+    #[test]
+    fn the_api_servers_date_is_read() {
+        assert_eq!(
+            parse_http_date("Mon, 23 Nov 2026 13:38:44 GMT"),
+            Some("2026-11-23T13:38:44Z".parse().expect("ts"))
+        );
+        assert_eq!(parse_http_date("yesterday"), None);
+    }
+
+    #[tokio::test]
+    async fn now_is_the_api_servers_clock() {
+        let client = crate::scheduler::testing::stand_in_client(|_, _, _| {
+            (200, serde_json::json!({"major": "1", "minor": "36"}))
+        });
+        // The stand-in sends no Date: unknown, never this machine's clock in disguise.
+        assert_eq!(server_now(&client).await, None);
     }
 
     #[test]
