@@ -96,6 +96,20 @@ fn plugin_args<'a>(
                 format!("unknown plugin {:?}", pc.name),
             );
         }
+        let nested = pc
+            .args
+            .as_ref()
+            .map_or(0, |a| validation::depth(a, validation::MAX_ARGS_DEPTH));
+        if nested > validation::MAX_ARGS_DEPTH {
+            errs.push(
+                format!("pluginConfig[{i}].args"),
+                format!(
+                    "nests deeper than {} levels; no plugin's args do",
+                    validation::MAX_ARGS_DEPTH
+                ),
+            );
+            continue;
+        }
         args.insert(pc.name.as_str(), (i, pc.args.as_ref()));
     }
     args

@@ -135,6 +135,24 @@ fn invalid_specs_name_the_field() {
             "pluginConfig[0].args",
         ),
         (
+            "args nested 100 levels deep",
+            spec(
+                None,
+                vec![PluginConfig {
+                    name: "NodeResourcesFit".into(),
+                    args: Some(
+                        serde_json::from_str(&format!(
+                            "{}1{}",
+                            "{\"a\":".repeat(100),
+                            "}".repeat(100)
+                        ))
+                        .expect("nested json"),
+                    ),
+                }],
+            ),
+            "pluginConfig[0].args",
+        ),
+        (
             "args for an unknown plugin",
             spec(
                 None,
@@ -216,6 +234,39 @@ fn invalid_specs_name_the_field() {
             "{name}: want an error at {field}, got {errs}"
         );
     }
+}
+
+/// Hundreds of wrong entries: every one is found, and the message names the first ten and how
+/// many more, so the condition stays readable.
+#[test]
+fn a_profile_with_hundreds_of_wrong_plugins_gets_a_bounded_message() {
+    let wrong: Vec<PluginConfig> = (0..500)
+        .map(|i| PluginConfig {
+            name: format!("Nope{i}"),
+            args: None,
+        })
+        .collect();
+    let errs = compile(&spec(None, wrong), "test", &Handle::default())
+        .err()
+        .unwrap_or_default();
+    assert_eq!(errs.0.len(), 500);
+    let message = errs.to_string();
+    assert!(
+        message.starts_with("pluginConfig[0].name: unknown plugin \"Nope0\""),
+        "{message}"
+    );
+    assert!(message.ends_with("; and 490 more"), "{message}");
+}
+
+#[test]
+fn depth_counts_nesting_without_recursion() {
+    use crate::scheduler::profile::validation::depth;
+    assert_eq!(depth(&serde_json::json!(1), 16), 0);
+    assert_eq!(depth(&serde_json::json!({"a": [1, {"b": {}}]}), 16), 4);
+    let deep: serde_json::Value =
+        serde_json::from_str(&format!("{}1{}", "[".repeat(120), "]".repeat(120)))
+            .expect("nested json");
+    assert_eq!(depth(&deep, 16), 17, "stops past the limit");
 }
 
 #[test]

@@ -97,15 +97,48 @@ impl FieldErrors {
     }
 }
 
+/// How many errors a message names; a profile with hundreds of wrong entries gets a condition
+/// of readable size, the first ones and how many more.
+const MAX_ERRORS_SHOWN: usize = 10;
+
 impl fmt::Display for FieldErrors {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let parts: Vec<_> = self
             .0
             .iter()
+            .take(MAX_ERRORS_SHOWN)
             .map(|e| format!("{}: {}", e.path, e.message))
             .collect();
-        f.write_str(&parts.join("; "))
+        f.write_str(&parts.join("; "))?;
+        if self.0.len() > MAX_ERRORS_SHOWN {
+            write!(f, "; and {} more", self.0.len() - MAX_ERRORS_SHOWN)?;
+        }
+        Ok(())
     }
+}
+
+/// How deep a plugin's args may nest. No plugin's args go deeper than 4; the API server
+/// accepts 10,000, which must never reach a plugin.
+pub const MAX_ARGS_DEPTH: usize = 16;
+
+/// How deep `value` nests (a scalar is 0, `{}` or `[]` is 1), counted without recursion and
+/// stopping at `limit + 1`.
+pub fn depth(value: &serde_json::Value, limit: usize) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &serde_json::Value>> = match v {
+            serde_json::Value::Object(m) => Box::new(m.values()),
+            serde_json::Value::Array(a) => Box::new(a.iter()),
+            _ => continue,
+        };
+        deepest = deepest.max(d + 1);
+        if deepest > limit {
+            return deepest;
+        }
+        stack.extend(children.map(|c| (c, d + 1)));
+    }
+    deepest
 }
 
 impl std::error::Error for FieldErrors {}
