@@ -305,3 +305,62 @@ async fn two_names_serve_at_once_a_conflict_is_refused_and_a_deleted_profile_lea
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// Plugin args nested `levels` deep (the API server accepts up to 10,000).
+fn nested_args(levels: usize) -> Value {
+    let mut args = json!(1);
+    for _ in 0..levels {
+        args = json!({"a": args});
+    }
+    args
+}
+
+/// Args nested 40 levels deep are refused naming the field. A profile nested 200 levels deep,
+/// more than the client can decode, is skipped: profiles created after it are served, and a
+/// profile edited into one keeps serving its last readable version.
+#[tokio::test]
+async fn deeply_nested_args_never_stop_the_other_profiles() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "deep").await?;
+    let nodes = TestNodes::create(&client, "deep", 1, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (refused, deep, after, edited) = (
+        format!("deep40-{suffix}"),
+        format!("deep200-{suffix}"),
+        format!("after-deep-{suffix}"),
+        format!("edited-{suffix}"),
+    );
+    let with_args = |name: &str, levels: usize| json!({"schedulerName": name, "pluginConfig": [{"name": "NodeResourcesFit", "args": nested_args(levels)}]});
+
+    apply_profile(&refused, with_args(&refused, 40))?;
+    let (reason, message) = wait_ready(&client, &refused, false).await?;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        message.contains("pluginConfig[0].args: nests deeper than 16 levels"),
+        "{message}"
+    );
+
+    apply_profile(&edited, json!({"schedulerName": edited}))?;
+    wait_ready(&client, &edited, true).await?;
+    apply_profile(&deep, with_args(&deep, 200))?;
+    apply_profile(&edited, with_args(&edited, 200))?;
+    apply_profile(&after, json!({"schedulerName": after}))?;
+    wait_ready(&client, &after, true).await?;
+    for scheduler in [&after, &edited] {
+        let mut spec =
+            json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause"}]});
+        nodes.isolate(&mut spec);
+        let pod: Pod =
+            serde_json::from_value(json!({"metadata": {"name": scheduler}, "spec": spec}))?;
+        Api::<Pod>::namespaced(client.clone(), &ns.name)
+            .create(&PostParams::default(), &pod)
+            .await?;
+        wait_bound(&client, &ns.name, scheduler, TIMEOUT).await?;
+    }
+
+    for name in [&refused, &deep, &after, &edited] {
+        kubectl_ok(&["delete", "sp", name], None)?;
+    }
+    nodes.delete().await?;
+    ns.delete().await
+}

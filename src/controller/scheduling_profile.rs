@@ -192,7 +192,7 @@ pub fn run(
         // reconciled again.
         let list_ctx = ctx.clone();
         let list_resync = resync_tx.clone();
-        let profiles = watch::watch(api, "schedulingprofiles", Some(feed.clone()))
+        let profiles = watch::watch_each_object(api, "schedulingprofiles", Some(feed.clone()))
             .reflect(writer)
             .inspect(move |event| {
                 if matches!(event, Ok(watcher::Event::InitDone)) {

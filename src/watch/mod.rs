@@ -82,6 +82,8 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     pause: Option<Duration>,
     /// Whether the API server answered the last failed attempt.
     last_answered: bool,
+    /// Whether the initial state comes as watch events (a streaming list), each decoded alone.
+    streaming: bool,
 }
 
 /// Watches `api`: yields every event of kube's watcher, starting with a full list (`Init`,
@@ -96,15 +98,65 @@ pub fn watch<K>(
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
+    watch_loop(api, what.into(), feed, false)
+}
+
+/// Like [`watch`], for objects anyone allowed to write them could make undecodable (the API
+/// server accepts JSON nested 10,000 levels deep; the client decodes 128): the initial state
+/// comes as a streaming list (`sendInitialEvents`), one event per object, so an object the
+/// client cannot decode is skipped and reported while every other one is read; its last
+/// decodable version stays in force. Against an API server without streaming lists it lists
+/// as [`watch`] does.
+pub fn watch_each_object<K>(
+    api: Api<K>,
+    what: impl Into<String>,
+    feed: Option<Feed>,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
+where
+    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    watch_loop(api, what.into(), feed, true)
+}
+
+/// Whether a watch failed on one object the client could not decode. kube reports such a line
+/// as a decoding error, or, when the line reads as an (empty) `Status`, as an API error without
+/// a code; the API server's own errors always carry one.
+fn undecodable(error: &watcher::Error) -> bool {
+    match error {
+        watcher::Error::WatchFailed(kube::Error::SerdeError(_)) => true,
+        watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 0,
+        _ => false,
+    }
+}
+
+/// Whether the API server refused a streaming list (the WatchList feature is off).
+fn streaming_refused(error: &watcher::Error) -> bool {
+    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 400 || s.code == 422)
+}
+
+fn watch_loop<K>(
+    api: Api<K>,
+    what: String,
+    feed: Option<Feed>,
+    streaming: bool,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
+where
+    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
     let state = WatchLoop {
         api,
-        config: config(),
+        config: if streaming {
+            config().streaming_lists()
+        } else {
+            config()
+        },
         feed,
-        what: what.into(),
+        what,
         stream: None,
         backoff: INITIAL_BACKOFF,
         pause: None,
         last_answered: false,
+        streaming,
     };
     futures::stream::unfold(state, |mut st| async move {
         if let Some(pause) = st.pause.take() {
@@ -126,6 +178,18 @@ where
                         _ => {}
                     }
                     return Some((Ok(event), st));
+                }
+                Some(Err(error)) if st.streaming && undecodable(&error) => {
+                    // One object skipped; the stream goes on with the next.
+                    tracing::warn!(watch = %st.what, error = %error, "skipped an object the client cannot decode (JSON nested deeper than 128 levels?); its last readable version stays in force");
+                    return Some((Err(error), st));
+                }
+                Some(Err(error)) if st.streaming && streaming_refused(&error) => {
+                    tracing::info!(watch = %st.what, error = %error, "the API server serves no streaming lists; listing instead");
+                    st.streaming = false;
+                    st.config = config();
+                    st.stream = None;
+                    return Some((Err(error), st));
                 }
                 Some(Err(error)) => {
                     // Start over with a new list; kube's watcher would resume from its last
