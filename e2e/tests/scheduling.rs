@@ -438,3 +438,80 @@ async fn pods_of_other_schedulers_are_left_alone() -> anyhow::Result<()> {
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// Pods at the API's limits get a clear result in bounded time and never hold up the others:
+/// one with 5,000 tolerations, 100 required node-affinity terms of 10 expressions each, 200
+/// preferred inter-pod affinity terms and 60 spread constraints, with label keys and values at
+/// their maximum length, is bound; one asking for a million CPUs is refused with
+/// `Insufficient cpu`; a plain pod created after them is bound meanwhile.
+#[tokio::test]
+async fn pods_at_the_apis_limits_get_a_clear_result_and_hold_up_no_one() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "limits").await?;
+    let nodes = TestNodes::create(&client, "limits", 3, "8", |_, _| {}).await?;
+    // A prefix of 253 characters (DNS labels of at most 63) and a name of 63.
+    let prefix = format!(
+        "{}.{}.{}.{}",
+        "a".repeat(63),
+        "b".repeat(63),
+        "c".repeat(63),
+        "d".repeat(61)
+    );
+    let long_key = format!("{prefix}/{}", "n".repeat(63));
+    let long_value = "v".repeat(63);
+    let tolerations: Vec<Value> = (0..5000)
+        .map(|i| json!({"key": format!("taint-{i}"), "operator": "Exists", "effect": "NoSchedule"}))
+        .collect();
+    let terms: Vec<Value> = (0..100)
+        .map(|t| {
+            let mut expressions: Vec<Value> = (0..9)
+                .map(|e| json!({"key": format!("absent-{t}-{e}"), "operator": "DoesNotExist"}))
+                .collect();
+            expressions.push(json!({"key": "type", "operator": "In", "values": ["kwok"]}));
+            json!({"matchExpressions": expressions})
+        })
+        .collect();
+    let preferred: Vec<Value> = (0..200)
+        .map(|i| {
+            json!({"weight": 1 + i % 100, "podAffinityTerm": {
+            "labelSelector": {"matchLabels": {long_key.clone(): long_value.clone()}},
+            "topologyKey": format!("key-{i}")}})
+        })
+        .collect();
+    let spread: Vec<Value> = (0..60)
+        .map(|i| {
+            json!({"maxSkew": 1, "topologyKey": format!("spread-{i}"),
+            "whenUnsatisfiable": "ScheduleAnyway",
+            "labelSelector": {"matchLabels": {"app": "huge"}}})
+        })
+        .collect();
+    create_labelled_pod(
+        &client,
+        &ns.name,
+        "huge",
+        &[(long_key.as_str(), long_value.as_str())],
+        &nodes,
+        json!({"tolerations": tolerations,
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": preferred}},
+            "topologySpreadConstraints": spread}),
+    )
+    .await?;
+    create_pod(
+        &client,
+        &ns.name,
+        "greedy",
+        &nodes,
+        json!({"containers": cpu("1000000")}),
+    )
+    .await?;
+    create_pod(&client, &ns.name, "plain", &nodes, json!({})).await?;
+
+    wait_bound(&client, &ns.name, "plain", BIND_TIMEOUT).await?;
+    wait_bound(&client, &ns.name, "huge", BIND_TIMEOUT).await?;
+    let message = wait_unschedulable(&client, &ns.name, "greedy").await?;
+    assert!(message.contains("Insufficient cpu"), "{message}");
+
+    nodes.delete().await?;
+    ns.delete().await
+}
