@@ -4,6 +4,7 @@
 //! message, so a later message would be lost under the first one's count.)
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use jiff::{SignedDuration, Timestamp};
@@ -36,6 +37,9 @@ struct Written {
 /// the message.
 type SeriesKey = (String, String, String);
 
+/// Whether the last event this process tried to publish failed.
+static PUBLISHING_FAILS: AtomicBool = AtomicBool::new(false);
+
 /// Writes events about any object, as controller `tether` and this replica's instance name.
 #[derive(Clone)]
 pub struct EventWriter {
@@ -53,8 +57,40 @@ impl EventWriter {
         }
     }
 
-    /// Writes an event about `regarding`, or counts a repeat of one in its series.
+    /// Writes an event about `regarding`, or counts a repeat of one in its series. Events are
+    /// best effort: while the API server refuses them (an outage), the first failure is logged
+    /// at WARN and the rest at DEBUG until one lands again, so an outage costs two lines, not
+    /// one per pod.
     pub async fn publish(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        let result = self
+            .publish_once(regarding, type_, reason, action, note)
+            .await;
+        match &result {
+            Ok(()) => {
+                if PUBLISHING_FAILS.swap(false, Ordering::SeqCst) {
+                    tracing::info!("events are published again");
+                }
+            }
+            Err(e) => {
+                if !PUBLISHING_FAILS.swap(true, Ordering::SeqCst) {
+                    tracing::warn!(error = %e, "could not publish an event; further failures are logged at debug level until one is published");
+                } else {
+                    tracing::debug!(error = %e, reason, "could not publish an event");
+                }
+            }
+        }
+        result
+    }
+
+    /// Writes an event about `regarding`, or counts a repeat of one in its series.
+    async fn publish_once(
         &self,
         regarding: &ObjectReference,
         type_: EventType,

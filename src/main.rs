@@ -51,8 +51,25 @@ struct RunArgs {
     owner_kinds: Vec<String>,
 }
 
+/// The log filter: RUST_LOG (default `info`), with the API client's own per-request lines
+/// turned off unless RUST_LOG names the client. tether logs every failure itself, with its
+/// context and once per backoff step; the client would add a line per failed request (over 400
+/// ERROR lines in a 30-second API server outage).
+fn log_filter(rust_log: Option<&str>) -> EnvFilter {
+    let spec = rust_log.filter(|s| !s.trim().is_empty()).unwrap_or("info");
+    let mut filter = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("info"));
+    for quiet in ["kube_client", "kube_runtime"] {
+        if !spec.contains(quiet)
+            && let Ok(directive) = format!("{quiet}=off").parse()
+        {
+            filter = filter.add_directive(directive);
+        }
+    }
+    filter
+}
+
 fn init_logging(format: &str) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
     if format == "json" {
         builder.json().init();
@@ -92,4 +109,24 @@ fn main() -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_clients_per_request_lines_are_off_unless_asked_for() {
+        let quiet = log_filter(Some("info,tether=debug")).to_string();
+        assert!(
+            quiet.contains("kube_client=off") && quiet.contains("kube_runtime=off"),
+            "{quiet}"
+        );
+        let asked = log_filter(Some("info,kube_client=debug")).to_string();
+        assert!(
+            !asked.contains("kube_client=off") && asked.contains("kube_runtime=off"),
+            "{asked}"
+        );
+        assert!(log_filter(None).to_string().contains("info"));
+    }
 }

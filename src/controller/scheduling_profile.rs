@@ -151,7 +151,7 @@ async fn announce(ctx: &Context, profile: &SchedulingProfile, verdict: &Verdict)
         .publish(&profile.object_ref(&()), type_, reason, "Compile", note)
         .await
     {
-        tracing::warn!(profile = %name, error = %e, "could not publish the profile event");
+        tracing::debug!(profile = %name, error = %e, "could not publish the profile event");
     }
 }
 

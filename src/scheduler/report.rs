@@ -89,7 +89,7 @@ impl Reports {
             )
             .await
         {
-            tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not publish the Scheduled event");
+            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not publish the Scheduled event");
         }
     }
 
@@ -110,7 +110,7 @@ impl Reports {
             )
             .await
         {
-            tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not publish the FailedScheduling event");
+            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not publish the FailedScheduling event");
         }
         let already = pod
             .status

@@ -468,7 +468,7 @@ impl HistoryWriter {
             )
             .await
         {
-            tracing::warn!(error = %e, "could not publish the Released event");
+            tracing::debug!(error = %e, "could not publish the Released event");
         }
     }
 }
