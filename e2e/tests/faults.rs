@@ -390,6 +390,10 @@ async fn through_a_storm_of_429_and_503_tether_backs_off_and_recovers() -> anyho
     // has one maker; a list of owners or selectors may have two watches making it.
     let limit = STORM.as_secs() + 2;
     for (path, hits) in &by_path {
+        // Events are created for many pods on one path: each is its own request.
+        if path.ends_with("/events") {
+            continue;
+        }
         let makers = if path.ends_with("/binding") { 1 } else { 2 };
         assert!(
             *hits <= limit * makers,

@@ -84,6 +84,8 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     last_answered: bool,
     /// Whether the initial state comes as watch events (a streaming list), each decoded alone.
     streaming: bool,
+    /// Whether the watch may switch to streaming lists when a list cannot be decoded.
+    each_object: bool,
 }
 
 /// Watches `api`: yields every event of kube's watcher, starting with a full list (`Init`,
@@ -102,11 +104,14 @@ where
 }
 
 /// Like [`watch`], for objects anyone allowed to write them could make undecodable (the API
-/// server accepts JSON nested 10,000 levels deep; the client decodes 128): the initial state
-/// comes as a streaming list (`sendInitialEvents`), one event per object, so an object the
-/// client cannot decode is skipped and reported while every other one is read; its last
-/// decodable version stays in force. Against an API server without streaming lists it lists
-/// as [`watch`] does.
+/// server accepts JSON nested 10,000 levels deep; the client decodes 128). It lists as
+/// [`watch`] does; when a list cannot be decoded, it switches to streaming lists
+/// (`sendInitialEvents`), one event per object, so the object the client cannot decode is
+/// skipped and reported while every other one is read. An event the client cannot decode is
+/// skipped the same way, so a profile edited into one keeps its last decodable version until
+/// the next re-list (which no longer lists it). (Plain lists first: after an API server restart a streaming list waits for the
+/// server's cache, seconds longer than a list.) Against an API server without streaming lists
+/// it goes back to listing.
 pub fn watch_each_object<K>(
     api: Api<K>,
     what: impl Into<String>,
@@ -129,6 +134,14 @@ fn undecodable(error: &watcher::Error) -> bool {
     }
 }
 
+/// Whether a list failed because the client could not decode it.
+fn list_undecodable(error: &watcher::Error) -> bool {
+    matches!(
+        error,
+        watcher::Error::InitialListFailed(kube::Error::SerdeError(_))
+    )
+}
+
 /// Whether the API server refused a streaming list (the WatchList feature is off).
 fn streaming_refused(error: &watcher::Error) -> bool {
     matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 400 || s.code == 422)
@@ -138,25 +151,22 @@ fn watch_loop<K>(
     api: Api<K>,
     what: String,
     feed: Option<Feed>,
-    streaming: bool,
+    each_object: bool,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let state = WatchLoop {
         api,
-        config: if streaming {
-            config().streaming_lists()
-        } else {
-            config()
-        },
+        config: config(),
         feed,
         what,
         stream: None,
         backoff: INITIAL_BACKOFF,
         pause: None,
         last_answered: false,
-        streaming,
+        streaming: false,
+        each_object,
     };
     futures::stream::unfold(state, |mut st| async move {
         if let Some(pause) = st.pause.take() {
@@ -179,9 +189,16 @@ where
                     }
                     return Some((Ok(event), st));
                 }
-                Some(Err(error)) if st.streaming && undecodable(&error) => {
+                Some(Err(error)) if st.each_object && !st.streaming && list_undecodable(&error) => {
+                    tracing::warn!(watch = %st.what, error = %error, "a list the client cannot decode (an object nested deeper than 128 levels?); reading object by object instead");
+                    st.streaming = true;
+                    st.config = config().streaming_lists();
+                    st.stream = None;
+                    return Some((Err(error), st));
+                }
+                Some(Err(error)) if st.each_object && undecodable(&error) => {
                     // One object skipped; the stream goes on with the next.
-                    tracing::warn!(watch = %st.what, error = %error, "skipped an object the client cannot decode (JSON nested deeper than 128 levels?); its last readable version stays in force");
+                    tracing::warn!(watch = %st.what, error = %error, "skipped an object the client cannot decode (JSON nested deeper than 128 levels?); its last readable version stays in force until the next re-list");
                     return Some((Err(error), st));
                 }
                 Some(Err(error)) if st.streaming && streaming_refused(&error) => {
