@@ -57,9 +57,15 @@ async fn bound_yet_reported_failed(client: &kube::Client, ns: &str) -> anyhow::R
         .collect())
 }
 
-/// Whether tether's log shows a panic.
-fn panicked(tether: &OwnTether) -> bool {
-    std::fs::read_to_string(&tether.log).is_ok_and(|log| log.contains("panicked"))
+/// Checks that tether is still running and its log shows no panic.
+fn assert_alive(tether: &mut OwnTether) {
+    assert!(
+        tether.running(),
+        "tether kept running (log: {})",
+        tether.log.display()
+    );
+    let panicked = std::fs::read_to_string(&tether.log).is_ok_and(|log| log.contains("panicked"));
+    assert!(!panicked, "tether panicked (log: {})", tether.log.display());
 }
 
 /// The bound pod of the Deployment `app`, other than `not_uid`.
@@ -215,41 +221,21 @@ async fn on_sigterm_binds_in_flight_finish_with_their_history_and_tether_exits_c
     let nodes = TestNodes::create(&client, "sigterm", 4, "64", |_, _| {}).await?;
     let proxy = Proxy::start().await?;
     let mut tether = OwnTether::start("sigterm", &proxy).await?;
-    let name = format!("sigterm-{}", unique_suffix());
-    let scheduler = format!("{name}-sched");
-    apply_profile(
-        &client,
-        &name,
-        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "PlacementHistory", "weight": 5}]}},
-            "pluginConfig": [{"name": "PlacementHistory", "args": {"skipMultiReplica": false}}]}),
-    )
-    .await?;
-    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "10m"}}}]});
-    nodes.isolate(&mut spec);
-    apply(json!({
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": ns.name},
-        "spec": {"replicas": REPLICAS, "selector": {"matchLabels": {"app": "web"}}, "template": {"metadata": {"labels": {"app": "web"}}, "spec": spec}},
-    }))?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let bound_uids = || {
-        let pods = pods.clone();
-        async move {
-            let list = pods.list(&ListParams::default().labels("app=web")).await?;
-            let bound: Vec<String> = list
-                .items
-                .iter()
-                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some())
-                .filter_map(|p| p.metadata.uid.clone())
-                .collect();
-            anyhow::Ok((bound, list.items.len()))
-        }
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", REPLICAS, "10m").await?;
+    let bound_uids = || async {
+        let bound: Vec<String> = web
+            .bound_pods()
+            .await?
+            .into_iter()
+            .filter_map(|p| p.metadata.uid)
+            .collect();
+        anyhow::Ok(bound)
     };
     wait_for("some pods bound", TIMEOUT, || async {
         Ok(bound_uids()
             .await
             .ok()
-            .filter(|(b, _)| b.len() >= 10)
+            .filter(|b| b.len() >= 10)
             .map(|_| ()))
     })
     .await?;
@@ -261,15 +247,10 @@ async fn on_sigterm_binds_in_flight_finish_with_their_history_and_tether_exits_c
         tether.log.display()
     );
 
-    let (bound, all) = bound_uids().await?;
-    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
-    let status = bindings
-        .get("deployment-web")
-        .await?
-        .status
-        .unwrap_or_default();
+    let bound = bound_uids().await?;
+    let status = web.history().await?;
     println!(
-        "{} of {all} pods bound before tether stopped; scheduleCount {}",
+        "{} of {REPLICAS} pods bound before tether stopped; scheduleCount {}",
         bound.len(),
         status.schedule_count
     );
@@ -285,7 +266,7 @@ async fn on_sigterm_binds_in_flight_finish_with_their_history_and_tether_exits_c
         .all(|b| bound.contains(&b.pod_uid));
     assert!(recent_bound, "recentBinds names only bound pods");
 
-    kubectl_ok(&["delete", "sp", &name], None)?;
+    web.delete_profile()?;
     nodes.delete().await?;
     ns.delete().await
 }
@@ -406,16 +387,7 @@ async fn through_a_storm_of_429_and_503_tether_backs_off_and_recovers() -> anyho
     }
 
     web.wait_all_bound(REPLICAS, TIMEOUT * 2).await?;
-    assert!(
-        tether.running(),
-        "tether kept running (log: {})",
-        tether.log.display()
-    );
-    assert!(
-        !panicked(&tether),
-        "tether panicked (log: {})",
-        tether.log.display()
-    );
+    assert_alive(&mut tether);
     web.assert_history_matches(&ledger, TIMEOUT).await?;
     assert_within_allocatable(&client, &nodes).await?;
 
@@ -593,16 +565,7 @@ async fn five_hundred_pods_through_a_crash_of(component: &str) -> anyhow::Result
     web.wait_all_bound(REPLICAS, Duration::from_secs(120))
         .await?;
     tether_e2e::wait_bound(&client, &ns.name, "probe", TIMEOUT).await?;
-    assert!(
-        tether.running(),
-        "tether kept running (log: {})",
-        tether.log.display()
-    );
-    assert!(
-        !panicked(&tether),
-        "tether panicked (log: {})",
-        tether.log.display()
-    );
+    assert_alive(&mut tether);
     let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
     assert_eq!(status.schedule_count, REPLICAS as i64);
     assert_within_allocatable(&client, &nodes).await?;
@@ -718,16 +681,7 @@ async fn pods_and_nodes_deleted_mid_bind_give_back_what_they_held() -> anyhow::R
     let node = tether_e2e::wait_bound(&client, &ns.name, "waiting", TIMEOUT).await?;
     assert_eq!(node, first);
 
-    assert!(
-        tether.running(),
-        "tether kept running (log: {})",
-        tether.log.display()
-    );
-    assert!(
-        !panicked(&tether),
-        "tether panicked (log: {})",
-        tether.log.display()
-    );
+    assert_alive(&mut tether);
     assert_within_allocatable(&client, &nodes).await?;
 
     kubectl_ok(&["delete", "sp", &scheduler], None)?;

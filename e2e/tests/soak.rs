@@ -43,6 +43,25 @@ struct Sample {
     binds: usize,
 }
 
+impl Sample {
+    /// What tether, the proxy and the ledgers say now, `started` being the soak's start.
+    fn take(
+        started: Instant,
+        tether: &OwnTether,
+        proxy: &Proxy,
+        ledgers: &[BindLedger],
+    ) -> anyhow::Result<Self> {
+        Ok(Sample {
+            minute: started.elapsed().as_secs_f64() / 60.0,
+            rss_mib: tether.rss_bytes()? as f64 / (1024.0 * 1024.0),
+            pending: tether.metric_sum("tether_pending_pods")?,
+            cache_pods: tether.metric_sum("tether_cache_pods")?,
+            watches: proxy.open_watches(),
+            binds: ledgers.iter().map(BindLedger::len).sum(),
+        })
+    }
+}
+
 #[tokio::test]
 #[ignore = "the soak runs for half an hour: make soak"]
 async fn soak() -> anyhow::Result<()> {
@@ -108,14 +127,7 @@ async fn soak() -> anyhow::Result<()> {
 
         if Instant::now() >= next_sample {
             next_sample += sample_every;
-            samples.push(Sample {
-                minute: started.elapsed().as_secs_f64() / 60.0,
-                rss_mib: tether.rss_bytes()? as f64 / (1024.0 * 1024.0),
-                pending: tether.metric_sum("tether_pending_pods")?,
-                cache_pods: tether.metric_sum("tether_cache_pods")?,
-                watches: proxy.open_watches(),
-                binds: ledgers.iter().map(BindLedger::len).sum(),
-            });
+            samples.push(Sample::take(started, &tether, &proxy, &ledgers)?);
         }
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
@@ -150,14 +162,7 @@ async fn soak() -> anyhow::Result<()> {
         Ok((tether.metric_sum("tether_pending_pods")? == 0.0).then_some(()))
     })
     .await?;
-    samples.push(Sample {
-        minute: started.elapsed().as_secs_f64() / 60.0,
-        rss_mib: tether.rss_bytes()? as f64 / (1024.0 * 1024.0),
-        pending: tether.metric_sum("tether_pending_pods")?,
-        cache_pods: tether.metric_sum("tether_cache_pods")?,
-        watches: proxy.open_watches(),
-        binds: ledgers.iter().map(BindLedger::len).sum(),
-    });
+    samples.push(Sample::take(started, &tether, &proxy, &ledgers)?);
 
     let mut report = format!(
         "soak: {minutes} min of churn on {node_count} nodes ({WORKLOADS} workloads scaled 0-60, \
