@@ -78,13 +78,6 @@ impl BindLedger {
     /// `nodeCount` equals them node by node, and `countedPods` and `recentBinds` name only pods
     /// seen bound, each once.
     pub fn assert_matches(&self, status: &StickyBindingStatus) {
-        self.assert_matches_within(status, 0);
-    }
-
-    /// Like [`BindLedger::assert_matches`], allowing `slack` binds counted twice or missed (so
-    /// up to `2 × slack` per-node differences). Only for the known gap of a SIGKILL with binds
-    /// in flight (see the README's Reliability section); everywhere else history is exact.
-    pub fn assert_matches_within(&self, status: &StickyBindingStatus, slack: i64) {
         let binds = self.binds();
         let summary = format!(
             "scheduleCount {}, nodeCount {:?}, {} countedPods, {} recentBinds",
@@ -97,26 +90,15 @@ impl BindLedger {
         for node in binds.values() {
             *per_node.entry(node.clone()).or_default() += 1;
         }
-        let off = (status.schedule_count - binds.len() as i64).abs();
-        assert!(
-            off <= slack,
+        assert_eq!(
+            status.schedule_count,
+            binds.len() as i64,
             "scheduleCount against the {} binds the test saw: {summary}",
             binds.len()
         );
-        let mut nodes: BTreeSet<&String> = per_node.keys().collect();
-        nodes.extend(status.node_count.keys());
-        let node_off: i64 = nodes
-            .iter()
-            .map(|n| {
-                (status.node_count.get(*n).copied().unwrap_or(0)
-                    - per_node.get(*n).copied().unwrap_or(0))
-                .abs()
-            })
-            .sum();
-        assert!(
-            node_off <= 2 * slack,
-            "nodeCount against the binds the test saw, node by node: {:?} counted, {per_node:?} seen",
-            status.node_count
+        assert_eq!(
+            status.node_count, per_node,
+            "nodeCount against the binds the test saw, node by node"
         );
         let counted: BTreeSet<&String> = status.counted_pods.iter().collect();
         assert_eq!(
@@ -273,16 +255,6 @@ impl HistoryWorkload {
         ledger: &BindLedger,
         timeout: Duration,
     ) -> anyhow::Result<StickyBindingStatus> {
-        self.assert_history_matches_within(ledger, timeout, 0).await
-    }
-
-    /// Like [`HistoryWorkload::assert_history_matches`], with [`BindLedger::assert_matches_within`]'s slack.
-    pub async fn assert_history_matches_within(
-        &self,
-        ledger: &BindLedger,
-        timeout: Duration,
-        slack: i64,
-    ) -> anyhow::Result<StickyBindingStatus> {
         let count = ledger.len() as i64;
         let reached = wait_for(
             &format!("the history of {} to reach {count} binds", self.app),
@@ -298,7 +270,7 @@ impl HistoryWorkload {
             Ok(status) => status,
             Err(_) => self.history().await?,
         };
-        ledger.assert_matches_within(&status, slack);
+        ledger.assert_matches(&status);
         Ok(status)
     }
 
