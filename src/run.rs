@@ -9,6 +9,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
 use crate::scheduler::backend::handlers;
@@ -21,7 +22,7 @@ use crate::scheduler::plugins::placement_recorder;
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::report::Reports;
-use crate::scheduler::{Scheduler, Services};
+use crate::scheduler::{BindObserver, Scheduler, Services};
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::history::HistoryWriter;
 use crate::sticky::owners::{self, OwnerCache};
@@ -108,12 +109,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             fatal: fatal.clone(),
         },
     );
-    // A StickyBinding's countedPods keeps the pods the scheduler's cache still holds.
-    let cache_of = Arc::downgrade(&sched);
+    // A StickyBinding's countedPods keeps the pods the scheduler knows (bound or pending).
+    let known_to = Arc::downgrade(&sched);
     history.set_alive(Arc::new(move |uid| {
-        cache_of
-            .upgrade()
-            .is_none_or(|s| s.lock_cache().pod_node(uid).is_some())
+        known_to.upgrade().is_none_or(|s| s.knows_pod(uid))
     }));
 
     // Every watch registers itself in `readiness` here, before anything runs.
@@ -209,20 +208,34 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                     return;
                 }
                 tracing::info!("caches synced; scheduling");
-                // Binds made before a restart whose history write was lost are counted now.
+                // Binds made before a restart whose history write was lost are counted now, and
+                // binds an earlier tether made that show up from now on as they come.
+                let records = |sched: &Scheduler, pod: &Pod| {
+                    let name = crate::k8s::pods::scheduler_name(pod);
+                    sched
+                        .profiles
+                        .get(name)
+                        .is_some_and(|p| p.uses(placement_recorder::NAME))
+                };
+                let (writer, spawner) = (history.clone(), runtime.clone());
+                let observed = Arc::downgrade(&loop_sched);
+                let observer: BindObserver = Arc::new(move |pod| {
+                    if observed.upgrade().is_some_and(|s| records(&s, &pod)) {
+                        let paused = writer.pause_pruning();
+                        spawner.spawn(reconcile::record_missed_binds(
+                            writer.clone(),
+                            vec![pod],
+                            paused,
+                        ));
+                    }
+                });
                 let recorded: Vec<_> = loop_sched
-                    .lock_cache()
-                    .bound_pods()
+                    .bound_pods_then_observe(observer)
                     .into_iter()
-                    .filter(|pod| {
-                        let name = crate::k8s::pods::scheduler_name(pod);
-                        loop_sched
-                            .profiles
-                            .get(name)
-                            .is_some_and(|p| p.uses(placement_recorder::NAME))
-                    })
+                    .filter(|pod| records(&loop_sched, pod))
                     .collect();
-                runtime.spawn(reconcile::record_missed_binds(history, recorded));
+                let paused = history.pause_pruning();
+                runtime.spawn(reconcile::record_missed_binds(history, recorded, paused));
                 loop_sched.run_loop();
                 if !loop_sched.queue.is_closed() {
                     loop_fatal.report("the scheduling loop ended");

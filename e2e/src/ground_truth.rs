@@ -90,6 +90,10 @@ impl BindLedger {
         for node in binds.values() {
             *per_node.entry(node.clone()).or_default() += 1;
         }
+        if status.schedule_count != binds.len() as i64 || status.node_count != per_node {
+            // What a reader needs to find the miscounted binds in tether's log: each seen bind.
+            println!("binds the test saw (pod UID -> node): {binds:?}");
+        }
         assert_eq!(
             status.schedule_count,
             binds.len() as i64,

@@ -60,14 +60,23 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
     tracing::warn!(pod = %key, node = %node, error = %status, "binding failed");
     sched.metrics.bind_failed(&profile.scheduler_name);
     runtime::run_unreserve(&profile, &state, &pod_info, &node);
-    sched.lock_cache().forget_pod(pod_info.uid());
     if let Some(other) = &status.bound_elsewhere {
-        // Bound, just not by this cycle: the pod watch brings it into the cache; nothing to
-        // report or requeue.
+        // Bound, just not by this cycle (an earlier tether's bind that landed late): the cache
+        // holds it where it is (the watch confirms it), nothing is reported or requeued, and
+        // the bind is counted like any other.
         tracing::warn!(pod = %key, node = %other, "the pod was bound elsewhere meanwhile");
-        sched.queue.forget(pod_info.uid());
+        let bound = assumed_pod(&pod, other);
+        {
+            let mut cache = sched.lock_cache();
+            if cache.is_assumed(pod_info.uid()) || cache.pod(pod_info.uid()).is_none() {
+                cache.upsert_pod(bound.clone());
+            }
+            sched.queue.forget(pod_info.uid());
+        }
+        sched.bound_by_another(bound);
         return;
     }
+    sched.lock_cache().forget_pod(pod_info.uid());
     let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
     let (reason, message) = if status.is_rejected() {
         ("Unschedulable", status.message())

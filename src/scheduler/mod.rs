@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 
 use k8s_openapi::api::core::v1::Pod;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use self::backend::cache::Cache;
 use self::backend::queue::SchedulingQueue;
@@ -61,8 +61,15 @@ pub struct Scheduler {
     /// [`Scheduler::wait_binding_cycles`].
     binding_cycles: std::sync::atomic::AtomicUsize,
     bound_all: tokio::sync::Notify,
+    /// Told of each pod found bound that this scheduler did not bind, once set.
+    bound_by_others: OnceLock<BindObserver>,
     this: std::sync::Weak<Scheduler>,
 }
+
+/// Told of a pod found bound that this scheduler did not bind: a bind an earlier tether made
+/// just before a restart or a handover (its answer, or its watch event, came too late for that
+/// tether to count it), or one made by anyone else.
+pub type BindObserver = Arc<dyn Fn(Arc<Pod>) + Send + Sync>;
 
 /// What the scheduler needs besides its queue and profiles.
 pub struct Services {
@@ -100,6 +107,7 @@ impl Scheduler {
             fatal,
             binding_cycles: std::sync::atomic::AtomicUsize::new(0),
             bound_all: tokio::sync::Notify::new(),
+            bound_by_others: OnceLock::new(),
             this: this.clone(),
         })
     }
@@ -107,6 +115,32 @@ impl Scheduler {
     /// The cache, locked. Held only for short sections, never across an `.await`.
     pub fn lock_cache(&self) -> MutexGuard<'_, Cache> {
         locks::lock(&self.cache)
+    }
+
+    /// The pods bound now (the watch confirmed them); from this moment on, each pod found bound
+    /// that this scheduler did not bind goes to `observer`. One step under the cache's lock, so
+    /// that every such bind is either in the list or told to `observer` (some may be both).
+    pub fn bound_pods_then_observe(&self, observer: BindObserver) -> Vec<Arc<Pod>> {
+        let cache = self.lock_cache();
+        let pods = cache.bound_pods();
+        let _ = self.bound_by_others.set(observer);
+        pods
+    }
+
+    /// Tells the observer (if any) of a pod found bound that this scheduler did not bind.
+    pub(crate) fn bound_by_another(&self, pod: Arc<Pod>) {
+        if let Some(observer) = self.bound_by_others.get() {
+            observer(pod);
+        }
+    }
+
+    /// Whether the scheduler knows the pod of `uid`: bound or assumed in the cache, or pending
+    /// in the queue. A pod that exists is known from the first watch event that shows it on.
+    pub fn knows_pod(&self, uid: &str) -> bool {
+        // The cache's lock is held while the queue is asked: a pod moves from the queue to the
+        // cache under it, so it is never found in neither.
+        let cache = self.lock_cache();
+        cache.pod_node(uid).is_some() || self.queue.contains(uid)
     }
 
     fn lock_unserved(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Arc<Pod>>>> {

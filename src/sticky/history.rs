@@ -15,6 +15,7 @@ use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -194,6 +195,18 @@ pub struct HistoryWriter {
     /// Whether a pod (by UID) still exists: `countedPods` keeps only those. Set once the
     /// scheduler's cache exists; until then nothing is dropped.
     alive: std::sync::OnceLock<Alive>,
+    /// How many reconciles of binds made before a restart run now; none is dropped from
+    /// `countedPods` meanwhile (see [`HistoryWriter::pause_pruning`]).
+    reconciling: Arc<AtomicUsize>,
+}
+
+/// While it lives, no pod is dropped from any binding's `countedPods`.
+pub struct PruningPaused(Arc<AtomicUsize>);
+
+impl Drop for PruningPaused {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// Whether the pod of a UID still exists.
@@ -218,6 +231,7 @@ impl HistoryWriter {
             metrics,
             pending: Mutex::new(HashMap::new()),
             alive: std::sync::OnceLock::new(),
+            reconciling: Arc::new(AtomicUsize::new(0)),
         }
     }
 
@@ -225,6 +239,18 @@ impl HistoryWriter {
     /// holds only the workload's live pods.
     pub fn set_alive(&self, alive: Alive) {
         let _ = self.alive.set(alive);
+    }
+
+    /// Keeps every pod in `countedPods` until the guard is dropped. The reconcile of binds
+    /// made before a restart holds it: it decides from the pods bound when it started, and a
+    /// pod deleted since then and dropped from `countedPods` would look never counted to it.
+    pub fn pause_pruning(&self) -> PruningPaused {
+        self.reconciling.fetch_add(1, Ordering::SeqCst);
+        PruningPaused(self.reconciling.clone())
+    }
+
+    fn pruning_paused(&self) -> bool {
+        self.reconciling.load(Ordering::SeqCst) > 0
     }
 
     /// The bindings this writer reads and updates.
@@ -394,6 +420,7 @@ impl HistoryWriter {
             let now = Time(jiff::Timestamp::now());
             let mut next = status;
             let mut counted = 0;
+
             let mut released = None;
             for bind in binds {
                 if let Some(after) = count_bind(
@@ -411,7 +438,7 @@ impl HistoryWriter {
             if counted == 0 {
                 return Ok(0);
             }
-            if let Some(alive) = self.alive.get() {
+            if let Some(alive) = self.alive.get().filter(|_| !self.pruning_paused()) {
                 let fresh = |u: &String| binds.iter().any(|b| b.pod_uid == *u);
                 next.counted_pods.retain(|u| fresh(u) || alive(u));
             }
@@ -478,6 +505,7 @@ mod tests {
     use super::*;
     use crate::scheduler::testing::stand_in_client;
     use crate::sticky::bindings::BindingLookup;
+    use crate::sticky::reconcile;
 
     fn now() -> Time {
         Time(jiff::Timestamp::from_second(1_700_000_000).expect("ts"))
@@ -783,5 +811,44 @@ mod tests {
         assert_eq!(status.node_count.values().sum::<i64>(), 150);
         let writes = store.writes.load(std::sync::atomic::Ordering::SeqCst);
         assert!(writes < 150, "binds share writes: {writes} writes");
+    }
+
+    /// A bound pod deleted while the start-up reconcile works through the pods bound when it
+    /// began: it stays in `countedPods` until the reconcile is done, so the reconcile does not
+    /// take it for a missed bind and count it twice; afterwards it is dropped.
+    #[tokio::test]
+    async fn a_pod_deleted_during_the_reconcile_is_not_counted_again() {
+        let store = Arc::new(Store {
+            binding: std::sync::Mutex::new(None),
+            faults: std::sync::Mutex::new(Vec::new()),
+            writes: std::sync::atomic::AtomicUsize::new(0),
+        });
+        let writer = writer_for(&store);
+        let scheduled = |i: usize| {
+            let mut pod = web_pod(i);
+            pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
+            pod.status = Some(
+                serde_json::from_value(serde_json::json!({"conditions": [
+                {"type": "PodScheduled", "status": "True",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
+                .expect("status"),
+            );
+            Arc::new(pod)
+        };
+        writer.record_bind(&scheduled(0), "n1").await;
+        writer.record_bind(&scheduled(1), "n1").await;
+        writer.set_alive(Arc::new(|uid| uid != "pod-0"));
+
+        let paused = writer.pause_pruning();
+        writer.record_bind(&web_pod(2), "n2").await;
+        assert!(held_status(&store).counted_pods.contains(&"pod-0".into()));
+        reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)], paused)
+            .await;
+        assert_eq!(held_status(&store).schedule_count, 3, "pod-0 counted once");
+
+        writer.record_bind(&web_pod(3), "n2").await;
+        let status = held_status(&store);
+        assert_eq!(status.schedule_count, 4);
+        assert_eq!(status.counted_pods, ["pod-1", "pod-2", "pod-3"]);
     }
 }

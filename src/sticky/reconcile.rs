@@ -1,8 +1,12 @@
-//! After a (re)start: counts binds that were made but never recorded, as after a crash between
-//! a bind and its status write, or a write that failed while the API server was away. Lives
-//! beside the writer because it is the writer's second entry point.
+//! Counts binds this tether did not make and may not have been counted: at start, those made
+//! before the restart whose history write was lost (a crash between a bind and its status
+//! write, or a write that failed while the API server was away); afterwards, each pod the
+//! watch shows bound by someone else (an earlier tether's bind that landed after this one
+//! started). Lives beside the writer because it is the writer's second entry point.
 
 use std::sync::Arc;
+
+use futures::StreamExt;
 
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
@@ -10,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::api::StickyBinding;
 use crate::k8s::pods;
 use crate::sticky::bindings::BindingLookup;
-use crate::sticky::history::HistoryWriter;
+use crate::sticky::history::{HistoryWriter, PruningPaused};
 
 /// How recently a bound pod without any binding must have been bound to be counted: an older
 /// one may have had its binding deleted by a person, to free the workload. Both ends of the
@@ -83,25 +87,28 @@ pub fn missed(
 /// starts when a pod names it) before giving up on their pods.
 const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(300);
 
+/// How many history writes the reconcile has in flight at most.
+const RECONCILE_WRITERS: usize = 16;
+
 /// Records the binds among `pods` (bound pods of profiles that record history) that their
-/// bindings missed. A pod already in `recentBinds` is never counted twice. Pods whose owner is
-/// not known yet (custom owner kinds are watched from the moment a pod names them) are tried
-/// again, with a backoff, until their owner is known, as built-in kinds' pods are.
-pub async fn record_missed_binds(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
+/// bindings missed. A pod already counted is never counted twice. Pods whose owner is not
+/// known yet (custom owner kinds are watched from the moment a pod names them) are tried
+/// again, with a backoff, until their owner is known, as built-in kinds' pods are. `paused`
+/// keeps deleted pods in `countedPods` until this returns: the decisions are made from `pods`,
+/// which may have been deleted since, and a pod dropped from `countedPods` would look missed.
+pub async fn record_missed_binds(
+    writer: Arc<HistoryWriter>,
+    pods: Vec<Arc<Pod>>,
+    paused: PruningPaused,
+) {
     let mut waiting = pods;
     let mut delay = std::time::Duration::from_secs(1);
     let give_up = tokio::time::Instant::now() + OWNER_WAIT;
     loop {
-        let now = match server_now(writer.client()).await {
-            Some(now) => now,
-            None => {
-                tracing::warn!(
-                    "the API server's clock is unknown (no Date on its answer); using this machine's to decide which binds without a binding to count"
-                );
-                Timestamp::now()
-            }
-        };
+        // The API server's clock is asked only when a pod has no binding to decide by.
+        let mut now = None;
         let mut later = Vec::new();
+        let mut missed_binds = Vec::new();
         for pod in waiting {
             let Some(bound_at) = bound_at(&pod) else {
                 continue;
@@ -114,27 +121,49 @@ pub async fn record_missed_binds(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>
             let binding = writer
                 .bindings()
                 .get(&workload.namespace, &workload.binding_name());
-            if !missed(&pod, bound_at, binding.as_deref(), now) {
-                continue;
+            if binding.is_none() && now.is_none() {
+                now = Some(server_clock(writer.client()).await);
             }
-            let node = pods::node_name(&pod).unwrap_or_default();
-            tracing::info!(pod = %pods::key(&pod), node = %node, "recording a bind made before the restart");
-            writer.record_bind(&pod, node).await;
+            let now = now.unwrap_or_else(Timestamp::now);
+            if missed(&pod, bound_at, binding.as_deref(), now) {
+                let node = pods::node_name(&pod).unwrap_or_default().to_string();
+                tracing::info!(pod = %pods::key(&pod), node = %node, "recording a bind this tether did not make");
+                missed_binds.push((pod, node));
+            }
         }
+        // Several at a time, so that the writer counts each binding's missed binds in one or two
+        // writes rather than one write per pod.
+        futures::stream::iter(&missed_binds)
+            .for_each_concurrent(RECONCILE_WRITERS, |(pod, node)| {
+                writer.record_bind(pod, node)
+            })
+            .await;
         if later.is_empty() {
-            return;
+            break;
         }
         if tokio::time::Instant::now() >= give_up {
             tracing::warn!(
                 pods = later.len(),
-                "the owners of some pods bound before the restart stayed unknown; their binds are not recorded"
+                "the owners of some bound pods stayed unknown; their binds are not recorded"
             );
-            return;
+            break;
         }
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(std::time::Duration::from_secs(30));
         waiting = later;
     }
+    drop(paused);
+}
+
+/// The API server's clock ([`server_now`]), or this machine's (with a warning) when it does
+/// not say.
+async fn server_clock(client: &kube::Client) -> Timestamp {
+    server_now(client).await.unwrap_or_else(|| {
+        tracing::warn!(
+            "the API server's clock is unknown (no Date on its answer); using this machine's to decide which binds without a binding to count"
+        );
+        Timestamp::now()
+    })
 }
 
 #[cfg(test)]

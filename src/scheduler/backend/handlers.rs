@@ -31,14 +31,20 @@ impl Scheduler {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let scheduler_name = pods::scheduler_name(&pod).to_string();
         if pods::node_name(&pod).is_some() {
-            self.queue.delete(&uid);
             self.set_unserved(&scheduler_name, &key, None);
             let pod = Arc::new(pod);
             let mut cache = self.lock_cache();
+            // Out of the queue and into the cache under the cache's lock: a pod is never
+            // unknown to the scheduler in between (see `knows_pod`).
+            self.queue.delete(&uid);
             let was_assumed = cache.is_assumed(&uid);
             let before = cache.pod(&uid);
             cache.upsert_pod(pod.clone());
             drop(cache);
+            if before.is_none() && occupies_node(&pod) {
+                // Bound, and not by this scheduler: its bind is counted like any other.
+                self.bound_by_another(pod.clone());
+            }
             let new = Some(EventObject::Pod(pod.clone()));
             match before {
                 Some(old) if !occupies_node(&pod) => {
@@ -250,5 +256,69 @@ pub fn run_watches(
                 sched.as_ref()
             ),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::scheduler::backend::queue::SchedulingQueue;
+    use crate::scheduler::framework::profile::ProfileRegistry;
+    use crate::scheduler::metrics::Metrics;
+    use crate::scheduler::plugins::priority_sort;
+    use crate::scheduler::report::Reports;
+    use crate::scheduler::testing::{PodBuilder, stand_in_client};
+    use crate::scheduler::{BindObserver, Services};
+    use crate::supervise::Fatal;
+
+    fn scheduler() -> Arc<Scheduler> {
+        let profiles = Arc::new(ProfileRegistry::new());
+        let sort = priority_sort::build(None, &"plugins.queueSort".into()).expect("sort");
+        let client = stand_in_client(|_, _, sent| (201, sent));
+        Scheduler::new(
+            SchedulingQueue::new(sort, profiles.clone()),
+            profiles,
+            Services {
+                metrics: Arc::new(Metrics::default()),
+                reports: Reports::new(client, None),
+                readiness: crate::watch::Readiness::new(),
+                runtime: tokio::runtime::Handle::current(),
+                fatal: Fatal::new().0,
+            },
+        )
+    }
+
+    fn bound(name: &str, node: &str) -> Pod {
+        PodBuilder::new(name).uid(name).node_name(node).build()
+    }
+
+    /// Binds this scheduler did not make reach the observer once each, from the moment it is
+    /// set (those before are in the list it returns); binds it made never do.
+    #[tokio::test]
+    async fn binds_made_by_others_are_told_once_and_own_binds_never() {
+        let sched = scheduler();
+        sched.on_pod(bound("before", "n1"));
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let sink = told.clone();
+        let observer: BindObserver = Arc::new(move |pod: Arc<Pod>| {
+            sink.lock()
+                .expect("told")
+                .push(pod.metadata.uid.clone().unwrap_or_default());
+        });
+        let listed = sched.bound_pods_then_observe(observer);
+        assert_eq!(listed.len(), 1, "the bind made before is listed");
+
+        sched.on_pod(bound("other", "n2"));
+        sched.on_pod(bound("other", "n2"));
+        let own = PodBuilder::new("own").uid("own").info();
+        sched.lock_cache().assume_pod(&own, "n1");
+        sched.on_pod(bound("own", "n1"));
+        sched.on_pod(bound("before", "n1"));
+
+        assert_eq!(*told.lock().expect("told"), ["other"]);
+        assert!(sched.knows_pod("own") && sched.knows_pod("other"));
+        assert!(!sched.knows_pod("never-seen"));
     }
 }
