@@ -56,16 +56,10 @@ struct HttpState {
 
 /// Runs the scheduler until SIGINT or SIGTERM.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
-    let mut kube_config = kube::Config::infer()
+    let kube_config = kube::Config::infer()
         .await
         .context("reading the kubeconfig or in-cluster config")?;
-    // Every request has a deadline: a connection that went half-open is given up within a
-    // minute (watch requests are renewed every 50 s, so a silent minute means a dead one).
-    kube_config.connect_timeout = Some(std::time::Duration::from_secs(10));
-    kube_config.read_timeout = Some(std::time::Duration::from_secs(60));
-    kube_config.write_timeout = Some(std::time::Duration::from_secs(30));
-    kube_config.reset_reader_on_write = true;
-    let client = kube::Client::try_from(kube_config).context("connecting to the API server")?;
+    let client = crate::k8s::client::build(kube_config)?;
     rayon::ThreadPoolBuilder::new()
         .num_threads(config.parallelism.max(1))
         .thread_name(|i| format!("filter-score-{i}"))

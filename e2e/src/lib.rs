@@ -384,9 +384,11 @@ impl TestNodes {
             made.names.push(name);
         }
         for name in &made.names {
+            // After a test restarted the control plane, the node lifecycle controller may take
+            // half a minute or more to lift the not-ready taints of new nodes.
             wait_for(
                 &format!("node {name} to be Ready"),
-                Duration::from_secs(30),
+                Duration::from_secs(90),
                 || {
                     let nodes = nodes.clone();
                     async move {

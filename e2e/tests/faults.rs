@@ -18,7 +18,10 @@ use tether_e2e::{
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
-/// How soon after the API server's return every watch must be current again.
+/// How soon after the API server's return every watch must be current again. The issue asks
+/// for 5 s and most runs take 2-4 s; a restarted kube-apiserver holds some early requests until
+/// it serves fully and then denies them for a moment (its authorizer syncing), and a watch that
+/// met that comes back a few seconds later, so the test allows 10 s and prints what it measured.
 const BACK_WITHIN: Duration = Duration::from_secs(10);
 
 /// The pods in `ns` with a `FailedScheduling` event or a `PodScheduled=False` condition although
@@ -513,8 +516,8 @@ async fn five_hundred_pods_through_a_crash_of(component: &str) -> anyhow::Result
         .await??;
     let at_return = ledger.len();
 
-    // Every watch is back within 5 s of the API server's return (tether's /readyz says so),
-    // and the profile controller serves a profile created then within that time.
+    // Every watch is back soon after the API server's return (tether's /readyz says so), and
+    // the profile controller serves a profile created then within that time.
     let started = std::time::Instant::now();
     let within = |limit: Duration| limit.saturating_sub(started.elapsed());
     let probe = format!("probe-{}", unique_suffix());
@@ -526,9 +529,6 @@ async fn five_hundred_pods_through_a_crash_of(component: &str) -> anyhow::Result
             .to_string(),
         ),
     )?;
-    // The issue asks for 5 s, and most runs take 2.4-3.4 s; a restarted API server sometimes
-    // serves custom resources seconds after the rest (its client retries 503 meanwhile), so
-    // the test allows 10 s and prints what it measured.
     wait_for(
         "every watch of tether current",
         within(BACK_WITHIN),

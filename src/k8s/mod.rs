@@ -1,7 +1,8 @@
-//! Small, pure helpers over Kubernetes types that the plugins share: label selectors, node
+//! The API client ([`client`]), and small, pure helpers over Kubernetes types that the plugins share: label selectors, node
 //! selectors and affinity terms, quantities, resource lists and taints. Each returns typed errors.
 
 pub mod api_errors;
+pub mod client;
 pub mod labels;
 pub mod names;
 pub mod node_selector;

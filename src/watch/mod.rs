@@ -5,11 +5,13 @@
 //!
 //! The watch behaves as client-go's reflector: a `410 Gone` (the API server no longer has the
 //! history the watch asked for, as after its restart) re-lists at once; any other failure
-//! re-lists after a backoff (0.5 s doubling to 2 s, each wait drawn from 75–125 % of it so that
+//! re-lists after a backoff (0.5 s doubling to 1 s, each wait drawn from 75–125 % of it so that
 //! two dozen watches do not come back in step). The short ceiling keeps every watch back within
 //! a few seconds of the API server's return; a failed attempt costs a refused connection, and an
 //! API server that is up but overloaded says when to come back (429 with `Retry-After`), which
-//! the client honours before the watch sees a failure. From its failure until the index holds
+//! the client honours before the watch sees a failure. A run of failures is logged once as a
+//! warning when it starts and every [`WARN_EVERY`] attempts after (the others at debug level);
+//! [`Readiness`] says when the watch is current again. From its failure until the index holds
 //! the new list the watch is marked stale in [`Readiness`], and the scheduling loop waits.
 
 pub mod readiness;
@@ -28,7 +30,9 @@ pub use self::readiness::{Feed, Readiness};
 /// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest wait between two attempts (before jitter).
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// Of a run of failed attempts, the first and every this many after are logged as warnings.
+const WARN_EVERY: u32 = 30;
 
 /// `backoff` spread over 75–125 % of itself.
 fn jittered(backoff: Duration) -> Duration {
@@ -82,6 +86,8 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     pause: Option<Duration>,
     /// Whether the API server answered the last failed attempt.
     last_answered: bool,
+    /// Failed attempts since the watch was last current.
+    failures: u32,
     /// Whether the initial state comes as watch events (a streaming list), each decoded alone.
     streaming: bool,
     /// Whether the watch may switch to streaming lists when a list cannot be decoded.
@@ -165,6 +171,7 @@ where
         backoff: INITIAL_BACKOFF,
         pause: None,
         last_answered: false,
+        failures: 0,
         streaming: false,
         each_object,
     };
@@ -184,7 +191,10 @@ where
                                 feed.stale();
                             }
                         }
-                        Event::InitDone => st.backoff = INITIAL_BACKOFF,
+                        Event::InitDone => {
+                            st.backoff = INITIAL_BACKOFF;
+                            st.failures = 0;
+                        }
                         _ => {}
                     }
                     return Some((Ok(event), st));
@@ -225,7 +235,12 @@ where
                         }
                         st.last_answered = answered(&error);
                         let pause = jittered(st.backoff);
-                        tracing::warn!(watch = %st.what, error = %error, retry_in = ?pause, "watch failed; re-listing");
+                        if st.failures % WARN_EVERY == 0 {
+                            tracing::warn!(watch = %st.what, error = %error, failures = st.failures + 1, retry_in = ?pause, "watch failed; re-listing until it is current again");
+                        } else {
+                            tracing::debug!(watch = %st.what, error = %error, failures = st.failures + 1, retry_in = ?pause, "watch failed again; re-listing");
+                        }
+                        st.failures = st.failures.saturating_add(1);
                         st.pause = Some(pause);
                         st.backoff = (st.backoff * 2).min(MAX_BACKOFF);
                     }
