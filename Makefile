@@ -11,13 +11,20 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo soak
+.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo soak
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 build: ## build the tether binary
 	$(CARGO) build --release --bin tether
+
+IMAGE ?= tether:latest
+image: ## build the container image $(IMAGE) with docker, podman or buildah (whichever is installed)
+	@if command -v docker >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
+	elif command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null 2>&1; then buildah bud -t $(IMAGE) .; \
+	else echo "make image: none of docker, podman or buildah is installed; install one to build $(IMAGE) from the Dockerfile" >&2; exit 1; fi
 
 fmt: ## format the code
 	$(CARGO) fmt --all
@@ -52,8 +59,9 @@ cluster-down: ## stop the local control plane and remove its state
 
 # The e2e test files that share the tether `make e2e` starts. fidelity.rs compares tether with
 # kube-scheduler on a cluster no other test changes, so it runs alone after them. faults.rs runs a
-# tether of its own behind a proxy and restarts kube-apiserver, so it runs last, alone.
-E2E_SHARED := $(filter-out faults fidelity soak,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+# tether of its own behind a proxy and restarts kube-apiserver, and ha.rs runs two replicas of
+# its own behind a Lease, so they run last, alone, one test at a time.
+E2E_SHARED := $(filter-out faults ha fidelity soak,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -64,8 +72,8 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	fi; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
-	$(CARGO) test -p tether-e2e --test faults -- --test-threads=1 || { \
-	  echo "the fault tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
+	$(CARGO) test -p tether-e2e --test faults --test ha -- --test-threads=1 || { \
+	  echo "the fault and HA tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
 
 SOAK_MINUTES ?= 30
 SOAK_NODES ?= 200

@@ -4,6 +4,7 @@ pub mod api;
 pub mod controller;
 pub mod events;
 pub mod k8s;
+pub mod leader;
 pub mod locks;
 pub mod run;
 pub mod scheduler;

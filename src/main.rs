@@ -18,7 +18,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the scheduler against the cluster of the current kubeconfig (or in-cluster config).
-    Run(RunArgs),
+    Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions of tether.dev as YAML, for `kubectl apply -f -`.
     Crd,
 }
@@ -49,6 +49,62 @@ struct RunArgs {
     /// separated. tether never reads other kinds; grant it get/list/watch on these.
     #[arg(long, env = "TETHER_OWNER_KINDS", value_delimiter = ',')]
     owner_kinds: Vec<String>,
+    /// Take part in leader election on a Lease, so that of several replicas exactly one
+    /// schedules and writes while the others stand by with warm caches.
+    #[arg(long, env = "TETHER_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: bool,
+    /// How long a Lease not renewed keeps the other replicas from taking it (e.g. 15s).
+    #[arg(long, env = "TETHER_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
+    leader_elect_lease_duration: std::time::Duration,
+    /// How long the leader keeps leading while it cannot renew the Lease; then it stops
+    /// binding and exits. Shorter than the lease duration.
+    #[arg(long, env = "TETHER_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
+    leader_elect_renew_deadline: std::time::Duration,
+    /// How often the leader renews the Lease and a standby tries to take it.
+    #[arg(long, env = "TETHER_LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
+    leader_elect_retry_period: std::time::Duration,
+    /// The Lease's name.
+    #[arg(
+        long,
+        env = "TETHER_LEADER_ELECT_RESOURCE_NAME",
+        default_value = "tether"
+    )]
+    leader_elect_resource_name: String,
+    /// The Lease's namespace (default: this pod's namespace, else tether-system).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "tether-system")]
+    leader_elect_resource_namespace: String,
+}
+
+/// Reads a duration as kube-scheduler's flags take it: a number and a unit (`500ms`, `15s`,
+/// `2m`); a bare number is seconds.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration (e.g. 15s, 500ms, 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => value,
+        "ms" => value / 1000.0,
+        "m" => value * 60.0,
+        _ => return Err(format!("{text:?}: the unit must be ms, s or m")),
+    };
+    std::time::Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// This replica's identity in the Lease: the pod name, else the host name with a random
+/// suffix (as kube-scheduler's), so that two processes on one machine never share one.
+fn identity(instance: Option<&str>) -> String {
+    if let Some(name) = instance.filter(|n| !n.is_empty()) {
+        return name.to_string();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "tether".into());
+    format!("{host}_{:08x}", rand::random::<u32>())
 }
 
 /// The log filter: RUST_LOG (default `info`), with the API client's own per-request lines
@@ -96,8 +152,16 @@ fn main() -> anyhow::Result<()> {
                 http_addr: args.http_addr,
                 health_addr: args.health_addr,
                 parallelism,
-                instance: args.instance,
                 shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),
+                lease: args.leader_elect.then(|| tether::leader::LeaseConfig {
+                    name: args.leader_elect_resource_name.clone(),
+                    namespace: args.leader_elect_resource_namespace.clone(),
+                    identity: identity(args.instance.as_deref()),
+                    lease_duration: args.leader_elect_lease_duration,
+                    renew_deadline: args.leader_elect_renew_deadline,
+                    retry_period: args.leader_elect_retry_period,
+                }),
+                instance: args.instance,
                 owner_kinds: args.owner_kinds,
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -114,6 +178,16 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn durations_read_as_kube_scheduler_flags_take_them() {
+        let d = |t: &str| parse_duration(t);
+        assert_eq!(d("15s"), Ok(std::time::Duration::from_secs(15)));
+        assert_eq!(d("500ms"), Ok(std::time::Duration::from_millis(500)));
+        assert_eq!(d("2m"), Ok(std::time::Duration::from_secs(120)));
+        assert_eq!(d("10"), Ok(std::time::Duration::from_secs(10)));
+        assert!(d("ten").is_err() && d("5h").is_err() && d("-1s").is_err());
+    }
 
     #[test]
     fn the_clients_per_request_lines_are_off_unless_asked_for() {

@@ -12,6 +12,7 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
+use crate::leader::{self, Leadership, LeaseConfig};
 use crate::scheduler::backend::handlers;
 use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
@@ -45,6 +46,8 @@ pub struct RunConfig {
     pub shutdown_grace: std::time::Duration,
     /// Owner kinds (group-qualified) followed besides the built-in ones.
     pub owner_kinds: Vec<String>,
+    /// The Lease this replica competes for; `None`: it runs alone and leads from the start.
+    pub lease: Option<LeaseConfig>,
 }
 
 #[derive(Clone)]
@@ -52,6 +55,7 @@ struct HttpState {
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     fatal: Fatal,
+    leadership: Leadership,
 }
 
 /// Runs the scheduler until SIGINT or SIGTERM.
@@ -69,6 +73,14 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     let readiness = Readiness::new();
     let (fatal, mut died) = Fatal::new();
+    let leadership = match &config.lease {
+        Some(lease) => {
+            lease.validate().context("the leader election flags")?;
+            Leadership::elected()
+        }
+        None => Leadership::alone(),
+    };
+    metrics.set_leading(!leadership.is_elected());
     let selectors = Arc::new(WorkloadSelectors::default());
     let owners = Arc::new(OwnerCache::with_kinds(config.owner_kinds.clone()));
     let bindings = Arc::new(BindingIndex::default());
@@ -79,6 +91,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         owners.clone(),
         metrics.clone(),
     ));
+    history.gate_on(leadership.clone());
     let handle = Handle {
         client: Some(client.clone()),
         default_selectors: selectors.clone(),
@@ -101,6 +114,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             readiness: readiness.clone(),
             runtime: tokio::runtime::Handle::current(),
             fatal: fatal.clone(),
+            leadership: leadership.clone(),
         },
     );
     // A StickyBinding's countedPods keeps the pods the scheduler knows (bound or pending).
@@ -142,6 +156,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                         new.map(EventObject::StickyBinding),
                     )
                 }),
+                leadership.clone(),
                 &readiness,
             ),
         )),
@@ -152,15 +167,34 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                 sched.clone(),
                 handle,
                 config.instance.clone(),
+                leadership.clone(),
                 &readiness,
             ),
         )),
     ];
+    if let Some(lease) = config.lease.clone() {
+        let (client, leadership, fatal, metrics) = (
+            client.clone(),
+            leadership.clone(),
+            fatal.clone(),
+            metrics.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let reason = leader::run(client, lease, leadership, move |leading| {
+                metrics.set_leading(leading)
+            })
+            .await;
+            // As kube-scheduler does: a replica that stopped leading exits, to start again as
+            // a standby with fresh caches.
+            fatal.report(format!("leadership lost: {reason}"));
+        }));
+    }
 
     let state = HttpState {
         metrics,
         readiness: readiness.clone(),
         fatal: fatal.clone(),
+        leadership: leadership.clone(),
     };
     let metrics_app = Router::new()
         .route("/metrics", get(serve_metrics))
@@ -200,6 +234,21 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                     .wait_current(|| loop_sched.queue.is_closed())
                 {
                     return;
+                }
+                if loop_sched.leadership.is_elected() {
+                    tracing::info!("caches synced; waiting to lead");
+                    loop {
+                        let won = runtime.block_on(tokio::time::timeout(
+                            std::time::Duration::from_secs(1),
+                            loop_sched.leadership.wait_leading(),
+                        ));
+                        if won.is_ok() {
+                            break;
+                        }
+                        if loop_sched.queue.is_closed() {
+                            return;
+                        }
+                    }
                 }
                 tracing::info!("caches synced; scheduling");
                 // Binds made before a restart whose history write was lost are counted now, and
@@ -253,6 +302,13 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             tracing::warn!(binds = left, grace = ?config.shutdown_grace, "binds still in flight at the end of the grace period; the start-up reconcile counts their history");
         }
     }
+    if let Some(lease) = &config.lease
+        && died.is_none()
+        && leadership.is_leading()
+    {
+        // Binds are done: a standby may take over at once rather than when the Lease expires.
+        leader::release(client.clone(), lease).await;
+    }
     for task in tasks {
         task.abort();
     }
@@ -287,11 +343,19 @@ async fn serve_metrics(
 async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
     let summary = state.readiness.summary();
     if summary.listed_once == summary.registered {
-        let body = if summary.not_current.is_empty() {
+        let mut body = if summary.not_current.is_empty() {
             "ok".to_string()
         } else {
             format!("ok (re-listing: {})", summary.not_current.join(", "))
         };
+        // A standby is ready too (its caches are warm); the body says which it is.
+        if state.leadership.is_elected() {
+            body.push_str(if state.leadership.is_leading() {
+                "\nleading"
+            } else {
+                "\nstandby"
+            });
+        }
         (StatusCode::OK, body)
     } else {
         (

@@ -411,6 +411,11 @@ pub struct OwnTether {
 impl OwnTether {
     /// Starts `target/debug/tether` (or `$TETHER_BIN`) against `proxy` and waits for `/readyz`.
     pub async fn start(name: &str, proxy: &Proxy) -> anyhow::Result<Self> {
+        Self::start_with(name, proxy, &[]).await
+    }
+
+    /// As [`OwnTether::start`], with `args` added to `tether run`'s.
+    pub async fn start_with(name: &str, proxy: &Proxy, args: &[&str]) -> anyhow::Result<Self> {
         let (text, upstream) = tether_kubeconfig()?;
         let kubeconfig = repo_dir().join(format!(".cluster/tether-{name}.kubeconfig"));
         std::fs::write(
@@ -435,6 +440,7 @@ impl OwnTether {
             .args(["run", "--http-addr", &metrics.to_string()])
             .args(["--health-addr", &http.to_string(), "--instance"])
             .arg(format!("tether-{name}"))
+            .args(args)
             .env("KUBECONFIG", &kubeconfig)
             .env("RUST_LOG", "info,tether=debug")
             .stdin(Stdio::null())

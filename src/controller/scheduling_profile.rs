@@ -22,6 +22,7 @@ use kube::{Resource, ResourceExt};
 use crate::api::{SchedulingProfile, SchedulingProfileStatus};
 use crate::controller::conditions::set_condition;
 use crate::controller::profile_set::{ProfileSet, Verdict};
+use crate::leader::Leadership;
 use crate::scheduler::Scheduler;
 use crate::scheduler::plugins::registry::Handle;
 
@@ -48,6 +49,9 @@ pub struct Context {
     announced: Mutex<HashMap<String, (Option<i64>, &'static str)>>,
     events: EventWriter,
     resync: tokio::sync::mpsc::Sender<()>,
+    /// Only a leader writes status and events; a standby compiles and serves profiles in
+    /// memory, and reconciles them all again when it starts leading.
+    leadership: Leadership,
 }
 
 impl Context {
@@ -80,6 +84,9 @@ async fn reconcile(profile: Arc<SchedulingProfile>, ctx: Arc<Context>) -> Result
     let Some(verdict) = verdict else {
         return Ok(Action::await_change());
     };
+    if !ctx.leadership.is_leading() {
+        return Ok(Action::await_change());
+    }
 
     let mut status = profile.status.clone().unwrap_or_default();
     let before = status.clone();
@@ -168,6 +175,7 @@ pub fn run(
     scheduler: Arc<Scheduler>,
     handle: Handle,
     instance: Option<String>,
+    leadership: Leadership,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let feed = readiness.register("schedulingprofiles");
@@ -185,6 +193,7 @@ pub fn run(
             verdicts: Mutex::new(BTreeMap::new()),
             announced: Mutex::new(HashMap::new()),
             resync: resync_tx.clone(),
+            leadership: leadership.clone(),
         });
         // The reflector applies each event to the store before passing it on, so at each
         // InitDone the store holds every profile: fill the registry from all of them at once.
@@ -205,6 +214,7 @@ pub fn run(
         let sync_ctx = ctx.clone();
         Controller::for_stream(profiles, store)
             .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
+            .reconcile_all_on(leadership.gained())
             .run(reconcile, error_policy, ctx)
             .for_each(move |result| {
                 // A deleted profile is gone from the store: decide again without it, and let

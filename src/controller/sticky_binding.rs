@@ -25,6 +25,7 @@ use crate::api::sticky_binding::{
     REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY, REASON_NODE_READY, REASON_ODD_VALUES,
 };
 use crate::controller::conditions::set_condition;
+use crate::leader::Leadership;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 
 /// Errors of one reconcile, naming the binding.
@@ -41,6 +42,8 @@ pub enum Error {
 pub struct Context {
     client: kube::Client,
     nodes: Store<Node>,
+    /// Only a leader writes; a standby's bindings are reconciled again when it starts leading.
+    leadership: Leadership,
 }
 
 /// (available, reason, message) for the pinned node. Pure.
@@ -86,6 +89,9 @@ pub fn history_consistency(status: &StickyBindingStatus) -> (bool, &'static str,
 /// it has a history. A condition is written only when it changes, so an odd value is reported
 /// once, not at every reconcile.
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.leadership.is_leading() {
+        return Ok(Action::await_change());
+    }
     let status = binding.status.clone().unwrap_or_default();
     let mut conditions = status.conditions.clone();
     let generation = binding.meta().generation;
@@ -202,6 +208,7 @@ pub fn run(
     client: kube::Client,
     index: Arc<BindingIndex>,
     on_change: OnChange,
+    leadership: Leadership,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let binding_feed = readiness.register("stickybindings");
@@ -225,9 +232,11 @@ pub fn run(
         })
         .touched_objects();
         let (binding_store, binding_writer) = kube::runtime::reflector::store();
+        let gained = leadership.gained();
         let ctx = Arc::new(Context {
             client,
             nodes: node_store,
+            leadership,
         });
         let feed = IndexFeed { index, on_change };
         let mut applier = Applier::new(Some(binding_feed.clone()));
@@ -248,6 +257,7 @@ pub fn run(
                     .map(|b| ObjectRef::from_obj(&*b))
                     .collect::<Vec<_>>()
             })
+            .reconcile_all_on(gained)
             .run(reconcile, error_policy, ctx)
             .for_each(|_| async {})
             .await;

@@ -10,6 +10,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::cycle::Assumed;
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::scheduler::framework::Status;
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime;
 
@@ -42,6 +43,12 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         let status = runtime::run_pre_bind(&profile, &state, &pod, &node).await;
         if !status.is_success() {
             return status;
+        }
+        if !sched.leadership.is_leading() {
+            // Past the renew deadline: another replica may lead soon; this one exits.
+            return Status::error(
+                "this replica no longer leads; the pod is left to the next leader",
+            );
         }
         runtime::run_bind(&profile, &state, &pod, &node).await
     }

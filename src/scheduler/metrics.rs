@@ -46,6 +46,13 @@ pub struct Metrics {
     pub pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
+    leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+}
+
+/// The label kube-scheduler's `leader_election_master_status` carries: the Lease's user.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaderLabels {
+    pub name: String,
 }
 
 fn buckets() -> Histogram {
@@ -54,7 +61,15 @@ fn buckets() -> Histogram {
 
 impl Default for Metrics {
     fn default() -> Self {
-        let mut registry = Registry::with_prefix("tether");
+        // tether's own metrics under `tether_`; kube-scheduler's names at the root.
+        let mut root = Registry::default();
+        let leading = Family::<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>::default();
+        root.register(
+            "leader_election_master_status",
+            "1 while this replica leads (holds the Lease, or runs without leader election), else 0",
+            leading.clone(),
+        );
+        let registry = root.sub_registry_with_prefix("tether");
         let attempts = Family::<AttemptLabels, Counter>::default();
         let attempt_duration =
             Family::<AttemptLabels, Histogram>::new_with_constructor(buckets as fn() -> Histogram);
@@ -114,7 +129,7 @@ impl Default for Metrics {
             cache_pods.clone(),
         );
         Metrics {
-            registry,
+            registry: root,
             attempts,
             attempt_duration,
             binds,
@@ -125,11 +140,21 @@ impl Default for Metrics {
             pending_pods,
             cache_nodes,
             cache_pods,
+            leading,
         }
     }
 }
 
 impl Metrics {
+    /// Whether this replica leads now.
+    pub fn set_leading(&self, leading: bool) {
+        self.leading
+            .get_or_create(&LeaderLabels {
+                name: "tether".into(),
+            })
+            .set(i64::from(leading));
+    }
+
     /// Whether a profile serves `scheduler` now; a name no longer served leaves the metric.
     pub fn profile_serving(&self, scheduler: &str, serving: bool) {
         let labels = ProfileLabels {

@@ -35,6 +35,7 @@ use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
 use self::report::Reports;
+use crate::leader::Leadership;
 use crate::locks;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
@@ -57,6 +58,8 @@ pub struct Scheduler {
     runtime: tokio::runtime::Handle,
     /// Reports a binding cycle that panicked.
     fatal: Fatal,
+    /// Whether this replica leads: binds are made only while it does.
+    pub leadership: Leadership,
     /// Binding cycles running now (with their PostBind history writes), and a wake-up for
     /// [`Scheduler::wait_binding_cycles`].
     binding_cycles: std::sync::atomic::AtomicUsize,
@@ -78,6 +81,8 @@ pub struct Services {
     pub readiness: Arc<Readiness>,
     pub runtime: tokio::runtime::Handle,
     pub fatal: Fatal,
+    /// Whether this replica leads: only a leader binds.
+    pub leadership: Leadership,
 }
 
 impl Scheduler {
@@ -92,6 +97,7 @@ impl Scheduler {
             readiness,
             runtime,
             fatal,
+            leadership,
         } = services;
         Arc::new_cyclic(|this| Scheduler {
             cache: Mutex::new(Cache::new()),
@@ -105,6 +111,7 @@ impl Scheduler {
             readiness,
             runtime,
             fatal,
+            leadership,
             binding_cycles: std::sync::atomic::AtomicUsize::new(0),
             bound_all: tokio::sync::Notify::new(),
             bound_by_others: OnceLock::new(),

@@ -10,6 +10,7 @@ use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBi
 use crate::events::{EventType, EventWriter};
 use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
 use crate::k8s::pods;
+use crate::leader::Leadership;
 use crate::locks;
 use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
@@ -43,6 +44,10 @@ pub enum HistoryError {
         name: String,
         source: kube::Error,
     },
+    #[error(
+        "not writing StickyBinding {namespace}/{name}: this replica no longer leads (the next leader's start-up reconcile counts the bind)"
+    )]
+    NotLeading { namespace: String, name: String },
 }
 
 /// The status after counting `pod_uid` bound to `node`, or `None` when that pod is already
@@ -198,6 +203,8 @@ pub struct HistoryWriter {
     /// How many reconciles of binds made before a restart run now; none is dropped from
     /// `countedPods` meanwhile (see [`HistoryWriter::pause_pruning`]).
     reconciling: Arc<AtomicUsize>,
+    /// Whether this replica leads; only a leader writes. Unset: it runs alone.
+    leadership: std::sync::OnceLock<Leadership>,
 }
 
 /// While it lives, no pod is dropped from any binding's `countedPods`.
@@ -232,6 +239,7 @@ impl HistoryWriter {
             pending: Mutex::new(HashMap::new()),
             alive: std::sync::OnceLock::new(),
             reconciling: Arc::new(AtomicUsize::new(0)),
+            leadership: std::sync::OnceLock::new(),
         }
     }
 
@@ -239,6 +247,11 @@ impl HistoryWriter {
     /// holds only the workload's live pods.
     pub fn set_alive(&self, alive: Alive) {
         let _ = self.alive.set(alive);
+    }
+
+    /// Writes only while `leadership` says this replica leads.
+    pub fn gate_on(&self, leadership: Leadership) {
+        let _ = self.leadership.set(leadership);
     }
 
     /// Keeps every pod in `countedPods` until the guard is dropped. The reconcile of binds
@@ -369,6 +382,9 @@ impl HistoryWriter {
         // The index's copy first; after a conflict, the API server's.
         let mut cached = self.index.get(&namespace, &name);
         loop {
+            if self.leadership.get().is_some_and(|l| !l.is_leading()) {
+                return Err(HistoryError::NotLeading { namespace, name });
+            }
             let fetched = match cached.take() {
                 Some(b) => Ok(Some(StickyBinding::clone(&b))),
                 None => api.get_opt(&name).await,

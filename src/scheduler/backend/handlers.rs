@@ -286,6 +286,7 @@ mod tests {
                 readiness: crate::watch::Readiness::new(),
                 runtime: tokio::runtime::Handle::current(),
                 fatal: Fatal::new().0,
+                leadership: crate::leader::Leadership::alone(),
             },
         )
     }

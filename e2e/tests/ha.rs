@@ -1,0 +1,194 @@
+//! High availability: two tether replicas of the test's own, each behind its own proxy, compete
+//! for the Lease `tether` in tether-system as the deploy/ ServiceAccount. One leads and binds;
+//! the other stands by and writes nothing; when the leader dies or is cut off, the standby takes
+//! over. `make e2e` runs these alone, after the shared tether has stopped.
+
+use std::time::{Duration, Instant};
+
+use http::Method;
+use tether_e2e::faults::{Action, Fault, Matcher, OwnTether, Proxy};
+use tether_e2e::ground_truth::{BindLedger, HistoryWorkload, assert_within_allocatable};
+use tether_e2e::{TestNamespace, TestNodes, client, kubectl_ok, wait_for};
+
+const TIMEOUT: Duration = Duration::from_secs(120);
+/// kube-scheduler's defaults, which tether's flags default to.
+const LEASE: Duration = Duration::from_secs(15);
+const RETRY: Duration = Duration::from_secs(2);
+/// A standby sees the dead leader's last renewal within a retry period (plus its 20 % jitter)
+/// and takes the Lease once it has not changed for a lease duration, at its next try.
+const TAKEOVER_WITHIN: Duration =
+    Duration::from_millis(LEASE.as_millis() as u64 + 2 * RETRY.as_millis() as u64 * 12 / 10);
+
+/// A replica that takes part in the election, named `name`.
+async fn replica(name: &str, proxy: &Proxy) -> anyhow::Result<OwnTether> {
+    OwnTether::start_with(name, proxy, &["--leader-elect"]).await
+}
+
+/// Whether `tether` says it leads.
+fn leads(tether: &OwnTether) -> anyhow::Result<bool> {
+    Ok(tether
+        .readyz()?
+        .is_some_and(|body| body.lines().any(|l| l == "leading")))
+}
+
+/// Counts the writes a replica makes through its proxy (binds, StickyBindings, status, events),
+/// Lease requests left out.
+fn writes(proxy: &Proxy) -> Vec<Fault> {
+    [Method::POST, Method::PUT, Method::PATCH]
+        .into_iter()
+        .map(|method| {
+            proxy.inject(
+                Matcher {
+                    method: Some(method),
+                    ..Matcher::everything()
+                },
+                Action::Delay(Duration::ZERO),
+                None,
+            )
+        })
+        .collect()
+}
+
+fn write_count(faults: &[Fault]) -> u64 {
+    faults
+        .iter()
+        .flat_map(|f| f.hits_by_path())
+        .filter(|(path, _)| !path.contains("/leases"))
+        .map(|(_, hits)| hits)
+        .sum()
+}
+
+/// A Lease left by an earlier run would make the first replica wait for it to expire.
+fn fresh_lease() -> anyhow::Result<()> {
+    kubectl_ok(
+        &[
+            "delete",
+            "lease",
+            "tether",
+            "-n",
+            "tether-system",
+            "--ignore-not-found",
+        ],
+        None,
+    )
+    .map(|_| ())
+}
+
+/// 300 pods of two workloads whose history is kept are being scheduled when the leader is
+/// SIGKILLed. The standby, which wrote nothing until then, takes over within the lease duration
+/// (plus its polling), binds the rest, and every pod is bound once with its history exact.
+#[tokio::test]
+async fn the_standby_takes_over_when_the_leader_is_killed() -> anyhow::Result<()> {
+    fresh_lease()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "ha-kill").await?;
+    let nodes = TestNodes::create(&client, "ha-kill", 4, "32", |_, _| {}).await?;
+    let (proxy_a, proxy_b) = (Proxy::start().await?, Proxy::start().await?);
+    let mut a = replica("ha-a", &proxy_a).await?;
+    wait_for("replica a to lead", TIMEOUT, || async {
+        Ok(leads(&a)?.then_some(()))
+    })
+    .await?;
+    let standby_writes = writes(&proxy_b);
+    let mut b = replica("ha-b", &proxy_b).await?;
+    assert!(!leads(&b)?, "one leader at a time");
+
+    let web_ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let api_ledger = BindLedger::start(&client, &ns.name, "app=api");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 200, "100m").await?;
+    let api = HistoryWorkload::create(&client, &ns.name, &nodes, "api", 100, "100m").await?;
+    web_ledger.wait_at_least(40, TIMEOUT).await?;
+    assert_eq!(
+        write_count(&standby_writes),
+        0,
+        "the standby wrote nothing: {:?}",
+        standby_writes
+            .iter()
+            .flat_map(|f| f.hits_by_path())
+            .collect::<Vec<_>>()
+    );
+    a.kill()?;
+    let killed = Instant::now();
+    let at_kill = web_ledger.len() + api_ledger.len();
+    wait_for("replica b to lead", TAKEOVER_WITHIN, || async {
+        Ok(leads(&b)?.then_some(()))
+    })
+    .await?;
+    let takeover = killed.elapsed();
+    println!(
+        "{at_kill} of 300 pods bound when the leader was killed; the standby led {:.1}s later",
+        takeover.as_secs_f64()
+    );
+
+    web.wait_all_bound(200, TIMEOUT).await?;
+    api.wait_all_bound(100, TIMEOUT).await?;
+    assert!(
+        b.running(),
+        "the new leader runs (log: {})",
+        b.log.display()
+    );
+    web.assert_history_matches(&web_ledger, TIMEOUT).await?;
+    api.assert_history_matches(&api_ledger, TIMEOUT).await?;
+    assert_within_allocatable(&client, &nodes).await?;
+    assert_eq!(b.metric_sum("leader_election_master_status")?, 1.0);
+
+    web.delete_profile()?;
+    api.delete_profile()?;
+    drop(b);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// The leader's connection to the API server is cut: it cannot renew the Lease, so it stops
+/// leading at the renew deadline (10 s) and exits, as kube-scheduler does; the standby takes
+/// over and binds the pods created meanwhile.
+#[tokio::test]
+async fn a_leader_cut_off_stops_and_the_standby_takes_over() -> anyhow::Result<()> {
+    fresh_lease()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "ha-cut").await?;
+    let nodes = TestNodes::create(&client, "ha-cut", 2, "16", |_, _| {}).await?;
+    let (proxy_a, proxy_b) = (Proxy::start().await?, Proxy::start().await?);
+    let mut a = replica("ha-cut-a", &proxy_a).await?;
+    wait_for("replica a to lead", TIMEOUT, || async {
+        Ok(leads(&a)?.then_some(()))
+    })
+    .await?;
+    let mut b = replica("ha-cut-b", &proxy_b).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 10, "100m").await?;
+    web.wait_all_bound(10, TIMEOUT).await?;
+
+    proxy_a.cut();
+    let cut = Instant::now();
+    wait_for("the cut-off leader to exit", LEASE, || {
+        let exited = !a.running();
+        async move { Ok(exited.then_some(())) }
+    })
+    .await?;
+    let exited = cut.elapsed();
+    web.scale(30).await?;
+    wait_for("replica b to lead", TAKEOVER_WITHIN, || async {
+        Ok(leads(&b)?.then_some(()))
+    })
+    .await?;
+    println!(
+        "the cut-off leader exited {:.1}s after the cut; the standby led {:.1}s after it",
+        exited.as_secs_f64(),
+        cut.elapsed().as_secs_f64()
+    );
+    let log = std::fs::read_to_string(&a.log)?;
+    assert!(
+        log.contains("leadership lost"),
+        "the old leader says why it stopped (log: {})",
+        a.log.display()
+    );
+    web.wait_all_bound(30, TIMEOUT).await?;
+    web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert!(b.running());
+
+    web.delete_profile()?;
+    drop(b);
+    nodes.delete().await?;
+    ns.delete().await
+}

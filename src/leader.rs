@@ -1,0 +1,455 @@
+//! Leader election on a `coordination.k8s.io` Lease, as kube-scheduler (client-go's
+//! leaderelection) does it: a candidate takes the Lease when its holder has not renewed it for a
+//! lease duration (measured on this replica's clock, from when it saw the record change, so two
+//! machines' clocks are never compared); the leader renews it every retry period; a leader that
+//! could not renew for a renew deadline stops leading (writes nothing more) and the process
+//! exits, as kube-scheduler's does, to come back as a standby. The renew deadline is shorter
+//! than the lease duration, so a leader stops writing seconds before anyone else may take over.
+//!
+//! kube-lease-manager was tried first: it does not tell its caller that renewals are failing
+//! until the lease is lost, so a leader cut off from the API server could not stop binding
+//! before its lease expired.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::Stream;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::api::{Api, ObjectMeta, PostParams};
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+/// Where and how this replica takes part in the election.
+#[derive(Clone, Debug)]
+pub struct LeaseConfig {
+    /// The Lease's name and namespace.
+    pub name: String,
+    pub namespace: String,
+    /// This replica's identity in the Lease (the pod name).
+    pub identity: String,
+    /// How long a Lease not renewed keeps others from taking it.
+    pub lease_duration: Duration,
+    /// How long the leader keeps leading while its renewals fail.
+    pub renew_deadline: Duration,
+    /// How often the leader renews and a candidate tries.
+    pub retry_period: Duration,
+}
+
+/// Errors of the election settings.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error(
+        "the renew deadline ({renew:?}) must be shorter than the lease duration ({lease:?}) and longer than the retry period ({retry:?})"
+    )]
+    Durations {
+        lease: Duration,
+        renew: Duration,
+        retry: Duration,
+    },
+    #[error("the Lease name, namespace and this replica's identity must not be empty")]
+    Empty,
+}
+
+impl LeaseConfig {
+    /// Checks the settings as kube-scheduler does: retry period < renew deadline < lease
+    /// duration.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
+            return Err(ConfigError::Empty);
+        }
+        if !(self.retry_period < self.renew_deadline && self.renew_deadline < self.lease_duration) {
+            return Err(ConfigError::Durations {
+                lease: self.lease_duration,
+                renew: self.renew_deadline,
+                retry: self.retry_period,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// Whether this replica leads: read by everything that writes to the API server. Without an
+/// election it leads from the start and for good.
+#[derive(Clone)]
+pub struct Leadership {
+    state: Arc<watch::Sender<Term>>,
+    elected: bool,
+}
+
+/// Which term of leading this is (counted from 1; 0: never led) and until when it lasts.
+#[derive(Clone, Copy, Debug, Default)]
+struct Term {
+    number: u64,
+    /// Leading until this instant (a renewal moves it on); `None`: not leading.
+    until: Option<Instant>,
+}
+
+impl Leadership {
+    /// For a replica that runs alone (`--leader-elect=false`): it always leads.
+    pub fn alone() -> Self {
+        Leadership {
+            state: Arc::new(watch::Sender::new(Term::default())),
+            elected: false,
+        }
+    }
+
+    /// For a replica that takes part in an election: a standby until it wins.
+    pub fn elected() -> Self {
+        Leadership {
+            state: Arc::new(watch::Sender::new(Term::default())),
+            elected: true,
+        }
+    }
+
+    /// Whether leader election is on.
+    pub fn is_elected(&self) -> bool {
+        self.elected
+    }
+
+    /// Whether this replica leads now: it runs alone, or it holds the Lease and its last
+    /// renewal is recent enough.
+    pub fn is_leading(&self) -> bool {
+        !self.elected || self.state.borrow().until.is_some_and(|t| Instant::now() < t)
+    }
+
+    /// Waits until this replica leads.
+    pub async fn wait_leading(&self) {
+        if !self.elected {
+            return;
+        }
+        let mut rx = self.state.subscribe();
+        let _ = rx.wait_for(|t| t.until.is_some()).await;
+    }
+
+    /// One item each time this replica starts leading (a term begins).
+    pub fn gained(&self) -> impl Stream<Item = ()> + Send + 'static {
+        let rx = self.state.subscribe();
+        futures::stream::unfold((rx, 0), |(mut rx, seen)| async move {
+            loop {
+                let term = rx.borrow_and_update().number;
+                if term > seen {
+                    return Some(((), (rx, term)));
+                }
+                rx.changed().await.ok()?;
+            }
+        })
+    }
+
+    fn lead_until(&self, until: Instant) {
+        self.state.send_modify(|t| {
+            if t.until.is_none() {
+                t.number += 1;
+            }
+            t.until = Some(until);
+        });
+    }
+
+    fn stop(&self) {
+        self.state.send_modify(|t| t.until = None);
+    }
+}
+
+/// What a replica does with the Lease record it read.
+#[derive(Debug, PartialEq, Eq)]
+enum Decision {
+    /// Renew its own Lease.
+    Renew,
+    /// Take the Lease: free, or not renewed by its holder for a lease duration.
+    Take,
+    /// Another replica holds it.
+    HeldBy(String),
+}
+
+/// Decides from the Lease `spec` read, as `me`, the record having looked the same for
+/// `unchanged_for` (on this replica's clock). Pure.
+fn decide(
+    spec: &LeaseSpec,
+    me: &str,
+    unchanged_for: Duration,
+    default_lease: Duration,
+) -> Decision {
+    let holder = spec.holder_identity.as_deref().unwrap_or_default();
+    if holder == me {
+        return Decision::Renew;
+    }
+    if holder.is_empty() {
+        return Decision::Take;
+    }
+    let lease = spec
+        .lease_duration_seconds
+        .and_then(|s| u64::try_from(s).ok())
+        .map_or(default_lease, Duration::from_secs);
+    if unchanged_for >= lease {
+        Decision::Take
+    } else {
+        Decision::HeldBy(holder.to_string())
+    }
+}
+
+/// The record as this replica last saw it change.
+struct Observed {
+    record: LeaseSpec,
+    since: Instant,
+}
+
+/// Runs the election for `leadership` until this replica, having led, stops leading (its
+/// renewals failed for the renew deadline, or another replica took the Lease); then returns the
+/// reason, for the process to exit with. `on_change` hears each start and end of leading.
+pub async fn run(
+    client: kube::Client,
+    config: LeaseConfig,
+    leadership: Leadership,
+    on_change: impl Fn(bool) + Send + Sync + 'static,
+) -> String {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let mut observed: Option<Observed> = None;
+    let mut logged_holder = String::new();
+    let mut leading_until: Option<Instant> = None;
+    loop {
+        let started = Instant::now();
+        match try_acquire_or_renew(&api, &config, &mut observed).await {
+            Ok(None) => {
+                let until = started + config.renew_deadline;
+                if leading_until.is_none() {
+                    tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "leading: this replica holds the Lease");
+                    on_change(true);
+                }
+                leading_until = Some(until);
+                leadership.lead_until(until);
+            }
+            Ok(Some(holder)) => {
+                if leading_until.is_some() {
+                    leadership.stop();
+                    on_change(false);
+                    return format!("the Lease was taken by {holder}");
+                }
+                if holder != logged_holder {
+                    tracing::info!(leader = %holder, "standing by: another replica leads");
+                    logged_holder = holder;
+                }
+            }
+            Err(e) => {
+                if let Some(until) = leading_until {
+                    if Instant::now() >= until {
+                        leadership.stop();
+                        on_change(false);
+                        return format!(
+                            "could not renew the Lease for {:?}: {e}",
+                            config.renew_deadline
+                        );
+                    }
+                    tracing::warn!(error = %e, "could not renew the Lease; still leading until the renew deadline");
+                } else {
+                    tracing::debug!(error = %e, "could not read or take the Lease");
+                }
+            }
+        }
+        // A candidate spreads its tries (as client-go does) so that standbys do not try in step.
+        let wait = if leading_until.is_some() {
+            config.retry_period
+        } else {
+            config.retry_period.mul_f64(rand::random_range(1.0..1.2))
+        };
+        let next = started + wait;
+        match leading_until {
+            // Never sleep past the deadline: stop leading the moment it passes.
+            Some(until) if until < next => {
+                tokio::time::sleep_until(until.max(Instant::now())).await;
+            }
+            _ => tokio::time::sleep_until(next).await,
+        }
+    }
+}
+
+/// One try: `Ok(None)` when this replica holds the Lease now, `Ok(Some(holder))` when another
+/// does.
+async fn try_acquire_or_renew(
+    api: &Api<Lease>,
+    config: &LeaseConfig,
+    observed: &mut Option<Observed>,
+) -> Result<Option<String>, kube::Error> {
+    let now = MicroTime(jiff::Timestamp::now());
+    let lease_seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
+    let Some(current) = api.get_opt(&config.name).await? else {
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(config.name.clone()),
+                namespace: Some(config.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some(config.identity.clone()),
+                lease_duration_seconds: Some(lease_seconds),
+                acquire_time: Some(now.clone()),
+                renew_time: Some(now),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match api.create(&PostParams::default(), &lease).await {
+            Ok(_) => Ok(None),
+            // Another replica created it first.
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(String::new())),
+            Err(e) => Err(e),
+        };
+    };
+    let record = current.spec.clone().unwrap_or_default();
+    if observed.as_ref().is_none_or(|o| o.record != record) {
+        *observed = Some(Observed {
+            record: record.clone(),
+            since: Instant::now(),
+        });
+    }
+    let unchanged_for = observed
+        .as_ref()
+        .map_or(Duration::ZERO, |o| o.since.elapsed());
+    let mut spec = record.clone();
+    match decide(
+        &record,
+        &config.identity,
+        unchanged_for,
+        config.lease_duration,
+    ) {
+        Decision::HeldBy(holder) => return Ok(Some(holder)),
+        Decision::Renew => {}
+        Decision::Take => {
+            spec.holder_identity = Some(config.identity.clone());
+            spec.acquire_time = Some(now.clone());
+            spec.lease_transitions = Some(record.lease_transitions.unwrap_or(0).saturating_add(1));
+        }
+    }
+    spec.lease_duration_seconds = Some(lease_seconds);
+    spec.renew_time = Some(now);
+    let mut updated = current;
+    updated.spec = Some(spec);
+    match api
+        .replace(&config.name, &PostParams::default(), &updated)
+        .await
+    {
+        Ok(_) => Ok(None),
+        // Written by another replica since it was read: not ours this time.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            Ok(Some(record.holder_identity.unwrap_or_default()))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Gives the Lease up (a clean shutdown of the leader): a standby takes it at its next try
+/// instead of waiting for it to expire. Best effort.
+pub async fn release(client: kube::Client, config: &LeaseConfig) {
+    let api: Api<Lease> = Api::namespaced(client, &config.namespace);
+    let Ok(Some(mut lease)) = api.get_opt(&config.name).await else {
+        return;
+    };
+    let Some(spec) = lease.spec.as_mut() else {
+        return;
+    };
+    if spec.holder_identity.as_deref() != Some(config.identity.as_str()) {
+        return;
+    }
+    let now = MicroTime(jiff::Timestamp::now());
+    spec.holder_identity = None;
+    spec.lease_duration_seconds = Some(1);
+    spec.acquire_time = Some(now.clone());
+    spec.renew_time = Some(now);
+    match api
+        .replace(&config.name, &PostParams::default(), &lease)
+        .await
+    {
+        Ok(_) => tracing::info!("released the Lease"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not release the Lease; a standby takes over once it expires")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held_by(holder: Option<&str>, seconds: Option<i32>) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: holder.map(String::from),
+            lease_duration_seconds: seconds,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_lease_is_taken_only_when_free_or_not_renewed_for_its_duration() {
+        let lease = Duration::from_secs(15);
+        let s = Duration::from_secs;
+        let cases = [
+            (
+                "mine",
+                held_by(Some("me"), Some(15)),
+                s(60),
+                Decision::Renew,
+            ),
+            ("free", held_by(None, Some(15)), s(0), Decision::Take),
+            ("released", held_by(Some(""), Some(1)), s(0), Decision::Take),
+            (
+                "renewed recently",
+                held_by(Some("other"), Some(15)),
+                s(14),
+                Decision::HeldBy("other".into()),
+            ),
+            (
+                "expired",
+                held_by(Some("other"), Some(15)),
+                s(15),
+                Decision::Take,
+            ),
+            (
+                "the record's own duration counts",
+                held_by(Some("other"), Some(30)),
+                s(20),
+                Decision::HeldBy("other".into()),
+            ),
+            (
+                "no duration: ours",
+                held_by(Some("other"), None),
+                s(16),
+                Decision::Take,
+            ),
+        ];
+        for (name, spec, unchanged, want) in cases {
+            assert_eq!(decide(&spec, "me", unchanged, lease), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn the_renew_deadline_must_fall_between_the_retry_period_and_the_lease_duration() {
+        let config = |lease: u64, renew: u64, retry: u64| LeaseConfig {
+            name: "tether".into(),
+            namespace: "tether-system".into(),
+            identity: "tether-0".into(),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_secs(renew),
+            retry_period: Duration::from_secs(retry),
+        };
+        assert!(config(15, 10, 2).validate().is_ok());
+        assert!(config(10, 10, 2).validate().is_err());
+        assert!(config(15, 2, 2).validate().is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn leading_lapses_at_the_deadline_and_each_start_is_announced_once() {
+        use futures::StreamExt;
+        let leadership = Leadership::elected();
+        assert!(!leadership.is_leading(), "a standby at first");
+        let mut gained = Box::pin(leadership.gained());
+        leadership.lead_until(Instant::now() + Duration::from_secs(10));
+        assert!(leadership.is_leading());
+        leadership.lead_until(Instant::now() + Duration::from_secs(12));
+        assert_eq!(gained.next().await, Some(()), "started leading");
+        tokio::time::advance(Duration::from_secs(13)).await;
+        assert!(!leadership.is_leading(), "not renewed: no longer leading");
+        leadership.stop();
+        leadership.lead_until(Instant::now() + Duration::from_secs(10));
+        assert_eq!(gained.next().await, Some(()), "leading again");
+        assert!(Leadership::alone().is_leading());
+    }
+}
