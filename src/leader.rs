@@ -110,7 +110,12 @@ impl Leadership {
     /// Whether this replica leads now: it runs alone, or it holds the Lease and its last
     /// renewal is recent enough.
     pub fn is_leading(&self) -> bool {
-        !self.elected || self.state.borrow().until.is_some_and(|t| Instant::now() < t)
+        !self.elected
+            || self
+                .state
+                .borrow()
+                .until
+                .is_some_and(|t| Instant::now() < t)
     }
 
     /// Waits until this replica leads.

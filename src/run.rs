@@ -238,10 +238,13 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                 if loop_sched.leadership.is_elected() {
                     tracing::info!("caches synced; waiting to lead");
                     loop {
-                        let won = runtime.block_on(tokio::time::timeout(
-                            std::time::Duration::from_secs(1),
-                            loop_sched.leadership.wait_leading(),
-                        ));
+                        let won = runtime.block_on(async {
+                            tokio::time::timeout(
+                                std::time::Duration::from_secs(1),
+                                loop_sched.leadership.wait_leading(),
+                            )
+                            .await
+                        });
                         if won.is_ok() {
                             break;
                         }

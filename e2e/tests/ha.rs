@@ -173,7 +173,7 @@ async fn a_leader_cut_off_stops_and_the_standby_takes_over() -> anyhow::Result<(
     })
     .await?;
     println!(
-        "the cut-off leader exited {:.1}s after the cut; the standby led {:.1}s after it",
+        "the cut-off leader exited {:.1}s after the cut; the standby led {:.1}s after the cut",
         exited.as_secs_f64(),
         cut.elapsed().as_secs_f64()
     );
