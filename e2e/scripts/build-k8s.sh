@@ -4,6 +4,18 @@
 # versions (a stamp records the hash of e2e/k8s/go.mod and go.sum).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
+# kstatus (sigs.k8s.io/cli-utils' health verdict, as Flux and kpt compute it) has a stamp of its
+# own, so that changing it never rebuilds Kubernetes.
+kstatus_want=$(cat "$E2E_DIR/kstatus/go.mod" "$E2E_DIR/kstatus/go.sum" "$E2E_DIR/kstatus/main.go" | sha256sum | cut -d' ' -f1)
+if [[ ! -x "$BIN_DIR/kstatus" || "$(cat "$BIN_DIR/.kstatus-stamp" 2>/dev/null)" != "$kstatus_want" ]]; then
+  command -v go >/dev/null || die "go is not installed; the e2e helpers are built from Go modules"
+  mkdir -p "$BIN_DIR"
+  log "building the kstatus helper into $BIN_DIR"
+  (cd "$E2E_DIR/kstatus" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/kstatus" .) \
+    || die "the kstatus helper did not build"
+  echo "$kstatus_want" >"$BIN_DIR/.kstatus-stamp"
+fi
+
 stamp_want=$( (cat "$E2E_DIR/k8s/go.mod" "$E2E_DIR/k8s/go.sum"; echo "$KWOK_VERSION") | sha256sum | cut -d' ' -f1)
 if [[ -f "$BIN_DIR/.stamp" && "$(cat "$BIN_DIR/.stamp")" == "$stamp_want" ]]; then
   log "binaries for Kubernetes $K8S_VERSION already cached in $BIN_DIR"

@@ -135,6 +135,32 @@ pub fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> 
     Ok(out.stdout)
 }
 
+/// The kstatus verdict of `object` (its JSON), as Flux and kpt compute it: "Current",
+/// "InProgress", "Failed"…, then a space and kstatus' message. Runs the helper built beside the
+/// cached kubectl (e2e/kstatus, sigs.k8s.io/cli-utils).
+pub fn kstatus(object: &str) -> anyhow::Result<String> {
+    let kubectl = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
+        anyhow!("TETHER_KUBECTL is not set: run the end-to-end tests through `make e2e`")
+    })?;
+    let bin = PathBuf::from(kubectl).with_file_name("kstatus");
+    let mut child = Command::new(&bin)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    if let Some(mut pipe) = child.stdin.take() {
+        use std::io::Write;
+        pipe.write_all(object.as_bytes())
+            .context("writing kstatus' stdin")?;
+    }
+    let out = Kubectl::from(child.wait_with_output().context("waiting for kstatus")?);
+    if !out.success {
+        bail!("kstatus failed: {}", out.stderr);
+    }
+    Ok(out.stdout.trim().to_string())
+}
+
 /// Applies one object given as JSON with `kubectl apply`.
 pub fn apply(doc: serde_json::Value) -> anyhow::Result<()> {
     kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;

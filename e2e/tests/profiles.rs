@@ -10,8 +10,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tether::api::SchedulingProfile;
 use tether_e2e::{
-    TestNamespace, TestNodes, client, events_for, kubectl_ok, tether_metric, unique_suffix,
-    wait_bound, wait_for,
+    TestNamespace, TestNodes, client, events_for, kstatus, kubectl_ok, tether_metric,
+    unique_suffix, wait_bound, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -363,4 +363,67 @@ async fn deeply_nested_args_never_stop_the_other_profiles() -> anyhow::Result<()
     }
     nodes.delete().await?;
     ns.delete().await
+}
+
+/// What a GitOps tool reads from a profile, computed by kstatus itself (sigs.k8s.io/cli-utils,
+/// as Flux and kpt do): a serving profile is Current; one just edited is InProgress until tether
+/// has judged the new generation; an invalid one is Failed at once with the field named
+/// (`Stalled=True`), not InProgress until the pipeline's timeout; fixed, it is Current again.
+#[tokio::test]
+async fn gitops_tools_read_profiles_as_current_in_progress_or_failed() -> anyhow::Result<()> {
+    let client = client().await?;
+    let profile = format!("gitops-{}", unique_suffix());
+    let scheduler = format!("{profile}-sched");
+    let of_profile = || -> anyhow::Result<String> {
+        kstatus(&kubectl_ok(&["get", "sp", &profile, "-o", "json"], None)?)
+    };
+    apply_profile(&profile, fit_only(&scheduler, "LeastAllocated"))?;
+    wait_ready(&client, &profile, true).await?;
+    assert!(of_profile()?.starts_with("Current"), "{}", of_profile()?);
+
+    // The object as the edit left it, before tether could have seen it.
+    let edit = |spec: Value| -> anyhow::Result<String> {
+        kubectl_ok(
+            &[
+                "patch",
+                "sp",
+                &profile,
+                "--type=merge",
+                "-p",
+                &json!({"spec": spec}).to_string(),
+                "-o",
+                "json",
+            ],
+            None,
+        )
+    };
+    let edited = edit(fit_only(&scheduler, "MostAllocated"))?;
+    assert!(
+        kstatus(&edited)?.starts_with("InProgress"),
+        "{}",
+        kstatus(&edited)?
+    );
+    wait_ready(&client, &profile, true).await?;
+    assert!(of_profile()?.starts_with("Current"), "{}", of_profile()?);
+
+    let mut invalid = fit_only(&scheduler, "MostAllocated");
+    invalid["plugins"]["score"]["enabled"] = json!([{"name": "NoSuchPlugin"}]);
+    let edited = edit(invalid)?;
+    assert!(
+        kstatus(&edited)?.starts_with("InProgress"),
+        "{}",
+        kstatus(&edited)?
+    );
+    wait_ready(&client, &profile, false).await?;
+    let verdict = of_profile()?;
+    assert!(
+        verdict.starts_with("Failed") && verdict.contains("NoSuchPlugin"),
+        "an invalid profile fails with the field named: {verdict}"
+    );
+
+    edit(fit_only(&scheduler, "LeastAllocated"))?;
+    wait_ready(&client, &profile, true).await?;
+    assert!(of_profile()?.starts_with("Current"), "{}", of_profile()?);
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
 }

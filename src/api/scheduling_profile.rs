@@ -187,7 +187,10 @@ pub struct SchedulingProfileStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` is True while the profile serves its schedulerName with the current spec. When the
     /// current spec is invalid it is False, its message names the field, and the last good
-    /// version of the profile keeps serving.
+    /// version of the profile keeps serving. Following kstatus (read by Flux, kpt and Argo CD),
+    /// `Stalled` is True with the same reason and message while the current spec cannot be
+    /// served (InvalidSpec, QueueSortMismatch, SchedulerNameConflict), and `Reconciling` is False
+    /// once tether has judged the current generation.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,

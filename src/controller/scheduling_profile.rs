@@ -99,6 +99,29 @@ async fn reconcile(profile: Arc<SchedulingProfile>, ctx: Arc<Context>) -> Result
         &verdict.message,
         verdict.generation,
     );
+    // kstatus (Flux, kpt, Argo CD's health checks): a spec that cannot be served is Stalled, so a
+    // pipeline fails at once instead of waiting for Ready; Reconciling is False once a verdict
+    // for the generation is written (kstatus reads a newer generation as in progress by itself).
+    set_condition(
+        &mut status.conditions,
+        "Stalled",
+        !verdict.ready,
+        if verdict.ready {
+            "Serving"
+        } else {
+            verdict.reason
+        },
+        if verdict.ready { "" } else { &verdict.message },
+        verdict.generation,
+    );
+    set_condition(
+        &mut status.conditions,
+        "Reconciling",
+        false,
+        "Reconciled",
+        "",
+        verdict.generation,
+    );
     status.plugins = verdict.effective.clone();
     if status != before {
         write_status(&ctx.client, &name, &status).await?;
