@@ -427,3 +427,53 @@ async fn gitops_tools_read_profiles_as_current_in_progress_or_failed() -> anyhow
     kubectl_ok(&["delete", "sp", &profile], None)?;
     Ok(())
 }
+
+/// kube-scheduler's metric names work on tether's `/metrics` with the values of what happened:
+/// three pods of a profile bound are three `scheduled` attempts (and three attempt durations),
+/// one that fits nowhere is an `unschedulable` attempt, and tether's own counter agrees.
+#[tokio::test]
+async fn kube_scheduler_metrics_count_what_the_test_did() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "metrics").await?;
+    let nodes = TestNodes::create(&client, "metrics", 1, "4", |_, _| {}).await?;
+    let profile = format!("metrics-{}", unique_suffix());
+    let scheduler = format!("{profile}-sched");
+    apply_profile(&profile, fit_only(&scheduler, "LeastAllocated"))?;
+    wait_ready(&client, &profile, true).await?;
+    for name in ["m1", "m2", "m3"] {
+        create_pod(&client, &ns.name, name, &scheduler, &nodes, "1").await?;
+    }
+    create_pod(&client, &ns.name, "too-big", &scheduler, &nodes, "64").await?;
+    for name in ["m1", "m2", "m3"] {
+        wait_bound(&client, &ns.name, name, TIMEOUT).await?;
+    }
+    let sample =
+        |name: &str, result: &str| format!(r#"{name}{{result="{result}",profile="{scheduler}"}}"#);
+    wait_for("the unschedulable attempt counted", TIMEOUT, || {
+        let unschedulable = sample("scheduler_schedule_attempts_total", "unschedulable");
+        async move { Ok(tether_metric(&unschedulable)?.filter(|n| *n >= 1.0)) }
+    })
+    .await?;
+    // The scheduled attempts are counted once bound, just before the pod's watch event.
+    wait_for("three scheduled attempts", TIMEOUT, || {
+        let scheduled = sample("scheduler_schedule_attempts_total", "scheduled");
+        async move { Ok(tether_metric(&scheduled)?.filter(|n| *n == 3.0)) }
+    })
+    .await?;
+    assert_eq!(
+        tether_metric(&sample(
+            "scheduler_scheduling_attempt_duration_seconds_count",
+            "scheduled"
+        ))?,
+        Some(3.0)
+    );
+    assert_eq!(
+        tether_metric(&sample("tether_schedule_attempts_total", "scheduled"))?,
+        Some(3.0)
+    );
+    assert!(tether_metric(r#"scheduler_pending_pods{queue="unschedulable"}"#)?.is_some());
+
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

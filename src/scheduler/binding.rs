@@ -22,6 +22,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         state,
         node,
         permit,
+        started,
     } = assumed;
     let pod_info = queued.pod.clone();
     let pod = pod_info.pod.clone();
@@ -58,6 +59,12 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         sched
             .metrics
             .bound(&profile.scheduler_name, start.elapsed());
+        sched.metrics.pod_scheduled(
+            &profile.scheduler_name,
+            started.elapsed(),
+            queued.initial_attempt_timestamp.elapsed(),
+            queued.attempts,
+        );
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
         sched.reports.scheduled(&pod, &node).await;
         runtime::run_post_bind(&profile, &state, &pod, &node).await;
@@ -65,7 +72,11 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
     }
 
     tracing::warn!(pod = %key, node = %node, error = %status, "binding failed");
-    sched.metrics.bind_failed(&profile.scheduler_name);
+    sched.metrics.bind_failed(
+        &profile.scheduler_name,
+        started.elapsed(),
+        status.is_rejected(),
+    );
     runtime::run_unreserve(&profile, &state, &pod_info, &node);
     if let Some(other) = &status.bound_elsewhere {
         // Bound, just not by this cycle (an earlier tether's bind that landed late): the cache

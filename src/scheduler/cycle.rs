@@ -19,6 +19,8 @@ pub struct Assumed {
     pub node: String,
     /// Set when a Permit plugin answered Wait: the verdict and how long to wait for it.
     pub permit: Option<runtime::PermitWait>,
+    /// When the scheduling cycle began (kube-scheduler's attempt duration counts from it).
+    pub started: Instant,
 }
 
 /// Runs one scheduling cycle for `queued`.
@@ -98,6 +100,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 state,
                 node,
                 permit,
+                started: start,
             });
         }
         ScheduleResult::Unschedulable(diagnosis) => {

@@ -43,10 +43,41 @@ pub struct Metrics {
     bind_duration: Family<ProfileLabels, Histogram>,
     history_writes: Family<HistoryLabels, Counter>,
     profiles_serving: Family<ProfileLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
-    pub pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    upstream: Upstream,
+}
+
+/// kube-scheduler's own metrics, with its names, labels and bucket boundaries, so that the
+/// dashboards and alerts written for it work on tether.
+struct Upstream {
+    /// `scheduler_schedule_attempts_total{result,profile}`: scheduled (once bound),
+    /// unschedulable, error.
+    attempts: Family<AttemptLabels, Counter>,
+    /// `scheduler_scheduling_attempt_duration_seconds{result,profile}`: from the start of the
+    /// scheduling cycle to its end, or to the end of the bind for a scheduled pod.
+    attempt_duration: Family<AttemptLabels, Histogram>,
+    /// `scheduler_pod_scheduling_sli_duration_seconds{attempts}`: from the pod's first entry in
+    /// the queue to its bind.
+    sli: Family<SliLabels, Histogram>,
+    /// `scheduler_pending_pods{queue}`.
+    pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+}
+
+/// The label of kube-scheduler's SLI histogram: how many attempts the pod took.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SliLabels {
+    pub attempts: String,
+}
+
+fn attempt_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.0, 15))
+}
+
+fn sli_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.01, 2.0, 20))
 }
 
 /// The label kube-scheduler's `leader_election_master_status` carries: the Lease's user.
@@ -68,6 +99,32 @@ impl Default for Metrics {
             "leader_election_master_status",
             "1 while this replica leads (holds the Lease, or runs without leader election), else 0",
             leading.clone(),
+        );
+        let upstream = Upstream {
+            attempts: Family::default(),
+            attempt_duration: Family::new_with_constructor(attempt_buckets as fn() -> Histogram),
+            sli: Family::new_with_constructor(sli_buckets as fn() -> Histogram),
+            pending_pods: Family::default(),
+        };
+        root.register(
+            "scheduler_schedule_attempts",
+            "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
+            upstream.attempts.clone(),
+        );
+        root.register(
+            "scheduler_scheduling_attempt_duration_seconds",
+            "Scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            upstream.attempt_duration.clone(),
+        );
+        root.register(
+            "scheduler_pod_scheduling_sli_duration_seconds",
+            "E2e latency for a pod being scheduled, from the time the pod enters the scheduling queue and might involve multiple scheduling attempts.",
+            upstream.sli.clone(),
+        );
+        root.register(
+            "scheduler_pending_pods",
+            "Number of pending pods, by the queue type. 'active' means number of pods in activeQ; 'backoff' means number of pods in backoffQ; 'unschedulable' means number of pods in unschedulablePods; 'gated' is the number of unschedulable pods that are gated.",
+            upstream.pending_pods.clone(),
         );
         let registry = root.sub_registry_with_prefix("tether");
         let attempts = Family::<AttemptLabels, Counter>::default();
@@ -141,6 +198,7 @@ impl Default for Metrics {
             cache_nodes,
             cache_pods,
             leading,
+            upstream,
         }
     }
 }
@@ -176,6 +234,9 @@ impl Metrics {
             .inc();
     }
 
+    /// A scheduling cycle ended: `scheduled` (the pod was assumed), `unschedulable` or `error`.
+    /// kube-scheduler's attempt metrics count a failed cycle now and a scheduled pod once bound
+    /// ([`Metrics::pod_scheduled`]).
     pub fn attempt(&self, result: &str, profile: &str, took: Duration) {
         let labels = AttemptLabels {
             result: result.into(),
@@ -185,6 +246,49 @@ impl Metrics {
         self.attempt_duration
             .get_or_create(&labels)
             .observe(took.as_secs_f64());
+        if result != "scheduled" {
+            self.upstream_attempt(labels, took);
+        }
+    }
+
+    fn upstream_attempt(&self, labels: AttemptLabels, took: Duration) {
+        self.upstream.attempts.get_or_create(&labels).inc();
+        self.upstream
+            .attempt_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// A pod was bound: `since_cycle` since its scheduling cycle began, `since_queued` since it
+    /// first entered the queue, after `attempts` attempts.
+    pub fn pod_scheduled(
+        &self,
+        profile: &str,
+        since_cycle: Duration,
+        since_queued: Duration,
+        attempts: u32,
+    ) {
+        let labels = AttemptLabels {
+            result: "scheduled".into(),
+            profile: profile.into(),
+        };
+        self.upstream_attempt(labels, since_cycle);
+        self.upstream
+            .sli
+            .get_or_create(&SliLabels {
+                attempts: attempts.to_string(),
+            })
+            .observe(since_queued.as_secs_f64());
+    }
+
+    /// How many pods wait in each sub-queue: active, backoff, unschedulable, gated.
+    pub fn set_pending(&self, queue: &str, pods: usize) {
+        let labels = QueueLabels {
+            queue: queue.into(),
+        };
+        let pods = i64::try_from(pods).unwrap_or(i64::MAX);
+        self.pending_pods.get_or_create(&labels).set(pods);
+        self.upstream.pending_pods.get_or_create(&labels).set(pods);
     }
 
     pub fn bound(&self, profile: &str, took: Duration) {
@@ -197,12 +301,20 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    pub fn bind_failed(&self, profile: &str) {
+    /// A binding cycle failed `since_cycle` after its scheduling cycle began: an `unschedulable`
+    /// attempt for kube-scheduler's metrics when a plugin rejected the pod (Permit), else an
+    /// `error`.
+    pub fn bind_failed(&self, profile: &str, since_cycle: Duration, rejected: bool) {
         self.bind_failures
             .get_or_create(&ProfileLabels {
                 profile: profile.into(),
             })
             .inc();
+        let labels = AttemptLabels {
+            result: if rejected { "unschedulable" } else { "error" }.into(),
+            profile: profile.into(),
+        };
+        self.upstream_attempt(labels, since_cycle);
     }
 
     /// The text exposition of every metric.
@@ -212,5 +324,46 @@ impl Metrics {
             out.clear();
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// kube-scheduler's names, labels and bucket boundaries, next to tether's own: a scheduled
+    /// pod counts once bound, a failed cycle at once.
+    #[test]
+    fn kube_scheduler_metrics_keep_its_names_labels_and_buckets() {
+        let m = Metrics::default();
+        m.attempt("scheduled", "p", Duration::from_millis(2));
+        m.attempt("unschedulable", "p", Duration::from_millis(3));
+        m.pod_scheduled("p", Duration::from_millis(5), Duration::from_secs(1), 2);
+        m.bind_failed("p", Duration::from_millis(4), false);
+        m.set_pending("active", 7);
+        m.set_leading(true);
+        let text = m.encode();
+        for line in [
+            r#"scheduler_schedule_attempts_total{result="scheduled",profile="p"} 1"#,
+            r#"scheduler_schedule_attempts_total{result="unschedulable",profile="p"} 1"#,
+            r#"scheduler_schedule_attempts_total{result="error",profile="p"} 1"#,
+            r#"scheduler_pod_scheduling_sli_duration_seconds_count{attempts="2"} 1"#,
+            r#"scheduler_pending_pods{queue="active"} 7"#,
+            r#"tether_pending_pods{queue="active"} 7"#,
+            r#"tether_schedule_attempts_total{result="scheduled",profile="p"} 1"#,
+            r#"leader_election_master_status{name="tether"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        let bounds = |name: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+                .filter(|l| l.contains(r#"result="scheduled""#) || l.contains(r#"attempts="2""#))
+                .count()
+        };
+        // 15 and 20 bounds, as upstream's ExponentialBuckets, plus +Inf.
+        assert_eq!(bounds("scheduler_scheduling_attempt_duration_seconds"), 16);
+        assert_eq!(bounds("scheduler_pod_scheduling_sli_duration_seconds"), 21);
+        assert!(text.contains(r#"le="0.001""#) && text.contains(r#"le="16.384""#));
     }
 }

@@ -278,10 +278,7 @@ impl Scheduler {
             ("unschedulable", unschedulable),
             ("gated", gated),
         ] {
-            self.metrics
-                .pending_pods
-                .get_or_create(&metrics::QueueLabels { queue: name.into() })
-                .set(n as i64);
+            self.metrics.set_pending(name, n);
         }
         let cache = self.lock_cache();
         self.metrics.cache_nodes.set(cache.node_count() as i64);
