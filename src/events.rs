@@ -69,6 +69,7 @@ impl EventWriter {
         action: &str,
         note: String,
     ) -> Result<(), kube::Error> {
+        crate::k8s::budget::get().events.take().await;
         let result = self
             .publish_once(regarding, type_, reason, action, note)
             .await;

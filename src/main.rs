@@ -73,6 +73,24 @@ struct RunArgs {
     /// The Lease's namespace (default: this pod's namespace, else tether-system).
     #[arg(long, env = "POD_NAMESPACE", default_value = "tether-system")]
     leader_elect_resource_namespace: String,
+    /// Events written per second at most (0: no limit); binds are never limited.
+    #[arg(long, env = "TETHER_EVENTS_QPS", default_value_t = 50.0)]
+    events_qps: f64,
+    /// Events written at once at most before the QPS applies.
+    #[arg(long, env = "TETHER_EVENTS_BURST", default_value_t = 100)]
+    events_burst: u32,
+    /// StickyBinding history writes per second at most (0: no limit).
+    #[arg(long, env = "TETHER_HISTORY_QPS", default_value_t = 200.0)]
+    history_qps: f64,
+    /// History writes at once at most before the QPS applies.
+    #[arg(long, env = "TETHER_HISTORY_BURST", default_value_t = 400)]
+    history_burst: u32,
+    /// Status writes of SchedulingProfiles and StickyBindings per second at most (0: no limit).
+    #[arg(long, env = "TETHER_STATUS_QPS", default_value_t = 20.0)]
+    status_qps: f64,
+    /// Status writes at once at most before the QPS applies.
+    #[arg(long, env = "TETHER_STATUS_BURST", default_value_t = 40)]
+    status_burst: u32,
 }
 
 /// Reads a duration as kube-scheduler's flags take it: a number and a unit (`500ms`, `15s`,
@@ -161,6 +179,11 @@ fn main() -> anyhow::Result<()> {
                     renew_deadline: args.leader_elect_renew_deadline,
                     retry_period: args.leader_elect_retry_period,
                 }),
+                budget: tether::k8s::budget::Budget {
+                    events: tether::k8s::budget::Bucket::new(args.events_qps, args.events_burst),
+                    history: tether::k8s::budget::Bucket::new(args.history_qps, args.history_burst),
+                    status: tether::k8s::budget::Bucket::new(args.status_qps, args.status_burst),
+                },
                 instance: args.instance,
                 owner_kinds: args.owner_kinds,
             };

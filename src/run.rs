@@ -48,6 +48,8 @@ pub struct RunConfig {
     pub owner_kinds: Vec<String>,
     /// The Lease this replica competes for; `None`: it runs alone and leads from the start.
     pub lease: Option<LeaseConfig>,
+    /// The rate limits of bookkeeping writes (binds have none).
+    pub budget: crate::k8s::budget::Budget,
 }
 
 #[derive(Clone)]
@@ -64,6 +66,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .await
         .context("reading the kubeconfig or in-cluster config")?;
     let client = crate::k8s::client::build(kube_config)?;
+    crate::k8s::budget::set(config.budget.clone());
     rayon::ThreadPoolBuilder::new()
         .num_threads(config.parallelism.max(1))
         .thread_name(|i| format!("filter-score-{i}"))

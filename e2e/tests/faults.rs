@@ -687,3 +687,51 @@ async fn pods_and_nodes_deleted_mid_bind_give_back_what_they_held() -> anyhow::R
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// Binds never wait behind bookkeeping: with the events budget at one event a second, 60 pods
+/// are all bound while only a few of their `Scheduled` events are written (the rest follow at
+/// the budget's pace), and the history is exact.
+#[tokio::test]
+async fn binds_never_wait_behind_the_events_budget() -> anyhow::Result<()> {
+    use k8s_openapi::api::events::v1::Event;
+    const REPLICAS: usize = 60;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "budget").await?;
+    let nodes = TestNodes::create(&client, "budget", 3, "16", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start_with(
+        "budget",
+        &proxy,
+        &["--events-qps", "1", "--events-burst", "1"],
+    )
+    .await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let started = std::time::Instant::now();
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", REPLICAS, "100m").await?;
+    web.wait_all_bound(REPLICAS, TIMEOUT).await?;
+    let took = started.elapsed();
+    let events: Api<Event> = Api::namespaced(client.clone(), &ns.name);
+    let scheduled = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+        .count();
+    println!(
+        "{REPLICAS} pods bound in {:.1}s; {scheduled} Scheduled events written by then",
+        took.as_secs_f64()
+    );
+    // One a second, and one at once: never more than the seconds elapsed and the burst.
+    assert!(
+        scheduled < REPLICAS && scheduled as f64 <= took.as_secs_f64() + 2.0,
+        "{scheduled} events in {took:?}: the budget holds and binds did not wait for it"
+    );
+    web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_alive(&mut tether);
+
+    web.delete_profile()?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}

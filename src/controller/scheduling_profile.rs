@@ -136,6 +136,7 @@ async fn write_status(
     status: &SchedulingProfileStatus,
 ) -> Result<(), Error> {
     let api: Api<SchedulingProfile> = Api::all(client.clone());
+    crate::k8s::budget::get().status.take().await;
     let patch = serde_json::json!({"status": status});
     api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await

@@ -130,6 +130,7 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
         let namespace = binding.namespace().unwrap_or_default();
         let name = binding.name_any();
         let api: Api<StickyBinding> = Api::namespaced(ctx.client.clone(), &namespace);
+        crate::k8s::budget::get().status.take().await;
         let patch = serde_json::json!({"status": {"conditions": conditions}});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await

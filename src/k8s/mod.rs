@@ -2,6 +2,7 @@
 //! selectors and affinity terms, quantities, resource lists and taints. Each returns typed errors.
 
 pub mod api_errors;
+pub mod budget;
 pub mod client;
 pub mod labels;
 pub mod names;

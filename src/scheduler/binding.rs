@@ -66,8 +66,10 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             queued.attempts,
         );
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
-        sched.reports.scheduled(&pod, &node).await;
+        // History first: the event waits for its token in the events budget, history never
+        // waits behind it.
         runtime::run_post_bind(&profile, &state, &pod, &node).await;
+        sched.reports.scheduled(&pod, &node).await;
         return;
     }
 

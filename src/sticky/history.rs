@@ -9,7 +9,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
 use crate::events::{EventType, EventWriter};
 use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
-use crate::k8s::pods;
+use crate::k8s::{budget, pods};
 use crate::leader::Leadership;
 use crate::locks;
 use crate::scheduler::metrics::Metrics;
@@ -385,6 +385,7 @@ impl HistoryWriter {
             if self.leadership.get().is_some_and(|l| !l.is_leading()) {
                 return Err(HistoryError::NotLeading { namespace, name });
             }
+            budget::get().history.take().await;
             let fetched = match cached.take() {
                 Some(b) => Ok(Some(StickyBinding::clone(&b))),
                 None => api.get_opt(&name).await,
