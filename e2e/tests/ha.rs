@@ -74,23 +74,36 @@ fn fresh_lease() -> anyhow::Result<()> {
     .map(|_| ())
 }
 
+/// A namespace and `count` nodes for test `name`, two proxies, and the first replica,
+/// `<name>-a` behind the first proxy, leading.
+async fn first_replica_leading(
+    client: &kube::Client,
+    name: &str,
+    count: usize,
+    cpu: &str,
+) -> anyhow::Result<(TestNamespace, TestNodes, [Proxy; 2], OwnTether)> {
+    fresh_lease()?;
+    let ns = TestNamespace::create(client, name).await?;
+    let nodes = TestNodes::create(client, name, count, cpu, |_, _| {}).await?;
+    let proxies = [Proxy::start().await?, Proxy::start().await?];
+    let a = replica(&format!("{name}-a"), &proxies[0]).await?;
+    wait_for("the first replica to lead", TIMEOUT, || async {
+        Ok(leads(&a)?.then_some(()))
+    })
+    .await?;
+    Ok((ns, nodes, proxies, a))
+}
+
 /// 300 pods of two workloads whose history is kept are being scheduled when the leader is
 /// SIGKILLed. The standby, which wrote nothing until then, takes over within the lease duration
 /// (plus its polling), binds the rest, and every pod is bound once with its history exact.
 #[tokio::test]
 async fn the_standby_takes_over_when_the_leader_is_killed() -> anyhow::Result<()> {
-    fresh_lease()?;
     let client = client().await?;
-    let ns = TestNamespace::create(&client, "ha-kill").await?;
-    let nodes = TestNodes::create(&client, "ha-kill", 4, "32", |_, _| {}).await?;
-    let (proxy_a, proxy_b) = (Proxy::start().await?, Proxy::start().await?);
-    let mut a = replica("ha-a", &proxy_a).await?;
-    wait_for("replica a to lead", TIMEOUT, || async {
-        Ok(leads(&a)?.then_some(()))
-    })
-    .await?;
+    let (ns, nodes, [_proxy_a, proxy_b], mut a) =
+        first_replica_leading(&client, "ha-kill", 4, "32").await?;
     let standby_writes = writes(&proxy_b);
-    let mut b = replica("ha-b", &proxy_b).await?;
+    let mut b = replica("ha-kill-b", &proxy_b).await?;
     assert!(!leads(&b)?, "one leader at a time");
 
     let web_ledger = BindLedger::start(&client, &ns.name, "app=web");
@@ -144,16 +157,9 @@ async fn the_standby_takes_over_when_the_leader_is_killed() -> anyhow::Result<()
 /// over and binds the pods created meanwhile.
 #[tokio::test]
 async fn a_leader_cut_off_stops_and_the_standby_takes_over() -> anyhow::Result<()> {
-    fresh_lease()?;
     let client = client().await?;
-    let ns = TestNamespace::create(&client, "ha-cut").await?;
-    let nodes = TestNodes::create(&client, "ha-cut", 2, "16", |_, _| {}).await?;
-    let (proxy_a, proxy_b) = (Proxy::start().await?, Proxy::start().await?);
-    let mut a = replica("ha-cut-a", &proxy_a).await?;
-    wait_for("replica a to lead", TIMEOUT, || async {
-        Ok(leads(&a)?.then_some(()))
-    })
-    .await?;
+    let (ns, nodes, [proxy_a, proxy_b], mut a) =
+        first_replica_leading(&client, "ha-cut", 2, "16").await?;
     let mut b = replica("ha-cut-b", &proxy_b).await?;
     let ledger = BindLedger::start(&client, &ns.name, "app=web");
     let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 10, "100m").await?;
@@ -186,6 +192,49 @@ async fn a_leader_cut_off_stops_and_the_standby_takes_over() -> anyhow::Result<(
     web.wait_all_bound(30, TIMEOUT).await?;
     web.assert_history_matches(&ledger, TIMEOUT).await?;
     assert!(b.running());
+
+    web.delete_profile()?;
+    drop(b);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// SIGTERM to the leader: it finishes its binds, releases the Lease and exits 0, and the standby
+/// takes over at its next try (a retry period), not a lease duration later.
+#[tokio::test]
+async fn a_leader_shut_down_releases_the_lease_for_the_standby() -> anyhow::Result<()> {
+    let client = client().await?;
+    let (ns, nodes, [_proxy_a, proxy_b], mut a) =
+        first_replica_leading(&client, "ha-term", 2, "16").await?;
+    let b = replica("ha-term-b", &proxy_b).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 10, "100m").await?;
+    web.wait_all_bound(10, TIMEOUT).await?;
+
+    let stopped = Instant::now();
+    assert!(
+        a.terminate(Duration::from_secs(30)).await?,
+        "the leader exits 0 after SIGTERM (log: {})",
+        a.log.display()
+    );
+    let released = std::fs::read_to_string(&a.log)?.contains("released the Lease");
+    assert!(
+        released,
+        "the leader released the Lease (log: {})",
+        a.log.display()
+    );
+    // A standby tries every retry period (with up to 20 % jitter): well before a lease duration.
+    wait_for("replica b to lead", LEASE - RETRY, || async {
+        Ok(leads(&b)?.then_some(()))
+    })
+    .await?;
+    println!(
+        "the standby led {:.1}s after SIGTERM to the leader",
+        stopped.elapsed().as_secs_f64()
+    );
+    web.scale(20).await?;
+    web.wait_all_bound(20, TIMEOUT).await?;
+    web.assert_history_matches(&ledger, TIMEOUT).await?;
 
     web.delete_profile()?;
     drop(b);
