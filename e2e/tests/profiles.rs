@@ -472,6 +472,17 @@ async fn kube_scheduler_metrics_count_what_the_test_did() -> anyhow::Result<()> 
         Some(3.0)
     );
     assert!(tether_metric(r#"scheduler_pending_pods{queue="unschedulable"}"#)?.is_some());
+    let point = |point: &str| {
+        format!(
+            r#"scheduler_framework_extension_point_duration_seconds_count{{extension_point="{point}",status="Success",profile="{scheduler}"}}"#
+        )
+    };
+    assert_eq!(tether_metric(&point("Bind"))?, Some(3.0), "three binds");
+    assert_eq!(tether_metric(&point("Reserve"))?, Some(3.0));
+    assert!(
+        tether_metric(&point("PreFilter"))?.is_some_and(|n| n >= 4.0),
+        "PreFilter ran for every attempt, the unschedulable pod's too"
+    );
 
     kubectl_ok(&["delete", "sp", &profile], None)?;
     nodes.delete().await?;

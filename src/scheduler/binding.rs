@@ -41,7 +41,17 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             }
         }
         sched.queue.permitted(pod_info.uid());
+        let timed = |point: &'static str, status: &Status, began: Instant| {
+            sched.metrics.extension_point(
+                point,
+                status.code,
+                &profile.scheduler_name,
+                began.elapsed(),
+            );
+        };
+        let began = Instant::now();
         let status = runtime::run_pre_bind(&profile, &state, &pod, &node).await;
+        timed("PreBind", &status, began);
         if !status.is_success() {
             return status;
         }
@@ -51,7 +61,10 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
                 "this replica no longer leads; the pod is left to the next leader",
             );
         }
-        runtime::run_bind(&profile, &state, &pod, &node).await
+        let began = Instant::now();
+        let status = runtime::run_bind(&profile, &state, &pod, &node).await;
+        timed("Bind", &status, began);
+        status
     }
     .await;
 
@@ -68,7 +81,14 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
         // History first: the event waits for its token in the events budget, history never
         // waits behind it.
+        let began = Instant::now();
         runtime::run_post_bind(&profile, &state, &pod, &node).await;
+        sched.metrics.extension_point(
+            "PostBind",
+            crate::scheduler::framework::Code::Success,
+            &profile.scheduler_name,
+            began.elapsed(),
+        );
         sched.reports.scheduled(&pod, &node).await;
         return;
     }

@@ -9,7 +9,7 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{self, ScheduleResult};
-use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
+use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
 
 /// What the binding cycle needs from the scheduling cycle.
 pub struct Assumed {
@@ -57,6 +57,11 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         return;
     }
     let result = runtime::schedule_pod(&profile, &mut state, &pod, &snapshot, &sched.start_index);
+    for (point, code, took) in state.take_timings() {
+        sched
+            .metrics
+            .extension_point(point, code, &profile.scheduler_name, took);
+    }
     let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
     match result {
         ScheduleResult::Scheduled {
@@ -66,7 +71,14 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         } => {
             tracing::debug!(pod = %key, profile = %profile.source, node = %node, evaluated, feasible, "picked a node");
             sched.lock_cache().assume_pod(&pod, &node);
+            let began = Instant::now();
             let status = runtime::run_reserve(&profile, &mut state, &pod, &node);
+            sched.metrics.extension_point(
+                "Reserve",
+                status.code,
+                &profile.scheduler_name,
+                began.elapsed(),
+            );
             if !status.is_success() {
                 sched.lock_cache().forget_pod(pod.uid());
                 sched
@@ -75,21 +87,30 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 fail(sched, queued, &profile, status);
                 return;
             }
-            let permit =
-                match runtime::run_permit(&profile, &state, &pod, &node, &sched.waiting_pods) {
-                    Ok(permit) => permit,
-                    Err(status) => {
-                        runtime::run_unreserve(&profile, &state, &pod, &node);
-                        sched.lock_cache().forget_pod(pod.uid());
-                        sched.metrics.attempt(
-                            "unschedulable",
-                            &profile.scheduler_name,
-                            start.elapsed(),
-                        );
-                        fail(sched, queued, &profile, status);
-                        return;
-                    }
-                };
+            let began = Instant::now();
+            let permitted = runtime::run_permit(&profile, &state, &pod, &node, &sched.waiting_pods);
+            let code = match &permitted {
+                Ok(Some(_)) => Code::Wait,
+                Ok(None) => Code::Success,
+                Err(status) => status.code,
+            };
+            sched
+                .metrics
+                .extension_point("Permit", code, &profile.scheduler_name, began.elapsed());
+            let permit = match permitted {
+                Ok(permit) => permit,
+                Err(status) => {
+                    runtime::run_unreserve(&profile, &state, &pod, &node);
+                    sched.lock_cache().forget_pod(pod.uid());
+                    sched.metrics.attempt(
+                        "unschedulable",
+                        &profile.scheduler_name,
+                        start.elapsed(),
+                    );
+                    fail(sched, queued, &profile, status);
+                    return;
+                }
+            };
             sched
                 .metrics
                 .attempt("scheduled", &profile.scheduler_name, start.elapsed());

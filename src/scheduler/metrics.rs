@@ -64,6 +64,20 @@ struct Upstream {
     sli: Family<SliLabels, Histogram>,
     /// `scheduler_pending_pods{queue}`.
     pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    /// `scheduler_framework_extension_point_duration_seconds{extension_point,status,profile}`.
+    extension_points: Family<ExtensionPointLabels, Histogram>,
+}
+
+/// The labels of kube-scheduler's extension point histogram.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExtensionPointLabels {
+    pub extension_point: String,
+    pub status: String,
+    pub profile: String,
+}
+
+fn extension_point_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
 }
 
 /// The label of kube-scheduler's SLI histogram: how many attempts the pod took.
@@ -105,7 +119,15 @@ impl Default for Metrics {
             attempt_duration: Family::new_with_constructor(attempt_buckets as fn() -> Histogram),
             sli: Family::new_with_constructor(sli_buckets as fn() -> Histogram),
             pending_pods: Family::default(),
+            extension_points: Family::new_with_constructor(
+                extension_point_buckets as fn() -> Histogram,
+            ),
         };
+        root.register(
+            "scheduler_framework_extension_point_duration_seconds",
+            "Latency for running all plugins of a specific extension point.",
+            upstream.extension_points.clone(),
+        );
         root.register(
             "scheduler_schedule_attempts",
             "Number of attempts to schedule pods, by the result. 'unschedulable' means a pod could not be scheduled, while 'error' means an internal scheduler problem.",
@@ -281,6 +303,25 @@ impl Metrics {
             .observe(since_queued.as_secs_f64());
     }
 
+    /// Extension point `point` (kube-scheduler's name: PreFilter, Score, Bind…) of `profile` ran
+    /// for `took` and ended with `code`.
+    pub fn extension_point(
+        &self,
+        point: &str,
+        code: crate::scheduler::framework::Code,
+        profile: &str,
+        took: Duration,
+    ) {
+        self.upstream
+            .extension_points
+            .get_or_create(&ExtensionPointLabels {
+                extension_point: point.into(),
+                status: format!("{code:?}"),
+                profile: profile.into(),
+            })
+            .observe(took.as_secs_f64());
+    }
+
     /// How many pods wait in each sub-queue: active, backoff, unschedulable, gated.
     pub fn set_pending(&self, queue: &str, pods: usize) {
         let labels = QueueLabels {
@@ -342,6 +383,12 @@ mod tests {
         m.bind_failed("p", Duration::from_millis(4), false);
         m.set_pending("active", 7);
         m.set_leading(true);
+        m.extension_point(
+            "Bind",
+            crate::scheduler::framework::Code::Success,
+            "p",
+            Duration::from_millis(1),
+        );
         let text = m.encode();
         for line in [
             r#"scheduler_schedule_attempts_total{result="scheduled",profile="p"} 1"#,
@@ -352,6 +399,7 @@ mod tests {
             r#"tether_pending_pods{queue="active"} 7"#,
             r#"tether_schedule_attempts_total{result="scheduled",profile="p"} 1"#,
             r#"leader_election_master_status{name="tether"} 1"#,
+            r#"scheduler_framework_extension_point_duration_seconds_count{extension_point="Bind",status="Success",profile="p"} 1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
         }
@@ -364,6 +412,13 @@ mod tests {
         // 15 and 20 bounds, as upstream's ExponentialBuckets, plus +Inf.
         assert_eq!(bounds("scheduler_scheduling_attempt_duration_seconds"), 16);
         assert_eq!(bounds("scheduler_pod_scheduling_sli_duration_seconds"), 21);
+        let extension_bounds = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("scheduler_framework_extension_point_duration_seconds_bucket{")
+            })
+            .count();
+        assert_eq!(extension_bounds, 13, "12 bounds from 0.1 ms, and +Inf");
         assert!(text.contains(r#"le="0.001""#) && text.contains(r#"le="16.384""#));
     }
 }

@@ -14,7 +14,14 @@ pub struct CycleState {
     /// Whether the Filter of a plugin should be skipped because its PreFilter returned Skip.
     skip_filter: Vec<&'static str>,
     skip_score: Vec<&'static str>,
+    /// How long each extension point of the scheduling cycle took, with its outcome, for
+    /// kube-scheduler's `scheduler_framework_extension_point_duration_seconds`.
+    timings: Vec<Timing>,
 }
+
+/// One extension point's run: its name as kube-scheduler labels it, the outcome's code, and
+/// how long it took.
+pub type Timing = (&'static str, super::status::Code, std::time::Duration);
 
 impl CycleState {
     pub fn new() -> Self {
@@ -44,5 +51,20 @@ impl CycleState {
 
     pub fn skips_score(&self, plugin: &'static str) -> bool {
         self.skip_score.contains(&plugin)
+    }
+
+    /// Records that extension point `point` ran for `took` and ended with `code`.
+    pub fn record_timing(
+        &mut self,
+        point: &'static str,
+        code: super::status::Code,
+        took: std::time::Duration,
+    ) {
+        self.timings.push((point, code, took));
+    }
+
+    /// The timings recorded so far, taken out.
+    pub fn take_timings(&mut self) -> Vec<Timing> {
+        std::mem::take(&mut self.timings)
     }
 }

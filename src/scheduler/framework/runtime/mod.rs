@@ -146,61 +146,26 @@ pub fn schedule_pod(
             ..Default::default()
         });
     }
-    // PreFilter.
-    let mut narrowed = PreFilterResult::all_nodes();
     let mut diagnosis = Diagnosis {
         num_all_nodes: num_all,
         ..Default::default()
     };
-    // As upstream's RunPreFilterPlugins: UnschedulableAndUnresolvable stops at once; an
-    // Unschedulable answer lets the other plugins run and rejects the pod after them.
-    let mut rejected_by: Option<Status> = None;
-    let mut narrowing: BTreeSet<&'static str> = BTreeSet::new();
-    for plugin in &profile.pre_filter {
-        let Some(pf) = plugin.pre_filter() else {
-            continue;
-        };
-        let (result, status) = pf.pre_filter(state, pod, snapshot);
-        let status = status.with_plugin(plugin.name());
-        if status.is_skip() {
-            state.mark_skip_filter(plugin.name());
-            continue;
-        }
-        if status.code == Code::UnschedulableAndUnresolvable {
-            diagnosis.unschedulable_plugins.push(plugin.name());
-            diagnosis.pre_filter_status = Some(status);
-            return ScheduleResult::Unschedulable(diagnosis);
-        }
-        if status.code == Code::Unschedulable {
-            diagnosis.unschedulable_plugins.push(plugin.name());
-            rejected_by = Some(status);
-            continue;
-        }
-        if !status.is_success() {
-            return ScheduleResult::Error(status);
-        }
-        if result.node_names.is_some() {
-            narrowing.insert(plugin.name());
-        }
-        narrowed = narrowed.merge(result);
-        if narrowed.node_names.as_ref().is_some_and(|n| n.is_empty()) {
-            let names: Vec<&str> = narrowing.iter().copied().collect();
-            let message = match names.as_slice() {
-                [one] => format!("node(s) didn't satisfy plugin {one}"),
-                many => format!(
-                    "node(s) didn't satisfy plugin(s) [{}] simultaneously",
-                    many.join(" ")
-                ),
-            };
-            diagnosis.unschedulable_plugins.extend(names);
-            diagnosis.pre_filter_status = Some(Status::unresolvable(message));
-            return ScheduleResult::Unschedulable(diagnosis);
-        }
-    }
-    if let Some(status) = rejected_by {
-        diagnosis.pre_filter_status = Some(status);
-        return ScheduleResult::Unschedulable(diagnosis);
-    }
+    let started = std::time::Instant::now();
+    let pre_filtered = pre_filter(profile, state, pod, snapshot, &mut diagnosis);
+    let code = match &pre_filtered {
+        Ok(_) => Code::Success,
+        Err(Some(error)) => error.code,
+        Err(None) => diagnosis
+            .pre_filter_status
+            .as_ref()
+            .map_or(Code::Unschedulable, |s| s.code),
+    };
+    state.record_timing("PreFilter", code, started.elapsed());
+    let (narrowed, narrowing) = match pre_filtered {
+        Ok(done) => done,
+        Err(Some(error)) => return ScheduleResult::Error(error),
+        Err(None) => return ScheduleResult::Unschedulable(diagnosis),
+    };
 
     // Filter.
     let candidates: Vec<&Arc<NodeInfo>> = match &narrowed.node_names {
@@ -254,6 +219,69 @@ pub fn schedule_pod(
         evaluated,
         feasible: feasible.len(),
     }
+}
+
+/// PreFilter (as upstream's RunPreFilterPlugins): the nodes the plugins narrowed the search to
+/// and which plugins narrowed it; `Err(None)` when the pod was rejected (`diagnosis` says how),
+/// `Err(Some(status))` on an error.
+fn pre_filter(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    diagnosis: &mut Diagnosis,
+) -> Result<(PreFilterResult, BTreeSet<&'static str>), Option<Status>> {
+    let mut narrowed = PreFilterResult::all_nodes();
+    // As upstream's RunPreFilterPlugins: UnschedulableAndUnresolvable stops at once; an
+    // Unschedulable answer lets the other plugins run and rejects the pod after them.
+    let mut rejected_by: Option<Status> = None;
+    let mut narrowing: BTreeSet<&'static str> = BTreeSet::new();
+    for plugin in &profile.pre_filter {
+        let Some(pf) = plugin.pre_filter() else {
+            continue;
+        };
+        let (result, status) = pf.pre_filter(state, pod, snapshot);
+        let status = status.with_plugin(plugin.name());
+        if status.is_skip() {
+            state.mark_skip_filter(plugin.name());
+            continue;
+        }
+        if status.code == Code::UnschedulableAndUnresolvable {
+            diagnosis.unschedulable_plugins.push(plugin.name());
+            diagnosis.pre_filter_status = Some(status);
+            return Err(None);
+        }
+        if status.code == Code::Unschedulable {
+            diagnosis.unschedulable_plugins.push(plugin.name());
+            rejected_by = Some(status);
+            continue;
+        }
+        if !status.is_success() {
+            return Err(Some(status));
+        }
+        if result.node_names.is_some() {
+            narrowing.insert(plugin.name());
+        }
+        narrowed = narrowed.merge(result);
+        if narrowed.node_names.as_ref().is_some_and(|n| n.is_empty()) {
+            let names: Vec<&str> = narrowing.iter().copied().collect();
+            let message = match names.as_slice() {
+                [one] => format!("node(s) didn't satisfy plugin {one}"),
+                many => format!(
+                    "node(s) didn't satisfy plugin(s) [{}] simultaneously",
+                    many.join(" ")
+                ),
+            };
+            diagnosis.unschedulable_plugins.extend(names);
+            diagnosis.pre_filter_status = Some(Status::unresolvable(message));
+            return Err(None);
+        }
+    }
+    if let Some(status) = rejected_by {
+        diagnosis.pre_filter_status = Some(status);
+        return Err(None);
+    }
+    Ok((narrowed, narrowing))
 }
 
 /// Runs every Filter plugin on one node, stopping at the first that rejects it.
@@ -338,6 +366,7 @@ pub fn prioritize(
     nodes: &[Arc<NodeInfo>],
     snapshot: &Snapshot,
 ) -> Result<Vec<NodeScore>, Status> {
+    let started = std::time::Instant::now();
     for plugin in &profile.pre_score {
         let Some(ps) = plugin.pre_score() else {
             continue;
@@ -348,9 +377,25 @@ pub fn prioritize(
         if status.is_skip() {
             state.mark_skip_score(plugin.name());
         } else if !status.is_success() {
+            state.record_timing("PreScore", status.code, started.elapsed());
             return Err(status);
         }
     }
+    state.record_timing("PreScore", Code::Success, started.elapsed());
+    let started = std::time::Instant::now();
+    let scored = score(profile, state, pod, nodes);
+    let code = scored.as_ref().map_or_else(|s| s.code, |_| Code::Success);
+    state.record_timing("Score", code, started.elapsed());
+    scored
+}
+
+/// Score (parallel over nodes), NormalizeScore and weights: the total per node.
+fn score(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    nodes: &[Arc<NodeInfo>],
+) -> Result<Vec<NodeScore>, Status> {
     let mut totals: Vec<NodeScore> = nodes
         .iter()
         .map(|n| NodeScore {
@@ -358,7 +403,6 @@ pub fn prioritize(
             score: 0,
         })
         .collect();
-    let state = &*state;
     for weighted in &profile.score {
         let plugin = &weighted.plugin;
         let Some(sp) = plugin.score() else { continue };
