@@ -270,12 +270,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                 let observed = Arc::downgrade(&loop_sched);
                 let observer: BindObserver = Arc::new(move |pod| {
                     if observed.upgrade().is_some_and(|s| records(&s, &pod)) {
-                        let paused = writer.pause_pruning();
-                        spawner.spawn(reconcile::record_missed_binds(
-                            writer.clone(),
-                            vec![pod],
-                            paused,
-                        ));
+                        spawner.spawn(reconcile::record_missed_binds(writer.clone(), vec![pod]));
                     }
                 });
                 let recorded: Vec<_> = loop_sched
@@ -283,8 +278,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                     .into_iter()
                     .filter(|pod| records(&loop_sched, pod))
                     .collect();
-                let paused = history.pause_pruning();
-                runtime.spawn(reconcile::record_missed_binds(history, recorded, paused));
+                runtime.spawn(reconcile::record_missed_binds(history, recorded));
                 loop_sched.run_loop();
                 if !loop_sched.queue.is_closed() {
                     loop_fatal.report("the scheduling loop ended");

@@ -31,6 +31,12 @@ fn leads(tether: &OwnTether) -> anyhow::Result<bool> {
         .is_some_and(|body| body.lines().any(|l| l == "leading")))
 }
 
+/// Waits (at most `within`) until `tether` says it leads.
+async fn until_leads(tether: &OwnTether, within: Duration) -> anyhow::Result<()> {
+    let what = format!("the replica logging to {} to lead", tether.log.display());
+    wait_for(&what, within, || async { Ok(leads(tether)?.then_some(())) }).await
+}
+
 /// Counts the writes a replica makes through its proxy (binds, StickyBindings, status, events),
 /// Lease requests left out.
 fn writes(proxy: &Proxy) -> Vec<Fault> {
@@ -87,10 +93,7 @@ async fn first_replica_leading(
     let nodes = TestNodes::create(client, name, count, cpu, |_, _| {}).await?;
     let proxies = [Proxy::start().await?, Proxy::start().await?];
     let a = replica(&format!("{name}-a"), &proxies[0]).await?;
-    wait_for("the first replica to lead", TIMEOUT, || async {
-        Ok(leads(&a)?.then_some(()))
-    })
-    .await?;
+    until_leads(&a, TIMEOUT).await?;
     Ok((ns, nodes, proxies, a))
 }
 
@@ -123,10 +126,7 @@ async fn the_standby_takes_over_when_the_leader_is_killed() -> anyhow::Result<()
     a.kill()?;
     let killed = Instant::now();
     let at_kill = web_ledger.len() + api_ledger.len();
-    wait_for("replica b to lead", TAKEOVER_WITHIN, || async {
-        Ok(leads(&b)?.then_some(()))
-    })
-    .await?;
+    until_leads(&b, TAKEOVER_WITHIN).await?;
     let takeover = killed.elapsed();
     println!(
         "{at_kill} of 300 pods bound when the leader was killed; the standby led {:.1}s later",
@@ -174,10 +174,7 @@ async fn a_leader_cut_off_stops_and_the_standby_takes_over() -> anyhow::Result<(
     .await?;
     let exited = cut.elapsed();
     web.scale(30).await?;
-    wait_for("replica b to lead", TAKEOVER_WITHIN, || async {
-        Ok(leads(&b)?.then_some(()))
-    })
-    .await?;
+    until_leads(&b, TAKEOVER_WITHIN).await?;
     println!(
         "the cut-off leader exited {:.1}s after the cut; the standby led {:.1}s after the cut",
         exited.as_secs_f64(),
@@ -224,10 +221,7 @@ async fn a_leader_shut_down_releases_the_lease_for_the_standby() -> anyhow::Resu
         a.log.display()
     );
     // A standby tries every retry period (with up to 20 % jitter): well before a lease duration.
-    wait_for("replica b to lead", LEASE - RETRY, || async {
-        Ok(leads(&b)?.then_some(()))
-    })
-    .await?;
+    until_leads(&b, LEASE - RETRY).await?;
     println!(
         "the standby led {:.1}s after SIGTERM to the leader",
         stopped.elapsed().as_secs_f64()

@@ -437,7 +437,6 @@ impl HistoryWriter {
             let now = Time(jiff::Timestamp::now());
             let mut next = status;
             let mut counted = 0;
-
             let mut released = None;
             for bind in binds {
                 if let Some(after) = count_bind(
@@ -856,11 +855,12 @@ mod tests {
         writer.record_bind(&scheduled(1), "n1").await;
         writer.set_alive(Arc::new(|uid| uid != "pod-0"));
 
-        let paused = writer.pause_pruning();
+        // Pruning pauses when the reconcile is created, before it first runs.
+        let reconcile =
+            reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)]);
         writer.record_bind(&web_pod(2), "n2").await;
         assert!(held_status(&store).counted_pods.contains(&"pod-0".into()));
-        reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)], paused)
-            .await;
+        reconcile.await;
         assert_eq!(held_status(&store).schedule_count, 3, "pod-0 counted once");
 
         writer.record_bind(&web_pod(3), "n2").await;

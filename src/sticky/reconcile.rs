@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::api::StickyBinding;
 use crate::k8s::pods;
 use crate::sticky::bindings::BindingLookup;
-use crate::sticky::history::{HistoryWriter, PruningPaused};
+use crate::sticky::history::HistoryWriter;
 
 /// How recently a bound pod without any binding must have been bound to be counted: an older
 /// one may have had its binding deleted by a person, to free the workload. Both ends of the
@@ -93,14 +93,23 @@ const RECONCILE_WRITERS: usize = 16;
 /// Records the binds among `pods` (bound pods of profiles that record history) that their
 /// bindings missed. A pod already counted is never counted twice. Pods whose owner is not
 /// known yet (custom owner kinds are watched from the moment a pod names them) are tried
-/// again, with a backoff, until their owner is known, as built-in kinds' pods are. `paused`
-/// keeps deleted pods in `countedPods` until this returns: the decisions are made from `pods`,
-/// which may have been deleted since, and a pod dropped from `countedPods` would look missed.
-pub async fn record_missed_binds(
+/// again, with a backoff, until their owner is known, as built-in kinds' pods are.
+///
+/// Pruning of `countedPods` pauses when this is called, not when the future first runs, and
+/// resumes when it ends: the decisions are made from `pods`, which may be deleted meanwhile,
+/// and a pod dropped from `countedPods` would look missed.
+pub fn record_missed_binds(
     writer: Arc<HistoryWriter>,
     pods: Vec<Arc<Pod>>,
-    paused: PruningPaused,
-) {
+) -> impl Future<Output = ()> + Send + 'static {
+    let paused = writer.pause_pruning();
+    async move {
+        record_each(writer, pods).await;
+        drop(paused);
+    }
+}
+
+async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
     let mut waiting = pods;
     let mut delay = std::time::Duration::from_secs(1);
     let give_up = tokio::time::Instant::now() + OWNER_WAIT;
@@ -152,7 +161,6 @@ pub async fn record_missed_binds(
         delay = (delay * 2).min(std::time::Duration::from_secs(30));
         waiting = later;
     }
-    drop(paused);
 }
 
 /// The API server's clock ([`server_now`]), or this machine's (with a warning) when it does

@@ -115,9 +115,9 @@ where
 /// (`sendInitialEvents`), one event per object, so the object the client cannot decode is
 /// skipped and reported while every other one is read. An event the client cannot decode is
 /// skipped the same way, so a profile edited into one keeps its last decodable version until
-/// the next re-list (which no longer lists it). (Plain lists first: after an API server restart a streaming list waits for the
-/// server's cache, seconds longer than a list.) Against an API server without streaming lists
-/// it goes back to listing.
+/// the next re-list (which no longer lists it). (Plain lists first: after an API server
+/// restart a streaming list waits for the server's cache, seconds longer than a list.) Against
+/// an API server without streaming lists it goes back to listing.
 pub fn watch_each_object<K>(
     api: Api<K>,
     what: impl Into<String>,
