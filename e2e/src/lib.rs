@@ -489,6 +489,33 @@ pub async fn wait_bound(
     .await
 }
 
+/// Waits for an event with `reason` about one object whose message satisfies `matches`, and
+/// returns the messages of all such events. Events are written after the bind, each behind a
+/// token of tether's events budget, so a burst elsewhere in the cluster delays them: wait, never
+/// read once.
+pub async fn wait_event(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    reason: &str,
+    timeout: Duration,
+    matches: impl Fn(&str) -> bool,
+) -> anyhow::Result<Vec<String>> {
+    let what = format!("a {reason} event about {namespace}/{name}");
+    let found = wait_for(&what, timeout, || async {
+        let events = events_for(client, namespace, name, reason).await?;
+        Ok(events.iter().any(|e| matches(e)).then_some(events))
+    })
+    .await;
+    match found {
+        Ok(events) => Ok(events),
+        Err(e) => {
+            let seen = events_for(client, namespace, name, reason).await?;
+            Err(e.context(format!("{reason} events seen: {seen:?}")))
+        }
+    }
+}
+
 /// Messages of the events with `reason` about one object, newest last: ordered by when each
 /// was last observed (a repeated event is one object whose `series` counts the repeats).
 pub async fn events_for(

@@ -10,8 +10,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tether::api::SchedulingProfile;
 use tether_e2e::{
-    TestNamespace, TestNodes, client, events_for, kstatus, kubectl_ok, tether_metric,
-    unique_suffix, wait_bound, wait_for,
+    TestNamespace, TestNodes, client, kstatus, kubectl_ok, tether_metric, unique_suffix,
+    wait_bound, wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -153,11 +153,10 @@ async fn a_profile_change_takes_effect_live_and_a_bad_one_keeps_the_last_good_se
         "the last good version (MostAllocated) serves"
     );
 
-    let events = events_for(&client, "default", &profile, "InvalidSpec").await?;
-    assert!(
-        events.iter().any(|e| e.contains("NoSuchPlugin")),
-        "events: {events:?}"
-    );
+    wait_event(&client, "default", &profile, "InvalidSpec", TIMEOUT, |e| {
+        e.contains("NoSuchPlugin")
+    })
+    .await?;
 
     // A plugin disabled live: without NodeResourcesFit's PreFilter and Filter, a pod asking
     // for more CPU than any node has is bound all the same.

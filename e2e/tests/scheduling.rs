@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
 use serde_json::{Value, json};
-use tether_e2e::{TestNamespace, TestNodes, client, events_for, wait_bound, wait_for};
+use tether_e2e::{TestNamespace, TestNodes, client, events_for, wait_bound, wait_event, wait_for};
 
 const BIND_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -191,13 +191,11 @@ async fn resources_taints_and_node_affinity_decide_where_pods_land() -> anyhow::
         "got: {message}"
     );
 
-    let events = events_for(&client, &ns.name, "big", "Scheduled").await?;
-    assert!(
-        events
-            .iter()
-            .any(|e| e == &format!("Successfully assigned {}/big to {ssd}", ns.name)),
-        "Scheduled events: {events:?}"
-    );
+    let assigned = format!("Successfully assigned {}/big to {ssd}", ns.name);
+    wait_event(&client, &ns.name, "big", "Scheduled", BIND_TIMEOUT, |e| {
+        e == assigned
+    })
+    .await?;
     nodes.delete().await?;
     ns.delete().await
 }

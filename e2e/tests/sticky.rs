@@ -15,8 +15,8 @@ use kube::api::{
 use serde_json::{Value, json};
 use tether::api::{StickyBinding, StickyBindingStatus};
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, events_for, kubectl_ok, tether_metric,
-    unique_suffix, wait_bound, wait_for,
+    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, tether_metric,
+    unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -524,16 +524,15 @@ async fn under_release_a_lost_node_frees_the_workload_after_the_delay() -> anyho
         bound_at.is_some_and(|t| t.duration_since(lost_at).as_secs() >= delay),
         "bound at {bound_at:?}, lost at {lost_at}: not before releaseAfterSeconds"
     );
-    let events = wait_for("a Released event", TIMEOUT, || {
-        let client = client.clone();
-        let ns = ns.name.clone();
-        async move {
-            let events = events_for(&client, &ns, "virtualmachine-vm", "Released").await?;
-            Ok((!events.is_empty()).then_some(events))
-        }
-    })
+    wait_event(
+        &client,
+        &ns.name,
+        "virtualmachine-vm",
+        "Released",
+        TIMEOUT,
+        |e| e.contains(first.as_str()),
+    )
     .await?;
-    assert!(events[0].contains(&first), "got: {events:?}");
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
