@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Restarts one component of the running local cluster with the same flags and waits until it is
-# healthy again; everything else keeps running. Used by the fault e2e tests.
+# healthy again (after etcd, until kube-apiserver is ready again); everything else keeps
+# running. Used by the fault e2e tests.
 #
 #   restart.sh kube-apiserver|etcd [--kill] [--down SECONDS]
 #
@@ -35,4 +36,7 @@ kill -KILL -- "-$pid" 2>/dev/null || true
 mv -f "$LOG_DIR/$component.log" "$LOG_DIR/$component.before-restart.log"
 sleep "$down"
 $starter
+# What clients see come back is the API server: after etcd, wait until kube-apiserver is ready
+# again (its etcd check passes).
+[[ $component == etcd ]] && wait_healthy kube-apiserver apiserver_ready
 log "$component restarted with SIG$signal before (pid $(cat "$PID_DIR/$component.pid"))"

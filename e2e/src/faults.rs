@@ -134,10 +134,12 @@ impl Proxy {
             kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
                 .await
                 .context("loading tether's kubeconfig")?;
-        // The client's own credentials pass through; the proxy adds none, and never times out a
-        // watch the client keeps open.
+        // The client's own credentials pass through; the proxy adds none, never times out a
+        // watch the client keeps open, and never retries: every answer reaches the client as
+        // the API server gave it.
         config.auth_info = Default::default();
         config.read_timeout = None;
+        config.default_retry = false;
         let upstream = kube::Client::try_from(config).context("building the proxy's client")?;
         let listener = TcpListener::bind("127.0.0.1:0")
             .await

@@ -236,7 +236,7 @@ pub fn run(
             })
             .touched_objects();
         let sync_ctx = ctx.clone();
-        Controller::for_stream(profiles, store)
+        Controller::for_stream(watch::objects_only(profiles), store)
             .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
             .reconcile_all_on(leadership.gained())
             .run(reconcile, error_policy, ctx)

@@ -248,8 +248,8 @@ pub fn run(
                 Err(e) => applier.failed(&feed, e),
             })
             .applied_objects();
-        Controller::for_stream(binding_events, binding_store.clone())
-            .watches_stream(node_events, move |node: Node| {
+        Controller::for_stream(watch::objects_only(binding_events), binding_store.clone())
+            .watches_stream(watch::objects_only(node_events), move |node: Node| {
                 let name = node.name_any();
                 binding_store
                     .state()

@@ -7,14 +7,22 @@
 //! request a few times within about a second and a half, then hands the error to the caller,
 //! which backs off its own way (watches re-list, history writes retry, a failed bind requeues
 //! its pod).
+//!
+//! A server's `Retry-After` is honoured up to [`RETRY_MAX_DELAY`]. A restarted kube-apiserver
+//! answers requests for custom resources 503 with `Retry-After: 5` until it has installed their
+//! paths, which takes it well under a second: waiting the full five seconds kept the
+//! SchedulingProfile and StickyBinding watches down that long after the server was back.
 
 use std::time::Duration;
 
 use anyhow::Context;
-use kube::client::ClientBuilder;
+use http::{HeaderMap, Request, Response};
 use kube::client::retry::RetryPolicy;
+use kube::client::{Body, ClientBuilder};
+use tokio::time::{Instant, Sleep};
+use tower::BoxError;
 use tower::buffer::BufferLayer;
-use tower::retry::RetryLayer;
+use tower::retry::{Policy, RetryLayer};
 
 /// The first retry waits this long; each next one twice as long (with jitter), up to
 /// [`RETRY_MAX_DELAY`].
@@ -34,14 +42,71 @@ pub fn build(mut config: kube::Config) -> anyhow::Result<kube::Client> {
     config.write_timeout = Some(Duration::from_secs(30));
     config.reset_reader_on_write = true;
     config.default_retry = false;
-    let policy = RetryPolicy::new(RETRY_FIRST_DELAY, RETRY_MAX_DELAY, RETRIES, true)
-        .context("the API client's retry policy")?;
+    let policy = CappedRetry::new()?;
     let builder = ClientBuilder::try_from(config).context("connecting to the API server")?;
     // The retry layer clones the service it wraps; a buffer makes the boxed one clonable.
     Ok(builder
         .with_layer(&BufferLayer::new(QUEUED_REQUESTS))
         .with_layer(&RetryLayer::new(policy))
         .build())
+}
+
+/// kube's retry policy (429, 503 and 504; jittered exponential backoff) with the server's
+/// `Retry-After` waited at most [`RETRY_MAX_DELAY`].
+#[derive(Clone)]
+struct CappedRetry {
+    /// Ignores `Retry-After`; this policy applies it.
+    backoff: RetryPolicy,
+}
+
+impl CappedRetry {
+    fn new() -> anyhow::Result<Self> {
+        let backoff = RetryPolicy::new(RETRY_FIRST_DELAY, RETRY_MAX_DELAY, RETRIES, false)
+            .context("the API client's retry policy")?;
+        Ok(CappedRetry { backoff })
+    }
+}
+
+impl<Res> Policy<Request<Body>, Response<Res>, BoxError> for CappedRetry {
+    type Future = Sleep;
+
+    fn retry(
+        &mut self,
+        req: &mut Request<Body>,
+        result: &mut Result<Response<Res>, BoxError>,
+    ) -> Option<Sleep> {
+        let answer = result
+            .as_ref()
+            .ok()
+            .map(|response| (response.status(), retry_after(response.headers())));
+        let backoff = self.backoff.retry(req, result)?;
+        let asked = answer.and_then(|(_, asked)| asked);
+        if let Some((status, _)) = answer {
+            tracing::debug!(path = req.uri().path(), %status, retry_after = ?asked, "retrying a request the API server asked to retry");
+        }
+        match asked {
+            Some(asked) => {
+                let asked = asked.min(RETRY_MAX_DELAY);
+                let until = Instant::now() + asked;
+                Some(if until > backoff.deadline() {
+                    tokio::time::sleep_until(until)
+                } else {
+                    backoff
+                })
+            }
+            None => Some(backoff),
+        }
+    }
+
+    fn clone_request(&mut self, req: &Request<Body>) -> Option<Request<Body>> {
+        Policy::<Request<Body>, Response<Res>, BoxError>::clone_request(&mut self.backoff, req)
+    }
+}
+
+/// The delay a `Retry-After` header asks for, in seconds as the API server writes it.
+fn retry_after(headers: &HeaderMap) -> Option<Duration> {
+    let seconds = headers.get(http::header::RETRY_AFTER)?.to_str().ok()?;
+    seconds.trim().parse().ok().map(Duration::from_secs)
 }
 
 #[cfg(test)]
@@ -72,5 +137,31 @@ mod tests {
 
         assert!(answer.is_err(), "the 503 reaches the caller");
         assert_eq!(tries.load(Ordering::SeqCst), 1 + RETRIES as usize);
+    }
+
+    /// A restarting API server's `Retry-After: 5` is waited one second at most, and longer
+    /// than the backoff alone would wait.
+    #[tokio::test]
+    async fn retry_after_is_honoured_up_to_the_longest_delay() {
+        let answer = |retry_after: &str| {
+            Response::builder()
+                .status(503)
+                .header("Retry-After", retry_after)
+                .body(())
+                .expect("a response")
+        };
+        let mut policy = CappedRetry::new().expect("a policy");
+        let mut request = Request::new(Body::from(Vec::new()));
+
+        let mut result: Result<_, BoxError> = Ok(answer("5"));
+        let wait = policy.retry(&mut request, &mut result).expect("retried");
+        let waits = wait.deadline() - Instant::now();
+        assert!(waits <= RETRY_MAX_DELAY, "waits {waits:?}");
+        assert!(waits > RETRY_MAX_DELAY / 2, "waits {waits:?}");
+
+        // Without an ask, the backoff's own delay (the second: about 100 ms).
+        let mut result: Result<_, BoxError> = Ok(answer("0"));
+        let wait = policy.retry(&mut request, &mut result).expect("retried");
+        assert!(wait.deadline() - Instant::now() < RETRY_MAX_DELAY / 2);
     }
 }

@@ -252,6 +252,21 @@ where
     })
 }
 
+/// The objects of a watch stream, its errors left out, for a kube-runtime `Controller`.
+///
+/// The errors are noted where the watch runs (its log lines and readiness feed). Passed on, each
+/// one would wait inside the controller until something else woke it: kube-runtime's applier
+/// peeks the next item for its reconcile queue and leaves an error to a branch that is polled
+/// only then. A failing watch resumed seconds after its backoff (up to 5 s after a restarted API
+/// server was back), and so did the profiles' and bindings' controllers.
+pub fn objects_only<K, S>(stream: S) -> impl Stream<Item = watcher::Result<K>> + Send + 'static
+where
+    S: Stream<Item = watcher::Result<K>> + Send + 'static,
+    K: Send + 'static,
+{
+    stream.filter(|item| std::future::ready(item.is_ok()))
+}
+
 /// Applies watch events to an index: objects of a (re)list are collected until `InitDone` and
 /// handed to [`Index::reset`] at once, then `feed` is marked listed.
 pub struct Applier<K> {
@@ -399,5 +414,19 @@ mod tests {
         )));
         assert!(!is_gone(&watcher::Error::WatchError(Box::new(status(500)))));
         assert!(!is_gone(&watcher::Error::NoResourceVersion));
+    }
+
+    #[tokio::test]
+    async fn a_controller_is_handed_the_objects_of_a_watch_and_never_its_errors() {
+        let items: Vec<watcher::Result<String>> = vec![
+            Ok("a".into()),
+            Err(watcher::Error::NoResourceVersion),
+            Ok("b".into()),
+        ];
+        let passed: Vec<String> = objects_only(futures::stream::iter(items))
+            .map(|item| item.expect("only objects"))
+            .collect()
+            .await;
+        assert_eq!(passed, ["a", "b"]);
     }
 }
