@@ -25,8 +25,10 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 /// installed their paths.
 const BACK_WITHIN: Duration = Duration::from_secs(5);
 
-/// The pods in `ns` with a `FailedScheduling` event or a `PodScheduled=False` condition although
-/// they are bound: what tether must never report.
+/// The pods in `ns` reported as failing to bind although they are bound: a `FailedScheduling`
+/// event "Binding rejected: …", or a `PodScheduled=False` condition left on a bound pod. (A
+/// pod may legitimately have waited before its cycle, e.g. for its owner ReplicaSet to be
+/// known: that event is not a misreport.)
 async fn bound_yet_reported_failed(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String>> {
     use k8s_openapi::api::events::v1::Event;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
@@ -37,6 +39,11 @@ async fn bound_yet_reported_failed(client: &kube::Client, ns: &str) -> anyhow::R
         .items
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
+        .filter(|e| {
+            e.note
+                .as_deref()
+                .is_some_and(|n| n.starts_with("Binding rejected"))
+        })
         .filter_map(|e| e.regarding.and_then(|r| r.uid))
         .collect();
     Ok(pods
@@ -572,8 +579,15 @@ async fn five_hundred_pods_through_a_crash_of(component: &str) -> anyhow::Result
         .await?;
     tether_e2e::wait_bound(&client, &ns.name, "probe", TIMEOUT).await?;
     assert_alive(&mut tether);
+    // The history equals the binds seen. That may be more than 500: after the outage the
+    // ReplicaSet controller, acting on its stale view, can create a pod too many and delete it
+    // again, and tether binds what exists.
     let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
-    assert_eq!(status.schedule_count, REPLICAS as i64);
+    assert!(
+        status.schedule_count >= REPLICAS as i64,
+        "scheduleCount {} for {REPLICAS} pods",
+        status.schedule_count
+    );
     assert_within_allocatable(&client, &nodes).await?;
 
     kubectl_ok(&["delete", "sp", &probe], None)?;
