@@ -107,6 +107,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let queue_sort = priority_sort::build(None, &"plugins.queueSort".into())
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
+    queue.count_incoming_with(metrics.queue_incoming());
     let reports = Reports::new(client.clone(), config.instance.clone());
     let sched = Scheduler::new(
         queue,

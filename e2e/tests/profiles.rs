@@ -439,6 +439,15 @@ async fn kube_scheduler_metrics_count_what_the_test_did() -> anyhow::Result<()> 
     let scheduler = format!("{profile}-sched");
     apply_profile(&profile, fit_only(&scheduler, "LeastAllocated"))?;
     wait_ready(&client, &profile, true).await?;
+    // Other tests run meanwhile: the queue's counters (not per profile) only grow by at least
+    // what this test did.
+    let incoming = |queue: &str, event: &str| {
+        format!(r#"scheduler_queue_incoming_pods_total{{queue="{queue}",event="{event}"}}"#)
+    };
+    let added = incoming("active", "UnschedulablePodAdd");
+    let parked = incoming("unschedulable", "ScheduleAttemptFailure");
+    let added_before = tether_metric(&added)?.unwrap_or(0.0);
+    let parked_before = tether_metric(&parked)?.unwrap_or(0.0);
     for name in ["m1", "m2", "m3"] {
         create_pod(&client, &ns.name, name, &scheduler, &nodes, "1").await?;
     }
@@ -481,6 +490,18 @@ async fn kube_scheduler_metrics_count_what_the_test_did() -> anyhow::Result<()> 
     assert!(
         tether_metric(&point("PreFilter"))?.is_some_and(|n| n >= 4.0),
         "PreFilter ran for every attempt, the unschedulable pod's too"
+    );
+
+    let grew = |name: &str, before: f64| {
+        Ok::<_, anyhow::Error>(tether_metric(name)?.unwrap_or(0.0) - before)
+    };
+    assert!(
+        grew(&added, added_before)? >= 4.0,
+        "four pods entered activeQ"
+    );
+    assert!(
+        grew(&parked, parked_before)? >= 1.0,
+        "the pod too big waits in the unschedulable pool"
     );
 
     kubectl_ok(&["delete", "sp", &profile], None)?;

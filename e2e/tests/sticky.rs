@@ -15,7 +15,7 @@ use kube::api::{
 use serde_json::{Value, json};
 use tether::api::{StickyBinding, StickyBindingStatus};
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, tether_metric,
+    TestNamespace, TestNodes, apply, apply_profile, client, kstatus, kubectl_ok, tether_metric,
     unique_suffix, wait_bound, wait_event, wait_for,
 };
 
@@ -442,7 +442,6 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
 
     // The pinned node is lost while the VM is down: the VM waits for it (onNodeLoss: Wait).
     lose_node_of_stopped_vm(&client, &ns.name, "vm", &pod, &first).await?;
-    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let message = wait_for("FailedScheduling naming the sticky node", TIMEOUT, || {
@@ -463,21 +462,62 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         "the message names the sticky node {first}: {message}"
     );
     assert_eq!(pods.get(&pod).await?.spec.and_then(|s| s.node_name), None);
+    // GitOps tools (kstatus) read the stuck binding as Failed, naming the field that pins it.
+    let of_binding = || {
+        kstatus(&kubectl_ok(
+            &[
+                "get",
+                "sb",
+                "virtualmachine-vm",
+                "-n",
+                &ns.name,
+                "-o",
+                "json",
+            ],
+            None,
+        )?)
+    };
+    let verdict = wait_for("the binding Failed", TIMEOUT, || async {
+        Ok(Some(of_binding()?).filter(|v| v.starts_with("Failed")))
+    })
+    .await?;
+    assert!(
+        verdict.contains("status.latest") && verdict.contains(&first),
+        "{verdict}"
+    );
 
-    // A person moves the VM: the waiting pod goes to the new pin.
-    bindings
-        .patch(
+    // A person moves the VM: the waiting pod goes to the new pin. Until tether has checked the
+    // new pin the binding is in progress, then Current.
+    let moved = kubectl_ok(
+        &[
+            "patch",
+            "sb",
             "virtualmachine-vm",
-            &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"nodeName": other}})),
-        )
-        .await?;
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &json!({"spec": {"nodeName": other}}).to_string(),
+            "-o",
+            "json",
+        ],
+        None,
+    )?;
+    assert!(
+        kstatus(&moved)?.starts_with("InProgress"),
+        "{}",
+        kstatus(&moved)?
+    );
     assert_eq!(wait_bound(&client, &ns.name, &pod, TIMEOUT).await?, other);
     let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2)
         .await?
         .status
         .unwrap_or_default();
     assert_eq!(status.latest.as_deref(), Some(other.as_str()));
+    wait_for("the binding Current", TIMEOUT, || async {
+        Ok(Some(of_binding()?).filter(|v| v.starts_with("Current")))
+    })
+    .await?;
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;

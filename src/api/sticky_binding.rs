@@ -98,9 +98,18 @@ pub struct StickyBindingStatus {
     /// When the workload was released from a lost node (StickyNode `onNodeLoss: Release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_from: Option<Release>,
+    /// The generation of the spec tether has checked (its pin against the nodes). While it is
+    /// behind `metadata.generation`, GitOps tools read the binding as in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
     /// `NodeAvailable` tells whether the pinned node exists and is Ready; `HistoryConsistent`
     /// whether the counts agree with each other (False names what does not, as after a hand
-    /// edit; tether keeps counting from the values as written).
+    /// edit; tether keeps counting from the values as written). Following kstatus (read by
+    /// Flux, kpt and Argo CD): `Stalled` is True while the workload is pinned to a node that
+    /// does not exist (its message names the field, `spec.nodeName` or `status.latest`: a person
+    /// must move or free it), and `Reconciling` is True while the pinned node exists but is not
+    /// Ready (the workload waits for it).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,
@@ -139,6 +148,11 @@ pub const REASON_NODE_READY: &str = "NodeReady";
 pub const REASON_NODE_NOT_FOUND: &str = "NodeNotFound";
 /// `NodeAvailable=False`: the pinned node exists but is not Ready.
 pub const REASON_NODE_NOT_READY: &str = "NodeNotReady";
+
+/// kstatus's condition: True while the binding cannot be served without a person's help.
+pub const CONDITION_STALLED: &str = "Stalled";
+/// kstatus's condition: True while tether waits for the pinned node to become Ready.
+pub const CONDITION_RECONCILING: &str = "Reconciling";
 
 /// The condition type telling whether the history's counts agree with each other.
 pub const CONDITION_HISTORY_CONSISTENT: &str = "HistoryConsistent";

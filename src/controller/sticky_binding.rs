@@ -1,6 +1,7 @@
 //! The StickyBinding reconciler: keeps the condition `NodeAvailable` (the pinned node exists and
-//! is Ready) on every binding, re-checked whenever a node changes, and `HistoryConsistent` (the
-//! counts agree with each other), written only when it changes.
+//! is Ready) on every binding, re-checked whenever a node changes, `HistoryConsistent` (the
+//! counts agree with each other), and kstatus's `Stalled` and `Reconciling` with
+//! `observedGeneration`, written only when they change.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,8 +22,9 @@ use kube::{Resource, ResourceExt};
 use crate::api::StickyBinding;
 use crate::api::StickyBindingStatus;
 use crate::api::sticky_binding::{
-    CONDITION_HISTORY_CONSISTENT, CONDITION_NODE_AVAILABLE, REASON_CONSISTENT,
-    REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY, REASON_NODE_READY, REASON_ODD_VALUES,
+    CONDITION_HISTORY_CONSISTENT, CONDITION_NODE_AVAILABLE, CONDITION_RECONCILING,
+    CONDITION_STALLED, REASON_CONSISTENT, REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY,
+    REASON_NODE_READY, REASON_ODD_VALUES,
 };
 use crate::controller::conditions::set_condition;
 use crate::leader::Leadership;
@@ -47,7 +49,7 @@ pub struct Context {
 }
 
 /// (available, reason, message) for the pinned node. Pure.
-pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str, String) {
+pub fn node_availability(pin: &str, node: Option<&Node>) -> ConditionValue {
     let Some(node) = node else {
         return (
             false,
@@ -69,6 +71,57 @@ pub fn node_availability(pin: &str, node: Option<&Node>) -> (bool, &'static str,
             format!("node {pin} is not Ready"),
         ),
     }
+}
+
+/// One condition to write: (status, reason, message).
+pub type ConditionValue = (bool, &'static str, String);
+
+/// kstatus's `Stalled` and `Reconciling` for a binding whose pin has `availability` (None when
+/// nothing pins it). A pin to a node that does not exist stalls the workload until a person
+/// moves or frees it: the message names the field that pins it. A node that exists but is not
+/// Ready is waited for. Pure.
+pub fn kstatus_conditions(
+    binding: &StickyBinding,
+    availability: Option<&ConditionValue>,
+) -> [(&'static str, ConditionValue); 2] {
+    let field = if binding
+        .spec
+        .node_name
+        .as_deref()
+        .is_some_and(|n| !n.is_empty())
+    {
+        "spec.nodeName"
+    } else {
+        "status.latest"
+    };
+    let (stalled, reconciling) = match availability {
+        Some((false, reason, message)) if *reason == REASON_NODE_NOT_FOUND => (
+            (
+                true,
+                *reason,
+                format!(
+                    "{field}: {message}; move the workload (set spec.nodeName) or free it (delete this StickyBinding)"
+                ),
+            ),
+            (false, "Stalled", String::new()),
+        ),
+        Some((false, reason, message)) => (
+            (false, "Waiting", String::new()),
+            (
+                true,
+                *reason,
+                format!("{field}: {message}; the workload waits for it"),
+            ),
+        ),
+        _ => (
+            (false, "Serving", String::new()),
+            (false, "Reconciled", String::new()),
+        ),
+    };
+    [
+        (CONDITION_STALLED, stalled),
+        (CONDITION_RECONCILING, reconciling),
+    ]
 }
 
 /// The `HistoryConsistent` condition for a status: (consistent, reason, message). Pure.
@@ -95,18 +148,23 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
     let status = binding.status.clone().unwrap_or_default();
     let mut conditions = status.conditions.clone();
     let generation = binding.meta().generation;
-    let mut changed = false;
-    if let Some(pin) = binding.pin() {
+    let mut changed = status.observed_generation != generation;
+    let availability = binding.pin().map(|pin| {
         let node = ctx.nodes.get(&ObjectRef::new(pin));
-        let (available, reason, message) = node_availability(pin, node.as_deref());
+        node_availability(pin, node.as_deref())
+    });
+    if let Some((available, reason, message)) = &availability {
         changed |= set_condition(
             &mut conditions,
             CONDITION_NODE_AVAILABLE,
-            available,
+            *available,
             reason,
-            &message,
+            message,
             generation,
         );
+    }
+    for (type_, (status, reason, message)) in kstatus_conditions(&binding, availability.as_ref()) {
+        changed |= set_condition(&mut conditions, type_, status, reason, &message, generation);
     }
     if binding.status.is_some() {
         let (consistent, reason, message) = history_consistency(&status);
@@ -131,7 +189,10 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
         let name = binding.name_any();
         let api: Api<StickyBinding> = Api::namespaced(ctx.client.clone(), &namespace);
         crate::k8s::budget::get().status.take().await;
-        let patch = serde_json::json!({"status": {"conditions": conditions}});
+        let patch = serde_json::json!({"status": {
+            "conditions": conditions,
+            "observedGeneration": generation,
+        }});
         api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map_err(|source| Error::Status {
@@ -322,5 +383,69 @@ mod tests {
         // The largest counts do not overflow the sum: counts saturate, and so does their sum.
         let huge = status(Some("a"), &[("a", i64::MAX), ("b", i64::MAX)], i64::MAX);
         assert!(history_consistency(&huge).0);
+    }
+
+    #[test]
+    fn gitops_tools_read_a_lost_pin_as_failed_and_a_node_not_ready_as_in_progress() {
+        use crate::api::sticky_binding::{StickyBindingSpec, WorkloadRef};
+        let binding = |pinned: Option<&str>| {
+            let mut b = StickyBinding::new(
+                "deployment-web",
+                StickyBindingSpec {
+                    workload_ref: WorkloadRef {
+                        api_version: "apps/v1".into(),
+                        kind: "Deployment".into(),
+                        name: "web".into(),
+                        ordinal: None,
+                    },
+                    node_name: pinned.map(Into::into),
+                },
+            );
+            b.status = Some(status(Some("n1"), &[("n1", 1)], 1));
+            b
+        };
+        let by_type = |b: &StickyBinding, availability: Option<ConditionValue>| {
+            kstatus_conditions(b, availability.as_ref())
+                .map(|(type_, (on, reason, message))| (type_, on, reason, message))
+        };
+
+        let [stalled, reconciling] =
+            by_type(&binding(Some("n9")), Some(node_availability("n9", None)));
+        assert_eq!(
+            (stalled.0, stalled.1, stalled.2),
+            ("Stalled", true, "NodeNotFound")
+        );
+        assert!(
+            stalled
+                .3
+                .starts_with("spec.nodeName: node n9 does not exist"),
+            "{}",
+            stalled.3
+        );
+        assert!(!reconciling.1);
+
+        let not_ready = (
+            false,
+            REASON_NODE_NOT_READY,
+            "node n1 is not Ready".to_string(),
+        );
+        let [stalled, reconciling] = by_type(&binding(None), Some(not_ready));
+        assert!(!stalled.1);
+        assert_eq!(
+            (reconciling.0, reconciling.1, reconciling.2),
+            ("Reconciling", true, "NodeNotReady")
+        );
+        assert!(
+            reconciling
+                .3
+                .starts_with("status.latest: node n1 is not Ready"),
+            "{}",
+            reconciling.3
+        );
+
+        for availability in [None, Some((true, REASON_NODE_READY, String::new()))] {
+            let [stalled, reconciling] = by_type(&binding(None), availability);
+            assert!(!stalled.1 && !reconciling.1, "served: Current");
+        }
     }
 }

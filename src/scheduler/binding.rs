@@ -89,6 +89,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             &profile.scheduler_name,
             began.elapsed(),
         );
+        sched.metrics.plugin_runs(&state.take_plugin_runs());
         sched.reports.scheduled(&pod, &node).await;
         return;
     }
@@ -100,6 +101,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         status.is_rejected(),
     );
     runtime::run_unreserve(&profile, &state, &pod_info, &node);
+    sched.metrics.plugin_runs(&state.take_plugin_runs());
     if let Some(other) = &status.bound_elsewhere {
         // Bound, just not by this cycle (an earlier tether's bind that landed late): the cache
         // holds it where it is (the watch confirms it), nothing is reported or requeued, and

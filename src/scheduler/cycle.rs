@@ -5,11 +5,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
+use rand::Rng;
+
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{self, ScheduleResult};
 use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
+
+/// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
+/// `scheduler_plugin_execution_duration_seconds` (its pluginMetricsSamplePercent).
+const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
 
 /// What the binding cycle needs from the scheduling cycle.
 pub struct Assumed {
@@ -37,6 +43,9 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     let start = Instant::now();
     let snapshot = sched.lock_cache().snapshot();
     let mut state = CycleState::new();
+    if rand::rng().random_range(0..100) < PLUGIN_METRICS_SAMPLE_PERCENT {
+        state.time_plugins();
+    }
     if let Some(err) = &pod.parse_error {
         let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
         let message = format!(
@@ -62,6 +71,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             .metrics
             .extension_point(point, code, &profile.scheduler_name, took);
     }
+    sched.metrics.plugin_runs(&state.take_plugin_runs());
     let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
     match result {
         ScheduleResult::Scheduled {
@@ -80,6 +90,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 began.elapsed(),
             );
             if !status.is_success() {
+                sched.metrics.plugin_runs(&state.take_plugin_runs());
                 sched.lock_cache().forget_pod(pod.uid());
                 sched
                     .metrics
@@ -101,6 +112,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 Ok(permit) => permit,
                 Err(status) => {
                     runtime::run_unreserve(&profile, &state, &pod, &node);
+                    sched.metrics.plugin_runs(&state.take_plugin_runs());
                     sched.lock_cache().forget_pod(pod.uid());
                     sched.metrics.attempt(
                         "unschedulable",
@@ -111,6 +123,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                     return;
                 }
             };
+            sched.metrics.plugin_runs(&state.take_plugin_runs());
             sched
                 .metrics
                 .attempt("scheduled", &profile.scheduler_name, start.elapsed());

@@ -32,6 +32,21 @@ const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
 /// whose backoff ends in the same window leave it together, in QueueSort order.
 const BACKOFF_WINDOW: Duration = Duration::from_secs(1);
 
+/// Counts a pod entering a sub-queue (`active`, `backoff` or `unschedulable`) and the event
+/// that sent it there, as kube-scheduler's `scheduler_queue_incoming_pods_total{queue,event}`.
+pub type IncomingCounter = Box<dyn Fn(&'static str, &str) + Send + Sync>;
+
+/// The event label of a pod the queue first sees.
+const POD_ADD: &str = "UnschedulablePodAdd";
+/// The event label of a pending pod's own update.
+const POD_UPDATE: &str = "UnschedulablePodUpdate";
+/// The event label of a pod back from a failed attempt.
+const ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
+/// The event label of a pod whose backoff ended.
+const BACKOFF_COMPLETE: &str = "BackoffComplete";
+/// The event label of a pod taken from backoffQ early, activeQ being empty.
+const POP_FROM_BACKOFF: &str = "PopFromBackoffQ";
+
 /// The queueing hints of the profile that serves a schedulerName.
 pub trait HintSource: Send + Sync {
     fn hints(&self, scheduler_name: &str) -> Option<Arc<QueueingHints>>;
@@ -146,6 +161,7 @@ pub struct SchedulingQueue {
     hints: Arc<dyn HintSource>,
     /// The origin of the backoff windows.
     epoch: Instant,
+    incoming: std::sync::OnceLock<IncomingCounter>,
 }
 
 /// The backoff of a pod after `failures` failures: none before the first, then
@@ -198,6 +214,19 @@ impl SchedulingQueue {
             sort,
             hints,
             epoch: now,
+            incoming: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Counts every pod entering a sub-queue with `counter` from now on (set once).
+    pub fn count_incoming_with(&self, counter: IncomingCounter) {
+        let _ = self.incoming.set(counter);
+    }
+
+    /// A pod entered sub-queue `queue` because of `event`.
+    fn incoming(&self, queue: &'static str, event: &str) {
+        if let Some(count) = self.incoming.get() {
+            count(queue, event);
         }
     }
 
@@ -282,6 +311,10 @@ impl SchedulingQueue {
         );
         if pool == Pool::Active {
             self.push(&mut st, info, None);
+            self.incoming("active", POD_ADD);
+        } else {
+            // Upstream keeps gated pods in its unschedulable pool.
+            self.incoming("unschedulable", POD_ADD);
         }
     }
 
@@ -322,14 +355,15 @@ impl SchedulingQueue {
                 entry.info.timestamp = Instant::now();
                 let info = entry.info.clone();
                 self.push(&mut st, info, None);
+                self.incoming("active", POD_UPDATE);
             }
             Pool::Unschedulable => {
                 let info = entry.info.clone();
-                let helps = changes
+                let helping = changes
                     .iter()
-                    .any(|event| self.worth_requeuing(&info, event, Some(&old), Some(&new)));
-                if helps {
-                    self.to_active_or_backoff(&mut st, &key);
+                    .find(|event| self.worth_requeuing(&info, event, Some(&old), Some(&new)));
+                if let Some(event) = helping {
+                    self.to_active_or_backoff(&mut st, &key, &event.to_string());
                 }
             }
             Pool::InFlight | Pool::Assumed => {
@@ -410,9 +444,10 @@ impl SchedulingQueue {
         });
     }
 
-    /// Moves a pod to activeQ, or to backoffQ while its backoff lasts. Its timestamp stays:
-    /// an event moving a pod does not send it behind pods that failed after it.
-    fn to_active_or_backoff(&self, st: &mut State, key: &str) {
+    /// Moves a pod to activeQ, or to backoffQ while its backoff lasts, because of `event`. Its
+    /// timestamp stays: an event moving a pod does not send it behind pods that failed after
+    /// it.
+    fn to_active_or_backoff(&self, st: &mut State, key: &str, event: &str) {
         let now = Instant::now();
         let Some(entry) = st.entries.get_mut(key) else {
             return;
@@ -422,9 +457,11 @@ impl SchedulingQueue {
         if let Some(until) = until.filter(|_| self.backing_off(until, now)) {
             entry.pool = Pool::Backoff;
             self.push(st, info, Some(until));
+            self.incoming("backoff", event);
         } else {
             entry.pool = Pool::Active;
             self.push(st, info, None);
+            self.incoming("active", event);
         }
     }
 
@@ -501,8 +538,9 @@ impl SchedulingQueue {
             .filter(|(_, e)| self.worth_requeuing(&e.info, event, old, new))
             .map(|(k, _)| k.clone())
             .collect();
+        let label = event.to_string();
         for key in &keys {
-            self.to_active_or_backoff(st, key);
+            self.to_active_or_backoff(st, key, &label);
         }
         if !keys.is_empty() {
             tracing::debug!(event = %event, pods = keys.len(), "event moved pods out of the unschedulable pool");
@@ -524,6 +562,7 @@ impl SchedulingQueue {
                 return Some(info);
             }
             if let Some(info) = Self::pop_from(&mut st, Pool::Backoff) {
+                self.incoming("active", POP_FROM_BACKOFF);
                 return Some(info);
             }
             st = match self.ready.wait_timeout(st, FLUSH_INTERVAL) {
@@ -587,6 +626,7 @@ impl SchedulingQueue {
                 entry.pool = Pool::Active;
                 let info = entry.info.clone();
                 self.push(st, info, None);
+                self.incoming("active", BACKOFF_COMPLETE);
             }
         }
         if now.duration_since(st.last_leftover_flush) >= LEFTOVER_FLUSH_INTERVAL {
@@ -682,10 +722,11 @@ impl SchedulingQueue {
             });
         Self::land(&mut st, from);
         if helped {
-            self.to_active_or_backoff(&mut st, uid);
+            self.to_active_or_backoff(&mut st, uid, ATTEMPT_FAILURE);
         } else if let Some(entry) = st.entries.get_mut(uid) {
             entry.pool = Pool::Unschedulable;
             st.parked.insert(uid.to_string());
+            self.incoming("unschedulable", ATTEMPT_FAILURE);
         }
     }
 
@@ -1166,5 +1207,48 @@ mod tests {
         assert_eq!(until, Some(q.epoch + Duration::from_secs(11)));
         assert!(q.backing_off(until, q.epoch + Duration::from_millis(11_900)));
         assert!(!q.backing_off(until, q.epoch + Duration::from_secs(12)));
+    }
+
+    /// kube-scheduler's `scheduler_queue_incoming_pods_total`: each entry into a sub-queue is
+    /// counted once, with the event that caused it.
+    #[test]
+    fn every_entry_into_a_sub_queue_is_counted_with_its_event() {
+        let q = queue();
+        let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+        let sink = seen.clone();
+        q.count_incoming_with(Box::new(move |queue, event| {
+            sink.lock()
+                .expect("lock")
+                .push((queue.to_string(), event.to_string()));
+        }));
+        let take = || std::mem::take(&mut *seen.lock().expect("lock"));
+        let pair = |queue: &str, event: &str| (queue.to_string(), event.to_string());
+
+        q.add(pod("a", 0), None);
+        q.add(pod("gated", 0), Some("SchedulingGates"));
+        assert_eq!(
+            take(),
+            [
+                pair("active", "UnschedulablePodAdd"),
+                pair("unschedulable", "UnschedulablePodAdd")
+            ]
+        );
+        q.update(pod("gated", 0), None);
+        assert_eq!(take(), [pair("active", "UnschedulablePodUpdate")]);
+
+        pop_names(&q, 2);
+        q.add_unschedulable(&["Fit"], &key("a"), NO_BACKOFF, None);
+        q.requeue_with_backoff(&key("gated"), LONG_BACKOFF);
+        assert_eq!(
+            take(),
+            [
+                pair("unschedulable", "ScheduleAttemptFailure"),
+                pair("backoff", "ScheduleAttemptFailure")
+            ]
+        );
+        q.on_event(NODE_ADD, None, node("n2"));
+        assert_eq!(take(), [pair("active", "NodeAdd")]);
+        assert_eq!(pop_names(&q, 1), ["a"]);
+        assert!(take().is_empty(), "a pop is no entry");
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
-pub use self::cycle_state::CycleState;
+pub use self::cycle_state::{CycleState, PluginRun};
 pub use self::extension_point::ExtensionPoint;
 pub use self::status::{Code, Status};
 use crate::scheduler::framework::node_info::NodeInfo;

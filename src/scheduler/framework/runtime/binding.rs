@@ -22,7 +22,9 @@ pub fn run_reserve(
 ) -> Status {
     for plugin in &profile.reserve {
         let Some(r) = plugin.reserve() else { continue };
+        let clock = state.plugin_clock();
         let status = r.reserve(state, pod, node);
+        state.record_plugin(plugin.name(), "Reserve", status.code, clock);
         if !status.is_success() {
             run_unreserve(profile, state, pod, node);
             return status.with_plugin(plugin.name());
@@ -35,7 +37,9 @@ pub fn run_reserve(
 pub fn run_unreserve(profile: &CompiledProfile, state: &CycleState, pod: &PodInfo, node: &str) {
     for plugin in profile.reserve.iter().rev() {
         if let Some(r) = plugin.reserve() {
+            let clock = state.plugin_clock();
             r.unreserve(state, pod, node);
+            state.record_plugin(plugin.name(), "Unreserve", Code::Success, clock);
         }
     }
 }
@@ -59,7 +63,9 @@ pub fn run_permit(
     let mut timeout = Duration::ZERO;
     for plugin in &profile.permit {
         let Some(p) = plugin.permit() else { continue };
+        let clock = state.plugin_clock();
         let (status, t) = p.permit(state, pod, node);
+        state.record_plugin(plugin.name(), "Permit", status.code, clock);
         match status.code {
             Code::Success => {}
             Code::Wait => {
@@ -84,7 +90,9 @@ pub async fn run_pre_bind(
 ) -> Status {
     for plugin in &profile.pre_bind {
         let Some(p) = plugin.pre_bind() else { continue };
+        let clock = state.plugin_clock();
         let status = p.pre_bind(state, pod, node).await;
+        state.record_plugin(plugin.name(), "PreBind", status.code, clock);
         if !status.is_success() {
             return status.with_plugin(plugin.name());
         }
@@ -101,7 +109,9 @@ pub async fn run_bind(
 ) -> Status {
     for plugin in &profile.bind {
         let Some(p) = plugin.bind() else { continue };
+        let clock = state.plugin_clock();
         let status = p.bind(state, pod, node).await;
+        state.record_plugin(plugin.name(), "Bind", status.code, clock);
         if status.code != Code::Skip {
             return status.with_plugin(plugin.name());
         }
@@ -113,7 +123,9 @@ pub async fn run_bind(
 pub async fn run_post_bind(profile: &CompiledProfile, state: &CycleState, pod: &Pod, node: &str) {
     for plugin in &profile.post_bind {
         if let Some(p) = plugin.post_bind() {
+            let clock = state.plugin_clock();
             p.post_bind(state, pod, node).await;
+            state.record_plugin(plugin.name(), "PostBind", Code::Success, clock);
         }
     }
 }

@@ -240,7 +240,9 @@ fn pre_filter(
         let Some(pf) = plugin.pre_filter() else {
             continue;
         };
+        let clock = state.plugin_clock();
         let (result, status) = pf.pre_filter(state, pod, snapshot);
+        state.record_plugin(plugin.name(), "PreFilter", status.code, clock);
         let status = status.with_plugin(plugin.name());
         if status.is_skip() {
             state.mark_skip_filter(plugin.name());
@@ -296,7 +298,9 @@ pub fn run_filters(
         if state.skips_filter(plugin.name()) {
             continue;
         }
+        let clock = state.plugin_clock();
         let status = f.filter(state, pod, node);
+        state.record_plugin(plugin.name(), "Filter", status.code, clock);
         if !status.is_success() {
             return status.with_plugin(plugin.name());
         }
@@ -371,9 +375,11 @@ pub fn prioritize(
         let Some(ps) = plugin.pre_score() else {
             continue;
         };
+        let clock = state.plugin_clock();
         let status = ps
             .pre_score(state, pod, nodes, snapshot)
             .with_plugin(plugin.name());
+        state.record_plugin(plugin.name(), "PreScore", status.code, clock);
         if status.is_skip() {
             state.mark_skip_score(plugin.name());
         } else if !status.is_success() {
@@ -413,8 +419,11 @@ fn score(
             .par_iter()
             .with_min_len(16)
             .map(|node| {
-                sp.score(state, pod, node)
-                    .map_err(|s| s.with_plugin(plugin.name()))
+                let clock = state.plugin_clock();
+                let score = sp.score(state, pod, node);
+                let code = score.as_ref().map_or_else(|s| s.code, |_| Code::Success);
+                state.record_plugin(plugin.name(), "Score", code, clock);
+                score.map_err(|s| s.with_plugin(plugin.name()))
             })
             .collect();
         let mut scores: Vec<NodeScore> = raw?
@@ -425,7 +434,9 @@ fn score(
                 score,
             })
             .collect();
+        let clock = state.plugin_clock();
         let status = sp.normalize_scores(state, pod, &mut scores);
+        state.record_plugin(plugin.name(), "ScoreExtensionNormalize", status.code, clock);
         if !status.is_success() {
             return Err(status.with_plugin(plugin.name()));
         }
