@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo soak
+.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo soak bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -60,8 +60,9 @@ cluster-down: ## stop the local control plane and remove its state
 # The e2e test files that share the tether `make e2e` starts. fidelity.rs compares tether with
 # kube-scheduler on a cluster no other test changes, so it runs alone after them. faults.rs runs a
 # tether of its own behind a proxy and restarts kube-apiserver, and ha.rs runs two replicas of
-# its own behind a Lease, so they run last, alone, one test at a time.
-E2E_SHARED := $(filter-out faults ha fidelity soak,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+# its own behind a Lease, and bench.rs (a small run of the bench) starts schedulers of its own,
+# so they run last, alone, one test at a time.
+E2E_SHARED := $(filter-out faults ha fidelity soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -74,6 +75,24 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
 	$(CARGO) test -p tether-e2e --test faults --test ha -- --test-threads=1 || { \
 	  echo "the fault and HA tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
+	TETHER_BIN=$(CURDIR)/target/debug/tether $(CARGO) test -p tether-e2e --test bench -- --test-threads=1 --nocapture
+
+BENCH_NODES ?= 500
+BENCH_PODS ?= 5000
+BENCH_RATE ?= 100
+bench: ## kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE); writes BENCHMARKS.md and target/bench/results.json
+	$(CARGO) build --release --bin tether
+	$(MAKE) --no-print-directory k8s-bins
+	@set -e; started=false; \
+	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
+	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	fi; \
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	status=0; TETHER_BIN=$(CURDIR)/target/release/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) \
+	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
+	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture || status=$$?; \
+	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
+	exit $$status
 
 SOAK_MINUTES ?= 30
 SOAK_NODES ?= 200

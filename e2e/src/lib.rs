@@ -3,6 +3,7 @@
 //!
 //! Every test fails (never skips) when the cluster is not there.
 
+pub mod bench;
 pub mod faults;
 pub mod ground_truth;
 pub mod reference;

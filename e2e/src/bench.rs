@@ -1,0 +1,767 @@
+//! The scheduler bench (`make bench`): kube-scheduler, tether and a raw binder, one at a time,
+//! on the same local cluster, each binding the same pods in a namespace of its own. Workloads
+//! after upstream's scheduler_perf: SchedulingBasic, a hard zone spread with a soft hostname
+//! spread, required pod anti-affinity, and preferred affinity to pods already running.
+//!
+//! What is measured comes from the bench's own watch of the pods (when each was seen bound) and
+//! from /proc (the scheduler process's CPU time and peak resident memory), never from a
+//! scheduler's own figures.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::watcher;
+use serde::Serialize;
+use serde_json::{Value, json};
+
+use crate::{TestNamespace, TestNodes, apply, kubeconfig_path, repo_dir, unique_suffix, wait_for};
+
+/// Who binds the pods.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Contender {
+    /// kube-scheduler of the control plane's release: default plugins, client QPS and burst
+    /// 5,000, leader election off.
+    KubeScheduler,
+    /// tether with the default profile (kube-scheduler's default plugins), no client-side
+    /// throttling below 5,000 requests a second.
+    Tether,
+    /// tether with StickyNode and PlacementHistory, one workload (a VirtualMachine) per pod: every
+    /// bind also writes a StickyBinding.
+    TetherHistory,
+    /// The bench itself binding each pod round-robin with no logic: the ceiling of this control
+    /// plane here.
+    RawBinder,
+}
+
+impl Contender {
+    pub fn label(self) -> &'static str {
+        match self {
+            Contender::KubeScheduler => "kube-scheduler",
+            Contender::Tether => "tether",
+            Contender::TetherHistory => "tether (sticky + history)",
+            Contender::RawBinder => "raw binder",
+        }
+    }
+}
+
+/// What the pods ask for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum Workload {
+    /// 100m CPU and 200Mi each, nothing else (SchedulingBasic).
+    Basic,
+    /// A hard spread over zones (maxSkew 1) and a soft one over hostnames.
+    Spread,
+    /// Required anti-affinity per hostname to the pods of the same group; the groups are as
+    /// many as it takes for each to fit one pod per node.
+    AntiAffinity,
+    /// Preferred affinity (per zone) to pods already running, a tenth as many as measured.
+    PreferredAffinity,
+}
+
+impl Workload {
+    pub fn label(self) -> &'static str {
+        match self {
+            Workload::Basic => "SchedulingBasic",
+            Workload::Spread => "TopologySpreading",
+            Workload::AntiAffinity => "PodAntiAffinity",
+            Workload::PreferredAffinity => "PreferredPodAffinity",
+        }
+    }
+}
+
+/// Pods created before the scheduler starts (pure scheduling), or at a steady rate while it
+/// runs (latency).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub enum Mode {
+    Batch,
+    /// Pods per second.
+    Steady(u32),
+}
+
+/// The figures of one run.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunResult {
+    pub contender: Contender,
+    pub workload: Workload,
+    pub mode: Mode,
+    pub nodes: usize,
+    pub pods: usize,
+    /// From the first bind seen to the last.
+    pub seconds: f64,
+    pub pods_per_second: f64,
+    /// The median of the binds seen in each whole second between the first bind and the last.
+    pub pods_per_second_p50: f64,
+    /// From the pod's creation (the create call's return) to its bind being seen.
+    pub latency_p50_ms: f64,
+    pub latency_p99_ms: f64,
+    /// CPU time (user and system) of the scheduler process over its whole life; None for the
+    /// raw binder, which runs in the bench.
+    pub cpu_seconds: Option<f64>,
+    pub cpu_ms_per_pod: Option<f64>,
+    /// The process's peak resident memory (VmHWM).
+    pub peak_rss_mib: Option<f64>,
+}
+
+/// The nodes every run uses, and a client.
+pub struct Bench {
+    client: kube::Client,
+    pub nodes: TestNodes,
+}
+
+fn kubevirt(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
+}
+
+impl Bench {
+    /// Creates `nodes` nodes of 32 CPUs (zones a/b/c round-robin).
+    pub async fn new(client: kube::Client, nodes: usize) -> anyhow::Result<Self> {
+        let nodes = TestNodes::create(&client, "bench", nodes, "32", |_, _| {}).await?;
+        Ok(Bench { client, nodes })
+    }
+
+    /// One run: a fresh namespace, `pods` pods of `workload` for `contender`, bound while the
+    /// bench watches; the namespace's pods are gone again when it returns.
+    pub async fn run(
+        &self,
+        contender: Contender,
+        workload: Workload,
+        mode: Mode,
+        pods: usize,
+    ) -> anyhow::Result<RunResult> {
+        let ns = TestNamespace::create(&self.client, "bench").await?;
+        let scheduler = format!("bench-{}", unique_suffix());
+        let profile = match contender {
+            Contender::Tether => Some(json!({"schedulerName": scheduler})),
+            Contender::TetherHistory => Some(
+                json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [
+                {"name": "StickyNode"}, {"name": "PlacementHistory", "weight": 5}]}}}),
+            ),
+            _ => None,
+        };
+        if let Some(spec) = &profile {
+            apply(
+                json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+                "metadata": {"name": scheduler}, "spec": spec}),
+            )?;
+        }
+        if workload == Workload::PreferredAffinity {
+            self.running_pods(&ns.name, pods / 10).await?;
+        }
+        let seen = BindWatch::start(&self.client, &ns.name);
+        let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let maker = PodMaker {
+            client: self.client.clone(),
+            ns: ns.name.clone(),
+            workload,
+            pods,
+            nodes: self.nodes.names.len(),
+            owned: contender == Contender::TetherHistory,
+            template: self.template(&scheduler, workload),
+        };
+        let result = async {
+            let process = match mode {
+                Mode::Batch => {
+                    maker.create_all(&created, None).await?;
+                    self.start(contender, &scheduler, &ns.name, &created)
+                        .await?
+                }
+                Mode::Steady(rate) => {
+                    anyhow::ensure!(
+                        contender != Contender::RawBinder,
+                        "the raw binder binds the pods made before it starts: batch mode only"
+                    );
+                    let process = self
+                        .start(contender, &scheduler, &ns.name, &created)
+                        .await?;
+                    // Timed from a scheduler that serves: one pod first, outside the figures.
+                    maker.warm_up().await?;
+                    maker.create_all(&created, Some(rate)).await?;
+                    process
+                }
+            };
+            let deadline = Duration::from_secs(120).max(Duration::from_millis(pods as u64 * 40));
+            wait_for("every bench pod bound", deadline, || async {
+                Ok((seen.len() >= pods).then_some(()))
+            })
+            .await
+            .with_context(|| format!("{} bound {} of {pods}", contender.label(), seen.len()))?;
+            let usage = match &process {
+                Some(p) => Some(p.usage()?),
+                None => None,
+            };
+            drop(process);
+            let created = created.lock().map_err(|_| anyhow!("poisoned"))?.clone();
+            Ok::<_, anyhow::Error>(summarize(
+                contender,
+                workload,
+                mode,
+                self.nodes.names.len(),
+                pods,
+                &seen.times(),
+                &created,
+                usage,
+            ))
+        }
+        .await;
+        seen.stop();
+        if profile.is_some() {
+            let _ = crate::kubectl_ok(&["delete", "sp", &scheduler, "--wait=false"], None);
+        }
+        empty(&self.client, &ns.name).await?;
+        ns.delete().await?;
+        result
+    }
+
+    /// Pods already running (bound by the bench, labelled `existing=yes`) for the preferred
+    /// affinity workload.
+    async fn running_pods(&self, ns: &str, count: usize) -> anyhow::Result<()> {
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let nodes = self.nodes.names.clone();
+        futures::stream::iter(0..count)
+            .map(|i| {
+                let (pods, node) = (pods.clone(), nodes[i % nodes.len()].clone());
+                let mut spec = json!({"nodeName": node, "containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}}}]});
+                self.nodes.isolate(&mut spec);
+                async move {
+                    let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": format!("existing-{i}"), "labels": {"existing": "yes"}},
+                        "spec": spec}))?;
+                    pods.create(&PostParams::default(), &pod).await?;
+                    Ok::<_, anyhow::Error>(())
+                }
+            })
+            .buffer_unordered(32)
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// The pod spec of `workload` (an anti-affinity pod's term is added per pod, for its group).
+    fn template(&self, scheduler: &str, workload: Workload) -> Value {
+        let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause",
+            "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}}}]});
+        self.nodes.isolate(&mut spec);
+        match workload {
+            Workload::Basic | Workload::AntiAffinity => {}
+            Workload::Spread => {
+                spec["topologySpreadConstraints"] = json!([
+                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+                     "labelSelector": {"matchLabels": {"bench": "spread"}}},
+                    {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway",
+                     "labelSelector": {"matchLabels": {"bench": "spread"}}},
+                ]);
+            }
+            Workload::PreferredAffinity => {
+                spec["affinity"] = json!({"podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"topologyKey": "topology.kubernetes.io/zone",
+                     "labelSelector": {"matchLabels": {"existing": "yes"}}}}]}});
+            }
+        }
+        spec
+    }
+
+    /// Starts `contender` (the raw binder as a task of the bench); None for the raw binder.
+    async fn start(
+        &self,
+        contender: Contender,
+        scheduler: &str,
+        ns: &str,
+        created: &Arc<Mutex<HashMap<String, Instant>>>,
+    ) -> anyhow::Result<Option<Process>> {
+        match contender {
+            Contender::KubeScheduler => Process::kube_scheduler(scheduler).map(Some),
+            Contender::Tether | Contender::TetherHistory => {
+                Process::tether(scheduler).await.map(Some)
+            }
+            Contender::RawBinder => {
+                raw_bind(
+                    self.client.clone(),
+                    ns,
+                    created.clone(),
+                    self.nodes.names.clone(),
+                );
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Makes the measured pods.
+struct PodMaker {
+    client: kube::Client,
+    ns: String,
+    workload: Workload,
+    pods: usize,
+    nodes: usize,
+    /// Each pod owned by a VirtualMachineInstance of a VirtualMachine of its own.
+    owned: bool,
+    template: Value,
+}
+
+impl PodMaker {
+    /// Creates every pod, at `rate` a second or as fast as the API server takes them, noting
+    /// when each create returned.
+    async fn create_all(
+        &self,
+        created: &Arc<Mutex<HashMap<String, Instant>>>,
+        rate: Option<u32>,
+    ) -> anyhow::Result<()> {
+        let started = Instant::now();
+        futures::stream::iter(0..self.pods)
+            .map(|i| async move {
+                if let Some(rate) = rate {
+                    let due = started + Duration::from_secs_f64(i as f64 / f64::from(rate.max(1)));
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let name = self.create(i).await?;
+                created
+                    .lock()
+                    .map_err(|_| anyhow!("poisoned"))?
+                    .insert(name, Instant::now());
+                Ok::<_, anyhow::Error>(())
+            })
+            .buffer_unordered(if rate.is_some() { 256 } else { 48 })
+            .try_collect::<Vec<_>>()
+            .await?;
+        Ok(())
+    }
+
+    /// One pod like the measured ones but not counted, bound before the measure starts.
+    async fn warm_up(&self) -> anyhow::Result<()> {
+        let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "warm-up"}, "spec": self.template}))?;
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &pod)
+            .await?;
+        crate::wait_bound(&self.client, &self.ns, "warm-up", Duration::from_secs(60)).await?;
+        Ok(())
+    }
+
+    async fn create(&self, i: usize) -> anyhow::Result<String> {
+        let name = format!("pod-{i}");
+        let mut spec = self.template.clone();
+        let mut labels = json!({"bench": "measured"});
+        match self.workload {
+            Workload::Spread => labels = json!({"bench": "spread"}),
+            Workload::AntiAffinity => {
+                let groups = self.pods.div_ceil(self.nodes.max(1)).max(1);
+                let group = format!("g{}", i % groups);
+                labels = json!({"bench": "measured", "group": group});
+                spec["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"group": group}}}]}});
+            }
+            _ => {}
+        }
+        let mut metadata = json!({"name": name, "labels": labels});
+        if self.owned {
+            metadata["ownerReferences"] = self.owner(&name).await?;
+        }
+        let pod: Pod = serde_json::from_value(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
+        )?;
+        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
+            .create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating bench pod {name}"))?;
+        Ok(name)
+    }
+
+    /// A VirtualMachine and its VirtualMachineInstance named `name`: the VMI is the pod's
+    /// controller, as KubeVirt's virt-launcher pods have it.
+    async fn owner(&self, name: &str) -> anyhow::Result<Value> {
+        let owner_ref = |kind: &str, uid: Option<String>| {
+            json!([{"apiVersion": "kubevirt.io/v1", "kind": kind, "name": name,
+                    "uid": uid.unwrap_or_default(), "controller": true, "blockOwnerDeletion": true}])
+        };
+        let vms: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), &self.ns, &kubevirt("VirtualMachine"));
+        let vm = vms
+            .create(
+                &PostParams::default(),
+                &DynamicObject::new(name, &kubevirt("VirtualMachine")),
+            )
+            .await?;
+        let vmis: Api<DynamicObject> = Api::namespaced_with(
+            self.client.clone(),
+            &self.ns,
+            &kubevirt("VirtualMachineInstance"),
+        );
+        let mut vmi = DynamicObject::new(name, &kubevirt("VirtualMachineInstance"));
+        vmi.metadata.owner_references =
+            serde_json::from_value(owner_ref("VirtualMachine", vm.metadata.uid))?;
+        let vmi = vmis.create(&PostParams::default(), &vmi).await?;
+        Ok(owner_ref("VirtualMachineInstance", vmi.metadata.uid))
+    }
+}
+
+/// Binds each created pod to the next node round-robin, 32 binds in flight.
+fn raw_bind(
+    client: kube::Client,
+    ns: &str,
+    created: Arc<Mutex<HashMap<String, Instant>>>,
+    nodes: Vec<String>,
+) {
+    let pods: Api<Pod> = Api::namespaced(client, ns);
+    tokio::spawn(async move {
+        let names: Vec<String> = match created.lock() {
+            Ok(c) => c.keys().cloned().collect(),
+            Err(_) => return,
+        };
+        futures::stream::iter(names.into_iter().enumerate())
+            .for_each_concurrent(32, |(i, name)| {
+                let (pods, node) = (pods.clone(), nodes[i % nodes.len()].clone());
+                async move {
+                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
+                        "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
+                    if let Err(e) = pods
+                        .create_subresource::<Value, Value>(
+                            "binding",
+                            &name,
+                            &PostParams::default(),
+                            &binding,
+                        )
+                        .await
+                    {
+                        eprintln!("raw bind of {name}: {e}");
+                    }
+                }
+            })
+            .await;
+    });
+}
+
+/// When the bench saw each pod of a namespace bound, from its own watch.
+struct BindWatch {
+    seen: Arc<Mutex<HashMap<String, Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BindWatch {
+    fn start(client: &kube::Client, ns: &str) -> Self {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+        let noted = seen.clone();
+        let config = watcher::Config::default().labels("bench");
+        let task = tokio::spawn(async move {
+            let mut events = watcher(pods, config).boxed();
+            while let Some(event) = events.next().await {
+                let pod = match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
+                    _ => continue,
+                };
+                let bound = pod
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_some();
+                if let (true, Some(name), Ok(mut seen)) = (bound, pod.metadata.name, noted.lock()) {
+                    seen.entry(name).or_insert_with(Instant::now);
+                }
+            }
+        });
+        BindWatch { seen, task }
+    }
+
+    fn len(&self) -> usize {
+        self.seen.lock().map(|s| s.len()).unwrap_or(0)
+    }
+
+    fn times(&self) -> HashMap<String, Instant> {
+        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    fn stop(&self) {
+        self.task.abort();
+    }
+}
+
+/// Deletes every pod of `ns` at once and waits until they are gone, so that the next run finds
+/// the nodes empty.
+async fn empty(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    pods.delete_collection(
+        &DeleteParams::default().grace_period(0),
+        &ListParams::default(),
+    )
+    .await?;
+    wait_for("the bench pods gone", Duration::from_secs(300), || async {
+        let left = pods.list_metadata(&ListParams::default().limit(1)).await?;
+        Ok(left.items.is_empty().then_some(()))
+    })
+    .await
+}
+
+/// A scheduler process of the bench, killed when dropped.
+struct Process {
+    child: Child,
+}
+
+/// CPU seconds and peak resident MiB of a process.
+type Usage = (f64, f64);
+
+impl Process {
+    fn kube_scheduler(scheduler: &str) -> anyhow::Result<Self> {
+        let kubectl = std::env::var_os("TETHER_KUBECTL")
+            .ok_or_else(|| anyhow!("TETHER_KUBECTL is not set: run the bench through make"))?;
+        let bin = PathBuf::from(kubectl).with_file_name("kube-scheduler");
+        let logs = repo_dir().join(".cluster/logs");
+        std::fs::create_dir_all(&logs)?;
+        let config = logs.join("bench-kube-scheduler.yaml");
+        let doc = json!({
+            "apiVersion": "kubescheduler.config.k8s.io/v1",
+            "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"kubeconfig": kubeconfig_path(), "qps": 5000, "burst": 5000},
+            "leaderElection": {"leaderElect": false},
+            "profiles": [{"schedulerName": scheduler}],
+        });
+        std::fs::write(&config, serde_json::to_string(&doc)?)?;
+        let log = std::fs::File::create(logs.join("bench-kube-scheduler.log"))?;
+        let child = Command::new(&bin)
+            .arg(format!("--config={}", config.display()))
+            .arg("--secure-port=0")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Process { child })
+    }
+
+    /// A release tether (`$TETHER_BIN`, else target/release/tether) as the tether
+    /// ServiceAccount, with its API budgets opened to 5,000 a second.
+    async fn tether(scheduler: &str) -> anyhow::Result<Self> {
+        let bin = std::env::var_os("TETHER_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| repo_dir().join("target/release/tether"));
+        let log = std::fs::File::create(repo_dir().join(".cluster/logs/bench-tether.log"))?;
+        let free = || -> anyhow::Result<String> {
+            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+                .local_addr()?
+                .to_string())
+        };
+        let health = free()?;
+        let mut cmd = Command::new(&bin);
+        cmd.args(["run", "--http-addr", &free()?, "--health-addr", &health])
+            .args(["--instance", &format!("bench-{scheduler}")]);
+        for budget in ["events", "history", "status"] {
+            cmd.args([format!("--{budget}-qps"), "5000".into()])
+                .args([format!("--{budget}-burst"), "5000".into()]);
+        }
+        let child = cmd
+            .env("KUBECONFIG", repo_dir().join(".cluster/tether.kubeconfig"))
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        Ok(Process { child })
+    }
+
+    /// CPU seconds used so far and peak resident memory, from /proc.
+    fn usage(&self) -> anyhow::Result<Usage> {
+        let pid = self.child.id();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // The fields after the command name (which may hold spaces) in parentheses.
+        let rest = stat
+            .rsplit_once(')')
+            .map(|(_, r)| r)
+            .context("reading /proc/<pid>/stat")?;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        let ticks = |i: usize| -> anyhow::Result<f64> {
+            Ok(fields.get(i).context("a short stat")?.parse::<f64>()?)
+        };
+        // utime and stime are the 14th and 15th fields; `rest` starts at the 3rd.
+        let cpu = (ticks(11)? + ticks(12)?) / clock_ticks()?;
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
+        let kib: f64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmHWM:"))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .context("no VmHWM in the process status")?;
+        Ok((cpu, kib / 1024.0))
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn clock_ticks() -> anyhow::Result<f64> {
+    let out = Command::new("getconf").arg("CLK_TCK").output()?;
+    let ticks: f64 = String::from_utf8_lossy(&out.stdout).trim().parse()?;
+    if ticks <= 0.0 {
+        bail!("CLK_TCK is {ticks}");
+    }
+    Ok(ticks)
+}
+
+/// The value at quantile `q` of sorted `values`.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() - 1) as f64 * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+#[allow(clippy::too_many_arguments)]
+fn summarize(
+    contender: Contender,
+    workload: Workload,
+    mode: Mode,
+    nodes: usize,
+    pods: usize,
+    bound: &HashMap<String, Instant>,
+    created: &HashMap<String, Instant>,
+    usage: Option<Usage>,
+) -> RunResult {
+    let mut times: Vec<Instant> = bound.values().copied().collect();
+    times.sort();
+    let (first, last) = match (times.first(), times.last()) {
+        (Some(f), Some(l)) => (*f, *l),
+        _ => (Instant::now(), Instant::now()),
+    };
+    let seconds = last.duration_since(first).as_secs_f64().max(1e-3);
+    let whole = seconds.floor() as usize;
+    let mut per_second = vec![0.0; whole.max(1)];
+    for t in &times {
+        let s = t.duration_since(first).as_secs_f64() as usize;
+        if s < whole {
+            per_second[s] += 1.0;
+        }
+    }
+    per_second.sort_by(f64::total_cmp);
+    let mut latencies: Vec<f64> = bound
+        .iter()
+        .filter_map(|(name, at)| {
+            let made = created.get(name)?;
+            Some(at.saturating_duration_since(*made).as_secs_f64() * 1000.0)
+        })
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    RunResult {
+        contender,
+        workload,
+        mode,
+        nodes,
+        pods,
+        seconds,
+        pods_per_second: pods as f64 / seconds,
+        pods_per_second_p50: if whole == 0 {
+            pods as f64 / seconds
+        } else {
+            quantile(&per_second, 0.5)
+        },
+        latency_p50_ms: quantile(&latencies, 0.5),
+        latency_p99_ms: quantile(&latencies, 0.99),
+        cpu_seconds: usage.map(|u| u.0),
+        cpu_ms_per_pod: usage.map(|u| u.0 * 1000.0 / pods.max(1) as f64),
+        peak_rss_mib: usage.map(|u| u.1),
+    }
+}
+
+/// What the bench ran on, for the report.
+fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .map(|m| m.trim_start_matches([' ', '\t', ':']).to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, usize::from);
+    let memory = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|m| {
+            m.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.split_whitespace().next()?.parse::<f64>().ok())
+        })
+        .map_or_else(String::new, |kib| {
+            format!(", {:.0} GiB", kib / 1024.0 / 1024.0)
+        });
+    format!("{cores} cores ({cpu}){memory}")
+}
+
+fn ratio(a: Option<f64>, b: Option<f64>) -> String {
+    match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "–".into(),
+    }
+}
+
+fn opt(v: Option<f64>, digits: usize) -> String {
+    v.map_or_else(|| "–".into(), |v| format!("{v:.digits$}"))
+}
+
+fn mode_label(mode: Mode) -> String {
+    match mode {
+        Mode::Batch => "batch".into(),
+        Mode::Steady(rate) => format!("steady {rate}/s"),
+    }
+}
+
+/// The report as Markdown: one table row per run, with the ratios to kube-scheduler's and to
+/// the raw binder's run of the same workload and mode.
+pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
+    let find = |r: &RunResult, who: Contender| {
+        results
+            .iter()
+            .find(|o| o.contender == who && o.workload == r.workload && o.mode == r.mode)
+    };
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Run `{command}` on {}; {versions}.\n\n",
+        machine()
+    ));
+    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in results {
+        let kube = find(r, Contender::KubeScheduler);
+        let raw = find(r, Contender::RawBinder);
+        let latency = match r.mode {
+            Mode::Steady(_) => format!("{:.0} / {:.0}", r.latency_p50_ms, r.latency_p99_ms),
+            Mode::Batch => "–".into(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            r.workload.label(),
+            mode_label(r.mode),
+            r.contender.label(),
+            r.pods_per_second,
+            r.pods_per_second_p50,
+            latency,
+            opt(r.cpu_seconds, 1),
+            opt(r.cpu_ms_per_pod, 2),
+            opt(r.peak_rss_mib, 0),
+            ratio(Some(r.pods_per_second), kube.map(|k| k.pods_per_second)),
+            ratio(Some(r.pods_per_second), raw.map(|k| k.pods_per_second)),
+            ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
+            ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
+        ));
+    }
+    out
+}
+
+/// Writes `results` as JSON to `target/bench/<name>.json`; returns the path.
+pub fn write_json(results: &[RunResult], name: &str) -> anyhow::Result<PathBuf> {
+    let dir = repo_dir().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(results)?)?;
+    Ok(path)
+}

@@ -1,0 +1,138 @@
+//! The scheduler bench. `make bench` runs [`bench`] (500 nodes and 5,000 pods unless
+//! `BENCH_NODES` and `BENCH_PODS` say otherwise) and writes BENCHMARKS.md and
+//! `target/bench/results.json`; `make test` runs [`a_small_bench_runs_every_contender`], so the
+//! bench cannot rot (no ratio is asserted: these machines are too small and too noisy for one).
+//! Both start schedulers of their own, so they run alone, after the shared tether has stopped.
+
+use tether_e2e::bench::{Bench, Contender, Mode, RunResult, Workload, report, write_json};
+use tether_e2e::{client, repo_dir};
+
+fn env_or(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Runs each (contender, workload, mode) in turn and prints each result as it comes.
+async fn run_all(
+    bench: &Bench,
+    pods: usize,
+    runs: &[(Contender, Workload, Mode)],
+) -> anyhow::Result<Vec<RunResult>> {
+    let mut results = Vec::new();
+    for &(contender, workload, mode) in runs {
+        let result = bench.run(contender, workload, mode, pods).await?;
+        println!(
+            "{} / {:?} / {}: {:.0} pods/s (p50 {:.0}), latency p50 {:.0} ms p99 {:.0} ms, CPU {:?} s, peak RSS {:?} MiB",
+            workload.label(),
+            mode,
+            contender.label(),
+            result.pods_per_second,
+            result.pods_per_second_p50,
+            result.latency_p50_ms,
+            result.latency_p99_ms,
+            result.cpu_seconds,
+            result.peak_rss_mib,
+        );
+        results.push(result);
+    }
+    Ok(results)
+}
+
+#[tokio::test]
+async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
+    const PODS: usize = 60;
+    let client = client().await?;
+    let bench = Bench::new(client, 6).await?;
+    let runs = [
+        (Contender::KubeScheduler, Workload::Basic, Mode::Batch),
+        (Contender::Tether, Workload::Basic, Mode::Batch),
+        (Contender::RawBinder, Workload::Basic, Mode::Batch),
+        (Contender::TetherHistory, Workload::Basic, Mode::Batch),
+        (Contender::Tether, Workload::AntiAffinity, Mode::Steady(30)),
+    ];
+    let results = run_all(&bench, PODS, &runs).await?;
+    for r in &results {
+        assert_eq!(r.pods, PODS);
+        assert!(r.pods_per_second > 0.0, "{r:?}");
+        if r.contender != Contender::RawBinder {
+            assert!(
+                r.cpu_seconds.is_some_and(|c| c > 0.0) && r.peak_rss_mib.is_some_and(|m| m > 1.0),
+                "the scheduler's process was measured: {r:?}"
+            );
+        }
+    }
+    let table = report(&results, "make test", "small run");
+    assert_eq!(
+        table.lines().filter(|l| l.starts_with("| ")).count(),
+        1 + runs.len()
+    );
+    write_json(&results, "results-small")?;
+    bench.nodes.delete().await
+}
+
+#[tokio::test]
+#[ignore = "the bench takes a quarter of an hour: make bench"]
+async fn bench() -> anyhow::Result<()> {
+    let nodes = env_or("BENCH_NODES", 500);
+    let pods = env_or("BENCH_PODS", 5000);
+    let rate = env_or("BENCH_RATE", 100) as u32;
+    let client = client().await?;
+    let bench = Bench::new(client, nodes).await?;
+    let mut runs = Vec::new();
+    for workload in [
+        Workload::Basic,
+        Workload::Spread,
+        Workload::AntiAffinity,
+        Workload::PreferredAffinity,
+    ] {
+        for contender in [
+            Contender::KubeScheduler,
+            Contender::Tether,
+            Contender::RawBinder,
+        ] {
+            runs.push((contender, workload, Mode::Batch));
+        }
+    }
+    runs.push((Contender::TetherHistory, Workload::Basic, Mode::Batch));
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        runs.push((contender, Workload::Basic, Mode::Steady(rate)));
+    }
+    // BENCH_ONLY=tether,SchedulingBasic keeps the runs that each name fits, as scheduler or as
+    // workload (for profiling one of them); such a run leaves BENCHMARKS.md alone.
+    let only: Vec<String> = std::env::var("BENCH_ONLY")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect();
+    let wanted = |(c, w, _): &(Contender, Workload, Mode)| {
+        only.is_empty() || only.iter().all(|o| o == c.label() || o == w.label())
+    };
+    let runs: Vec<_> = runs.into_iter().filter(|r| wanted(r)).collect();
+    let results = run_all(&bench, pods, &runs).await?;
+    if !only.is_empty() {
+        write_json(&results, "results-only")?;
+        return bench.nodes.delete().await;
+    }
+    let json = write_json(&results, "results")?;
+    let command = format!("make bench BENCH_NODES={nodes} BENCH_PODS={pods} BENCH_RATE={rate}");
+    let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
+    let table = report(&results, &command, &versions);
+    let doc = repo_dir().join("BENCHMARKS.md");
+    let text = std::fs::read_to_string(&doc).unwrap_or_default();
+    let marker = "<!-- bench table -->";
+    let updated = match text.split_once(marker) {
+        Some((before, after)) => {
+            let rest = after
+                .split_once("<!-- end bench table -->")
+                .map_or("", |(_, r)| r);
+            format!("{before}{marker}\n{table}<!-- end bench table -->{rest}")
+        }
+        None => format!("{text}\n{marker}\n{table}<!-- end bench table -->\n"),
+    };
+    std::fs::write(&doc, updated)?;
+    println!("{table}\nraw figures: {}", json.display());
+    bench.nodes.delete().await
+}
