@@ -99,16 +99,34 @@ async fn bench() -> anyhow::Result<()> {
     for contender in [Contender::KubeScheduler, Contender::Tether] {
         runs.push((contender, Workload::Basic, Mode::Steady(rate)));
     }
-    // BENCH_ONLY=tether,SchedulingBasic keeps the runs that each name fits, as scheduler or as
-    // workload (for profiling one of them); such a run leaves BENCHMARKS.md alone.
+    // BENCH_ONLY=tether,kube-scheduler,SchedulingBasic keeps the runs of the schedulers named
+    // (all when none is) on the workloads named (all when none is), for profiling; such a run
+    // leaves BENCHMARKS.md alone.
     let only: Vec<String> = std::env::var("BENCH_ONLY")
         .unwrap_or_default()
         .split(',')
         .filter(|s| !s.is_empty())
         .map(str::to_string)
         .collect();
+    let listed = |labels: &[&str], label: &str| {
+        !only.iter().any(|o| labels.contains(&o.as_str())) || only.iter().any(|o| o == label)
+    };
+    let contenders = [
+        Contender::KubeScheduler,
+        Contender::Tether,
+        Contender::RawBinder,
+        Contender::TetherHistory,
+    ]
+    .map(Contender::label);
+    let workloads = [
+        Workload::Basic,
+        Workload::Spread,
+        Workload::AntiAffinity,
+        Workload::PreferredAffinity,
+    ]
+    .map(Workload::label);
     let wanted = |(c, w, _): &(Contender, Workload, Mode)| {
-        only.is_empty() || only.iter().all(|o| o == c.label() || o == w.label())
+        listed(&contenders, c.label()) && listed(&workloads, w.label())
     };
     let runs: Vec<_> = runs.into_iter().filter(|r| wanted(r)).collect();
     let results = run_all(&bench, pods, &runs).await?;

@@ -40,6 +40,12 @@ use crate::locks;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
+/// How many binding cycles may bind at once (those waiting for a Permit verdict not counted):
+/// past that the scheduling loop waits for one to end. Each holds its pod's cycle state and,
+/// the API client speaking HTTP/1.1, a connection of its own; a burst of 5,000 pods scheduled
+/// faster than the API server bound them held thousands of both.
+pub const MAX_BINDS_IN_FLIGHT: usize = 128;
+
 /// Everything the scheduling loop, the binding cycles and the watches share.
 pub struct Scheduler {
     pub cache: Mutex<Cache>,
@@ -64,6 +70,10 @@ pub struct Scheduler {
     /// [`Scheduler::wait_binding_cycles`].
     binding_cycles: std::sync::atomic::AtomicUsize,
     bound_all: tokio::sync::Notify,
+    /// Binding cycles that bind at once (no Permit wait), and a wake-up for the scheduling
+    /// loop waiting for one of them to end (see [`MAX_BINDS_IN_FLIGHT`]).
+    binding_now: std::sync::atomic::AtomicUsize,
+    bind_room: (Mutex<()>, std::sync::Condvar),
     /// Told of each pod found bound that this scheduler did not bind, once set.
     bound_by_others: OnceLock<BindObserver>,
     this: std::sync::Weak<Scheduler>,
@@ -114,6 +124,8 @@ impl Scheduler {
             leadership,
             binding_cycles: std::sync::atomic::AtomicUsize::new(0),
             bound_all: tokio::sync::Notify::new(),
+            binding_now: std::sync::atomic::AtomicUsize::new(0),
+            bind_room: (Mutex::new(()), std::sync::Condvar::new()),
             bound_by_others: OnceLock::new(),
             this: this.clone(),
         })
@@ -214,6 +226,10 @@ impl Scheduler {
         if let Some(sched) = self.this.upgrade() {
             use std::sync::atomic::Ordering;
             self.binding_cycles.fetch_add(1, Ordering::SeqCst);
+            let binds_now = assumed.permit.is_none();
+            if binds_now {
+                self.binding_now.fetch_add(1, Ordering::SeqCst);
+            }
             let counted = sched.clone();
             let cycle = async move {
                 binding::binding_cycle(sched, assumed).await;
@@ -221,10 +237,34 @@ impl Scheduler {
             let guarded = self.fatal.guard("a binding cycle", cycle);
             self.runtime.spawn(async move {
                 guarded.await;
+                if binds_now {
+                    counted.binding_now.fetch_sub(1, Ordering::SeqCst);
+                    let _room = locks::lock(&counted.bind_room.0);
+                    counted.bind_room.1.notify_one();
+                }
                 if counted.binding_cycles.fetch_sub(1, Ordering::SeqCst) == 1 {
                     counted.bound_all.notify_waiters();
                 }
             });
+        }
+    }
+
+    /// Waits (on the scheduling loop's thread) while [`MAX_BINDS_IN_FLIGHT`] binding cycles
+    /// bind, or until the queue closes.
+    fn wait_for_bind_room(&self) {
+        use std::sync::atomic::Ordering;
+        let mut room = locks::lock(&self.bind_room.0);
+        while self.binding_now.load(Ordering::SeqCst) >= MAX_BINDS_IN_FLIGHT
+            && !self.queue.is_closed()
+        {
+            room = match self
+                .bind_room
+                .1
+                .wait_timeout(room, std::time::Duration::from_millis(100))
+            {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
         }
     }
 
@@ -267,6 +307,7 @@ impl Scheduler {
             }
             cycle::schedule_one(self, queued);
             self.update_gauges();
+            self.wait_for_bind_room();
         }
     }
 

@@ -184,7 +184,8 @@ where
                 .stream
                 .get_or_insert_with(|| watcher::watcher(st.api.clone(), st.config.clone()).boxed());
             match stream.next().await {
-                Some(Ok(event)) => {
+                Some(Ok(mut event)) => {
+                    trim(&mut event);
                     match &event {
                         Event::Init => {
                             if let Some(feed) = &st.feed {
@@ -250,6 +251,23 @@ where
             }
         }
     })
+}
+
+/// The annotation `kubectl apply` keeps the whole applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops from a watched object what no part of tether reads and what costs the most memory:
+/// `managedFields` (tens of kilobytes per pod once decoded) and the last-applied annotation,
+/// as kube-scheduler's informers drop managedFields. A status written back from such an object
+/// leaves them as they are on the server (the status subresource ignores metadata).
+fn trim<K: kube::Resource>(event: &mut Event<K>) {
+    if let Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj) = event {
+        let meta = obj.meta_mut();
+        meta.managed_fields = None;
+        if let Some(annotations) = meta.annotations.as_mut() {
+            annotations.remove(LAST_APPLIED);
+        }
+    }
 }
 
 /// The objects of a watch stream, its errors left out, for a kube-runtime `Controller`.
@@ -331,11 +349,16 @@ where
 /// minute; a watch that simply ended resumes from where it was, without a re-list.
 const WATCH_TIMEOUT_SECONDS: u32 = 50;
 
-/// The watch configuration every tether watch uses: lists served from the API server's cache,
-/// watch requests renewed every [`WATCH_TIMEOUT_SECONDS`].
+/// How many objects one page of a list holds.
+const LIST_PAGE_SIZE: u32 = 500;
+
+/// The watch configuration every tether watch uses: lists in pages of [`LIST_PAGE_SIZE`],
+/// watch requests renewed every [`WATCH_TIMEOUT_SECONDS`]. Not `resourceVersion=0`: the API
+/// server answers such a list whole, whatever the limit, and 5,000 pending pods decoded at
+/// once (before their managedFields are dropped) took hundreds of megabytes for a moment.
 fn config() -> watcher::Config {
     watcher::Config::default()
-        .any_semantic()
+        .page_size(LIST_PAGE_SIZE)
         .timeout(WATCH_TIMEOUT_SECONDS)
 }
 
@@ -428,5 +451,28 @@ mod tests {
             .collect()
             .await;
         assert_eq!(passed, ["a", "b"]);
+    }
+
+    #[test]
+    fn watched_objects_are_kept_without_managed_fields_or_the_last_applied_copy() {
+        use k8s_openapi::api::core::v1::Pod;
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({"metadata": {
+            "name": "p",
+            "annotations": {LAST_APPLIED: "{...}", "team": "a"},
+            "managedFields": [{"manager": "kubectl", "operation": "Update", "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+        }}))
+        .expect("a pod");
+        let mut event = Event::Apply(pod.clone());
+        trim(&mut event);
+        let Event::Apply(trimmed) = event else {
+            panic!("an Apply event");
+        };
+        assert!(trimmed.metadata.managed_fields.is_none());
+        let annotations = trimmed.metadata.annotations.expect("annotations");
+        assert_eq!(annotations.keys().collect::<Vec<_>>(), ["team"]);
+        pod.metadata.managed_fields = None;
+        let mut init = Event::InitApply(pod);
+        trim(&mut init);
+        assert!(matches!(init, Event::InitApply(_)));
     }
 }
