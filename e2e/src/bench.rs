@@ -18,11 +18,14 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::runtime::watcher;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::{TestNamespace, TestNodes, apply, kubeconfig_path, repo_dir, unique_suffix, wait_for};
+use crate::ground_truth::BindLedger;
+use crate::{
+    TestNamespace, TestNodes, apply, free_local_addr, kubeconfig_path, repo_dir, unique_suffix,
+    wait_for,
+};
 
 /// Who binds the pods.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -155,7 +158,8 @@ impl Bench {
         if workload == Workload::PreferredAffinity {
             self.running_pods(&ns.name, pods / 10).await?;
         }
-        let seen = BindWatch::start(&self.client, &ns.name);
+        // Only the measured pods carry the label `bench`.
+        let seen = BindLedger::start(&self.client, &ns.name, "bench");
         let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
         let maker = PodMaker {
             client: self.client.clone(),
@@ -205,13 +209,13 @@ impl Bench {
                 mode,
                 self.nodes.names.len(),
                 pods,
-                &seen.times(),
+                &seen.seen_at(),
                 &created,
                 usage,
             ))
         }
         .await;
-        seen.stop();
+        drop(seen);
         if profile.is_some() {
             let _ = crate::kubectl_ok(&["delete", "sp", &scheduler, "--wait=false"], None);
         }
@@ -439,51 +443,6 @@ fn raw_bind(
     });
 }
 
-/// When the bench saw each pod of a namespace bound, from its own watch.
-struct BindWatch {
-    seen: Arc<Mutex<HashMap<String, Instant>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl BindWatch {
-    fn start(client: &kube::Client, ns: &str) -> Self {
-        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-        let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-        let noted = seen.clone();
-        let config = watcher::Config::default().labels("bench");
-        let task = tokio::spawn(async move {
-            let mut events = watcher(pods, config).boxed();
-            while let Some(event) = events.next().await {
-                let pod = match event {
-                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => p,
-                    _ => continue,
-                };
-                let bound = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some();
-                if let (true, Some(name), Ok(mut seen)) = (bound, pod.metadata.name, noted.lock()) {
-                    seen.entry(name).or_insert_with(Instant::now);
-                }
-            }
-        });
-        BindWatch { seen, task }
-    }
-
-    fn len(&self) -> usize {
-        self.seen.lock().map(|s| s.len()).unwrap_or(0)
-    }
-
-    fn times(&self) -> HashMap<String, Instant> {
-        self.seen.lock().map(|s| s.clone()).unwrap_or_default()
-    }
-
-    fn stop(&self) {
-        self.task.abort();
-    }
-}
-
 /// Deletes every pod of `ns` at once and waits until they are gone, so that the next run finds
 /// the nodes empty.
 async fn empty(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
@@ -510,9 +469,7 @@ type Usage = (f64, f64);
 
 impl Process {
     fn kube_scheduler(scheduler: &str) -> anyhow::Result<Self> {
-        let kubectl = std::env::var_os("TETHER_KUBECTL")
-            .ok_or_else(|| anyhow!("TETHER_KUBECTL is not set: run the bench through make"))?;
-        let bin = PathBuf::from(kubectl).with_file_name("kube-scheduler");
+        let bin = crate::reference::kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs)?;
         let config = logs.join("bench-kube-scheduler.yaml");
@@ -542,14 +499,10 @@ impl Process {
             .map(PathBuf::from)
             .unwrap_or_else(|| repo_dir().join("target/release/tether"));
         let log = std::fs::File::create(repo_dir().join(".cluster/logs/bench-tether.log"))?;
-        let free = || -> anyhow::Result<String> {
-            Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-                .local_addr()?
-                .to_string())
-        };
-        let health = free()?;
+        let (metrics, health) = (free_local_addr()?, free_local_addr()?);
         let mut cmd = Command::new(&bin);
-        cmd.args(["run", "--http-addr", &free()?, "--health-addr", &health])
+        cmd.args(["run", "--http-addr", &metrics.to_string()])
+            .args(["--health-addr", &health.to_string()])
             .args(["--instance", &format!("bench-{scheduler}")]);
         for budget in ["events", "history", "status"] {
             cmd.args([format!("--{budget}-qps"), "5000".into()])
@@ -581,14 +534,8 @@ impl Process {
         };
         // utime and stime are the 14th and 15th fields; `rest` starts at the 3rd.
         let cpu = (ticks(11)? + ticks(12)?) / clock_ticks()?;
-        let status = std::fs::read_to_string(format!("/proc/{pid}/status"))?;
-        let kib: f64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmHWM:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .context("no VmHWM in the process status")?;
-        Ok((cpu, kib / 1024.0))
+        let peak_kib = crate::process_memory_kib(pid, "VmHWM")?;
+        Ok((cpu, peak_kib as f64 / 1024.0))
     }
 }
 

@@ -428,11 +428,7 @@ impl OwnTether {
             ),
         )
         .context("writing the proxied kubeconfig")?;
-        let free = || -> anyhow::Result<SocketAddr> {
-            let probe = std::net::TcpListener::bind("127.0.0.1:0")?;
-            Ok(probe.local_addr()?)
-        };
-        let (metrics, http) = (free()?, free()?);
+        let (metrics, http) = (crate::free_local_addr()?, crate::free_local_addr()?);
         let bin = std::env::var_os("TETHER_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo_dir().join("target/debug/tether"));
@@ -500,15 +496,7 @@ impl OwnTether {
 
     /// Its resident memory now, in bytes (from /proc).
     pub fn rss_bytes(&self) -> anyhow::Result<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .context("reading the process status")?;
-        let kib: u64 = status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.split_whitespace().next())
-            .and_then(|v| v.parse().ok())
-            .context("no VmRSS in the process status")?;
-        Ok(kib * 1024)
+        Ok(crate::process_memory_kib(self.child.id(), "VmRSS")? * 1024)
     }
 
     /// The sum of the samples of metric `name` (all label sets) on its `/metrics`.

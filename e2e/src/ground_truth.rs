@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use futures::StreamExt;
@@ -22,8 +22,15 @@ use crate::{TestNodes, apply, apply_profile, kubectl_ok, unique_suffix, wait_for
 /// Every pod UID the test has seen bound, with its node, from a watch of its own on one
 /// namespace. A pod deleted since stays in the ledger: its bind happened.
 pub struct BindLedger {
-    seen: Arc<Mutex<BTreeMap<String, String>>>,
+    seen: Arc<Mutex<BTreeMap<String, Seen>>>,
     task: tokio::task::JoinHandle<()>,
+}
+
+/// One bind the ledger saw: the pod's name, its node, and when the watch first showed it.
+struct Seen {
+    name: String,
+    node: String,
+    at: Instant,
 }
 
 impl BindLedger {
@@ -45,7 +52,12 @@ impl BindLedger {
                     ledger
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
-                        .insert(uid, node);
+                        .entry(uid)
+                        .or_insert_with(|| Seen {
+                            name: pod.name_any(),
+                            node,
+                            at: Instant::now(),
+                        });
                 }
             }
         });
@@ -54,7 +66,22 @@ impl BindLedger {
 
     /// The binds seen so far: pod UID → node.
     pub fn binds(&self) -> BTreeMap<String, String> {
-        self.seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|(uid, seen)| (uid.clone(), seen.node.clone()))
+            .collect()
+    }
+
+    /// When each bind was first seen: pod name → instant.
+    pub fn seen_at(&self) -> std::collections::HashMap<String, Instant> {
+        self.seen
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .map(|seen| (seen.name.clone(), seen.at))
+            .collect()
     }
 
     /// How many binds were seen so far.

@@ -226,6 +226,24 @@ where
     }
 }
 
+/// A local address no one listens on now, for a process the test starts to serve on.
+pub fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
+    Ok(probe.local_addr()?)
+}
+
+/// A memory figure of process `pid` from /proc/<pid>/status (`VmRSS`, `VmHWM`…), in KiB.
+pub fn process_memory_kib(pid: u32, field: &str) -> anyhow::Result<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .context("reading the process status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .with_context(|| format!("no {field} in the process status"))
+}
+
 /// A short suffix that differs between calls and between test processes, for object names.
 pub fn unique_suffix() -> String {
     use std::sync::atomic::{AtomicU32, Ordering};

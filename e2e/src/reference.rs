@@ -11,6 +11,16 @@ use anyhow::{Context, anyhow};
 
 use crate::{kubeconfig_path, repo_dir};
 
+/// The kube-scheduler binary e2e/scripts/build-k8s.sh built, next to `$TETHER_KUBECTL`.
+pub fn kube_scheduler_bin() -> anyhow::Result<PathBuf> {
+    let kubectl = std::env::var_os("TETHER_KUBECTL")
+        .ok_or_else(|| anyhow!("TETHER_KUBECTL is not set: run the tests through make"))?;
+    PathBuf::from(kubectl)
+        .parent()
+        .map(|dir| dir.join("kube-scheduler"))
+        .ok_or_else(|| anyhow!("no directory for TETHER_KUBECTL"))
+}
+
 /// A kube-scheduler process serving `profiles` (default plugins, no PostFilter), stopped when
 /// dropped.
 pub struct ReferenceScheduler {
@@ -24,13 +34,7 @@ impl ReferenceScheduler {
     /// (tether has neither yet; each appends its own words to a failure message). Leader election and serving are off; the log goes to
     /// `.cluster/logs/<name>.log`.
     pub fn start(name: &str, profiles: &[&str]) -> anyhow::Result<Self> {
-        let kubectl = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
-            anyhow!("TETHER_KUBECTL is not set: run the tests through `make e2e`")
-        })?;
-        let bin = PathBuf::from(kubectl)
-            .parent()
-            .map(|dir| dir.join("kube-scheduler"))
-            .ok_or_else(|| anyhow!("no directory for TETHER_KUBECTL"))?;
+        let bin = kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
         let config = logs.join(format!("{name}.yaml"));
