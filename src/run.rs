@@ -99,7 +99,8 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         client: Some(client.clone()),
         default_selectors: selectors.clone(),
         owners: owners.clone(),
-        bindings: bindings.clone(),
+        // The plugins read the bindings through the writer: binds not written yet count.
+        bindings: history.clone(),
         history: Some(history.clone()),
     };
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
@@ -125,6 +126,11 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let known_to = Arc::downgrade(&sched);
     history.set_alive(Arc::new(move |uid| {
         known_to.upgrade().is_none_or(|s| s.knows_pod(uid))
+    }));
+    // Its status writes carry the binding's conditions, judged from the nodes in the cache.
+    let nodes_of = Arc::downgrade(&sched);
+    history.set_nodes(Arc::new(move |name| {
+        nodes_of.upgrade().and_then(|s| s.node(name))
     }));
 
     // Every watch registers itself in `readiness` here, before anything runs.
@@ -226,6 +232,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     }
 
     let loop_sched = sched.clone();
+    let loop_history = history.clone();
     let runtime = tokio::runtime::Handle::current();
     let loop_fatal = fatal.clone();
     let scheduling = std::thread::Builder::new()
@@ -267,7 +274,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                         .get(name)
                         .is_some_and(|p| p.uses(placement_recorder::NAME))
                 };
-                let (writer, spawner) = (history.clone(), runtime.clone());
+                let (writer, spawner) = (loop_history.clone(), runtime.clone());
                 let observed = Arc::downgrade(&loop_sched);
                 let observer: BindObserver = Arc::new(move |pod| {
                     if observed.upgrade().is_some_and(|s| records(&s, &pod)) {
@@ -279,7 +286,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                     .into_iter()
                     .filter(|pod| records(&loop_sched, pod))
                     .collect();
-                runtime.spawn(reconcile::record_missed_binds(history, recorded));
+                runtime.spawn(reconcile::record_missed_binds(loop_history, recorded));
                 loop_sched.run_loop();
                 if !loop_sched.queue.is_closed() {
                     loop_fatal.report("the scheduling loop ended");
@@ -298,9 +305,16 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     sched.queue.close();
     let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
     if died.is_none() {
+        let grace_ends = tokio::time::Instant::now() + config.shutdown_grace;
         let left = sched.wait_binding_cycles(config.shutdown_grace).await;
         if left > 0 {
             tracing::warn!(binds = left, grace = ?config.shutdown_grace, "binds still in flight at the end of the grace period; the start-up reconcile counts their history");
+        }
+        let writes = history
+            .wait_idle(grace_ends.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
+        if writes > 0 {
+            tracing::warn!(bindings = writes, grace = ?config.shutdown_grace, "history writes still under way at the end of the grace period; the start-up reconcile counts their binds");
         }
     }
     if let Some(lease) = &config.lease

@@ -111,6 +111,10 @@ pub struct RunResult {
     pub cpu_ms_per_pod: Option<f64>,
     /// The process's peak resident memory (VmHWM).
     pub peak_rss_mib: Option<f64>,
+    /// With the history profiles: seconds from the last bind seen until the StickyBindings
+    /// had counted every bind (the scheduler writes history after the bind, off its binding
+    /// cycle, and runs until it is written: its CPU time includes the writes).
+    pub history_lag_seconds: Option<f64>,
 }
 
 /// The nodes every run uses, and a client.
@@ -128,6 +132,32 @@ impl Bench {
     pub async fn new(client: kube::Client, nodes: usize) -> anyhow::Result<Self> {
         let nodes = TestNodes::create(&client, "bench", nodes, "32", |_, _| {}).await?;
         Ok(Bench { client, nodes })
+    }
+
+    /// Waits until the StickyBindings of `ns` have counted `pods` binds; returns when.
+    async fn history_written(
+        &self,
+        ns: &str,
+        pods: usize,
+        deadline: Duration,
+    ) -> anyhow::Result<Instant> {
+        let api: Api<tether::api::StickyBinding> = Api::namespaced(self.client.clone(), ns);
+        let counted = || async {
+            let listed = api.list(&ListParams::default()).await?;
+            Ok::<i64, anyhow::Error>(
+                listed
+                    .items
+                    .iter()
+                    .filter_map(|b| b.status.as_ref())
+                    .map(|s| s.schedule_count)
+                    .sum(),
+            )
+        };
+        wait_for("every bind counted in history", deadline, || async {
+            Ok((counted().await? >= pods as i64).then(Instant::now))
+        })
+        .await
+        .with_context(|| format!("the StickyBindings of {ns} did not count {pods} binds"))
     }
 
     /// One run: a fresh namespace, `pods` pods of `workload` for `contender`, bound while the
@@ -197,6 +227,11 @@ impl Bench {
             })
             .await
             .with_context(|| format!("{} bound {} of {pods}", contender.label(), seen.len()))?;
+            let history_done = if contender == Contender::TetherHistory {
+                Some(self.history_written(&ns.name, pods, deadline).await?)
+            } else {
+                None
+            };
             let usage = match &process {
                 Some(p) => Some(p.usage()?),
                 None => None,
@@ -212,6 +247,7 @@ impl Bench {
                 &seen.seen_at(),
                 &created,
                 usage,
+                history_done,
             ))
         }
         .await;
@@ -574,6 +610,7 @@ fn summarize(
     bound: &HashMap<String, Instant>,
     created: &HashMap<String, Instant>,
     usage: Option<Usage>,
+    history_done: Option<Instant>,
 ) -> RunResult {
     let mut times: Vec<Instant> = bound.values().copied().collect();
     times.sort();
@@ -617,6 +654,8 @@ fn summarize(
         cpu_seconds: usage.map(|u| u.0),
         cpu_ms_per_pod: usage.map(|u| u.0 * 1000.0 / pods.max(1) as f64),
         peak_rss_mib: usage.map(|u| u.1),
+        history_lag_seconds: history_done
+            .map(|done| done.saturating_duration_since(last).as_secs_f64()),
     }
 }
 
@@ -675,8 +714,8 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
         "Run `{command}` on {}; {versions}.\n\n",
         machine()
     ));
-    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler | history written (s after last bind) |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         let kube = find(r, Contender::KubeScheduler);
         let raw = find(r, Contender::RawBinder);
@@ -685,7 +724,7 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             Mode::Batch => "–".into(),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.workload.label(),
             mode_label(r.mode),
             r.contender.label(),
@@ -699,6 +738,7 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             ratio(Some(r.pods_per_second), raw.map(|k| k.pods_per_second)),
             ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
             ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
+            opt(r.history_lag_seconds, 1),
         ));
     }
     out

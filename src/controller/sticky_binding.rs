@@ -11,6 +11,7 @@ use std::future::Future;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -29,6 +30,12 @@ use crate::api::sticky_binding::{
 use crate::controller::conditions::set_condition;
 use crate::leader::Leadership;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
+
+/// How long a binding's reconcile waits for it to stop changing. The history writer creates a
+/// binding, then writes its status with its conditions: reconciled at once, the bare binding
+/// would get a status write of its own that races the writer's (a conflict and a retry on
+/// every new binding); reconciled after the writer's write, it has nothing left to write.
+const DEBOUNCE: Duration = Duration::from_secs(1);
 
 /// Errors of one reconcile, naming the binding.
 #[derive(Debug, thiserror::Error)]
@@ -138,22 +145,30 @@ pub fn history_consistency(status: &StickyBindingStatus) -> (bool, &'static str,
     }
 }
 
-/// Keeps the binding's conditions: `NodeAvailable` when it is pinned, `HistoryConsistent` once
-/// it has a history. A condition is written only when it changes, so an odd value is reported
-/// once, not at every reconcile.
-async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !ctx.leadership.is_leading() {
-        return Ok(Action::await_change());
-    }
+/// The conditions a binding should carry, computed from the binding as it is and its pinned
+/// node's availability.
+pub struct Desired {
+    pub conditions: Vec<Condition>,
+    /// Whether they (or `observedGeneration`) differ from what the binding carries.
+    pub changed: bool,
+    /// What does not add up in its history, when the binding does not say so yet.
+    pub new_oddity: Option<String>,
+}
+
+/// The conditions of `binding` given `availability`, its pinned node's (None when nothing
+/// pins it): `NodeAvailable` when it is pinned, `HistoryConsistent` once it has a history, and
+/// kstatus's `Stalled` and `Reconciling`, each for the binding's generation. Pure: the
+/// controller and the history writer both build a binding's conditions with it, so that the
+/// writer's status writes carry them and the controller has nothing left to write.
+pub fn desired_conditions(
+    binding: &StickyBinding,
+    availability: Option<&ConditionValue>,
+) -> Desired {
     let status = binding.status.clone().unwrap_or_default();
     let mut conditions = status.conditions.clone();
     let generation = binding.meta().generation;
     let mut changed = status.observed_generation != generation;
-    let availability = binding.pin().map(|pin| {
-        let node = ctx.nodes.get(&ObjectRef::new(pin));
-        node_availability(pin, node.as_deref())
-    });
-    if let Some((available, reason, message)) = &availability {
+    if let Some((available, reason, message)) = availability {
         changed |= set_condition(
             &mut conditions,
             CONDITION_NODE_AVAILABLE,
@@ -163,9 +178,10 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
             generation,
         );
     }
-    for (type_, (status, reason, message)) in kstatus_conditions(&binding, availability.as_ref()) {
+    for (type_, (status, reason, message)) in kstatus_conditions(binding, availability) {
         changed |= set_condition(&mut conditions, type_, status, reason, &message, generation);
     }
+    let mut new_oddity = None;
     if binding.status.is_some() {
         let (consistent, reason, message) = history_consistency(&status);
         if !consistent
@@ -173,7 +189,7 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
                 .iter()
                 .any(|c| c.type_ == CONDITION_HISTORY_CONSISTENT && c.message == message)
         {
-            tracing::warn!(binding = %format!("{}/{}", binding.namespace().unwrap_or_default(), binding.name_any()), odd = %message, "a StickyBinding's history does not add up");
+            new_oddity = Some(message.clone());
         }
         changed |= set_condition(
             &mut conditions,
@@ -183,6 +199,32 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
             &message,
             generation,
         );
+    }
+    Desired {
+        conditions,
+        changed,
+        new_oddity,
+    }
+}
+
+/// Keeps the binding's conditions (see [`desired_conditions`]). They are written only when
+/// they change, so an odd value is reported once, not at every reconcile.
+async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if !ctx.leadership.is_leading() {
+        return Ok(Action::await_change());
+    }
+    let generation = binding.meta().generation;
+    let availability = binding.pin().map(|pin| {
+        let node = ctx.nodes.get(&ObjectRef::new(pin));
+        node_availability(pin, node.as_deref())
+    });
+    let Desired {
+        conditions,
+        changed,
+        new_oddity,
+    } = desired_conditions(&binding, availability.as_ref());
+    if let Some(odd) = new_oddity {
+        tracing::warn!(binding = %format!("{}/{}", binding.namespace().unwrap_or_default(), binding.name_any()), odd = %odd, "a StickyBinding's history does not add up");
     }
     if changed {
         let namespace = binding.namespace().unwrap_or_default();
@@ -320,6 +362,7 @@ pub fn run(
                     .collect::<Vec<_>>()
             })
             .reconcile_all_on(gained)
+            .with_config(kube::runtime::controller::Config::default().debounce(DEBOUNCE))
             .run(reconcile, error_policy, ctx)
             .for_each(|_| async {})
             .await;

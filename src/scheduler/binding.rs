@@ -6,16 +6,17 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::scheduler::Scheduler;
 use crate::scheduler::cycle::Assumed;
+use crate::scheduler::{BindSlot, Scheduler};
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::scheduler::framework::Status;
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime;
 
-/// Binds one assumed pod.
-pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
+/// Binds one assumed pod. `slot`, its place among the binding cycles binding now, is given
+/// back once the bind is answered; a pod that waited at Permit takes one when it is permitted.
+pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Option<BindSlot>) {
     let Assumed {
         queued,
         profile,
@@ -41,6 +42,9 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             }
         }
         sched.queue.permitted(pod_info.uid());
+        if slot.is_none() {
+            slot = Some(BindSlot::take(&sched));
+        }
         let timed = |point: &'static str, status: &Status, began: Instant| {
             sched.metrics.extension_point(
                 point,
@@ -67,6 +71,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
         status
     }
     .await;
+    drop(slot);
 
     if status.is_success() {
         sched
@@ -79,8 +84,8 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             queued.attempts,
         );
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
-        // History first: the event waits for its token in the events budget, history never
-        // waits behind it.
+        // Queued, as kube-scheduler records it before PostBind; written off this cycle.
+        sched.reports.scheduled(&pod, &node);
         let began = Instant::now();
         runtime::run_post_bind(&profile, &state, &pod, &node).await;
         sched.metrics.extension_point(
@@ -90,7 +95,6 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed) {
             began.elapsed(),
         );
         sched.metrics.plugin_runs(&state.take_plugin_runs());
-        sched.reports.scheduled(&pod, &node).await;
         return;
     }
 

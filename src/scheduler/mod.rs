@@ -17,13 +17,38 @@ pub mod plugins;
 pub mod profile;
 pub mod report;
 
+/// A place among the [`MAX_BINDS_IN_FLIGHT`] binding cycles that bind now, held from the
+/// scheduling cycle's end until the bind is answered (PostBind and its history writes run
+/// after it is given back); given back when dropped.
+pub struct BindSlot(Arc<Scheduler>);
+
+impl BindSlot {
+    /// Takes a place (the scheduling loop has waited for room).
+    pub fn take(sched: &Arc<Scheduler>) -> Self {
+        sched
+            .binding_now
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        BindSlot(sched.clone())
+    }
+}
+
+impl Drop for BindSlot {
+    fn drop(&mut self) {
+        self.0
+            .binding_now
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        let _room = locks::lock(&self.0.bind_room.0);
+        self.0.bind_room.1.notify_one();
+    }
+}
+
 #[cfg(test)]
 pub mod testing;
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use self::backend::cache::Cache;
@@ -40,10 +65,12 @@ use crate::locks;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
-/// How many binding cycles may bind at once (those waiting for a Permit verdict not counted):
-/// past that the scheduling loop waits for one to end. Each holds its pod's cycle state and,
-/// the API client speaking HTTP/1.1, a connection of its own; a burst of 5,000 pods scheduled
-/// faster than the API server bound them held thousands of both.
+/// How many binding cycles may bind at once (from the end of the scheduling cycle, or from a
+/// Permit verdict, until the bind is answered): past that the scheduling loop waits for one of
+/// their binds to be answered. Each holds its pod's cycle state and, the API client speaking
+/// HTTP/1.1, a connection of its own; a burst of 5,000 pods scheduled faster than the API
+/// server bound them held thousands of both. PostBind (the history writes, bounded on their
+/// own) runs after the bind's place is given back.
 pub const MAX_BINDS_IN_FLIGHT: usize = 128;
 
 /// Everything the scheduling loop, the binding cycles and the watches share.
@@ -162,6 +189,11 @@ impl Scheduler {
         cache.pod_node(uid).is_some() || self.queue.contains(uid)
     }
 
+    /// The Node object of `name` the cache holds, while the node exists.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.lock_cache().node(name)
+    }
+
     fn lock_unserved(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Arc<Pod>>>> {
         locks::lock(&self.unserved)
     }
@@ -226,22 +258,16 @@ impl Scheduler {
         if let Some(sched) = self.this.upgrade() {
             use std::sync::atomic::Ordering;
             self.binding_cycles.fetch_add(1, Ordering::SeqCst);
-            let binds_now = assumed.permit.is_none();
-            if binds_now {
-                self.binding_now.fetch_add(1, Ordering::SeqCst);
-            }
+            // A pod that waits at Permit takes its place among the binding cycles when it
+            // binds; one that binds now takes it here, before the loop schedules the next pod.
+            let slot = assumed.permit.is_none().then(|| BindSlot::take(&sched));
             let counted = sched.clone();
             let cycle = async move {
-                binding::binding_cycle(sched, assumed).await;
+                binding::binding_cycle(sched, assumed, slot).await;
             };
             let guarded = self.fatal.guard("a binding cycle", cycle);
             self.runtime.spawn(async move {
                 guarded.await;
-                if binds_now {
-                    counted.binding_now.fetch_sub(1, Ordering::SeqCst);
-                    let _room = locks::lock(&counted.bind_room.0);
-                    counted.bind_room.1.notify_one();
-                }
                 if counted.binding_cycles.fetch_sub(1, Ordering::SeqCst) == 1 {
                     counted.bound_all.notify_waiters();
                 }

@@ -4,20 +4,31 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::events::{EventType, EventWriter};
 use crate::locks;
 
+/// How many `Scheduled` events may wait to be written; past that, new ones are dropped.
+pub const QUEUED_EVENTS: usize = 1000;
+
+/// How many `Scheduled` events are written at once.
+const EVENTS_IN_FLIGHT: usize = 32;
+
 /// Publishes scheduling events and conditions.
 #[derive(Clone)]
 pub struct Reports {
     client: kube::Client,
     events: EventWriter,
+    /// The `Scheduled` events waiting to be written.
+    scheduled: tokio::sync::mpsc::Sender<(ObjectReference, String)>,
+    /// How many were dropped since the queue last had room.
+    dropped: Arc<AtomicU64>,
     /// Per pod UID: the newest failure reported, and a lock that makes one failure's event and
     /// condition writes happen together. Two attempts of a pod failing in quick succession are
     /// reported in order, and an older one that has not started yet is dropped, so the condition
@@ -29,10 +40,22 @@ pub struct Reports {
 type Turn = (u64, Arc<tokio::sync::Mutex<()>>);
 
 impl Reports {
+    /// Reports written with `client`; the `Scheduled` events are written by a task spawned
+    /// here, on the current tokio runtime.
     pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+        let events = EventWriter::new(client.clone(), instance);
+        let (scheduled, queued) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
+        let dropped = Arc::new(AtomicU64::new(0));
+        tokio::spawn(Self::write_scheduled(
+            events.clone(),
+            queued,
+            dropped.clone(),
+        ));
         Reports {
-            events: EventWriter::new(client.clone(), instance),
+            events,
             client,
+            scheduled,
+            dropped,
             order: Arc::default(),
         }
     }
@@ -73,23 +96,59 @@ impl Reports {
         }
     }
 
-    /// Event `Scheduled`: "Successfully assigned ns/pod to node".
-    pub async fn scheduled(&self, pod: &Pod, node: &str) {
+    /// Event `Scheduled`: "Successfully assigned ns/pod to node". Queued, not written here:
+    /// a binding cycle never waits for the events budget (50 a second by default would hold
+    /// every bind to that pace). While [`QUEUED_EVENTS`] wait, further ones are dropped, as
+    /// client-go's event broadcaster drops events when its queue is full.
+    pub fn scheduled(&self, pod: &Pod, node: &str) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let note = format!("Successfully assigned {ns}/{name} to {node}");
-        if let Err(e) = self
-            .events
-            .publish(
-                &pod.object_ref(&()),
-                EventType::Normal,
-                "Scheduled",
-                "Binding",
-                note,
-            )
-            .await
-        {
-            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not publish the Scheduled event");
+        match self.scheduled.try_send((pod.object_ref(&()), note)) {
+            Ok(()) => {}
+            Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
+                    tracing::warn!(
+                        queued = QUEUED_EVENTS,
+                        "the Scheduled events queue is full (the events budget, --events-qps, is slower than the binds); events are dropped until it drains"
+                    );
+                }
+            }
+            Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), "no events are written any more; the Scheduled event is dropped");
+            }
+        }
+    }
+
+    /// Writes the queued `Scheduled` events, [`EVENTS_IN_FLIGHT`] at a time, each after its
+    /// token from the events budget.
+    async fn write_scheduled(
+        events: EventWriter,
+        mut queued: tokio::sync::mpsc::Receiver<(ObjectReference, String)>,
+        dropped: Arc<AtomicU64>,
+    ) {
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(EVENTS_IN_FLIGHT));
+        while let Some((regarding, note)) = queued.recv().await {
+            let Ok(permit) = in_flight.clone().acquire_owned().await else {
+                return;
+            };
+            let events = events.clone();
+            tokio::spawn(async move {
+                if let Err(e) = events
+                    .publish(&regarding, EventType::Normal, "Scheduled", "Binding", note)
+                    .await
+                {
+                    tracing::debug!(pod = %format!("{}/{}", regarding.namespace.as_deref().unwrap_or_default(), regarding.name.as_deref().unwrap_or_default()), error = %e, "could not publish the Scheduled event");
+                }
+                drop(permit);
+            });
+            let lost = dropped.swap(0, Ordering::Relaxed);
+            if lost > 0 {
+                tracing::warn!(
+                    dropped = lost,
+                    "Scheduled events were dropped while their queue was full"
+                );
+            }
         }
     }
 
@@ -190,6 +249,33 @@ mod tests {
         assert_eq!(sent.len(), 2, "one event and one condition: {sent:?}");
         assert!(
             sent.iter().all(|s| s.ends_with("0/29 nodes are available")),
+            "{sent:?}"
+        );
+    }
+
+    /// `Scheduled` is queued, not awaited by the binding cycle, and written soon after.
+    #[tokio::test]
+    async fn a_scheduled_event_is_queued_then_written() {
+        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+        let log = sent.clone();
+        let client = stand_in_client(move |method, path, body| {
+            let note = body["note"].as_str().unwrap_or_default().to_string();
+            log.lock()
+                .expect("log")
+                .push(format!("{method} {path} {note}"));
+            (201, body)
+        });
+        let reports = Reports::new(client, None);
+        reports.scheduled(&PodBuilder::new("p").build(), "n1");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sent.lock().expect("log").is_empty() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let sent = sent.lock().expect("log").clone();
+        assert_eq!(sent.len(), 1, "{sent:?}");
+        assert!(
+            sent[0].starts_with("POST ")
+                && sent[0].ends_with("Successfully assigned default/p to n1"),
             "{sent:?}"
         );
     }

@@ -2,11 +2,12 @@
 //! profile runs StickyNode or PlacementHistory is counted once in the workload's binding, by the
 //! PlacementRecorder PostBind plugin (and, after a restart, by [`super::reconcile`]).
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
+use crate::controller::sticky_binding;
 use crate::events::{EventType, EventWriter};
 use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
 use crate::k8s::{budget, pods};
@@ -152,8 +153,15 @@ struct Bind {
 struct Pending {
     workload: Workload,
     binds: Vec<Bind>,
+    /// The binds of the write in flight.
+    writing_now: Vec<Bind>,
     writing: bool,
 }
+
+/// How many bindings are written at once. Binds wait for no history write (the binding cycle
+/// gives back its place among the binds first), so this bounds the writes, and the connections
+/// they hold, when binds outpace them; binds to a binding that waits join its next write.
+pub const WRITES_IN_FLIGHT: usize = 64;
 
 /// How long to wait before retrying a write, doubling up to the max.
 const RETRY_INITIAL: Duration = Duration::from_millis(100);
@@ -197,9 +205,17 @@ pub struct HistoryWriter {
     owners: Arc<dyn OwnerLookup>,
     metrics: Arc<Metrics>,
     pending: Mutex<HashMap<(String, String), Pending>>,
+    /// Turns to write, [`WRITES_IN_FLIGHT`] at once.
+    in_flight: tokio::sync::Semaphore,
+    /// How many writes started by `record_bind_later` run, and their end.
+    writers: AtomicUsize,
+    idle: tokio::sync::Notify,
     /// Whether a pod (by UID) still exists: `countedPods` keeps only those. Set once the
     /// scheduler's cache exists; until then nothing is dropped.
     alive: std::sync::OnceLock<Alive>,
+    /// The nodes as the scheduler's cache holds them: each status write carries the binding's
+    /// conditions judged from them. Unset: the conditions are left to the controller.
+    nodes: std::sync::OnceLock<Nodes>,
     /// How many reconciles of binds made before a restart run now; none is dropped from
     /// `countedPods` meanwhile (see [`HistoryWriter::pause_pruning`]).
     reconciling: Arc<AtomicUsize>,
@@ -219,6 +235,9 @@ impl Drop for PruningPaused {
 /// Whether the pod of a UID still exists.
 pub type Alive = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
+/// The Node object of a name, while the node exists.
+pub type Nodes = Arc<dyn Fn(&str) -> Option<Arc<Node>> + Send + Sync>;
+
 impl HistoryWriter {
     /// `index` is read for the current binding (no GET unless it is stale) and receives what
     /// each write returns, so the plugins see a bind's history before the watch delivers it.
@@ -237,7 +256,11 @@ impl HistoryWriter {
             owners,
             metrics,
             pending: Mutex::new(HashMap::new()),
+            in_flight: tokio::sync::Semaphore::new(WRITES_IN_FLIGHT),
+            writers: AtomicUsize::new(0),
+            idle: tokio::sync::Notify::new(),
             alive: std::sync::OnceLock::new(),
+            nodes: std::sync::OnceLock::new(),
             reconciling: Arc::new(AtomicUsize::new(0)),
             leadership: std::sync::OnceLock::new(),
         }
@@ -247,6 +270,12 @@ impl HistoryWriter {
     /// holds only the workload's live pods.
     pub fn set_alive(&self, alive: Alive) {
         let _ = self.alive.set(alive);
+    }
+
+    /// Tells the writer where to read nodes, so that its status writes carry the binding's
+    /// conditions (the StickyBinding controller then has nothing to add).
+    pub fn set_nodes(&self, nodes: Nodes) {
+        let _ = self.nodes.set(nodes);
     }
 
     /// Writes only while `leadership` says this replica leads.
@@ -277,12 +306,54 @@ impl HistoryWriter {
     /// until no bind of the binding waits. A failure is logged, never returned: the bind stands,
     /// and the start-up reconcile of a later restart counts what was missed.
     pub async fn record_bind(&self, pod: &Pod, node: &str) {
+        if let Some(key) = self.enqueue(pod, node) {
+            self.write_pending(&key).await;
+        }
+    }
+
+    /// Like [`HistoryWriter::record_bind`], without waiting: the write runs on a task of its
+    /// own, so that a binding cycle ends when its bind is answered (the plugins see the bind at
+    /// once all the same, see the [`BindingLookup`] of the writer). [`HistoryWriter::wait_idle`]
+    /// waits for these writes.
+    pub fn record_bind_later(self: &Arc<Self>, pod: &Pod, node: &str) {
+        let Some(key) = self.enqueue(pod, node) else {
+            return;
+        };
+        self.writers.fetch_add(1, Ordering::SeqCst);
+        let this = self.clone();
+        tokio::spawn(async move {
+            this.write_pending(&key).await;
+            if this.writers.fetch_sub(1, Ordering::SeqCst) == 1 {
+                this.idle.notify_waiters();
+            }
+        });
+    }
+
+    /// Waits until no write started by [`HistoryWriter::record_bind_later`] runs, at most
+    /// `grace`; returns how many still run.
+    pub async fn wait_idle(&self, grace: Duration) -> usize {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let idle = self.idle.notified();
+            let running = self.writers.load(Ordering::SeqCst);
+            if running == 0 {
+                return 0;
+            }
+            if tokio::time::timeout_at(deadline, idle).await.is_err() {
+                return self.writers.load(Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Adds the bind to its binding's pending binds; returns the binding's key when the caller
+    /// is to write them (no write to that binding is under way).
+    fn enqueue(&self, pod: &Pod, node: &str) -> Option<(String, String)> {
         let workload = workload::resolve(pod, self.owners.as_ref());
         if let Some(owner) = &workload.pending_owner {
             // Not this pod's binding to guess at; a restart's reconcile counts it later.
             tracing::warn!(pod = %pods::key(pod), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
             self.metrics.history_write("failed");
-            return;
+            return None;
         }
         let key = (workload.namespace.clone(), workload.binding_name());
         let bind = Bind {
@@ -290,25 +361,26 @@ impl HistoryWriter {
             pod_name: pod.metadata.name.clone().unwrap_or_default(),
             node: node.to_string(),
         };
-        {
-            let mut pending = locks::lock(&self.pending);
-            let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
-                workload,
-                binds: Vec::new(),
-                writing: false,
-            });
-            entry.binds.push(bind);
-            if entry.writing {
-                return;
-            }
-            entry.writing = true;
+        let mut pending = locks::lock(&self.pending);
+        let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
+            workload,
+            binds: Vec::new(),
+            writing_now: Vec::new(),
+            writing: false,
+        });
+        entry.binds.push(bind);
+        if entry.writing {
+            return None;
         }
-        self.write_pending(&key).await;
+        entry.writing = true;
+        Some(key)
     }
 
     /// Writes the binds waiting for `key`, batch after batch, until none is left.
     async fn write_pending(&self, key: &(String, String)) {
         loop {
+            // Binds that arrive while this waits for its turn join the batch.
+            let _turn = self.in_flight.acquire().await;
             let (workload, batch) = {
                 let mut pending = locks::lock(&self.pending);
                 let Some(entry) = pending.get_mut(key) else {
@@ -318,9 +390,14 @@ impl HistoryWriter {
                     pending.remove(key);
                     return;
                 }
-                (entry.workload.clone(), std::mem::take(&mut entry.binds))
+                entry.writing_now = std::mem::take(&mut entry.binds);
+                (entry.workload.clone(), entry.writing_now.clone())
             };
-            match self.write(&workload, &batch).await {
+            let written = self.write(&workload, &batch).await;
+            if let Some(entry) = locks::lock(&self.pending).get_mut(key) {
+                entry.writing_now.clear();
+            }
+            match written {
                 Ok(counted) => {
                     for _ in 0..counted {
                         self.metrics.history_write("recorded");
@@ -379,8 +456,11 @@ impl HistoryWriter {
         let mut delay = RETRY_INITIAL;
         // Set once a status write got no definite answer: it may have been applied.
         let mut maybe_landed = false;
-        // The index's copy first; after a conflict, the API server's.
+        // The index's copy first; after a conflict, the API server's. A binding the index
+        // does not hold is created straight away (one call, not a read that finds nothing and
+        // then a create); when it exists after all (the watch lagging), it is read.
         let mut cached = self.index.get(&namespace, &name);
+        let mut create_first = cached.is_none();
         loop {
             if self.leadership.get().is_some_and(|l| !l.is_leading()) {
                 return Err(HistoryError::NotLeading { namespace, name });
@@ -388,8 +468,10 @@ impl HistoryWriter {
             budget::get().history.take().await;
             let fetched = match cached.take() {
                 Some(b) => Ok(Some(StickyBinding::clone(&b))),
+                None if create_first => Ok(None),
                 None => api.get_opt(&name).await,
             };
+            create_first = false;
             let current = match fetched {
                 Ok(Some(b)) => b,
                 Ok(None) => match api
@@ -399,6 +481,10 @@ impl HistoryWriter {
                     Ok(b) => {
                         self.index.upsert(b.clone());
                         b
+                    }
+                    // It exists: read it at once.
+                    Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
+                        continue;
                     }
                     Err(e) if retryable(&e) => {
                         backoff(&mut delay, &e).await;
@@ -466,6 +552,7 @@ impl HistoryWriter {
             }
             let mut updated = current.clone();
             updated.status = Some(next);
+            self.set_conditions(&mut updated);
             match api
                 .replace_status(&name, &PostParams::default(), &updated)
                 .await
@@ -481,6 +568,7 @@ impl HistoryWriter {
                 // before an outage): the binds still count, in a binding created anew.
                 Err(kube::Error::Api(e)) if e.code == 404 => {
                     self.index.remove(&namespace, &name);
+                    create_first = true;
                 }
                 Err(e) if retryable(&e) => {
                     maybe_landed |= maybe_applied(&e);
@@ -494,6 +582,27 @@ impl HistoryWriter {
                     });
                 }
             }
+        }
+    }
+
+    /// Sets the conditions and `observedGeneration` the StickyBinding controller would set on
+    /// `binding`, its pinned node judged from the scheduler's cache.
+    fn set_conditions(&self, binding: &mut StickyBinding) {
+        let Some(nodes) = self.nodes.get() else {
+            return;
+        };
+        let availability = binding
+            .pin()
+            .map(|pin| sticky_binding::node_availability(pin, nodes(pin).as_deref()));
+        let desired = sticky_binding::desired_conditions(binding, availability.as_ref());
+        if let Some(odd) = desired.new_oddity {
+            tracing::warn!(binding = %format!("{}/{}", binding.metadata.namespace.as_deref().unwrap_or_default(), binding.metadata.name.as_deref().unwrap_or_default()), odd = %odd, "a StickyBinding's history does not add up");
+        }
+        if desired.changed {
+            let generation = binding.metadata.generation;
+            let status = binding.status.get_or_insert_with(Default::default);
+            status.conditions = desired.conditions;
+            status.observed_generation = generation;
         }
     }
 
@@ -513,6 +622,47 @@ impl HistoryWriter {
         {
             tracing::debug!(error = %e, "could not publish the Released event");
         }
+    }
+}
+
+/// The bindings as the plugins read them: as last written, with the binds counted that are
+/// waiting to be written (or being written) on top, so that a decision made while history
+/// writes trail the binds (a burst) already knows where the workload went.
+impl BindingLookup for HistoryWriter {
+    fn get(&self, namespace: &str, name: &str) -> Option<Arc<StickyBinding>> {
+        let written = self.index.get(namespace, name);
+        let (workload, unwritten) = {
+            let pending = locks::lock(&self.pending);
+            match pending.get(&(namespace.to_string(), name.to_string())) {
+                Some(p) if !(p.binds.is_empty() && p.writing_now.is_empty()) => (
+                    p.workload.clone(),
+                    p.writing_now
+                        .iter()
+                        .chain(&p.binds)
+                        .cloned()
+                        .collect::<Vec<_>>(),
+                ),
+                _ => return written,
+            }
+        };
+        let mut binding = written
+            .map(|b| StickyBinding::clone(&b))
+            .unwrap_or_else(|| new_binding(&workload));
+        let mut status = binding.status.take().unwrap_or_default();
+        let now = Time(jiff::Timestamp::now());
+        for bind in &unwritten {
+            if let Some(next) = count_bind(
+                &status,
+                &bind.pod_uid,
+                &bind.pod_name,
+                &bind.node,
+                now.clone(),
+            ) {
+                status = next;
+            }
+        }
+        binding.status = Some(status);
+        Some(Arc::new(binding))
     }
 }
 
@@ -660,11 +810,10 @@ mod tests {
             *calls.lock().expect("calls"),
             [
                 "PUT /deployment-web/status",
-                "GET /deployment-web",
                 "POST ",
                 "PUT /deployment-web/status"
             ],
-            "404 on the write: read again, create, count"
+            "404 on the write: create, count"
         );
         let now = index.get("ns", "deployment-web").expect("indexed");
         assert_eq!(now.metadata.uid.as_deref(), Some("recreated"));
@@ -684,12 +833,28 @@ mod tests {
         binding: std::sync::Mutex<Option<serde_json::Value>>,
         faults: std::sync::Mutex<Vec<&'static str>>,
         writes: std::sync::atomic::AtomicUsize,
+        /// Every call, as "METHOD path".
+        calls: std::sync::Mutex<Vec<String>>,
+    }
+
+    fn empty_store() -> Arc<Store> {
+        Arc::new(Store {
+            binding: std::sync::Mutex::new(None),
+            faults: std::sync::Mutex::new(Vec::new()),
+            writes: std::sync::atomic::AtomicUsize::new(0),
+            calls: std::sync::Mutex::new(Vec::new()),
+        })
     }
 
     fn store_client(store: Arc<Store>) -> kube::Client {
         stand_in_client(move |method, path, mut sent| {
             let base = "/apis/tether.dev/v1alpha1/namespaces/ns/stickybindings";
             let path = path.trim_start_matches(base).to_string();
+            store
+                .calls
+                .lock()
+                .expect("calls")
+                .push(format!("{method} {path}"));
             let mut held = store.binding.lock().expect("binding");
             let status = |code: u16, reason: &str| {
                 serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
@@ -700,8 +865,10 @@ mod tests {
                     Some(b) => (200, b.clone()),
                     None => (404, status(404, "NotFound")),
                 },
+                ("POST", "") if held.is_some() => (409, status(409, "AlreadyExists")),
                 ("POST", "") => {
                     sent["metadata"]["uid"] = "b-uid".into();
+                    sent["metadata"]["generation"] = 1.into();
                     sent["metadata"]["resourceVersion"] = "1".into();
                     *held = Some(sent.clone());
                     (201, sent)
@@ -803,11 +970,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_burst_of_binds_to_one_binding_is_counted_exactly_once_in_few_writes() {
-        let store = Arc::new(Store {
-            binding: std::sync::Mutex::new(None),
-            faults: std::sync::Mutex::new(vec!["busy", "lost", "busy"]),
-            writes: std::sync::atomic::AtomicUsize::new(0),
-        });
+        let store = empty_store();
+        *store.faults.lock().expect("faults") = vec!["busy", "lost", "busy"];
         let writer = writer_for(&store);
         let binds = (0..150).map(|i| {
             let writer = writer.clone();
@@ -834,11 +998,7 @@ mod tests {
     /// take it for a missed bind and count it twice; afterwards it is dropped.
     #[tokio::test]
     async fn a_pod_deleted_during_the_reconcile_is_not_counted_again() {
-        let store = Arc::new(Store {
-            binding: std::sync::Mutex::new(None),
-            faults: std::sync::Mutex::new(Vec::new()),
-            writes: std::sync::atomic::AtomicUsize::new(0),
-        });
+        let store = empty_store();
         let writer = writer_for(&store);
         let scheduled = |i: usize| {
             let mut pod = web_pod(i);
@@ -867,5 +1027,114 @@ mod tests {
         let status = held_status(&store);
         assert_eq!(status.schedule_count, 4);
         assert_eq!(status.counted_pods, ["pod-1", "pod-2", "pod-3"]);
+    }
+
+    fn ready_node(name: &str) -> Arc<Node> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({"metadata": {"name": name},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]}}))
+            .expect("a node"),
+        )
+    }
+
+    /// The first bind of a workload costs a create and one status write, and that write
+    /// carries the conditions the StickyBinding controller would set: it has nothing left to
+    /// write (before, its own status write raced the writer's on every new binding).
+    #[tokio::test]
+    async fn a_new_binding_costs_a_create_and_a_status_write_that_carries_its_conditions() {
+        let store = empty_store();
+        let writer = writer_for(&store);
+        let n1 = ready_node("n1");
+        let node = n1.clone();
+        writer.set_nodes(Arc::new(move |name| (name == "n1").then(|| node.clone())));
+
+        writer.record_bind(&web_pod(0), "n1").await;
+
+        assert_eq!(
+            *store.calls.lock().expect("calls"),
+            ["POST ", "PUT /deployment-web/status"],
+            "no read of a binding the index does not hold"
+        );
+        let held: StickyBinding = serde_json::from_value(
+            store
+                .binding
+                .lock()
+                .expect("binding")
+                .clone()
+                .expect("a binding"),
+        )
+        .expect("a StickyBinding");
+        let status = held.status.clone().unwrap_or_default();
+        let condition = |t: &str| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == t)
+                .map(|c| c.status.clone())
+        };
+        assert_eq!(condition("NodeAvailable").as_deref(), Some("True"));
+        assert_eq!(condition("HistoryConsistent").as_deref(), Some("True"));
+        assert_eq!(condition("Stalled").as_deref(), Some("False"));
+        assert_eq!(condition("Reconciling").as_deref(), Some("False"));
+        assert_eq!(status.observed_generation, Some(1));
+        let availability = sticky_binding::node_availability("n1", Some(&n1));
+        assert!(
+            !sticky_binding::desired_conditions(&held, Some(&availability)).changed,
+            "the controller has nothing to add: {:?}",
+            status.conditions
+        );
+    }
+
+    /// A binding that exists but is missing from the index (its watch event not here yet):
+    /// the create is refused, the binding is read and the bind counted in it.
+    #[tokio::test]
+    async fn a_binding_the_index_has_not_seen_yet_is_read_after_the_create_is_refused() {
+        let store = empty_store();
+        let writer = writer_for(&store);
+        writer.record_bind(&web_pod(0), "n1").await;
+        let lagging = writer_for(&store);
+
+        lagging.record_bind(&web_pod(1), "n2").await;
+
+        assert_eq!(held_status(&store).schedule_count, 2);
+        assert_eq!(
+            store.calls.lock().expect("calls")[2..],
+            ["POST ", "GET /deployment-web", "PUT /deployment-web/status"]
+        );
+    }
+
+    /// While a bind waits to be written (binds outpace history writes in a burst), the plugins
+    /// reading through the writer already see it: where the workload went, and its counts.
+    #[tokio::test]
+    async fn the_plugins_read_binds_not_written_yet() {
+        let store = empty_store();
+        let writer = writer_for(&store);
+        writer.record_bind(&web_pod(0), "n1").await;
+        assert!(
+            writer.enqueue(&web_pod(1), "n2").is_some(),
+            "pending, not written"
+        );
+
+        let read = BindingLookup::get(writer.as_ref(), "ns", "deployment-web").expect("read");
+        let status = read.status.clone().unwrap_or_default();
+        assert_eq!(read.pin(), Some("n2"));
+        assert_eq!((status.schedule_count, status.node_count.len()), (2, 2));
+        let written = writer
+            .bindings()
+            .get("ns", "deployment-web")
+            .expect("indexed");
+        assert_eq!(
+            written.pin(),
+            Some("n1"),
+            "the index holds what was written"
+        );
+        assert_eq!(held_status(&store).schedule_count, 1);
+
+        let mut other = web_pod(2);
+        other.metadata.owner_references = None;
+        other.metadata.name = Some("lone".into());
+        writer.enqueue(&other, "n3");
+        let lone = BindingLookup::get(writer.as_ref(), "ns", "pod-lone").expect("read");
+        assert_eq!(lone.pin(), Some("n3"), "a binding not created yet");
     }
 }

@@ -186,6 +186,11 @@ impl Cache {
         self.pods.get(uid).map(|s| s.node.as_str())
     }
 
+    /// The Node object of `name`, while the node exists.
+    pub fn node(&self, name: &str) -> Option<Arc<Node>> {
+        self.nodes.get(name)?.node.clone()
+    }
+
     /// The pod object the cache holds (bound or assumed).
     pub fn pod(&self, uid: &str) -> Option<Arc<Pod>> {
         let state = self.pods.get(uid)?;

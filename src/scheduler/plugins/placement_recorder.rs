@@ -67,7 +67,9 @@ impl PostBindPlugin for PlacementRecorder {
                     return;
                 }
             }
-            writer.record_bind(pod, node_name).await;
+            // Written on a task of its own: the binding cycle does not wait for it, and the
+            // plugins read the bind from the writer meanwhile.
+            writer.record_bind_later(pod, node_name);
         })
     }
 }
@@ -165,7 +167,7 @@ mod tests {
             Arc::new(Metrics::default()),
         ));
         let recorder = PlacementRecorder::for_readers(
-            Some(writer),
+            Some(writer.clone()),
             vec![Readership {
                 skip_multi_replica,
                 excluded_namespaces: vec![],
@@ -173,6 +175,11 @@ mod tests {
             }],
         );
         PostBindPlugin::post_bind(&recorder, &CycleState::new(), &web_pod(), "n1").await;
+        assert_eq!(
+            writer.wait_idle(std::time::Duration::from_secs(10)).await,
+            0,
+            "the write ends"
+        );
         calls.lock().expect("calls").clone()
     }
 
