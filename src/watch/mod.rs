@@ -21,8 +21,11 @@ use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
+
+use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
 pub use self::readiness::{Feed, Readiness};
@@ -259,13 +262,18 @@ const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// Drops from a watched object what no part of tether reads and what costs the most memory:
 /// `managedFields` (tens of kilobytes per pod once decoded) and the last-applied annotation,
 /// as kube-scheduler's informers drop managedFields. A status written back from such an object
-/// leaves them as they are on the server (the status subresource ignores metadata).
-fn trim<K: kube::Resource>(event: &mut Event<K>) {
+/// leaves them as they are on the server (the status subresource ignores metadata). A pod,
+/// the object held by the thousand, is also compacted ([`pods::compact`]) as it arrives, so a
+/// list of thousands is never held whole.
+fn trim<K: kube::Resource + 'static>(event: &mut Event<K>) {
     if let Event::Apply(obj) | Event::InitApply(obj) | Event::Delete(obj) = event {
         let meta = obj.meta_mut();
         meta.managed_fields = None;
         if let Some(annotations) = meta.annotations.as_mut() {
             annotations.remove(LAST_APPLIED);
+        }
+        if let Some(pod) = (obj as &mut dyn std::any::Any).downcast_mut::<Pod>() {
+            pods::compact(pod);
         }
     }
 }
