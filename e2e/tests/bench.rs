@@ -99,9 +99,10 @@ async fn bench() -> anyhow::Result<()> {
     for contender in [Contender::KubeScheduler, Contender::Tether] {
         runs.push((contender, Workload::Basic, Mode::Steady(rate)));
     }
-    // BENCH_ONLY=tether,kube-scheduler,SchedulingBasic keeps the runs of the schedulers named
-    // (all when none is) on the workloads named (all when none is), for profiling; such a run
-    // leaves BENCHMARKS.md alone.
+    // BENCH_ONLY=tether,kube-scheduler,SchedulingBasic,batch keeps the runs of the schedulers
+    // named (all when none is) on the workloads named (all when none is) in the modes named
+    // (both when neither is), for profiling and the large run; such a run leaves BENCHMARKS.md
+    // alone and writes target/bench/results-only.json.
     let only: Vec<String> = std::env::var("BENCH_ONLY")
         .unwrap_or_default()
         .split(',')
@@ -125,8 +126,13 @@ async fn bench() -> anyhow::Result<()> {
         Workload::PreferredAffinity,
     ]
     .map(Workload::label);
-    let wanted = |(c, w, _): &(Contender, Workload, Mode)| {
-        listed(&contenders, c.label()) && listed(&workloads, w.label())
+    let modes = ["batch", "steady"];
+    let wanted = |(c, w, m): &(Contender, Workload, Mode)| {
+        let mode = match m {
+            Mode::Batch => "batch",
+            Mode::Steady(_) => "steady",
+        };
+        listed(&contenders, c.label()) && listed(&workloads, w.label()) && listed(&modes, mode)
     };
     let runs: Vec<_> = runs.into_iter().filter(|r| wanted(r)).collect();
     let results = run_all(&bench, pods, &runs).await?;

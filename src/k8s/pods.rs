@@ -206,9 +206,15 @@ mod tests {
             .map(|v| v.name.as_str())
             .collect();
         assert_eq!(volumes, ["data", "model"], "volumes that bear on placement");
-        assert_eq!(pod.status.as_ref().map(|s| &s.conditions), served.status.as_ref().map(|s| &s.conditions));
         assert_eq!(
-            (spec.containers.capacity(), spec.volumes.as_ref().map(Vec::capacity)),
+            pod.status.as_ref().map(|s| &s.conditions),
+            served.status.as_ref().map(|s| &s.conditions)
+        );
+        assert_eq!(
+            (
+                spec.containers.capacity(),
+                spec.volumes.as_ref().map(Vec::capacity)
+            ),
             (1, Some(2)),
             "no spare room"
         );
