@@ -207,9 +207,14 @@ pub struct HistoryWriter {
     pending: Mutex<HashMap<(String, String), Pending>>,
     /// Turns to write, [`WRITES_IN_FLIGHT`] at once.
     in_flight: tokio::sync::Semaphore,
-    /// How many writes started by `record_bind_later` run, and their end.
+    /// How many bindings `record_bind_later` queued are not written yet, and their end.
     writers: AtomicUsize,
     idle: tokio::sync::Notify,
+    /// The bindings queued by `record_bind_later`, each once while its binds wait, and the
+    /// writer tasks that write them (started with the first).
+    turns: Mutex<std::collections::VecDeque<(String, String)>>,
+    turn_queued: tokio::sync::Notify,
+    workers: std::sync::OnceLock<()>,
     /// Whether a pod (by UID) still exists: `countedPods` keeps only those. Set once the
     /// scheduler's cache exists; until then nothing is dropped.
     alive: std::sync::OnceLock<Alive>,
@@ -259,6 +264,9 @@ impl HistoryWriter {
             in_flight: tokio::sync::Semaphore::new(WRITES_IN_FLIGHT),
             writers: AtomicUsize::new(0),
             idle: tokio::sync::Notify::new(),
+            turns: Mutex::new(std::collections::VecDeque::new()),
+            turn_queued: tokio::sync::Notify::new(),
+            workers: std::sync::OnceLock::new(),
             alive: std::sync::OnceLock::new(),
             nodes: std::sync::OnceLock::new(),
             reconciling: Arc::new(AtomicUsize::new(0)),
@@ -311,22 +319,44 @@ impl HistoryWriter {
         }
     }
 
-    /// Like [`HistoryWriter::record_bind`], without waiting: the write runs on a task of its
-    /// own, so that a binding cycle ends when its bind is answered (the plugins see the bind at
-    /// once all the same, see the [`BindingLookup`] of the writer). [`HistoryWriter::wait_idle`]
-    /// waits for these writes.
+    /// Like [`HistoryWriter::record_bind`], without waiting: the binding's turn is queued for
+    /// one of [`WRITES_IN_FLIGHT`] writer tasks, so that a binding cycle ends when its bind is
+    /// answered (the plugins see the bind at once all the same, see the [`BindingLookup`] of
+    /// the writer). A queued turn is its binding's key; its binds wait in the pending map, so a
+    /// burst of thousands of binds waits as data, not as thousands of tasks.
+    /// [`HistoryWriter::wait_idle`] waits for these writes.
     pub fn record_bind_later(self: &Arc<Self>, pod: &Pod, node: &str) {
         let Some(key) = self.enqueue(pod, node) else {
             return;
         };
         self.writers.fetch_add(1, Ordering::SeqCst);
-        let this = self.clone();
-        tokio::spawn(async move {
-            this.write_pending(&key).await;
-            if this.writers.fetch_sub(1, Ordering::SeqCst) == 1 {
-                this.idle.notify_waiters();
+        locks::lock(&self.turns).push_back(key);
+        self.turn_queued.notify_one();
+        self.workers.get_or_init(|| {
+            for _ in 0..WRITES_IN_FLIGHT {
+                let this = Arc::downgrade(self);
+                tokio::spawn(async move {
+                    while let Some(writer) = this.upgrade() {
+                        writer.take_turn().await;
+                    }
+                });
             }
         });
+    }
+
+    /// Writes the binds of the next queued binding, or waits for one to be queued.
+    async fn take_turn(&self) {
+        let next = locks::lock(&self.turns).pop_front();
+        let Some(key) = next else {
+            // Woken by the next turn queued (or by one queued since the queue was found empty:
+            // `notify_one` keeps a permit when nobody waits).
+            self.turn_queued.notified().await;
+            return;
+        };
+        self.write_pending(&key).await;
+        if self.writers.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.idle.notify_waiters();
+        }
     }
 
     /// Waits until no write started by [`HistoryWriter::record_bind_later`] runs, at most
