@@ -109,7 +109,8 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
     queue.count_incoming_with(metrics.queue_incoming());
-    let reports = Reports::new(client.clone(), config.instance.clone());
+    let reports = Reports::new(client.clone(), config.instance.clone())
+        .counting_drops_in(metrics.events_dropped());
     let sched = Scheduler::new(
         queue,
         profiles,

@@ -42,6 +42,7 @@ pub struct Metrics {
     bind_failures: Family<ProfileLabels, Counter>,
     bind_duration: Family<ProfileLabels, Histogram>,
     history_writes: Family<HistoryLabels, Counter>,
+    events_dropped: Counter,
     profiles_serving: Family<ProfileLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -197,6 +198,7 @@ impl Default for Metrics {
         let bind_duration =
             Family::<ProfileLabels, Histogram>::new_with_constructor(buckets as fn() -> Histogram);
         let history_writes = Family::<HistoryLabels, Counter>::default();
+        let events_dropped = Counter::default();
         let profiles_serving = Family::default();
         let pending_pods = Family::default();
         let cache_nodes = Gauge::default();
@@ -228,6 +230,11 @@ impl Default for Metrics {
             history_writes.clone(),
         );
         registry.register(
+            "events_dropped",
+            "Scheduled events dropped because their queue was full (binds outpaced the events budget)",
+            events_dropped.clone(),
+        );
+        registry.register(
             "profiles_serving",
             "1 for each schedulerName a SchedulingProfile serves in this process",
             profiles_serving.clone(),
@@ -255,6 +262,7 @@ impl Default for Metrics {
             bind_failures,
             bind_duration,
             history_writes,
+            events_dropped,
             profiles_serving,
             pending_pods,
             cache_nodes,
@@ -360,6 +368,11 @@ impl Metrics {
                 profile: profile.into(),
             })
             .observe(took.as_secs_f64());
+    }
+
+    /// The counter of `Scheduled` events dropped, for the reports.
+    pub fn events_dropped(&self) -> Counter {
+        self.events_dropped.clone()
     }
 
     /// A counter of the pods entering each sub-queue, for the scheduling queue.

@@ -11,6 +11,8 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 
+use prometheus_client::metrics::counter::Counter;
+
 use crate::events::{EventType, EventWriter};
 use crate::locks;
 
@@ -29,6 +31,8 @@ pub struct Reports {
     scheduled: tokio::sync::mpsc::Sender<(ObjectReference, String)>,
     /// How many were dropped since the queue last had room.
     dropped: Arc<AtomicU64>,
+    /// How many were dropped in all (`tether_events_dropped_total` once counted in metrics).
+    dropped_total: Counter,
     /// Per pod UID: the newest failure reported, and a lock that makes one failure's event and
     /// condition writes happen together. Two attempts of a pod failing in quick succession are
     /// reported in order, and an older one that has not started yet is dropped, so the condition
@@ -56,8 +60,15 @@ impl Reports {
             client,
             scheduled,
             dropped,
+            dropped_total: Counter::default(),
             order: Arc::default(),
         }
+    }
+
+    /// Counts the dropped `Scheduled` events in `counter` (the metrics' `events_dropped`).
+    pub fn counting_drops_in(mut self, counter: Counter) -> Self {
+        self.dropped_total = counter;
+        self
     }
 
     /// Reports a failed attempt of `pod`: its place in the order is taken now (call this in
@@ -107,6 +118,7 @@ impl Reports {
         match self.scheduled.try_send((pod.object_ref(&()), note)) {
             Ok(()) => {}
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
+                self.dropped_total.inc();
                 if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                     tracing::warn!(
                         queued = QUEUED_EVENTS,
@@ -278,5 +290,19 @@ mod tests {
                 && sent[0].ends_with("Successfully assigned default/p to n1"),
             "{sent:?}"
         );
+    }
+
+    /// Past QUEUED_EVENTS waiting, a `Scheduled` event is dropped and counted, never waited
+    /// for. (On this single-threaded runtime the writer task runs only once the test yields.)
+    #[tokio::test]
+    async fn scheduled_events_past_the_queue_are_dropped_and_counted() {
+        let client = stand_in_client(|_, _, body| (201, body));
+        let dropped = Counter::default();
+        let reports = Reports::new(client, None).counting_drops_in(dropped.clone());
+        let pod = PodBuilder::new("p").build();
+        for _ in 0..QUEUED_EVENTS + 5 {
+            reports.scheduled(&pod, "n1");
+        }
+        assert_eq!(dropped.get(), 5);
     }
 }
