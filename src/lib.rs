@@ -3,6 +3,7 @@
 pub mod api;
 pub mod controller;
 pub mod events;
+pub mod inflight;
 pub mod k8s;
 pub mod leader;
 pub mod locks;

@@ -45,6 +45,13 @@ pub enum Contender {
 }
 
 impl Contender {
+    pub const ALL: [Contender; 4] = [
+        Contender::KubeScheduler,
+        Contender::Tether,
+        Contender::RawBinder,
+        Contender::TetherHistory,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Contender::KubeScheduler => "kube-scheduler",
@@ -70,6 +77,13 @@ pub enum Workload {
 }
 
 impl Workload {
+    pub const ALL: [Workload; 4] = [
+        Workload::Basic,
+        Workload::Spread,
+        Workload::AntiAffinity,
+        Workload::PreferredAffinity,
+    ];
+
     pub fn label(self) -> &'static str {
         match self {
             Workload::Basic => "SchedulingBasic",
@@ -87,6 +101,18 @@ pub enum Mode {
     Batch,
     /// Pods per second.
     Steady(u32),
+}
+
+impl Mode {
+    pub const KINDS: [&str; 2] = ["batch", "steady"];
+
+    /// `batch` or `steady`, without the rate.
+    pub fn kind(self) -> &'static str {
+        match self {
+            Mode::Batch => "batch",
+            Mode::Steady(_) => "steady",
+        }
+    }
 }
 
 /// The figures of one run.
@@ -696,8 +722,8 @@ fn opt(v: Option<f64>, digits: usize) -> String {
 
 fn mode_label(mode: Mode) -> String {
     match mode {
-        Mode::Batch => "batch".into(),
-        Mode::Steady(rate) => format!("steady {rate}/s"),
+        Mode::Batch => mode.kind().into(),
+        Mode::Steady(rate) => format!("{} {rate}/s", mode.kind()),
     }
 }
 

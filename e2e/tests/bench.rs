@@ -81,12 +81,7 @@ async fn bench() -> anyhow::Result<()> {
     let client = client().await?;
     let bench = Bench::new(client, nodes).await?;
     let mut runs = Vec::new();
-    for workload in [
-        Workload::Basic,
-        Workload::Spread,
-        Workload::AntiAffinity,
-        Workload::PreferredAffinity,
-    ] {
+    for workload in Workload::ALL {
         for contender in [
             Contender::KubeScheduler,
             Contender::Tether,
@@ -112,27 +107,12 @@ async fn bench() -> anyhow::Result<()> {
     let listed = |labels: &[&str], label: &str| {
         !only.iter().any(|o| labels.contains(&o.as_str())) || only.iter().any(|o| o == label)
     };
-    let contenders = [
-        Contender::KubeScheduler,
-        Contender::Tether,
-        Contender::RawBinder,
-        Contender::TetherHistory,
-    ]
-    .map(Contender::label);
-    let workloads = [
-        Workload::Basic,
-        Workload::Spread,
-        Workload::AntiAffinity,
-        Workload::PreferredAffinity,
-    ]
-    .map(Workload::label);
-    let modes = ["batch", "steady"];
+    let contenders = Contender::ALL.map(Contender::label);
+    let workloads = Workload::ALL.map(Workload::label);
     let wanted = |(c, w, m): &(Contender, Workload, Mode)| {
-        let mode = match m {
-            Mode::Batch => "batch",
-            Mode::Steady(_) => "steady",
-        };
-        listed(&contenders, c.label()) && listed(&workloads, w.label()) && listed(&modes, mode)
+        listed(&contenders, c.label())
+            && listed(&workloads, w.label())
+            && listed(&Mode::KINDS, m.kind())
     };
     let runs: Vec<_> = runs.into_iter().filter(|r| wanted(r)).collect();
     let results = run_all(&bench, pods, &runs).await?;

@@ -207,6 +207,11 @@ pub fn desired_conditions(
     }
 }
 
+/// Logs, once per new finding, that a binding's history does not add up (`odd` says how).
+pub fn warn_oddity(binding: &StickyBinding, odd: &str) {
+    tracing::warn!(binding = %format!("{}/{}", binding.namespace().unwrap_or_default(), binding.name_any()), odd = %odd, "a StickyBinding's history does not add up");
+}
+
 /// Keeps the binding's conditions (see [`desired_conditions`]). They are written only when
 /// they change, so an odd value is reported once, not at every reconcile.
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -224,7 +229,7 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
         new_oddity,
     } = desired_conditions(&binding, availability.as_ref());
     if let Some(odd) = new_oddity {
-        tracing::warn!(binding = %format!("{}/{}", binding.namespace().unwrap_or_default(), binding.name_any()), odd = %odd, "a StickyBinding's history does not add up");
+        warn_oddity(&binding, &odd);
     }
     if changed {
         let namespace = binding.namespace().unwrap_or_default();

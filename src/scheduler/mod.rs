@@ -60,6 +60,7 @@ use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
 use self::report::Reports;
+use crate::inflight::InFlight;
 use crate::leader::Leadership;
 use crate::locks;
 use crate::supervise::Fatal;
@@ -93,12 +94,11 @@ pub struct Scheduler {
     fatal: Fatal,
     /// Whether this replica leads: binds are made only while it does.
     pub leadership: Leadership,
-    /// Binding cycles running now (with their PostBind history writes), and a wake-up for
-    /// [`Scheduler::wait_binding_cycles`].
-    binding_cycles: std::sync::atomic::AtomicUsize,
-    bound_all: tokio::sync::Notify,
-    /// Binding cycles that bind at once (no Permit wait), and a wake-up for the scheduling
-    /// loop waiting for one of them to end (see [`MAX_BINDS_IN_FLIGHT`]).
+    /// Binding cycles running now, for [`Scheduler::wait_binding_cycles`].
+    binding_cycles: InFlight,
+    /// Binding cycles holding a [`BindSlot`] (from the end of their scheduling cycle or their
+    /// Permit verdict until their bind is answered), and a wake-up for the scheduling loop
+    /// waiting for one of them to give it back (see [`MAX_BINDS_IN_FLIGHT`]).
     binding_now: std::sync::atomic::AtomicUsize,
     bind_room: (Mutex<()>, std::sync::Condvar),
     /// Told of each pod found bound that this scheduler did not bind, once set.
@@ -149,8 +149,7 @@ impl Scheduler {
             runtime,
             fatal,
             leadership,
-            binding_cycles: std::sync::atomic::AtomicUsize::new(0),
-            bound_all: tokio::sync::Notify::new(),
+            binding_cycles: InFlight::default(),
             binding_now: std::sync::atomic::AtomicUsize::new(0),
             bind_room: (Mutex::new(()), std::sync::Condvar::new()),
             bound_by_others: OnceLock::new(),
@@ -256,8 +255,7 @@ impl Scheduler {
     /// Starts the binding cycle of an assumed pod on the tokio runtime.
     pub fn spawn_binding(&self, assumed: Assumed) {
         if let Some(sched) = self.this.upgrade() {
-            use std::sync::atomic::Ordering;
-            self.binding_cycles.fetch_add(1, Ordering::SeqCst);
+            self.binding_cycles.start();
             // A pod that waits at Permit takes its place among the binding cycles when it
             // binds; one that binds now takes it here, before the loop schedules the next pod.
             let slot = assumed.permit.is_none().then(|| BindSlot::take(&sched));
@@ -268,9 +266,7 @@ impl Scheduler {
             let guarded = self.fatal.guard("a binding cycle", cycle);
             self.runtime.spawn(async move {
                 guarded.await;
-                if counted.binding_cycles.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    counted.bound_all.notify_waiters();
-                }
+                counted.binding_cycles.finish();
             });
         }
     }
@@ -297,18 +293,7 @@ impl Scheduler {
     /// Waits until no binding cycle runs (their binds and history writes are done), at most
     /// `grace`; returns how many still run.
     pub async fn wait_binding_cycles(&self, grace: std::time::Duration) -> usize {
-        use std::sync::atomic::Ordering;
-        let deadline = tokio::time::Instant::now() + grace;
-        loop {
-            let notified = self.bound_all.notified();
-            let running = self.binding_cycles.load(Ordering::SeqCst);
-            if running == 0 {
-                return 0;
-            }
-            if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.binding_cycles.load(Ordering::SeqCst);
-            }
-        }
+        self.binding_cycles.wait(grace).await
     }
 
     /// Reports a failed attempt (event and condition) off the scheduling thread.

@@ -9,6 +9,7 @@ use kube::api::{Api, ObjectMeta, PostParams};
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
 use crate::controller::sticky_binding;
 use crate::events::{EventType, EventWriter};
+use crate::inflight::InFlight;
 use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
 use crate::k8s::{budget, pods};
 use crate::leader::Leadership;
@@ -207,9 +208,8 @@ pub struct HistoryWriter {
     pending: Mutex<HashMap<(String, String), Pending>>,
     /// Turns to write, [`WRITES_IN_FLIGHT`] at once.
     in_flight: tokio::sync::Semaphore,
-    /// How many bindings `record_bind_later` queued are not written yet, and their end.
-    writers: AtomicUsize,
-    idle: tokio::sync::Notify,
+    /// The bindings `record_bind_later` queued that are not written yet.
+    writers: InFlight,
     /// The bindings queued by `record_bind_later`, each once while its binds wait, and the
     /// writer tasks that write them (started with the first).
     turns: Mutex<std::collections::VecDeque<(String, String)>>,
@@ -262,8 +262,7 @@ impl HistoryWriter {
             metrics,
             pending: Mutex::new(HashMap::new()),
             in_flight: tokio::sync::Semaphore::new(WRITES_IN_FLIGHT),
-            writers: AtomicUsize::new(0),
-            idle: tokio::sync::Notify::new(),
+            writers: InFlight::default(),
             turns: Mutex::new(std::collections::VecDeque::new()),
             turn_queued: tokio::sync::Notify::new(),
             workers: std::sync::OnceLock::new(),
@@ -329,7 +328,7 @@ impl HistoryWriter {
         let Some(key) = self.enqueue(pod, node) else {
             return;
         };
-        self.writers.fetch_add(1, Ordering::SeqCst);
+        self.writers.start();
         locks::lock(&self.turns).push_back(key);
         self.turn_queued.notify_one();
         self.workers.get_or_init(|| {
@@ -354,25 +353,13 @@ impl HistoryWriter {
             return;
         };
         self.write_pending(&key).await;
-        if self.writers.fetch_sub(1, Ordering::SeqCst) == 1 {
-            self.idle.notify_waiters();
-        }
+        self.writers.finish();
     }
 
     /// Waits until no write started by [`HistoryWriter::record_bind_later`] runs, at most
     /// `grace`; returns how many still run.
     pub async fn wait_idle(&self, grace: Duration) -> usize {
-        let deadline = tokio::time::Instant::now() + grace;
-        loop {
-            let idle = self.idle.notified();
-            let running = self.writers.load(Ordering::SeqCst);
-            if running == 0 {
-                return 0;
-            }
-            if tokio::time::timeout_at(deadline, idle).await.is_err() {
-                return self.writers.load(Ordering::SeqCst);
-            }
-        }
+        self.writers.wait(grace).await
     }
 
     /// Adds the bind to its binding's pending binds; returns the binding's key when the caller
@@ -626,7 +613,7 @@ impl HistoryWriter {
             .map(|pin| sticky_binding::node_availability(pin, nodes(pin).as_deref()));
         let desired = sticky_binding::desired_conditions(binding, availability.as_ref());
         if let Some(odd) = desired.new_oddity {
-            tracing::warn!(binding = %format!("{}/{}", binding.metadata.namespace.as_deref().unwrap_or_default(), binding.metadata.name.as_deref().unwrap_or_default()), odd = %odd, "a StickyBinding's history does not add up");
+            sticky_binding::warn_oddity(binding, &odd);
         }
         if desired.changed {
             let generation = binding.metadata.generation;

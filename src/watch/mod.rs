@@ -463,7 +463,6 @@ mod tests {
 
     #[test]
     fn watched_objects_are_kept_without_managed_fields_or_the_last_applied_copy() {
-        use k8s_openapi::api::core::v1::Pod;
         let mut pod: Pod = serde_json::from_value(serde_json::json!({"metadata": {
             "name": "p",
             "annotations": {LAST_APPLIED: "{...}", "team": "a"},
