@@ -4,7 +4,6 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
-/// One requirement of a selector.
 /// Why a LabelSelector does not parse, as `metav1.LabelSelectorAsSelector` reports it.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum SelectorError {
@@ -14,7 +13,8 @@ pub enum SelectorError {
     UnknownOperator { key: String, operator: String },
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One requirement of a selector.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Requirement {
     In(String, Vec<String>),
     NotIn(String, Vec<String>),
@@ -35,7 +35,7 @@ impl Requirement {
 
 /// A parsed label selector. An empty selector matches everything; [`Selector::nothing`] matches
 /// nothing (what a missing selector means in affinity terms and topology spread constraints).
-#[derive(Clone, Debug, PartialEq, Eq, Default)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Default)]
 pub struct Selector {
     requirements: Vec<Requirement>,
     matches_nothing: bool,

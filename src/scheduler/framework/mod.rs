@@ -6,12 +6,16 @@
 pub mod cycle_state;
 pub mod events;
 pub mod extension_point;
+pub mod interner;
 pub mod node_info;
+pub mod parallel;
+pub mod pod_group;
 pub mod pod_info;
 pub mod profile;
 pub mod runtime;
 pub mod snapshot;
 pub mod status;
+pub mod topology;
 pub mod waiting_pods;
 
 use std::collections::BTreeSet;

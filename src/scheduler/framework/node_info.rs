@@ -6,7 +6,18 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Node;
 
 use crate::k8s::resource::Resource;
+use crate::scheduler::framework::pod_group::PodGroup;
 use crate::scheduler::framework::pod_info::{HostPort, PodInfo};
+use crate::scheduler::framework::topology::NodeLabels;
+
+static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+/// How many of a node's pods belong to one group.
+#[derive(Clone, Debug)]
+pub struct GroupCount {
+    pub group: Arc<PodGroup>,
+    pub pods: u32,
+}
 
 /// One node and the pods on it (bound or assumed). The sums are kept up to date incrementally
 /// as pods are added and removed.
@@ -15,11 +26,16 @@ pub struct NodeInfo {
     pub name: String,
     /// `None` while the cache holds pods for a node whose object it has not seen (yet or any more).
     pub node: Option<Arc<Node>>,
+    /// The node's labels, interned: what topology domains are looked up by.
+    pub topology: NodeLabels,
     pub pods: Vec<Arc<PodInfo>>,
     /// The pods on this node with any inter-pod affinity or anti-affinity term.
     pub pods_with_affinity: Vec<Arc<PodInfo>>,
     /// The pods on this node with a required anti-affinity term.
     pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
+    /// The pods on this node counted per [`PodGroup`], so that inter-pod plugins match a
+    /// selector or a term once per group instead of once per pod.
+    pub groups: Vec<GroupCount>,
     pub used_ports: Vec<HostPort>,
     pub requested: Resource,
     pub non_zero_requested: Resource,
@@ -50,15 +66,15 @@ impl NodeInfo {
                 img.names.iter().flatten().map(move |n| (n.clone(), size))
             })
             .collect();
+        self.topology = NodeLabels::new(node.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS));
         self.node = Some(node);
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {
-        static EMPTY: BTreeMap<String, String> = BTreeMap::new();
         self.node
             .as_ref()
             .and_then(|n| n.metadata.labels.as_ref())
-            .unwrap_or(&EMPTY)
+            .unwrap_or(&EMPTY_LABELS)
     }
 
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
@@ -68,8 +84,19 @@ impl NodeInfo {
         if pod.has_affinity() {
             self.pods_with_affinity.push(pod.clone());
         }
-        if !pod.required_anti_affinity_terms.is_empty() {
+        if !pod.terms().required_anti_affinity.is_empty() {
             self.pods_with_required_anti_affinity.push(pod.clone());
+        }
+        match self
+            .groups
+            .iter_mut()
+            .find(|g| Arc::ptr_eq(&g.group, &pod.group))
+        {
+            Some(g) => g.pods += 1,
+            None => self.groups.push(GroupCount {
+                group: pod.group.clone(),
+                pods: 1,
+            }),
         }
         self.pods.push(pod);
     }
@@ -87,9 +114,64 @@ impl NodeInfo {
                 self.used_ports.swap_remove(j);
             }
         }
+        if let Some(i) = self
+            .groups
+            .iter()
+            .position(|g| Arc::ptr_eq(&g.group, &pod.group))
+        {
+            self.groups[i].pods -= 1;
+            if self.groups[i].pods == 0 {
+                self.groups.swap_remove(i);
+            }
+        }
         self.pods_with_affinity.retain(|p| p.uid() != uid);
         self.pods_with_required_anti_affinity
             .retain(|p| p.uid() != uid);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::framework::topology::label;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    fn pod(uid: &str, app: &str) -> Arc<PodInfo> {
+        Arc::new(PodBuilder::new(uid).uid(uid).label("app", app).info())
+    }
+
+    #[test]
+    fn pods_are_counted_per_group_as_they_come_and_go() {
+        let mut node = NodeInfo::new("n1");
+        node.add_pod(pod("a1", "a"));
+        node.add_pod(pod("a2", "a"));
+        node.add_pod(pod("b1", "b"));
+        let count = |node: &NodeInfo, app: &str| {
+            node.groups
+                .iter()
+                .find(|g| g.group.labels().get("app").map(String::as_str) == Some(app))
+                .map_or(0, |g| g.pods)
+        };
+        assert_eq!(
+            (node.groups.len(), count(&node, "a"), count(&node, "b")),
+            (2, 2, 1)
+        );
+
+        assert!(node.remove_pod("a1"));
+        assert!(node.remove_pod("b1"));
+        assert_eq!((node.groups.len(), count(&node, "a")), (1, 1));
+        assert!(!node.remove_pod("b1"), "already gone");
+    }
+
+    #[test]
+    fn a_relabelled_node_answers_its_new_domain() {
+        let zone = label("topology.kubernetes.io/zone");
+        let mut node = NodeBuilder::new("n1").label(&zone, "z1").info(vec![]);
+        assert_eq!(node.topology.value(&zone), Some(label("z1").id()));
+        node.set_node(Arc::new(NodeBuilder::new("n1").label(&zone, "z2").build()));
+        assert_eq!(node.topology.value(&zone), Some(label("z2").id()));
+        node.set_node(Arc::new(NodeBuilder::new("n1").build()));
+        assert!(!node.topology.has(&zone));
     }
 }

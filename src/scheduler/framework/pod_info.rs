@@ -9,6 +9,8 @@ use k8s_openapi::api::core::v1::{Pod, PodAffinityTerm};
 use crate::k8s::labels::{Selector, SelectorError};
 use crate::k8s::pods;
 use crate::k8s::resource::{Resource, pod_requests};
+use crate::scheduler::framework::pod_group::{AffinityTerms, GroupKey, PodGroup};
+use crate::scheduler::framework::topology::{self, Label};
 
 /// A host port a container asks for: (host IP, protocol, port). An empty IP means 0.0.0.0.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -19,7 +21,7 @@ pub struct HostPort {
 }
 
 /// An inter-pod (anti-)affinity term with its selectors parsed.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct AffinityTerm {
     /// Namespaces named by the term; with no namespaceSelector and no namespaces, the pod's own.
     pub namespaces: BTreeSet<String>,
@@ -27,6 +29,8 @@ pub struct AffinityTerm {
     pub namespace_selector: Option<Selector>,
     pub selector: Selector,
     pub topology_key: String,
+    /// `topology_key`, interned, to look nodes' values up by.
+    pub topology: Arc<Label>,
 }
 
 impl AffinityTerm {
@@ -44,6 +48,7 @@ impl AffinityTerm {
             namespace_selector,
             selector: Selector::from_label_selector(term.label_selector.as_ref())?,
             topology_key: term.topology_key.clone(),
+            topology: topology::label(&term.topology_key),
         })
     }
 
@@ -53,17 +58,27 @@ impl AffinityTerm {
         pod: &PodInfo,
         namespace_labels: Option<&BTreeMap<String, String>>,
     ) -> bool {
-        let ns_ok = self.namespaces.contains(pod.namespace())
+        self.matches_group(&pod.group, namespace_labels)
+    }
+
+    /// Whether the pods of `group` (in a namespace labelled `namespace_labels`) are ones this
+    /// term selects.
+    pub fn matches_group(
+        &self,
+        group: &PodGroup,
+        namespace_labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        let ns_ok = self.namespaces.contains(group.namespace())
             || self
                 .namespace_selector
                 .as_ref()
                 .is_some_and(|s| namespace_labels.is_some_and(|l| s.matches(l)) || s.is_empty());
-        ns_ok && self.selector.matches(pod.labels())
+        ns_ok && self.selector.matches(group.labels())
     }
 }
 
 /// An affinity term with the weight of a preferred term.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct WeightedAffinityTerm {
     pub term: AffinityTerm,
     pub weight: i32,
@@ -78,10 +93,9 @@ pub struct PodInfo {
     /// The requests with kube-scheduler's non-zero defaults, as scoring counts them.
     pub non_zero_requests: Resource,
     pub host_ports: Vec<HostPort>,
-    pub required_affinity_terms: Vec<AffinityTerm>,
-    pub required_anti_affinity_terms: Vec<AffinityTerm>,
-    pub preferred_affinity_terms: Vec<WeightedAffinityTerm>,
-    pub preferred_anti_affinity_terms: Vec<WeightedAffinityTerm>,
+    /// The pods alike to this one for inter-pod scheduling; it holds the pod's parsed
+    /// inter-pod affinity terms.
+    pub group: Arc<PodGroup>,
     /// An affinity term that could not be parsed; the pod cannot be scheduled while it has one.
     pub parse_error: Option<SelectorError>,
 }
@@ -108,11 +122,11 @@ impl PodInfo {
         let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
         let pa = affinity.and_then(|a| a.pod_affinity.as_ref());
         let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
-        let required_affinity_terms = parse_terms(pa.and_then(|a| {
+        let required_affinity = parse_terms(pa.and_then(|a| {
             a.required_during_scheduling_ignored_during_execution
                 .as_ref()
         }));
-        let required_anti_affinity_terms = parse_terms(paa.and_then(|a| {
+        let required_anti_affinity = parse_terms(paa.and_then(|a| {
             a.required_during_scheduling_ignored_during_execution
                 .as_ref()
         }));
@@ -132,11 +146,11 @@ impl PodInfo {
                     })
                     .collect::<Vec<_>>()
             };
-        let preferred_affinity_terms = parse_weighted(pa.and_then(|a| {
+        let preferred_affinity = parse_weighted(pa.and_then(|a| {
             a.preferred_during_scheduling_ignored_during_execution
                 .as_ref()
         }));
-        let preferred_anti_affinity_terms = parse_weighted(paa.and_then(|a| {
+        let preferred_anti_affinity = parse_weighted(paa.and_then(|a| {
             a.preferred_during_scheduling_ignored_during_execution
                 .as_ref()
         }));
@@ -164,15 +178,23 @@ impl PodInfo {
                 }
             }
         }
+        let group = PodGroup::intern(GroupKey {
+            namespace,
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            terms: AffinityTerms {
+                required_affinity,
+                required_anti_affinity,
+                preferred_affinity,
+                preferred_anti_affinity,
+            },
+        });
         PodInfo {
             pod,
             requests,
             non_zero_requests,
             host_ports,
-            required_affinity_terms,
-            required_anti_affinity_terms,
-            preferred_affinity_terms,
-            preferred_anti_affinity_terms,
+            group,
             parse_error,
         }
     }
@@ -194,7 +216,6 @@ impl PodInfo {
     }
 
     /// `namespace/name`, the key the queue and the cache use.
-    /// `namespace/name`.
     pub fn key(&self) -> String {
         pods::key(&self.pod)
     }
@@ -203,11 +224,13 @@ impl PodInfo {
         pods::node_name(&self.pod)
     }
 
+    /// The pod's inter-pod affinity and anti-affinity terms, parsed.
+    pub fn terms(&self) -> &AffinityTerms {
+        self.group.terms()
+    }
+
     /// Whether the pod has any inter-pod affinity or anti-affinity terms.
     pub fn has_affinity(&self) -> bool {
-        !self.required_affinity_terms.is_empty()
-            || !self.required_anti_affinity_terms.is_empty()
-            || !self.preferred_affinity_terms.is_empty()
-            || !self.preferred_anti_affinity_terms.is_empty()
+        !self.terms().is_empty()
     }
 }

@@ -60,8 +60,8 @@ fn after_pod_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Event
         return Hint::Skip;
     }
     let (affinity, anti) = (
-        &pod.required_affinity_terms,
-        &pod.required_anti_affinity_terms,
+        &pod.terms().required_affinity,
+        &pod.terms().required_anti_affinity,
     );
     match (old_obj, new_obj) {
         (Some(old), Some(new)) => {
@@ -76,7 +76,7 @@ fn after_pod_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Event
             let deleted = info(deleted);
             events::queue_if(
                 selected_by_all(anti, &deleted)
-                    || selected_by_all(&deleted.required_anti_affinity_terms, pod),
+                    || selected_by_all(&deleted.terms().required_anti_affinity, pod),
             )
         }
         (None, None) => Hint::Queue,
@@ -95,7 +95,7 @@ fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
             b.contains_key(key) && after.contains_key(key) && b.get(key) != after.get(key)
         })
     };
-    for term in &pod.required_affinity_terms {
+    for term in &pod.terms().required_affinity {
         let key = term.topology_key.as_str();
         let gained = match &before {
             None => after.contains_key(key),
@@ -105,7 +105,7 @@ fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
             return Hint::Queue;
         }
     }
-    for term in &pod.required_anti_affinity_terms {
+    for term in &pod.terms().required_anti_affinity {
         let key = term.topology_key.as_str();
         let lost = match &before {
             None => true,

@@ -10,16 +10,22 @@
 
 mod hints;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
+
+// Per-cycle maps keyed by topology keys and values: foldhash is several times faster than
+// SipHash on them, and nothing outside the cycle chooses their keys.
+use foldhash::HashMap;
 use std::sync::Arc;
 
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::parallel::fold_per_thread;
+use crate::scheduler::framework::pod_group::{GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::topology::Label;
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
@@ -130,53 +136,102 @@ impl Plugin for InterPodAffinity {
     }
 }
 
-/// A number per topology pair, `topologyKey → value → n`: kube-scheduler's
-/// topologyToMatchedTermCount (Filter) and scoreMap (Score). Keyed by topology key first so
-/// that a node is checked with one label lookup per key.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-struct TopologyMap(HashMap<String, HashMap<String, i64>>);
+/// Numbers per topology value of one key, by the value's interned id: in a vector for the
+/// usual small ids (no hashing on the per-node path), in a map past `DENSE_IDS`.
+#[derive(Clone, Debug, Default)]
+struct Sums {
+    dense: Vec<i64>,
+    sparse: HashMap<u32, i64>,
+}
 
-impl TopologyMap {
-    /// Adds `n` to the pair (`key`, the node's value for it); nothing when the node lacks `key`.
-    fn add_for_node(&mut self, node_labels: &BTreeMap<String, String>, key: &str, n: i64) {
-        if let Some(value) = node_labels.get(key) {
-            *self
-                .0
-                .entry(key.to_string())
-                .or_default()
-                .entry(value.clone())
-                .or_default() += n;
+/// Ids below this are summed in a vector (at most 512 KiB per key and thread).
+const DENSE_IDS: u32 = 1 << 16;
+
+impl Sums {
+    fn add(&mut self, value: u32, n: i64) {
+        if value < DENSE_IDS {
+            let i = value as usize;
+            if i >= self.dense.len() {
+                self.dense.resize(i + 1, 0);
+            }
+            self.dense[i] += n;
+        } else {
+            *self.sparse.entry(value).or_default() += n;
         }
     }
 
-    fn get(&self, key: &str, value: &str) -> i64 {
-        self.0
-            .get(key)
-            .and_then(|values| values.get(value))
-            .copied()
-            .unwrap_or(0)
+    fn get(&self, value: u32) -> i64 {
+        if value < DENSE_IDS {
+            self.dense.get(value as usize).copied().unwrap_or(0)
+        } else {
+            self.sparse.get(&value).copied().unwrap_or(0)
+        }
     }
 
-    /// The number for the pair of `key` on a node with these labels; `None` when it lacks `key`.
-    fn for_node(&self, node_labels: &BTreeMap<String, String>, key: &str) -> Option<i64> {
-        node_labels.get(key).map(|value| self.get(key, value))
+    fn merge(&mut self, other: Sums) {
+        if self.dense.len() < other.dense.len() {
+            self.dense.resize(other.dense.len(), 0);
+        }
+        for (into, n) in self.dense.iter_mut().zip(other.dense) {
+            *into += n;
+        }
+        for (value, n) in other.sparse {
+            *self.sparse.entry(value).or_default() += n;
+        }
+    }
+}
+
+/// A number per topology pair, `topologyKey → value → n`: kube-scheduler's
+/// topologyToMatchedTermCount (Filter) and scoreMap (Score). Keyed by topology key first so
+/// that a node is checked with one lookup per key; a pod's terms name few keys, so they are a
+/// short list. Keys and values are interned labels: a node's pair is found by number.
+#[derive(Clone, Debug, Default)]
+struct TopologyMap(Vec<(Arc<Label>, Sums)>);
+
+impl TopologyMap {
+    fn values(&self, key: &Label) -> Option<&Sums> {
+        self.0
+            .iter()
+            .find(|(k, _)| k.id() == key.id())
+            .map(|(_, v)| v)
+    }
+
+    fn values_mut(&mut self, key: &Arc<Label>) -> &mut Sums {
+        let i = match self.0.iter().position(|(k, _)| k.id() == key.id()) {
+            Some(i) => i,
+            None => {
+                self.0.push((key.clone(), Sums::default()));
+                self.0.len() - 1
+            }
+        };
+        &mut self.0[i].1
+    }
+
+    /// Adds `n` to the pair (`key`, the node's value for it); nothing when the node lacks `key`.
+    fn add_for_node(&mut self, node: &NodeInfo, key: &Arc<Label>, n: i64) {
+        if let Some(value) = node.topology.value(key) {
+            self.values_mut(key).add(value, n);
+        }
+    }
+
+    /// The number for the pair of `key` on the node; `None` when it lacks `key`.
+    fn for_node(&self, node: &NodeInfo, key: &Label) -> Option<i64> {
+        let value = node.topology.value(key)?;
+        Some(self.values(key).map_or(0, |values| values.get(value)))
     }
 
     /// Whether any topology pair of the node has a positive number.
-    fn any_positive_for_node(&self, node_labels: &BTreeMap<String, String>) -> bool {
-        self.0.iter().any(|(key, values)| {
-            node_labels
-                .get(key)
-                .and_then(|v| values.get(v))
-                .is_some_and(|n| *n > 0)
-        })
+    fn any_positive_for_node(&self, node: &NodeInfo) -> bool {
+        self.0
+            .iter()
+            .any(|(key, values)| node.topology.value(key).is_some_and(|v| values.get(v) > 0))
     }
 
     /// The sum of the numbers of every topology pair of the node.
-    fn sum_for_node(&self, node_labels: &BTreeMap<String, String>) -> i64 {
+    fn sum_for_node(&self, node: &NodeInfo) -> i64 {
         self.0
             .iter()
-            .filter_map(|(key, values)| node_labels.get(key).and_then(|v| values.get(v)))
+            .filter_map(|(key, values)| node.topology.value(key).map(|v| values.get(v)))
             .sum()
     }
 
@@ -185,19 +240,18 @@ impl TopologyMap {
     }
 
     /// Both maps added pair by pair.
-    fn merge(self, other: TopologyMap) -> TopologyMap {
-        let (mut big, small) = if self.0.len() >= other.0.len() {
-            (self, other)
-        } else {
-            (other, self)
-        };
-        for (key, values) in small.0 {
-            let entry = big.0.entry(key).or_default();
-            for (value, n) in values {
-                *entry.entry(value).or_default() += n;
-            }
+    fn merge(mut self, other: TopologyMap) -> TopologyMap {
+        for (key, from) in other.0 {
+            self.values_mut(&key).merge(from);
         }
-        big
+        self
+    }
+
+    /// Every map of `maps` added pair by pair.
+    fn sum(maps: impl IntoIterator<Item = TopologyMap>) -> TopologyMap {
+        maps.into_iter()
+            .reduce(TopologyMap::merge)
+            .unwrap_or_default()
     }
 }
 
@@ -235,9 +289,10 @@ fn resolve_weighted(
         .collect()
 }
 
-/// Whether `pod` matches every one of the (namespace-resolved) terms; false for no terms.
-fn matches_all_terms(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
-    !terms.is_empty() && terms.iter().all(|t| t.matches(pod, None))
+/// Whether the pods of `group` match every one of the (namespace-resolved) terms; false for
+/// no terms.
+fn matches_all_terms(terms: &[AffinityTerm], group: &PodGroup) -> bool {
+    !terms.is_empty() && terms.iter().all(|t| t.matches_group(group, None))
 }
 
 /// What PreFilter computed for Filter (kube-scheduler's preFilterState).
@@ -250,8 +305,8 @@ struct PreFilterState {
     /// Pods matching each of the incoming pod's required anti-affinity terms, per pair.
     anti_affinity_counts: TopologyMap,
     /// The incoming pod's topology keys of its required affinity / anti-affinity terms.
-    affinity_keys: Vec<String>,
-    anti_affinity_keys: Vec<String>,
+    affinity_keys: Vec<Arc<Label>>,
+    anti_affinity_keys: Vec<Arc<Label>>,
     /// Whether the incoming pod matches all its own required affinity terms (the first pod of
     /// a group that has affinity to itself).
     matches_own_affinity: bool,
@@ -260,10 +315,10 @@ struct PreFilterState {
 impl PreFilterState {
     /// Every required affinity term has a matching pod in the node's domain, or no pod matches
     /// anywhere and the pod matches its own terms. A node lacking a topology key fails.
-    fn satisfies_pod_affinity(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn satisfies_pod_affinity(&self, node: &NodeInfo) -> bool {
         let mut pods_exist = true;
         for key in &self.affinity_keys {
-            match self.affinity_counts.for_node(labels, key) {
+            match self.affinity_counts.for_node(node, key) {
                 None => return false,
                 Some(n) if n <= 0 => pods_exist = false,
                 Some(_) => {}
@@ -273,45 +328,49 @@ impl PreFilterState {
     }
 
     /// No required anti-affinity term of the pod has a matching pod in the node's domain.
-    fn satisfies_pod_anti_affinity(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn satisfies_pod_anti_affinity(&self, node: &NodeInfo) -> bool {
         self.anti_affinity_counts.is_empty()
             || !self
                 .anti_affinity_keys
                 .iter()
-                .any(|key| self.anti_affinity_counts.for_node(labels, key).unwrap_or(0) > 0)
+                .any(|key| self.anti_affinity_counts.for_node(node, key).unwrap_or(0) > 0)
     }
 
     /// No existing pod's required anti-affinity term covers the node's domain.
-    fn satisfies_existing_pods_anti_affinity(&self, labels: &BTreeMap<String, String>) -> bool {
+    fn satisfies_existing_pods_anti_affinity(&self, node: &NodeInfo) -> bool {
         !self
             .existing_anti_affinity_counts
-            .any_positive_for_node(labels)
+            .any_positive_for_node(node)
     }
 }
 
 /// For every existing pod with required anti-affinity terms, the pairs (on its node) of the
-/// terms the incoming pod matches.
+/// terms the incoming pod matches. Terms are matched once per group of alike pods.
 fn existing_anti_affinity_counts(pod: &PodInfo, snapshot: &Snapshot) -> TopologyMap {
     let ns_labels = snapshot.namespace_labels(pod.namespace());
+    let memo = GroupMemo::new();
     let nodes: Vec<&Arc<NodeInfo>> = snapshot.have_pods_with_required_anti_affinity().collect();
-    nodes
-        .par_iter()
-        .fold(TopologyMap::default, |mut counts, node| {
-            let labels = node.labels();
-            for existing in &node.pods_with_required_anti_affinity {
-                for term in &existing.required_anti_affinity_terms {
-                    if term.matches(pod, ns_labels) {
-                        counts.add_for_node(labels, &term.topology_key, 1);
+    let per_thread = fold_per_thread(&nodes, TopologyMap::default, |counts, node| {
+        for g in &node.groups {
+            let terms = &g.group.terms().required_anti_affinity;
+            if terms.is_empty() {
+                continue;
+            }
+            let ask = |t: usize| terms[t].matches(pod, ns_labels);
+            memo.with(&g.group, terms.len(), ask, |matched| {
+                for (t, term) in terms.iter().enumerate() {
+                    if matched.get(t) {
+                        counts.add_for_node(node, &term.topology, i64::from(g.pods));
                     }
                 }
-            }
-            counts
-        })
-        .reduce(TopologyMap::default, TopologyMap::merge)
+            });
+        }
+    });
+    TopologyMap::sum(per_thread)
 }
 
 /// The pairs of the existing pods matching the incoming pod's required affinity terms (all of
-/// them at once) and anti-affinity terms (each on its own).
+/// them at once) and anti-affinity terms (each on its own), matched once per group.
 fn incoming_counts(
     affinity: &[AffinityTerm],
     anti_affinity: &[AffinityTerm],
@@ -320,31 +379,36 @@ fn incoming_counts(
     if affinity.is_empty() && anti_affinity.is_empty() {
         return Default::default();
     }
-    snapshot
-        .nodes()
-        .par_iter()
-        .fold(
-            <(TopologyMap, TopologyMap)>::default,
-            |(mut aff, mut anti), node| {
-                let labels = node.labels();
-                for existing in &node.pods {
-                    if matches_all_terms(affinity, existing) {
+    // Question 0: all affinity terms match; question 1 + j: anti-affinity term j matches.
+    let memo = GroupMemo::new();
+    let questions = 1 + anti_affinity.len();
+    let per_thread = fold_per_thread(
+        snapshot.nodes(),
+        <(TopologyMap, TopologyMap)>::default,
+        |(aff, anti), node| {
+            for g in &node.groups {
+                let ask = |q: usize| match q {
+                    0 => matches_all_terms(affinity, &g.group),
+                    q => anti_affinity[q - 1].matches_group(&g.group, None),
+                };
+                let n = i64::from(g.pods);
+                memo.with(&g.group, questions, ask, |matched| {
+                    if matched.get(0) {
                         for term in affinity {
-                            aff.add_for_node(labels, &term.topology_key, 1);
+                            aff.add_for_node(node, &term.topology, n);
                         }
                     }
-                    for term in anti_affinity {
-                        if term.matches(existing, None) {
-                            anti.add_for_node(labels, &term.topology_key, 1);
+                    for (j, term) in anti_affinity.iter().enumerate() {
+                        if matched.get(1 + j) {
+                            anti.add_for_node(node, &term.topology, n);
                         }
                     }
-                }
-                (aff, anti)
-            },
-        )
-        .reduce(Default::default, |(a1, b1), (a2, b2)| {
-            (a1.merge(a2), b1.merge(b2))
-        })
+                });
+            }
+        },
+    );
+    let (aff, anti): (Vec<_>, Vec<_>) = per_thread.into_iter().unzip();
+    (TopologyMap::sum(aff), TopologyMap::sum(anti))
 }
 
 impl PreFilterPlugin for InterPodAffinity {
@@ -363,12 +427,14 @@ impl PreFilterPlugin for InterPodAffinity {
             );
         }
         let affinity: Vec<AffinityTerm> = pod
-            .required_affinity_terms
+            .terms()
+            .required_affinity
             .iter()
             .map(|t| resolve_namespaces(t, snapshot))
             .collect();
         let anti_affinity: Vec<AffinityTerm> = pod
-            .required_anti_affinity_terms
+            .terms()
+            .required_anti_affinity
             .iter()
             .map(|t| resolve_namespaces(t, snapshot))
             .collect();
@@ -388,12 +454,9 @@ impl PreFilterPlugin for InterPodAffinity {
                 existing_anti_affinity_counts,
                 affinity_counts,
                 anti_affinity_counts,
-                affinity_keys: affinity.iter().map(|t| t.topology_key.clone()).collect(),
-                anti_affinity_keys: anti_affinity
-                    .iter()
-                    .map(|t| t.topology_key.clone())
-                    .collect(),
-                matches_own_affinity: matches_all_terms(&affinity, pod),
+                affinity_keys: affinity.iter().map(|t| t.topology.clone()).collect(),
+                anti_affinity_keys: anti_affinity.iter().map(|t| t.topology.clone()).collect(),
+                matches_own_affinity: matches_all_terms(&affinity, &pod.group),
             },
         );
         (PreFilterResult::all_nodes(), Status::success())
@@ -408,14 +471,13 @@ impl FilterPlugin for InterPodAffinity {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
             return Status::error(format!("reading {PRE_FILTER_STATE_KEY:?} from cycle state"));
         };
-        let labels = node.labels();
-        if !s.satisfies_pod_affinity(labels) {
+        if !s.satisfies_pod_affinity(node) {
             return Status::unresolvable(ERR_REASON_AFFINITY_RULES_NOT_MATCH);
         }
-        if !s.satisfies_pod_anti_affinity(labels) {
+        if !s.satisfies_pod_anti_affinity(node) {
             return Status::unschedulable(ERR_REASON_ANTI_AFFINITY_RULES_NOT_MATCH);
         }
-        if !s.satisfies_existing_pods_anti_affinity(labels) {
+        if !s.satisfies_existing_pods_anti_affinity(node) {
             return Status::unschedulable(ERR_REASON_EXISTING_ANTI_AFFINITY_RULES_NOT_MATCH);
         }
         Status::success()
@@ -439,43 +501,88 @@ struct ScoreInputs<'a> {
 }
 
 impl ScoreInputs<'_> {
-    /// Adds what one existing pod contributes to the pairs of its node, as kube-scheduler's
-    /// processExistingPod: the incoming pod's preferred terms matching it, and its own
-    /// required affinity (at hardPodAffinityWeight) and preferred terms matching the incoming pod.
-    fn add_existing_pod(
+    /// Adds what the `n` pods of one group on a node contribute to the pairs of that node, as
+    /// kube-scheduler's processExistingPod does for each: the incoming pod's preferred terms
+    /// matching them, and their own required affinity (at hardPodAffinityWeight) and preferred
+    /// terms matching the incoming pod. Terms are matched once per group through `memo`.
+    fn add_group(
         &self,
         scores: &mut TopologyMap,
-        existing: &PodInfo,
-        labels: &BTreeMap<String, String>,
+        memo: &GroupMemo,
+        group: &PodGroup,
+        n: u32,
+        node: &NodeInfo,
     ) {
-        for w in &self.preferred_affinity {
-            if w.term.matches(existing, None) {
-                scores.add_for_node(labels, &w.term.topology_key, i64::from(w.weight));
+        let theirs = group.terms();
+        // The questions, in this order: the incoming pod's preferred affinity and
+        // anti-affinity terms (do they select the group?), then the group's required affinity,
+        // preferred affinity and preferred anti-affinity terms (do they select the pod?).
+        let contributions = self
+            .preferred_affinity
+            .iter()
+            .map(|w| (&w.term.topology, i64::from(w.weight)))
+            .chain(
+                self.preferred_anti_affinity
+                    .iter()
+                    .map(|w| (&w.term.topology, -i64::from(w.weight))),
+            )
+            .chain(
+                theirs
+                    .required_affinity
+                    .iter()
+                    .map(|t| (&t.topology, i64::from(self.hard_pod_affinity_weight))),
+            )
+            .chain(
+                theirs
+                    .preferred_affinity
+                    .iter()
+                    .map(|w| (&w.term.topology, i64::from(w.weight))),
+            )
+            .chain(
+                theirs
+                    .preferred_anti_affinity
+                    .iter()
+                    .map(|w| (&w.term.topology, -i64::from(w.weight))),
+            );
+        let ours = self.preferred_affinity.len() + self.preferred_anti_affinity.len();
+        let ask = |q: usize| {
+            if q < self.preferred_affinity.len() {
+                return self.preferred_affinity[q].term.matches_group(group, None);
             }
-        }
-        for w in &self.preferred_anti_affinity {
-            if w.term.matches(existing, None) {
-                scores.add_for_node(labels, &w.term.topology_key, -i64::from(w.weight));
+            if q < ours {
+                let w = &self.preferred_anti_affinity[q - self.preferred_affinity.len()];
+                return w.term.matches_group(group, None);
             }
-        }
-        if self.hard_pod_affinity_weight > 0 {
-            for term in &existing.required_affinity_terms {
-                if term.matches(self.pod, self.pod_ns_labels) {
-                    let weight = i64::from(self.hard_pod_affinity_weight);
-                    scores.add_for_node(labels, &term.topology_key, weight);
+            let mut q = q - ours;
+            if q < theirs.required_affinity.len() {
+                return self.hard_pod_affinity_weight > 0
+                    && theirs.required_affinity[q].matches(self.pod, self.pod_ns_labels);
+            }
+            q -= theirs.required_affinity.len();
+            if q < theirs.preferred_affinity.len() {
+                return theirs.preferred_affinity[q]
+                    .term
+                    .matches(self.pod, self.pod_ns_labels);
+            }
+            q -= theirs.preferred_affinity.len();
+            theirs.preferred_anti_affinity[q]
+                .term
+                .matches(self.pod, self.pod_ns_labels)
+        };
+        let questions = ours
+            + theirs.required_affinity.len()
+            + theirs.preferred_affinity.len()
+            + theirs.preferred_anti_affinity.len();
+        memo.with(group, questions, ask, |matched| {
+            if matched.none() {
+                return;
+            }
+            for (q, (key, weight)) in contributions.enumerate() {
+                if matched.get(q) {
+                    scores.add_for_node(node, key, weight * i64::from(n));
                 }
             }
-        }
-        for w in &existing.preferred_affinity_terms {
-            if w.term.matches(self.pod, self.pod_ns_labels) {
-                scores.add_for_node(labels, &w.term.topology_key, i64::from(w.weight));
-            }
-        }
-        for w in &existing.preferred_anti_affinity_terms {
-            if w.term.matches(self.pod, self.pod_ns_labels) {
-                scores.add_for_node(labels, &w.term.topology_key, -i64::from(w.weight));
-            }
-        }
+        });
     }
 }
 
@@ -495,16 +602,19 @@ impl PreScorePlugin for InterPodAffinity {
         if let Some(err) = &pod.parse_error {
             return Status::error(format!("parsing pod: {err}"));
         }
-        let has_constraints = !pod.preferred_affinity_terms.is_empty()
-            || !pod.preferred_anti_affinity_terms.is_empty();
+        let has_constraints = !pod.terms().preferred_affinity.is_empty()
+            || !pod.terms().preferred_anti_affinity.is_empty();
         if self.args.ignore_preferred_terms_of_existing_pods && !has_constraints {
             return Status::skip();
         }
         let inputs = ScoreInputs {
             pod,
             pod_ns_labels: snapshot.namespace_labels(pod.namespace()),
-            preferred_affinity: resolve_weighted(&pod.preferred_affinity_terms, snapshot),
-            preferred_anti_affinity: resolve_weighted(&pod.preferred_anti_affinity_terms, snapshot),
+            preferred_affinity: resolve_weighted(&pod.terms().preferred_affinity, snapshot),
+            preferred_anti_affinity: resolve_weighted(
+                &pod.terms().preferred_anti_affinity,
+                snapshot,
+            ),
             hard_pod_affinity_weight: self.args.hard_pod_affinity_weight,
         };
         let nodes: Vec<&Arc<NodeInfo>> = if has_constraints {
@@ -512,21 +622,18 @@ impl PreScorePlugin for InterPodAffinity {
         } else {
             snapshot.have_pods_with_affinity().collect()
         };
-        let topology_score = nodes
-            .par_iter()
-            .fold(TopologyMap::default, |mut scores, node| {
-                let labels = node.labels();
-                let pods = if has_constraints {
-                    &node.pods
-                } else {
-                    &node.pods_with_affinity
-                };
-                for existing in pods {
-                    inputs.add_existing_pod(&mut scores, existing, labels);
-                }
-                scores
-            })
-            .reduce(TopologyMap::default, TopologyMap::merge);
+        let memo = GroupMemo::new();
+        let per_thread = fold_per_thread(&nodes, TopologyMap::default, |scores, node| {
+            // Without preferred terms of the pod's own, only groups with terms contribute.
+            let groups = node
+                .groups
+                .iter()
+                .filter(|g| has_constraints || !g.group.terms().is_empty());
+            for g in groups {
+                inputs.add_group(scores, &memo, &g.group, g.pods, node);
+            }
+        });
+        let topology_score = TopologyMap::sum(per_thread);
         if topology_score.is_empty() {
             return Status::skip();
         }
@@ -543,7 +650,7 @@ impl ScorePlugin for InterPodAffinity {
             .ok_or_else(|| {
                 Status::error(format!("reading {PRE_SCORE_STATE_KEY:?} from cycle state"))
             })?;
-        Ok(s.topology_score.sum_for_node(node.labels()))
+        Ok(s.topology_score.sum_for_node(node))
     }
 
     /// Min-max scaling to 0..=MAX_NODE_SCORE, rounding down; all equal scores become 0.

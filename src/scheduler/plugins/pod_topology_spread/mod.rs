@@ -7,11 +7,14 @@
 
 mod hints;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::BTreeMap;
+
+// Per-cycle maps keyed by node and domain names: foldhash is several times faster than
+// SipHash on them, and nothing outside the cycle chooses their keys.
+use foldhash::{HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
-use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::k8s::labels::{Requirement, Selector, SelectorError};
@@ -19,8 +22,11 @@ use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::taints::find_untolerated;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::parallel::fold_per_thread;
+use crate::scheduler::framework::pod_group::{GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::topology::{self, Label};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
@@ -244,6 +250,8 @@ fn has_own_constraints(pod: &PodInfo) -> bool {
 struct Constraint {
     max_skew: i64,
     topology_key: String,
+    /// `topology_key`, interned, to look nodes' values up by.
+    topology: Arc<Label>,
     /// The labelSelector with the pod's values for `matchLabelKeys` merged in.
     selector: Selector,
     /// Fewer eligible domains than this make the global minimum 0 (DoNotSchedule only).
@@ -270,6 +278,7 @@ impl Constraint {
         Ok(Constraint {
             max_skew: i64::from(c.max_skew),
             topology_key: c.topology_key.clone(),
+            topology: topology::label(&c.topology_key),
             selector,
             min_domains: i64::from(c.min_domains.unwrap_or(1)),
             honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
@@ -301,11 +310,12 @@ impl<'a> Inclusion<'a> {
     }
 
     fn includes(&self, c: &Constraint, node: &NodeInfo) -> bool {
+        // An empty affinity matches every node; checking that first spares reading the node.
         if c.honor_node_affinity
             && !self
                 .affinity
                 .as_ref()
-                .is_some_and(|a| a.matches_labels(&node.name, node.labels()))
+                .is_some_and(|a| a.is_empty() || a.matches_labels(&node.name, node.labels()))
         {
             return false;
         }
@@ -325,42 +335,66 @@ impl<'a> Inclusion<'a> {
     }
 }
 
-fn has_all_keys(labels: &BTreeMap<String, String>, constraints: &[Constraint]) -> bool {
-    constraints
-        .iter()
-        .all(|c| labels.contains_key(&c.topology_key))
+fn has_all_keys(node: &NodeInfo, constraints: &[Constraint]) -> bool {
+    constraints.iter().all(|c| node.topology.has(&c.topology))
 }
 
-/// The pods in `namespace` the selector matches, leaving out terminating pods. An empty
-/// selector counts nothing, as kube-scheduler's countPodsMatchSelector.
-fn count_matching(pods: &[Arc<PodInfo>], selector: &Selector, namespace: &str) -> i64 {
-    if selector.is_empty() {
-        return 0;
+/// Which constraints count the pods of each group, answered once per group in a cycle: pods in
+/// the incoming pod's namespace, not terminating, that the constraint's selector matches. An
+/// empty selector counts nothing, as kube-scheduler's countPodsMatchSelector.
+#[derive(Debug)]
+struct Counted {
+    selectors: Vec<Selector>,
+    namespace: String,
+    memo: GroupMemo,
+}
+
+impl Counted {
+    fn new(constraints: &[Constraint], namespace: &str) -> Self {
+        Counted {
+            selectors: constraints.iter().map(|c| c.selector.clone()).collect(),
+            namespace: namespace.to_string(),
+            memo: GroupMemo::new(),
+        }
     }
-    let matching = pods.iter().filter(|p| {
-        p.pod.metadata.deletion_timestamp.is_none()
-            && p.namespace() == namespace
-            && selector.matches(p.labels())
-    });
-    i64::try_from(matching.count()).unwrap_or(i64::MAX)
+
+    /// The pods on `node` that constraint `i` counts.
+    fn on_node(&self, node: &NodeInfo, i: usize) -> i64 {
+        let ask = |group: &PodGroup, c: usize| {
+            let selector = &self.selectors[c];
+            !selector.is_empty()
+                && !group.terminating()
+                && group.namespace() == self.namespace
+                && selector.matches(group.labels())
+        };
+        node.groups
+            .iter()
+            .filter(|g| {
+                self.memo.with(
+                    &g.group,
+                    self.selectors.len(),
+                    |c| ask(&g.group, c),
+                    |answers| answers.get(i),
+                )
+            })
+            .map(|g| i64::from(g.pods))
+            .sum()
+    }
 }
 
-/// Topology value → matching pods in that domain, for one constraint.
-type DomainCounts = HashMap<String, i64>;
+/// Domain (the id of a topology value) → matching pods in that domain, for one constraint.
+type DomainCounts = HashMap<u32, i64>;
 
 /// Sums per-constraint domain counts over `nodes` in parallel; `per_node` adds one node's share.
 fn count_by_domain<F>(nodes: &[Arc<NodeInfo>], constraints: usize, per_node: F) -> Vec<DomainCounts>
 where
     F: Fn(&NodeInfo, &mut [DomainCounts]) + Sync + Send,
 {
-    let empty = || vec![DomainCounts::new(); constraints];
-    nodes
-        .par_iter()
-        .fold(empty, |mut acc, node| {
-            per_node(node, &mut acc);
-            acc
-        })
-        .reduce(empty, merge_counts)
+    let empty = || vec![DomainCounts::default(); constraints];
+    fold_per_thread(nodes, empty, |acc, node| per_node(node, acc))
+        .into_iter()
+        .reduce(merge_counts)
+        .unwrap_or_else(empty)
 }
 
 fn merge_counts(mut into: Vec<DomainCounts>, from: Vec<DomainCounts>) -> Vec<DomainCounts> {
@@ -405,6 +439,8 @@ struct PreScoreState {
     constraints: Vec<SoftConstraint>,
     /// Feasible nodes lacking a topology key: they score 0.
     ignored: HashSet<String>,
+    /// Counts the pods of hostname constraints, node by node, in Score.
+    counted: Counted,
 }
 
 impl Plugin for PodTopologySpread {
@@ -453,19 +489,17 @@ impl PreFilterPlugin for PodTopologySpread {
             return (PreFilterResult::all_nodes(), Status::skip());
         }
         let inclusion = Inclusion::new(pod);
-        let namespace = pod.namespace();
+        let counted = Counted::new(&constraints, pod.namespace());
         let counts = count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
-            let labels = node.labels();
-            if !has_all_keys(labels, &constraints) {
+            if !has_all_keys(node, &constraints) {
                 return;
             }
-            for (c, counts) in constraints.iter().zip(acc.iter_mut()) {
-                let Some(value) = labels.get(&c.topology_key) else {
+            for (i, (c, counts)) in constraints.iter().zip(acc.iter_mut()).enumerate() {
+                let Some(value) = node.topology.value(&c.topology) else {
                     continue;
                 };
                 if inclusion.includes(c, node) {
-                    *counts.entry(value.clone()).or_default() +=
-                        count_matching(&node.pods, &c.selector, namespace);
+                    *counts.entry(value).or_default() += counted.on_node(node, i);
                 }
             }
         });
@@ -502,12 +536,11 @@ impl FilterPlugin for PodTopologySpread {
                 "reading {PRE_FILTER_STATE_KEY} from the cycle state"
             ));
         };
-        let labels = node.labels();
         for hc in &s.constraints {
-            let Some(value) = labels.get(&hc.constraint.topology_key) else {
+            let Some(value) = node.topology.value(&hc.constraint.topology) else {
                 return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
             };
-            let matching = hc.counts.get(value).copied().unwrap_or(0);
+            let matching = hc.counts.get(&value).copied().unwrap_or(0);
             if matching + hc.self_match - hc.min_match > hc.constraint.max_skew {
                 return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
             }
@@ -543,54 +576,44 @@ impl PreScorePlugin for PodTopologySpread {
         // System defaults spread over hostname even on nodes without a zone label.
         let require_all_keys = has_own_constraints(pod) || !self.system_defaulted;
 
-        let mut ignored = HashSet::new();
-        let mut domains = vec![HashSet::<String>::new(); constraints.len()];
+        // As upstream, a node without a topology key is in the "" domain of that key.
+        let no_value = topology::label("");
+        let value_of = |node: &NodeInfo, c: &Constraint| {
+            node.topology.value(&c.topology).unwrap_or(no_value.id())
+        };
+        let mut ignored = HashSet::default();
+        let mut domains = vec![HashSet::<u32>::default(); constraints.len()];
         for node in nodes {
-            let labels = node.labels();
-            if require_all_keys && !has_all_keys(labels, &constraints) {
+            if require_all_keys && !has_all_keys(node, &constraints) {
                 ignored.insert(node.name.clone());
                 continue;
             }
             for (c, domains) in constraints.iter().zip(domains.iter_mut()) {
                 if !c.is_hostname() {
-                    // As upstream, a missing label is the "" domain and counts in the weight.
-                    let value = labels.get(&c.topology_key).cloned().unwrap_or_default();
-                    domains.insert(value);
+                    domains.insert(value_of(node, c));
                 }
             }
         }
         let scored_nodes = nodes.len() - ignored.len();
 
         let inclusion = Inclusion::new(pod);
-        let namespace = pod.namespace();
-        let domain_counts = count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
-            let labels = node.labels();
-            if require_all_keys && !has_all_keys(labels, &constraints) {
+        let counted = Counted::new(&constraints, pod.namespace());
+        // Hostname domains are single nodes: Score counts each node's own pods.
+        let counts = count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
+            if require_all_keys && !has_all_keys(node, &constraints) {
                 return;
             }
-            for ((c, domains), counts) in constraints.iter().zip(&domains).zip(acc.iter_mut()) {
-                let value = labels.get(&c.topology_key).map_or("", String::as_str);
-                if domains.contains(value) && inclusion.includes(c, node) {
-                    *counts.entry(value.to_string()).or_default() +=
-                        count_matching(&node.pods, &c.selector, namespace);
-                }
-            }
-        });
-        // Hostname domains are single nodes: count each feasible node's own pods.
-        let node_counts = count_by_domain(nodes, constraints.len(), |node, acc| {
-            if ignored.contains(&node.name) {
-                return;
-            }
-            for (c, counts) in constraints.iter().zip(acc.iter_mut()) {
+            let per_constraint = constraints.iter().zip(&domains).zip(acc.iter_mut());
+            for (i, ((c, domains), counts)) in per_constraint.enumerate() {
                 if c.is_hostname() {
-                    counts.insert(
-                        node.name.clone(),
-                        count_matching(&node.pods, &c.selector, namespace),
-                    );
+                    continue;
+                }
+                let value = value_of(node, c);
+                if domains.contains(&value) && inclusion.includes(c, node) {
+                    *counts.entry(value).or_default() += counted.on_node(node, i);
                 }
             }
         });
-        let counts = merge_counts(domain_counts, node_counts);
 
         let constraints = constraints
             .into_iter()
@@ -614,6 +637,7 @@ impl PreScorePlugin for PodTopologySpread {
             PreScoreState {
                 constraints,
                 ignored,
+                counted,
             },
         );
         Status::success()
@@ -634,18 +658,16 @@ impl ScorePlugin for PodTopologySpread {
         if s.ignored.contains(&node.name) {
             return Ok(0);
         }
-        let labels = node.labels();
         let mut score = 0.0;
-        for sc in &s.constraints {
-            let Some(value) = labels.get(&sc.constraint.topology_key) else {
+        for (i, sc) in s.constraints.iter().enumerate() {
+            let Some(value) = node.topology.value(&sc.constraint.topology) else {
                 continue;
             };
-            let domain = if sc.constraint.is_hostname() {
-                &node.name
+            let count = if sc.constraint.is_hostname() {
+                s.counted.on_node(node, i)
             } else {
-                value
+                sc.counts.get(&value).copied().unwrap_or(0)
             };
-            let count = sc.counts.get(domain).copied().unwrap_or(0);
             score += count as f64 * sc.weight + (sc.constraint.max_skew - 1) as f64;
         }
         Ok(score.round() as i64)
