@@ -51,17 +51,10 @@ impl<K: Hash + Eq> Interner<K> {
     /// new one.
     pub fn intern(&'static self, value: K) -> Arc<Interned<K>> {
         let hash = hash_of(&value);
-        // Values looked at are released after the lock: releasing the last hold on one runs
-        // its Drop, which takes the lock.
         let mut looked_at = Vec::new();
         let mut state = self.lock();
-        for weak in state.by_hash.get(&hash).into_iter().flatten() {
-            if let Some(found) = weak.upgrade() {
-                if found.value == value {
-                    return found;
-                }
-                looked_at.push(found);
-            }
+        if let Some(found) = state.find(hash, &value, &mut looked_at) {
+            return found;
         }
         let id = state.free.pop().unwrap_or_else(|| {
             let id = state.next;
@@ -92,15 +85,7 @@ impl<K: Hash + Eq> Interner<K> {
         let hash = hash_of(value);
         let mut looked_at = Vec::new();
         let state = self.lock();
-        for weak in state.by_hash.get(&hash).into_iter().flatten() {
-            if let Some(found) = weak.upgrade() {
-                if found.value.borrow() == value {
-                    return Some(found);
-                }
-                looked_at.push(found);
-            }
-        }
-        None
+        state.find(hash, value, &mut looked_at)
     }
 
     /// Every live value's id is below this.
@@ -112,6 +97,32 @@ impl<K: Hash + Eq> Interner<K> {
         // The state stays consistent even if a holder panicked: each change is one push or
         // removal.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl<K> State<K> {
+    /// The live value equal to `value` in the bucket of `hash`. The other live values of the
+    /// bucket are put in `looked_at`, for the caller to release after the lock: releasing the
+    /// last hold on one runs its Drop, which takes the lock.
+    fn find<Q>(
+        &self,
+        hash: u64,
+        value: &Q,
+        looked_at: &mut Vec<Arc<Interned<K>>>,
+    ) -> Option<Arc<Interned<K>>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + ?Sized,
+    {
+        for weak in self.by_hash.get(&hash).into_iter().flatten() {
+            if let Some(found) = weak.upgrade() {
+                if found.value.borrow() == value {
+                    return Some(found);
+                }
+                looked_at.push(found);
+            }
+        }
+        None
     }
 }
 

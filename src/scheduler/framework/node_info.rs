@@ -29,10 +29,10 @@ pub struct NodeInfo {
     /// The node's labels, interned: what topology domains are looked up by.
     pub topology: NodeLabels,
     pub pods: Vec<Arc<PodInfo>>,
-    /// The pods on this node with any inter-pod affinity or anti-affinity term.
-    pub pods_with_affinity: Vec<Arc<PodInfo>>,
-    /// The pods on this node with a required anti-affinity term.
-    pub pods_with_required_anti_affinity: Vec<Arc<PodInfo>>,
+    /// How many pods on this node have any inter-pod affinity or anti-affinity term.
+    pub pods_with_affinity: usize,
+    /// How many pods on this node have a required anti-affinity term.
+    pub pods_with_required_anti_affinity: usize,
     /// The pods on this node counted per [`PodGroup`], so that inter-pod plugins match a
     /// selector or a term once per group instead of once per pod.
     pub groups: Vec<GroupCount>,
@@ -81,12 +81,9 @@ impl NodeInfo {
         self.requested.add(&pod.requests);
         self.non_zero_requested.add(&pod.non_zero_requests);
         self.used_ports.extend(pod.host_ports.iter().cloned());
-        if pod.has_affinity() {
-            self.pods_with_affinity.push(pod.clone());
-        }
-        if !pod.terms().required_anti_affinity.is_empty() {
-            self.pods_with_required_anti_affinity.push(pod.clone());
-        }
+        self.pods_with_affinity += usize::from(pod.has_affinity());
+        self.pods_with_required_anti_affinity +=
+            usize::from(!pod.terms().required_anti_affinity.is_empty());
         match self
             .groups
             .iter_mut()
@@ -124,9 +121,9 @@ impl NodeInfo {
                 self.groups.swap_remove(i);
             }
         }
-        self.pods_with_affinity.retain(|p| p.uid() != uid);
-        self.pods_with_required_anti_affinity
-            .retain(|p| p.uid() != uid);
+        self.pods_with_affinity -= usize::from(pod.has_affinity());
+        self.pods_with_required_anti_affinity -=
+            usize::from(!pod.terms().required_anti_affinity.is_empty());
         true
     }
 }

@@ -131,20 +131,18 @@ impl GroupMemo {
         }
     }
 
-    /// Calls `f` with the answers for `group`, asking `count` questions through `ask` the first
-    /// time this memo sees the group. The questions must be the same for every call on one
-    /// group.
+    /// Calls `f` with the answers for `group`, made by `answers` the first time this memo sees
+    /// the group. The questions must be the same for every call on one group.
     pub fn with<R>(
         &self,
         group: &PodGroup,
-        count: usize,
-        ask: impl FnMut(usize) -> bool,
+        answers: impl FnOnce() -> Answers,
         f: impl FnOnce(&Answers) -> R,
     ) -> R {
         match self.slots.get(group.id() as usize) {
-            Some(slot) => f(slot.get_or_init(|| Answers::ask(count, ask))),
+            Some(slot) => f(slot.get_or_init(answers)),
             // A group younger than the memo (never one of its snapshot's): answer afresh.
-            None => f(&Answers::ask(count, ask)),
+            None => f(&answers()),
         }
     }
 }
@@ -192,15 +190,13 @@ mod tests {
         let memo = GroupMemo::new();
         let mut asked = 0;
         for _ in 0..3 {
-            let yes = memo.with(
-                &a,
-                2,
-                |i| {
+            let answers = || {
+                Answers::ask(2, |i| {
                     asked += 1;
                     i == 1
-                },
-                |ans| (ans.get(0), ans.get(1)),
-            );
+                })
+            };
+            let yes = memo.with(&a, answers, |ans| (ans.get(0), ans.get(1)));
             assert_eq!(yes, (false, true));
         }
         assert_eq!(asked, 2, "two questions, asked once");

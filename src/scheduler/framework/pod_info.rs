@@ -28,9 +28,8 @@ pub struct AffinityTerm {
     /// `None`: only `namespaces` count. `Some(empty)` matches every namespace.
     pub namespace_selector: Option<Selector>,
     pub selector: Selector,
-    pub topology_key: String,
-    /// `topology_key`, interned, to look nodes' values up by.
-    pub topology: Arc<Label>,
+    /// Interned, so that nodes' values for it are looked up by number.
+    pub topology_key: Arc<Label>,
 }
 
 impl AffinityTerm {
@@ -47,8 +46,7 @@ impl AffinityTerm {
             namespaces,
             namespace_selector,
             selector: Selector::from_label_selector(term.label_selector.as_ref())?,
-            topology_key: term.topology_key.clone(),
-            topology: topology::label(&term.topology_key),
+            topology_key: topology::label(&term.topology_key),
         })
     }
 

@@ -36,13 +36,13 @@ impl Snapshot {
         let have_pods_with_affinity = nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| !n.pods_with_affinity.is_empty())
+            .filter(|(_, n)| n.pods_with_affinity > 0)
             .map(|(i, _)| i)
             .collect();
         let have_pods_with_required_anti_affinity = nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| !n.pods_with_required_anti_affinity.is_empty())
+            .filter(|(_, n)| n.pods_with_required_anti_affinity > 0)
             .map(|(i, _)| i)
             .collect();
         Snapshot {

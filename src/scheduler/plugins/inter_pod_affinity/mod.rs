@@ -22,7 +22,7 @@ use serde::{Deserialize, Serialize};
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::parallel::fold_per_thread;
-use crate::scheduler::framework::pod_group::{GroupMemo, PodGroup};
+use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::Label;
@@ -356,11 +356,11 @@ fn existing_anti_affinity_counts(pod: &PodInfo, snapshot: &Snapshot) -> Topology
             if terms.is_empty() {
                 continue;
             }
-            let ask = |t: usize| terms[t].matches(pod, ns_labels);
-            memo.with(&g.group, terms.len(), ask, |matched| {
+            let answers = || Answers::ask(terms.len(), |t| terms[t].matches(pod, ns_labels));
+            memo.with(&g.group, answers, |matched| {
                 for (t, term) in terms.iter().enumerate() {
                     if matched.get(t) {
-                        counts.add_for_node(node, &term.topology, i64::from(g.pods));
+                        counts.add_for_node(node, &term.topology_key, i64::from(g.pods));
                     }
                 }
             });
@@ -392,18 +392,22 @@ fn incoming_counts(
                     q => anti_affinity[q - 1].matches_group(&g.group, None),
                 };
                 let n = i64::from(g.pods);
-                memo.with(&g.group, questions, ask, |matched| {
-                    if matched.get(0) {
-                        for term in affinity {
-                            aff.add_for_node(node, &term.topology, n);
+                memo.with(
+                    &g.group,
+                    || Answers::ask(questions, ask),
+                    |matched| {
+                        if matched.get(0) {
+                            for term in affinity {
+                                aff.add_for_node(node, &term.topology_key, n);
+                            }
                         }
-                    }
-                    for (j, term) in anti_affinity.iter().enumerate() {
-                        if matched.get(1 + j) {
-                            anti.add_for_node(node, &term.topology, n);
+                        for (j, term) in anti_affinity.iter().enumerate() {
+                            if matched.get(1 + j) {
+                                anti.add_for_node(node, &term.topology_key, n);
+                            }
                         }
-                    }
-                });
+                    },
+                );
             }
         },
     );
@@ -454,8 +458,11 @@ impl PreFilterPlugin for InterPodAffinity {
                 existing_anti_affinity_counts,
                 affinity_counts,
                 anti_affinity_counts,
-                affinity_keys: affinity.iter().map(|t| t.topology.clone()).collect(),
-                anti_affinity_keys: anti_affinity.iter().map(|t| t.topology.clone()).collect(),
+                affinity_keys: affinity.iter().map(|t| t.topology_key.clone()).collect(),
+                anti_affinity_keys: anti_affinity
+                    .iter()
+                    .map(|t| t.topology_key.clone())
+                    .collect(),
                 matches_own_affinity: matches_all_terms(&affinity, &pod.group),
             },
         );
@@ -514,76 +521,55 @@ impl ScoreInputs<'_> {
         node: &NodeInfo,
     ) {
         let theirs = group.terms();
-        // The questions, in this order: the incoming pod's preferred affinity and
-        // anti-affinity terms (do they select the group?), then the group's required affinity,
-        // preferred affinity and preferred anti-affinity terms (do they select the pod?).
-        let contributions = self
-            .preferred_affinity
-            .iter()
-            .map(|w| (&w.term.topology, i64::from(w.weight)))
-            .chain(
-                self.preferred_anti_affinity
-                    .iter()
-                    .map(|w| (&w.term.topology, -i64::from(w.weight))),
-            )
-            .chain(
-                theirs
-                    .required_affinity
-                    .iter()
-                    .map(|t| (&t.topology, i64::from(self.hard_pod_affinity_weight))),
-            )
-            .chain(
-                theirs
-                    .preferred_affinity
-                    .iter()
-                    .map(|w| (&w.term.topology, i64::from(w.weight))),
-            )
-            .chain(
-                theirs
-                    .preferred_anti_affinity
-                    .iter()
-                    .map(|w| (&w.term.topology, -i64::from(w.weight))),
-            );
-        let ours = self.preferred_affinity.len() + self.preferred_anti_affinity.len();
-        let ask = |q: usize| {
-            if q < self.preferred_affinity.len() {
-                return self.preferred_affinity[q].term.matches_group(group, None);
-            }
-            if q < ours {
-                let w = &self.preferred_anti_affinity[q - self.preferred_affinity.len()];
-                return w.term.matches_group(group, None);
-            }
-            let mut q = q - ours;
-            if q < theirs.required_affinity.len() {
-                return self.hard_pod_affinity_weight > 0
-                    && theirs.required_affinity[q].matches(self.pod, self.pod_ns_labels);
-            }
-            q -= theirs.required_affinity.len();
-            if q < theirs.preferred_affinity.len() {
-                return theirs.preferred_affinity[q]
-                    .term
-                    .matches(self.pod, self.pod_ns_labels);
-            }
-            q -= theirs.preferred_affinity.len();
-            theirs.preferred_anti_affinity[q]
-                .term
-                .matches(self.pod, self.pod_ns_labels)
+        let hard = i64::from(self.hard_pod_affinity_weight);
+        // Every term that may add to the node's pairs, with its signed weight and the pod it
+        // must select: the incoming pod's preferred terms select the group; the group's required
+        // affinity (at hardPodAffinityWeight) and preferred terms select the incoming pod.
+        let terms = || {
+            let ours = (self.preferred_affinity.iter())
+                .map(|w| (&w.term, i64::from(w.weight)))
+                .chain(
+                    (self.preferred_anti_affinity.iter()).map(|w| (&w.term, -i64::from(w.weight))),
+                )
+                .map(|(term, weight)| (term, weight, Selects::Group));
+            let their_terms = (theirs.required_affinity.iter())
+                .map(move |term| (term, hard))
+                .chain((theirs.preferred_affinity.iter()).map(|w| (&w.term, i64::from(w.weight))))
+                .chain(
+                    (theirs.preferred_anti_affinity.iter())
+                        .map(|w| (&w.term, -i64::from(w.weight))),
+                )
+                .map(|(term, weight)| (term, weight, Selects::IncomingPod));
+            ours.chain(their_terms)
         };
-        let questions = ours
-            + theirs.required_affinity.len()
-            + theirs.preferred_affinity.len()
-            + theirs.preferred_anti_affinity.len();
-        memo.with(group, questions, ask, |matched| {
+        let ask = |q: usize| match terms().nth(q) {
+            // hardPodAffinityWeight 0 turns the required terms off: they add nothing, not even
+            // their topology key.
+            None | Some((_, 0, _)) => false,
+            Some((term, _, Selects::Group)) => term.matches_group(group, None),
+            Some((term, _, Selects::IncomingPod)) => term.matches(self.pod, self.pod_ns_labels),
+        };
+        let answers = || Answers::ask(terms().count(), ask);
+        memo.with(group, answers, |matched| {
             if matched.none() {
                 return;
             }
-            for (q, (key, weight)) in contributions.enumerate() {
+            for (q, (term, weight, _)) in terms().enumerate() {
                 if matched.get(q) {
-                    scores.add_for_node(node, key, weight * i64::from(n));
+                    scores.add_for_node(node, &term.topology_key, weight * i64::from(n));
                 }
             }
         });
     }
+}
+
+/// Which pod a scoring term is matched against.
+#[derive(Clone, Copy)]
+enum Selects {
+    /// The group of existing pods (the incoming pod's terms).
+    Group,
+    /// The incoming pod (the existing pods' own terms).
+    IncomingPod,
 }
 
 impl PreScorePlugin for InterPodAffinity {

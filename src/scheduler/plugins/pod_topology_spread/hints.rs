@@ -137,7 +137,7 @@ fn after_node_change(
 fn has_all_keys(labels: &BTreeMap<String, String>, constraints: &[Constraint]) -> bool {
     constraints
         .iter()
-        .all(|c| labels.contains_key(&c.topology_key))
+        .all(|c| labels.contains_key(c.topology_key.as_str()))
 }
 
 #[cfg(test)]

@@ -23,7 +23,7 @@ use crate::k8s::taints::find_untolerated;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::parallel::fold_per_thread;
-use crate::scheduler::framework::pod_group::{GroupMemo, PodGroup};
+use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::{self, Label};
@@ -249,9 +249,8 @@ fn has_own_constraints(pod: &PodInfo) -> bool {
 #[derive(Clone, Debug)]
 struct Constraint {
     max_skew: i64,
-    topology_key: String,
-    /// `topology_key`, interned, to look nodes' values up by.
-    topology: Arc<Label>,
+    /// Interned, so that nodes' values for it are looked up by number.
+    topology_key: Arc<Label>,
     /// The labelSelector with the pod's values for `matchLabelKeys` merged in.
     selector: Selector,
     /// Fewer eligible domains than this make the global minimum 0 (DoNotSchedule only).
@@ -277,8 +276,7 @@ impl Constraint {
         }
         Ok(Constraint {
             max_skew: i64::from(c.max_skew),
-            topology_key: c.topology_key.clone(),
-            topology: topology::label(&c.topology_key),
+            topology_key: topology::label(&c.topology_key),
             selector,
             min_domains: i64::from(c.min_domains.unwrap_or(1)),
             honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
@@ -287,7 +285,7 @@ impl Constraint {
     }
 
     fn is_hostname(&self) -> bool {
-        self.topology_key == LABEL_HOSTNAME
+        self.topology_key.as_str() == LABEL_HOSTNAME
     }
 }
 
@@ -336,7 +334,9 @@ impl<'a> Inclusion<'a> {
 }
 
 fn has_all_keys(node: &NodeInfo, constraints: &[Constraint]) -> bool {
-    constraints.iter().all(|c| node.topology.has(&c.topology))
+    constraints
+        .iter()
+        .all(|c| node.topology.has(&c.topology_key))
 }
 
 /// Which constraints count the pods of each group, answered once per group in a cycle: pods in
@@ -370,12 +370,8 @@ impl Counted {
         node.groups
             .iter()
             .filter(|g| {
-                self.memo.with(
-                    &g.group,
-                    self.selectors.len(),
-                    |c| ask(&g.group, c),
-                    |answers| answers.get(i),
-                )
+                let answers = || Answers::ask(self.selectors.len(), |c| ask(&g.group, c));
+                self.memo.with(&g.group, answers, |answers| answers.get(i))
             })
             .map(|g| i64::from(g.pods))
             .sum()
@@ -495,7 +491,7 @@ impl PreFilterPlugin for PodTopologySpread {
                 return;
             }
             for (i, (c, counts)) in constraints.iter().zip(acc.iter_mut()).enumerate() {
-                let Some(value) = node.topology.value(&c.topology) else {
+                let Some(value) = node.topology.value(&c.topology_key) else {
                     continue;
                 };
                 if inclusion.includes(c, node) {
@@ -537,7 +533,7 @@ impl FilterPlugin for PodTopologySpread {
             ));
         };
         for hc in &s.constraints {
-            let Some(value) = node.topology.value(&hc.constraint.topology) else {
+            let Some(value) = node.topology.value(&hc.constraint.topology_key) else {
                 return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
             };
             let matching = hc.counts.get(&value).copied().unwrap_or(0);
@@ -579,7 +575,9 @@ impl PreScorePlugin for PodTopologySpread {
         // As upstream, a node without a topology key is in the "" domain of that key.
         let no_value = topology::label("");
         let value_of = |node: &NodeInfo, c: &Constraint| {
-            node.topology.value(&c.topology).unwrap_or(no_value.id())
+            node.topology
+                .value(&c.topology_key)
+                .unwrap_or(no_value.id())
         };
         let mut ignored = HashSet::default();
         let mut domains = vec![HashSet::<u32>::default(); constraints.len()];
@@ -660,7 +658,7 @@ impl ScorePlugin for PodTopologySpread {
         }
         let mut score = 0.0;
         for (i, sc) in s.constraints.iter().enumerate() {
-            let Some(value) = node.topology.value(&sc.constraint.topology) else {
+            let Some(value) = node.topology.value(&sc.constraint.topology_key) else {
                 continue;
             };
             let count = if sc.constraint.is_hostname() {
