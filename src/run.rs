@@ -16,6 +16,8 @@ use crate::leader::{self, Leadership, LeaseConfig};
 use crate::scheduler::backend::handlers;
 use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
+use crate::scheduler::backend::storage::StorageIndex;
+use crate::scheduler::backend::storage_handlers;
 use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventObject, EventResource};
 use crate::scheduler::framework::profile::ProfileRegistry;
 use crate::scheduler::metrics::Metrics;
@@ -95,8 +97,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         metrics.clone(),
     ));
     history.gate_on(leadership.clone());
+    let storage = Arc::new(StorageIndex::default());
     let handle = Handle {
         client: Some(client.clone()),
+        storage: storage.clone(),
         default_selectors: selectors.clone(),
         owners: owners.clone(),
         // The plugins read the bindings through the writer: binds not written yet count.
@@ -141,6 +145,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         tokio::spawn(fatal.forever(
             "the pod, node and namespace watches",
             handlers::run_watches(sched.clone(), client.clone(), &readiness),
+        )),
+        tokio::spawn(fatal.forever(
+            "the storage watches",
+            storage_handlers::run_watches(storage, sched.clone(), client.clone(), &readiness),
         )),
         tokio::spawn(fatal.forever(
             "the workload selector watches",

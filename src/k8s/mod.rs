@@ -11,3 +11,4 @@ pub mod pods;
 pub mod quantity;
 pub mod resource;
 pub mod taints;
+pub mod volumes;

@@ -5,11 +5,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerImage, ContainerPort, Node, NodeSpec, NodeStatus, Pod, PodSpec,
-    ResourceRequirements, Taint, Toleration, TopologySpreadConstraint,
+    Affinity, Container, ContainerImage, ContainerPort, Node, NodeSpec, NodeStatus,
+    PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements, Taint, Toleration,
+    TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+pub mod volumes;
 
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -221,6 +224,20 @@ impl PodBuilder {
     /// Any other change to the pod.
     pub fn with(mut self, f: impl FnOnce(&mut Pod)) -> Self {
         f(&mut self.pod);
+        self
+    }
+
+    /// Adds a volume backed by the claim `claim`.
+    pub fn claim(mut self, claim: &str) -> Self {
+        let n = self.spec().volumes.as_ref().map_or(0, Vec::len);
+        self.spec().volumes.get_or_insert_default().push(Volume {
+            name: format!("v{n}"),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: claim.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
         self
     }
 

@@ -8,7 +8,10 @@ use std::fmt;
 use std::ops::BitOr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::{
+    CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
+};
 
 use crate::api::StickyBinding;
 use crate::k8s::{quantity, resource};
@@ -26,6 +29,13 @@ pub enum EventResource {
     Node,
     /// tether's StickyBinding.
     StickyBinding,
+    PersistentVolume,
+    PersistentVolumeClaim,
+    StorageClass,
+    CSINode,
+    CSIDriver,
+    CSIStorageCapacity,
+    VolumeAttachment,
     /// Every resource (only with [`ActionType::ALL`]: an event that moves every pod).
     WildCard,
 }
@@ -38,6 +48,13 @@ impl EventResource {
             EventResource::UnschedulablePod => "UnschedulablePod",
             EventResource::Node => "Node",
             EventResource::StickyBinding => "StickyBinding",
+            EventResource::PersistentVolume => "PersistentVolume",
+            EventResource::PersistentVolumeClaim => "PersistentVolumeClaim",
+            EventResource::StorageClass => "StorageClass",
+            EventResource::CSINode => "CSINode",
+            EventResource::CSIDriver => "CSIDriver",
+            EventResource::CSIStorageCapacity => "CSIStorageCapacity",
+            EventResource::VolumeAttachment => "VolumeAttachment",
             EventResource::WildCard => "*",
         }
     }
@@ -198,6 +215,13 @@ pub enum EventObject {
     Pod(Arc<Pod>),
     Node(Arc<Node>),
     StickyBinding(Arc<StickyBinding>),
+    PersistentVolume(Arc<PersistentVolume>),
+    PersistentVolumeClaim(Arc<PersistentVolumeClaim>),
+    StorageClass(Arc<StorageClass>),
+    CSINode(Arc<CSINode>),
+    CSIDriver(Arc<CSIDriver>),
+    CSIStorageCapacity(Arc<CSIStorageCapacity>),
+    VolumeAttachment(Arc<VolumeAttachment>),
 }
 
 impl EventObject {
@@ -229,6 +253,46 @@ impl EventObject {
             _ => None,
         }
     }
+}
+
+/// The storage kinds an event can be about: how each is wrapped, and the resource it names.
+pub trait StorageObject: Sized {
+    const RESOURCE: EventResource;
+    fn wrap(obj: Arc<Self>) -> EventObject;
+    fn unwrap(obj: &EventObject) -> Option<&Self>;
+}
+
+macro_rules! storage_object {
+    ($kind:ident) => {
+        impl StorageObject for $kind {
+            const RESOURCE: EventResource = EventResource::$kind;
+            fn wrap(obj: Arc<Self>) -> EventObject {
+                EventObject::$kind(obj)
+            }
+            fn unwrap(obj: &EventObject) -> Option<&Self> {
+                match obj {
+                    EventObject::$kind(o) => Some(o),
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+storage_object!(PersistentVolume);
+storage_object!(PersistentVolumeClaim);
+storage_object!(StorageClass);
+storage_object!(CSINode);
+storage_object!(CSIDriver);
+storage_object!(CSIStorageCapacity);
+storage_object!(VolumeAttachment);
+
+/// The objects of a storage event, before and after.
+pub fn objects<'a, K: StorageObject>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> (Option<&'a K>, Option<&'a K>) {
+    (old.and_then(K::unwrap), new.and_then(K::unwrap))
 }
 
 /// A hint function's answer: whether the event may make the pod schedulable.
@@ -271,6 +335,13 @@ pub fn every_event() -> Vec<Registration> {
         EventResource::Pod,
         EventResource::Node,
         EventResource::StickyBinding,
+        EventResource::PersistentVolume,
+        EventResource::PersistentVolumeClaim,
+        EventResource::StorageClass,
+        EventResource::CSINode,
+        EventResource::CSIDriver,
+        EventResource::CSIStorageCapacity,
+        EventResource::VolumeAttachment,
     ]
     .into_iter()
     .map(|r| Registration::always(ClusterEvent::new(r, ActionType::ALL)))

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::plugins;
 use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
@@ -26,6 +27,8 @@ pub struct Handle {
     pub bindings: Arc<dyn BindingLookup>,
     /// The StickyBinding history writer, for PlacementRecorder. `None` in unit tests.
     pub history: Option<Arc<HistoryWriter>>,
+    /// Volumes, claims, classes and CSI objects from watches, for the volume plugins.
+    pub storage: Arc<StorageIndex>,
 }
 
 impl Default for Handle {
@@ -36,6 +39,7 @@ impl Default for Handle {
             owners: Arc::new(NoOwners),
             bindings: Arc::new(BindingIndex::default()),
             history: None,
+            storage: Arc::new(StorageIndex::default()),
         }
     }
 }
@@ -87,6 +91,26 @@ pub fn registry() -> Vec<Registration> {
             noderesources::fit::NAME,
             |a, p, _| noderesources::fit::build(a, p),
             noderesources::fit::DEFAULT_WEIGHT,
+        ),
+        reg(
+            volume_restrictions::NAME,
+            |a, p, h| volume_restrictions::build(a, p, h.storage.clone()),
+            0,
+        ),
+        reg(
+            node_volume_limits::NAME,
+            |a, p, h| node_volume_limits::build(a, p, h.storage.clone()),
+            0,
+        ),
+        reg(
+            volume_binding::NAME,
+            |a, p, h| volume_binding::build(a, p, h.storage.clone(), h.client.clone()),
+            volume_binding::DEFAULT_WEIGHT,
+        ),
+        reg(
+            volume_zone::NAME,
+            |a, p, h| volume_zone::build(a, p, h.storage.clone()),
+            0,
         ),
         reg(
             pod_topology_spread::NAME,
@@ -160,6 +184,10 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
             noderesources::fit::NAME,
             Some(noderesources::fit::DEFAULT_WEIGHT),
         ),
+        (volume_restrictions::NAME, None),
+        (node_volume_limits::NAME, None),
+        (volume_binding::NAME, None),
+        (volume_zone::NAME, None),
         (
             pod_topology_spread::NAME,
             Some(pod_topology_spread::DEFAULT_WEIGHT),

@@ -40,11 +40,17 @@ fn the_default_profile_is_kube_schedulers() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeBinding",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
             "NodeDeclaredFeatures"
         ]
     );
+    assert_eq!(e.reserve, ["VolumeBinding"]);
+    assert_eq!(e.pre_bind, ["VolumeBinding"]);
     let score: Vec<(&str, i32)> = e
         .score
         .iter()
@@ -56,6 +62,7 @@ fn the_default_profile_is_kube_schedulers() {
             ("TaintToleration", 3),
             ("NodeAffinity", 2),
             ("NodeResourcesFit", 1),
+            ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
             ("NodeResourcesBalancedAllocation", 1),

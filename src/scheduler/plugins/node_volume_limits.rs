@@ -1,0 +1,371 @@
+//! NodeVolumeLimits: a node takes no more volumes of a CSI driver than its CSINode says the
+//! driver can attach (`spec.drivers[].allocatable.count`), as kube-scheduler's
+//! NodeVolumeLimits plugin. Volumes are counted by driver and volume handle, so a volume two
+//! pods share counts once; a claim not bound yet counts against its class's provisioner.
+//!
+//! In-tree volume types (GCE PD, AWS EBS, …) migrated to CSI are not translated and not
+//! counted: tether schedules clusters whose volumes are CSI or local.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::storage::v1::CSINode;
+
+use crate::k8s::volumes;
+use crate::scheduler::backend::storage::{StorageIndex, Stores};
+use crate::scheduler::framework::events::{
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, objects,
+    queue_if,
+};
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
+use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
+
+pub const NAME: &str = "NodeVolumeLimits";
+pub const ERR_REASON: &str = "node(s) exceed max volume count";
+
+/// Rejects nodes where the pod's volumes would pass a driver's attach limit.
+pub struct NodeVolumeLimits {
+    storage: Arc<StorageIndex>,
+}
+
+/// Why a pod's volumes cannot be counted.
+enum CountError {
+    /// A claim the new pod names does not exist.
+    NotFound(String),
+    Other(String),
+}
+
+/// The driver and volume handle behind a claim: its CSI volume when bound, else its class's
+/// provisioner with a handle made of the claim's name (so pods sharing it count it once).
+fn driver_of(stores: &Stores, pvc: &PersistentVolumeClaim) -> Option<(String, String)> {
+    let bound = volumes::claim_volume_name(pvc);
+    if !bound.is_empty()
+        && let Some(pv) = stores.volumes.watched(bound)
+    {
+        let csi = pv.spec.as_ref()?.csi.as_ref()?;
+        return Some((csi.driver.clone(), csi.volume_handle.clone()));
+    }
+    let class = stores.classes.get(volumes::claim_class(pvc))?;
+    let handle = format!(
+        "unbound-{}",
+        volumes::claim_key(
+            pvc.metadata.namespace.as_deref().unwrap_or_default(),
+            pvc.metadata.name.as_deref().unwrap_or_default()
+        )
+    );
+    Some((class.provisioner.clone(), handle))
+}
+
+/// Adds the pod's CSI volumes to `out` (`driver/handle` → driver). For the pod being
+/// scheduled a missing claim is an error; an existing pod's is skipped.
+fn collect(
+    stores: &Stores,
+    pod: &Pod,
+    new_pod: bool,
+    out: &mut HashMap<String, String>,
+) -> Result<(), CountError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    for claim in volumes::pod_claims(pod) {
+        if claim.name.is_empty() {
+            return Err(CountError::Other(
+                "PersistentVolumeClaim had no name".into(),
+            ));
+        }
+        let Some(pvc) = stores
+            .claims
+            .watched(&volumes::claim_key(namespace, &claim.name))
+        else {
+            if new_pod {
+                return Err(CountError::NotFound(format!(
+                    "looking up PVC {namespace}/{}: persistentvolumeclaim \"{}\" not found",
+                    claim.name, claim.name
+                )));
+            }
+            continue;
+        };
+        if claim.ephemeral && !volumes::owned_by_pod(pvc, pod) {
+            return Err(CountError::Other(volumes::not_owner_message(pvc, pod)));
+        }
+        if let Some((driver, handle)) = driver_of(stores, pvc)
+            && !driver.is_empty()
+            && !handle.is_empty()
+        {
+            out.insert(format!("{driver}/{handle}"), driver);
+        }
+    }
+    Ok(())
+}
+
+/// The attach limit of each driver on the node.
+fn limits(csi_node: &CSINode) -> BTreeMap<&str, i64> {
+    csi_node
+        .spec
+        .drivers
+        .iter()
+        .filter_map(|d| {
+            let count = d.allocatable.as_ref()?.count?;
+            Some((d.name.as_str(), i64::from(count)))
+        })
+        .collect()
+}
+
+impl Plugin for NodeVolumeLimits {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(vec![
+            Registration::always(ClusterEvent::new(EventResource::CSINode, ActionType::ADD)),
+            Registration::new(
+                ClusterEvent::new(EventResource::CSINode, ActionType::UPDATE),
+                Arc::new(after_csi_node_updated),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::Pod, ActionType::DELETE),
+                Arc::new(after_pod_deleted),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::PersistentVolumeClaim, ActionType::ADD),
+                Arc::new(after_claim_added),
+            ),
+            Registration::always(ClusterEvent::new(
+                EventResource::VolumeAttachment,
+                ActionType::DELETE,
+            )),
+        ])
+    }
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for NodeVolumeLimits {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let status = if volumes::has_claims(&pod.pod) {
+            Status::success()
+        } else {
+            Status::skip()
+        };
+        (PreFilterResult::all_nodes(), status)
+    }
+}
+
+impl FilterPlugin for NodeVolumeLimits {
+    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+        let stores = self.storage.read();
+        let mut new_volumes = HashMap::new();
+        match collect(&stores, &pod.pod, true, &mut new_volumes) {
+            Err(CountError::NotFound(m)) => return Status::unresolvable(m),
+            Err(CountError::Other(m)) => return Status::error(m),
+            Ok(()) => {}
+        }
+        if new_volumes.is_empty() {
+            return Status::success();
+        }
+        let Some(csi_node) = stores.csi_nodes.get(&node.name) else {
+            return Status::success();
+        };
+        let limits = limits(csi_node);
+        if limits.is_empty() {
+            return Status::success();
+        }
+        let mut attached = HashMap::new();
+        for p in &node.pods {
+            if let Err(CountError::NotFound(m) | CountError::Other(m)) =
+                collect(&stores, &p.pod, false, &mut attached)
+            {
+                return Status::error(m);
+            }
+        }
+        let mut counts: HashMap<String, i64> = HashMap::new();
+        for (key, driver) in &attached {
+            new_volumes.remove(key);
+            *counts.entry(driver.clone()).or_default() += 1;
+        }
+        for a in stores.attachments_on(&node.name) {
+            let Some(pv) = a
+                .spec
+                .source
+                .persistent_volume_name
+                .as_deref()
+                .and_then(|n| stores.volumes.watched(n))
+            else {
+                continue;
+            };
+            let Some(csi) = pv.spec.as_ref().and_then(|s| s.csi.as_ref()) else {
+                continue;
+            };
+            if a.spec.attacher.is_empty() {
+                continue;
+            }
+            let key = format!("{}/{}", a.spec.attacher, csi.volume_handle);
+            if !attached.contains_key(&key) {
+                *counts.entry(a.spec.attacher.clone()).or_default() += 1;
+            }
+        }
+        let mut wanted: HashMap<&str, i64> = HashMap::new();
+        for driver in new_volumes.values() {
+            *wanted.entry(driver.as_str()).or_default() += 1;
+        }
+        let over = wanted.iter().any(|(driver, n)| {
+            limits
+                .get(driver)
+                .is_some_and(|limit| counts.get(*driver).copied().unwrap_or(0) + n > *limit)
+        });
+        if over {
+            Status::unschedulable(ERR_REASON)
+        } else {
+            Status::success()
+        }
+    }
+}
+
+/// A CSINode whose limit for some driver went up.
+fn after_csi_node_updated(
+    _: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    let (Some(old), Some(new)) = objects::<CSINode>(old, new) else {
+        return Hint::Queue;
+    };
+    let count = |n: &CSINode| -> BTreeMap<String, i32> {
+        n.spec
+            .drivers
+            .iter()
+            .map(|d| {
+                let c = d.allocatable.as_ref().and_then(|a| a.count).unwrap_or(0);
+                (d.name.clone(), c)
+            })
+            .collect()
+    };
+    let before = count(old);
+    queue_if(
+        count(new)
+            .iter()
+            .any(|(d, c)| *c > before.get(d).copied().unwrap_or(0)),
+    )
+}
+
+/// A pod deleted that held a place and had claim volumes.
+fn after_pod_deleted(_: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let Some(deleted) = events::pods(old, new).0 else {
+        return Hint::Queue;
+    };
+    queue_if(events::assigned_or_nominated(deleted) && volumes::has_claims(deleted))
+}
+
+/// One of the pod's claims created.
+fn after_claim_added(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    let Some(claim) = objects::<PersistentVolumeClaim>(old, new).1 else {
+        return Hint::Queue;
+    };
+    if claim.metadata.namespace != pod.pod.metadata.namespace {
+        return Hint::Skip;
+    }
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    queue_if(volumes::pod_claims(&pod.pod).iter().any(|c| c.name == name))
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+    storage: Arc<StorageIndex>,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(NodeVolumeLimits { storage }))
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::CSIPersistentVolumeSource;
+    use k8s_openapi::api::storage::v1::{CSINodeDriver, CSINodeSpec, VolumeNodeResources};
+    use kube::api::ObjectMeta;
+
+    use super::*;
+    use crate::scheduler::testing::volumes::{claim, volume};
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+    fn csi_volume(name: &str, handle: &str) -> k8s_openapi::api::core::v1::PersistentVolume {
+        let mut pv = volume(name, "1Gi").build();
+        pv.spec.get_or_insert_default().csi = Some(CSIPersistentVolumeSource {
+            driver: "csi.example.com".into(),
+            volume_handle: handle.into(),
+            ..Default::default()
+        });
+        pv
+    }
+
+    fn csi_node(name: &str, limit: i32) -> CSINode {
+        CSINode {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: CSINodeSpec {
+                drivers: vec![CSINodeDriver {
+                    name: "csi.example.com".into(),
+                    node_id: name.into(),
+                    allocatable: Some(VolumeNodeResources { count: Some(limit) }),
+                    ..Default::default()
+                }],
+            },
+        }
+    }
+
+    /// A node at its driver's attach limit takes no new volume of that driver, but does take a
+    /// pod whose volume is already attached there (counted once); a node without limits
+    /// takes anything.
+    #[test]
+    fn a_node_at_its_attach_limit_is_skipped() {
+        let storage = Arc::new(StorageIndex::default());
+        for (pv, handle, c) in [("pv1", "h1", "c1"), ("pv2", "h2", "c2")] {
+            storage.apply(Arc::new(csi_volume(pv, handle)));
+            storage.apply(Arc::new(claim(c, "").bound_to(pv).build()));
+        }
+        storage.apply(Arc::new(csi_node("full", 1)));
+        storage.apply(Arc::new(csi_node("roomy", 2)));
+        let plugin = NodeVolumeLimits { storage };
+        let holder = |node: &str| {
+            PodBuilder::new("holder")
+                .claim("c1")
+                .node_name(node)
+                .build()
+        };
+        let full = NodeBuilder::new("full").info(vec![holder("full")]);
+        let roomy = NodeBuilder::new("roomy").info(vec![holder("roomy")]);
+        let unlimited = NodeBuilder::new("free").info(vec![holder("free")]);
+
+        let new = PodBuilder::new("new").claim("c2").info();
+        let filter = |n: &NodeInfo| FilterPlugin::filter(&plugin, &CycleState::new(), &new, n);
+        assert_eq!(filter(&full).message(), ERR_REASON);
+        assert!(filter(&roomy).is_success());
+        assert!(filter(&unlimited).is_success());
+
+        let sharing = PodBuilder::new("sharing").claim("c1").info();
+        assert!(FilterPlugin::filter(&plugin, &CycleState::new(), &sharing, &full).is_success());
+
+        let missing = PodBuilder::new("m").claim("nope").info();
+        let status = FilterPlugin::filter(&plugin, &CycleState::new(), &missing, &full);
+        assert_eq!(
+            status.message(),
+            "looking up PVC default/nope: persistentvolumeclaim \"nope\" not found"
+        );
+    }
+}
