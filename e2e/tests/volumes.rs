@@ -1,0 +1,433 @@
+//! The volume plugins on a real cluster, with kube-controller-manager's PV binder doing its part:
+//! a StatefulSet on `WaitForFirstConsumer` local volumes gets each claim bound to a volume on its
+//! pod's node and keeps them across restarts; a KubeVirt-style VM with a disk restarts on its node
+//! with its volume; a zoned volume keeps its pods in its zone; a ReadWriteOncePod claim in use
+//! keeps a second pod Pending; a node at its CSI attach limit is skipped.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use serde_json::{Value, json};
+use tether_e2e::{
+    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_bound,
+    wait_event, wait_for,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A local volume of `size` on `node`, of `class`.
+fn local_volume(name: &str, class: &str, node: &str, size: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"e2e.tether.dev/volume-of": class}},
+        "spec": {
+            "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+            "local": {"path": format!("/mnt/{name}")},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+        },
+    })
+}
+
+/// The volume a claim is bound to, once the PV controller has bound it.
+async fn bound_volume(client: &Client, ns: &str, claim: &str) -> anyhow::Result<String> {
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("claim {claim} bound"), TIMEOUT, || {
+        let claims = claims.clone();
+        async move {
+            Ok(claims.get_opt(claim).await?.and_then(|c| {
+                let bound = c.status.as_ref()?.phase.as_deref() == Some("Bound");
+                bound.then(|| c.spec?.volume_name).flatten()
+            }))
+        }
+    })
+    .await
+}
+
+/// The node a local volume lives on.
+async fn node_of_volume(client: &Client, pv: &str) -> anyhow::Result<String> {
+    let volume = Api::<PersistentVolume>::all(client.clone()).get(pv).await?;
+    let term = volume
+        .spec
+        .and_then(|s| s.node_affinity)
+        .and_then(|a| a.required)
+        .and_then(|r| r.node_selector_terms.into_iter().next())
+        .and_then(|t| t.match_expressions)
+        .and_then(|e| e.into_iter().next())
+        .and_then(|r| r.values)
+        .and_then(|v| v.into_iter().next());
+    term.ok_or_else(|| anyhow::anyhow!("volume {pv:?} has no node"))
+}
+
+fn delete_volumes_of(class: &str) -> anyhow::Result<()> {
+    kubectl_ok(
+        &[
+            "delete",
+            "pv",
+            "-l",
+            &format!("e2e.tether.dev/volume-of={class}"),
+            "--wait=false",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "storageclass", class, "--ignore-not-found"],
+        None,
+    )?;
+    Ok(())
+}
+
+/// Deletes a pod at once and waits until a pod of the same name with another UID exists.
+async fn delete_and_wait_replaced(pods: &Api<Pod>, pod: &str) -> anyhow::Result<()> {
+    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
+    match pods
+        .delete(pod, &DeleteParams::default().grace_period(0))
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        other => drop(other?),
+    }
+    wait_for(&format!("{pod} recreated"), TIMEOUT, || {
+        let (pods, uid) = (pods.clone(), uid.clone());
+        async move {
+            Ok(pods
+                .get_opt(pod)
+                .await?
+                .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
+                .map(|_| ()))
+        }
+    })
+    .await
+}
+
+/// Each StatefulSet claim is bound to a local volume on the node its pod was bound to; deleted
+/// pods come back to those nodes (sticky profile) and their claims stay bound to the same
+/// volumes.
+#[tokio::test]
+async fn a_statefulset_on_local_volumes_binds_each_claim_on_its_pods_node() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vol-sts").await?;
+    let nodes = TestNodes::create(&client, "vol-sts", 3, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let class = format!("local-{suffix}");
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": class}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    // Two volumes on each node: a claim has a choice, and only the node decides.
+    for (i, node) in nodes.names.iter().enumerate() {
+        for j in 0..2 {
+            apply(local_volume(
+                &format!("{class}-{i}-{j}"),
+                &class,
+                node,
+                "1Gi",
+            ))?;
+        }
+    }
+    let name = format!("vol-sts-{suffix}");
+    let scheduler = format!("{name}-sched");
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause",
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}]});
+    nodes.isolate(&mut spec);
+    apply(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": ns.name},
+        "spec": {"replicas": 3, "podManagementPolicy": "Parallel", "serviceName": "db",
+                 "selector": {"matchLabels": {"app": "db"}},
+                 "template": {"metadata": {"labels": {"app": "db"}}, "spec": spec},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                     "accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1Gi"}}}}]},
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let mut placed = BTreeMap::new();
+    for i in 0..3 {
+        let pod = format!("db-{i}");
+        let node = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
+        let pv = bound_volume(&client, &ns.name, &format!("data-db-{i}")).await?;
+        assert_eq!(
+            node_of_volume(&client, &pv).await?,
+            node,
+            "{pod}'s claim is bound to a volume on its node"
+        );
+        placed.insert(pod, (node, pv));
+    }
+    for round in 0..2 {
+        for pod in placed.keys() {
+            delete_and_wait_replaced(&pods, pod).await?;
+        }
+        for (i, (pod, (node, pv))) in placed.iter().enumerate() {
+            let now_on = wait_bound(&client, &ns.name, pod, TIMEOUT).await?;
+            assert_eq!(&now_on, node, "round {round}: {pod} came back to its node");
+            let now_pv = bound_volume(&client, &ns.name, &format!("data-db-{i}")).await?;
+            assert_eq!(&now_pv, pv, "round {round}: {pod} kept its volume");
+        }
+    }
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    delete_volumes_of(&class)
+}
+
+fn kubevirt(kind: &str) -> ApiResource {
+    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
+}
+
+fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
+    json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}])
+}
+
+/// A KubeVirt-style VM whose disk is a claim on a local `WaitForFirstConsumer` class: its
+/// first start binds the claim to a volume on the node it lands on, and five restarts (this
+/// test playing virt-controller: a VMI owned by the VM, a launcher pod owned by the VMI) each
+/// bring it back to that node with that volume.
+#[tokio::test]
+async fn a_vm_with_a_local_disk_restarts_on_its_node_with_its_volume() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vol-vm").await?;
+    let nodes = TestNodes::create(&client, "vol-vm", 3, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let class = format!("vm-disk-{suffix}");
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": class}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    for (i, node) in nodes.names.iter().enumerate() {
+        apply(local_volume(&format!("{class}-{i}"), &class, node, "10Gi"))?;
+    }
+    let name = format!("vol-vm-{suffix}");
+    let scheduler = format!("{name}-sched");
+    apply_profile(&client, &name, json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}})).await?;
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "rootdisk", "namespace": ns.name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": "10Gi"}}},
+    }))?;
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
+    let vmis: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &kubevirt("VirtualMachineInstance"),
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let vm = vms
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new("vm", &kubevirt("VirtualMachine")),
+        )
+        .await?;
+    let vm_uid = vm.metadata.uid.unwrap_or_default();
+    let mut first: Option<(String, String)> = None;
+    for start in 0..6 {
+        let mut vmi = DynamicObject::new("vm", &kubevirt("VirtualMachineInstance"));
+        vmi.metadata.owner_references = serde_json::from_value(controller_ref(
+            "kubevirt.io/v1",
+            "VirtualMachine",
+            "vm",
+            &vm_uid,
+        ))?;
+        let vmi = vmis.create(&PostParams::default(), &vmi).await?;
+        let mut spec = json!({"schedulerName": scheduler,
+            "containers": [{"name": "compute", "image": "virt-launcher",
+                            "volumeMounts": [{"name": "rootdisk", "mountPath": "/disk"}]}],
+            "volumes": [{"name": "rootdisk", "persistentVolumeClaim": {"claimName": "rootdisk"}}]});
+        nodes.isolate(&mut spec);
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "virt-launcher-vm-", "namespace": ns.name,
+                         "ownerReferences": controller_ref("kubevirt.io/v1", "VirtualMachineInstance", "vm", vmi.metadata.uid.as_deref().unwrap_or_default())},
+            "spec": spec,
+        }))?;
+        let pod = pods.create(&PostParams::default(), &pod).await?;
+        let pod_name = pod.metadata.name.unwrap_or_default();
+        let node = wait_bound(&client, &ns.name, &pod_name, TIMEOUT).await?;
+        let pv = bound_volume(&client, &ns.name, "rootdisk").await?;
+        assert_eq!(node_of_volume(&client, &pv).await?, node, "start {start}");
+        match &first {
+            None => first = Some((node, pv)),
+            Some(f) => assert_eq!(
+                f,
+                &(node, pv),
+                "start {start}: the VM moved or lost its disk"
+            ),
+        }
+        pods.delete(&pod_name, &DeleteParams::default().grace_period(0))
+            .await?;
+        vmis.delete("vm", &DeleteParams::default()).await?;
+        wait_for("the VM stopped", TIMEOUT, || {
+            let (pods, vmis, pod_name) = (pods.clone(), vmis.clone(), pod_name.clone());
+            async move {
+                Ok((pods.get_opt(&pod_name).await?.is_none()
+                    && vmis.get_opt("vm").await?.is_none())
+                .then_some(()))
+            }
+        })
+        .await?;
+    }
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    delete_volumes_of(&class)
+}
+
+/// A claim in `ns` named `claim` for the volume `pv`.
+fn claim_for(ns: &str, claim: &str, pv: &str, modes: &[&str]) -> anyhow::Result<()> {
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": ns},
+        "spec": {"accessModes": modes, "storageClassName": "", "volumeName": pv,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    }))
+}
+
+/// A pod of the default profile using `claims`, on the test's nodes.
+fn pod_with_claims(ns: &str, name: &str, claims: &[&str], nodes: &TestNodes) -> anyhow::Result<()> {
+    let mounts: Vec<Value> = claims
+        .iter()
+        .map(|c| json!({"name": c, "mountPath": format!("/{c}")}))
+        .collect();
+    let volumes: Vec<Value> = claims
+        .iter()
+        .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+        .collect();
+    let mut spec = json!({"schedulerName": "tether-scheduler",
+        "containers": [{"name": "c", "image": "pause", "volumeMounts": mounts}], "volumes": volumes});
+    nodes.isolate(&mut spec);
+    apply(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec}),
+    )
+}
+
+/// The default profile's volume filters on a real cluster: a zoned volume keeps every pod
+/// using it in its zone; a ReadWriteOncePod claim in use keeps a second pod Pending with
+/// upstream's message; nodes at their CSI attach limit are skipped, until none is left.
+#[tokio::test]
+async fn volumes_decide_where_pods_of_the_default_profile_go() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vol-filters").await?;
+    let n = &ns.name.clone();
+    // Six nodes, two in each of zone-a, zone-b, zone-c.
+    let nodes = TestNodes::create(&client, "vol-filters", 6, "16", |_, _| {}).await?;
+    let driver = format!("csi-{}.e2e.tether.dev", unique_suffix());
+
+    // Zone: a ReadWriteMany volume labelled and pinned to zone-b, shared by three pods.
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("{n}-zoned"), "labels": {"e2e.tether.dev/volume-of": n, "topology.kubernetes.io/zone": "zone-b"}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/mnt/zoned"},
+                 "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                     {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}},
+    }))?;
+    claim_for(n, "zoned", &format!("{n}-zoned"), &["ReadWriteMany"])?;
+    bound_volume(&client, n, "zoned").await?;
+
+    // ReadWriteOncePod: one claim, two pods.
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": format!("{n}-solo"), "labels": {"e2e.tether.dev/volume-of": n}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOncePod"], "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/mnt/solo"}},
+    }))?;
+    claim_for(n, "solo", &format!("{n}-solo"), &["ReadWriteOncePod"])?;
+    bound_volume(&client, n, "solo").await?;
+
+    for i in 0..3 {
+        pod_with_claims(n, &format!("zoned-{i}"), &["zoned"], &nodes)?;
+    }
+    let api_nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for i in 0..3 {
+        let node = wait_bound(&client, n, &format!("zoned-{i}"), TIMEOUT).await?;
+        let zone = api_nodes
+            .get(&node)
+            .await?
+            .metadata
+            .labels
+            .and_then(|l| l.get("topology.kubernetes.io/zone").cloned());
+        assert_eq!(zone.as_deref(), Some("zone-b"), "zoned-{i} on {node}");
+    }
+
+    pod_with_claims(n, "solo-first", &["solo"], &nodes)?;
+    wait_bound(&client, n, "solo-first", TIMEOUT).await?;
+    pod_with_claims(n, "solo-second", &["solo"], &nodes)?;
+    let rwop = "node(s) unavailable due to PersistentVolumeClaim with ReadWriteOncePod access mode already in-use by another pod";
+    wait_event(
+        &client,
+        n,
+        "solo-second",
+        "FailedScheduling",
+        TIMEOUT,
+        |m| m.contains(rwop),
+    )
+    .await?;
+    let second = Api::<Pod>::namespaced(client.clone(), n)
+        .get("solo-second")
+        .await?;
+    assert_eq!(second.spec.and_then(|s| s.node_name), None);
+
+    // CSI attach limit: the driver may attach one volume per node on two of the nodes, none
+    // on the others; three pods with a volume each: two fit, one at a time per node.
+    for (i, node) in nodes.names.iter().enumerate() {
+        let count = if i < 2 { 1 } else { 0 };
+        apply(json!({
+            "apiVersion": "storage.k8s.io/v1", "kind": "CSINode",
+            "metadata": {"name": node},
+            "spec": {"drivers": [{"name": driver, "nodeID": node, "allocatable": {"count": count}}]},
+        }))?;
+    }
+    for i in 0..3 {
+        let pv = format!("{n}-csi-{i}");
+        apply(json!({
+            "apiVersion": "v1", "kind": "PersistentVolume",
+            "metadata": {"name": pv, "labels": {"e2e.tether.dev/volume-of": n}},
+            "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
+                     "persistentVolumeReclaimPolicy": "Retain",
+                     "csi": {"driver": driver, "volumeHandle": format!("handle-{i}")}},
+        }))?;
+        claim_for(n, &format!("csi-{i}"), &pv, &["ReadWriteOnce"])?;
+        bound_volume(&client, n, &format!("csi-{i}")).await?;
+    }
+    let mut used = Vec::new();
+    for i in 0..2 {
+        pod_with_claims(n, &format!("attach-{i}"), &[&format!("csi-{i}")], &nodes)?;
+        used.push(wait_bound(&client, n, &format!("attach-{i}"), TIMEOUT).await?);
+    }
+    used.sort();
+    assert_eq!(
+        used,
+        nodes.names[..2].to_vec(),
+        "one attachable volume per node"
+    );
+    pod_with_claims(n, "attach-2", &["csi-2"], &nodes)?;
+    wait_event(&client, n, "attach-2", "FailedScheduling", TIMEOUT, |m| {
+        m.contains("node(s) exceed max volume count")
+    })
+    .await?;
+
+    ns.delete().await?;
+    for node in &nodes.names {
+        kubectl_ok(&["delete", "csinode", node, "--ignore-not-found"], None)?;
+    }
+    nodes.delete().await?;
+    kubectl_ok(
+        &[
+            "delete",
+            "pv",
+            "-l",
+            &format!("e2e.tether.dev/volume-of={n}"),
+            "--wait=false",
+        ],
+        None,
+    )?;
+    Ok(())
+}
