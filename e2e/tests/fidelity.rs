@@ -15,7 +15,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
-    TEST_KEY, TestNamespace, TestNodes, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
+    TEST_KEY, TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix,
+    wait_for,
 };
 
 /// Random pods that fit somewhere, and pods that fit nowhere.
@@ -214,8 +215,12 @@ fn best(scores: &BTreeMap<String, i64>) -> Vec<String> {
         .collect()
 }
 
+/// The tests here count every node of the cluster in their messages: one at a time.
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 #[tokio::test]
 async fn tether_places_and_rejects_pods_as_kube_scheduler_does() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
     let client = client().await?;
     let ns = TestNamespace::create(&client, "fidelity").await?;
     let nodes = TestNodes::create(&client, "fidelity", 9, "8", shape_node).await?;
@@ -325,4 +330,303 @@ async fn tether_places_and_rejects_pods_as_kube_scheduler_does() -> anyhow::Resu
     kubectl_ok(&["delete", "sp", &tether], None)?;
     nodes.delete().await?;
     ns.delete().await
+}
+
+/// A volume of 1Gi for `claim` in `ns`: `extra` adds node affinity, labels, a class.
+fn volume_for(name: &str, ns: &str, claim: Option<&str>, modes: &[&str], extra: Value) -> Value {
+    let mut pv = json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"e2e.tether.dev/volume-of": ns}},
+        "spec": {"capacity": {"storage": "1Gi"}, "accessModes": modes, "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": format!("/mnt/{name}")}},
+    });
+    if let Some(claim) = claim {
+        pv["spec"]["claimRef"] = json!({"name": claim, "namespace": ns});
+    }
+    merge(&mut pv, extra);
+    pv
+}
+
+fn merge(into: &mut Value, from: Value) {
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn claim_doc(name: &str, ns: &str, class: &str, modes: &[&str], volume: Option<&str>) -> Value {
+    let mut c = json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"accessModes": modes, "storageClassName": class,
+                 "resources": {"requests": {"storage": "1Gi"}}},
+    });
+    if let Some(v) = volume {
+        c["spec"]["volumeName"] = json!(v);
+    }
+    c
+}
+
+/// A `WaitForFirstConsumer` class of local volumes for one case and one scheduler alone, so
+/// that no case sees volumes another left: returns its name.
+fn wait_class(ns: &str, case: &str) -> anyhow::Result<String> {
+    let name = format!("{ns}-{case}");
+    apply(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": name, "labels": {"e2e.tether.dev/volume-of": ns}},
+        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}),
+    )?;
+    Ok(name)
+}
+
+fn on_node(node: &str) -> Value {
+    json!({"spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}}}})
+}
+
+/// Pods with claims of each kind go through kube-scheduler and through tether's default
+/// profile, each with claims and volumes of its own made alike: both place the same pods
+/// (on the node, or in the zone, their volumes decide) and reject the others with the same
+/// message.
+#[tokio::test]
+async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "fidelity-vol").await?;
+    let n = ns.name.clone();
+    let nodes = TestNodes::create(&client, "fidelity-vol", 6, "8", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (reference, tether) = (
+        format!("fidelity-vol-reference-{suffix}"),
+        format!("fidelity-vol-tether-{suffix}"),
+    );
+    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-volumes", &[&reference])?;
+    apply_profile(&client, &tether, json!({"schedulerName": tether})).await?;
+    let now = format!("{n}-now");
+    apply(
+        json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": now, "labels": {"e2e.tether.dev/volume-of": n}},
+        "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"}),
+    )?;
+    // A ReadWriteOncePod claim a running pod holds.
+    apply(volume_for(
+        &format!("{n}-solo"),
+        &n,
+        Some("solo"),
+        &["ReadWriteOncePod"],
+        json!({}),
+    ))?;
+    apply(claim_doc(
+        "solo",
+        &n,
+        "",
+        &["ReadWriteOncePod"],
+        Some(&format!("{n}-solo")),
+    ))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &n);
+    let holder: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "solo-holder"},
+        "spec": {"nodeName": nodes.names[0], "containers": [{"name": "c", "image": "pause"}],
+                 "volumes": [{"name": "v", "persistentVolumeClaim": {"claimName": "solo"}}]},
+    }))?;
+    pods.create(&PostParams::default(), &holder).await?;
+
+    // Each case: the claims the pod uses (named for the scheduler it goes to) and the objects
+    // made for them.
+    let (local_node, other_node) = (nodes.names[4].clone(), nodes.names[2].clone());
+    type Setup<'a> = Box<dyn Fn(&str) -> anyhow::Result<Vec<String>> + 'a>;
+    let cases: Vec<(&str, Setup)> = vec![
+        (
+            "zoned",
+            Box::new(|who: &str| {
+                let (pv, c) = (format!("{n}-zoned-{who}"), format!("zoned-{who}"));
+                apply(volume_for(
+                    &pv,
+                    &n,
+                    Some(&c),
+                    &["ReadWriteOnce"],
+                    json!({
+                "metadata": {"labels": {"topology.kubernetes.io/zone": "zone-b"}},
+                "spec": {"nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                    {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["zone-b"]}]}]}}}}),
+                ))?;
+                apply(claim_doc(&c, &n, "", &["ReadWriteOnce"], Some(&pv)))?;
+                Ok(vec![c])
+            }),
+        ),
+        (
+            "local",
+            Box::new(|who: &str| {
+                let c = format!("local-{who}");
+                let wait = wait_class(&n, &c)?;
+                for (i, node) in [&local_node, &local_node].iter().enumerate() {
+                    let mut extra = on_node(node);
+                    extra["spec"]["storageClassName"] = json!(wait);
+                    apply(volume_for(
+                        &format!("{n}-local-{who}-{i}"),
+                        &n,
+                        None,
+                        &["ReadWriteOnce"],
+                        extra,
+                    ))?;
+                }
+                apply(claim_doc(&c, &n, &wait, &["ReadWriteOnce"], None))?;
+                Ok(vec![c])
+            }),
+        ),
+        (
+            "two-nodes",
+            Box::new(|who: &str| {
+                let mut claims = Vec::new();
+                let wait = wait_class(&n, &format!("split-{who}"))?;
+                for (i, node) in [&local_node, &other_node].iter().enumerate() {
+                    let mut extra = on_node(node);
+                    extra["spec"]["storageClassName"] = json!(wait);
+                    apply(volume_for(
+                        &format!("{n}-split-{who}-{i}"),
+                        &n,
+                        None,
+                        &["ReadWriteOnce"],
+                        extra,
+                    ))?;
+                    let c = format!("split-{who}-{i}");
+                    apply(claim_doc(&c, &n, &wait, &["ReadWriteOnce"], None))?;
+                    claims.push(c);
+                }
+                Ok(claims)
+            }),
+        ),
+        (
+            "no-volume",
+            Box::new(|who: &str| {
+                let c = format!("none-{who}");
+                let wait = wait_class(&n, &c)?;
+                apply(claim_doc(&c, &n, &wait, &["ReadWriteOnce"], None))?;
+                Ok(vec![c])
+            }),
+        ),
+        (
+            "immediate",
+            Box::new(|who: &str| {
+                let c = format!("now-{who}");
+                apply(claim_doc(&c, &n, &now, &["ReadWriteOnce"], None))?;
+                Ok(vec![c])
+            }),
+        ),
+        (
+            "far",
+            Box::new(|who: &str| {
+                let (pv, c) = (format!("{n}-far-{who}"), format!("far-{who}"));
+                apply(volume_for(
+                    &pv,
+                    &n,
+                    Some(&c),
+                    &["ReadWriteOnce"],
+                    on_node("elsewhere"),
+                ))?;
+                apply(claim_doc(&c, &n, "", &["ReadWriteOnce"], Some(&pv)))?;
+                Ok(vec![c])
+            }),
+        ),
+        (
+            "missing",
+            Box::new(|_: &str| Ok(vec!["missing".to_string()])),
+        ),
+        (
+            "read-write-once-pod",
+            Box::new(|_: &str| Ok(vec!["solo".to_string()])),
+        ),
+    ];
+    let claims_api: Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        Api::namespaced(client.clone(), &n);
+    let run = Run {
+        pods: &pods,
+        nodes: &nodes,
+    };
+    let mut disagreements = Vec::new();
+    for (case, setup) in &cases {
+        let mut outcomes = Vec::new();
+        for (who, scheduler) in [("reference", &reference), ("tether", &tether)] {
+            let claims = setup(who)?;
+            // Claims bound by a volume's claimRef must be bound before the pod comes.
+            for c in &claims {
+                let pre_bound = matches!(*case, "zoned" | "far");
+                if pre_bound {
+                    wait_for(&format!("{c} bound"), Duration::from_secs(30), || {
+                        let claims_api = claims_api.clone();
+                        async move {
+                            let phase = claims_api.get(c).await?.status.and_then(|s| s.phase);
+                            Ok((phase.as_deref() == Some("Bound")).then_some(()))
+                        }
+                    })
+                    .await?;
+                }
+            }
+            let volumes: Vec<Value> = claims
+                .iter()
+                .enumerate()
+                .map(|(i, c)| json!({"name": format!("v{i}"), "persistentVolumeClaim": {"claimName": c}}))
+                .collect();
+            let spec = json!({"containers": [{"name": "c", "image": "pause"}], "volumes": volumes});
+            let outcome = run
+                .once(
+                    &format!("{case}-{who}"),
+                    scheduler,
+                    &json!({"app": case}),
+                    &spec,
+                )
+                .await?;
+            outcomes.push(match outcome {
+                Outcome::Bound(node) => {
+                    let zone = nodes.names.iter().position(|x| *x == node).map(|i| i % 3);
+                    match *case {
+                        "zoned" => format!("bound in zone {zone:?}"),
+                        _ => format!("bound to {node}"),
+                    }
+                }
+                Outcome::Unschedulable(m) => format!("rejected: {}", m.replace(who, "WHO")),
+            });
+        }
+        println!(
+            "{case}: kube-scheduler {}; tether {}",
+            outcomes[0], outcomes[1]
+        );
+        if outcomes[0] != outcomes[1] {
+            disagreements.push(format!(
+                "{case}: kube-scheduler {} but tether {}",
+                outcomes[0], outcomes[1]
+            ));
+        }
+    }
+    drop(cases);
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    kubectl_ok(
+        &[
+            "delete",
+            "pv",
+            "-l",
+            &format!("e2e.tether.dev/volume-of={n}"),
+            "--wait=false",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "delete",
+            "storageclass",
+            "-l",
+            &format!("e2e.tether.dev/volume-of={n}"),
+        ],
+        None,
+    )?;
+    Ok(())
 }
