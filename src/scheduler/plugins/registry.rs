@@ -144,7 +144,15 @@ pub fn registry() -> Vec<Registration> {
         ),
         reg(
             sticky_node::NAME,
-            |a, p, h| sticky_node::build(a, p, h.owners.clone(), h.bindings.clone()),
+            |a, p, h| {
+                sticky_node::build(
+                    a,
+                    p,
+                    h.owners.clone(),
+                    h.bindings.clone(),
+                    h.storage.clone(),
+                )
+            },
             0,
         ),
         reg(

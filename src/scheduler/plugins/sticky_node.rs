@@ -12,7 +12,11 @@ use std::sync::Arc;
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
+use k8s_openapi::api::core::v1::Pod;
+
 use crate::api::StickyBinding;
+use crate::k8s::volumes;
+use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
@@ -25,7 +29,7 @@ use crate::scheduler::framework::{
 use crate::scheduler::profile::validation::FieldPath;
 use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 use crate::sticky::bindings::BindingLookup;
-use crate::sticky::workload::{self, OwnerLookup};
+use crate::sticky::workload::{self, OwnerLookup, Workload};
 
 use crate::scheduler::plugins::helper::{opted_out, wait_for_owner};
 
@@ -116,6 +120,8 @@ pub struct StickyNode {
     args: StickyNodeArgs,
     owners: Arc<dyn OwnerLookup>,
     bindings: Arc<dyn BindingLookup>,
+    /// Volumes and claims, to tell a released workload whose volume stayed on the lost node.
+    storage: Arc<StorageIndex>,
     /// The clock `releaseAfterSeconds` is measured with.
     now: fn() -> Timestamp,
 }
@@ -180,8 +186,9 @@ impl Plugin for StickyNode {
         NAME
     }
 
-    /// Only a change of the pod's own workload's binding, the pinned node coming (back), or
-    /// an edit of the pod itself (its opt-out annotation) can change the answer.
+    /// Only a change of the pod's own workload's binding, the pinned node coming (back), an
+    /// edit of the pod itself (its opt-out annotation), or a claim changing (for a released
+    /// workload whose volume stayed behind) can change the answer.
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         let (for_bindings, for_nodes) = (self.clone(), self.clone());
         Some(vec![
@@ -197,6 +204,12 @@ impl Plugin for StickyNode {
                 ClusterEvent::new(EventResource::Pod, ActionType::UPDATE),
                 Arc::new(after_own_update),
             ),
+            // A released workload held by a volume on the lost node: its claim deleted or
+            // rebound may free it.
+            Registration::always(ClusterEvent::new(
+                EventResource::PersistentVolumeClaim,
+                ActionType::ALL,
+            )),
         ])
     }
 
@@ -257,6 +270,46 @@ fn after_own_update(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Event
     )
 }
 
+impl StickyNode {
+    /// For a workload whose pin to `lost` was released: why it cannot move when a volume it
+    /// has bound is reachable from no node there is (a local volume on the lost node), and
+    /// what a person can do about it.
+    fn left_behind(
+        &self,
+        pod: &Pod,
+        lost: &str,
+        workload: &Workload,
+        snapshot: &Snapshot,
+    ) -> Option<String> {
+        let stores = self.storage.read();
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let reachable = |pv: &k8s_openapi::api::core::v1::PersistentVolume| {
+            snapshot.nodes().iter().any(|n| {
+                n.node
+                    .as_ref()
+                    .and_then(|n| n.metadata.labels.as_ref())
+                    .is_some_and(|labels| volumes::pv_reaches(pv, labels))
+            })
+        };
+        let (claim, pv) = volumes::pod_claims(pod).into_iter().find_map(|c| {
+            let pvc = stores.claim(namespace, &c.name)?;
+            let pv = stores.volume(volumes::claim_volume_name(pvc))?;
+            (!reachable(pv)).then(|| (c.name, pv.metadata.name.clone().unwrap_or_default()))
+        })?;
+        Some(format!(
+            "the pin of {kind}/{name} to node {lost} was released (onNodeLoss: Release), but its \
+             volume {pv} (claim {claim}) is reachable only from that node: bring node {lost} \
+             back, or set spec.nodeName of StickyBinding {ns}/{binding} to a node the volume \
+             reaches, or delete claim {claim} to start over on a new volume (its data stays \
+             behind)",
+            kind = workload.kind,
+            name = workload.name,
+            ns = workload.namespace,
+            binding = workload.binding_name(),
+        ))
+    }
+}
+
 impl PreFilterPlugin for StickyNode {
     fn pre_filter(
         &self,
@@ -287,6 +340,11 @@ impl PreFilterPlugin for StickyNode {
             return skip;
         };
         let Some(node) = pinned_node(&binding, args, (self.now)()) else {
+            if let Some(lost) = binding.pin()
+                && let Some(reason) = self.left_behind(&pod.pod, lost, &workload, snapshot)
+            {
+                return (PreFilterResult::all_nodes(), Status::unresolvable(reason));
+            }
             return skip;
         };
         let sticky = StickyState {
@@ -323,6 +381,7 @@ pub fn build(
     path: &FieldPath,
     owners: Arc<dyn OwnerLookup>,
     bindings: Arc<dyn BindingLookup>,
+    storage: Arc<StorageIndex>,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let args: StickyNodeArgs = decode_args(args, path)?;
     args.validate(path)?;
@@ -330,6 +389,7 @@ pub fn build(
         args,
         owners,
         bindings,
+        storage,
         now: Timestamp::now,
     }))
 }
@@ -452,6 +512,7 @@ mod tests {
             args,
             owners: Arc::new(Owners),
             bindings: Arc::new(index),
+            storage: Arc::new(StorageIndex::default()),
             now,
         }
     }
@@ -712,6 +773,53 @@ mod tests {
         assert_eq!(status.retry_after, None, "Wait never releases by itself");
     }
 
+    /// Released from a lost node, a workload whose bound volume only that node reached
+    /// cannot move: the rejection says why and what a person can do. A volume another node
+    /// reaches lets it go.
+    #[test]
+    fn a_released_workload_whose_volume_stayed_on_the_lost_node_says_so() {
+        use crate::scheduler::testing::volumes::{claim, volume};
+        let args = StickyNodeArgs {
+            on_node_loss: OnNodeLoss::Release,
+            ..Default::default()
+        };
+        let mut pl = plugin(
+            args,
+            vec![binding(
+                "default",
+                "pod-p",
+                None,
+                node_lost("gone", ago(600)),
+            )],
+        );
+        let storage = Arc::new(StorageIndex::default());
+        let hostname = |n: &str| NodeBuilder::new(n).label("kubernetes.io/hostname", n);
+        storage.apply(Arc::new(
+            volume("local", "1Gi")
+                .on_node("gone")
+                .claimed_by("disk")
+                .build(),
+        ));
+        storage.apply(Arc::new(claim("disk", "").bound_to("local").build()));
+        storage.apply(Arc::new(volume("net", "1Gi").claimed_by("shared").build()));
+        storage.apply(Arc::new(claim("shared", "").bound_to("net").build()));
+        pl.storage = storage;
+        let snap = snapshot(vec![hostname("n1"), hostname("n2")], vec![]);
+        let decide = |pod: PodBuilder| {
+            PreFilterPlugin::pre_filter(&pl, &mut CycleState::new(), &pod.info(), &snap).1
+        };
+        let status = decide(PodBuilder::new("p").claim("disk"));
+        assert_eq!(status.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            status.message(),
+            "the pin of Pod/p to node gone was released (onNodeLoss: Release), but its volume \
+             local (claim disk) is reachable only from that node: bring node gone back, or set \
+             spec.nodeName of StickyBinding default/pod-p to a node the volume reaches, or \
+             delete claim disk to start over on a new volume (its data stays behind)"
+        );
+        assert!(decide(PodBuilder::new("p").claim("shared")).is_skip());
+    }
+
     #[test]
     fn filter_message_names_the_sticky_node() {
         let pl = plugin(
@@ -795,6 +903,7 @@ mod tests {
                 &p.into(),
                 Arc::new(NoOwners),
                 Arc::new(BindingIndex::default()),
+                Arc::new(StorageIndex::default()),
             );
             assert_eq!(
                 built.is_ok(),
