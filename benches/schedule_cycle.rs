@@ -8,11 +8,11 @@ use std::sync::atomic::AtomicUsize;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
-use tether::scheduler::framework::CycleState;
 use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::runtime::{ScheduleResult, schedule_pod};
 use tether::scheduler::framework::snapshot::Snapshot;
+use tether::scheduler::framework::{CycleState, NoNominations};
 use tether::scheduler::plugins::registry::Handle;
 use tether::scheduler::profile::default_profile;
 
@@ -102,7 +102,14 @@ fn bench(c: &mut Criterion) {
         group.bench_function(name, |b| {
             b.iter(|| {
                 let mut state = CycleState::new();
-                let result = schedule_pod(&profile, &mut state, &incoming, &snap, &start);
+                let result = schedule_pod(
+                    &profile,
+                    &mut state,
+                    &incoming,
+                    &snap,
+                    &start,
+                    &NoNominations,
+                );
                 assert!(
                     matches!(result, ScheduleResult::Scheduled { .. }),
                     "{result:?}"

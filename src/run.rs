@@ -12,7 +12,9 @@ use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
+use crate::events::EventWriter;
 use crate::leader::{self, Leadership, LeaseConfig};
+use crate::scheduler::backend::disruption_budgets::{self, DisruptionBudgets};
 use crate::scheduler::backend::handlers;
 use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
@@ -98,9 +100,12 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     ));
     history.gate_on(leadership.clone());
     let storage = Arc::new(StorageIndex::default());
+    let budgets = Arc::new(DisruptionBudgets::default());
     let handle = Handle {
         client: Some(client.clone()),
         storage: storage.clone(),
+        budgets: budgets.clone(),
+        events: Some(EventWriter::new(client.clone(), config.instance.clone())),
         default_selectors: selectors.clone(),
         owners: owners.clone(),
         // The plugins read the bindings through the writer: binds not written yet count.
@@ -145,6 +150,10 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         tokio::spawn(fatal.forever(
             "the pod, node and namespace watches",
             handlers::run_watches(sched.clone(), client.clone(), &readiness),
+        )),
+        tokio::spawn(fatal.forever(
+            "the PodDisruptionBudget watch",
+            disruption_budgets::run_watch(budgets, client.clone(), &readiness),
         )),
         tokio::spawn(fatal.forever(
             "the storage watches",

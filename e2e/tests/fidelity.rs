@@ -231,8 +231,14 @@ async fn tether_places_and_rejects_pods_as_kube_scheduler_does() -> anyhow::Resu
         format!("fidelity-tether-{suffix}"),
     );
     let kube = ReferenceScheduler::start("kube-scheduler-fidelity", &[&reference, &check])?;
-    // tether's default plugins, as the spec left empty compiles.
-    apply_profile(&client, &tether, json!({"schedulerName": tether})).await?;
+    // tether's default plugins, as kube-scheduler's reference runs them (PostFilter off).
+    apply_profile(
+        &client,
+        &tether,
+        // As the reference: without PostFilter, whose words would follow the message.
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
 
     let seed = std::env::var("FIDELITY_SEED")
@@ -405,7 +411,13 @@ async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Resul
         format!("fidelity-vol-tether-{suffix}"),
     );
     let kube = ReferenceScheduler::start("kube-scheduler-fidelity-volumes", &[&reference])?;
-    apply_profile(&client, &tether, json!({"schedulerName": tether})).await?;
+    apply_profile(
+        &client,
+        &tether,
+        // As the reference: without PostFilter, whose words would follow the message.
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
     let now = format!("{n}-now");
     apply(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",

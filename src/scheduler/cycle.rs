@@ -11,7 +11,7 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{self, ScheduleResult};
-use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
+use crate::scheduler::framework::{Code, CycleState, Nomination, QueuedPodInfo, Status};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
 /// `scheduler_plugin_execution_duration_seconds` (its pluginMetricsSamplePercent).
@@ -65,7 +65,14 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         );
         return;
     }
-    let result = runtime::schedule_pod(&profile, &mut state, &pod, &snapshot, &sched.start_index);
+    let result = runtime::schedule_pod(
+        &profile,
+        &mut state,
+        &pod,
+        &snapshot,
+        &sched.start_index,
+        &sched.nominator,
+    );
     for (point, code, took) in state.take_timings() {
         sched
             .metrics
@@ -81,6 +88,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         } => {
             tracing::debug!(pod = %key, profile = %profile.source, node = %node, evaluated, feasible, "picked a node");
             sched.lock_cache().assume_pod(&pod, &node);
+            sched.nominator.forget(pod.uid());
             let began = Instant::now();
             let status = runtime::run_reserve(&profile, &mut state, &pod, &node);
             sched.metrics.extension_point(
@@ -143,7 +151,19 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             sched
                 .metrics
                 .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
-            sched.report_failure(&queued, "Unschedulable", message);
+            let nominated = match diagnosis.nomination.clone() {
+                None | Some(Nomination::Keep) => None,
+                Some(Nomination::Clear) => {
+                    sched.nominator.forget(pod.uid());
+                    Some(None)
+                }
+                Some(Nomination::Node(node)) => {
+                    tracing::info!(pod = %key, node = %node, "nominated after preemption");
+                    sched.nominator.nominate(pod.clone(), &node);
+                    Some(Some(node))
+                }
+            };
+            sched.report_failure_nominating(&queued, "Unschedulable", message, nominated);
             sched.queue.add_unschedulable(
                 &diagnosis.unschedulable_plugins,
                 pod.uid(),

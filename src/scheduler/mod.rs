@@ -52,6 +52,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use self::backend::cache::Cache;
+use self::backend::nominator::Nominator;
 use self::backend::queue::SchedulingQueue;
 use self::cycle::Assumed;
 use self::framework::QueuedPodInfo;
@@ -80,6 +81,8 @@ pub struct Scheduler {
     pub queue: SchedulingQueue,
     pub profiles: Arc<ProfileRegistry>,
     pub waiting_pods: WaitingPods,
+    /// Pods nominated to nodes by preemption, waiting for the room made for them.
+    pub nominator: Nominator,
     pub metrics: Arc<Metrics>,
     pub reports: Reports,
     /// Where the next Filter search starts, rotating over the nodes.
@@ -141,6 +144,7 @@ impl Scheduler {
             queue,
             profiles,
             waiting_pods: WaitingPods::default(),
+            nominator: Nominator::default(),
             metrics,
             reports,
             start_index: AtomicUsize::new(0),
@@ -298,9 +302,21 @@ impl Scheduler {
 
     /// Reports a failed attempt (event and condition) off the scheduling thread.
     pub fn report_failure(&self, queued: &QueuedPodInfo, reason: &'static str, message: String) {
+        self.report_failure_nominating(queued, reason, message, None);
+    }
+
+    /// As [`Scheduler::report_failure`], setting or clearing the pod's nominated node too.
+    pub fn report_failure_nominating(
+        &self,
+        queued: &QueuedPodInfo,
+        reason: &'static str,
+        message: String,
+        nominated: Option<Option<String>>,
+    ) {
         let reports = self.reports.clone();
         let pod = queued.pod.pod.clone();
-        self.runtime.spawn(reports.failed(&pod, reason, &message));
+        self.runtime
+            .spawn(reports.failed_nominating(&pod, reason, &message, nominated));
     }
 
     /// The scheduling loop: pops pods and schedules them one at a time until the queue closes.

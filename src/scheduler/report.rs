@@ -79,6 +79,18 @@ impl Reports {
         reason: &str,
         message: &str,
     ) -> impl Future<Output = ()> + Send + 'static {
+        self.failed_nominating(pod, reason, message, None)
+    }
+
+    /// As [`Reports::failed`], also setting (`Some(Some(node))`) or clearing (`Some(None)`)
+    /// the pod's `status.nominatedNodeName` in the same write, as PostFilter decided.
+    pub fn failed_nominating(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+        nominated: Option<Option<String>>,
+    ) -> impl Future<Output = ()> + Send + 'static {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let (seq, lock) = {
             let mut order = locks::lock(&self.order);
@@ -99,7 +111,7 @@ impl Reports {
             if !newest(&locks::lock(&this.order)) {
                 return;
             }
-            this.write_failure(&pod, &reason, &message).await;
+            this.write_failure(&pod, &reason, &message, nominated).await;
             let mut order = locks::lock(&this.order);
             if newest(&order) {
                 order.remove(&uid);
@@ -166,7 +178,13 @@ impl Reports {
 
     /// Event `FailedScheduling` and the condition PodScheduled=False with `reason`
     /// (Unschedulable, or SchedulerError for errors) and `message`.
-    async fn write_failure(&self, pod: &Pod, reason: &str, message: &str) {
+    async fn write_failure(
+        &self,
+        pod: &Pod,
+        reason: &str,
+        message: &str,
+        nominated: Option<Option<String>>,
+    ) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let note = truncate(message, 1000);
@@ -195,12 +213,17 @@ impl Reports {
                         && c.message.as_deref() == Some(message)
                 })
             });
-        if already {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.clone());
+        let nominated = nominated.filter(|n| *n != current);
+        if already && nominated.is_none() {
             return;
         }
         // The UID makes the write a precondition: it never lands on a pod recreated under the
         // same name.
-        let patch = serde_json::json!({
+        let mut patch = serde_json::json!({
             "metadata": {"uid": pod.metadata.uid},
             "status": {"conditions": [{
                 "type": "PodScheduled",
@@ -210,6 +233,9 @@ impl Reports {
                 "lastTransitionTime": jiff::Timestamp::now().to_string(),
             }]}
         });
+        if let Some(node) = nominated {
+            patch["status"]["nominatedNodeName"] = serde_json::json!(node);
+        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         if let Err(e) = api
             .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))

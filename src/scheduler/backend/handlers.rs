@@ -37,6 +37,7 @@ impl Scheduler {
             // Out of the queue and into the cache under the cache's lock: a pod is never
             // unknown to the scheduler in between (see `knows_pod`).
             self.queue.delete(&uid);
+            self.nominator.forget(&uid);
             let was_assumed = cache.is_assumed(&uid);
             let before = cache.pod(&uid);
             cache.upsert_pod(pod.clone());
@@ -72,6 +73,7 @@ impl Scheduler {
         );
         if terminating || finished {
             self.queue.delete(&uid);
+            self.nominator.forget(&uid);
             self.set_unserved(&scheduler_name, &key, None);
             return;
         }
@@ -86,6 +88,7 @@ impl Scheduler {
             return;
         }
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
+        self.nominator.observe(&info);
         let gate = runtime::run_pre_enqueue(&profile, &info);
         self.queue.add(info, gate);
     }
@@ -95,6 +98,7 @@ impl Scheduler {
         let key = pods::key(pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.queue.delete(&uid);
+        self.nominator.forget(&uid);
         self.set_unserved(pods::scheduler_name(pod), &key, None);
         let mut cache = self.lock_cache();
         let held = cache.pod(&uid);
@@ -161,6 +165,7 @@ impl Index<Pod> for Scheduler {
         }
         let removed = self.lock_cache().retain_pods_by_uid(&seen);
         self.queue.retain_uids(&seen);
+        self.nominator.retain(&seen);
         self.retain_unserved(&seen);
         for old in removed {
             self.queue

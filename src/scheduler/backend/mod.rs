@@ -5,8 +5,10 @@
 //! plugins read.
 
 pub mod cache;
+pub mod disruption_budgets;
 pub mod handlers;
 pub mod node_tree;
+pub mod nominator;
 pub mod queue;
 pub mod selectors;
 pub mod storage;

@@ -138,6 +138,13 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
 
+    /// Whether the plugin's PreFilter reads other pods (what it computes changes when pods
+    /// come or go, as for InterPodAffinity): a preemption dry run runs PreFilter again on the
+    /// changed snapshot for such plugins (upstream's PreFilterExtensions).
+    fn pre_filter_reads_pods(&self) -> bool {
+        false
+    }
+
     /// The cluster events that can make a pod this plugin rejected schedulable, each with a
     /// hint that looks at the change (upstream's EnqueueExtensions). `None`: the plugin does
     /// not say, and every change of every kind requeues the pods it rejected.
@@ -174,15 +181,54 @@ pub trait FilterPlugin: Send + Sync {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
 }
 
-/// Runs when no node passed the filters (preemption). Returns the node nominated for the pod.
+/// What a PostFilter plugin is given: the profile it runs in (to run its filters again on
+/// nodes changed in a dry run), the cycle, and why every node was rejected.
+pub struct PostFilterContext<'a> {
+    pub profile: &'a profile::CompiledProfile,
+    pub state: &'a CycleState,
+    pub pod: &'a PodInfo,
+    pub snapshot: &'a Snapshot,
+    pub diagnosis: &'a runtime::Diagnosis,
+    pub nominated: &'a dyn NominatedPods,
+}
+
+/// What a PostFilter plugin says of the pod's nominated node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Nomination {
+    /// Leave `status.nominatedNodeName` as it is.
+    Keep,
+    /// Clear it.
+    Clear,
+    /// Nominate this node: the pod is expected to fit there once what the plugin started
+    /// (preemption) is done.
+    Node(String),
+}
+
+/// Runs when no node passed the filters (preemption): Success with a nomination, or why it
+/// could not help.
 pub trait PostFilterPlugin: Send + Sync {
-    fn post_filter(
-        &self,
-        state: &CycleState,
-        pod: &PodInfo,
-        snapshot: &Snapshot,
-        rejected: &[(String, Status)],
-    ) -> (Option<String>, Status);
+    fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status);
+}
+
+/// The pods nominated to nodes (by preemption, here or by another scheduler) that have not
+/// been bound yet: a pod of lower or equal priority must leave room for them.
+pub trait NominatedPods: Send + Sync {
+    /// Whether any pod is nominated anywhere (when none is, filtering need not ask).
+    fn any(&self) -> bool;
+    /// The pods nominated to `node`.
+    fn for_node(&self, node: &str) -> Vec<std::sync::Arc<PodInfo>>;
+}
+
+/// No nominations (tests, benchmarks).
+pub struct NoNominations;
+
+impl NominatedPods for NoNominations {
+    fn any(&self) -> bool {
+        false
+    }
+    fn for_node(&self, _node: &str) -> Vec<std::sync::Arc<PodInfo>> {
+        Vec::new()
+    }
 }
 
 /// Runs once per pod before scoring the feasible nodes; may return Skip to skip its Score.

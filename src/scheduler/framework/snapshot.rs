@@ -99,4 +99,29 @@ impl Snapshot {
     pub fn namespace_labels(&self, namespace: &str) -> Option<&BTreeMap<String, String>> {
         self.namespace_labels.get(namespace)
     }
+
+    /// This snapshot with `node` in place of the node of its name (a preemption dry run's
+    /// view: the node without its victims). Unchanged when no such node is in it.
+    pub fn with_node(&self, node: NodeInfo) -> Snapshot {
+        let Some(&i) = self.index.get(&node.name) else {
+            return self.clone();
+        };
+        let mark = |list: &[usize], has: bool| -> Vec<usize> {
+            let mut list: Vec<usize> = list.iter().copied().filter(|&j| j != i).collect();
+            if has {
+                list.push(i);
+                list.sort_unstable();
+            }
+            list
+        };
+        let mut copy = self.clone();
+        copy.have_pods_with_affinity =
+            mark(&self.have_pods_with_affinity, node.pods_with_affinity > 0);
+        copy.have_pods_with_required_anti_affinity = mark(
+            &self.have_pods_with_required_anti_affinity,
+            node.pods_with_required_anti_affinity > 0,
+        );
+        copy.nodes[i] = Arc::new(node);
+        copy
+    }
 }

@@ -1,6 +1,7 @@
 //! kube-scheduler's default plugins and tether's own, one file per plugin, named after it.
 
 pub mod default_binder;
+pub mod default_preemption;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;

@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::events::EventWriter;
+use crate::scheduler::backend::disruption_budgets::DisruptionBudgets;
 use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::plugins;
@@ -29,6 +31,10 @@ pub struct Handle {
     pub history: Option<Arc<HistoryWriter>>,
     /// Volumes, claims, classes and CSI objects from watches, for the volume plugins.
     pub storage: Arc<StorageIndex>,
+    /// PodDisruptionBudgets from a watch, for DefaultPreemption.
+    pub budgets: Arc<DisruptionBudgets>,
+    /// Writes events (DefaultPreemption's `Preempted`). `None` in unit tests.
+    pub events: Option<EventWriter>,
 }
 
 impl Default for Handle {
@@ -40,6 +46,8 @@ impl Default for Handle {
             bindings: Arc::new(BindingIndex::default()),
             history: None,
             storage: Arc::new(StorageIndex::default()),
+            budgets: Arc::new(DisruptionBudgets::default()),
+            events: None,
         }
     }
 }
@@ -123,6 +131,19 @@ pub fn registry() -> Vec<Registration> {
             inter_pod_affinity::DEFAULT_WEIGHT,
         ),
         reg(
+            default_preemption::NAME,
+            |a, p, h| {
+                default_preemption::build(
+                    a,
+                    p,
+                    h.budgets.clone(),
+                    h.client.clone(),
+                    h.events.clone(),
+                )
+            },
+            0,
+        ),
+        reg(
             noderesources::balanced_allocation::NAME,
             |a, p, _| noderesources::balanced_allocation::build(a, p),
             noderesources::balanced_allocation::DEFAULT_WEIGHT,
@@ -204,6 +225,7 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
             inter_pod_affinity::NAME,
             Some(inter_pod_affinity::DEFAULT_WEIGHT),
         ),
+        (default_preemption::NAME, None),
         (
             noderesources::balanced_allocation::NAME,
             Some(noderesources::balanced_allocation::DEFAULT_WEIGHT),

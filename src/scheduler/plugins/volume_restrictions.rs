@@ -103,6 +103,9 @@ impl Plugin for VolumeRestrictions {
             ),
         ])
     }
+    fn pre_filter_reads_pods(&self) -> bool {
+        true
+    }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }

@@ -50,6 +50,7 @@ fn the_default_profile_is_kube_schedulers() {
         ]
     );
     assert_eq!(e.reserve, ["VolumeBinding"]);
+    assert_eq!(e.post_filter, ["DefaultPreemption"]);
     assert_eq!(e.pre_bind, ["VolumeBinding"]);
     let score: Vec<(&str, i32)> = e
         .score

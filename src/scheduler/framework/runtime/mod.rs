@@ -21,7 +21,8 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, PreFilterResult, Status,
+    Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods, Nomination,
+    PostFilterContext, PreFilterResult, Status,
 };
 
 /// Below this many nodes every node is filtered (kube-scheduler's minFeasibleNodesToFind).
@@ -56,6 +57,10 @@ pub struct Diagnosis {
     pub absent_nodes_status: Option<Status>,
     /// Plugins that rejected the pod; events that concern them requeue it.
     pub unschedulable_plugins: Vec<&'static str>,
+    /// What PostFilter (preemption) said, appended to the message ("preemption: …").
+    pub post_filter_message: Option<String>,
+    /// What PostFilter decided of the pod's nominated node.
+    pub nomination: Option<Nomination>,
 }
 
 impl Diagnosis {
@@ -81,8 +86,20 @@ impl Diagnosis {
         let mut message = format!("0/{n} nodes are available:");
         if let Some(status) = &self.pre_filter_status {
             message.push_str(&format!(" {}.", status.message()));
-            return message;
+        } else {
+            message.push_str(&self.histogram());
         }
+        if let Some(post) = self.post_filter_message.as_ref().filter(|m| !m.is_empty()) {
+            message.push(' ');
+            message.push_str(post);
+        }
+        message
+    }
+
+    /// The nodes' reasons counted, as " 2 Insufficient cpu, 3 node(s) had untolerated
+    /// taint(s)." (empty when no node has a status).
+    fn histogram(&self) -> String {
+        let n = self.num_all_nodes;
         let mut histogram: BTreeMap<&str, usize> = BTreeMap::new();
         for (_, status) in &self.node_statuses {
             for reason in &status.reasons {
@@ -100,10 +117,11 @@ impl Diagnosis {
             .map(|(reason, count)| format!("{count} {reason}"))
             .collect();
         parts.sort();
-        if !parts.is_empty() {
-            message.push_str(&format!(" {}.", parts.join(", ")));
+        if parts.is_empty() {
+            String::new()
+        } else {
+            format!(" {}.", parts.join(", "))
         }
-        message
     }
 }
 
@@ -138,7 +156,13 @@ pub fn schedule_pod(
     pod: &PodInfo,
     snapshot: &Snapshot,
     start_index: &AtomicUsize,
+    nominated: &dyn NominatedPods,
 ) -> ScheduleResult {
+    let unschedulable = |state: &mut CycleState, diagnosis: Diagnosis| {
+        ScheduleResult::Unschedulable(post_filter(
+            profile, state, pod, snapshot, nominated, diagnosis,
+        ))
+    };
     let num_all = snapshot.len();
     if num_all == 0 {
         return ScheduleResult::Unschedulable(Diagnosis {
@@ -164,8 +188,27 @@ pub fn schedule_pod(
     let (narrowed, narrowing) = match pre_filtered {
         Ok(done) => done,
         Err(Some(error)) => return ScheduleResult::Error(error),
-        Err(None) => return ScheduleResult::Unschedulable(diagnosis),
+        Err(None) => return unschedulable(state, diagnosis),
     };
+
+    // A node the pod was nominated to (by preemption) is tried first, alone, as upstream's
+    // evaluateNominatedNode: the room made for it is there.
+    if let Some(node) = nominated_node(&pod.pod)
+        .filter(|n| {
+            narrowed
+                .node_names
+                .as_ref()
+                .is_none_or(|names| names.contains(*n))
+        })
+        .and_then(|n| snapshot.get(n))
+        && run_filters_with_nominated(profile, state, pod, node, nominated).is_success()
+    {
+        return ScheduleResult::Scheduled {
+            node: node.name.clone(),
+            evaluated: 1,
+            feasible: 1,
+        };
+    }
 
     // Filter.
     let candidates: Vec<&Arc<NodeInfo>> = match &narrowed.node_names {
@@ -184,10 +227,17 @@ pub fn schedule_pod(
         diagnosis
             .unschedulable_plugins
             .extend(narrowing.iter().copied());
-        return ScheduleResult::Unschedulable(diagnosis);
+        return unschedulable(state, diagnosis);
     }
-    let (feasible, rejected, evaluated) =
-        find_feasible(profile, state, pod, &candidates, start_index, num_all);
+    let (feasible, rejected, evaluated) = find_feasible(
+        profile,
+        state,
+        pod,
+        &candidates,
+        start_index,
+        num_all,
+        nominated,
+    );
     if feasible.is_empty() {
         let mut plugins: Vec<&'static str> =
             rejected.iter().filter_map(|(_, s)| s.plugin).collect();
@@ -198,7 +248,7 @@ pub fn schedule_pod(
         }
         diagnosis.unschedulable_plugins = plugins;
         diagnosis.node_statuses = rejected;
-        return ScheduleResult::Unschedulable(diagnosis);
+        return unschedulable(state, diagnosis);
     }
     if feasible.len() == 1 {
         return ScheduleResult::Scheduled {
@@ -218,6 +268,24 @@ pub fn schedule_pod(
         node,
         evaluated,
         feasible: feasible.len(),
+    }
+}
+
+/// Runs PreFilter alone (a preemption dry run on a changed snapshot): the nodes it narrowed
+/// the search to, or the status that rejected the pod.
+pub fn run_pre_filter(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+) -> Result<PreFilterResult, Status> {
+    let mut diagnosis = Diagnosis::default();
+    match pre_filter(profile, state, pod, snapshot, &mut diagnosis) {
+        Ok((narrowed, _)) => Ok(narrowed),
+        Err(Some(error)) => Err(error),
+        Err(None) => Err(diagnosis
+            .pre_filter_status
+            .unwrap_or_else(|| Status::unresolvable("rejected by PreFilter"))),
     }
 }
 
@@ -308,6 +376,103 @@ pub fn run_filters(
     Status::success()
 }
 
+/// `status.nominatedNodeName`, when set.
+pub fn nominated_node(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty())
+}
+
+/// `spec.priority`, 0 when unset.
+pub fn priority(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {
+    pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+}
+
+/// Runs the filters as upstream's RunFilterPluginsWithNominatedPods: when pods of at least
+/// the pod's priority are nominated to the node, first with them counted on it (the pod must
+/// leave them room), then, if that passed, without them (what holds only with them there,
+/// such as affinity to them, must not decide).
+pub fn run_filters_with_nominated(
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    node: &NodeInfo,
+    nominated: &dyn NominatedPods,
+) -> Status {
+    let own = priority(&pod.pod);
+    let ahead: Vec<Arc<PodInfo>> = nominated
+        .for_node(&node.name)
+        .into_iter()
+        .filter(|p| p.uid() != pod.uid() && priority(&p.pod) >= own)
+        .collect();
+    if ahead.is_empty() {
+        return run_filters(profile, state, pod, node);
+    }
+    let mut with = node.clone();
+    for p in ahead {
+        with.add_pod(p);
+    }
+    let status = run_filters(profile, state, pod, &with);
+    if !status.is_success() {
+        return status;
+    }
+    run_filters(profile, state, pod, node)
+}
+
+/// Runs PostFilter (as upstream's RunPostFilterPlugins): the first plugin that succeeds
+/// decides the nomination; its message, or the rejections' joined, is added to the diagnosis.
+fn post_filter(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    nominated: &dyn NominatedPods,
+    mut diagnosis: Diagnosis,
+) -> Diagnosis {
+    if profile.post_filter.is_empty() {
+        return diagnosis;
+    }
+    let started = std::time::Instant::now();
+    let mut messages = Vec::new();
+    let mut code = Code::Unschedulable;
+    for plugin in &profile.post_filter {
+        let Some(pf) = plugin.post_filter() else {
+            continue;
+        };
+        let clock = state.plugin_clock();
+        let (nomination, status) = pf.post_filter(&PostFilterContext {
+            profile,
+            state,
+            pod,
+            snapshot,
+            diagnosis: &diagnosis,
+            nominated,
+        });
+        state.record_plugin(plugin.name(), "PostFilter", status.code, clock);
+        if status.is_success() {
+            diagnosis.nomination = Some(nomination);
+            code = Code::Success;
+            messages.clear();
+            break;
+        }
+        if nomination != Nomination::Keep {
+            diagnosis.nomination = Some(nomination);
+        }
+        messages.push(status.message());
+        if !status.is_rejected() {
+            code = status.code;
+            break;
+        }
+    }
+    state.record_timing("PostFilter", code, started.elapsed());
+    let message = messages.join(", ");
+    if !message.is_empty() {
+        diagnosis.post_filter_message = Some(message);
+    }
+    diagnosis
+}
+
 type Feasible<'a> = (Vec<Arc<NodeInfo>>, Vec<(String, Status)>, usize);
 
 /// Filters nodes in parallel from `start_index` round-robin, until enough feasible nodes are
@@ -321,7 +486,9 @@ fn find_feasible<'a>(
     candidates: &[&'a Arc<NodeInfo>],
     start_index: &AtomicUsize,
     num_all: usize,
+    nominated: &dyn NominatedPods,
 ) -> Feasible<'a> {
+    let nominated = nominated.any().then_some(nominated);
     let n = candidates.len();
     // Counted over the nodes PreFilter left, as upstream's findNodesThatPassFilters.
     let want = num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score, n).min(n);
@@ -336,7 +503,10 @@ fn find_feasible<'a>(
                 return None;
             }
             let node = candidates[(start + i) % n];
-            let status = run_filters(profile, state, pod, node);
+            let status = match nominated {
+                None => run_filters(profile, state, pod, node),
+                Some(nominated) => run_filters_with_nominated(profile, state, pod, node, nominated),
+            };
             if status.is_success() {
                 if found.fetch_add(1, Ordering::Relaxed) >= want {
                     return None;
@@ -483,6 +653,7 @@ pub fn select_host(scores: &[NodeScore]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::framework::NoNominations;
     use crate::scheduler::plugins::registry::Handle;
     use crate::scheduler::profile::default_profile;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
@@ -536,7 +707,14 @@ mod tests {
             })
             .info();
         let mut state = CycleState::new();
-        match schedule_pod(&profile, &mut state, &pod, &snap, &AtomicUsize::new(0)) {
+        match schedule_pod(
+            &profile,
+            &mut state,
+            &pod,
+            &snap,
+            &AtomicUsize::new(0),
+            &NoNominations,
+        ) {
             ScheduleResult::Scheduled { feasible, .. } => assert_eq!(
                 feasible,
                 num_feasible_nodes_to_find(0, 150),
@@ -609,19 +787,21 @@ mod tests {
         let start = AtomicUsize::new(0);
         for _ in 0..20 {
             let mut state = CycleState::new();
-            match schedule_pod(&profile, &mut state, &pod, &snap, &start) {
+            match schedule_pod(&profile, &mut state, &pod, &snap, &start, &NoNominations) {
                 ScheduleResult::Scheduled { node, .. } => assert_eq!(node, "fits"),
                 other => panic!("want fits, got {other:?}"),
             }
         }
         let huge = PodBuilder::new("h").req_cpu("64").info();
         let mut state = CycleState::new();
-        match schedule_pod(&profile, &mut state, &huge, &snap, &start) {
+        match schedule_pod(&profile, &mut state, &huge, &snap, &start, &NoNominations) {
             ScheduleResult::Unschedulable(d) => {
                 assert_eq!(
                     d.message(),
-                    "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu.",
-                    "\"count reason\" strings sorted as strings, as upstream's FitError"
+                    "0/3 nodes are available: 1 node(s) had untolerated taint(s), 2 Insufficient cpu. \
+                     preemption: 0/3 nodes are available: 3 Preemption is not helpful for scheduling.",
+                    "\"count reason\" strings sorted as strings, as upstream's FitError; \
+                     DefaultPreemption's words after them"
                 )
             }
             other => panic!("want unschedulable, got {other:?}"),

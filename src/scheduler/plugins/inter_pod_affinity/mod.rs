@@ -122,6 +122,9 @@ impl Plugin for InterPodAffinity {
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(hints::registrations())
     }
+    fn pre_filter_reads_pods(&self) -> bool {
+        true
+    }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }

@@ -447,6 +447,9 @@ impl Plugin for PodTopologySpread {
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(hints::registrations(Arc::new(self.clone())))
     }
+    fn pre_filter_reads_pods(&self) -> bool {
+        true
+    }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
     }

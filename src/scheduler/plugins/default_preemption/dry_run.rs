@@ -1,0 +1,237 @@
+//! The dry run on one node (upstream's SelectVictimsOnNode): take away every pod of lower
+//! priority; if the pod fits then, give back as many as still let it fit, most important
+//! first and those a PodDisruptionBudget protects before the others. What cannot be given
+//! back are the victims.
+
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::k8s::labels::Selector;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::runtime::{self, priority};
+use crate::scheduler::framework::{CycleState, PostFilterContext, Status};
+
+pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
+
+/// A node where preemption would make room, and at what cost.
+#[derive(Clone, Debug)]
+pub struct Candidate {
+    pub node: String,
+    /// Most important first.
+    pub victims: Vec<Arc<PodInfo>>,
+    /// Victims whose eviction a PodDisruptionBudget does not allow.
+    pub pdb_violations: usize,
+}
+
+/// When a pod started (now when it has not), for "the older pod is more important".
+pub fn start_time(pod: &Pod, now: Timestamp) -> Timestamp {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.start_time.as_ref())
+        .map_or(now, |t| t.0)
+}
+
+/// Upstream's MoreImportantPod as an ordering: higher priority first, then the older.
+pub fn more_important_first(a: &PodInfo, b: &PodInfo, now: Timestamp) -> Ordering {
+    priority(&b.pod)
+        .cmp(&priority(&a.pod))
+        .then_with(|| start_time(&a.pod, now).cmp(&start_time(&b.pod, now)))
+}
+
+/// Splits pods (in their order) into those whose eviction some budget does not allow and the
+/// others, counting each eviction against every budget that selects the pod.
+pub fn split_by_budgets(
+    pods: &[Arc<PodInfo>],
+    budgets: &[Arc<PodDisruptionBudget>],
+) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
+    let mut allowed: Vec<i32> = budgets
+        .iter()
+        .map(|b| {
+            b.status
+                .as_ref()
+                .and_then(|s| s.disruptions_allowed)
+                .unwrap_or(0)
+        })
+        .collect();
+    let selectors: Vec<Option<Selector>> = budgets
+        .iter()
+        .map(|b| {
+            let s = b.spec.as_ref()?.selector.as_ref()?;
+            let selector = Selector::from_label_selector(Some(s)).ok()?;
+            (!selector.is_empty()).then_some(selector)
+        })
+        .collect();
+    let (mut violating, mut fine) = (Vec::new(), Vec::new());
+    for pod in pods {
+        let meta = &pod.pod.metadata;
+        let mut violates = false;
+        if let Some(labels) = meta.labels.as_ref().filter(|l| !l.is_empty()) {
+            for (i, budget) in budgets.iter().enumerate() {
+                let Some(selector) = &selectors[i] else {
+                    continue;
+                };
+                let disrupted = budget
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.disrupted_pods.as_ref())
+                    .is_some_and(|d| meta.name.as_ref().is_some_and(|n| d.contains_key(n)));
+                if budget.metadata.namespace != meta.namespace
+                    || !selector.matches(labels)
+                    || disrupted
+                {
+                    continue;
+                }
+                allowed[i] -= 1;
+                if allowed[i] < 0 {
+                    violates = true;
+                }
+            }
+        }
+        if violates {
+            violating.push(pod.clone());
+        } else {
+            fine.push(pod.clone());
+        }
+    }
+    (violating, fine)
+}
+
+/// The dry run over one cycle's context.
+pub struct DryRun<'a> {
+    pub ctx: &'a PostFilterContext<'a>,
+    pub budgets: &'a [Arc<PodDisruptionBudget>],
+    /// Whether PreFilter must run again on the changed node (a plugin's PreFilter reads other
+    /// pods); else the cycle's PreFilter state holds.
+    pub fresh_pre_filter: bool,
+    pub now: Timestamp,
+}
+
+impl DryRun<'_> {
+    /// Whether the pod fits on `node` as it is in the dry run.
+    fn fits(&self, node: &NodeInfo) -> Status {
+        let ctx = self.ctx;
+        if !self.fresh_pre_filter {
+            return runtime::run_filters_with_nominated(
+                ctx.profile,
+                ctx.state,
+                ctx.pod,
+                node,
+                ctx.nominated,
+            );
+        }
+        let snapshot = ctx.snapshot.with_node(node.clone());
+        let mut state = CycleState::new();
+        match runtime::run_pre_filter(ctx.profile, &mut state, ctx.pod, &snapshot) {
+            Err(status) => status,
+            Ok(narrowed)
+                if narrowed
+                    .node_names
+                    .as_ref()
+                    .is_some_and(|n| !n.contains(&node.name)) =>
+            {
+                Status::unresolvable("node(s) didn't satisfy the pod's PreFilter plugins")
+            }
+            Ok(_) => runtime::run_filters_with_nominated(
+                ctx.profile,
+                &state,
+                ctx.pod,
+                node,
+                ctx.nominated,
+            ),
+        }
+    }
+
+    /// The victims on `node`, or why preemption cannot help there.
+    pub fn select_victims(&self, node: &NodeInfo) -> Result<Candidate, Status> {
+        let own = priority(&self.ctx.pod.pod);
+        let mut potential: Vec<Arc<PodInfo>> = node
+            .pods
+            .iter()
+            .filter(|p| priority(&p.pod) < own)
+            .cloned()
+            .collect();
+        if potential.is_empty() {
+            return Err(Status::unresolvable(ERR_NO_VICTIMS));
+        }
+        let mut trial = node.clone();
+        for v in &potential {
+            trial.remove_pod(v.uid());
+        }
+        let status = self.fits(&trial);
+        if !status.is_success() {
+            return Err(status);
+        }
+        potential.sort_by(|a, b| more_important_first(a, b, self.now));
+        let (violating, fine) = split_by_budgets(&potential, self.budgets);
+        let mut victims = Vec::new();
+        let mut pdb_violations = 0;
+        for (group, protected) in [(&violating, true), (&fine, false)] {
+            for pod in group {
+                trial.add_pod(pod.clone());
+                if self.fits(&trial).is_success() {
+                    continue;
+                }
+                trial.remove_pod(pod.uid());
+                victims.push(pod.clone());
+                if protected {
+                    pdb_violations += 1;
+                }
+            }
+        }
+        if !violating.is_empty() && !fine.is_empty() {
+            victims.sort_by(|a, b| more_important_first(a, b, self.now));
+        }
+        if victims.is_empty() {
+            return Err(Status::error(format!(
+                "expected at least one victim pod on node {:?}",
+                node.name
+            )));
+        }
+        Ok(Candidate {
+            node: node.name.clone(),
+            victims,
+            pdb_violations,
+        })
+    }
+}
+
+/// Of several candidates, the one upstream's pickOneNodeForPreemption picks: fewest budget
+/// violations, then the lowest most important victim, the lowest sum of priorities, the fewest
+/// victims, the most recently started most important victims; then the first.
+pub fn pick(candidates: &[Candidate], now: Timestamp) -> Option<&Candidate> {
+    type Key = fn(&Candidate, Timestamp) -> i128;
+    let keys: [Key; 5] = [
+        |c, _| -(c.pdb_violations as i128),
+        |c, _| -i128::from(c.victims.first().map_or(0, |v| priority(&v.pod))),
+        |c, _| {
+            -c.victims
+                .iter()
+                .map(|v| i128::from(priority(&v.pod)) + (1i128 << 31))
+                .sum::<i128>()
+        },
+        |c, _| -(c.victims.len() as i128),
+        |c, now| {
+            let top = c.victims.first().map_or(0, |v| priority(&v.pod));
+            c.victims
+                .iter()
+                .filter(|v| priority(&v.pod) == top)
+                .map(|v| start_time(&v.pod, now).as_nanosecond())
+                .min()
+                .unwrap_or(0)
+        },
+    ];
+    let mut left: Vec<&Candidate> = candidates.iter().collect();
+    for key in keys {
+        if left.len() <= 1 {
+            break;
+        }
+        let best = left.iter().map(|c| key(c, now)).max()?;
+        left.retain(|c| key(c, now) == best);
+    }
+    left.first().copied()
+}

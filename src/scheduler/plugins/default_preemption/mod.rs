@@ -1,0 +1,292 @@
+//! DefaultPreemption: when a pod fits nowhere, find a node where evicting pods of lower
+//! priority makes room, nominate the pod to it and evict them, as kube-scheduler's
+//! DefaultPreemption PostFilter plugin (with its asynchronous preemption, on by default in
+//! 1.36).
+//!
+//! Only nodes whose filters said `Unschedulable` are tried, never those that said
+//! `UnschedulableAndUnresolvable`: a pod pinned by StickyNode therefore preempts only on its
+//! pinned node. Among the nodes tried, the choice follows upstream's order (budget
+//! violations, victims' priorities, their number, their start times).
+//!
+//! Differences from upstream: a victim waiting at Permit or in PreBind is evicted through
+//! the API like any other (upstream stops it in memory), and the preemptor is not held at
+//! PreEnqueue while the evictions run: until they do, a retry finds the victims terminating
+//! and is told so.
+
+pub mod actuate;
+pub mod args;
+pub mod dry_run;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+use rand::Rng;
+use rayon::prelude::*;
+
+use self::args::DefaultPreemptionArgs;
+use self::dry_run::{Candidate, DryRun};
+use crate::events::EventWriter;
+use crate::scheduler::backend::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::runtime::{Diagnosis, nominated_node, priority};
+use crate::scheduler::framework::{
+    Code, Nomination, Plugin, PostFilterContext, PostFilterPlugin, Status,
+};
+use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
+
+pub const NAME: &str = "DefaultPreemption";
+pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
+
+/// The plugin.
+pub struct DefaultPreemption {
+    args: DefaultPreemptionArgs,
+    budgets: Arc<DisruptionBudgets>,
+    client: Option<kube::Client>,
+    events: Option<EventWriter>,
+    /// Where evictions run; `None` outside a tokio runtime (unit tests), where they do not.
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+impl Plugin for DefaultPreemption {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Option<Vec<crate::scheduler::framework::events::Registration>> {
+        Some(Vec::new())
+    }
+    fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+}
+
+/// Whether a pod is going away because a scheduler preempted it.
+fn preempted(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+            .is_some_and(|c| {
+                c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
+            })
+}
+
+/// Why the pod may not preempt, if it may not (upstream's PodEligibleToPreemptOthers).
+fn not_eligible(ctx: &PostFilterContext<'_>) -> Option<&'static str> {
+    let pod = &ctx.pod.pod;
+    if pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.as_deref())
+        == Some("Never")
+    {
+        return Some("not eligible due to preemptionPolicy=Never.");
+    }
+    let nominated = nominated_node(pod)?;
+    if code_of(ctx.diagnosis, nominated) == Code::UnschedulableAndUnresolvable {
+        return None;
+    }
+    let own = priority(pod);
+    let node = ctx.snapshot.get(nominated)?;
+    node.pods
+        .iter()
+        .any(|p| priority(&p.pod) < own && preempted(&p.pod))
+        .then_some("not eligible due to a terminating pod on the nominated node.")
+}
+
+/// The code the filters gave `node` (the nodes without a status of their own share PreFilter's
+/// rejection or the absent nodes' status, UnschedulableAndUnresolvable by default).
+fn code_of(diagnosis: &Diagnosis, node: &str) -> Code {
+    if let Some(status) = &diagnosis.pre_filter_status {
+        return status.code;
+    }
+    diagnosis
+        .node_statuses
+        .iter()
+        .find(|(n, _)| n == node)
+        .map(|(_, s)| s.code)
+        .or(diagnosis.absent_nodes_status.as_ref().map(|s| s.code))
+        .unwrap_or(Code::UnschedulableAndUnresolvable)
+}
+
+/// The nodes worth a dry run: those the filters found `Unschedulable` (resolvable).
+fn potential_nodes<'a>(ctx: &PostFilterContext<'a>) -> Vec<&'a Arc<NodeInfo>> {
+    let d = ctx.diagnosis;
+    if let Some(status) = &d.pre_filter_status {
+        return if status.code == Code::Unschedulable {
+            ctx.snapshot.nodes().iter().collect()
+        } else {
+            Vec::new()
+        };
+    }
+    let explicit: HashMap<&str, Code> = d
+        .node_statuses
+        .iter()
+        .map(|(n, s)| (n.as_str(), s.code))
+        .collect();
+    let absent = d
+        .absent_nodes_status
+        .as_ref()
+        .map_or(Code::UnschedulableAndUnresolvable, |s| s.code);
+    ctx.snapshot
+        .nodes()
+        .iter()
+        .filter(|n| explicit.get(n.name.as_str()).copied().unwrap_or(absent) == Code::Unschedulable)
+        .collect()
+}
+
+/// How many nodes are dry-run at once.
+const CHUNK: usize = 16;
+
+impl DefaultPreemption {
+    /// Dry-runs the potential nodes from a random offset until enough candidates are found:
+    /// the candidates (those without budget violations first), and why each other node tried
+    /// could not help.
+    fn find_candidates(
+        &self,
+        ctx: &PostFilterContext<'_>,
+        potential: &[&Arc<NodeInfo>],
+        now: Timestamp,
+    ) -> (Vec<Candidate>, Vec<(String, Status)>) {
+        let wanted = self.args.num_candidates(potential.len());
+        let offset = rand::rng().random_range(0..potential.len());
+        let budgets = self.budgets.all();
+        let dry_run = DryRun {
+            ctx,
+            budgets: &budgets,
+            fresh_pre_filter: ctx
+                .profile
+                .pre_filter
+                .iter()
+                .any(|p| p.pre_filter_reads_pods()),
+            now,
+        };
+        let order: Vec<&Arc<NodeInfo>> = (0..potential.len())
+            .map(|i| potential[(offset + i) % potential.len()])
+            .collect();
+        let (mut fine, mut violating, mut failed) = (Vec::new(), Vec::new(), Vec::new());
+        for chunk in order.chunks(CHUNK) {
+            let results: Vec<Result<Candidate, (String, Status)>> = chunk
+                .par_iter()
+                .map(|n| dry_run.select_victims(n).map_err(|s| (n.name.clone(), s)))
+                .collect();
+            for r in results {
+                match r {
+                    Ok(c) if c.pdb_violations == 0 => {
+                        if fine.len() < wanted {
+                            fine.push(c)
+                        }
+                    }
+                    Ok(c) => {
+                        if violating.len() < wanted {
+                            violating.push(c)
+                        }
+                    }
+                    Err(f) => failed.push(f),
+                }
+            }
+            if !fine.is_empty() && fine.len() + violating.len() >= wanted {
+                break;
+            }
+        }
+        fine.extend(violating);
+        (fine, failed)
+    }
+}
+
+impl PostFilterPlugin for DefaultPreemption {
+    fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
+        let say = |code, message: String| Status::new(code, format!("preemption: {message}"));
+        if let Some(why) = not_eligible(ctx) {
+            return (Nomination::Keep, say(Code::Unschedulable, why.to_string()));
+        }
+        let now = Timestamp::now();
+        let potential = potential_nodes(ctx);
+        let (candidates, failed) = if potential.is_empty() {
+            (Vec::new(), Vec::new())
+        } else {
+            self.find_candidates(ctx, &potential, now)
+        };
+        if candidates.is_empty() {
+            let errors: Vec<String> = failed
+                .iter()
+                .filter(|(_, s)| s.code == Code::Error)
+                .map(|(_, s)| s.message())
+                .collect();
+            if !errors.is_empty() {
+                let joined = match errors.as_slice() {
+                    [one] => one.clone(),
+                    many => format!("[{}]", many.join(", ")),
+                };
+                return (Nomination::Keep, say(Code::Error, joined));
+            }
+            let fit = Diagnosis {
+                num_all_nodes: ctx.snapshot.len(),
+                node_statuses: failed,
+                absent_nodes_status: Some(Status::unresolvable(NOT_HELPFUL)),
+                ..Default::default()
+            };
+            return (Nomination::Clear, say(Code::Unschedulable, fit.message()));
+        }
+        let Some(best) = dry_run::pick(&candidates, now) else {
+            return (
+                Nomination::Keep,
+                say(
+                    Code::Unschedulable,
+                    "no candidate node for preemption".into(),
+                ),
+            );
+        };
+        let own = priority(&ctx.pod.pod);
+        let outranked = ctx
+            .nominated
+            .for_node(&best.node)
+            .into_iter()
+            .filter(|p| priority(&p.pod) < own)
+            .map(|p| p.pod.clone())
+            .collect();
+        let preemption = actuate::Preemption {
+            preemptor: ctx.pod.pod.clone(),
+            node: best.node.clone(),
+            victims: best.victims.iter().map(|v| v.pod.clone()).collect(),
+            outranked,
+        };
+        tracing::info!(
+            pod = %ctx.pod.key(),
+            node = %best.node,
+            victims = best.victims.len(),
+            "preempting"
+        );
+        if let (Some(client), Some(runtime)) = (&self.client, &self.runtime) {
+            runtime.spawn(actuate::carry_out(
+                client.clone(),
+                self.events.clone(),
+                preemption,
+            ));
+        }
+        (Nomination::Node(best.node.clone()), Status::success())
+    }
+}
+
+/// Builds the plugin from its args.
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+    budgets: Arc<DisruptionBudgets>,
+    client: Option<kube::Client>,
+    events: Option<EventWriter>,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let args: DefaultPreemptionArgs = decode_args(args, path)?;
+    args.validate(path)?;
+    Ok(Arc::new(DefaultPreemption {
+        args,
+        budgets,
+        client,
+        events,
+        runtime: tokio::runtime::Handle::try_current().ok(),
+    }))
+}

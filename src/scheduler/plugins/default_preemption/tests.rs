@@ -1,0 +1,247 @@
+//! DefaultPreemption's cases, after upstream's default_preemption_test.go: who preempts, on
+//! which node, which pods go, and what a pod that cannot preempt is told.
+
+use std::sync::atomic::AtomicUsize;
+
+use k8s_openapi::api::policy::v1::{
+    PodDisruptionBudget, PodDisruptionBudgetSpec, PodDisruptionBudgetStatus,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+
+use super::*;
+use crate::scheduler::framework::CycleState;
+use crate::scheduler::framework::NoNominations;
+use crate::scheduler::framework::runtime::{ScheduleResult, schedule_pod};
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::profile::default_profile;
+use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
+use crate::watch::Index;
+
+/// A pod of `priority` asking for `cpu`, bound to `node`.
+fn running(name: &str, node: &str, priority: i32, cpu: &str) -> k8s_openapi::api::core::v1::Pod {
+    PodBuilder::new(name)
+        .label("app", name.trim_end_matches(char::is_numeric))
+        .req_cpu(cpu)
+        .priority(priority)
+        .node_name(node)
+        .build()
+}
+
+/// Schedules `pod` with the default profile (its budgets from `handle`); the diagnosis when
+/// it fits nowhere.
+fn attempt(handle: &Handle, snap: &Snapshot, pod: PodBuilder) -> Diagnosis {
+    let profile = default_profile("tether-scheduler", handle)
+        .expect("compiles")
+        .profile;
+    let mut state = CycleState::new();
+    let pod = pod.info();
+    match schedule_pod(
+        &profile,
+        &mut state,
+        &pod,
+        snap,
+        &AtomicUsize::new(0),
+        &NoNominations,
+    ) {
+        ScheduleResult::Unschedulable(d) => d,
+        other => panic!("want unschedulable, got {other:?}"),
+    }
+}
+
+/// Two full nodes of 4 CPUs: n1 holds pods of priority 0 and 100, n2 of priority 100.
+fn full() -> Snapshot {
+    snapshot(
+        vec![NodeBuilder::new("n1"), NodeBuilder::new("n2")],
+        vec![
+            running("low1", "n1", 0, "2"),
+            running("mid1", "n1", 100, "2"),
+            running("mid2", "n2", 100, "2"),
+            running("mid3", "n2", 100, "2"),
+        ],
+    )
+}
+
+#[test]
+fn a_higher_priority_pod_is_nominated_where_the_least_important_victims_are() {
+    let d = attempt(
+        &Handle::default(),
+        &full(),
+        PodBuilder::new("vip").req_cpu("2").priority(1000),
+    );
+    assert_eq!(d.nomination, Some(Nomination::Node("n1".into())));
+    assert_eq!(
+        d.message(),
+        "0/2 nodes are available: 2 Insufficient cpu.",
+        "a nomination adds nothing to the message"
+    );
+}
+
+#[test]
+fn victims_are_the_fewest_and_least_important_that_make_room() {
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let snap = snapshot(
+        vec![NodeBuilder::new("n1")],
+        vec![
+            running("a0", "n1", 0, "1"),
+            running("b5", "n1", 5, "1"),
+            running("c9", "n1", 9, "1"),
+            running("d2000", "n1", 2000, "1"),
+        ],
+    );
+    let pod = PodBuilder::new("vip").req_cpu("2").priority(1000).info();
+    let mut state = CycleState::new();
+    crate::scheduler::framework::runtime::run_pre_filter(&profile, &mut state, &pod, &snap)
+        .expect("prefilter");
+    let diagnosis = Diagnosis::default();
+    let ctx = PostFilterContext {
+        profile: &profile,
+        state: &state,
+        pod: &pod,
+        snapshot: &snap,
+        diagnosis: &diagnosis,
+        nominated: &NoNominations,
+    };
+    let dry = DryRun {
+        ctx: &ctx,
+        budgets: &[],
+        fresh_pre_filter: true,
+        now: Timestamp::now(),
+    };
+    let candidate = dry
+        .select_victims(snap.get("n1").expect("n1"))
+        .expect("a candidate");
+    let victims: Vec<&str> = candidate.victims.iter().map(|v| v.name()).collect();
+    assert_eq!(
+        victims,
+        ["b5", "a0"],
+        "two CPUs from the least important; 2000 is never a victim"
+    );
+}
+
+#[test]
+fn a_disruption_budget_steers_preemption_to_the_other_node() {
+    let budgets = Arc::new(DisruptionBudgets::default());
+    budgets.apply(PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some("low".into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector {
+                match_labels: Some([("app".to_string(), "low".to_string())].into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: Some(PodDisruptionBudgetStatus {
+            disruptions_allowed: Some(0),
+            ..Default::default()
+        }),
+    });
+    let handle = Handle {
+        budgets,
+        ..Handle::default()
+    };
+    let snap = snapshot(
+        vec![NodeBuilder::new("n1"), NodeBuilder::new("n2")],
+        vec![
+            running("low1", "n1", 0, "4"),
+            running("other1", "n2", 0, "4"),
+        ],
+    );
+    let d = attempt(
+        &handle,
+        &snap,
+        PodBuilder::new("vip").req_cpu("2").priority(1000),
+    );
+    assert_eq!(d.nomination, Some(Nomination::Node("n2".into())));
+}
+
+#[test]
+fn a_pod_that_may_not_or_cannot_preempt_is_told_why() {
+    let never = attempt(
+        &Handle::default(),
+        &full(),
+        PodBuilder::new("polite")
+            .req_cpu("2")
+            .priority(1000)
+            .with(|p| {
+                p.spec.get_or_insert_default().preemption_policy = Some("Never".into());
+            }),
+    );
+    assert_eq!(never.nomination, None);
+    assert_eq!(
+        never.message(),
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: not eligible due to preemptionPolicy=Never."
+    );
+    let equal = attempt(
+        &Handle::default(),
+        &full(),
+        PodBuilder::new("peer").req_cpu("2").priority(0),
+    );
+    assert_eq!(equal.nomination, Some(Nomination::Clear));
+    assert_eq!(
+        equal.message(),
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."
+    );
+    let huge = attempt(
+        &Handle::default(),
+        &full(),
+        PodBuilder::new("huge").req_cpu("64").priority(1000),
+    );
+    // More than a node has in all: no eviction can help, so no node is tried.
+    assert_eq!(
+        huge.message(),
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+    let unresolvable = attempt(
+        &Handle::default(),
+        &full(),
+        PodBuilder::new("picky")
+            .req_cpu("2")
+            .priority(1000)
+            .node_selector("disk", "nvme"),
+    );
+    assert_eq!(
+        unresolvable.message(),
+        "0/2 nodes are available: 2 node(s) didn't match Pod's node affinity/selector. preemption: 0/2 nodes are available: 2 Preemption is not helpful for scheduling."
+    );
+}
+
+#[test]
+fn candidates_are_picked_in_upstreams_order() {
+    let pod = |name: &str, p: i32| Arc::new(PodBuilder::new(name).priority(p).info());
+    let c = |node: &str, victims: Vec<Arc<crate::scheduler::framework::pod_info::PodInfo>>, pdb| {
+        Candidate {
+            node: node.into(),
+            victims,
+            pdb_violations: pdb,
+        }
+    };
+    let now = Timestamp::now();
+    let by_pdb = [c("a", vec![pod("x", 1)], 1), c("b", vec![pod("y", 9)], 0)];
+    assert_eq!(
+        dry_run::pick(&by_pdb, now).map(|c| c.node.as_str()),
+        Some("b")
+    );
+    let by_top = [
+        c("a", vec![pod("x", 9)], 0),
+        c("b", vec![pod("y", 5), pod("z", 5)], 0),
+    ];
+    assert_eq!(
+        dry_run::pick(&by_top, now).map(|c| c.node.as_str()),
+        Some("b")
+    );
+    let by_count = [
+        c("a", vec![pod("x", 5), pod("y", 5)], 0),
+        c("b", vec![pod("z", 5)], 0),
+    ];
+    assert_eq!(
+        dry_run::pick(&by_count, now).map(|c| c.node.as_str()),
+        Some("b")
+    );
+}
