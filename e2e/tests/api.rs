@@ -376,6 +376,10 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
         "default"
     ])?);
     assert!(may(&["update", "leases/tether", "-n", "tether-system"])?);
+    // Preemption deletes its victims; VolumeBinding writes volumes and claims.
+    assert!(may(&["delete", "pods", "-n", "default"])?);
+    assert!(may(&["update", "persistentvolumes"])?);
+    assert!(may(&["update", "persistentvolumeclaims", "-n", "default"])?);
     for denied in [
         &["get", "secrets", "-n", "tether-system"][..],
         &["list", "secrets", "-A"],
@@ -383,7 +387,8 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
         &["delete", "nodes"],
         &["update", "leases/tether", "-n", "kube-system"],
         &["update", "leases/other", "-n", "tether-system"],
-        &["delete", "pods", "-n", "default"],
+        &["delete", "persistentvolumes"],
+        &["create", "persistentvolumeclaims", "-n", "default"],
     ] {
         assert!(!may(denied)?, "the ServiceAccount may not {denied:?}");
     }
