@@ -14,8 +14,9 @@ use crate::scheduler::framework::Status;
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime;
 
-/// Binds one assumed pod. `slot`, its place among the binding cycles binding now, is given
-/// back once the bind is answered; a pod that waited at Permit takes one when it is permitted.
+/// Binds one assumed pod. `slot`, its place among the binding cycles binding now (taken when
+/// its scheduling cycle ended), is given back for PreBind and taken again for the bind, until
+/// the bind is answered.
 pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Option<BindSlot>) {
     let Assumed {
         queued,
@@ -42,9 +43,10 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
             }
         }
         sched.queue.permitted(pod_info.uid());
-        if slot.is_none() {
-            slot = Some(BindSlot::take(&sched));
-        }
+        // PreBind may wait long (VolumeBinding waits for the PV controller, up to its
+        // bindTimeoutSeconds): it holds no place among the binding cycles, so pods waiting for
+        // volumes never hold up the scheduling of others. The place is taken for the bind.
+        drop(slot.take());
         let timed = |point: &'static str, status: &Status, began: Instant| {
             sched.metrics.extension_point(
                 point,
@@ -65,6 +67,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
                 "this replica no longer leads; the pod is left to the next leader",
             );
         }
+        slot = Some(BindSlot::take(&sched));
         let began = Instant::now();
         let status = runtime::run_bind(&profile, &state, &pod, &node).await;
         timed("Bind", &status, began);

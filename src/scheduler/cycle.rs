@@ -11,7 +11,9 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{self, ScheduleResult};
-use crate::scheduler::framework::{Code, CycleState, Nomination, QueuedPodInfo, Status};
+use crate::scheduler::framework::{
+    Code, CycleState, NominatedPods, Nomination, QueuedPodInfo, Status,
+};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
 /// `scheduler_plugin_execution_duration_seconds` (its pluginMetricsSamplePercent).
@@ -152,7 +154,9 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 .metrics
                 .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
             let nominated = match diagnosis.nomination.clone() {
-                None | Some(Nomination::Keep) => None,
+                // Written again with each failure, so a nomination whose first write was
+                // dropped for a newer failure of the pod still reaches the API.
+                None | Some(Nomination::Keep) => sched.nominator.node_of(pod.uid()).map(Some),
                 Some(Nomination::Clear) => {
                     sched.nominator.forget(pod.uid());
                     Some(None)

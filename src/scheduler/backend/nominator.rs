@@ -97,11 +97,6 @@ impl Nominator {
             n.remove(&uid);
         }
     }
-
-    /// The node the pod is nominated to.
-    pub fn node_of(&self, uid: &str) -> Option<String> {
-        self.read().node_of.get(uid).map(|(n, _)| n.clone())
-    }
 }
 
 impl NominatedPods for Nominator {
@@ -111,6 +106,10 @@ impl NominatedPods for Nominator {
 
     fn for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
         self.read().by_node.get(node).cloned().unwrap_or_default()
+    }
+
+    fn node_of(&self, uid: &str) -> Option<String> {
+        self.read().node_of.get(uid).map(|(n, _)| n.clone())
     }
 }
 

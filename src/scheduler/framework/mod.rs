@@ -217,6 +217,9 @@ pub trait NominatedPods: Send + Sync {
     fn any(&self) -> bool;
     /// The pods nominated to `node`.
     fn for_node(&self, node: &str) -> Vec<std::sync::Arc<PodInfo>>;
+    /// The node the pod (by UID) is nominated to, as this scheduler knows it (possibly before
+    /// the API has its `status.nominatedNodeName`).
+    fn node_of(&self, uid: &str) -> Option<String>;
 }
 
 /// No nominations (tests, benchmarks).
@@ -228,6 +231,9 @@ impl NominatedPods for NoNominations {
     }
     fn for_node(&self, _node: &str) -> Vec<std::sync::Arc<PodInfo>> {
         Vec::new()
+    }
+    fn node_of(&self, _uid: &str) -> Option<String> {
+        None
     }
 }
 

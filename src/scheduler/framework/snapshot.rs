@@ -10,7 +10,8 @@ use crate::scheduler::framework::node_info::NodeInfo;
 #[derive(Clone, Debug, Default)]
 pub struct Snapshot {
     nodes: Vec<Arc<NodeInfo>>,
-    index: HashMap<String, usize>,
+    /// Node name → place in `nodes`; shared by the copies a preemption dry run makes.
+    index: Arc<HashMap<String, usize>>,
     /// Indexes into `nodes` of the nodes with pods that have inter-pod affinity terms.
     have_pods_with_affinity: Vec<usize>,
     have_pods_with_required_anti_affinity: Vec<usize>,
@@ -28,11 +29,13 @@ impl Snapshot {
         image_node_counts: Arc<HashMap<String, usize>>,
     ) -> Self {
         let nodes: Vec<_> = nodes.into_iter().filter(|n| n.node.is_some()).collect();
-        let index = nodes
-            .iter()
-            .enumerate()
-            .map(|(i, n)| (n.name.clone(), i))
-            .collect();
+        let index = Arc::new(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| (n.name.clone(), i))
+                .collect(),
+        );
         let have_pods_with_affinity = nodes
             .iter()
             .enumerate()

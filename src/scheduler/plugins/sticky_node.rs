@@ -281,6 +281,9 @@ impl StickyNode {
         workload: &Workload,
         snapshot: &Snapshot,
     ) -> Option<String> {
+        if snapshot.is_empty() {
+            return None;
+        }
         let stores = self.storage.read();
         let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let reachable = |pv: &k8s_openapi::api::core::v1::PersistentVolume| {

@@ -821,4 +821,82 @@ mod tests {
             (0..200).map(|_| select_host(&scores)).collect();
         assert_eq!(picks.into_iter().collect::<Vec<_>>(), ["a", "b"]);
     }
+
+    /// Pods nominated to a node, in the given priority, answering for every node.
+    struct Nominated(Vec<(String, Arc<PodInfo>)>);
+
+    impl NominatedPods for Nominated {
+        fn any(&self) -> bool {
+            !self.0.is_empty()
+        }
+        fn for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+            self.0
+                .iter()
+                .filter(|(n, _)| n == node)
+                .map(|(_, p)| p.clone())
+                .collect()
+        }
+        fn node_of(&self, uid: &str) -> Option<String> {
+            self.0
+                .iter()
+                .find(|(_, p)| p.uid() == uid)
+                .map(|(n, _)| n.clone())
+        }
+    }
+
+    /// The room preemption made for a nominated pod is kept for it: a pod of lower or equal
+    /// priority goes elsewhere, a pod of higher priority may take it, and the nominated pod
+    /// itself is tried on its node first.
+    #[test]
+    fn a_nominated_pod_keeps_its_room_from_pods_of_lower_priority() {
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let snap = snapshot(
+            vec![NodeBuilder::new("room").allocatable("cpu", "2")],
+            vec![],
+        );
+        let vip = Arc::new(
+            PodBuilder::new("vip")
+                .req_cpu("2")
+                .priority(1000)
+                .with(|p| {
+                    p.status.get_or_insert_default().nominated_node_name = Some("room".into());
+                })
+                .info(),
+        );
+        let nominated = Nominated(vec![("room".into(), vip.clone())]);
+        let place = |pod: &PodInfo| {
+            let mut state = CycleState::new();
+            match schedule_pod(
+                &profile,
+                &mut state,
+                pod,
+                &snap,
+                &AtomicUsize::new(0),
+                &nominated,
+            ) {
+                ScheduleResult::Scheduled { node, .. } => Ok(node),
+                ScheduleResult::Unschedulable(d) => Err(d.message()),
+                other => panic!("unexpected {other:?}"),
+            }
+        };
+        let low = PodBuilder::new("low").req_cpu("1").priority(10).info();
+        let told = place(&low).expect_err("a lower-priority pod leaves the room alone");
+        assert!(
+            told.starts_with("0/1 nodes are available: 1 Insufficient cpu."),
+            "{told}"
+        );
+        assert_eq!(
+            place(&vip).as_deref(),
+            Ok("room"),
+            "the nominated pod itself fits"
+        );
+        let boss = PodBuilder::new("boss").req_cpu("2").priority(2000).info();
+        assert_eq!(
+            place(&boss).as_deref(),
+            Ok("room"),
+            "a higher priority may take it"
+        );
+    }
 }

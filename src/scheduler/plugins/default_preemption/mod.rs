@@ -86,12 +86,16 @@ fn not_eligible(ctx: &PostFilterContext<'_>) -> Option<&'static str> {
     {
         return Some("not eligible due to preemptionPolicy=Never.");
     }
-    let nominated = nominated_node(pod)?;
-    if code_of(ctx.diagnosis, nominated) == Code::UnschedulableAndUnresolvable {
+    // The nomination this scheduler made, before the API may have it.
+    let nominated = ctx
+        .nominated
+        .node_of(ctx.pod.uid())
+        .or_else(|| nominated_node(pod).map(String::from))?;
+    if code_of(ctx.diagnosis, &nominated) == Code::UnschedulableAndUnresolvable {
         return None;
     }
     let own = priority(pod);
-    let node = ctx.snapshot.get(nominated)?;
+    let node = ctx.snapshot.get(&nominated)?;
     node.pods
         .iter()
         .any(|p| priority(&p.pod) < own && preempted(&p.pod))
@@ -242,6 +246,14 @@ impl PostFilterPlugin for DefaultPreemption {
             );
         };
         let own = priority(&ctx.pod.pod);
+        if best
+            .victims
+            .iter()
+            .all(|v| v.pod.metadata.deletion_timestamp.is_some())
+        {
+            // Every victim is already going: nothing to carry out, as upstream.
+            return (Nomination::Node(best.node.clone()), Status::success());
+        }
         let outranked = ctx
             .nominated
             .for_node(&best.node)
