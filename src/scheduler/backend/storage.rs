@@ -144,6 +144,8 @@ pub struct Stores {
     /// By `ns/name`.
     pub capacities: BTreeMap<String, Arc<CSIStorageCapacity>>,
     pub attachments: HashMap<String, Arc<VolumeAttachment>>,
+    /// Node name → the names of the VolumeAttachments on it.
+    attachments_by_node: HashMap<String, std::collections::BTreeSet<String>>,
 }
 
 impl Default for Stores {
@@ -156,6 +158,7 @@ impl Default for Stores {
             csi_drivers: HashMap::new(),
             capacities: BTreeMap::new(),
             attachments: HashMap::new(),
+            attachments_by_node: HashMap::new(),
         }
     }
 }
@@ -188,9 +191,32 @@ impl Stores {
         &'a self,
         node: &'a str,
     ) -> impl Iterator<Item = &'a Arc<VolumeAttachment>> + 'a {
-        self.attachments
-            .values()
-            .filter(move |a| a.spec.node_name == node)
+        self.attachments_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .filter_map(|name| self.attachments.get(name))
+    }
+
+    fn attach(&mut self, va: Arc<VolumeAttachment>) {
+        let name = name_of(va.as_ref());
+        self.detach(&name);
+        self.attachments_by_node
+            .entry(va.spec.node_name.clone())
+            .or_default()
+            .insert(name.clone());
+        self.attachments.insert(name, va);
+    }
+
+    fn detach(&mut self, name: &str) {
+        if let Some(old) = self.attachments.remove(name)
+            && let Some(names) = self.attachments_by_node.get_mut(&old.spec.node_name)
+        {
+            names.remove(name);
+            if names.is_empty() {
+                self.attachments_by_node.remove(&old.spec.node_name);
+            }
+        }
     }
 }
 
@@ -380,7 +406,27 @@ plain_store!(StorageClass, classes, name_of);
 plain_store!(CSINode, csi_nodes, name_of);
 plain_store!(CSIDriver, csi_drivers, name_of);
 plain_store!(CSIStorageCapacity, capacities, namespaced_key);
-plain_store!(VolumeAttachment, attachments, name_of);
+impl Stored for VolumeAttachment {
+    fn apply(stores: &mut Stores, obj: Arc<Self>) {
+        stores.attach(obj);
+    }
+    fn delete(stores: &mut Stores, obj: &Self) {
+        stores.detach(&name_of(obj));
+    }
+    fn reset(stores: &mut Stores, objs: Vec<Arc<Self>>) {
+        stores.attachments.clear();
+        stores.attachments_by_node.clear();
+        for o in objs {
+            stores.attach(o);
+        }
+    }
+    fn current(stores: &Stores, obj: &Self) -> Option<Arc<Self>> {
+        stores.attachments.get(&name_of(obj)).cloned()
+    }
+    fn all(stores: &Stores) -> Vec<Arc<Self>> {
+        stores.attachments.values().cloned().collect()
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -476,5 +522,44 @@ mod tests {
             .collect();
         assert_eq!(names, ["a", "b"]);
         assert_eq!(claim_of(&index, "b").as_deref(), Some("c"));
+    }
+
+    #[test]
+    fn attachments_are_found_by_their_node_as_they_move_and_go() {
+        use k8s_openapi::api::storage::v1::VolumeAttachmentSpec;
+        let va = |name: &str, node: &str| {
+            Arc::new(VolumeAttachment {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    ..Default::default()
+                },
+                spec: VolumeAttachmentSpec {
+                    node_name: node.into(),
+                    attacher: "csi.example.com".into(),
+                    ..Default::default()
+                },
+                status: None,
+            })
+        };
+        let index = StorageIndex::default();
+        let on = |node: &str| -> Vec<String> {
+            index
+                .read()
+                .attachments_on(node)
+                .map(|a| a.metadata.name.clone().unwrap_or_default())
+                .collect()
+        };
+        index.apply(va("a", "n1"));
+        index.apply(va("b", "n1"));
+        assert_eq!(on("n1"), ["a", "b"]);
+        index.apply(va("a", "n2"));
+        assert_eq!(
+            (on("n1"), on("n2")),
+            (vec!["b".to_string()], vec!["a".to_string()])
+        );
+        index.delete(va("b", "n1").as_ref());
+        index.reset(vec![va("c", "n3")]);
+        assert!(on("n1").is_empty() && on("n2").is_empty());
+        assert_eq!(on("n3"), ["c"]);
     }
 }

@@ -456,12 +456,16 @@ fn post_filter(
             messages.clear();
             break;
         }
+        messages.push(status.message());
+        if !status.is_rejected() {
+            // An error decides nothing of the nomination.
+            code = status.code;
+            break;
+        }
         if nomination != Nomination::Keep {
             diagnosis.nomination = Some(nomination);
         }
-        messages.push(status.message());
-        if !status.is_rejected() {
-            code = status.code;
+        if status.code == Code::UnschedulableAndUnresolvable {
             break;
         }
     }

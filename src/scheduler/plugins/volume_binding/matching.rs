@@ -103,7 +103,10 @@ pub fn find_pod_volumes(claims: &Claims, node: &str, labels: &BTreeMap<String, S
             return conflicts(bound_ok, false, true, pvs_found);
         }
         if !to_match.is_empty() {
-            let (bindings, unmatched) = match_static(claims, &to_match, labels);
+            let (bindings, unmatched) = match match_static(claims, &to_match, labels) {
+                Ok(matched) => matched,
+                Err(e) => return Verdict::Error(e),
+            };
             unbound_ok = unmatched.is_empty();
             found.static_bindings = bindings;
             to_provision.extend(unmatched);
@@ -148,11 +151,14 @@ fn conflicts(bound_ok: bool, unbound_ok: bool, enough_space: bool, pvs_found: bo
 
 /// Matches claims (smallest request first) to distinct available volumes; returns the bindings
 /// and the claims no volume was found for.
+/// A claim's selector that does not parse is an error, as upstream's.
+type Matched = (Vec<StaticBinding>, Vec<Arc<PersistentVolumeClaim>>);
+
 fn match_static(
     claims: &Claims,
     to_match: &[Arc<PersistentVolumeClaim>],
     labels: &BTreeMap<String, String>,
-) -> (Vec<StaticBinding>, Vec<Arc<PersistentVolumeClaim>>) {
+) -> Result<Matched, String> {
     let mut ordered = to_match.to_vec();
     ordered.sort_by_key(|c| volumes::claim_request(c));
     let mut chosen: HashSet<String> = HashSet::new();
@@ -164,7 +170,7 @@ fn match_static(
             .get(volumes::claim_class(&claim))
             .map(Vec::as_slice)
             .unwrap_or_default();
-        match find_matching_volume(&claim, candidates, labels, &chosen) {
+        match find_matching_volume(&claim, candidates, labels, &chosen)? {
             Some(pv) => {
                 chosen.insert(pv.metadata.name.clone().unwrap_or_default());
                 bindings.push(StaticBinding { claim, volume: pv });
@@ -172,7 +178,7 @@ fn match_static(
             None => unmatched.push(claim),
         }
     }
-    (bindings, unmatched)
+    Ok((bindings, unmatched))
 }
 
 /// The smallest volume among `candidates` that this claim can bind on a node with `labels`
@@ -183,16 +189,18 @@ pub fn find_matching_volume(
     candidates: &[Arc<PersistentVolume>],
     labels: &BTreeMap<String, String>,
     excluded: &HashSet<String>,
-) -> Option<Arc<PersistentVolume>> {
+) -> Result<Option<Arc<PersistentVolume>>, String> {
     let request = volumes::claim_request(claim);
-    let selector = claim
-        .spec
-        .as_ref()
-        .and_then(|s| s.selector.as_ref())
-        .map(|s| Selector::from_label_selector(Some(s)));
-    if let Some(Err(_)) = selector {
-        return None;
-    }
+    let selector = match claim.spec.as_ref().and_then(|s| s.selector.as_ref()) {
+        None => None,
+        Some(s) => Some(Selector::from_label_selector(Some(s)).map_err(|e| {
+            format!(
+                "error creating internal label selector for claim: {}/{}: {e}",
+                claim.metadata.namespace.as_deref().unwrap_or_default(),
+                claim.metadata.name.as_deref().unwrap_or_default()
+            )
+        })?),
+    };
     let class = volumes::claim_class(claim);
     let mut best: Option<&Arc<PersistentVolume>> = None;
     for pv in candidates {
@@ -210,11 +218,11 @@ pub fn find_matching_volume(
         }
         let reaches = volumes::pv_reaches(pv, labels);
         if for_this_claim {
-            return reaches.then(|| pv.clone());
+            return Ok(reaches.then(|| pv.clone()));
         }
         let labels_ok = match &selector {
-            Some(Ok(s)) => s.matches(pv.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())),
-            _ => true,
+            Some(s) => s.matches(pv.metadata.labels.as_ref().unwrap_or(&BTreeMap::new())),
+            None => true,
         };
         if volumes::pv_phase(pv) != "Available"
             || !labels_ok
@@ -228,7 +236,7 @@ pub fn find_matching_volume(
             best = Some(pv);
         }
     }
-    best.cloned()
+    Ok(best.cloned())
 }
 
 enum Provisioning {

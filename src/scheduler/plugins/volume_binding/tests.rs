@@ -193,6 +193,7 @@ fn a_volume_matches_a_claim_only_with_its_class_modes_and_selector() {
     let pick = |pvs: Vec<PersistentVolumeBuilderOut>| {
         let pvs: Vec<_> = pvs.into_iter().map(Arc::new).collect();
         matching::find_matching_volume(&c, &pvs, &labels, &none)
+            .expect("the selector parses")
             .and_then(|v| v.metadata.name.clone())
     };
     type PersistentVolumeBuilderOut = k8s_openapi::api::core::v1::PersistentVolume;
