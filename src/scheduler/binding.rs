@@ -135,7 +135,11 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
             format!("Binding rejected: {}", status.message()),
         )
     };
-    sched.reports.failed(&pod, reason, &message).await;
+    let cleared = crate::scheduler::cycle::clear_nomination(&sched, &pod_info);
+    sched
+        .reports
+        .failed_nominating(&pod, reason, &message, cleared)
+        .await;
     let plugins: Vec<&'static str> = status
         .plugin
         .filter(|_| permit_rejected)

@@ -180,23 +180,38 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             sched
                 .metrics
                 .attempt("error", &profile.scheduler_name, start.elapsed());
-            sched.report_failure(&queued, "SchedulerError", status.message());
+            let cleared = clear_nomination(sched, &pod);
+            sched.report_failure_nominating(&queued, "SchedulerError", status.message(), cleared);
             sched.queue.requeue_with_backoff(pod.uid(), backoff);
         }
     }
 }
 
+/// Ends the pod's nomination, if it had one (here or in the API), as upstream does when an
+/// attempt fails other than by PostFilter's say: what to write of it.
+pub fn clear_nomination(
+    sched: &Scheduler,
+    pod: &crate::scheduler::framework::pod_info::PodInfo,
+) -> Option<Option<String>> {
+    let had = sched.nominator.forget(pod.uid());
+    if let Some(gone) = &had {
+        sched.room_given_up(gone);
+    }
+    (had.is_some() || runtime::nominated_node(&pod.pod).is_some()).then_some(None)
+}
+
 /// The pod could not be placed after all (Reserve or Permit): report and requeue it.
 fn fail(sched: &Scheduler, queued: QueuedPodInfo, profile: &CompiledProfile, status: Status) {
     let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
+    let cleared = clear_nomination(sched, &queued.pod);
     if status.is_rejected() {
-        sched.report_failure(&queued, "Unschedulable", status.message());
+        sched.report_failure_nominating(&queued, "Unschedulable", status.message(), cleared);
         let plugins: Vec<&'static str> = status.plugin.into_iter().collect();
         sched
             .queue
             .add_unschedulable(&plugins, queued.pod.uid(), backoff, status.retry_after);
     } else {
-        sched.report_failure(&queued, "SchedulerError", status.message());
+        sched.report_failure_nominating(&queued, "SchedulerError", status.message(), cleared);
         sched.queue.requeue_with_backoff(queued.pod.uid(), backoff);
     }
 }

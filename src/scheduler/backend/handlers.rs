@@ -88,7 +88,9 @@ impl Scheduler {
             return;
         }
         let info = Arc::new(PodInfo::new(Arc::new(pod)));
-        self.nominator.observe(&info);
+        if let Some(gone) = self.nominator.observe(&info) {
+            self.room_given_up(&gone);
+        }
         let gate = runtime::run_pre_enqueue(&profile, &info);
         self.queue.add(info, gate);
     }
@@ -98,7 +100,7 @@ impl Scheduler {
         let key = pods::key(pod);
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         self.queue.delete(&uid);
-        self.nominator.forget(&uid);
+        let nominated = self.nominator.forget(&uid);
         self.set_unserved(pods::scheduler_name(pod), &key, None);
         let mut cache = self.lock_cache();
         let held = cache.pod(&uid);
@@ -107,7 +109,20 @@ impl Scheduler {
         if let Some(old) = held {
             self.queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
+        } else if let Some(gone) = nominated {
+            self.room_given_up(&gone);
         }
+    }
+
+    /// A nominated pod gave up the room kept for it on its node (deleted, or nominated
+    /// elsewhere or nowhere): pods waiting for such room may fit now, as when a pod there is
+    /// deleted (upstream moves them the same way).
+    pub fn room_given_up(&self, nominated: &PodInfo) {
+        self.queue.on_event(
+            ASSIGNED_POD_DELETE,
+            Some(EventObject::Pod(nominated.pod.clone())),
+            None,
+        );
     }
 
     /// A node added or changed. Each kind of change that scheduling reads is an event; status

@@ -62,24 +62,33 @@ impl Nominator {
         self.write().insert(pod, node, false);
     }
 
-    /// Ends the pod's nomination, if it has one.
-    pub fn forget(&self, uid: &str) {
-        if self.read().node_of.contains_key(uid) {
-            self.write().remove(uid);
+    /// Ends the pod's nomination, if it has one: the pod it held room for.
+    pub fn forget(&self, uid: &str) -> Option<Arc<PodInfo>> {
+        if !self.read().node_of.contains_key(uid) {
+            return None;
         }
+        let mut n = self.write();
+        let (node, _) = n.node_of.get(uid)?.clone();
+        let pod = n
+            .by_node
+            .get(&node)
+            .and_then(|pods| pods.iter().find(|p| p.uid() == uid).cloned());
+        n.remove(uid);
+        pod
     }
 
     /// A pending pod from the watch: its `nominatedNodeName` is its nomination. An empty one
     /// ends a nomination the API had, not one made here that the API has not seen yet.
-    pub fn observe(&self, pod: &Arc<PodInfo>) {
+    /// Returns the pod whose room was given up, when a nomination ended or moved.
+    pub fn observe(&self, pod: &Arc<PodInfo>) -> Option<Arc<PodInfo>> {
+        let before = self.read().node_of.get(pod.uid()).cloned();
         match nominated_node(&pod.pod) {
-            Some(node) => self.write().insert(pod.clone(), node, true),
-            None => {
-                let seen = self.read().node_of.get(pod.uid()).map(|(_, seen)| *seen);
-                if seen == Some(true) {
-                    self.write().remove(pod.uid());
-                }
+            Some(node) => {
+                self.write().insert(pod.clone(), node, true);
+                before.filter(|(n, _)| n != node).map(|_| pod.clone())
             }
+            None if before.as_ref().is_some_and(|(_, seen)| *seen) => self.forget(pod.uid()),
+            None => None,
         }
     }
 
