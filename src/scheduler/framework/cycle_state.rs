@@ -54,7 +54,14 @@ impl CycleState {
     }
 
     pub fn mark_skip_filter(&mut self, plugin: &'static str) {
-        self.skip_filter.push(plugin);
+        if !self.skip_filter.contains(&plugin) {
+            self.skip_filter.push(plugin);
+        }
+    }
+
+    /// Undoes [`CycleState::mark_skip_filter`] (a PreFilter run again that no longer skips).
+    pub fn unmark_skip_filter(&mut self, plugin: &'static str) {
+        self.skip_filter.retain(|p| *p != plugin);
     }
 
     pub fn skips_filter(&self, plugin: &'static str) -> bool {

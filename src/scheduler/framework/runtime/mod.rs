@@ -289,6 +289,36 @@ pub fn run_pre_filter(
     }
 }
 
+/// Runs again, into `state`, the PreFilter of the plugins whose PreFilter reads other pods,
+/// against `snapshot` (a preemption dry run's changed node): the other plugins' PreFilter
+/// answers depend on the pod alone and stand. The status that rejects the pod, if one does.
+pub fn rerun_pod_reading_pre_filters(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+) -> Result<(), Status> {
+    for plugin in profile
+        .pre_filter
+        .iter()
+        .filter(|p| p.pre_filter_reads_pods())
+    {
+        let Some(pf) = plugin.pre_filter() else {
+            continue;
+        };
+        let (_, status) = pf.pre_filter(state, pod, snapshot);
+        let status = status.with_plugin(plugin.name());
+        if status.is_skip() {
+            state.mark_skip_filter(plugin.name());
+        } else if status.is_success() {
+            state.unmark_skip_filter(plugin.name());
+        } else {
+            return Err(status);
+        }
+    }
+    Ok(())
+}
+
 /// PreFilter (as upstream's RunPreFilterPlugins): the nodes the plugins narrowed the search to
 /// and which plugins narrowed it; `Err(None)` when the pod was rejected (`diagnosis` says how),
 /// `Err(Some(status))` on an error.

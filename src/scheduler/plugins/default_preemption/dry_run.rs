@@ -14,7 +14,7 @@ use crate::k8s::labels::Selector;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::runtime::{self, priority};
-use crate::scheduler::framework::{CycleState, PostFilterContext, Status};
+use crate::scheduler::framework::{PostFilterContext, Status};
 
 pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 
@@ -105,8 +105,8 @@ pub fn split_by_budgets(
 pub struct DryRun<'a> {
     pub ctx: &'a PostFilterContext<'a>,
     pub budgets: &'a [Arc<PodDisruptionBudget>],
-    /// Whether PreFilter must run again on the changed node (a plugin's PreFilter reads other
-    /// pods); else the cycle's PreFilter state holds.
+    /// Whether the PreFilters that read other pods must run again on the changed node (the
+    /// profile has such a plugin); else the cycle's PreFilter state holds.
     pub fresh_pre_filter: bool,
     pub now: Timestamp,
 }
@@ -125,18 +125,10 @@ impl DryRun<'_> {
             );
         }
         let snapshot = ctx.snapshot.with_node(node.clone());
-        let mut state = CycleState::new();
-        match runtime::run_pre_filter(ctx.profile, &mut state, ctx.pod, &snapshot) {
+        let mut state = ctx.state.clone();
+        match runtime::rerun_pod_reading_pre_filters(ctx.profile, &mut state, ctx.pod, &snapshot) {
             Err(status) => status,
-            Ok(narrowed)
-                if narrowed
-                    .node_names
-                    .as_ref()
-                    .is_some_and(|n| !n.contains(&node.name)) =>
-            {
-                Status::unresolvable("node(s) didn't satisfy the pod's PreFilter plugins")
-            }
-            Ok(_) => runtime::run_filters_with_nominated(
+            Ok(()) => runtime::run_filters_with_nominated(
                 ctx.profile,
                 &state,
                 ctx.pod,
