@@ -2,7 +2,8 @@
 //! a StatefulSet on `WaitForFirstConsumer` local volumes gets each claim bound to a volume on its
 //! pod's node and keeps them across restarts; a KubeVirt-style VM with a disk restarts on its node
 //! with its volume; a zoned volume keeps its pods in its zone; a ReadWriteOncePod claim in use
-//! keeps a second pod Pending; a node at its CSI attach limit is skipped.
+//! keeps a second pod Pending; a node at its CSI attach limit is skipped; a claim no volume
+//! matches is provisioned on the node the scheduler chose (the test playing the provisioner).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -430,4 +431,89 @@ async fn volumes_decide_where_pods_of_the_default_profile_go() -> anyhow::Result
         None,
     )?;
     Ok(())
+}
+
+/// A claim no volume matches is provisioned on the node the scheduler chose: tether's PreBind
+/// sets `volume.kubernetes.io/selected-node` on a node the class's `allowedTopologies` allow,
+/// this test plays the external provisioner (a volume on that node, for that claim), the PV
+/// controller binds them, and only then is the pod bound there.
+#[tokio::test]
+async fn a_claim_is_provisioned_on_the_node_the_scheduler_chose() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vol-prov").await?;
+    let nodes = TestNodes::create(&client, "vol-prov", 3, "16", |_, _| {}).await?;
+    let class = format!("provisioned-{}", unique_suffix());
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": class}, "provisioner": "e2e.tether.dev/provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+        "allowedTopologies": [{"matchLabelExpressions": [
+            {"key": "topology.kubernetes.io/zone", "values": ["zone-b"]}]}],
+    }))?;
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data", "namespace": ns.name},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": "5Gi"}}},
+    }))?;
+    let mut spec = json!({"schedulerName": "tether-scheduler",
+        "containers": [{"name": "c", "image": "pause"}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]});
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "app", "namespace": ns.name}, "spec": spec}))?;
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns.name);
+    let (selected, uid) = wait_for("the claim's selected node", TIMEOUT, || {
+        let claims = claims.clone();
+        async move {
+            let c = claims.get("data").await?;
+            let selected = c
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get("volume.kubernetes.io/selected-node").cloned());
+            Ok(selected.map(|s| (s, c.metadata.uid.clone().unwrap_or_default())))
+        }
+    })
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pending = pods.get("app").await?;
+    assert_eq!(
+        pending.spec.and_then(|s| s.node_name),
+        None,
+        "not bound before its volume is"
+    );
+    // The provisioner's part: a volume on the selected node, for this claim.
+    let pv = format!("{class}-data");
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": pv, "labels": {"e2e.tether.dev/volume-of": class},
+                     "annotations": {"pv.kubernetes.io/provisioned-by": "e2e.tether.dev/provisioner"}},
+        "spec": {
+            "capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteOnce"],
+            "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+            "claimRef": {"name": "data", "namespace": ns.name, "uid": uid},
+            "local": {"path": "/mnt/data"},
+            "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [selected]}]}]}},
+        },
+    }))?;
+    let node = wait_bound(&client, &ns.name, "app", TIMEOUT).await?;
+    assert_eq!(node, selected, "bound where its volume was provisioned");
+    let zone = Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .get(&node)
+        .await?
+        .metadata
+        .labels
+        .and_then(|l| l.get("topology.kubernetes.io/zone").cloned());
+    assert_eq!(
+        zone.as_deref(),
+        Some("zone-b"),
+        "the class allows zone-b only"
+    );
+    assert_eq!(bound_volume(&client, &ns.name, "data").await?, pv);
+    ns.delete().await?;
+    nodes.delete().await?;
+    delete_volumes_of(&class)
 }
