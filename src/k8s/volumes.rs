@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::{
     NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, TopologySelectorTerm,
 };
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::k8s::node_selector::Term;
 use crate::k8s::quantity;
@@ -55,6 +56,16 @@ pub fn pod_claims(pod: &Pod) -> Vec<PodClaim> {
             }
         })
         .collect()
+}
+
+/// The claims of the pod's `persistentVolumeClaim` volumes (generic ephemeral volumes' claims
+/// left out, as VolumeZone and VolumeRestrictions read them).
+pub fn pvc_claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
+    pod.spec
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .filter_map(|v| v.persistent_volume_claim.as_ref())
+        .map(|c| c.claim_name.as_str())
 }
 
 /// Whether the pod has any volume backed by a claim.
@@ -114,24 +125,34 @@ pub fn pv_class(pv: &PersistentVolume) -> &str {
         .unwrap_or_default()
 }
 
-/// The storage a claim requests, in bytes (0 when it names none).
-pub fn claim_request(pvc: &PersistentVolumeClaim) -> i64 {
+/// The `storage` a claim requests, as written.
+fn requested_storage(pvc: &PersistentVolumeClaim) -> Option<&Quantity> {
     pvc.spec
         .as_ref()
         .and_then(|s| s.resources.as_ref())
         .and_then(|r| r.requests.as_ref())
         .and_then(|r| r.get("storage"))
+}
+
+/// The storage a claim requests, in bytes (0 when it names none).
+pub fn claim_request(pvc: &PersistentVolumeClaim) -> i64 {
+    requested_storage(pvc)
         .and_then(|q| quantity::parse_value(&q.0).ok())
         .unwrap_or(0)
 }
 
 /// Whether the claim names a storage request at all.
 pub fn claim_has_request(pvc: &PersistentVolumeClaim) -> bool {
-    pvc.spec
+    requested_storage(pvc).is_some()
+}
+
+/// The largest volume a CSIStorageCapacity says can be made, in bytes: its
+/// `maximumVolumeSize`, else its `capacity`.
+pub fn capacity_limit(c: &CSIStorageCapacity) -> Option<i64> {
+    c.maximum_volume_size
         .as_ref()
-        .and_then(|s| s.resources.as_ref())
-        .and_then(|r| r.requests.as_ref())
-        .is_some_and(|r| r.contains_key("storage"))
+        .or(c.capacity.as_ref())
+        .and_then(|q| quantity::parse_value(&q.0).ok())
 }
 
 /// A volume's capacity in bytes (0 when it names none).

@@ -1,7 +1,11 @@
 //! Small pieces several plugins share, as kube-scheduler's `plugins/helper` package holds them.
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use serde_json::Value;
+
+use crate::k8s::volumes;
+use crate::scheduler::framework::events::{self, EventObject, Hint};
+use crate::scheduler::framework::pod_info::PodInfo;
 
 use crate::scheduler::framework::{NodeScore, Status};
 use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
@@ -19,6 +23,28 @@ pub fn wait_for_owner(workload: &Workload) -> Option<Status> {
         Status::unschedulable(format!("waiting for the pod's owner {owner} to be known"))
             .with_retry_after(OWNER_RETRY),
     )
+}
+
+/// For the volume plugins: a claim added or changed is worth a retry when it is one the pod
+/// names (`ephemeral_too`: the claims of its generic ephemeral volumes count as well).
+pub fn after_claim_of_pod(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+    ephemeral_too: bool,
+) -> Hint {
+    let Some(claim) = events::objects::<PersistentVolumeClaim>(old, new).1 else {
+        return Hint::Queue;
+    };
+    if claim.metadata.namespace != pod.pod.metadata.namespace {
+        return Hint::Skip;
+    }
+    let name = claim.metadata.name.as_deref().unwrap_or_default();
+    events::queue_if(if ephemeral_too {
+        volumes::pod_claims(&pod.pod).iter().any(|c| c.name == name)
+    } else {
+        volumes::pvc_claim_names(&pod.pod).any(|c| c == name)
+    })
 }
 
 /// Accepts the args of a plugin that takes none: absent, `null` or `{}`. Anything else is an

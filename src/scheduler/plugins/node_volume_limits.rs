@@ -24,7 +24,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
 use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 pub const NAME: &str = "NodeVolumeLimits";
@@ -149,34 +149,46 @@ impl Plugin for NodeVolumeLimits {
     }
 }
 
+/// The pod's own CSI volumes, the same on every node: found once, in PreFilter.
+const STATE_KEY: &str = "PreFilterNodeVolumeLimits";
+
+/// The pod's volumes (`driver/handle` → driver), or the status every node gives when they
+/// cannot be counted.
+type NewVolumes = Result<HashMap<String, String>, Status>;
+
 impl PreFilterPlugin for NodeVolumeLimits {
     fn pre_filter(
         &self,
-        _state: &mut CycleState,
+        state: &mut CycleState,
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let status = if volumes::has_claims(&pod.pod) {
-            Status::success()
-        } else {
-            Status::skip()
-        };
-        (PreFilterResult::all_nodes(), status)
+        if !volumes::has_claims(&pod.pod) {
+            return (PreFilterResult::all_nodes(), Status::skip());
+        }
+        let mut found = HashMap::new();
+        let new_volumes: NewVolumes =
+            match collect(&self.storage.read(), &pod.pod, true, &mut found) {
+                Err(CountError::NotFound(m)) => Err(Status::unresolvable(m)),
+                Err(CountError::Other(m)) => Err(Status::error(m)),
+                Ok(()) => Ok(found),
+            };
+        state.write(STATE_KEY, new_volumes);
+        (PreFilterResult::all_nodes(), Status::success())
     }
 }
 
 impl FilterPlugin for NodeVolumeLimits {
-    fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(new_volumes) = state.read::<NewVolumes>(STATE_KEY) else {
+            return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
+        };
+        let mut new_volumes = match new_volumes {
+            Err(status) => return status.clone(),
+            Ok(v) if v.is_empty() => return Status::success(),
+            Ok(v) => v.clone(),
+        };
         let stores = self.storage.read();
-        let mut new_volumes = HashMap::new();
-        match collect(&stores, &pod.pod, true, &mut new_volumes) {
-            Err(CountError::NotFound(m)) => return Status::unresolvable(m),
-            Err(CountError::Other(m)) => return Status::error(m),
-            Ok(()) => {}
-        }
-        if new_volumes.is_empty() {
-            return Status::success();
-        }
         let Some(csi_node) = stores.csi_nodes.get(&node.name) else {
             return Status::success();
         };
@@ -270,16 +282,9 @@ fn after_pod_deleted(_: &PodInfo, old: Option<&EventObject>, new: Option<&EventO
     queue_if(events::assigned_or_nominated(deleted) && volumes::has_claims(deleted))
 }
 
-/// One of the pod's claims created.
+/// One of the pod's claims created (an ephemeral volume's too).
 fn after_claim_added(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
-    let Some(claim) = objects::<PersistentVolumeClaim>(old, new).1 else {
-        return Hint::Queue;
-    };
-    if claim.metadata.namespace != pod.pod.metadata.namespace {
-        return Hint::Skip;
-    }
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    queue_if(volumes::pod_claims(&pod.pod).iter().any(|c| c.name == name))
+    after_claim_of_pod(pod, old, new, true)
 }
 
 /// Builds the plugin; it takes no args.
@@ -353,16 +358,24 @@ mod tests {
         let unlimited = NodeBuilder::new("free").info(vec![holder("free")]);
 
         let new = PodBuilder::new("new").claim("c2").info();
-        let filter = |n: &NodeInfo| FilterPlugin::filter(&plugin, &CycleState::new(), &new, n);
+        // PreFilter (counting the pod's own volumes), then Filter on `node`.
+        let run = |pod: &PodInfo, node: &NodeInfo| {
+            let mut state = CycleState::new();
+            let (_, status) =
+                PreFilterPlugin::pre_filter(&plugin, &mut state, pod, &Snapshot::default());
+            assert!(status.is_success(), "{status:?}");
+            FilterPlugin::filter(&plugin, &state, pod, node)
+        };
+        let filter = |n: &NodeInfo| run(&new, n);
         assert_eq!(filter(&full).message(), ERR_REASON);
         assert!(filter(&roomy).is_success());
         assert!(filter(&unlimited).is_success());
 
         let sharing = PodBuilder::new("sharing").claim("c1").info();
-        assert!(FilterPlugin::filter(&plugin, &CycleState::new(), &sharing, &full).is_success());
+        assert!(run(&sharing, &full).is_success());
 
         let missing = PodBuilder::new("m").claim("nope").info();
-        let status = FilterPlugin::filter(&plugin, &CycleState::new(), &missing, &full);
+        let status = run(&missing, &full);
         assert_eq!(
             status.message(),
             "looking up PVC default/nope: persistentvolumeclaim \"nope\" not found"

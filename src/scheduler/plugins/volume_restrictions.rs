@@ -5,13 +5,12 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Volume};
+use k8s_openapi::api::core::v1::{Pod, Volume};
 
 use crate::k8s::volumes::{self, READ_WRITE_ONCE_POD};
 use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::events::{
-    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, objects,
-    queue_if,
+    self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, queue_if,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -19,7 +18,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
 use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 pub const NAME: &str = "VolumeRestrictions";
@@ -80,12 +79,6 @@ fn disks_free<'a>(pod: &Pod, mut others: impl Iterator<Item = &'a Pod>) -> bool 
         || !others.any(|o| pod_volumes(o).any(|e| wanted.iter().any(|v| conflicts(v, e))))
 }
 
-fn claim_names(pod: &Pod) -> impl Iterator<Item = &str> {
-    pod_volumes(pod)
-        .filter_map(|v| v.persistent_volume_claim.as_ref())
-        .map(|c| c.claim_name.as_str())
-}
-
 impl Plugin for VolumeRestrictions {
     fn name(&self) -> &'static str {
         NAME
@@ -127,7 +120,7 @@ impl PreFilterPlugin for VolumeRestrictions {
         let mut rwop_claims = BTreeSet::new();
         {
             let stores = self.storage.read();
-            for name in claim_names(&pod.pod) {
+            for name in volumes::pvc_claim_names(&pod.pod) {
                 let Some(pvc) = stores.claims.watched(&volumes::claim_key(namespace, name)) else {
                     return (
                         all,
@@ -150,7 +143,7 @@ impl PreFilterPlugin for VolumeRestrictions {
                 .iter()
                 .flat_map(|n| n.pods.iter())
                 .filter(|p| p.pod.metadata.namespace.as_deref() == Some(namespace))
-                .flat_map(|p| claim_names(&p.pod))
+                .flat_map(|p| volumes::pvc_claim_names(&p.pod))
                 .collect();
             rwop_claims
                 .iter()
@@ -198,20 +191,13 @@ fn after_pod_deleted(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
     if !disks_free(&pod.pod, std::iter::once(deleted)) {
         return Hint::Queue;
     }
-    let mine: BTreeSet<&str> = claim_names(&pod.pod).collect();
-    queue_if(claim_names(deleted).any(|c| mine.contains(c)))
+    let mine: BTreeSet<&str> = volumes::pvc_claim_names(&pod.pod).collect();
+    queue_if(volumes::pvc_claim_names(deleted).any(|c| mine.contains(c)))
 }
 
 /// One of the pod's claims created.
 fn after_claim_added(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
-    let Some(claim) = objects::<PersistentVolumeClaim>(old, new).1 else {
-        return Hint::Queue;
-    };
-    if claim.metadata.namespace != pod.pod.metadata.namespace {
-        return Hint::Skip;
-    }
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    queue_if(claim_names(&pod.pod).any(|c| c == name))
+    after_claim_of_pod(pod, old, new, false)
 }
 
 /// Builds the plugin; it takes no args.

@@ -1,10 +1,10 @@
 //! VolumeZone: a pod whose bound volumes are labelled with a zone or region runs only on nodes
 //! in it, as kube-scheduler's VolumeZone plugin.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::k8s::volumes::{self, WAIT_FOR_FIRST_CONSUMER};
@@ -18,7 +18,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
 use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 pub const NAME: &str = "VolumeZone";
@@ -110,23 +110,16 @@ impl VolumeZone {
         let stores = self.storage.read();
         let namespace = pod.pod.metadata.namespace.as_deref().unwrap_or_default();
         let mut found = Vec::new();
-        let claims = pod
-            .pod
-            .spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter_map(|v| v.persistent_volume_claim.as_ref());
-        for c in claims {
-            if c.claim_name.is_empty() {
+        for claim_name in volumes::pvc_claim_names(&pod.pod) {
+            if claim_name.is_empty() {
                 return Err(Status::unresolvable("PersistentVolumeClaim had no name"));
             }
             let Some(pvc) = stores
                 .claims
-                .watched(&volumes::claim_key(namespace, &c.claim_name))
+                .watched(&volumes::claim_key(namespace, claim_name))
             else {
                 return Err(Status::unresolvable(format!(
-                    "persistentvolumeclaim \"{}\" not found",
-                    c.claim_name
+                    "persistentvolumeclaim \"{claim_name}\" not found"
                 )));
             };
             let pv_name = volumes::claim_volume_name(pvc);
@@ -182,18 +175,12 @@ impl PreFilterPlugin for VolumeZone {
     }
 }
 
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
 impl FilterPlugin for VolumeZone {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(found) = state.read::<Vec<VolumeTopology>>(STATE_KEY) else {
             return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
         };
-        let labels = node
-            .node
-            .as_ref()
-            .and_then(|n| n.metadata.labels.as_ref())
-            .unwrap_or(&NO_LABELS);
+        let labels = node.labels();
         if !TOPOLOGY_LABELS.iter().any(|k| labels.contains_key(*k)) {
             return Status::success();
         }
@@ -220,21 +207,7 @@ fn after_class_added(_: &PodInfo, old: Option<&EventObject>, new: Option<&EventO
 
 /// A `persistentVolumeClaim` volume of the pod added or changed (ephemeral ones not counted).
 fn after_claim_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
-    let Some(claim) = objects::<PersistentVolumeClaim>(old, new).1 else {
-        return Hint::Queue;
-    };
-    if claim.metadata.namespace != pod.pod.metadata.namespace {
-        return Hint::Skip;
-    }
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    queue_if(
-        pod.pod
-            .spec
-            .iter()
-            .flat_map(|s| s.volumes.iter().flatten())
-            .filter_map(|v| v.persistent_volume_claim.as_ref())
-            .any(|c| c.claim_name == name),
-    )
+    after_claim_of_pod(pod, old, new, false)
 }
 
 /// A volume added, or one whose topology labels changed.

@@ -3,15 +3,14 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, CSIStorageCapacity, StorageClass};
 
-use crate::k8s::quantity;
 use crate::k8s::volumes;
 use crate::scheduler::framework::events::{
     ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, objects, queue_if,
 };
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::plugins::helper::after_claim_of_pod;
 
 const MIGRATED_PLUGINS: &str = "storage.alpha.kubernetes.io/migrated-plugins";
 
@@ -57,20 +56,9 @@ fn after_class_change(_: &PodInfo, old: Option<&EventObject>, new: Option<&Event
     }
 }
 
-/// A claim of this pod added or changed.
-pub fn after_claim_change(
-    pod: &PodInfo,
-    _old: Option<&EventObject>,
-    new: Option<&EventObject>,
-) -> Hint {
-    let Some(claim) = new.and_then(|n| objects::<PersistentVolumeClaim>(None, Some(n)).1) else {
-        return Hint::Queue;
-    };
-    if claim.metadata.namespace != pod.pod.metadata.namespace {
-        return Hint::Skip;
-    }
-    let name = claim.metadata.name.as_deref().unwrap_or_default();
-    queue_if(volumes::pod_claims(&pod.pod).iter().any(|c| c.name == name))
+/// A claim of this pod (an ephemeral volume's too) added or changed.
+fn after_claim_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+    after_claim_of_pod(pod, old, new, true)
 }
 
 fn migrated(node: &CSINode) -> Option<&String> {
@@ -113,13 +101,6 @@ fn after_csi_driver_change(
     )
 }
 
-fn limit(c: &CSIStorageCapacity) -> Option<i64> {
-    c.maximum_volume_size
-        .as_ref()
-        .or(c.capacity.as_ref())
-        .and_then(|q| quantity::parse_value(&q.0).ok())
-}
-
 /// A capacity added, or one whose limit went up.
 fn after_capacity_change(
     _: &PodInfo,
@@ -127,11 +108,13 @@ fn after_capacity_change(
     new: Option<&EventObject>,
 ) -> Hint {
     match objects::<CSIStorageCapacity>(old, new) {
-        (Some(old), Some(new)) => match (limit(old), limit(new)) {
-            (_, None) => Hint::Skip,
-            (None, Some(_)) => Hint::Queue,
-            (Some(o), Some(n)) => queue_if(n > o),
-        },
+        (Some(old), Some(new)) => {
+            match (volumes::capacity_limit(old), volumes::capacity_limit(new)) {
+                (_, None) => Hint::Skip,
+                (None, Some(_)) => Hint::Queue,
+                (Some(o), Some(n)) => queue_if(n > o),
+            }
+        }
         _ => Hint::Queue,
     }
 }

@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSIStorageCapacity, StorageClass};
 
 use crate::k8s::labels::Selector;
-use crate::k8s::quantity;
 use crate::k8s::volumes::{self, NO_PROVISIONER};
 
 pub const ERR_NODE_CONFLICT: &str = "node(s) didn't match PersistentVolume's node affinity";
@@ -308,11 +307,8 @@ fn capacity_for(
         .capacities
         .iter()
         .find(|c| {
-            let limit = c.maximum_volume_size.as_ref().or(c.capacity.as_ref());
             c.storage_class_name == class_name
-                && limit
-                    .and_then(|q| quantity::parse_value(&q.0).ok())
-                    .is_some_and(|l| l >= request)
+                && volumes::capacity_limit(c).is_some_and(|l| l >= request)
                 && c.node_topology.as_ref().is_some_and(|t| {
                     Selector::from_label_selector(Some(t)).is_ok_and(|s| s.matches(labels))
                 })

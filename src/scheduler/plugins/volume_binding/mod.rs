@@ -235,19 +235,12 @@ impl PreFilterPlugin for VolumeBinding {
     }
 }
 
-static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
-
 impl FilterPlugin for VolumeBinding {
     fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
         };
-        let labels = node
-            .node
-            .as_ref()
-            .and_then(|n| n.metadata.labels.as_ref())
-            .unwrap_or(&NO_LABELS);
-        match matching::find_pod_volumes(&s.claims, &node.name, labels) {
+        match matching::find_pod_volumes(&s.claims, &node.name, node.labels()) {
             Verdict::Fits(found) => {
                 locks::lock(&s.by_node).insert(node.name.clone(), found);
                 Status::success()
