@@ -488,6 +488,32 @@ impl TestNodes {
     }
 }
 
+/// Deletes the pod `pod` whose UID is `uid` at once (grace 0) and waits until its controller
+/// made a pod of the same name with another UID (a StatefulSet's ordinal). A pod already gone
+/// (replaced meanwhile) counts as deleted.
+pub async fn delete_and_wait_replaced(
+    pods: &Api<k8s_openapi::api::core::v1::Pod>,
+    pod: &str,
+    uid: &str,
+    timeout: Duration,
+) -> anyhow::Result<()> {
+    match pods
+        .delete(pod, &DeleteParams::default().grace_period(0))
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 404 => {}
+        other => drop(other?),
+    }
+    wait_for(&format!("{pod} recreated"), timeout, || async move {
+        Ok(pods
+            .get_opt(pod)
+            .await?
+            .filter(|p| p.metadata.uid.as_deref() != Some(uid))
+            .map(|_| ()))
+    })
+    .await
+}
+
 /// The node a pod is bound to, waiting for the bind.
 pub async fn wait_bound(
     client: &Client,

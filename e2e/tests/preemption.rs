@@ -120,11 +120,10 @@ async fn a_high_priority_pod_evicts_the_fewest_pods_and_lands_where_it_made_room
     let ns = TestNamespace::create(&client, "preempt").await?;
     let nodes = TestNodes::create(&client, "preempt", 2, "4", |_, _| {}).await?;
     let classes = Priorities::create()?;
-    let pods_of = Pods {
+    let maker = Pods {
         ns: &ns.name,
         nodes: &nodes,
     };
-    let maker = &pods_of;
     for (i, node) in nodes.names.iter().enumerate() {
         for j in 0..4 {
             let name = format!("low-{i}-{j}");
@@ -185,11 +184,10 @@ async fn a_disruption_budget_steers_the_victims() -> anyhow::Result<()> {
     let ns = TestNamespace::create(&client, "preempt-pdb").await?;
     let nodes = TestNodes::create(&client, "preempt-pdb", 2, "4", |_, _| {}).await?;
     let classes = Priorities::create()?;
-    let pods_of = Pods {
+    let maker = Pods {
         ns: &ns.name,
         nodes: &nodes,
     };
-    let maker = &pods_of;
     for (i, role) in ["protected", "free"].iter().enumerate() {
         for j in 0..4 {
             maker.make(
@@ -243,11 +241,10 @@ async fn a_pod_that_never_preempts_waits() -> anyhow::Result<()> {
     let ns = TestNamespace::create(&client, "preempt-never").await?;
     let nodes = TestNodes::create(&client, "preempt-never", 1, "4", |_, _| {}).await?;
     let classes = Priorities::create()?;
-    let pods_of = Pods {
+    let maker = Pods {
         ns: &ns.name,
         nodes: &nodes,
     };
-    let maker = &pods_of;
     for j in 0..4 {
         maker.make(
             &format!("low-{j}"),
@@ -293,11 +290,10 @@ async fn a_pinned_vm_preempts_only_on_its_pin() -> anyhow::Result<()> {
     let ns = TestNamespace::create(&client, "preempt-pin").await?;
     let nodes = TestNodes::create(&client, "preempt-pin", 2, "4", |_, _| {}).await?;
     let classes = Priorities::create()?;
-    let pods_of = Pods {
+    let maker = Pods {
         ns: &ns.name,
         nodes: &nodes,
     };
-    let maker = &pods_of;
     let name = format!("preempt-pin-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
     apply_profile(

@@ -15,8 +15,8 @@ use kube::api::{
 use serde_json::{Value, json};
 use tether::api::{StickyBinding, StickyBindingStatus};
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, kstatus, kubectl_ok, tether_metric,
-    unique_suffix, wait_bound, wait_event, wait_for,
+    TestNamespace, TestNodes, apply, apply_profile, client, delete_and_wait_replaced, kstatus,
+    kubectl_ok, tether_metric, unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -385,22 +385,8 @@ async fn statefulset_ordinals_stick_each_to_their_own_node() -> anyhow::Result<(
     for round in 0..2 {
         for pod in placed.keys() {
             let (_, uid) = bound(pod).await?;
-            match pods.delete(pod, &at_once()).await {
-                // Replaced by the StatefulSet controller meanwhile: gone all the same.
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                other => drop(other?),
-            }
-            wait_for(&format!("{pod} recreated"), TIMEOUT, || {
-                let (pods, uid) = (pods.clone(), uid.clone());
-                async move {
-                    Ok(pods
-                        .get_opt(pod)
-                        .await?
-                        .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
-                        .map(|_| ()))
-                }
-            })
-            .await?;
+            // Replaced by the StatefulSet controller meanwhile: gone all the same.
+            delete_and_wait_replaced(&pods, pod, &uid, TIMEOUT).await?;
         }
         for (pod, node) in &placed {
             let (now_on, uid) = bound(pod).await?;

@@ -13,8 +13,8 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_bound,
-    wait_event, wait_for,
+    TestNamespace, TestNodes, apply, apply_profile, client, delete_and_wait_replaced, kubectl_ok,
+    unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -32,6 +32,15 @@ fn local_volume(name: &str, class: &str, node: &str, size: &str) -> Value {
                 {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
         },
     })
+}
+
+/// A `WaitForFirstConsumer` class of local volumes (made by hand, no provisioner).
+fn local_class(name: &str) -> anyhow::Result<()> {
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": name}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))
 }
 
 /// The volume a claim is bound to, once the PV controller has bound it.
@@ -82,29 +91,6 @@ fn delete_volumes_of(class: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Deletes a pod at once and waits until a pod of the same name with another UID exists.
-async fn delete_and_wait_replaced(pods: &Api<Pod>, pod: &str) -> anyhow::Result<()> {
-    let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
-    match pods
-        .delete(pod, &DeleteParams::default().grace_period(0))
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 404 => {}
-        other => drop(other?),
-    }
-    wait_for(&format!("{pod} recreated"), TIMEOUT, || {
-        let (pods, uid) = (pods.clone(), uid.clone());
-        async move {
-            Ok(pods
-                .get_opt(pod)
-                .await?
-                .filter(|p| p.metadata.uid.as_deref() != Some(uid.as_str()))
-                .map(|_| ()))
-        }
-    })
-    .await
-}
-
 /// Each StatefulSet claim is bound to a local volume on the node its pod was bound to; deleted
 /// pods come back to those nodes (sticky profile) and their claims stay bound to the same
 /// volumes.
@@ -115,11 +101,7 @@ async fn a_statefulset_on_local_volumes_binds_each_claim_on_its_pods_node() -> a
     let nodes = TestNodes::create(&client, "vol-sts", 3, "16", |_, _| {}).await?;
     let suffix = unique_suffix();
     let class = format!("local-{suffix}");
-    apply(json!({
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": class}, "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "WaitForFirstConsumer",
-    }))?;
+    local_class(&class)?;
     // Two volumes on each node: a claim has a choice, and only the node decides.
     for (i, node) in nodes.names.iter().enumerate() {
         for j in 0..2 {
@@ -162,7 +144,8 @@ async fn a_statefulset_on_local_volumes_binds_each_claim_on_its_pods_node() -> a
     }
     for round in 0..2 {
         for pod in placed.keys() {
-            delete_and_wait_replaced(&pods, pod).await?;
+            let uid = pods.get(pod).await?.metadata.uid.unwrap_or_default();
+            delete_and_wait_replaced(&pods, pod, &uid, TIMEOUT).await?;
         }
         for (i, (pod, (node, pv))) in placed.iter().enumerate() {
             let now_on = wait_bound(&client, &ns.name, pod, TIMEOUT).await?;
@@ -196,11 +179,7 @@ async fn a_vm_with_a_local_disk_restarts_on_its_node_with_its_volume() -> anyhow
     let nodes = TestNodes::create(&client, "vol-vm", 3, "16", |_, _| {}).await?;
     let suffix = unique_suffix();
     let class = format!("vm-disk-{suffix}");
-    apply(json!({
-        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": class}, "provisioner": "kubernetes.io/no-provisioner",
-        "volumeBindingMode": "WaitForFirstConsumer",
-    }))?;
+    local_class(&class)?;
     for (i, node) in nodes.names.iter().enumerate() {
         apply(local_volume(&format!("{class}-{i}"), &class, node, "10Gi"))?;
     }
