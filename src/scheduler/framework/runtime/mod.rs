@@ -271,8 +271,9 @@ pub fn schedule_pod(
     }
 }
 
-/// Runs PreFilter alone (a preemption dry run on a changed snapshot): the nodes it narrowed
-/// the search to, or the status that rejected the pod.
+/// Runs PreFilter alone (tests that need a cycle's state without its filters): the nodes it
+/// narrowed the search to, or the status that rejected the pod.
+#[cfg(test)]
 pub fn run_pre_filter(
     profile: &CompiledProfile,
     state: &mut CycleState,

@@ -39,6 +39,13 @@ pub struct PodVolumes {
     pub provisions: Vec<Provision>,
 }
 
+impl PodVolumes {
+    /// Whether nothing is to be bound or provisioned.
+    pub fn is_empty(&self) -> bool {
+        self.static_bindings.is_empty() && self.provisions.is_empty()
+    }
+}
+
 /// What a node needs answered, read once per cycle in PreFilter.
 #[derive(Debug, Default)]
 pub struct Claims {

@@ -61,14 +61,8 @@ pub struct VolumeBinding {
 struct State {
     claims: Claims,
     by_node: Mutex<HashMap<String, PodVolumes>>,
-    reserved: Mutex<Option<Reserved>>,
-}
-
-/// The node's choice as Reserve assumed it.
-#[derive(Clone, Debug)]
-struct Reserved {
-    all_bound: bool,
-    volumes: PodVolumes,
+    /// The node's choice as Reserve assumed it: empty when every claim is bound already.
+    reserved: Mutex<Option<PodVolumes>>,
 }
 
 impl Plugin for VolumeBinding {
@@ -416,30 +410,21 @@ impl ReservePlugin for VolumeBinding {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::success();
         };
-        let Some(found) = locks::lock(&s.by_node).get(node_name).cloned() else {
-            *locks::lock(&s.reserved) = Some(Reserved {
-                all_bound: true,
-                volumes: PodVolumes::default(),
-            });
-            return Status::success();
-        };
-        if self.all_bound(&pod.pod) {
-            *locks::lock(&s.reserved) = Some(Reserved {
-                all_bound: true,
-                volumes: PodVolumes::default(),
-            });
-            return Status::success();
-        }
-        match self.assume(&found, node_name) {
-            Ok(volumes) => {
-                *locks::lock(&s.reserved) = Some(Reserved {
-                    all_bound: false,
-                    volumes,
-                });
-                Status::success()
+        let found = locks::lock(&s.by_node)
+            .get(node_name)
+            .cloned()
+            .filter(|_| !self.all_bound(&pod.pod))
+            .unwrap_or_default();
+        let volumes = if found.is_empty() {
+            found
+        } else {
+            match self.assume(&found, node_name) {
+                Ok(volumes) => volumes,
+                Err(e) => return Status::error(e),
             }
-            Err(e) => Status::error(e),
-        }
+        };
+        *locks::lock(&s.reserved) = Some(volumes);
+        Status::success()
     }
 
     fn unreserve(&self, state: &CycleState, _pod: &PodInfo, _node_name: &str) {
@@ -447,10 +432,10 @@ impl ReservePlugin for VolumeBinding {
             return;
         };
         if let Some(reserved) = locks::lock(&s.reserved).take() {
-            for b in &reserved.volumes.static_bindings {
+            for b in &reserved.static_bindings {
                 self.storage.restore_volume(&b.volume);
             }
-            for p in &reserved.volumes.provisions {
+            for p in &reserved.provisions {
                 self.storage.restore_claim(&p.claim);
             }
         }
@@ -471,14 +456,14 @@ impl PreBindPlugin for VolumeBinding {
             let Some(reserved) = locks::lock(&s.reserved).clone() else {
                 return Status::error(format!("no pod volume found for node {node_name:?}"));
             };
-            if reserved.all_bound {
+            if reserved.is_empty() {
                 return Status::success();
             }
             let Some(client) = &self.client else {
                 return Status::error("VolumeBinding has no API client");
             };
             let timeout = Duration::from_secs(self.args.bind_timeout_seconds.max(0) as u64);
-            match binder::bind(client, &self.storage, &reserved.volumes, node_name, timeout).await {
+            match binder::bind(client, &self.storage, &reserved, node_name, timeout).await {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),
             }
