@@ -25,6 +25,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         node,
         permit,
         started,
+        choice,
     } = assumed;
     let pod_info = queued.pod.clone();
     let pod = pod_info.pod.clone();
@@ -88,7 +89,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         );
         tracing::info!(pod = %key, profile = %profile.source, node = %node, "bound pod");
         // Queued, as kube-scheduler records it before PostBind; written off this cycle.
-        sched.reports.scheduled(&pod, &node);
+        sched.reports.scheduled(&pod, &node, &choice);
         let began = Instant::now();
         runtime::run_post_bind(&profile, &state, &pod, &node).await;
         sched.metrics.extension_point(

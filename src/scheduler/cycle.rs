@@ -10,7 +10,7 @@ use rand::Rng;
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::runtime::{self, ScheduleResult};
+use crate::scheduler::framework::runtime::{self, Choice, ScheduleResult};
 use crate::scheduler::framework::{
     Code, CycleState, NominatedPods, Nomination, QueuedPodInfo, Status,
 };
@@ -29,6 +29,8 @@ pub struct Assumed {
     pub permit: Option<runtime::PermitWait>,
     /// When the scheduling cycle began (kube-scheduler's attempt duration counts from it).
     pub started: Instant,
+    /// How the node won and among how many feasible nodes, for the `Scheduled` event.
+    pub choice: (Choice, usize),
 }
 
 /// Runs one scheduling cycle for `queued`.
@@ -87,6 +89,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             node,
             evaluated,
             feasible,
+            choice,
         } => {
             tracing::debug!(pod = %key, profile = %profile.source, node = %node, evaluated, feasible, "picked a node");
             sched.lock_cache().assume_pod(&pod, &node);
@@ -145,6 +148,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 node,
                 permit,
                 started: start,
+                choice: (choice, feasible),
             });
         }
         ScheduleResult::Unschedulable(diagnosis) => {

@@ -11,6 +11,7 @@
 pub mod backend;
 pub mod binding;
 pub mod cycle;
+pub mod explain;
 pub mod framework;
 pub mod metrics;
 pub mod plugins;

@@ -15,12 +15,47 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::events::{EventType, EventWriter};
 use crate::locks;
+use crate::scheduler::framework::runtime::Choice;
 
 /// How many `Scheduled` events may wait to be written; past that, new ones are dropped.
 pub const QUEUED_EVENTS: usize = 1000;
 
 /// How many `Scheduled` events are written at once.
 const EVENTS_IN_FLIGHT: usize = 32;
+
+/// The longest note an events.k8s.io Event may carry.
+pub const MAX_NOTE_BYTES: usize = 1024;
+
+/// The `Scheduled` event's note: kube-scheduler's "Successfully assigned ns/pod to node", then
+/// how the node won, so that every bind leaves a compact trace without writing to the pod:
+/// "(score 187; runner-up n2 scored 170, margin 17; 3 feasible nodes)". kube-scheduler's words
+/// alone if the trace would take the note past [`MAX_NOTE_BYTES`].
+pub fn scheduled_note(pod: &str, node: &str, choice: &Choice, feasible: usize) -> String {
+    let assigned = format!("Successfully assigned {pod} to {node}");
+    let trace = match choice {
+        Choice::Scored {
+            score,
+            runner_up: Some(second),
+        } => format!(
+            "score {score}; runner-up {} scored {}, margin {}; {feasible} feasible nodes",
+            second.name,
+            second.score,
+            score - second.score
+        ),
+        Choice::Scored {
+            score,
+            runner_up: None,
+        } => format!("score {score}; {feasible} feasible nodes"),
+        Choice::OnlyFeasible => "the only feasible node".to_string(),
+        Choice::Nominated => "its nominated node".to_string(),
+    };
+    let note = format!("{assigned} ({trace})");
+    if note.len() > MAX_NOTE_BYTES {
+        assigned
+    } else {
+        note
+    }
+}
 
 /// Publishes scheduling events and conditions.
 #[derive(Clone)]
@@ -119,14 +154,15 @@ impl Reports {
         }
     }
 
-    /// Event `Scheduled`: "Successfully assigned ns/pod to node". Queued, not written here:
+    /// Event `Scheduled`: "Successfully assigned ns/pod to node", then how the node won (see
+    /// [`scheduled_note`]). Queued, not written here:
     /// a binding cycle never waits for the events budget (50 a second by default would hold
     /// every bind to that pace). While [`QUEUED_EVENTS`] wait, further ones are dropped, as
     /// client-go's event broadcaster drops events when its queue is full.
-    pub fn scheduled(&self, pod: &Pod, node: &str) {
+    pub fn scheduled(&self, pod: &Pod, node: &str, choice: &(Choice, usize)) {
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let note = format!("Successfully assigned {ns}/{name} to {node}");
+        let note = scheduled_note(&format!("{ns}/{name}"), node, &choice.0, choice.1);
         match self.scheduled.try_send((pod.object_ref(&()), note)) {
             Ok(()) => {}
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
@@ -304,7 +340,11 @@ mod tests {
             (201, body)
         });
         let reports = Reports::new(client, None);
-        reports.scheduled(&PodBuilder::new("p").build(), "n1");
+        reports.scheduled(
+            &PodBuilder::new("p").build(),
+            "n1",
+            &(Choice::OnlyFeasible, 1),
+        );
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         while sent.lock().expect("log").is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -313,8 +353,42 @@ mod tests {
         assert_eq!(sent.len(), 1, "{sent:?}");
         assert!(
             sent[0].starts_with("POST ")
-                && sent[0].ends_with("Successfully assigned default/p to n1"),
+                && sent[0]
+                    .ends_with("Successfully assigned default/p to n1 (the only feasible node)"),
             "{sent:?}"
+        );
+    }
+
+    #[test]
+    fn the_scheduled_note_tells_how_the_node_won_within_the_event_limit() {
+        let second = crate::scheduler::framework::NodeScore {
+            name: "n2".into(),
+            score: 170,
+        };
+        let scored = Choice::Scored {
+            score: 187,
+            runner_up: Some(second),
+        };
+        assert_eq!(
+            scheduled_note("default/p", "n1", &scored, 3),
+            "Successfully assigned default/p to n1 (score 187; runner-up n2 scored 170, margin 17; 3 feasible nodes)"
+        );
+        assert_eq!(
+            scheduled_note("default/p", "n1", &Choice::Nominated, 1),
+            "Successfully assigned default/p to n1 (its nominated node)"
+        );
+        let long = "n".repeat(600);
+        let far = Choice::Scored {
+            score: 5,
+            runner_up: Some(crate::scheduler::framework::NodeScore {
+                name: long.clone(),
+                score: 4,
+            }),
+        };
+        assert_eq!(
+            scheduled_note("default/p", &long, &far, 2),
+            format!("Successfully assigned default/p to {long}"),
+            "past 1024 bytes the trace is left out, never the assignment"
         );
     }
 
@@ -327,7 +401,7 @@ mod tests {
         let reports = Reports::new(client, None).counting_drops_in(dropped.clone());
         let pod = PodBuilder::new("p").build();
         for _ in 0..QUEUED_EVENTS + 5 {
-            reports.scheduled(&pod, "n1");
+            reports.scheduled(&pod, "n1", &(Choice::Nominated, 1));
         }
         assert_eq!(dropped.get(), 5);
     }

@@ -179,6 +179,12 @@ pub trait PreFilterPlugin: Send + Sync {
 /// Says whether the pod can run on one node. Called for many nodes in parallel.
 pub trait FilterPlugin: Send + Sync {
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status;
+
+    /// For `tether explain`, when Filter rejected the node: what would have to change for the
+    /// pod to pass here (which taint to tolerate, how much to free), where the plugin can say.
+    fn remedy(&self, _state: &CycleState, _pod: &PodInfo, _node: &NodeInfo) -> Option<String> {
+        None
+    }
 }
 
 /// What a PostFilter plugin is given: the profile it runs in (to run its filters again on

@@ -89,6 +89,13 @@ impl FilterPlugin for NodeUnschedulable {
             Status::unresolvable(ERR_REASON_UNSCHEDULABLE)
         }
     }
+
+    fn remedy(&self, _state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        Some(format!(
+            "uncordon {0} (kubectl uncordon {0}), or tolerate node.kubernetes.io/unschedulable:NoSchedule",
+            node.name
+        ))
+    }
 }
 
 /// Builds the plugin; it takes no args.

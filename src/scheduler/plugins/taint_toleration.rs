@@ -105,6 +105,36 @@ impl FilterPlugin for TaintToleration {
             }
         }
     }
+
+    /// Every NoSchedule and NoExecute taint of the node the pod does not tolerate.
+    fn remedy(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let tolerations = pod_tolerations(pod);
+        let untolerated: Vec<String> = node_taints(node)
+            .iter()
+            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .filter(|t| {
+                !tolerations
+                    .iter()
+                    .any(|tol| crate::k8s::taints::tolerates(tol, t))
+            })
+            .map(|t| match t.value.as_deref().filter(|v| !v.is_empty()) {
+                Some(value) => format!("{}={value}:{}", t.key, t.effect),
+                None => format!("{}:{}", t.key, t.effect),
+            })
+            .collect();
+        match untolerated.as_slice() {
+            [] => None,
+            [one] => Some(format!(
+                "tolerate the taint {one} of {}, or remove it",
+                node.name
+            )),
+            many => Some(format!(
+                "tolerate the taints {} of {}, or remove them",
+                many.join(", "),
+                node.name
+            )),
+        }
+    }
 }
 
 impl PreScorePlugin for TaintToleration {

@@ -125,14 +125,46 @@ impl Diagnosis {
     }
 }
 
+/// How the chosen node won, for the `Scheduled` event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Choice {
+    /// The best total score; the best of the other scored nodes with its total.
+    Scored {
+        score: i64,
+        runner_up: Option<NodeScore>,
+    },
+    /// The one node that passed the filters: nothing was scored.
+    OnlyFeasible,
+    /// The node the pod was nominated to (by preemption), which passed the filters.
+    Nominated,
+}
+
+impl Choice {
+    /// How `chosen` won among `scores`.
+    pub fn scored(chosen: &str, scores: &[NodeScore]) -> Choice {
+        let score = scores
+            .iter()
+            .find(|s| s.name == chosen)
+            .map_or(0, |s| s.score);
+        let runner_up = scores
+            .iter()
+            .filter(|s| s.name != chosen)
+            .max_by(|a, b| a.score.cmp(&b.score).then_with(|| b.name.cmp(&a.name)))
+            .cloned();
+        Choice::Scored { score, runner_up }
+    }
+}
+
 /// The outcome of a scheduling attempt before Reserve.
 #[derive(Debug)]
 pub enum ScheduleResult {
-    /// The chosen node, how many nodes were evaluated and how many were feasible.
+    /// The chosen node, how many nodes were evaluated and how many were feasible, and how it
+    /// won.
     Scheduled {
         node: String,
         evaluated: usize,
         feasible: usize,
+        choice: Choice,
     },
     Unschedulable(Diagnosis),
     Error(Status),
@@ -207,6 +239,7 @@ pub fn schedule_pod(
             node: node.name.clone(),
             evaluated: 1,
             feasible: 1,
+            choice: Choice::Nominated,
         };
     }
 
@@ -255,19 +288,22 @@ pub fn schedule_pod(
             node: feasible[0].name.clone(),
             evaluated,
             feasible: 1,
+            choice: Choice::OnlyFeasible,
         };
     }
 
     // PreScore, Score.
-    let scores = match prioritize(profile, state, pod, &feasible, snapshot) {
+    let scores = match prioritize(profile, state, pod, &feasible, snapshot, None) {
         Ok(scores) => scores,
         Err(status) => return ScheduleResult::Error(status),
     };
     let node = select_host(&scores);
+    let choice = Choice::scored(&node, &scores);
     ScheduleResult::Scheduled {
         node,
         evaluated,
         feasible: feasible.len(),
+        choice,
     }
 }
 
@@ -323,7 +359,7 @@ pub fn rerun_pod_reading_pre_filters(
 /// PreFilter (as upstream's RunPreFilterPlugins): the nodes the plugins narrowed the search to
 /// and which plugins narrowed it; `Err(None)` when the pod was rejected (`diagnosis` says how),
 /// `Err(Some(status))` on an error.
-fn pre_filter(
+pub(crate) fn pre_filter(
     profile: &CompiledProfile,
     state: &mut CycleState,
     pod: &PodInfo,
@@ -567,13 +603,25 @@ fn find_feasible<'a>(
     (feasible, rejected, evaluated)
 }
 
+/// One Score plugin's scores of the nodes, in the order of the nodes scored: raw (as Score
+/// returned them) and normalized, and the weight the profile gives the plugin.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PluginScores {
+    pub plugin: &'static str,
+    pub weight: i64,
+    pub raw: Vec<i64>,
+    pub normalized: Vec<i64>,
+}
+
 /// PreScore, Score (parallel over nodes), NormalizeScore and weights: the total per node.
+/// `detail`, when given, receives each Score plugin's scores (`tether explain`).
 pub fn prioritize(
     profile: &CompiledProfile,
     state: &mut CycleState,
     pod: &PodInfo,
     nodes: &[Arc<NodeInfo>],
     snapshot: &Snapshot,
+    detail: Option<&mut Vec<PluginScores>>,
 ) -> Result<Vec<NodeScore>, Status> {
     let started = std::time::Instant::now();
     for plugin in &profile.pre_score {
@@ -594,7 +642,7 @@ pub fn prioritize(
     }
     state.record_timing("PreScore", Code::Success, started.elapsed());
     let started = std::time::Instant::now();
-    let scored = score(profile, state, pod, nodes);
+    let scored = score(profile, state, pod, nodes, detail);
     let code = scored.as_ref().map_or_else(|s| s.code, |_| Code::Success);
     state.record_timing("Score", code, started.elapsed());
     scored
@@ -606,6 +654,7 @@ fn score(
     state: &CycleState,
     pod: &PodInfo,
     nodes: &[Arc<NodeInfo>],
+    mut detail: Option<&mut Vec<PluginScores>>,
 ) -> Result<Vec<NodeScore>, Status> {
     let mut totals: Vec<NodeScore> = nodes
         .iter()
@@ -631,10 +680,11 @@ fn score(
                 score.map_err(|s| s.with_plugin(plugin.name()))
             })
             .collect();
-        let mut scores: Vec<NodeScore> = raw?
-            .into_iter()
+        let raw = raw?;
+        let mut scores: Vec<NodeScore> = raw
+            .iter()
             .zip(nodes)
-            .map(|(score, n)| NodeScore {
+            .map(|(&score, n)| NodeScore {
                 name: n.name.clone(),
                 score,
             })
@@ -656,6 +706,14 @@ fn score(
                 .with_plugin(plugin.name()));
             }
             total.score += s.score * weighted.weight;
+        }
+        if let Some(detail) = detail.as_deref_mut() {
+            detail.push(PluginScores {
+                plugin: plugin.name(),
+                weight: weighted.weight,
+                raw,
+                normalized: scores.iter().map(|s| s.score).collect(),
+            });
         }
     }
     Ok(totals)

@@ -260,6 +260,32 @@ impl FilterPlugin for NodeAffinity {
             Status::unresolvable(ERR_REASON_POD)
         }
     }
+
+    /// The pod's nodeSelector labels the node lacks, or that none of its required terms match.
+    fn remedy(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let labels = node.labels();
+        let selector = pod.pod.spec.as_ref().and_then(|s| s.node_selector.as_ref());
+        let missing: Vec<String> = selector
+            .into_iter()
+            .flatten()
+            .filter(|(k, v)| labels.get(*k) != Some(*v))
+            .map(|(k, v)| match labels.get(k) {
+                Some(has) => format!("{k}={v} (it has {k}={has})"),
+                None => format!("{k}={v}"),
+            })
+            .collect();
+        if !missing.is_empty() {
+            return Some(format!(
+                "label {} {}, or change the pod's nodeSelector",
+                node.name,
+                missing.join(", ")
+            ));
+        }
+        Some(format!(
+            "no nodeSelectorTerm of the pod's required node affinity matches the labels of {}",
+            node.name
+        ))
+    }
 }
 
 /// The pod's parsed preferred terms, for Score.

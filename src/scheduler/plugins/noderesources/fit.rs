@@ -254,6 +254,94 @@ impl FilterPlugin for NodeResourcesFit {
         };
         fits_request(requests, node)
     }
+
+    /// How much of each short resource would have to be freed on the node, or that no
+    /// eviction makes room when the request exceeds the node's whole allocatable amount.
+    fn remedy(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let computed;
+        let requests = match state.read::<PreFilterState>(PRE_FILTER_KEY) {
+            Some(s) => &s.requests,
+            None => {
+                computed = self.filter_requests(pod);
+                &computed
+            }
+        };
+        let (allocatable, used) = (&node.allocatable, &node.requested);
+        let mut needs: Vec<String> = Vec::new();
+        if node.pods.len() as i64 + 1 > allocatable.allowed_pod_number {
+            needs.push(format!(
+                "{} runs its maximum of {} pods: one would have to go",
+                node.name, allocatable.allowed_pod_number
+            ));
+        }
+        let mut short = vec![
+            (
+                "cpu",
+                requests.milli_cpu,
+                allocatable.milli_cpu,
+                used.milli_cpu,
+            ),
+            ("memory", requests.memory, allocatable.memory, used.memory),
+            (
+                "ephemeral-storage",
+                requests.ephemeral_storage,
+                allocatable.ephemeral_storage,
+                used.ephemeral_storage,
+            ),
+        ];
+        for (name, &want) in &requests.scalar {
+            let alloc = allocatable.scalar.get(name).copied().unwrap_or(0);
+            let in_use = used.scalar.get(name).copied().unwrap_or(0);
+            short.push((name.as_str(), want, alloc, in_use));
+        }
+        for (name, want, alloc, in_use) in short {
+            let show = |v: i64| amount(name, v);
+            match shortfall(want, alloc, in_use) {
+                None => {}
+                Some(true) => needs.push(format!(
+                    "{}: the pod requests {} {name}, more than its {} allocatable: no eviction makes room",
+                    node.name,
+                    show(want),
+                    show(alloc)
+                )),
+                Some(false) => needs.push(format!(
+                    "free {} {name} on {} (it has {} of {} allocatable requested; the pod requests {})",
+                    show(want - (alloc - in_use)),
+                    node.name,
+                    show(in_use),
+                    show(alloc),
+                    show(want)
+                )),
+            }
+        }
+        (!needs.is_empty()).then(|| needs.join("; "))
+    }
+}
+
+/// An amount of a resource as a person writes it: CPU in cores or millicores, memory and
+/// storage in the largest binary unit that divides it, anything else as a count.
+fn amount(resource: &str, value: i64) -> String {
+    if resource == "cpu" {
+        return if value % 1000 == 0 {
+            (value / 1000).to_string()
+        } else {
+            format!("{value}m")
+        };
+    }
+    if resource == "memory" || resource == "ephemeral-storage" || resource.starts_with("hugepages-")
+    {
+        for (unit, size) in [
+            ("Ti", 1i64 << 40),
+            ("Gi", 1 << 30),
+            ("Mi", 1 << 20),
+            ("Ki", 1 << 10),
+        ] {
+            if value != 0 && value % size == 0 {
+                return format!("{}{unit}", value / size);
+            }
+        }
+    }
+    value.to_string()
 }
 
 /// Whether `requests` fit on the node, as kube-scheduler's fitsRequest.

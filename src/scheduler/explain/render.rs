@@ -1,0 +1,240 @@
+//! `tether explain`'s text output: the decision first (winner, runner-up, margin; or what
+//! blocks the pod), then the scores of the best nodes per plugin, then every rejection.
+
+use std::fmt::Write;
+
+use super::Explanation;
+
+/// How many nodes' scores are shown side by side (JSON has them all).
+pub const SCORE_COLUMNS: usize = 4;
+/// How many node names a reason lists before "and N more".
+const NAMES_SHOWN: usize = 8;
+
+/// The explanation as text for a terminal.
+pub fn text(e: &Explanation) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Pod {} (schedulerName {}, {})",
+        e.pod, e.scheduler_name, e.profile
+    );
+    if let Some(node) = &e.bound_to {
+        let _ = writeln!(
+            out,
+            "Bound to {node}; explained as it was before its bind, on the cluster as it is now."
+        );
+    }
+    if let Some(error) = &e.error {
+        let _ = writeln!(out, "Error: {error}");
+    }
+    decision(&mut out, e);
+    scores(&mut out, e);
+    blocked(&mut out, e);
+    rejections(&mut out, e);
+    out
+}
+
+fn decision(out: &mut String, e: &Explanation) {
+    let total = |node: &str| e.scores.iter().find(|s| s.node == node).map(|s| s.total);
+    match (&e.winner, &e.runner_up) {
+        (Some(winner), Some(second)) => {
+            let _ = writeln!(
+                out,
+                "\nWinner: {winner} (total {}), runner-up {second} (total {}), margin {}.",
+                total(winner).unwrap_or_default(),
+                total(second).unwrap_or_default(),
+                e.margin.unwrap_or_default()
+            );
+            if e.tied.len() > 1 {
+                let _ = writeln!(
+                    out,
+                    "Tied at the best total: {} (the scheduler picks one of them at random).",
+                    e.tied.join(", ")
+                );
+            }
+        }
+        (Some(winner), None) => {
+            let _ = writeln!(
+                out,
+                "\nWinner: {winner} (total {}), the only feasible node.",
+                total(winner).unwrap_or_default()
+            );
+        }
+        _ => {}
+    }
+    if let Some(bound) = &e.bound_to
+        && e.winner.as_ref().is_some_and(|w| w != bound)
+    {
+        let _ = writeln!(
+            out,
+            "The cluster changed since the bind: {bound} would not win now."
+        );
+    }
+    if let Some(message) = &e.message {
+        let _ = writeln!(out, "\nNo node fits: {message}");
+    }
+}
+
+fn scores(out: &mut String, e: &Explanation) {
+    if e.scores.is_empty() {
+        return;
+    }
+    let shown: Vec<_> = e.scores.iter().take(SCORE_COLUMNS).collect();
+    let _ = writeln!(
+        out,
+        "\nSCORES ({} feasible of {} nodes{}; each cell: normalized (raw), total = Σ normalized × weight)",
+        e.scores.len(),
+        e.nodes,
+        if e.scores.len() > shown.len() {
+            format!(", the best {} shown", shown.len())
+        } else {
+            String::new()
+        }
+    );
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut header = vec!["PLUGIN".to_string(), "WEIGHT".to_string()];
+    header.extend(shown.iter().map(|s| s.node.clone()));
+    rows.push(header);
+    let plugins = shown.first().map(|s| s.plugins.len()).unwrap_or_default();
+    for i in 0..plugins {
+        let Some(first) = shown[0].plugins.get(i) else {
+            continue;
+        };
+        let mut row = vec![first.plugin.clone(), first.weight.to_string()];
+        for s in &shown {
+            row.push(
+                s.plugins
+                    .get(i)
+                    .map(|p| format!("{} ({})", p.normalized, p.raw))
+                    .unwrap_or_default(),
+            );
+        }
+        rows.push(row);
+    }
+    let mut total = vec!["TOTAL".to_string(), String::new()];
+    total.extend(shown.iter().map(|s| s.total.to_string()));
+    rows.push(total);
+    table(out, &rows);
+}
+
+fn blocked(out: &mut String, e: &Explanation) {
+    if e.blocked.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nBLOCKED BY");
+    for b in &e.blocked {
+        let _ = writeln!(
+            out,
+            "  {} {}  [{}]  {}",
+            b.count,
+            b.reason,
+            b.plugin,
+            names(&b.nodes)
+        );
+        for remedy in &b.remedies {
+            let _ = writeln!(out, "      to change: {remedy}");
+        }
+    }
+}
+
+fn rejections(out: &mut String, e: &Explanation) {
+    if let Some(v) = &e.pre_filter {
+        let _ = writeln!(
+            out,
+            "\nPreFilter {} rejected the pod on every node ({}): {}",
+            v.plugin,
+            v.code,
+            v.reasons.join(", ")
+        );
+        return;
+    }
+    let rejected: Vec<_> = e.filters.iter().filter(|n| !n.feasible).collect();
+    if rejected.is_empty() {
+        if !e.filters.is_empty() {
+            let _ = writeln!(out, "\nEvery node passed every filter.");
+        }
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nFILTER ({} of {} nodes rejected; * marks the reason the failure message counts)",
+        rejected.len(),
+        e.filters.len()
+    );
+    let mut rows = vec![vec![
+        "NODE".to_string(),
+        "PLUGIN".to_string(),
+        "VERDICT".to_string(),
+        "REASON".to_string(),
+    ]];
+    for node in rejected {
+        if node.left_out_by_pre_filter {
+            rows.push(vec![
+                node.node.clone(),
+                "PreFilter".into(),
+                "left out".into(),
+                "PreFilter narrowed the search to other nodes".into(),
+            ]);
+            continue;
+        }
+        let mut first = true;
+        for v in node.verdicts.iter().filter(|v| v.code != "Success") {
+            let mut reason = v.reasons.join(", ");
+            if let Some(remedy) = &v.remedy {
+                reason.push_str(&format!(" → {remedy}"));
+            }
+            rows.push(vec![
+                if first {
+                    node.node.clone()
+                } else {
+                    String::new()
+                },
+                format!("{}{}", v.plugin, if v.counted { "*" } else { "" }),
+                v.code.clone(),
+                reason,
+            ]);
+            first = false;
+        }
+    }
+    table(out, &rows);
+}
+
+/// Names, the first few of them.
+fn names(nodes: &[String]) -> String {
+    if nodes.len() <= NAMES_SHOWN {
+        nodes.join(", ")
+    } else {
+        format!(
+            "{}, and {} more",
+            nodes[..NAMES_SHOWN].join(", "),
+            nodes.len() - NAMES_SHOWN
+        )
+    }
+}
+
+/// Columns padded to their widest cell; the last column is not padded.
+pub fn table(out: &mut String, rows: &[Vec<String>]) {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in rows {
+        let mut line = String::new();
+        for (c, cell) in row.iter().enumerate() {
+            if c + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            }
+        }
+        let _ = writeln!(out, "  {}", line.trim_end());
+    }
+}

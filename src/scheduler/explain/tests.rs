@@ -1,0 +1,196 @@
+use std::sync::atomic::AtomicUsize;
+
+use super::*;
+use crate::scheduler::framework::NoNominations;
+use crate::scheduler::framework::runtime::{Choice, ScheduleResult, schedule_pod};
+use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::profile::default_profile;
+use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
+
+fn profile() -> CompiledProfile {
+    default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile
+}
+
+fn nodes() -> Vec<NodeBuilder> {
+    vec![
+        NodeBuilder::new("busy").allocatable("cpu", "4"),
+        NodeBuilder::new("idle").allocatable("cpu", "4"),
+        NodeBuilder::new("half").allocatable("cpu", "4"),
+        NodeBuilder::new("gpu").taint("dedicated", "gpu", "NoSchedule"),
+        NodeBuilder::new("small").allocatable("cpu", "1"),
+    ]
+}
+
+fn load() -> Vec<Pod> {
+    vec![
+        PodBuilder::new("b1")
+            .uid("b1")
+            .req_cpu("3")
+            .node_name("busy")
+            .build(),
+        PodBuilder::new("h1")
+            .uid("h1")
+            .req_cpu("2")
+            .node_name("half")
+            .build(),
+    ]
+}
+
+/// Explaining a pod after its bind gives the decision the cycle made: the same winner, total,
+/// runner-up and margin as the cycle's `Scheduled` trace.
+#[test]
+fn a_bound_pod_is_explained_with_the_scores_that_placed_it() {
+    let profile = profile();
+    let pod = PodBuilder::new("web").uid("web").req_cpu("1").build();
+    let before = snapshot(nodes(), load());
+    let mut state = CycleState::new();
+    let info = PodInfo::new(Arc::new(pod.clone()));
+    let ScheduleResult::Scheduled { node, choice, .. } = schedule_pod(
+        &profile,
+        &mut state,
+        &info,
+        &before,
+        &AtomicUsize::new(0),
+        &NoNominations,
+    ) else {
+        panic!("the pod fits");
+    };
+    let Choice::Scored {
+        score,
+        runner_up: Some(second),
+    } = choice
+    else {
+        panic!("several nodes fit, so they were scored: {choice:?}");
+    };
+    assert_eq!(node, "idle", "the least allocated node wins");
+
+    let mut bound = pod.clone();
+    bound.spec.get_or_insert_default().node_name = Some(node.clone());
+    let mut pods = load();
+    pods.push(bound.clone());
+    let after = snapshot(nodes(), pods);
+    let e = explain_pod(&profile, &bound, &after, &NoNominations);
+    assert_eq!(e.bound_to.as_deref(), Some("idle"));
+    assert_eq!(e.winner.as_deref(), Some("idle"));
+    assert_eq!(e.scores[0].total, score, "{e:#?}");
+    assert_eq!(e.runner_up.as_deref(), Some(second.name.as_str()));
+    assert_eq!(e.margin, Some(score - second.score));
+    let fit = e.scores[0]
+        .plugins
+        .iter()
+        .find(|p| p.plugin == "NodeResourcesFit")
+        .expect("NodeResourcesFit scores");
+    assert_eq!(
+        fit.weighted,
+        fit.normalized * fit.weight,
+        "each plugin's weighted score is its normalized score times its weight"
+    );
+    assert_eq!(
+        e.scores[0].plugins.iter().map(|p| p.weighted).sum::<i64>(),
+        e.scores[0].total
+    );
+    let gpu = e.filters.iter().find(|n| n.node == "gpu").expect("gpu");
+    assert!(!gpu.feasible);
+    assert!(
+        gpu.verdicts
+            .iter()
+            .any(|v| v.plugin == "TaintToleration" && v.counted),
+        "{gpu:?}"
+    );
+}
+
+/// A pod no node fits: the message the FailedScheduling event carries (before preemption's
+/// part), each reason with its nodes, and what would have to change.
+#[test]
+fn a_pending_pod_is_explained_with_its_failure_message_and_what_would_change() {
+    let profile = profile();
+    let pod = PodBuilder::new("big").uid("big").req_cpu("3").build();
+    let mut pods = load();
+    pods.push(
+        PodBuilder::new("i1")
+            .uid("i1")
+            .req_cpu("2")
+            .node_name("idle")
+            .build(),
+    );
+    let snap = snapshot(nodes(), pods);
+    let mut state = CycleState::new();
+    let info = PodInfo::new(Arc::new(pod.clone()));
+    let ScheduleResult::Unschedulable(diagnosis) = schedule_pod(
+        &profile,
+        &mut state,
+        &info,
+        &snap,
+        &AtomicUsize::new(0),
+        &NoNominations,
+    ) else {
+        panic!("3 CPU fit nowhere");
+    };
+    let event = diagnosis.message();
+    let e = explain_pod(&profile, &pod, &snap, &NoNominations);
+    let message = e.message.clone().expect("a message");
+    assert_eq!(
+        message,
+        "0/5 nodes are available: 1 node(s) had untolerated taint(s), 4 Insufficient cpu."
+    );
+    assert!(
+        event.starts_with(&format!("{message} preemption:")),
+        "explain counts what the event counts: {event}"
+    );
+    assert_eq!(e.winner, None);
+    let cpu = e
+        .blocked
+        .iter()
+        .find(|b| b.reason == "Insufficient cpu")
+        .expect("cpu");
+    assert_eq!(cpu.count, 4);
+    assert_eq!(cpu.nodes, ["busy", "half", "idle", "small"]);
+    assert!(
+        cpu.remedies
+            .iter()
+            .any(|r| r
+                == "free 1 cpu on half (it has 2 of 4 allocatable requested; the pod requests 3)"),
+        "{:?}",
+        cpu.remedies
+    );
+    assert!(
+        cpu.remedies
+            .iter()
+            .any(|r| r.starts_with("small: the pod requests 3 cpu, more than its 1 allocatable")),
+        "{:?}",
+        cpu.remedies
+    );
+    let taint = e
+        .blocked
+        .iter()
+        .find(|b| b.plugin == "TaintToleration")
+        .expect("taint");
+    assert_eq!(
+        taint.remedies,
+        ["tolerate the taint dedicated=gpu:NoSchedule of gpu, or remove it"]
+    );
+    let text = render::text(&e);
+    assert!(
+        text.contains("No node fits: 0/5 nodes are available"),
+        "{text}"
+    );
+    assert!(
+        text.contains("to change: tolerate the taint dedicated=gpu:NoSchedule"),
+        "{text}"
+    );
+}
+
+#[test]
+fn the_json_form_reads_back_as_it_was_written() {
+    let profile = profile();
+    let pod = PodBuilder::new("web").uid("web").req_cpu("1").build();
+    let e = explain_pod(&profile, &pod, &snapshot(nodes(), load()), &NoNominations);
+    let json = serde_json::to_string(&e).expect("serializes");
+    let back: Explanation = serde_json::from_str(&json).expect("reads back");
+    assert_eq!(back, e);
+    let text = render::text(&e);
+    assert!(text.contains("Winner: idle"), "{text}");
+    assert!(text.contains("NodeResourcesFit"), "{text}");
+}

@@ -1,0 +1,125 @@
+//! What `tether explain` answers, as JSON (`-o json`, and the wire format between the CLI and
+//! the scheduler's endpoint). Field names are camelCase, as Kubernetes objects spell them.
+
+use serde::{Deserialize, Serialize};
+
+/// One pod's scheduling decision, written down.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Explanation {
+    /// namespace/name.
+    pub pod: String,
+    pub scheduler_name: String,
+    /// The SchedulingProfile version that decided (`SchedulingProfile/name@generation`).
+    pub profile: String,
+    /// The node the pod is bound to, for a bound pod (explained as it was before its bind).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_to: Option<String>,
+    /// How many nodes the snapshot holds.
+    pub nodes: usize,
+    /// The PreFilter verdict that rejected the pod on every node, if one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_filter: Option<FilterVerdict>,
+    /// The nodes PreFilter narrowed the search to, if a plugin narrowed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub narrowed_to: Option<Vec<String>>,
+    /// Every node's Filter verdicts, by node name.
+    #[serde(default)]
+    pub filters: Vec<NodeFilters>,
+    /// The feasible nodes' scores, best first.
+    #[serde(default)]
+    pub scores: Vec<NodeScores>,
+    /// The node with the best total (for a bound pod: the node it is bound to, if that is
+    /// among the best).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub winner: Option<String>,
+    /// Every node with the best total; the scheduler picks one of them at random.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tied: Vec<String>,
+    /// The best of the other feasible nodes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runner_up: Option<String>,
+    /// The winner's total minus the runner-up's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub margin: Option<i64>,
+    /// When no node fits: the FailedScheduling message, as the scheduler words it (without
+    /// preemption's part, which explain does not run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When no node fits: each reason the message counts, with its nodes and what would have
+    /// to change, in the message's order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blocked: Vec<Blocker>,
+    /// A plugin's error, if one stopped the cycle.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// One plugin's answer.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct FilterVerdict {
+    pub plugin: String,
+    /// Success, Unschedulable, UnschedulableAndUnresolvable, Error or Skip.
+    pub code: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub reasons: Vec<String>,
+    /// What would have to change for the plugin to pass, when it can say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remedy: Option<String>,
+    /// Whether this is the rejection the failure message counts for the node (the first, in
+    /// the profile's order).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub counted: bool,
+}
+
+/// Every Filter plugin's verdict on one node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeFilters {
+    pub node: String,
+    pub feasible: bool,
+    /// PreFilter narrowed the search to other nodes: no Filter ran here.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub left_out_by_pre_filter: bool,
+    #[serde(default)]
+    pub verdicts: Vec<FilterVerdict>,
+}
+
+/// A feasible node's scores.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeScores {
+    pub node: String,
+    /// The sum of the weighted scores.
+    pub total: i64,
+    pub plugins: Vec<PluginScore>,
+}
+
+/// One Score plugin on one node.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PluginScore {
+    pub plugin: String,
+    /// What Score returned.
+    pub raw: i64,
+    /// After NormalizeScore (0–100).
+    pub normalized: i64,
+    pub weight: i64,
+    /// normalized × weight: what the node's total counts.
+    pub weighted: i64,
+}
+
+/// One reason no node fits, as the failure message counts it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Blocker {
+    pub reason: String,
+    /// The plugin that gave it.
+    pub plugin: String,
+    pub count: usize,
+    pub nodes: Vec<String>,
+    /// What would have to change, as the plugin words it, once per distinct remedy.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub remedies: Vec<String>,
+}
