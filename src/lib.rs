@@ -2,6 +2,7 @@
 
 pub mod api;
 pub mod controller;
+pub mod endpoints;
 pub mod events;
 pub mod inflight;
 pub mod k8s;

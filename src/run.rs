@@ -1,17 +1,14 @@
 //! `tether run`: the scheduler process. Watches the cluster, schedules the pods of every
-//! profile it serves, and serves `/metrics`, `/healthz` and `/readyz`.
+//! profile it serves, and serves the endpoints of `crate::endpoints`.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::routing::get;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
+use crate::endpoints::{self, HttpState};
 use crate::events::EventWriter;
 use crate::leader::{self, Leadership, LeaseConfig};
 use crate::scheduler::backend::disruption_budgets::{self, DisruptionBudgets};
@@ -54,14 +51,6 @@ pub struct RunConfig {
     pub lease: Option<LeaseConfig>,
     /// The rate limits of bookkeeping writes (binds have none).
     pub budget: crate::k8s::budget::Budget,
-}
-
-#[derive(Clone)]
-struct HttpState {
-    metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
-    fatal: Fatal,
-    leadership: Leadership,
 }
 
 /// Runs the scheduler until SIGINT or SIGTERM.
@@ -223,17 +212,20 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         readiness: readiness.clone(),
         fatal: fatal.clone(),
         leadership: leadership.clone(),
+        sched: sched.clone(),
+        client: client.clone(),
     };
-    let metrics_app = Router::new()
-        .route("/metrics", get(serve_metrics))
-        .with_state(state.clone());
-    let health_app = Router::new()
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(ready))
-        .with_state(state);
     for (what, addr, app) in [
-        ("/metrics", config.http_addr, metrics_app),
-        ("/healthz and /readyz", config.health_addr, health_app),
+        (
+            "/metrics and /explain",
+            config.http_addr,
+            endpoints::main_router(state.clone()),
+        ),
+        (
+            "/healthz and /readyz",
+            config.health_addr,
+            endpoints::health_router(state),
+        ),
     ] {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
@@ -349,57 +341,6 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     match died {
         Some(part) => Err(anyhow::anyhow!("{part}")),
         None => Ok(()),
-    }
-}
-
-/// 200 while every part of the process runs; 500 once one died (the process then stops).
-async fn healthz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
-    if state.fatal.is_healthy() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, "a part of tether died")
-    }
-}
-
-async fn serve_metrics(
-    State(state): State<HttpState>,
-) -> ([(axum::http::HeaderName, &'static str); 1], String) {
-    (
-        [(
-            axum::http::header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        state.metrics.encode(),
-    )
-}
-
-async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
-    let summary = state.readiness.summary();
-    if summary.listed_once == summary.registered {
-        let mut body = if summary.not_current.is_empty() {
-            "ok".to_string()
-        } else {
-            format!("ok (re-listing: {})", summary.not_current.join(", "))
-        };
-        // A standby is ready too (its caches are warm); the body says which it is.
-        if state.leadership.is_elected() {
-            body.push_str(if state.leadership.is_leading() {
-                "\nleading"
-            } else {
-                "\nstandby"
-            });
-        }
-        (StatusCode::OK, body)
-    } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "caches not synced ({} of {} listed; waiting for {})",
-                summary.listed_once,
-                summary.registered,
-                summary.not_current.join(", ")
-            ),
-        )
     }
 }
 

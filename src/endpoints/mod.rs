@@ -1,0 +1,112 @@
+//! tether's small HTTP surface. On `--http-addr`: `/metrics` (prometheus-client, open) and
+//! `/explain/{namespace}/{name}` (`tether explain`; a bearer token that may get the pod, see
+//! [`auth`]). On `--health-addr`: `/healthz` and `/readyz` for the probes.
+
+pub mod auth;
+mod explain;
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+
+use crate::leader::Leadership;
+use crate::scheduler::Scheduler;
+use crate::scheduler::metrics::Metrics;
+use crate::supervise::Fatal;
+use crate::watch::Readiness;
+
+/// What the endpoints read.
+#[derive(Clone)]
+pub struct HttpState {
+    pub metrics: Arc<Metrics>,
+    pub readiness: Arc<Readiness>,
+    pub fatal: Fatal,
+    pub leadership: Leadership,
+    pub sched: Arc<Scheduler>,
+    /// tether's own client: TokenReviews, SubjectAccessReviews, the pod to explain.
+    pub client: kube::Client,
+}
+
+/// `/metrics` and `/explain`.
+pub fn main_router(state: HttpState) -> Router {
+    Router::new()
+        .route("/metrics", get(serve_metrics))
+        .route("/explain/{namespace}/{name}", get(explain::explain))
+        .with_state(state)
+}
+
+/// `/healthz` and `/readyz`.
+pub fn health_router(state: HttpState) -> Router {
+    Router::new()
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(ready))
+        .with_state(state)
+}
+
+/// A refusal or failure as a Kubernetes `Status`, which kubectl and kube clients read.
+pub fn failure(code: StatusCode, message: &str) -> Response {
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "status": "Failure",
+        "message": message,
+        "reason": code.canonical_reason().unwrap_or_default().replace(' ', ""),
+        "code": code.as_u16(),
+    });
+    (code, axum::Json(body)).into_response()
+}
+
+/// 200 while every part of the process runs; 500 once one died (the process then stops).
+async fn healthz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
+    if state.fatal.is_healthy() {
+        (StatusCode::OK, "ok")
+    } else {
+        (StatusCode::INTERNAL_SERVER_ERROR, "a part of tether died")
+    }
+}
+
+async fn serve_metrics(
+    State(state): State<HttpState>,
+) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.encode(),
+    )
+}
+
+async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
+    let summary = state.readiness.summary();
+    if summary.listed_once == summary.registered {
+        let mut body = if summary.not_current.is_empty() {
+            "ok".to_string()
+        } else {
+            format!("ok (re-listing: {})", summary.not_current.join(", "))
+        };
+        // A standby is ready too (its caches are warm); the body says which it is.
+        if state.leadership.is_elected() {
+            body.push_str(if state.leadership.is_leading() {
+                "\nleading"
+            } else {
+                "\nstandby"
+            });
+        }
+        (StatusCode::OK, body)
+    } else {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "caches not synced ({} of {} listed; waiting for {})",
+                summary.listed_once,
+                summary.registered,
+                summary.not_current.join(", ")
+            ),
+        )
+    }
+}
