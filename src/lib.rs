@@ -1,6 +1,7 @@
 //! tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
 
 pub mod api;
+pub mod cli;
 pub mod controller;
 pub mod endpoints;
 pub mod events;
@@ -10,6 +11,7 @@ pub mod leader;
 pub mod locks;
 pub mod run;
 pub mod scheduler;
+pub mod simulate;
 pub mod sticky;
 pub mod supervise;
 pub mod watch;

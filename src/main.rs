@@ -26,6 +26,16 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions of tether.dev as YAML, for `kubectl apply -f -`.
     Crd,
+    /// Why a pod went where it went, or why it is pending: asks the running leader to run the
+    /// pod's profile again, dry, and prints every filter verdict and score.
+    Explain(tether::cli::explain::ExplainArgs),
+    /// What a SchedulingProfile change would do: judges it as the controller would, then
+    /// places the pending pods of its schedulerName with it and with the live profile, and
+    /// prints the placements that differ. Exits 1 when the profile would not serve.
+    Simulate(tether::cli::simulate::SimulateArgs),
+    /// Print the cluster as tether's scheduler sees it (nodes, pods, profiles, bindings, ...)
+    /// as JSON, for `tether simulate --snapshot`.
+    Snapshot,
 }
 
 #[derive(Args, Debug)]
@@ -157,9 +167,44 @@ fn init_logging(format: &str) {
     }
 }
 
+/// Runs a command that talks to the cluster as a person would, on a small runtime; warnings
+/// go to standard error.
+fn client_command<T>(
+    work: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref().or(Some("warn")));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .without_time()
+        .init();
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")?
+        .block_on(work)
+}
+
+fn print(text: &str) -> anyhow::Result<()> {
+    std::io::stdout()
+        .write_all(text.as_bytes())
+        .context("writing to standard output")
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Explain(args) => {
+            print(&client_command(tether::cli::explain::run(&args))?)?;
+        }
+        Command::Simulate(args) => match client_command(tether::cli::simulate::run(&args))? {
+            tether::cli::simulate::Outcome::Report(text) => print(&text)?,
+            tether::cli::simulate::Outcome::Rejected(message) => {
+                eprintln!("{message}");
+                std::process::exit(1);
+            }
+        },
+        Command::Snapshot => print(&client_command(tether::cli::simulate::snapshot())?)?,
         Command::Crd => {
             let yaml = tether::api::crds_yaml().context("serializing the CRDs")?;
             std::io::stdout()

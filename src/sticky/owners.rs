@@ -367,14 +367,7 @@ async fn run_owner_watches_with(
             "ReplicaSet",
             "apps/v1",
             rs,
-            |o: &ReplicaSet| {
-                meta_of(
-                    &o.metadata,
-                    "apps/v1",
-                    "ReplicaSet",
-                    o.spec.as_ref().and_then(|s| s.replicas),
-                )
-            }
+            replica_set_meta
         ),
         feed(
             cache.clone(),
@@ -382,14 +375,7 @@ async fn run_owner_watches_with(
             "Deployment",
             "apps/v1",
             deploy,
-            |o: &Deployment| {
-                meta_of(
-                    &o.metadata,
-                    "apps/v1",
-                    "Deployment",
-                    o.spec.as_ref().and_then(|s| s.replicas),
-                )
-            }
+            deployment_meta
         ),
         feed(
             cache.clone(),
@@ -397,14 +383,7 @@ async fn run_owner_watches_with(
             "StatefulSet",
             "apps/v1",
             sts,
-            |o: &StatefulSet| {
-                meta_of(
-                    &o.metadata,
-                    "apps/v1",
-                    "StatefulSet",
-                    o.spec.as_ref().and_then(|s| s.replicas),
-                )
-            }
+            stateful_set_meta
         ),
         feed(
             cache.clone(),
@@ -414,6 +393,57 @@ async fn run_owner_watches_with(
             job,
             |o: &Job| meta_of(&o.metadata, "batch/v1", "Job", None)
         ),
+    );
+}
+
+fn replica_set_meta(o: &ReplicaSet) -> OwnerMeta {
+    let replicas = o.spec.as_ref().and_then(|s| s.replicas);
+    meta_of(&o.metadata, "apps/v1", "ReplicaSet", replicas)
+}
+
+fn deployment_meta(o: &Deployment) -> OwnerMeta {
+    let replicas = o.spec.as_ref().and_then(|s| s.replicas);
+    meta_of(&o.metadata, "apps/v1", "Deployment", replicas)
+}
+
+fn stateful_set_meta(o: &StatefulSet) -> OwnerMeta {
+    let replicas = o.spec.as_ref().and_then(|s| s.replicas);
+    meta_of(&o.metadata, "apps/v1", "StatefulSet", replicas)
+}
+
+/// Fills `cache` from lists instead of watches (`tether simulate`): ReplicaSets, Deployments
+/// and StatefulSets; the other kinds' pods are named by their ownerReference.
+pub fn fill(
+    cache: &OwnerCache,
+    replica_sets: &[ReplicaSet],
+    deployments: &[Deployment],
+    stateful_sets: &[StatefulSet],
+) {
+    let fill_kind = |kind: &str, metas: Vec<(String, OwnerMeta)>| {
+        cache.reset_kind(&group_kind("apps/v1", kind), metas);
+        cache.mark_listed(&group_kind("apps/v1", kind));
+    };
+    let ns = |m: &kube::api::ObjectMeta| m.namespace.clone().unwrap_or_default();
+    fill_kind(
+        "ReplicaSet",
+        replica_sets
+            .iter()
+            .map(|o| (ns(&o.metadata), replica_set_meta(o)))
+            .collect(),
+    );
+    fill_kind(
+        "Deployment",
+        deployments
+            .iter()
+            .map(|o| (ns(&o.metadata), deployment_meta(o)))
+            .collect(),
+    );
+    fill_kind(
+        "StatefulSet",
+        stateful_sets
+            .iter()
+            .map(|o| (ns(&o.metadata), stateful_set_meta(o)))
+            .collect(),
     );
 }
 

@@ -109,6 +109,55 @@ fn label_selector(s: Option<&LabelSelector>) -> Option<Selector> {
 
 /// Watches Services, ReplicationControllers, ReplicaSets and StatefulSets into `selectors`,
 /// for PodTopologySpread's default constraints; registered in `readiness` now.
+type Indexes = (
+    SelectorsOf<Service>,
+    SelectorsOf<ReplicationController>,
+    SelectorsOf<ReplicaSet>,
+    SelectorsOf<StatefulSet>,
+);
+
+/// The index of each of the four kinds, feeding `selectors`.
+fn indexes(selectors: &Arc<WorkloadSelectors>) -> Indexes {
+    (
+        SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "Service",
+            selector: |o: &Service| map_selector(o.spec.as_ref().and_then(|s| s.selector.as_ref())),
+        },
+        SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "ReplicationController",
+            selector: |o: &ReplicationController| {
+                map_selector(o.spec.as_ref().and_then(|s| s.selector.as_ref()))
+            },
+        },
+        SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "ReplicaSet",
+            selector: |o: &ReplicaSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
+        },
+        SelectorsOf {
+            selectors: selectors.clone(),
+            kind: "StatefulSet",
+            selector: |o: &StatefulSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
+        },
+    )
+}
+
+/// Fills `selectors` from lists instead of watches (`tether simulate`).
+pub fn fill(
+    selectors: &Arc<WorkloadSelectors>,
+    services: Vec<Service>,
+    replica_sets: Vec<ReplicaSet>,
+    stateful_sets: Vec<StatefulSet>,
+) {
+    let (services_index, rcs_index, replica_sets_index, stateful_sets_index) = indexes(selectors);
+    services_index.reset(services);
+    rcs_index.reset(Vec::new());
+    replica_sets_index.reset(replica_sets);
+    stateful_sets_index.reset(stateful_sets);
+}
+
 pub fn run_watches(
     selectors: Arc<WorkloadSelectors>,
     client: kube::Client,
@@ -122,28 +171,8 @@ pub fn run_watches(
     ];
     async move {
         let [services, rcs, replica_sets, stateful_sets] = feeds;
-        let services_index = SelectorsOf {
-            selectors: selectors.clone(),
-            kind: "Service",
-            selector: |o: &Service| map_selector(o.spec.as_ref().and_then(|s| s.selector.as_ref())),
-        };
-        let rcs_index = SelectorsOf {
-            selectors: selectors.clone(),
-            kind: "ReplicationController",
-            selector: |o: &ReplicationController| {
-                map_selector(o.spec.as_ref().and_then(|s| s.selector.as_ref()))
-            },
-        };
-        let replica_sets_index = SelectorsOf {
-            selectors: selectors.clone(),
-            kind: "ReplicaSet",
-            selector: |o: &ReplicaSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
-        };
-        let stateful_sets_index = SelectorsOf {
-            selectors,
-            kind: "StatefulSet",
-            selector: |o: &StatefulSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
-        };
+        let (services_index, rcs_index, replica_sets_index, stateful_sets_index) =
+            indexes(&selectors);
         tokio::join!(
             watch::run(
                 Api::<Service>::all(client.clone()),

@@ -1,0 +1,385 @@
+//! `tether simulate`: what a SchedulingProfile change would do before it merges. The candidate
+//! is judged as the profile controller judges it (the same compiler, the same conflict and
+//! QueueSort rules, the same words); then the pending pods of its schedulerName, and the last
+//! bound ones if asked, are placed by the live profile and by the candidate on the same
+//! snapshot, and every placement that differs is reported with the plugins that made it
+//! differ. Nothing is written anywhere.
+//!
+//! Pending pods are placed one after another in the queue's order (priority, then age), each
+//! counted on its node for the next, as the scheduler would place them; bound pods are each
+//! placed alone, on the cluster without them. Ties go to the first node by name (the scheduler
+//! picks one of the tied nodes at random; `tied` lists them). Like `tether explain`, every node
+//! is filtered; neither preemption nor history written by these placements is simulated.
+
+pub mod cluster;
+pub mod render;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Pod;
+use serde::{Deserialize, Serialize};
+
+pub use self::cluster::ClusterState;
+use crate::api::SchedulingProfile;
+use crate::controller::profile_set::{ProfileSet, Verdict};
+use crate::k8s::pods;
+use crate::scheduler::explain::{self, Explanation};
+use crate::scheduler::framework::NoNominations;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::snapshot::Snapshot;
+
+/// What a simulation found.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Simulation {
+    /// The candidate SchedulingProfile's name.
+    pub profile: String,
+    pub scheduler_name: String,
+    /// The profile serving the schedulerName now, if one does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live_profile: Option<String>,
+    pub nodes: usize,
+    /// The pending pods, in the order they were placed.
+    pub pending: Vec<Placement>,
+    /// The bound pods replayed (`--replay-bound`), newest first.
+    #[serde(default)]
+    pub bound: Vec<Placement>,
+}
+
+impl Simulation {
+    /// How many placements differ.
+    pub fn changes(&self) -> usize {
+        self.pending
+            .iter()
+            .chain(&self.bound)
+            .filter(|p| p.differs)
+            .count()
+    }
+}
+
+/// One pod, placed by the live profile and by the candidate.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Placement {
+    /// namespace/name.
+    pub pod: String,
+    /// A pending pod held back by scheduling gates: placed as it would be once they are gone.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gated: bool,
+    /// A bound pod's node now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bound_to: Option<String>,
+    pub live: Decision,
+    pub candidate: Decision,
+    pub differs: bool,
+    /// Why the candidate decides otherwise, plugin by plugin.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub why: Vec<String>,
+}
+
+/// Where a profile places a pod.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Decision {
+    /// None: no node fits (`message` says why), or no profile serves the pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub total: Option<i64>,
+    /// The nodes tied at the best total, when several are.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tied: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// Why the candidate does not serve: the controller's `Ready=False` reason and message.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[error("SchedulingProfile {name}: Ready=False {reason}: {message}")]
+pub struct Rejected {
+    pub name: String,
+    pub reason: String,
+    pub message: String,
+}
+
+/// Judges `candidate` against the cluster's profiles as the controller would: the compiled
+/// candidate and the profile serving its schedulerName now.
+pub fn judge(
+    cluster: &ClusterState,
+    candidate: &SchedulingProfile,
+    handle: &crate::scheduler::plugins::registry::Handle,
+) -> Result<(Arc<CompiledProfile>, Option<Arc<CompiledProfile>>), Rejected> {
+    let name = candidate.metadata.name.clone().unwrap_or_default();
+    let reject = |reason: &str, message: String| Rejected {
+        name: name.clone(),
+        reason: reason.to_string(),
+        message,
+    };
+    if name.is_empty() {
+        return Err(reject(
+            "InvalidSpec",
+            "metadata.name: a SchedulingProfile needs a name".into(),
+        ));
+    }
+    let live: Vec<Arc<SchedulingProfile>> = cluster
+        .scheduling_profiles
+        .iter()
+        .cloned()
+        .map(Arc::new)
+        .collect();
+    let scheduler_name = &candidate.spec.scheduler_name;
+    let serving_now = ProfileSet::default()
+        .decide(&live, handle)
+        .serving
+        .remove(scheduler_name);
+
+    // The candidate takes the place of the profile of its name: the same object, one
+    // generation on; a new profile is the youngest.
+    let existing = live
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(name.as_str()));
+    let mut next = candidate.clone();
+    next.metadata.uid = existing
+        .and_then(|p| p.metadata.uid.clone())
+        .or_else(|| Some(format!("simulated-{name}")));
+    next.metadata.generation = Some(existing.and_then(|p| p.metadata.generation).unwrap_or(0) + 1);
+    next.metadata.creation_timestamp = existing
+        .and_then(|p| p.metadata.creation_timestamp.clone())
+        .or_else(|| {
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                jiff::Timestamp::now(),
+            ))
+        });
+    next.metadata.deletion_timestamp = None;
+    let mut with_candidate: Vec<Arc<SchedulingProfile>> = live
+        .iter()
+        .filter(|p| p.metadata.name.as_deref() != Some(name.as_str()))
+        .cloned()
+        .collect();
+    with_candidate.push(Arc::new(next));
+    let mut decided = ProfileSet::default().decide(&with_candidate, handle);
+    match decided.verdicts.get(&name) {
+        Some(Verdict { ready: true, .. }) => {}
+        Some(verdict) => return Err(reject(verdict.reason, verdict.message.clone())),
+        None => return Err(reject("InvalidSpec", "the profile was not judged".into())),
+    }
+    let compiled = decided.serving.remove(scheduler_name).ok_or_else(|| {
+        reject(
+            "InvalidSpec",
+            "the profile compiled but serves nothing".into(),
+        )
+    })?;
+    Ok((compiled, serving_now))
+}
+
+/// Places the pending pods of the candidate's schedulerName (and the `replay_bound` newest
+/// bound ones) with both profiles.
+pub fn simulate(
+    cluster: &ClusterState,
+    candidate: &SchedulingProfile,
+    replay_bound: usize,
+) -> Result<Simulation, Rejected> {
+    let handle = cluster.handle();
+    let (compiled, live) = judge(cluster, candidate, &handle)?;
+    let scheduler_name = compiled.scheduler_name.clone();
+    let snapshot = cluster.snapshot();
+    let ours = |p: &&Pod| pods::scheduler_name(p) == scheduler_name;
+
+    let mut pending: Vec<&Pod> = cluster
+        .pods
+        .iter()
+        .filter(ours)
+        .filter(|p| pods::node_name(p).is_none())
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter(|p| {
+            let phase = p.status.as_ref().and_then(|s| s.phase.as_deref());
+            !matches!(phase, Some("Succeeded" | "Failed"))
+        })
+        .collect();
+    pending.sort_by(|a, b| {
+        let priority = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
+        let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
+        priority(b)
+            .cmp(&priority(a))
+            .then_with(|| created(a).cmp(&created(b)))
+            .then_with(|| pod_key(a).cmp(&pod_key(b)))
+    });
+    let live_places = place_in_turn(live.as_deref(), &pending, &snapshot);
+    let candidate_places = place_in_turn(Some(&compiled), &pending, &snapshot);
+    let pending = pending
+        .iter()
+        .zip(live_places.iter().zip(&candidate_places))
+        .map(|(pod, (l, c))| {
+            let mut placement = compare(pod, l.as_ref(), c.as_ref());
+            placement.gated = pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduling_gates.as_ref())
+                .is_some_and(|g| !g.is_empty());
+            placement
+        })
+        .collect();
+
+    let mut bound: Vec<&Pod> = cluster
+        .pods
+        .iter()
+        .filter(ours)
+        .filter(|p| crate::scheduler::backend::cache::occupies_node(p))
+        .collect();
+    bound.sort_by_key(|p| std::cmp::Reverse(scheduled_at(p)));
+    let bound = bound
+        .into_iter()
+        .take(replay_bound)
+        .map(|pod| {
+            let l = live
+                .as_deref()
+                .map(|p| explain::explain_pod(p, pod, &snapshot, &NoNominations));
+            let c = explain::explain_pod(&compiled, pod, &snapshot, &NoNominations);
+            let mut placement = compare(pod, l.as_ref(), Some(&c));
+            placement.bound_to = pods::node_name(pod).map(str::to_string);
+            placement
+        })
+        .collect();
+
+    Ok(Simulation {
+        profile: candidate.metadata.name.clone().unwrap_or_default(),
+        scheduler_name,
+        live_profile: live.map(|p| p.source.clone()),
+        nodes: snapshot.len(),
+        pending,
+        bound,
+    })
+}
+
+fn pod_key(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// When the pod was bound: its PodScheduled condition's time, else its creation.
+fn scheduled_at(pod: &Pod) -> Option<jiff::Timestamp> {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == "PodScheduled"))
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+        .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// Places `pods` one after another with `profile`, each counted on its node for the next.
+fn place_in_turn(
+    profile: Option<&CompiledProfile>,
+    pods: &[&Pod],
+    snapshot: &Snapshot,
+) -> Vec<Option<Explanation>> {
+    let Some(profile) = profile else {
+        return pods.iter().map(|_| None).collect();
+    };
+    let mut snapshot = snapshot.clone();
+    let mut out = Vec::with_capacity(pods.len());
+    for pod in pods {
+        let info = PodInfo::new(Arc::new((*pod).clone()));
+        let e = explain::explain(profile, &info, &snapshot, &NoNominations, None);
+        if let Some(node) = e.winner.as_deref().and_then(|n| snapshot.get(n)) {
+            let mut placed = (*pod).clone();
+            placed.spec.get_or_insert_default().node_name = Some(node.name.clone());
+            let mut with = (**node).clone();
+            with.add_pod(Arc::new(PodInfo::new(Arc::new(placed))));
+            snapshot = snapshot.with_node(with);
+        }
+        out.push(Some(e));
+    }
+    out
+}
+
+fn decision(e: Option<&Explanation>) -> Decision {
+    let Some(e) = e else {
+        return Decision {
+            message: Some("no profile serves this schedulerName now".into()),
+            ..Default::default()
+        };
+    };
+    let total = |node: &str| e.scores.iter().find(|s| s.node == node).map(|s| s.total);
+    Decision {
+        node: e.winner.clone(),
+        total: e.winner.as_deref().and_then(total),
+        tied: if e.tied.len() > 1 {
+            e.tied.clone()
+        } else {
+            Vec::new()
+        },
+        message: e.message.clone().or_else(|| e.error.clone()),
+    }
+}
+
+/// The two decisions for one pod, and why they differ.
+fn compare(pod: &Pod, live: Option<&Explanation>, candidate: Option<&Explanation>) -> Placement {
+    let (l, c) = (decision(live), decision(candidate));
+    let differs = l.node != c.node;
+    let why = match (differs, candidate) {
+        (true, Some(cand)) => why(l.node.as_deref(), cand),
+        _ => Vec::new(),
+    };
+    Placement {
+        pod: pod_key(pod),
+        live: l,
+        candidate: c,
+        differs,
+        why,
+        ..Default::default()
+    }
+}
+
+/// Why the candidate does not pick `live_node`, in the candidate's own verdicts: the filter
+/// that rejects it there, or the plugins whose weighted scores favour the candidate's node.
+fn why(live_node: Option<&str>, cand: &Explanation) -> Vec<String> {
+    let Some(chosen) = cand.winner.as_deref() else {
+        return cand.message.iter().cloned().collect();
+    };
+    let Some(live_node) = live_node else {
+        return vec![format!("the candidate fits it on {chosen}")];
+    };
+    if let Some(rejected) = cand
+        .filters
+        .iter()
+        .find(|n| n.node == live_node && !n.feasible)
+    {
+        return rejected
+            .verdicts
+            .iter()
+            .filter(|v| v.counted)
+            .map(|v| format!("{}: {} on {live_node}", v.plugin, v.reasons.join(", ")))
+            .collect();
+    }
+    let scores = |node: &str| cand.scores.iter().find(|s| s.node == node);
+    let (Some(a), Some(b)) = (scores(chosen), scores(live_node)) else {
+        return Vec::new();
+    };
+    let mut lines = vec![format!(
+        "total {} on {chosen} vs {} on {live_node}",
+        a.total, b.total
+    )];
+    let mut diffs: Vec<(i64, String)> = a
+        .plugins
+        .iter()
+        .zip(&b.plugins)
+        .filter(|(x, y)| x.weighted != y.weighted)
+        .map(|(x, y)| {
+            (
+                (x.weighted - y.weighted).abs(),
+                format!("{}: {} vs {}", x.plugin, x.weighted, y.weighted),
+            )
+        })
+        .collect();
+    diffs.sort_by(|x, y| y.0.cmp(&x.0).then_with(|| x.1.cmp(&y.1)));
+    lines.extend(diffs.into_iter().take(3).map(|(_, line)| line));
+    lines
+}
+
+#[cfg(test)]
+mod tests;
