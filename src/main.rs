@@ -191,20 +191,31 @@ fn print(text: &str) -> anyhow::Result<()> {
         .context("writing to standard output")
 }
 
+/// Ends a person's command: what it printed, or its error in one line (never a backtrace)
+/// and exit status 1.
+fn finish(done: anyhow::Result<String>) -> anyhow::Result<()> {
+    match done {
+        Ok(text) => print(&text),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
-        Command::Explain(args) => {
-            print(&client_command(tether::cli::explain::run(&args))?)?;
+        Command::Explain(args) => finish(client_command(tether::cli::explain::run(&args)))?,
+        Command::Simulate(args) => {
+            use tether::cli::simulate::Outcome;
+            let done = client_command(tether::cli::simulate::run(&args)).and_then(|o| match o {
+                Outcome::Report(text) => Ok(text),
+                Outcome::Rejected(message) => Err(anyhow::anyhow!(message)),
+            });
+            finish(done)?
         }
-        Command::Simulate(args) => match client_command(tether::cli::simulate::run(&args))? {
-            tether::cli::simulate::Outcome::Report(text) => print(&text)?,
-            tether::cli::simulate::Outcome::Rejected(message) => {
-                eprintln!("{message}");
-                std::process::exit(1);
-            }
-        },
-        Command::Snapshot => print(&client_command(tether::cli::simulate::snapshot())?)?,
+        Command::Snapshot => finish(client_command(tether::cli::simulate::snapshot()))?,
         Command::Crd => {
             let yaml = tether::api::crds_yaml().context("serializing the CRDs")?;
             std::io::stdout()

@@ -131,8 +131,15 @@ fn blocked(out: &mut String, e: &Explanation) {
             b.plugin,
             names(&b.nodes)
         );
-        for remedy in &b.remedies {
+        for remedy in b.remedies.iter().take(NAMES_SHOWN) {
             let _ = writeln!(out, "      to change: {remedy}");
+        }
+        if b.remedies.len() > NAMES_SHOWN {
+            let _ = writeln!(
+                out,
+                "      and {} more (-o json lists them all)",
+                b.remedies.len() - NAMES_SHOWN
+            );
         }
     }
 }
@@ -178,7 +185,11 @@ fn rejections(out: &mut String, e: &Explanation) {
             continue;
         }
         let mut first = true;
-        for v in node.verdicts.iter().filter(|v| v.code != "Success") {
+        for v in node
+            .verdicts
+            .iter()
+            .filter(|v| v.code != "Success" && v.code != "Skip")
+        {
             let mut reason = v.reasons.join(", ");
             if let Some(remedy) = &v.remedy {
                 reason.push_str(&format!(" → {remedy}"));

@@ -124,9 +124,11 @@ fn build_plugins<'a>(
     errs: &mut FieldErrors,
 ) -> HashMap<&'static str, Arc<dyn Plugin>> {
     let mut built: HashMap<&'static str, Arc<dyn Plugin>> = HashMap::new();
+    // A plugin whose args are wrong is tried once: its errors are reported once.
+    let mut tried: std::collections::HashSet<&'static str> = std::collections::HashSet::new();
     for name in names {
         let Some(reg) = known.get(name) else { continue };
-        if built.contains_key(reg.name) {
+        if !tried.insert(reg.name) {
             continue;
         }
         let (path, a) = match args.get(name) {
