@@ -58,11 +58,12 @@ cluster-down: ## stop the local control plane and remove its state
 	e2e/scripts/cluster-down.sh
 
 # The e2e test files that share the tether `make e2e` starts. fidelity.rs compares tether with
-# kube-scheduler on a cluster no other test changes, so it runs alone after them. faults.rs runs a
+# kube-scheduler on a cluster no other test changes, so it runs alone after them; so does
+# explain.rs (it compares counts over the whole cluster and predicts from a snapshot). faults.rs runs a
 # tether of its own behind a proxy and restarts kube-apiserver, and ha.rs runs two replicas of
 # its own behind a Lease, and bench.rs (a small run of the bench) starts schedulers of its own,
 # so they run last, alone, one test at a time.
-E2E_SHARED := $(filter-out faults ha fidelity soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+E2E_SHARED := $(filter-out faults ha fidelity explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -70,6 +71,9 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
 	if [ $$status -eq 0 ]; then \
 	  $(CARGO) test -p tether-e2e --test fidelity -- --nocapture || status=$$?; \
+	fi; \
+	if [ $$status -eq 0 ]; then \
+	  $(CARGO) test -p tether-e2e --test explain -- --test-threads=1 || status=$$?; \
 	fi; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \

@@ -1,0 +1,487 @@
+//! `tether explain` and `tether simulate` against the local cluster, through the binary a
+//! person runs. These tests run alone, one at a time, after the shared ones (see the Makefile):
+//! explain compares counts over the whole cluster with the FailedScheduling event, and
+//! simulate predicts placements from a snapshot, so no other test may change the cluster
+//! meanwhile.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Pod;
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use tether::scheduler::explain::Explanation;
+use tether::simulate::Simulation;
+use tether_e2e::{
+    TestNamespace, TestNodes, apply_profile, client, kubeconfig_path, kubectl_ok, repo_dir,
+    unique_suffix, wait_bound, wait_event, wait_for,
+};
+
+const BIND_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The tether binary `make e2e` built.
+fn tether_bin() -> PathBuf {
+    std::env::var_os("TETHER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_dir().join("target/debug/tether"))
+}
+
+/// The endpoint of the tether `make e2e` started.
+fn endpoint() -> String {
+    let port = std::env::var("TETHER_HTTP_PORT").unwrap_or_else(|_| "18080".into());
+    format!("http://127.0.0.1:{port}")
+}
+
+/// Runs `program args` as a person would: with the local cluster's kubeconfig.
+fn run(program: &std::path::Path, args: &[&str], path: Option<&str>) -> anyhow::Result<Output> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("KUBECONFIG", kubeconfig_path())
+        .env_remove("RUST_BACKTRACE");
+    if let Some(path) = path {
+        cmd.env("PATH", path);
+    }
+    cmd.output()
+        .with_context(|| format!("running {}", program.display()))
+}
+
+/// `tether explain <pod> -o json` with `token`.
+fn explain_json(pod: &str, token: &str) -> anyhow::Result<Explanation> {
+    let out = run(
+        &tether_bin(),
+        &[
+            "explain",
+            pod,
+            "-o",
+            "json",
+            "--endpoint",
+            &endpoint(),
+            "--token",
+            token,
+        ],
+        None,
+    )?;
+    if !out.status.success() {
+        bail!(
+            "tether explain {pod} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    serde_json::from_slice(&out.stdout).context("reading explain's JSON")
+}
+
+/// A token of a new ServiceAccount `name` in `ns`, which may get pods there when `may_get`.
+fn service_account_token(ns: &str, name: &str, may_get: bool) -> anyhow::Result<String> {
+    kubectl_ok(&["-n", ns, "create", "serviceaccount", name], None)?;
+    if may_get {
+        kubectl_ok(
+            &[
+                "-n",
+                ns,
+                "create",
+                "role",
+                name,
+                "--verb=get",
+                "--resource=pods",
+            ],
+            None,
+        )?;
+        kubectl_ok(
+            &[
+                "-n",
+                ns,
+                "create",
+                "rolebinding",
+                name,
+                &format!("--role={name}"),
+                &format!("--serviceaccount={ns}:{name}"),
+            ],
+            None,
+        )?;
+    }
+    Ok(kubectl_ok(&["-n", ns, "create", "token", name], None)?
+        .trim()
+        .to_string())
+}
+
+/// A pod of `cpu` on `nodes` for `scheduler`, bound to `node` when given.
+async fn make_pod(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    cpu: &str,
+    nodes: &TestNodes,
+    scheduler: &str,
+    extra: serde_json::Value,
+) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "containers": [{"name": "c", "image": "busybox", "resources": {"requests": {"cpu": cpu}}}],
+    });
+    nodes.isolate(&mut spec);
+    if let (Some(spec), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+        spec.extend(extra.clone());
+    }
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec,
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await
+        .with_context(|| format!("creating pod {name}"))?;
+    Ok(())
+}
+
+/// The score, runner-up and margin a `Scheduled` event tells.
+fn trace(event: &str) -> Option<(i64, String, i64, i64)> {
+    let inside = event.split_once(" (score ")?.1;
+    let (score, rest) = inside.split_once("; runner-up ")?;
+    let (runner_up, rest) = rest.split_once(" scored ")?;
+    let (second, rest) = rest.split_once(", margin ")?;
+    let margin = rest.split(';').next()?;
+    Some((
+        score.parse().ok()?,
+        runner_up.to_string(),
+        second.parse().ok()?,
+        margin.parse().ok()?,
+    ))
+}
+
+/// A bound pod's explanation gives the decision tether made (the node, its score, the
+/// runner-up and the margin its Scheduled event tells); a pending pod's gives the reasons its
+/// FailedScheduling event counts, with what would have to change; a caller who may not get
+/// the pod is refused, and so is one without a valid token. Also as `kubectl tether explain`.
+#[tokio::test]
+async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "explain").await?;
+    let nodes = TestNodes::create(&client, "explain", 3, "4", |_, _| {}).await?;
+    let scheduler = "tether-scheduler";
+    // Three loads, so that the nodes' scores differ: 3, 1 and 0 CPUs of 4 requested.
+    for (i, cpu) in [(0, "3"), (1, "1")] {
+        let node = &nodes.names[i];
+        make_pod(
+            &client,
+            &ns.name,
+            &format!("load-{i}"),
+            cpu,
+            &nodes,
+            scheduler,
+            json!({"nodeName": node}),
+        )
+        .await?;
+    }
+    make_pod(
+        &client,
+        &ns.name,
+        "web",
+        "500m",
+        &nodes,
+        scheduler,
+        json!({}),
+    )
+    .await?;
+    let node = wait_bound(&client, &ns.name, "web", BIND_TIMEOUT).await?;
+    assert_eq!(node, nodes.names[2], "the least allocated node wins");
+    let events = wait_event(&client, &ns.name, "web", "Scheduled", BIND_TIMEOUT, |e| {
+        trace(e).is_some()
+    })
+    .await?;
+    let (score, runner_up, second, margin) = events
+        .iter()
+        .find_map(|e| trace(e))
+        .context("a Scheduled event with a trace")?;
+    assert_eq!(margin, score - second);
+
+    let reader = service_account_token(&ns.name, "reader", true)?;
+    let e = explain_json(&format!("{}/web", ns.name), &reader)?;
+    assert_eq!(e.bound_to.as_deref(), Some(node.as_str()));
+    assert_eq!(e.winner.as_deref(), Some(node.as_str()), "{e:#?}");
+    assert_eq!(e.scores[0].node, node);
+    assert_eq!(
+        (e.scores[0].total, e.runner_up.clone(), e.margin),
+        (score, Some(runner_up.clone()), Some(margin)),
+        "explain gives the scores the Scheduled event told"
+    );
+    let feasible: Vec<&str> = e.scores.iter().map(|s| s.node.as_str()).collect();
+    assert_eq!(
+        feasible.len(),
+        3,
+        "only this test's nodes fit: {feasible:?}"
+    );
+    let elsewhere = e
+        .filters
+        .iter()
+        .find(|n| !nodes.names.contains(&n.node))
+        .context("other nodes")?;
+    assert!(
+        !elsewhere.feasible
+            && elsewhere
+                .verdicts
+                .iter()
+                .any(|v| v.counted && v.plugin == "NodeAffinity"),
+        "{elsewhere:?}"
+    );
+
+    // As a kubectl plugin: a link named kubectl-tether on the PATH.
+    let plugins = tempdir("kubectl-plugins")?;
+    std::os::unix::fs::symlink(tether_bin(), plugins.join("kubectl-tether"))?;
+    let kubectl_bin = PathBuf::from(std::env::var("TETHER_KUBECTL")?);
+    let path = format!(
+        "{}:{}",
+        plugins.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let pod = format!("{}/web", ns.name);
+    let out = run(
+        &kubectl_bin,
+        &[
+            "tether",
+            "explain",
+            &pod,
+            "--endpoint",
+            &endpoint(),
+            "--token",
+            &reader,
+        ],
+        Some(&path),
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains(&format!("Winner: {node} (total {score})")),
+        "kubectl tether explain: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::remove_dir_all(&plugins)?;
+
+    // A pod that fits nowhere: 3.6 CPUs where at most 3.5 are free.
+    make_pod(
+        &client,
+        &ns.name,
+        "huge",
+        "3600m",
+        &nodes,
+        scheduler,
+        json!({}),
+    )
+    .await?;
+    let huge = format!("{}/huge", ns.name);
+    let (message, e) = wait_for(
+        "explain to count what the FailedScheduling event counts",
+        BIND_TIMEOUT,
+        || {
+            let (client, ns, huge, reader) = (&client, &ns.name, &huge, &reader);
+            async move {
+                let events = tether_e2e::events_for(client, ns, "huge", "FailedScheduling").await?;
+                let Some(last) = events.last() else {
+                    return Ok(None);
+                };
+                let counted = last
+                    .split(" preemption:")
+                    .next()
+                    .unwrap_or(last)
+                    .to_string();
+                let e = explain_json(huge, reader)?;
+                Ok((e.message.as_deref() == Some(counted.as_str())).then_some((counted, e)))
+            }
+        },
+    )
+    .await?;
+    assert!(message.contains("3 Insufficient cpu"), "{message}");
+    let cpu = e
+        .blocked
+        .iter()
+        .find(|b| b.reason == "Insufficient cpu")
+        .context("cpu blocks")?;
+    let mut ours = cpu.nodes.clone();
+    ours.sort();
+    assert_eq!(ours, nodes.names);
+    assert!(
+        cpu.remedies
+            .iter()
+            .any(|r| r.starts_with(&format!("free 100m cpu on {}", nodes.names[2]))),
+        "0.5 of 4 requested there: 100m short: {:?}",
+        cpu.remedies
+    );
+
+    // Who may not get the pod is refused; so is a token the API server does not accept.
+    let stranger = service_account_token(&ns.name, "stranger", false)?;
+    for (token, code, words) in [
+        (stranger.as_str(), "403", "may not get pods"),
+        ("not-a-token", "401", "not accepted"),
+    ] {
+        let out = run(
+            &tether_bin(),
+            &[
+                "explain",
+                &huge,
+                "--endpoint",
+                &endpoint(),
+                "--token",
+                token,
+            ],
+            None,
+        )?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(code) && stderr.contains(words),
+            "{stderr}"
+        );
+        assert!(out.stdout.is_empty(), "nothing is explained to them");
+    }
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// A fresh directory under the system's temporary directory.
+fn tempdir(what: &str) -> anyhow::Result<PathBuf> {
+    let dir = std::env::temp_dir().join(format!("tether-e2e-{what}-{}", unique_suffix()));
+    std::fs::create_dir_all(&dir)?;
+    Ok(dir)
+}
+
+/// `tether simulate` with `args`; its output, or its failure's standard error.
+fn simulate(args: &[&str]) -> anyhow::Result<Result<Simulation, String>> {
+    let mut all = vec!["simulate", "-o", "json"];
+    all.extend_from_slice(args);
+    let out = run(&tether_bin(), &all, None)?;
+    if !out.status.success() {
+        return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    Ok(Ok(
+        serde_json::from_slice(&out.stdout).context("reading simulate's JSON")?
+    ))
+}
+
+/// A switch from LeastAllocated to MostAllocated, simulated on a cluster with pending pods,
+/// predicts the placements the live switch then makes; the same from a snapshot file; a
+/// profile that does not compile exits non-zero naming the field.
+#[tokio::test]
+async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "simulate").await?;
+    let nodes = TestNodes::create(&client, "simulate", 2, "4", |_, _| {}).await?;
+    let name = format!("sim-{}", unique_suffix());
+    let strategy = |kind: &str| {
+        json!({
+            "schedulerName": name,
+            "pluginConfig": [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {"type": kind}}}],
+        })
+    };
+    apply_profile(&client, &name, strategy("LeastAllocated")).await?;
+    make_pod(
+        &client,
+        &ns.name,
+        "load",
+        "2",
+        &nodes,
+        &name,
+        json!({"nodeName": nodes.names[0]}),
+    )
+    .await?;
+    // Held back by a gate, so that they wait for the switch.
+    let gate = json!({"schedulingGates": [{"name": "e2e.tether.dev/hold"}]});
+    for i in 0..3 {
+        make_pod(
+            &client,
+            &ns.name,
+            &format!("p{i}"),
+            "1",
+            &nodes,
+            &name,
+            gate.clone(),
+        )
+        .await?;
+    }
+
+    let dir = tempdir("simulate")?;
+    let candidate = dir.join("profile.yaml");
+    let doc = json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+        "metadata": {"name": name}, "spec": strategy("MostAllocated"),
+    });
+    std::fs::write(&candidate, serde_yaml::to_string(&doc)?)?;
+    let file = candidate.to_string_lossy().into_owned();
+    let online = simulate(&["-f", &file])?.map_err(anyhow::Error::msg)?;
+    assert_eq!(online.pending.len(), 3, "{online:#?}");
+    assert!(online.pending.iter().all(|p| p.gated));
+    let live: Vec<_> = online.pending.iter().map(|p| p.live.node.clone()).collect();
+    let predicted: Vec<_> = online
+        .pending
+        .iter()
+        .map(|p| p.candidate.node.clone())
+        .collect();
+    let (full, empty) = (Some(nodes.names[0].clone()), Some(nodes.names[1].clone()));
+    assert_eq!(
+        live,
+        [empty.clone(), empty.clone(), full.clone()],
+        "{online:#?}"
+    );
+    assert_eq!(predicted, [full.clone(), full, empty], "{online:#?}");
+    assert!(online.changes() > 0);
+    let moved = online
+        .pending
+        .iter()
+        .find(|p| p.differs)
+        .context("a move")?;
+    assert!(
+        moved
+            .why
+            .iter()
+            .any(|w| w.starts_with("NodeResourcesFit: ")),
+        "{:?}",
+        moved.why
+    );
+
+    // Offline, from a snapshot file: the same answer.
+    let snapshot = dir.join("cluster.json");
+    let out = run(&tether_bin(), &["snapshot"], None)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&snapshot, &out.stdout)?;
+    let offline = simulate(&["-f", &file, "--snapshot", &snapshot.to_string_lossy()])?
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(offline, online);
+
+    // A profile that does not compile: exit status 1, the field named.
+    let bad = dir.join("bad.yaml");
+    let mut wrong = doc.clone();
+    wrong["spec"]["plugins"] = json!({"score": {"enabled": [{"name": "NoSuchPlugin"}]}});
+    std::fs::write(&bad, serde_yaml::to_string(&wrong)?)?;
+    let refused = simulate(&["-f", &bad.to_string_lossy()])?.expect_err("does not compile");
+    assert!(
+        refused.contains("InvalidSpec") && refused.contains("spec.plugins.score.enabled[0].name"),
+        "{refused}"
+    );
+
+    // The live switch, then each pod let go in the order the simulation placed them.
+    apply_profile(&client, &name, strategy("MostAllocated")).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for placement in &online.pending {
+        let pod = placement.pod.rsplit('/').next().context("a pod name")?;
+        pods.patch(
+            pod,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(
+                json!([{"op": "remove", "path": "/spec/schedulingGates"}]),
+            )?),
+        )
+        .await?;
+        let node = wait_bound(&client, &ns.name, pod, BIND_TIMEOUT).await?;
+        assert_eq!(
+            Some(node),
+            placement.candidate.node,
+            "{pod} lands where the simulation said"
+        );
+    }
+    std::fs::remove_dir_all(&dir)?;
+    kubectl_ok(&["delete", "schedulingprofile", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
