@@ -125,7 +125,7 @@ test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, c
 	fi; \
 	exit $$status
 
-demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them
+demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them, explain one pod
 	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
 	$(KUBECTL) apply -f config/samples/
 	$(KUBECTL) apply -f config/examples/demo-deployment.yaml
@@ -140,6 +140,8 @@ demo: build cluster ## build, start the cluster and tether, schedule a Deploymen
 	$(KUBECTL) get schedulingprofiles
 	@echo
 	e2e/scripts/demo-sticky.sh
+	@echo
+	e2e/scripts/demo-explain.sh
 	@echo
 	@echo "tether runs in the background (log: .cluster/logs/tether.log, metrics: http://127.0.0.1:18080/metrics)."
 	@echo "Use the cluster with:"

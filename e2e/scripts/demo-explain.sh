@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The last part of `make demo`: `kubectl tether explain` on one of the demo's pods. A
+# ServiceAccount that may view the default namespace asks (tether checks its token and that it
+# may get the pod); the tether binary is on the PATH as kubectl-tether, a kubectl plugin.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+TETHER_BIN=${TETHER_BIN:-$REPO_DIR/target/release/tether}
+TETHER_HTTP_PORT=${TETHER_HTTP_PORT:-18080}
+KUBECTL="$BIN_DIR/kubectl --kubeconfig=$CLUSTER_DIR/kubeconfig"
+
+$KUBECTL create serviceaccount demo-viewer --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+$KUBECTL create rolebinding demo-viewer --clusterrole=view --serviceaccount=default:demo-viewer \
+  --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+token=$($KUBECTL create token demo-viewer)
+mkdir -p "$CLUSTER_DIR/bin"
+ln -sf "$TETHER_BIN" "$CLUSTER_DIR/bin/kubectl-tether"
+pod=$($KUBECTL get pods -l app=demo-web -o 'jsonpath={.items[0].metadata.name}')
+[[ -n $pod ]] || die "no demo-web pod to explain"
+log "why did $pod land where it did? (kubectl tether explain default/$pod)"
+# kubectl takes no flags before a plugin's name: the kubeconfig comes from KUBECONFIG.
+KUBECONFIG=$CLUSTER_DIR/kubeconfig PATH="$CLUSTER_DIR/bin:$PATH" "$BIN_DIR/kubectl" tether explain "default/$pod" \
+  --endpoint "http://127.0.0.1:$TETHER_HTTP_PORT" --token "$token"
