@@ -214,6 +214,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         leadership: leadership.clone(),
         sched: sched.clone(),
         client: client.clone(),
+        explain_limit: endpoints::explain::limiter(),
     };
     for (what, addr, app) in [
         (

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The last part of `make demo`: `kubectl tether explain` on one of the demo's pods. A
-# ServiceAccount that may view the default namespace asks (tether checks its token and that it
-# may get the pod); the tether binary is on the PATH as kubectl-tether, a kubectl plugin.
+# ServiceAccount bound to deploy/'s tether-explainer role asks (tether checks its token and that
+# it may get the pod and list the nodes); the tether binary is on the PATH as kubectl-tether, a kubectl plugin.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 TETHER_BIN=${TETHER_BIN:-$REPO_DIR/target/release/tether}
@@ -9,8 +9,8 @@ TETHER_HTTP_PORT=${TETHER_HTTP_PORT:-18080}
 KUBECTL="$BIN_DIR/kubectl --kubeconfig=$CLUSTER_DIR/kubeconfig"
 
 $KUBECTL create serviceaccount demo-viewer --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
-$KUBECTL create rolebinding demo-viewer --clusterrole=view --serviceaccount=default:demo-viewer \
-  --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
+$KUBECTL create clusterrolebinding demo-viewer --clusterrole=tether-explainer \
+  --serviceaccount=default:demo-viewer --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
 token=$($KUBECTL create token demo-viewer)
 mkdir -p "$CLUSTER_DIR/bin"
 ln -sf "$TETHER_BIN" "$CLUSTER_DIR/bin/kubectl-tether"

@@ -191,7 +191,11 @@ async fn resources_taints_and_node_affinity_decide_where_pods_land() -> anyhow::
         "got: {message}"
     );
 
-    let assigned = format!("Successfully assigned {}/big to {ssd}", ns.name);
+    // kube-scheduler's words, then how the node won (the only one that fits here).
+    let assigned = format!(
+        "Successfully assigned {}/big to {ssd} (the only feasible node)",
+        ns.name
+    );
     wait_event(&client, &ns.name, "big", "Scheduled", BIND_TIMEOUT, |e| {
         e == assigned
     })

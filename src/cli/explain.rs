@@ -44,6 +44,13 @@ impl Endpoint {
             .endpoint
             .parse()
             .with_context(|| format!("--endpoint {:?} is not a URL", self.endpoint))?;
+        // A token sent in the clear could be read and replayed against the API server.
+        let host = url.host().unwrap_or_default();
+        let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1");
+        anyhow::ensure!(
+            url.scheme_str() != Some("http") || loopback,
+            "refusing to send a token over plain HTTP to {host}: use https://, or `kubectl port-forward` and http://127.0.0.1"
+        );
         let mut config = match (kube::Config::infer().await, &self.token) {
             (Ok(config), _) => config,
             (Err(_), Some(_)) => kube::Config::new(url.clone()),

@@ -1,5 +1,7 @@
 //! `GET /explain/{namespace}/{name}`: the leader re-runs the pod's profile on its current
-//! snapshot, dry (`scheduler::explain`), for a caller who may get the pod.
+//! snapshot, dry (`scheduler::explain`), for a caller who may get the pod and list the nodes
+//! (the answer names every node, its taints and what is requested on it). Requests are
+//! limited to [`PER_SECOND`] (each costs a TokenReview and a cycle over every node).
 
 use std::sync::Arc;
 
@@ -16,11 +18,31 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::explain::{self, Explanation};
 
+/// Explanations answered per second at most (with a burst of as many); past that, 429.
+pub const PER_SECOND: u32 = 5;
+
+/// The limiter of the explain endpoint.
+pub type Limiter = governor::DefaultDirectRateLimiter;
+
+/// A limiter of [`PER_SECOND`].
+pub fn limiter() -> Arc<Limiter> {
+    let rate = std::num::NonZeroU32::new(PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
+    Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(
+        rate,
+    )))
+}
+
 pub async fn explain(
     State(state): State<HttpState>,
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
+    if state.explain_limit.check().is_err() {
+        return failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("more than {PER_SECOND} explanations a second were asked for: try again"),
+        );
+    }
     if state.leadership.is_elected() && !state.leadership.is_leading() {
         return failure(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -31,17 +53,15 @@ pub async fn explain(
         Ok(user) => user,
         Err(refusal) => return failure(refusal.status(), &refusal.to_string()),
     };
-    if let Err(refusal) = auth::authorize(
-        &state.client,
-        &caller,
-        "get",
-        "pods",
-        Some(&namespace),
-        Some(&name),
-    )
-    .await
-    {
-        return failure(refusal.status(), &refusal.to_string());
+    for (verb, resource, ns, object) in [
+        ("get", "pods", Some(namespace.as_str()), Some(name.as_str())),
+        ("list", "nodes", None, None),
+    ] {
+        if let Err(refusal) =
+            auth::authorize(&state.client, &caller, verb, resource, ns, object).await
+        {
+            return failure(refusal.status(), &refusal.to_string());
+        }
     }
     let pods: Api<Pod> = Api::namespaced(state.client.clone(), &namespace);
     let pod = match pods.get_opt(&name).await {

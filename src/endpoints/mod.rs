@@ -1,9 +1,9 @@
 //! tether's small HTTP surface. On `--http-addr`: `/metrics` (prometheus-client, open) and
-//! `/explain/{namespace}/{name}` (`tether explain`; a bearer token that may get the pod, see
-//! [`auth`]). On `--health-addr`: `/healthz` and `/readyz` for the probes.
+//! `/explain/{namespace}/{name}` (`tether explain`; a bearer token that may get the pod and
+//! list the nodes, see [`auth`]). On `--health-addr`: `/healthz` and `/readyz` for the probes.
 
 pub mod auth;
-mod explain;
+pub mod explain;
 
 use std::sync::Arc;
 
@@ -29,6 +29,8 @@ pub struct HttpState {
     pub sched: Arc<Scheduler>,
     /// tether's own client: TokenReviews, SubjectAccessReviews, the pod to explain.
     pub client: kube::Client,
+    /// How often `/explain` answers.
+    pub explain_limit: Arc<explain::Limiter>,
 }
 
 /// `/metrics` and `/explain`.

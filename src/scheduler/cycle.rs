@@ -29,8 +29,8 @@ pub struct Assumed {
     pub permit: Option<runtime::PermitWait>,
     /// When the scheduling cycle began (kube-scheduler's attempt duration counts from it).
     pub started: Instant,
-    /// How the node won and among how many feasible nodes, for the `Scheduled` event.
-    pub choice: (Choice, usize),
+    /// How the node won, for the `Scheduled` event.
+    pub choice: Choice,
 }
 
 /// Runs one scheduling cycle for `queued`.
@@ -148,7 +148,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
                 node,
                 permit,
                 started: start,
-                choice: (choice, feasible),
+                choice,
             });
         }
         ScheduleResult::Unschedulable(diagnosis) => {

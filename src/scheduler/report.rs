@@ -30,12 +30,13 @@ pub const MAX_NOTE_BYTES: usize = 1024;
 /// how the node won, so that every bind leaves a compact trace without writing to the pod:
 /// "(score 187; runner-up n2 scored 170, margin 17; 3 feasible nodes)". kube-scheduler's words
 /// alone if the trace would take the note past [`MAX_NOTE_BYTES`].
-pub fn scheduled_note(pod: &str, node: &str, choice: &Choice, feasible: usize) -> String {
+pub fn scheduled_note(pod: &str, node: &str, choice: &Choice) -> String {
     let assigned = format!("Successfully assigned {pod} to {node}");
     let trace = match choice {
         Choice::Scored {
             score,
             runner_up: Some(second),
+            feasible,
         } => format!(
             "score {score}; runner-up {} scored {}, margin {}; {feasible} feasible nodes",
             second.name,
@@ -45,6 +46,7 @@ pub fn scheduled_note(pod: &str, node: &str, choice: &Choice, feasible: usize) -
         Choice::Scored {
             score,
             runner_up: None,
+            feasible,
         } => format!("score {score}; {feasible} feasible nodes"),
         Choice::OnlyFeasible => "the only feasible node".to_string(),
         Choice::Nominated => "its nominated node".to_string(),
@@ -159,10 +161,8 @@ impl Reports {
     /// a binding cycle never waits for the events budget (50 a second by default would hold
     /// every bind to that pace). While [`QUEUED_EVENTS`] wait, further ones are dropped, as
     /// client-go's event broadcaster drops events when its queue is full.
-    pub fn scheduled(&self, pod: &Pod, node: &str, choice: &(Choice, usize)) {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let note = scheduled_note(&format!("{ns}/{name}"), node, &choice.0, choice.1);
+    pub fn scheduled(&self, pod: &Pod, node: &str, choice: &Choice) {
+        let note = scheduled_note(&crate::k8s::pods::key(pod), node, choice);
         match self.scheduled.try_send((pod.object_ref(&()), note)) {
             Ok(()) => {}
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
@@ -175,7 +175,7 @@ impl Reports {
                 }
             }
             Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-                tracing::debug!(pod = %format!("{ns}/{name}"), "no events are written any more; the Scheduled event is dropped");
+                tracing::debug!(pod = %crate::k8s::pods::key(pod), "no events are written any more; the Scheduled event is dropped");
             }
         }
     }
@@ -340,11 +340,7 @@ mod tests {
             (201, body)
         });
         let reports = Reports::new(client, None);
-        reports.scheduled(
-            &PodBuilder::new("p").build(),
-            "n1",
-            &(Choice::OnlyFeasible, 1),
-        );
+        reports.scheduled(&PodBuilder::new("p").build(), "n1", &Choice::OnlyFeasible);
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         while sent.lock().expect("log").is_empty() && tokio::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -368,13 +364,14 @@ mod tests {
         let scored = Choice::Scored {
             score: 187,
             runner_up: Some(second),
+            feasible: 3,
         };
         assert_eq!(
-            scheduled_note("default/p", "n1", &scored, 3),
+            scheduled_note("default/p", "n1", &scored),
             "Successfully assigned default/p to n1 (score 187; runner-up n2 scored 170, margin 17; 3 feasible nodes)"
         );
         assert_eq!(
-            scheduled_note("default/p", "n1", &Choice::Nominated, 1),
+            scheduled_note("default/p", "n1", &Choice::Nominated),
             "Successfully assigned default/p to n1 (its nominated node)"
         );
         let long = "n".repeat(600);
@@ -384,9 +381,10 @@ mod tests {
                 name: long.clone(),
                 score: 4,
             }),
+            feasible: 2,
         };
         assert_eq!(
-            scheduled_note("default/p", &long, &far, 2),
+            scheduled_note("default/p", &long, &far),
             format!("Successfully assigned default/p to {long}"),
             "past 1024 bytes the trace is left out, never the assignment"
         );
@@ -401,7 +399,7 @@ mod tests {
         let reports = Reports::new(client, None).counting_drops_in(dropped.clone());
         let pod = PodBuilder::new("p").build();
         for _ in 0..QUEUED_EVENTS + 5 {
-            reports.scheduled(&pod, "n1", &(Choice::Nominated, 1));
+            reports.scheduled(&pod, "n1", &Choice::Nominated);
         }
         assert_eq!(dropped.get(), 5);
     }

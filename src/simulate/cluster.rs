@@ -80,13 +80,40 @@ where
     Ok(items)
 }
 
+/// The annotation kubectl keeps a whole copy of an applied object in.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A pod without what no plugin reads and a snapshot file should not carry: its containers'
+/// environment (values may be secrets) and kubectl's copy of the applied object.
+fn without_secrets(mut pod: Pod) -> Pod {
+    if let Some(annotations) = pod.metadata.annotations.as_mut() {
+        annotations.remove(LAST_APPLIED);
+    }
+    if let Some(spec) = pod.spec.as_mut() {
+        let containers = spec
+            .containers
+            .iter_mut()
+            .chain(spec.init_containers.iter_mut().flatten());
+        for c in containers {
+            c.env = None;
+            c.env_from = None;
+        }
+        for c in spec.ephemeral_containers.iter_mut().flatten() {
+            c.env = None;
+            c.env_from = None;
+        }
+    }
+    pod
+}
+
 impl ClusterState {
-    /// Lists what the scheduler watches.
+    /// Lists what the scheduler watches (pods without their containers' environment).
     pub async fn read(client: &kube::Client) -> anyhow::Result<Self> {
+        let pods: Vec<Pod> = list(client, "pods").await?;
         Ok(ClusterState {
             kind: KIND.into(),
             nodes: list(client, "nodes").await?,
-            pods: list(client, "pods").await?,
+            pods: pods.into_iter().map(without_secrets).collect(),
             namespaces: list(client, "namespaces").await?,
             scheduling_profiles: list(client, "schedulingprofiles.tether.dev").await?,
             sticky_bindings: list(client, "stickybindings.tether.dev").await?,

@@ -5,8 +5,9 @@
 //! snapshot, and every placement that differs is reported with the plugins that made it
 //! differ. Nothing is written anywhere.
 //!
-//! Pending pods are placed one after another in the queue's order (priority, then age), each
-//! counted on its node for the next, as the scheduler would place them; bound pods are each
+//! Pending pods are placed one after another in the queue's order (priority, then age; pods
+//! held by scheduling gates after the others), each counted on its node for the next, as the
+//! scheduler would place them; bound pods are each
 //! placed alone, on the cluster without them. Ties go to the first node by name (the scheduler
 //! picks one of the tied nodes at random; `tied` lists them). Like `tether explain`, every node
 //! is filtered; neither preemption nor history written by these placements is simulated.
@@ -27,6 +28,7 @@ use crate::scheduler::explain::{self, Explanation};
 use crate::scheduler::framework::NoNominations;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::runtime;
 use crate::scheduler::framework::snapshot::Snapshot;
 
 /// What a simulation found.
@@ -197,13 +199,21 @@ pub fn simulate(
             !matches!(phase, Some("Succeeded" | "Failed"))
         })
         .collect();
+    // The queue's order: priority, then age. Gated pods come last: they wait until their
+    // gates go, so the pods that can be scheduled now take their nodes first.
+    let gated = |p: &Pod| {
+        p.spec
+            .as_ref()
+            .and_then(|s| s.scheduling_gates.as_ref())
+            .is_some_and(|g| !g.is_empty())
+    };
     pending.sort_by(|a, b| {
-        let priority = |p: &Pod| p.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
         let created = |p: &Pod| p.metadata.creation_timestamp.as_ref().map(|t| t.0);
-        priority(b)
-            .cmp(&priority(a))
+        gated(a)
+            .cmp(&gated(b))
+            .then_with(|| runtime::priority(b).cmp(&runtime::priority(a)))
             .then_with(|| created(a).cmp(&created(b)))
-            .then_with(|| pod_key(a).cmp(&pod_key(b)))
+            .then_with(|| pods::key(a).cmp(&pods::key(b)))
     });
     let live_places = place_in_turn(live.as_deref(), &pending, &snapshot);
     let candidate_places = place_in_turn(Some(&compiled), &pending, &snapshot);
@@ -212,11 +222,7 @@ pub fn simulate(
         .zip(live_places.iter().zip(&candidate_places))
         .map(|(pod, (l, c))| {
             let mut placement = compare(pod, l.as_ref(), c.as_ref());
-            placement.gated = pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.scheduling_gates.as_ref())
-                .is_some_and(|g| !g.is_empty());
+            placement.gated = gated(pod);
             placement
         })
         .collect();
@@ -250,14 +256,6 @@ pub fn simulate(
         pending,
         bound,
     })
-}
-
-fn pod_key(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        pod.metadata.name.as_deref().unwrap_or_default()
-    )
 }
 
 /// When the pod was bound: its PodScheduled condition's time, else its creation.
@@ -326,7 +324,7 @@ fn compare(pod: &Pod, live: Option<&Explanation>, candidate: Option<&Explanation
         _ => Vec::new(),
     };
     Placement {
-        pod: pod_key(pod),
+        pod: pods::key(pod),
         live: l,
         candidate: c,
         differs,

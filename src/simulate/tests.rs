@@ -107,3 +107,81 @@ fn an_invalid_candidate_is_refused_as_the_controller_refuses_it() {
     let err = simulate(&cluster(), &other, 0).expect_err("conflict");
     assert_eq!(err.reason, "SchedulerNameConflict", "{err}");
 }
+
+/// Offline, the StickyBindings and owners in the lists pin as they do live: a StatefulSet's
+/// pod pinned to the fuller node goes there under the sticky profile, and the candidate
+/// without StickyNode sends it to the emptier node, saying which plugin decides.
+#[test]
+fn a_pin_read_from_the_lists_holds_until_the_candidate_drops_stickynode() {
+    let mut state = cluster();
+    state
+        .pods
+        .retain(|p| p.metadata.name.as_deref() == Some("load"));
+    let sticky = |name: &str, plugins: serde_json::Value| {
+        let spec: SchedulingProfileSpec = serde_json::from_value(serde_json::json!({
+            "schedulerName": "tether-sticky",
+            "plugins": plugins,
+        }))
+        .expect("a spec");
+        let mut p = SchedulingProfile::new(name, spec);
+        p.metadata.uid = Some(format!("uid-{name}"));
+        p.metadata.generation = Some(1);
+        p
+    };
+    state.scheduling_profiles = vec![sticky(
+        "vms",
+        serde_json::json!({"multiPoint": {"enabled": [{"name": "StickyNode"}]}}),
+    )];
+    let set: k8s_openapi::api::apps::v1::StatefulSet = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db", "namespace": "default", "uid": "sts-db"},
+        "spec": {"selector": {"matchLabels": {"app": "db"}}, "serviceName": "db",
+                 "template": {"metadata": {"labels": {"app": "db"}}}},
+    }))
+    .expect("a StatefulSet");
+    state.stateful_sets = vec![set];
+    let pod = PodBuilder::new("db-0")
+        .uid("db-0")
+        .label("app", "db")
+        .req_cpu("1")
+        .scheduler_name("tether-sticky")
+        .with(|p| {
+            p.metadata.owner_references =
+                Some(vec![serde_json::from_value(serde_json::json!({
+                "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "sts-db",
+                "controller": true,
+            }))
+            .expect("an owner reference")]);
+        })
+        .build();
+    state.pods.push(pod);
+    let binding: crate::api::StickyBinding = serde_json::from_value(serde_json::json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "StickyBinding",
+        "metadata": {"name": "statefulset-db-0", "namespace": "default"},
+        "spec": {"workloadRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "ordinal": 0},
+                 "nodeName": "full"},
+    }))
+    .expect("a StickyBinding");
+    state.sticky_bindings = vec![binding];
+
+    let unchanged = simulate(&state, &state.scheduling_profiles[0].clone(), 0).expect("serves");
+    assert_eq!(
+        unchanged.pending[0].live.node.as_deref(),
+        Some("full"),
+        "{unchanged:#?}"
+    );
+    assert_eq!(unchanged.changes(), 0);
+
+    let plain = sticky("vms", serde_json::json!({}));
+    let sim = simulate(&state, &plain, 0).expect("serves");
+    let p = &sim.pending[0];
+    assert_eq!(
+        (p.live.node.as_deref(), p.candidate.node.as_deref()),
+        (Some("full"), Some("empty")),
+        "{sim:#?}"
+    );
+    assert!(
+        p.why.iter().any(|w| w.starts_with("NodeResourcesFit: ")),
+        "{:?}",
+        p.why
+    );
+}

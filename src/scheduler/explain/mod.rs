@@ -33,9 +33,7 @@ pub fn explain_pod(
     nominated: &dyn NominatedPods,
 ) -> Explanation {
     let (pending, snapshot, bound_to) = as_pending(pod, snapshot);
-    let mut out = explain(profile, &pending, &snapshot, nominated, bound_to.clone());
-    out.bound_to = bound_to;
-    out
+    explain(profile, &pending, &snapshot, nominated, bound_to)
 }
 
 /// The pod as the scheduler saw it before its bind, the snapshot without it, and the node it
@@ -51,7 +49,11 @@ fn as_pending(pod: &Pod, snapshot: &Snapshot) -> (PodInfo, Snapshot, Option<Stri
         spec.node_name = None;
     }
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-    let snapshot = match bound_to.as_deref().and_then(|n| snapshot.get(n)) {
+    let snapshot = match bound_to
+        .as_deref()
+        .filter(|_| !uid.is_empty())
+        .and_then(|n| snapshot.get(n))
+    {
         Some(node) => {
             let mut without: NodeInfo = (**node).clone();
             if without.remove_pod(uid) {
@@ -110,11 +112,7 @@ pub fn explain(
             }
         };
     if let Some(names) = &narrowed.node_names {
-        let list: Vec<&str> = narrowing.iter().copied().collect();
-        diagnosis.absent_nodes_status = Some(Status::unresolvable(format!(
-            "node(s) didn't satisfy plugin(s) [{}]",
-            list.join(" ")
-        )));
+        diagnosis.absent_nodes_status = Some(runtime::left_out_status(&narrowing));
         out.narrowed_to = Some(names.iter().cloned().collect());
     }
 
@@ -137,7 +135,9 @@ pub fn explain(
             continue;
         }
         let counted = runtime::run_filters_with_nominated(profile, &state, pod, node, nominated);
-        let verdicts = every_filter(profile, &state, pod, node, counted.plugin);
+        // As the cycle's first pass: with the pods nominated here that come first.
+        let with = runtime::with_nominated(pod, node, nominated);
+        let verdicts = every_filter(profile, &state, pod, node, with.as_ref(), counted.plugin);
         let fits = counted.is_success();
         if fits {
             feasible.push(Arc::clone(node));
@@ -151,18 +151,25 @@ pub fn explain(
             verdicts,
         });
     }
-    if let Some((_, err)) = diagnosis
-        .node_statuses
-        .iter()
-        .find(|(_, s)| s.code == crate::scheduler::framework::Code::Error)
-    {
-        out.error = Some(err.message());
-    }
     if feasible.is_empty() {
-        out.message = Some(diagnosis.message());
-        out.blocked = blockers(&diagnosis, &out.filters);
+        // As the cycle: a plugin's error on a node stops it only when no node fits.
+        match diagnosis
+            .node_statuses
+            .iter()
+            .find(|(_, s)| s.code == crate::scheduler::framework::Code::Error)
+        {
+            Some((_, err)) => out.error = Some(err.message()),
+            None => {
+                out.message = Some(diagnosis.message());
+                out.blocked = blockers(&diagnosis, &out.filters);
+            }
+        }
         return out;
     }
+    // The cycle tries the node the pod is nominated to (by preemption) first, alone.
+    let nominated_to = runtime::nominated_node(&pod.pod)
+        .filter(|n| feasible.iter().any(|f| f.name == *n))
+        .map(str::to_string);
 
     // PreScore, Score, weights.
     let mut detail: Vec<PluginScores> = Vec::new();
@@ -176,20 +183,25 @@ pub fn explain(
     ) {
         Ok(totals) => {
             out.scores = node_scores(&feasible, &totals, &detail);
-            decide(&mut out);
+            decide(&mut out, nominated_to);
         }
+        // The cycle scores only when several nodes fit: one node wins without its scores.
+        Err(_) if feasible.len() == 1 => out.winner = Some(feasible[0].name.clone()),
         Err(status) => out.error = Some(status.message()),
     }
     out
 }
 
 /// Every Filter plugin's verdict on one node (the cycle stops at the first rejection; here
-/// each one answers). `counted` names the plugin whose rejection the failure message counts.
+/// each one answers): on the node with the pods nominated to it first (`with`, when there
+/// are any), then, where that passed, on the node as it is. `counted` names the plugin whose
+/// rejection the failure message counts.
 fn every_filter(
     profile: &CompiledProfile,
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
+    with: Option<&NodeInfo>,
     counted: Option<&'static str>,
 ) -> Vec<FilterVerdict> {
     let mut verdicts = Vec::new();
@@ -203,9 +215,12 @@ fn every_filter(
             });
             continue;
         }
-        let status = f.filter(state, pod, node);
+        let (status, on) = match with.map(|w| (f.filter(state, pod, w), w)) {
+            Some((status, w)) if !status.is_success() => (status, w),
+            _ => (f.filter(state, pod, node), node),
+        };
         let remedy = (!status.is_success())
-            .then(|| f.remedy(state, pod, node))
+            .then(|| f.remedy(state, pod, on))
             .flatten();
         verdicts.push(FilterVerdict {
             plugin: plugin.name().to_string(),
@@ -315,9 +330,10 @@ fn node_scores(
     scores
 }
 
-/// The winner (the best total; the nodes tied with it, of which the cycle picks one at
-/// random), the runner-up and the margin.
-fn decide(out: &mut Explanation) {
+/// The winner (the node the pod is nominated to when it fits, as the cycle tries it first;
+/// else the best total, with the nodes tied with it, of which the cycle picks one at random),
+/// the runner-up and the margin.
+fn decide(out: &mut Explanation, nominated_to: Option<String>) {
     let Some(best) = out.scores.first() else {
         return;
     };
@@ -329,13 +345,20 @@ fn decide(out: &mut Explanation) {
         .map(|s| s.node.clone())
         .collect();
     // A bound pod's winner is the node it went to when that node is among the best.
-    let winner = match &out.bound_to {
-        Some(bound) if out.tied.contains(bound) => bound.clone(),
+    let winner = match (&nominated_to, &out.bound_to) {
+        (Some(nominated), _) => nominated.clone(),
+        (None, Some(bound)) if out.tied.contains(bound) => bound.clone(),
         _ => best.node.clone(),
     };
+    out.nominated = nominated_to.is_some();
     if let Some(second) = out.scores.iter().find(|s| s.node != winner) {
+        let won = out
+            .scores
+            .iter()
+            .find(|s| s.node == winner)
+            .map_or(top, |s| s.total);
         out.runner_up = Some(second.node.clone());
-        out.margin = Some(top - second.total);
+        out.margin = Some(won - second.total);
     }
     out.winner = Some(winner);
 }

@@ -62,6 +62,14 @@ fn decision(out: &mut String, e: &Explanation) {
         }
         _ => {}
     }
+    if e.nominated
+        && let Some(winner) = &e.winner
+    {
+        let _ = writeln!(
+            out,
+            "{winner} is the node the pod is nominated to (preemption made room there): the scheduler tries it first and takes it when it fits."
+        );
+    }
     if let Some(bound) = &e.bound_to
         && e.winner.as_ref().is_some_and(|w| w != bound)
     {

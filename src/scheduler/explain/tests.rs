@@ -60,6 +60,7 @@ fn a_bound_pod_is_explained_with_the_scores_that_placed_it() {
     let Choice::Scored {
         score,
         runner_up: Some(second),
+        ..
     } = choice
     else {
         panic!("several nodes fit, so they were scored: {choice:?}");
@@ -77,16 +78,6 @@ fn a_bound_pod_is_explained_with_the_scores_that_placed_it() {
     assert_eq!(e.scores[0].total, score, "{e:#?}");
     assert_eq!(e.runner_up.as_deref(), Some(second.name.as_str()));
     assert_eq!(e.margin, Some(score - second.score));
-    let fit = e.scores[0]
-        .plugins
-        .iter()
-        .find(|p| p.plugin == "NodeResourcesFit")
-        .expect("NodeResourcesFit scores");
-    assert_eq!(
-        fit.weighted,
-        fit.normalized * fit.weight,
-        "each plugin's weighted score is its normalized score times its weight"
-    );
     assert_eq!(
         e.scores[0].plugins.iter().map(|p| p.weighted).sum::<i64>(),
         e.scores[0].total
@@ -193,4 +184,38 @@ fn the_json_form_reads_back_as_it_was_written() {
     let text = render::text(&e);
     assert!(text.contains("Winner: idle"), "{text}");
     assert!(text.contains("NodeResourcesFit"), "{text}");
+}
+
+/// A pod nominated to a node (by preemption) goes there when it fits, whatever the scores:
+/// explain names that node, as the cycle tries it first.
+#[test]
+fn a_nominated_pod_is_explained_on_its_nominated_node() {
+    let profile = profile();
+    let pod = PodBuilder::new("vip")
+        .uid("vip")
+        .req_cpu("1")
+        .with(|p| p.status.get_or_insert_default().nominated_node_name = Some("busy".into()))
+        .build();
+    let snap = snapshot(nodes(), load());
+    let mut state = CycleState::new();
+    let info = PodInfo::new(Arc::new(pod.clone()));
+    let ScheduleResult::Scheduled { node, choice, .. } = schedule_pod(
+        &profile,
+        &mut state,
+        &info,
+        &snap,
+        &AtomicUsize::new(0),
+        &NoNominations,
+    ) else {
+        panic!("the pod fits");
+    };
+    assert_eq!((node.as_str(), choice), ("busy", Choice::Nominated));
+    let e = explain_pod(&profile, &pod, &snap, &NoNominations);
+    assert_eq!(e.winner.as_deref(), Some("busy"), "{e:#?}");
+    assert!(e.nominated);
+    assert_ne!(
+        e.scores[0].node, "busy",
+        "though another node scores better"
+    );
+    assert!(e.margin.is_some_and(|m| m < 0), "{e:#?}");
 }

@@ -33,6 +33,10 @@ pub struct Explanation {
     /// among the best).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub winner: Option<String>,
+    /// The winner is the node the pod is nominated to (by preemption): the scheduler tries it
+    /// first, alone, and takes it when it fits, whatever the scores.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub nominated: bool,
     /// Every node with the best total; the scheduler picks one of them at random.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tied: Vec<String>,

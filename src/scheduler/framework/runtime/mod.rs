@@ -128,10 +128,12 @@ impl Diagnosis {
 /// How the chosen node won, for the `Scheduled` event.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Choice {
-    /// The best total score; the best of the other scored nodes with its total.
+    /// The best total score among `feasible` scored nodes; the best of the others with its
+    /// total.
     Scored {
         score: i64,
         runner_up: Option<NodeScore>,
+        feasible: usize,
     },
     /// The one node that passed the filters: nothing was scored.
     OnlyFeasible,
@@ -151,7 +153,11 @@ impl Choice {
             .filter(|s| s.name != chosen)
             .max_by(|a, b| a.score.cmp(&b.score).then_with(|| b.name.cmp(&a.name)))
             .cloned();
-        Choice::Scored { score, runner_up }
+        Choice::Scored {
+            score,
+            runner_up,
+            feasible: scores.len(),
+        }
     }
 }
 
@@ -246,11 +252,7 @@ pub fn schedule_pod(
     // Filter.
     let candidates: Vec<&Arc<NodeInfo>> = match &narrowed.node_names {
         Some(names) => {
-            let list: Vec<&str> = narrowing.iter().copied().collect();
-            diagnosis.absent_nodes_status = Some(Status::unresolvable(format!(
-                "node(s) didn't satisfy plugin(s) [{}]",
-                list.join(" ")
-            )));
+            diagnosis.absent_nodes_status = Some(left_out_status(&narrowing));
             names.iter().filter_map(|n| snapshot.get(n)).collect()
         }
         None => snapshot.nodes().iter().collect(),
@@ -467,6 +469,23 @@ pub fn run_filters_with_nominated(
     node: &NodeInfo,
     nominated: &dyn NominatedPods,
 ) -> Status {
+    let Some(with) = with_nominated(pod, node, nominated) else {
+        return run_filters(profile, state, pod, node);
+    };
+    let status = run_filters(profile, state, pod, &with);
+    if !status.is_success() {
+        return status;
+    }
+    run_filters(profile, state, pod, node)
+}
+
+/// The node with the pods nominated to it that `pod` must leave room for (those of at least
+/// its priority), or `None` when there are none.
+pub fn with_nominated(
+    pod: &PodInfo,
+    node: &NodeInfo,
+    nominated: &dyn NominatedPods,
+) -> Option<NodeInfo> {
     let own = priority(&pod.pod);
     let ahead: Vec<Arc<PodInfo>> = nominated
         .for_node(&node.name)
@@ -474,17 +493,22 @@ pub fn run_filters_with_nominated(
         .filter(|p| p.uid() != pod.uid() && priority(&p.pod) >= own)
         .collect();
     if ahead.is_empty() {
-        return run_filters(profile, state, pod, node);
+        return None;
     }
     let mut with = node.clone();
     for p in ahead {
         with.add_pod(p);
     }
-    let status = run_filters(profile, state, pod, &with);
-    if !status.is_success() {
-        return status;
-    }
-    run_filters(profile, state, pod, node)
+    Some(with)
+}
+
+/// The status counted for the nodes PreFilter left out, naming the plugins that narrowed.
+pub fn left_out_status(narrowing: &BTreeSet<&'static str>) -> Status {
+    let list: Vec<&str> = narrowing.iter().copied().collect();
+    Status::unresolvable(format!(
+        "node(s) didn't satisfy plugin(s) [{}]",
+        list.join(" ")
+    ))
 }
 
 /// Runs PostFilter (as upstream's RunPostFilterPlugins): the first plugin that succeeds

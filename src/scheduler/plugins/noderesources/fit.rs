@@ -266,53 +266,34 @@ impl FilterPlugin for NodeResourcesFit {
                 &computed
             }
         };
-        let (allocatable, used) = (&node.allocatable, &node.requested);
         let mut needs: Vec<String> = Vec::new();
-        if node.pods.len() as i64 + 1 > allocatable.allowed_pod_number {
+        if too_many_pods(node) {
             needs.push(format!(
                 "{} runs its maximum of {} pods: one would have to go",
-                node.name, allocatable.allowed_pod_number
+                node.name, node.allocatable.allowed_pod_number
             ));
         }
-        let mut short = vec![
-            (
-                "cpu",
-                requests.milli_cpu,
-                allocatable.milli_cpu,
-                used.milli_cpu,
-            ),
-            ("memory", requests.memory, allocatable.memory, used.memory),
-            (
-                "ephemeral-storage",
-                requests.ephemeral_storage,
-                allocatable.ephemeral_storage,
-                used.ephemeral_storage,
-            ),
-        ];
-        for (name, &want) in &requests.scalar {
-            let alloc = allocatable.scalar.get(name).copied().unwrap_or(0);
-            let in_use = used.scalar.get(name).copied().unwrap_or(0);
-            short.push((name.as_str(), want, alloc, in_use));
-        }
-        for (name, want, alloc, in_use) in short {
-            let show = |v: i64| amount(name, v);
-            match shortfall(want, alloc, in_use) {
-                None => {}
-                Some(true) => needs.push(format!(
-                    "{}: the pod requests {} {name}, more than its {} allocatable: no eviction makes room",
+        for s in shortages(requests, node) {
+            let show = |v: i64| amount(s.resource, v);
+            needs.push(if s.beyond_node {
+                format!(
+                    "{}: the pod requests {} {}, more than its {} allocatable: no eviction makes room",
                     node.name,
-                    show(want),
-                    show(alloc)
-                )),
-                Some(false) => needs.push(format!(
-                    "free {} {name} on {} (it has {} of {} allocatable requested; the pod requests {})",
-                    show(want - (alloc - in_use)),
+                    show(s.want),
+                    s.resource,
+                    show(s.allocatable)
+                )
+            } else {
+                format!(
+                    "free {} {} on {} (it has {} of {} allocatable requested; the pod requests {})",
+                    show(s.want.saturating_sub(s.allocatable.saturating_sub(s.in_use))),
+                    s.resource,
                     node.name,
-                    show(in_use),
-                    show(alloc),
-                    show(want)
-                )),
-            }
+                    show(s.in_use),
+                    show(s.allocatable),
+                    show(s.want)
+                )
+            });
         }
         (!needs.is_empty()).then(|| needs.join("; "))
     }
@@ -347,52 +328,71 @@ fn amount(resource: &str, value: i64) -> String {
 /// Whether `requests` fit on the node, as kube-scheduler's fitsRequest.
 fn fits_request(requests: &Resource, node: &NodeInfo) -> Status {
     let mut reasons: Vec<String> = Vec::new();
-    let mut unresolvable = false;
-    let (allocatable, used) = (&node.allocatable, &node.requested);
-
-    if node.pods.len() as i64 + 1 > allocatable.allowed_pod_number {
+    if too_many_pods(node) {
         reasons.push("Too many pods".into());
     }
-    let native = [
-        (
-            "Insufficient cpu",
-            requests.milli_cpu,
-            allocatable.milli_cpu,
-            used.milli_cpu,
-        ),
-        (
-            "Insufficient memory",
-            requests.memory,
-            allocatable.memory,
-            used.memory,
-        ),
-        (
-            "Insufficient ephemeral-storage",
-            requests.ephemeral_storage,
-            allocatable.ephemeral_storage,
-            used.ephemeral_storage,
-        ),
-    ];
-    for (reason, want, alloc, in_use) in native {
-        if let Some(beyond_node) = shortfall(want, alloc, in_use) {
-            reasons.push(reason.into());
-            unresolvable |= beyond_node;
-        }
-    }
-    for (name, &want) in &requests.scalar {
-        let alloc = allocatable.scalar.get(name).copied().unwrap_or(0);
-        let in_use = used.scalar.get(name).copied().unwrap_or(0);
-        if let Some(beyond_node) = shortfall(want, alloc, in_use) {
-            reasons.push(format!("Insufficient {name}"));
-            unresolvable |= beyond_node;
-        }
-    }
-
+    let short = shortages(requests, node);
+    let unresolvable = short.iter().any(|s| s.beyond_node);
+    reasons.extend(short.iter().map(|s| format!("Insufficient {}", s.resource)));
     match (reasons.is_empty(), unresolvable) {
         (true, _) => Status::success(),
         (false, true) => Status::with_reasons(Code::UnschedulableAndUnresolvable, reasons),
         (false, false) => Status::with_reasons(Code::Unschedulable, reasons),
     }
+}
+
+/// Whether one more pod would exceed the node's pod count.
+fn too_many_pods(node: &NodeInfo) -> bool {
+    node.pods.len() as i64 + 1 > node.allocatable.allowed_pod_number
+}
+
+/// A resource the pod requests more of than the node has left.
+struct Shortage<'a> {
+    resource: &'a str,
+    want: i64,
+    allocatable: i64,
+    in_use: i64,
+    /// More than the node's whole allocatable amount: no eviction makes room.
+    beyond_node: bool,
+}
+
+/// Every requested resource the node has too little of: cpu, memory and ephemeral-storage
+/// first, then the scalar resources in name order (the order of fitsRequest's reasons).
+fn shortages<'a>(requests: &'a Resource, node: &NodeInfo) -> Vec<Shortage<'a>> {
+    let (allocatable, used) = (&node.allocatable, &node.requested);
+    let native = [
+        (
+            "cpu",
+            requests.milli_cpu,
+            allocatable.milli_cpu,
+            used.milli_cpu,
+        ),
+        ("memory", requests.memory, allocatable.memory, used.memory),
+        (
+            "ephemeral-storage",
+            requests.ephemeral_storage,
+            allocatable.ephemeral_storage,
+            used.ephemeral_storage,
+        ),
+    ];
+    let scalar = requests.scalar.iter().map(|(name, &want)| {
+        let alloc = allocatable.scalar.get(name).copied().unwrap_or(0);
+        let in_use = used.scalar.get(name).copied().unwrap_or(0);
+        (name.as_str(), want, alloc, in_use)
+    });
+    native
+        .into_iter()
+        .chain(scalar)
+        .filter_map(|(resource, want, alloc, in_use)| {
+            shortfall(want, alloc, in_use).map(|beyond_node| Shortage {
+                resource,
+                want,
+                allocatable: alloc,
+                in_use,
+                beyond_node,
+            })
+        })
+        .collect()
 }
 
 /// `Some(beyond_node)` when a positive request `want` exceeds what is left of the resource;
