@@ -37,6 +37,24 @@ async fn until_leads(tether: &OwnTether, within: Duration) -> anyhow::Result<()>
     wait_for(&what, within, || async { Ok(leads(tether)?.then_some(())) }).await
 }
 
+/// The HTTP status `/explain` answers on `tether` for a request without a token: a standby
+/// says it is one (503) before anything else, the leader asks for a token (401).
+fn explain_status(tether: &OwnTether) -> anyhow::Result<String> {
+    let out = std::process::Command::new("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "5",
+        ])
+        .arg(format!("http://{}/explain/default/any", tether.metrics))
+        .output()?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
 /// Counts the writes a replica makes through its proxy (binds, StickyBindings, status, events),
 /// Lease requests left out.
 fn writes(proxy: &Proxy) -> Vec<Fault> {
@@ -108,6 +126,11 @@ async fn the_standby_takes_over_when_the_leader_is_killed() -> anyhow::Result<()
     let standby_writes = writes(&proxy_b);
     let mut b = replica("ha-kill-b", &proxy_b).await?;
     assert!(!leads(&b)?, "one leader at a time");
+    assert_eq!(
+        (explain_status(&a)?, explain_status(&b)?),
+        ("401".to_string(), "503".to_string()),
+        "only the leader explains"
+    );
 
     let web_ledger = BindLedger::start(&client, &ns.name, "app=web");
     let api_ledger = BindLedger::start(&client, &ns.name, "app=api");
