@@ -546,6 +546,31 @@ impl FilterPlugin for PodTopologySpread {
         }
         Status::success()
     }
+
+    /// The constraint the node breaks: the topology label it lacks, or the skew the pod would
+    /// make in its domain.
+    fn remedy(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let s = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY)?;
+        for hc in &s.constraints {
+            let key = hc.constraint.topology_key.value();
+            let Some(value) = node.topology.value(&hc.constraint.topology_key) else {
+                return Some(format!(
+                    "label {} with {key}: the pod spreads over {key}, and only nodes that have it count",
+                    node.name
+                ));
+            };
+            let with_pod = hc.counts.get(&value).copied().unwrap_or(0) + hc.self_match;
+            let skew = with_pod - hc.min_match;
+            if skew > hc.constraint.max_skew {
+                let domain = node.labels().get(key).cloned().unwrap_or_default();
+                return Some(format!(
+                    "{key}={domain} would hold {with_pod} matching pods against {} in the emptiest domain, a skew of {skew} over maxSkew {}: schedule the pod once its workload has fewer pods there, or raise maxSkew, or spread with whenUnsatisfiable: ScheduleAnyway",
+                    hc.min_match, hc.constraint.max_skew
+                ));
+            }
+        }
+        None
+    }
 }
 
 impl PreScorePlugin for PodTopologySpread {

@@ -898,3 +898,38 @@ fn args_are_validated_naming_the_field() {
         assert_eq!(got, want, "{name}");
     }
 }
+
+/// What `tether explain` tells of a node the spread turns down: the domain, the skew the pod
+/// would make there, and the label a node without the topology key lacks.
+#[test]
+fn the_remedy_names_the_skew_the_pod_would_make() {
+    let pl = plugin();
+    let mut nodes = four_nodes();
+    nodes.push(NodeBuilder::new("no-zone"));
+    let snap = snapshot(
+        nodes,
+        pods(vec![matching("node-a", 2), matching("node-x", 0)]),
+    );
+    let pod = incoming(vec![hard("zone")]).info();
+    let mut state = CycleState::new();
+    let (_, status) = pre_filter(&pl, &mut state, &pod, &snap);
+    assert!(status.is_success(), "{status}");
+    let remedy = |name: &str| {
+        let node = snap.get(name).expect("a node");
+        FilterPlugin::remedy(&pl, &state, &pod, node)
+    };
+    assert_eq!(
+        remedy("node-a").as_deref(),
+        Some(
+            "zone=zone1 would hold 3 matching pods against 0 in the emptiest domain, a skew of 3 over maxSkew 1: \
+             schedule the pod once its workload has fewer pods there, or raise maxSkew, or spread with whenUnsatisfiable: ScheduleAnyway"
+        )
+    );
+    assert_eq!(remedy("node-x"), None, "zone2 keeps the skew at 1");
+    assert_eq!(
+        remedy("no-zone").as_deref(),
+        Some(
+            "label no-zone with zone: the pod spreads over zone, and only nodes that have it count"
+        )
+    );
+}
