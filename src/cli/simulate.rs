@@ -45,8 +45,19 @@ fn read_candidate(path: &PathBuf) -> anyhow::Result<SchedulingProfile> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
-    let profile: SchedulingProfile = serde_yaml::from_str(&text)
-        .with_context(|| format!("{} is not a SchedulingProfile", path.display()))?;
+    let head: serde_yaml::Value = serde_yaml::from_str(&text)
+        .with_context(|| format!("{} is not YAML or JSON", path.display()))?;
+    let kind = head
+        .get("kind")
+        .and_then(|k| k.as_str())
+        .unwrap_or_default();
+    anyhow::ensure!(
+        kind == "SchedulingProfile",
+        "{} holds a {kind:?}, not a SchedulingProfile (one object per file)",
+        path.display()
+    );
+    let profile: SchedulingProfile = serde_yaml::from_value(head)
+        .with_context(|| format!("{} is not a valid SchedulingProfile", path.display()))?;
     Ok(profile)
 }
 
