@@ -1,0 +1,475 @@
+//! The scheduling queue, as kube-scheduler's PriorityQueue: `activeQ` ordered by the QueueSort
+//! plugin, `backoffQ` for pods that failed recently, the unschedulable pool for pods that wait
+//! for a cluster event, and the gated set for pods held by PreEnqueue (scheduling gates). Pods
+//! are known by UID: a pod deleted and created again under its name is another pod.
+//!
+//! A cluster event moves a pod out of the unschedulable pool only when one of the plugins that
+//! rejected it registered the event and its queueing hint says the change may help
+//! (`framework/events.rs`). Events that arrive while a pod is being scheduled are kept and
+//! replayed against it if it fails, so a change during its cycle is never missed.
+//!
+//! Here: the queue's state and a pod's way through it (add, update, pop, done, forget);
+//! `requeue.rs`: what sends a pod back (events, failed attempts); `backoff.rs`: how long it
+//! waits, and the flush that ends the wait; `heap.rs`: the order of activeQ and backoffQ.
+
+mod backoff;
+mod heap;
+mod requeue;
+
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+pub use self::backoff::backoff_duration;
+use self::heap::HeapEntry;
+use self::requeue::RecordedEvent;
+use crate::k8s::pods;
+use crate::locks;
+use crate::scheduler::framework::events::{self, ClusterEvent, EventObject, QueueingHints};
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::{Plugin, QueuedPodInfo};
+
+/// How long a pod may stay in the unschedulable pool before it is retried anyway
+/// (kube-scheduler's podMaxInUnschedulablePodsDuration).
+pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
+/// How often the unschedulable pool is checked for pods parked too long (upstream: 30 s).
+const LEFTOVER_FLUSH_INTERVAL: Duration = Duration::from_secs(30);
+/// How often a waiting `pop` looks at backoffQ.
+const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
+/// Counts a pod entering a sub-queue (`active`, `backoff` or `unschedulable`) and the event
+/// that sent it there, as kube-scheduler's `scheduler_queue_incoming_pods_total{queue,event}`.
+pub type IncomingCounter = Box<dyn Fn(&'static str, &str) + Send + Sync>;
+
+/// The event label of a pod the queue first sees.
+const POD_ADD: &str = "UnschedulablePodAdd";
+/// The event label of a pending pod's own update.
+const POD_UPDATE: &str = "UnschedulablePodUpdate";
+/// The event label of a pod back from a failed attempt.
+const ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
+/// The event label of a pod whose backoff ended.
+const BACKOFF_COMPLETE: &str = "BackoffComplete";
+/// The event label of a pod taken from backoffQ early, activeQ being empty.
+const POP_FROM_BACKOFF: &str = "PopFromBackoffQ";
+
+/// The queueing hints of the profile that serves a schedulerName.
+pub trait HintSource: Send + Sync {
+    fn hints(&self, scheduler_name: &str) -> Option<Arc<QueueingHints>>;
+    /// Whether any profile registered an event covering `event`.
+    fn interested_in(&self, event: &ClusterEvent) -> bool;
+}
+
+/// Where a queued pod is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pool {
+    Active,
+    Backoff,
+    Unschedulable,
+    Gated,
+    /// Popped; a scheduling cycle works on it.
+    InFlight,
+    /// Assumed on a node; waits for the watch to confirm the bind (then it is deleted) or for a
+    /// failed bind to requeue it.
+    Assumed,
+}
+
+#[derive(Clone)]
+struct Entry {
+    info: QueuedPodInfo,
+    pool: Pool,
+    /// When the pod's backoff ends (aligned to a window); `None` when it has none.
+    backoff_until: Option<Instant>,
+    /// While in flight: the sequence number of the first event recorded for it.
+    in_flight_from: Option<u64>,
+    /// A deletion arrived while the pod was in flight.
+    deleted_while_in_flight: bool,
+    /// The pod must wait out its backoff (it failed with an error, or a plugin named when to
+    /// ask again): it is never taken from backoffQ early.
+    full_backoff: bool,
+    /// The sequence number of this pod's newest heap entry: older heap entries of the pod
+    /// (pushed before an update re-sorted it, or before it moved) are skipped when popped.
+    heap_seq: u64,
+}
+
+struct State {
+    entries: HashMap<String, Entry>,
+    active: BinaryHeap<HeapEntry>,
+    /// Pods rejected by plugins, waiting out their backoff.
+    backoff: BinaryHeap<HeapEntry>,
+    /// Pods that failed with an error (or asked to be retried at a time), waiting out their
+    /// backoff: never popped early.
+    error_backoff: BinaryHeap<HeapEntry>,
+    seq: u64,
+    /// Events received while some pod was in flight, oldest first.
+    in_flight_events: VecDeque<RecordedEvent>,
+    next_event: u64,
+    /// The `in_flight_from` of every pod in flight, counted.
+    in_flight_starts: BTreeMap<u64, usize>,
+    last_leftover_flush: Instant,
+    /// The keys of the pods in the unschedulable pool (and of some that left it since; they are
+    /// dropped when the pool is next looked at).
+    parked: std::collections::HashSet<String>,
+    closed: bool,
+}
+
+/// The queue shared by the watch tasks (add, update, delete, events) and the scheduling loop (pop).
+pub struct SchedulingQueue {
+    state: Mutex<State>,
+    ready: Condvar,
+    sort: Arc<dyn Plugin>,
+    hints: Arc<dyn HintSource>,
+    /// The origin of the backoff windows.
+    epoch: Instant,
+    incoming: std::sync::OnceLock<IncomingCounter>,
+}
+
+impl SchedulingQueue {
+    /// A queue ordered by `sort`, the QueueSort plugin all profiles share, that asks `hints`
+    /// which events may help a rejected pod.
+    pub fn new(sort: Arc<dyn Plugin>, hints: Arc<dyn HintSource>) -> Self {
+        let now = Instant::now();
+        SchedulingQueue {
+            state: Mutex::new(State {
+                entries: HashMap::new(),
+                active: BinaryHeap::new(),
+                backoff: BinaryHeap::new(),
+                error_backoff: BinaryHeap::new(),
+                seq: 0,
+                in_flight_events: VecDeque::new(),
+                next_event: 0,
+                in_flight_starts: BTreeMap::new(),
+                last_leftover_flush: now,
+                parked: std::collections::HashSet::new(),
+                closed: false,
+            }),
+            ready: Condvar::new(),
+            sort,
+            hints,
+            epoch: now,
+            incoming: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Counts every pod entering a sub-queue with `counter` from now on (set once).
+    pub fn count_incoming_with(&self, counter: IncomingCounter) {
+        let _ = self.incoming.set(counter);
+    }
+
+    /// A pod entered sub-queue `queue` because of `event`.
+    fn incoming(&self, queue: &'static str, event: &str) {
+        if let Some(count) = self.incoming.get() {
+            count(queue, event);
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves the queue usable: its state is always consistent
+        // between statements that change it.
+        locks::lock(&self.state)
+    }
+
+    fn push(&self, st: &mut State, info: QueuedPodInfo, until: Option<Instant>) {
+        st.seq += 1;
+        let seq = st.seq;
+        let key = info.pod.uid().to_string();
+        let mut full_backoff = info.unschedulable_plugins.is_empty();
+        if let Some(entry) = st.entries.get_mut(&key) {
+            entry.heap_seq = seq;
+            full_backoff |= entry.full_backoff;
+        }
+        let heap_entry = HeapEntry {
+            info,
+            sort: self.sort.clone(),
+            until: until.unwrap_or(self.epoch),
+            seq,
+        };
+        match until {
+            None => st.active.push(heap_entry),
+            Some(_) if full_backoff => st.error_backoff.push(heap_entry),
+            Some(_) => st.backoff.push(heap_entry),
+        }
+        self.ready.notify_one();
+    }
+
+    /// Adds a new pending pod. `gate` is the PreEnqueue plugin holding it, if any.
+    pub fn add(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
+        let key = pod.uid().to_string();
+        let mut st = self.lock();
+        if st.entries.contains_key(&key) {
+            drop(st);
+            self.update(pod, gate);
+            return;
+        }
+        let now = Instant::now();
+        let info = QueuedPodInfo {
+            pod,
+            initial_attempt_timestamp: now,
+            timestamp: now,
+            attempts: 0,
+            unschedulable_count: 0,
+            consecutive_errors_count: 0,
+            unschedulable_plugins: BTreeSet::new(),
+            gated_by: gate,
+        };
+        let pool = if gate.is_some() {
+            Pool::Gated
+        } else {
+            Pool::Active
+        };
+        st.entries.insert(
+            key,
+            Entry {
+                info: info.clone(),
+                pool,
+                backoff_until: None,
+                in_flight_from: None,
+                deleted_while_in_flight: false,
+                full_backoff: false,
+                heap_seq: 0,
+            },
+        );
+        if pool == Pool::Active {
+            self.push(&mut st, info, None);
+            self.incoming("active", POD_ADD);
+        } else {
+            // Upstream keeps gated pods in its unschedulable pool.
+            self.incoming("unschedulable", POD_ADD);
+        }
+    }
+
+    /// An update of a pending pod: the newest object is used. A pod in activeQ or backoffQ is
+    /// re-sorted with it; a gated pod whose gates are gone goes to activeQ; for a pod in the
+    /// unschedulable pool the plugins that rejected it decide whether the change may help; a
+    /// pod in flight has the change kept for when its cycle ends.
+    pub fn update(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
+        let key = pod.uid().to_string();
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(&key) else {
+            drop(st);
+            self.add(pod, gate);
+            return;
+        };
+        let old = entry.info.pod.pod.clone();
+        if old.metadata.resource_version.is_some()
+            && old.metadata.resource_version == pod.pod.metadata.resource_version
+            && old.metadata.uid == pod.pod.metadata.uid
+        {
+            return;
+        }
+        entry.info.pod = pod.clone();
+        entry.info.gated_by = gate;
+        let changes = events::pod_changes(&pod.pod, &old);
+        let (old, new) = (EventObject::Pod(old), EventObject::Pod(pod.pod.clone()));
+        match entry.pool {
+            Pool::Active => {
+                let info = entry.info.clone();
+                self.push(&mut st, info, None);
+            }
+            Pool::Backoff => {
+                let (info, until) = (entry.info.clone(), entry.backoff_until);
+                self.push(&mut st, info, Some(until.unwrap_or(self.epoch)));
+            }
+            Pool::Gated if gate.is_none() => {
+                entry.pool = Pool::Active;
+                entry.info.timestamp = Instant::now();
+                let info = entry.info.clone();
+                self.push(&mut st, info, None);
+                self.incoming("active", POD_UPDATE);
+            }
+            Pool::Unschedulable => {
+                let info = entry.info.clone();
+                let helping = changes
+                    .iter()
+                    .find(|event| self.worth_requeuing(&info, event, Some(&old), Some(&new)));
+                if let Some(event) = helping {
+                    self.to_active_or_backoff(&mut st, &key, &event.to_string());
+                }
+            }
+            Pool::InFlight | Pool::Assumed => {
+                let uid = pod.uid().to_string();
+                for event in changes {
+                    Self::record(
+                        &mut st,
+                        event,
+                        Some(old.clone()),
+                        Some(new.clone()),
+                        Some(uid.clone()),
+                    );
+                }
+            }
+            Pool::Gated => {}
+        }
+    }
+
+    /// Forgets a pod (deleted, bound by someone else, or no longer ours).
+    pub fn delete(&self, uid: &str) {
+        let mut st = self.lock();
+        if let Some(entry) = st.entries.get_mut(uid) {
+            if entry.pool == Pool::InFlight {
+                entry.deleted_while_in_flight = true;
+            } else {
+                Self::remove(&mut st, uid);
+            }
+        }
+    }
+
+    /// Removes a pod's entry, ending its flight if it was in flight. Stale heap entries are
+    /// skipped when popped.
+    fn remove(st: &mut State, key: &str) {
+        if let Some(entry) = st.entries.remove(key) {
+            Self::land(st, entry.in_flight_from);
+        }
+    }
+
+    /// Takes the next pod to schedule, waiting for one; `None` once the queue is closed. When
+    /// activeQ is empty, a pod still backing off after a rejection is taken rather than
+    /// leaving the scheduler idle (upstream's SchedulerPopFromBackoffQ).
+    pub fn pop(&self) -> Option<QueuedPodInfo> {
+        let mut st = self.lock();
+        loop {
+            if st.closed {
+                return None;
+            }
+            self.flush(&mut st);
+            if let Some(info) = Self::pop_from(&mut st, Pool::Active) {
+                return Some(info);
+            }
+            if let Some(info) = Self::pop_from(&mut st, Pool::Backoff) {
+                self.incoming("active", POP_FROM_BACKOFF);
+                return Some(info);
+            }
+            st = match self.ready.wait_timeout(st, FLUSH_INTERVAL) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    /// Pops the first current entry of activeQ or (rejected pods') backoffQ and puts it in
+    /// flight.
+    fn pop_from(st: &mut State, pool: Pool) -> Option<QueuedPodInfo> {
+        loop {
+            let top = match pool {
+                Pool::Active => st.active.pop(),
+                _ => st.backoff.pop(),
+            }?;
+            let key = top.info.pod.uid().to_string();
+            // Skip heap entries of pods deleted, moved or re-sorted since they were pushed;
+            // the pod's newest object is the entry's, not the heap entry's.
+            let from = st.next_event;
+            let Some(entry) = st
+                .entries
+                .get_mut(&key)
+                .filter(|e| e.pool == pool && e.heap_seq == top.seq)
+            else {
+                continue;
+            };
+            entry.pool = Pool::InFlight;
+            entry.info.attempts += 1;
+            entry.in_flight_from = Some(from);
+            let info = entry.info.clone();
+            *st.in_flight_starts.entry(from).or_default() += 1;
+            return Some(info);
+        }
+    }
+
+    /// The pod was assumed on a node: it stays known (so that a failed bind can requeue it)
+    /// until the watch shows it bound or deleted. It stays in flight until
+    /// [`permitted`](Self::permitted).
+    pub fn done(&self, uid: &str) {
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(uid) else {
+            return;
+        };
+        if entry.deleted_while_in_flight {
+            // Deleted during its cycle: the watch will not report it again.
+            Self::remove(&mut st, uid);
+        } else {
+            entry.pool = Pool::Assumed;
+        }
+    }
+
+    /// The pod passed Permit: no rejection can send it back to the unschedulable pool any
+    /// more, so events are no longer kept for it (upstream calls Done here).
+    pub fn permitted(&self, uid: &str) {
+        let mut st = self.lock();
+        let from = st
+            .entries
+            .get_mut(uid)
+            .and_then(|e| e.in_flight_from.take());
+        Self::land(&mut st, from);
+    }
+
+    /// Drops a pod from the queue whatever its state (no profile serves it any more).
+    pub fn forget(&self, uid: &str) {
+        Self::remove(&mut self.lock(), uid);
+    }
+
+    /// Removes the waiting pods of `scheduler_name` (its profile is gone) and returns them.
+    /// Pods in flight or assumed finish their cycle.
+    pub fn drain_scheduler(&self, scheduler_name: &str) -> Vec<Arc<PodInfo>> {
+        let mut st = self.lock();
+        let keys: Vec<String> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                !matches!(e.pool, Pool::InFlight | Pool::Assumed)
+                    && pods::scheduler_name(&e.info.pod.pod) == scheduler_name
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| st.entries.remove(&k))
+            .map(|e| e.info.pod)
+            .collect()
+    }
+
+    /// Keeps only the pods whose UID is in `uids` (after a relist of pods).
+    pub fn retain_uids(&self, uids: &std::collections::HashSet<String>) {
+        let mut st = self.lock();
+        let gone: Vec<String> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| e.pool != Pool::InFlight && !uids.contains(e.info.pod.uid()))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in gone {
+            Self::remove(&mut st, &key);
+        }
+    }
+
+    /// Stops the queue; `pop` returns `None` from now on.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.ready.notify_all();
+    }
+
+    /// Whether [`close`](Self::close) was called.
+    pub fn is_closed(&self) -> bool {
+        self.lock().closed
+    }
+
+    /// Pods per pool: (active, backoff, unschedulable, gated), for metrics.
+    pub fn lengths(&self) -> (usize, usize, usize, usize) {
+        let st = self.lock();
+        let count = |p: Pool| st.entries.values().filter(|e| e.pool == p).count();
+        (
+            count(Pool::Active),
+            count(Pool::Backoff),
+            count(Pool::Unschedulable),
+            count(Pool::Gated),
+        )
+    }
+
+    pub fn contains(&self, uid: &str) -> bool {
+        self.lock().entries.contains_key(uid)
+    }
+
+    /// How many events are kept for pods in flight (for tests: they must not pile up).
+    #[cfg(test)]
+    fn kept_events(&self) -> usize {
+        self.lock().in_flight_events.len()
+    }
+}
+
+#[cfg(test)]
+mod tests;

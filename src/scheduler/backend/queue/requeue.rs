@@ -1,0 +1,236 @@
+//! What sends a pod back towards activeQ: cluster events that a plugin which rejected it
+//! registered and whose hint says they may help (upstream's MoveAllToActiveOrBackoffQueue and
+//! isPodWorthRequeuing), events kept while pods are in flight and replayed against a pod whose
+//! attempt fails, and the failed attempt itself (AddUnschedulableIfNotPresent).
+
+use std::time::{Duration, Instant};
+
+use super::backoff::{backoff_duration, backoff_failures, later};
+use super::{ATTEMPT_FAILURE, Entry, Pool, SchedulingQueue, State};
+use crate::k8s::pods;
+use crate::scheduler::framework::QueuedPodInfo;
+use crate::scheduler::framework::events::{ClusterEvent, EventObject};
+
+/// An event recorded while pods were in flight.
+pub(super) struct RecordedEvent {
+    pub(super) seq: u64,
+    event: ClusterEvent,
+    old: Option<EventObject>,
+    new: Option<EventObject>,
+    /// For a pending pod's own update: the UID it concerns (other pods skip it).
+    only_for: Option<String>,
+}
+
+impl SchedulingQueue {
+    /// A pod's flight that started at `from` ended: events no pod in flight needs are dropped.
+    pub(super) fn land(st: &mut State, from: Option<u64>) {
+        let Some(from) = from else { return };
+        if let Some(n) = st.in_flight_starts.get_mut(&from) {
+            *n -= 1;
+            if *n == 0 {
+                st.in_flight_starts.remove(&from);
+            }
+        }
+        let oldest = st
+            .in_flight_starts
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(st.next_event);
+        while st.in_flight_events.front().is_some_and(|e| e.seq < oldest) {
+            st.in_flight_events.pop_front();
+        }
+    }
+
+    /// Keeps an event for the pods in flight, if there are any.
+    pub(super) fn record(
+        st: &mut State,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+        only_for: Option<String>,
+    ) {
+        if st.in_flight_starts.is_empty() {
+            return;
+        }
+        let seq = st.next_event;
+        st.next_event += 1;
+        st.in_flight_events.push_back(RecordedEvent {
+            seq,
+            event,
+            old,
+            new,
+            only_for,
+        });
+    }
+
+    /// Moves a pod to activeQ, or to backoffQ while its backoff lasts, because of `event`. Its
+    /// timestamp stays: an event moving a pod does not send it behind pods that failed after
+    /// it.
+    pub(super) fn to_active_or_backoff(&self, st: &mut State, key: &str, event: &str) {
+        let now = Instant::now();
+        let Some(entry) = st.entries.get_mut(key) else {
+            return;
+        };
+        let info = entry.info.clone();
+        let until = entry.backoff_until;
+        if let Some(until) = until.filter(|_| self.backing_off(until, now)) {
+            entry.pool = Pool::Backoff;
+            self.push(st, info, Some(until));
+            self.incoming("backoff", event);
+        } else {
+            entry.pool = Pool::Active;
+            self.push(st, info, None);
+            self.incoming("active", event);
+        }
+    }
+
+    /// Whether `event` may make the pod schedulable (upstream's isPodWorthRequeuing): always
+    /// for a pod no plugin rejected and for the wildcard events (a wildcard event about one pod
+    /// only for that pod); else when a plugin that rejected it registered the event and hints
+    /// `Queue`.
+    pub(super) fn worth_requeuing(
+        &self,
+        info: &QueuedPodInfo,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> bool {
+        if info.unschedulable_plugins.is_empty() {
+            return true;
+        }
+        if event.is_wildcard() {
+            return match new {
+                None => true,
+                Some(obj) => obj
+                    .pod()
+                    .is_some_and(|p| p.metadata.uid.as_deref() == Some(info.pod.uid())),
+            };
+        }
+        match self.hints.hints(pods::scheduler_name(&info.pod.pod)) {
+            Some(hints) => {
+                hints.worth_requeuing(&info.pod, &info.unschedulable_plugins, event, old, new)
+            }
+            // The profile is gone; the pod leaves the queue when the profile change is applied.
+            None => true,
+        }
+    }
+
+    /// A cluster event (upstream's MoveAllToActiveOrBackoffQueue): the pods in the
+    /// unschedulable pool it may help move to activeQ or backoffQ, and it is kept for the pods
+    /// in flight. An event no plugin registered does nothing.
+    pub fn on_event(
+        &self,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+    ) {
+        if !event.is_wildcard() && !self.hints.interested_in(&event) {
+            return;
+        }
+        let mut st = self.lock();
+        self.move_parked(&mut st, &event, old.as_ref(), new.as_ref(), |_| true);
+        Self::record(&mut st, event, old, new, None);
+    }
+
+    /// Moves the parked pods that `event` may help among those `candidate` selects.
+    pub(super) fn move_parked(
+        &self,
+        st: &mut State,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+        candidate: impl Fn(&Entry) -> bool,
+    ) -> usize {
+        // Only the pool is looked at, not every queued pod: keys of pods that left it since are
+        // dropped from it here.
+        let entries = &st.entries;
+        st.parked.retain(|k| {
+            entries
+                .get(k)
+                .is_some_and(|e| e.pool == Pool::Unschedulable)
+        });
+        let keys: Vec<String> = st
+            .parked
+            .iter()
+            .filter_map(|k| st.entries.get(k).map(|e| (k, e)))
+            .filter(|(_, e)| candidate(e))
+            .filter(|(_, e)| self.worth_requeuing(&e.info, event, old, new))
+            .map(|(k, _)| k.clone())
+            .collect();
+        let label = event.to_string();
+        for key in &keys {
+            self.to_active_or_backoff(st, key, &label);
+        }
+        if !keys.is_empty() {
+            tracing::debug!(event = %event, pods = keys.len(), "event moved pods out of the unschedulable pool");
+        }
+        keys.len()
+    }
+
+    /// The attempt failed (upstream's AddUnschedulableIfNotPresent). `plugins` rejected the
+    /// pod; none means an error. A rejected pod waits in the unschedulable pool for an event
+    /// that may help it, or goes to backoffQ at once when such an event arrived during its
+    /// attempt; an error always backs off. With `retry_after` (a plugin's answer changes by
+    /// itself then) it goes to backoffQ until then at least.
+    pub fn add_unschedulable(
+        &self,
+        plugins: &[&'static str],
+        uid: &str,
+        backoff: (Duration, Duration),
+        retry_after: Option<Duration>,
+    ) {
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(uid) else {
+            return;
+        };
+        if entry.deleted_while_in_flight {
+            Self::remove(&mut st, uid);
+            return;
+        }
+        let now = Instant::now();
+        let from = entry.in_flight_from.take();
+        entry.info.unschedulable_plugins = plugins.iter().copied().collect();
+        let error = plugins.is_empty();
+        if error {
+            entry.info.consecutive_errors_count += 1;
+        } else {
+            entry.info.unschedulable_count += 1;
+            entry.info.consecutive_errors_count = 0;
+        }
+        entry.info.timestamp = now;
+        let duration = backoff_duration(backoff_failures(&entry.info), backoff.0, backoff.1);
+        entry.backoff_until = (!duration.is_zero()).then(|| self.align(later(now, duration)));
+        entry.full_backoff = error || retry_after.is_some();
+        if let Some(after) = retry_after {
+            entry.backoff_until = Some(
+                entry
+                    .backoff_until
+                    .map_or(later(now, after), |u| u.max(later(now, after))),
+            );
+        }
+        let info = entry.info.clone();
+        let helped = error
+            || retry_after.is_some()
+            || from.is_some_and(|from| {
+                st.in_flight_events
+                    .iter()
+                    .filter(|e| e.seq >= from)
+                    .filter(|e| e.only_for.as_deref().is_none_or(|u| u == uid))
+                    .any(|e| self.worth_requeuing(&info, &e.event, e.old.as_ref(), e.new.as_ref()))
+            });
+        Self::land(&mut st, from);
+        if helped {
+            self.to_active_or_backoff(&mut st, uid, ATTEMPT_FAILURE);
+        } else if let Some(entry) = st.entries.get_mut(uid) {
+            entry.pool = Pool::Unschedulable;
+            st.parked.insert(uid.to_string());
+            self.incoming("unschedulable", ATTEMPT_FAILURE);
+        }
+    }
+
+    /// An error or a failed bind: retry after backoff, which doubles with the errors in a row.
+    pub fn requeue_with_backoff(&self, uid: &str, backoff: (Duration, Duration)) {
+        self.add_unschedulable(&[], uid, backoff, None);
+    }
+}

@@ -1,0 +1,447 @@
+use super::*;
+use crate::scheduler::framework::events::{
+    ASSIGNED_POD_ADD, ActionType, EventResource, Hint, NODE_ADD, Registration,
+};
+use crate::scheduler::plugins::priority_sort;
+use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+
+/// A plugin that rejects pods and registers `events`.
+struct Rejector {
+    name: &'static str,
+    events: Vec<Registration>,
+}
+
+impl Plugin for Rejector {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(self.events.clone())
+    }
+}
+
+/// Every profile has the same hints: those of the plugins given.
+struct Hints(Arc<QueueingHints>);
+
+impl HintSource for Hints {
+    fn hints(&self, _scheduler_name: &str) -> Option<Arc<QueueingHints>> {
+        Some(self.0.clone())
+    }
+    fn interested_in(&self, event: &ClusterEvent) -> bool {
+        self.0.interested_in(event)
+    }
+}
+
+/// "Fit" waits for nodes (any added node helps); "Affinity" waits for bound pods labelled
+/// `app=web` (its hint looks at the pod).
+fn queue() -> SchedulingQueue {
+    let fit: Arc<dyn Plugin> = Arc::new(Rejector {
+        name: "Fit",
+        events: vec![Registration::always(NODE_ADD)],
+    });
+    let affinity: Arc<dyn Plugin> = Arc::new(Rejector {
+        name: "Affinity",
+        events: vec![Registration::new(
+            ClusterEvent::new(
+                EventResource::Pod,
+                ActionType::ADD | ActionType::UPDATE_POD_LABEL,
+            ),
+            Arc::new(|_pod, _old, new| {
+                let web = new
+                    .and_then(EventObject::pod)
+                    .and_then(|p| p.metadata.labels.as_ref())
+                    .and_then(|l| l.get("app"))
+                    .is_some_and(|v| v == "web");
+                if web { Hint::Queue } else { Hint::Skip }
+            }),
+        )],
+    });
+    SchedulingQueue::new(
+        priority_sort::build(None, &"pluginConfig".into()).expect("PrioritySort builds"),
+        Arc::new(Hints(Arc::new(QueueingHints::build([&fit, &affinity])))),
+    )
+}
+
+fn pod(name: &str, priority: i32) -> Arc<PodInfo> {
+    Arc::new(PodBuilder::new(name).priority(priority).info())
+}
+
+/// The UID PodBuilder gives a pod: the queue knows pods by UID.
+fn key(name: &str) -> String {
+    format!("uid-{name}")
+}
+
+fn bound(name: &str, app: &str) -> Option<EventObject> {
+    Some(EventObject::Pod(Arc::new(
+        PodBuilder::new(name)
+            .label("app", app)
+            .node_name("n1")
+            .build(),
+    )))
+}
+
+fn node(name: &str) -> Option<EventObject> {
+    NodeBuilder::new(name)
+        .info(vec![])
+        .node
+        .map(EventObject::Node)
+}
+
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(200));
+const NO_BACKOFF: (Duration, Duration) = (Duration::ZERO, Duration::ZERO);
+const LONG_BACKOFF: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(60));
+
+/// Pops `n` pods, returning their names.
+fn pop_names(q: &SchedulingQueue, n: usize) -> Vec<String> {
+    (0..n)
+        .filter_map(|_| q.pop())
+        .map(|p| p.pod.name().to_string())
+        .collect()
+}
+
+#[test]
+fn pops_by_priority_then_arrival() {
+    let q = queue();
+    q.add(pod("low", 1), None);
+    q.add(pod("high", 10), None);
+    q.add(pod("low-later", 1), None);
+    assert_eq!(pop_names(&q, 3), ["high", "low", "low-later"]);
+}
+
+#[test]
+fn a_pod_updated_while_it_waits_in_active_q_is_popped_with_its_newest_object() {
+    let q = queue();
+    q.add(pod("relabelled", 5), None);
+    let relabelled = PodBuilder::new("relabelled")
+        .priority(5)
+        .label("touched", "yes")
+        .info();
+    q.update(Arc::new(relabelled), None);
+    q.add(pod("later", 1), None);
+    let first = q.pop().expect("a pod");
+    assert_eq!(first.pod.name(), "relabelled", "not lost by the update");
+    assert_eq!(
+        first.pod.labels().get("touched").map(String::as_str),
+        Some("yes")
+    );
+    assert_eq!(pop_names(&q, 1), ["later"]);
+    assert_eq!(q.lengths(), (0, 0, 0, 0), "nothing left behind");
+}
+
+#[test]
+fn an_update_that_raises_priority_re_sorts_active_q() {
+    let q = queue();
+    q.add(pod("x", 1), None);
+    q.add(pod("y", 5), None);
+    q.add(pod("z", 0), None);
+    q.update(pod("x", 10), None);
+    assert_eq!(pop_names(&q, 2), ["x", "y"]);
+}
+
+#[test]
+fn a_failure_no_plugin_rejected_backs_off_as_an_error_and_never_waits_for_an_event() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    q.add_unschedulable(&[], &key("p"), BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 1, 0, 0), "in backoffQ, not the pool");
+    let again = q.pop().expect("retried after its backoff");
+    assert_eq!(
+        (again.consecutive_errors_count, again.unschedulable_count),
+        (1, 0)
+    );
+}
+
+#[test]
+fn errors_in_a_row_and_unschedulable_attempts_are_counted_apart() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    q.requeue_with_backoff(&key("p"), BACKOFF);
+    q.pop().expect("after the first error");
+    q.requeue_with_backoff(&key("p"), BACKOFF);
+    let popped = q.pop().expect("after the second error");
+    assert_eq!(
+        (popped.consecutive_errors_count, popped.unschedulable_count),
+        (2, 0)
+    );
+    q.add_unschedulable(&["Fit"], &key("p"), BACKOFF, None);
+    q.on_event(NODE_ADD, None, node("n2"));
+    let popped = q.pop().expect("after a rejection and a node");
+    assert_eq!(
+        (popped.consecutive_errors_count, popped.unschedulable_count),
+        (0, 1),
+        "a rejection ends the run of errors"
+    );
+    assert_eq!(backoff_duration(0, BACKOFF.0, BACKOFF.1), Duration::ZERO);
+}
+
+#[test]
+fn an_event_moves_pods_without_sending_them_behind_pods_that_failed_later() {
+    let q = queue();
+    q.add(pod("a", 0), None);
+    q.add(pod("b", 0), None);
+    q.pop().expect("a");
+    q.pop().expect("b");
+    q.add_unschedulable(&["Fit"], &key("b"), NO_BACKOFF, None);
+    std::thread::sleep(Duration::from_millis(2));
+    q.add_unschedulable(&["Fit"], &key("a"), NO_BACKOFF, None);
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(
+        pop_names(&q, 2),
+        ["b", "a"],
+        "b failed first, so it goes first"
+    );
+}
+
+#[test]
+fn gated_pods_wait_until_an_update_clears_the_gate() {
+    let q = queue();
+    q.add(pod("gated", 0), Some("SchedulingGates"));
+    assert_eq!(q.lengths(), (0, 0, 0, 1));
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 0, 0, 1), "events do not move gated pods");
+    q.update(pod("gated", 0), None);
+    assert_eq!(pop_names(&q, 1), ["gated"]);
+}
+
+#[test]
+fn only_events_a_rejecting_plugin_registered_and_hints_for_move_a_pod() {
+    let q = queue();
+    q.add(pod("needs-node", 0), None);
+    q.add(pod("needs-web", 0), None);
+    q.pop().expect("needs-node");
+    q.pop().expect("needs-web");
+    q.add_unschedulable(&["Fit"], &key("needs-node"), NO_BACKOFF, None);
+    q.add_unschedulable(&["Affinity"], &key("needs-web"), NO_BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 0, 2, 0));
+
+    q.on_event(ASSIGNED_POD_ADD, None, bound("db-0", "db"));
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 2, 0),
+        "the hint skips a pod that does not help"
+    );
+    let node_label = ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_LABEL);
+    q.on_event(node_label, node("n1"), node("n1"));
+    assert_eq!(q.lengths(), (0, 0, 2, 0), "nobody registered node labels");
+
+    q.on_event(ASSIGNED_POD_ADD, None, bound("web-0", "web"));
+    assert_eq!(
+        pop_names(&q, 1),
+        ["needs-web"],
+        "moved by the pod it waited for"
+    );
+    assert_eq!(q.lengths(), (0, 0, 1, 0), "the other pod still waits");
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(pop_names(&q, 1), ["needs-node"]);
+}
+
+#[test]
+fn an_event_during_the_attempt_that_helps_sends_the_pod_to_backoff_not_the_pool() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("a pod");
+    q.on_event(NODE_ADD, None, node("n2"));
+    q.add_unschedulable(&["Fit"], &key("p"), BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 1, 0, 0),
+        "the node arrived during its cycle"
+    );
+    assert!(q.pop().is_some(), "comes back after its backoff");
+
+    q.on_event(ASSIGNED_POD_ADD, None, bound("db-0", "db"));
+    q.add_unschedulable(&["Fit"], &key("p"), BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 1, 0),
+        "an event that cannot help changes nothing"
+    );
+    assert_eq!(q.kept_events(), 0, "no pod in flight keeps no events");
+}
+
+#[test]
+fn a_pending_pods_own_update_during_its_attempt_is_replayed_through_its_hints() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    // Its own label change while in flight: Affinity's hint sees the pod labelled web.
+    let mut web = PodBuilder::new("p").label("app", "web").build();
+    web.metadata.resource_version = Some("2".into());
+    q.update(Arc::new(PodInfo::new(Arc::new(web))), None);
+    q.add_unschedulable(&["Affinity"], &key("p"), NO_BACKOFF, None);
+    let again = q.pop().expect("requeued by its own update");
+    assert_eq!(
+        again.pod.labels().get("app").map(String::as_str),
+        Some("web")
+    );
+}
+
+#[test]
+fn backoff_q_is_popped_when_active_q_is_empty_but_errors_wait_their_backoff() {
+    let q = queue();
+    q.add(pod("rejected", 0), None);
+    q.add(pod("failed", 5), None);
+    q.pop().expect("failed");
+    q.pop().expect("rejected");
+    q.requeue_with_backoff(&key("failed"), LONG_BACKOFF);
+    q.add_unschedulable(&["Fit"], &key("rejected"), LONG_BACKOFF, None);
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 2, 0, 0), "both back off for a minute");
+    let popped = q.pop().expect("popped from backoffQ at once");
+    assert_eq!(popped.pod.name(), "rejected");
+    assert_eq!(q.lengths(), (0, 1, 0, 0), "the error keeps its backoff");
+}
+
+#[test]
+fn a_rejection_with_a_deadline_is_retried_then_without_an_event() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("a pod");
+    q.add_unschedulable(
+        &["StickyNode"],
+        &key("p"),
+        BACKOFF,
+        Some(Duration::from_millis(50)),
+    );
+    assert_eq!(q.lengths(), (0, 1, 0, 0), "in backoff, not parked");
+    assert!(q.pop().is_some(), "comes back when the deadline passes");
+}
+
+#[test]
+fn deleted_and_assumed_pods_are_not_requeued() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("a pod");
+    q.delete(&key("p"));
+    q.add_unschedulable(&[], &key("p"), BACKOFF, None);
+    assert!(!q.contains(&key("p")), "deleted while in flight: gone");
+
+    q.add(pod("c", 0), None);
+    q.pop().expect("c");
+    q.delete(&key("c"));
+    q.done(&key("c"));
+    assert!(
+        !q.contains(&key("c")),
+        "deleted during a cycle that placed it: gone"
+    );
+
+    q.add(pod("b", 0), None);
+    q.pop().expect("a pod");
+    q.done(&key("b"));
+    q.delete(&key("b")); // the watch saw it bound
+    q.requeue_with_backoff(&key("b"), BACKOFF);
+    assert!(!q.contains(&key("b")), "a bound pod is never requeued");
+    assert_eq!(q.kept_events(), 0);
+}
+
+#[test]
+fn events_are_kept_only_while_a_pod_is_in_flight() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.on_event(NODE_ADD, None, node("n1"));
+    assert_eq!(q.kept_events(), 0);
+    q.pop().expect("p");
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.kept_events(), 1);
+    q.done(&key("p"));
+    q.on_event(NODE_ADD, None, node("n3"));
+    assert_eq!(q.kept_events(), 2, "kept through Permit");
+    q.permitted(&key("p"));
+    assert_eq!(q.kept_events(), 0, "dropped once no pod needs them");
+}
+
+#[test]
+fn a_pod_recreated_under_its_name_is_another_pod() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("the first p");
+    let again = Arc::new(PodBuilder::new("p").uid("second").info());
+    q.add(again, None);
+    q.delete(&key("p")); // the first one's deletion, while it is in flight
+    q.add_unschedulable(&["Fit"], &key("p"), NO_BACKOFF, None);
+    assert!(!q.contains(&key("p")), "the first one is gone");
+    let popped = q.pop().expect("the second p is still queued");
+    assert_eq!(popped.pod.uid(), "second");
+}
+
+#[test]
+fn huge_backoffs_and_retry_times_never_panic() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    let huge = (Duration::MAX, Duration::MAX);
+    q.add_unschedulable(&["Fit"], &key("p"), huge, Some(Duration::MAX));
+    assert_eq!(
+        q.lengths(),
+        (0, 1, 0, 0),
+        "backing off, as long as the clock allows"
+    );
+    assert_eq!(
+        backoff_duration(40, Duration::MAX, Duration::MAX),
+        Duration::MAX
+    );
+}
+
+#[test]
+fn backoff_doubles_up_to_the_max() {
+    let (i, m) = (Duration::from_secs(1), Duration::from_secs(10));
+    let got: Vec<u64> = (1..=6)
+        .map(|a| backoff_duration(a, i, m).as_secs())
+        .collect();
+    assert_eq!(got, [1, 2, 4, 8, 10, 10]);
+}
+
+#[test]
+fn backoff_ends_with_the_window_it_falls_in() {
+    let q = queue();
+    let now = q.epoch + Duration::from_millis(10_300);
+    let until = Some(q.align(now + Duration::from_secs(1)));
+    assert_eq!(until, Some(q.epoch + Duration::from_secs(11)));
+    assert!(q.backing_off(until, q.epoch + Duration::from_millis(11_900)));
+    assert!(!q.backing_off(until, q.epoch + Duration::from_secs(12)));
+}
+
+/// kube-scheduler's `scheduler_queue_incoming_pods_total`: each entry into a sub-queue is
+/// counted once, with the event that caused it.
+#[test]
+fn every_entry_into_a_sub_queue_is_counted_with_its_event() {
+    let q = queue();
+    let seen: Arc<Mutex<Vec<(String, String)>>> = Arc::default();
+    let sink = seen.clone();
+    q.count_incoming_with(Box::new(move |queue, event| {
+        sink.lock()
+            .expect("lock")
+            .push((queue.to_string(), event.to_string()));
+    }));
+    let take = || std::mem::take(&mut *seen.lock().expect("lock"));
+    let pair = |queue: &str, event: &str| (queue.to_string(), event.to_string());
+
+    q.add(pod("a", 0), None);
+    q.add(pod("gated", 0), Some("SchedulingGates"));
+    assert_eq!(
+        take(),
+        [
+            pair("active", "UnschedulablePodAdd"),
+            pair("unschedulable", "UnschedulablePodAdd")
+        ]
+    );
+    q.update(pod("gated", 0), None);
+    assert_eq!(take(), [pair("active", "UnschedulablePodUpdate")]);
+
+    pop_names(&q, 2);
+    q.add_unschedulable(&["Fit"], &key("a"), NO_BACKOFF, None);
+    q.requeue_with_backoff(&key("gated"), LONG_BACKOFF);
+    assert_eq!(
+        take(),
+        [
+            pair("unschedulable", "ScheduleAttemptFailure"),
+            pair("backoff", "ScheduleAttemptFailure")
+        ]
+    );
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(take(), [pair("active", "NodeAdd")]);
+    assert_eq!(pop_names(&q, 1), ["a"]);
+    assert!(take().is_empty(), "a pop is no entry");
+}
