@@ -29,9 +29,9 @@ enum Command {
     /// Why a pod went where it went, or why it is pending: asks the running leader to run the
     /// pod's profile again, dry, and prints every filter verdict and score.
     Explain(tether::cli::explain::ExplainArgs),
-    /// What a SchedulingProfile change would do: judges it as the controller would, then
-    /// places the pending pods of its schedulerName with it and with the live profile, and
-    /// prints the placements that differ. Exits 1 when the profile would not serve.
+    /// What SchedulingProfile changes would do: judges them as the controller would, then
+    /// places the pending pods of each one's schedulerName with it and with the live profile,
+    /// and prints the placements that differ. Exits 1 when a profile would not serve.
     Simulate(tether::cli::simulate::SimulateArgs),
     /// Print the cluster as tether's scheduler sees it (nodes, pods, profiles, bindings, ...)
     /// as JSON, for `tether simulate --snapshot`.

@@ -370,7 +370,8 @@ fn tempdir(what: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// `tether simulate` with `args`; its output, or its failure's standard error.
+/// `tether simulate` with `args` for one candidate; its output, or its failure's standard
+/// error.
 fn simulate(args: &[&str]) -> anyhow::Result<Result<Simulation, String>> {
     let mut all = vec!["simulate", "-o", "json"];
     all.extend_from_slice(args);
@@ -378,9 +379,10 @@ fn simulate(args: &[&str]) -> anyhow::Result<Result<Simulation, String>> {
     if !out.status.success() {
         return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
-    Ok(Ok(
-        serde_json::from_slice(&out.stdout).context("reading simulate's JSON")?
-    ))
+    let mut sims: Vec<Simulation> =
+        serde_json::from_slice(&out.stdout).context("reading simulate's JSON")?;
+    anyhow::ensure!(sims.len() == 1, "one simulation per candidate: {sims:?}");
+    Ok(Ok(sims.remove(0)))
 }
 
 /// A switch from LeastAllocated to MostAllocated, simulated on a cluster with pending pods,
@@ -430,7 +432,16 @@ async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Resu
         "apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
         "metadata": {"name": name}, "spec": strategy("MostAllocated"),
     });
-    std::fs::write(&candidate, serde_yaml::to_string(&doc)?)?;
+    // As a GitOps tool hands it over: several documents, only the profile simulated.
+    let other = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "unrelated"}});
+    std::fs::write(
+        &candidate,
+        format!(
+            "{}---\n{}",
+            serde_yaml::to_string(&other)?,
+            serde_yaml::to_string(&doc)?
+        ),
+    )?;
     let file = candidate.to_string_lossy().into_owned();
     let online = simulate(&["-f", &file])?.map_err(anyhow::Error::msg)?;
     assert_eq!(online.pending.len(), 3, "{online:#?}");

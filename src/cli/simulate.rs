@@ -5,14 +5,15 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use serde::Deserialize;
 
 use crate::api::SchedulingProfile;
 use crate::simulate::{self, ClusterState, render};
 
 #[derive(clap::Args, Debug)]
 pub struct SimulateArgs {
-    /// The candidate SchedulingProfile (YAML or JSON; - reads standard input). One with the
-    /// name of an existing profile is a change to it.
+    /// The candidate SchedulingProfiles (YAML or JSON, one or more documents; - reads standard
+    /// input). One with the name of an existing profile is a change to it.
     #[arg(short = 'f', long = "filename")]
     pub file: PathBuf,
     /// Also replay the N most recently bound pods of the schedulerName.
@@ -34,35 +35,61 @@ pub enum Outcome {
     Rejected(String),
 }
 
-/// Reads the candidate profile.
-fn read_candidate(path: &PathBuf) -> anyhow::Result<SchedulingProfile> {
+/// Reads the candidate profiles: every SchedulingProfile among the documents of the file
+/// (`kustomize build … | tether simulate -f -` works); other kinds are skipped with a warning.
+fn read_candidates(path: &PathBuf) -> anyhow::Result<Vec<SchedulingProfile>> {
     let text = if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
             .read_to_string(&mut text)
-            .context("reading the profile from standard input")?;
+            .context("reading the profiles from standard input")?;
         text
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
-    let head: serde_yaml::Value = serde_yaml::from_str(&text)
-        .with_context(|| format!("{} is not YAML or JSON", path.display()))?;
-    let kind = head
-        .get("kind")
-        .and_then(|k| k.as_str())
-        .unwrap_or_default();
+    let mut profiles = Vec::new();
+    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
+        let value = serde_yaml::Value::deserialize(document).with_context(|| {
+            format!(
+                "document {} of {} is not YAML or JSON",
+                i + 1,
+                path.display()
+            )
+        })?;
+        if value.is_null() {
+            continue;
+        }
+        let kind = value
+            .get("kind")
+            .and_then(|k| k.as_str())
+            .unwrap_or_default();
+        if kind != "SchedulingProfile" {
+            tracing::warn!(
+                document = i + 1,
+                kind,
+                "skipped: only SchedulingProfiles are simulated"
+            );
+            continue;
+        }
+        let profile: SchedulingProfile = serde_yaml::from_value(value).with_context(|| {
+            format!(
+                "document {} of {} is not a valid SchedulingProfile",
+                i + 1,
+                path.display()
+            )
+        })?;
+        profiles.push(profile);
+    }
     anyhow::ensure!(
-        kind == "SchedulingProfile",
-        "{} holds a {kind:?}, not a SchedulingProfile (one object per file)",
+        !profiles.is_empty(),
+        "{} holds no SchedulingProfile",
         path.display()
     );
-    let profile: SchedulingProfile = serde_yaml::from_value(head)
-        .with_context(|| format!("{} is not a valid SchedulingProfile", path.display()))?;
-    Ok(profile)
+    Ok(profiles)
 }
 
 pub async fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
-    let candidate = read_candidate(&args.file)?;
+    let candidates = read_candidates(&args.file)?;
     let cluster = match &args.snapshot {
         Some(path) => ClusterState::load(path)?,
         None => {
@@ -73,16 +100,23 @@ pub async fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
         }
     };
     let replay_bound = args.replay_bound;
-    let simulated =
-        tokio::task::spawn_blocking(move || simulate::simulate(&cluster, &candidate, replay_bound))
-            .await
-            .context("the simulation panicked")?;
+    let simulated = tokio::task::spawn_blocking(move || {
+        simulate::simulate(&cluster, &candidates, replay_bound)
+    })
+    .await
+    .context("the simulation panicked")?;
     Ok(match simulated {
-        Err(rejected) => Outcome::Rejected(rejected.to_string()),
-        Ok(sim) if args.output == "json" => {
-            Outcome::Report(serde_json::to_string_pretty(&sim)? + "\n")
+        Err(rejected) => Outcome::Rejected(
+            rejected
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+        Ok(sims) if args.output == "json" => {
+            Outcome::Report(serde_json::to_string_pretty(&sims)? + "\n")
         }
-        Ok(sim) => Outcome::Report(render::text(&sim)),
+        Ok(sims) => Outcome::Report(sims.iter().map(render::text).collect::<Vec<_>>().join("\n")),
     })
 }
 

@@ -1,5 +1,5 @@
-//! `tether simulate`: what a SchedulingProfile change would do before it merges. The candidate
-//! is judged as the profile controller judges it (the same compiler, the same conflict and
+//! `tether simulate`: what a SchedulingProfile change would do before it merges. The candidates
+//! (one or more profiles, new or changed) are judged as the profile controller judges them (the same compiler, the same conflict and
 //! QueueSort rules, the same words); then the pending pods of its schedulerName, and the last
 //! bound ones if asked, are placed by the live profile and by the candidate on the same
 //! snapshot, and every placement that differs is reported with the plugins that made it
@@ -105,87 +105,133 @@ pub struct Rejected {
     pub message: String,
 }
 
-/// Judges `candidate` against the cluster's profiles as the controller would: the compiled
-/// candidate and the profile serving its schedulerName now.
-pub fn judge(
+/// A candidate that would serve: its compiled version, and the profile serving its
+/// schedulerName now.
+struct Judged {
+    name: String,
+    compiled: Arc<CompiledProfile>,
+    live: Option<Arc<CompiledProfile>>,
+}
+
+/// Judges `candidates` against the cluster's profiles as the controller would, all of them
+/// at once (each takes the place of the profile of its name: the same object, one generation
+/// on; a new one is the youngest). Every candidate that would not serve is refused.
+fn judge(
     cluster: &ClusterState,
-    candidate: &SchedulingProfile,
+    candidates: &[SchedulingProfile],
     handle: &crate::scheduler::plugins::registry::Handle,
-) -> Result<(Arc<CompiledProfile>, Option<Arc<CompiledProfile>>), Rejected> {
-    let name = candidate.metadata.name.clone().unwrap_or_default();
-    let reject = |reason: &str, message: String| Rejected {
-        name: name.clone(),
-        reason: reason.to_string(),
-        message,
-    };
-    if name.is_empty() {
-        return Err(reject(
-            "InvalidSpec",
-            "metadata.name: a SchedulingProfile needs a name".into(),
-        ));
-    }
+) -> Result<Vec<Judged>, Vec<Rejected>> {
     let live: Vec<Arc<SchedulingProfile>> = cluster
         .scheduling_profiles
         .iter()
         .cloned()
         .map(Arc::new)
         .collect();
-    let scheduler_name = &candidate.spec.scheduler_name;
-    let serving_now = ProfileSet::default()
-        .decide(&live, handle)
-        .serving
-        .remove(scheduler_name);
-
-    // The candidate takes the place of the profile of its name: the same object, one
-    // generation on; a new profile is the youngest.
-    let existing = live
+    let serving_now = ProfileSet::default().decide(&live, handle).serving;
+    let name_of = |p: &SchedulingProfile| p.metadata.name.clone().unwrap_or_default();
+    let mut refused: Vec<Rejected> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for candidate in candidates {
+        let name = name_of(candidate);
+        if name.is_empty() || !seen.insert(name.clone()) {
+            refused.push(Rejected {
+                message: if name.is_empty() {
+                    "metadata.name: a SchedulingProfile needs a name".into()
+                } else {
+                    "metadata.name: given twice".into()
+                },
+                name,
+                reason: "InvalidSpec".into(),
+            });
+        }
+    }
+    if !refused.is_empty() {
+        return Err(refused);
+    }
+    let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now());
+    let mut next: Vec<Arc<SchedulingProfile>> = live
         .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(name.as_str()));
-    let mut next = candidate.clone();
-    next.metadata.uid = existing
-        .and_then(|p| p.metadata.uid.clone())
-        .or_else(|| Some(format!("simulated-{name}")));
-    next.metadata.generation = Some(existing.and_then(|p| p.metadata.generation).unwrap_or(0) + 1);
-    next.metadata.creation_timestamp = existing
-        .and_then(|p| p.metadata.creation_timestamp.clone())
-        .or_else(|| {
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-                jiff::Timestamp::now(),
-            ))
-        });
-    next.metadata.deletion_timestamp = None;
-    let mut with_candidate: Vec<Arc<SchedulingProfile>> = live
-        .iter()
-        .filter(|p| p.metadata.name.as_deref() != Some(name.as_str()))
+        .filter(|p| !seen.contains(&name_of(p)))
         .cloned()
         .collect();
-    with_candidate.push(Arc::new(next));
-    let mut decided = ProfileSet::default().decide(&with_candidate, handle);
-    match decided.verdicts.get(&name) {
-        Some(Verdict { ready: true, .. }) => {}
-        Some(verdict) => return Err(reject(verdict.reason, verdict.message.clone())),
-        None => return Err(reject("InvalidSpec", "the profile was not judged".into())),
+    for candidate in candidates {
+        let name = name_of(candidate);
+        let existing = live.iter().find(|p| name_of(p) == name);
+        let mut changed = candidate.clone();
+        changed.metadata.uid = existing
+            .and_then(|p| p.metadata.uid.clone())
+            .or_else(|| Some(format!("simulated-{name}")));
+        changed.metadata.generation =
+            Some(existing.and_then(|p| p.metadata.generation).unwrap_or(0) + 1);
+        changed.metadata.creation_timestamp = existing
+            .and_then(|p| p.metadata.creation_timestamp.clone())
+            .or_else(|| Some(now.clone()));
+        changed.metadata.deletion_timestamp = None;
+        next.push(Arc::new(changed));
     }
-    let compiled = decided.serving.remove(scheduler_name).ok_or_else(|| {
-        reject(
-            "InvalidSpec",
-            "the profile compiled but serves nothing".into(),
-        )
-    })?;
-    Ok((compiled, serving_now))
+    let mut decided = ProfileSet::default().decide(&next, handle);
+    let mut judged = Vec::new();
+    for candidate in candidates {
+        let name = name_of(candidate);
+        let reject = |reason: &str, message: String| Rejected {
+            name: name.clone(),
+            reason: reason.to_string(),
+            message,
+        };
+        let scheduler_name = &candidate.spec.scheduler_name;
+        match decided.verdicts.get(&name) {
+            Some(Verdict { ready: true, .. }) => match decided.serving.remove(scheduler_name) {
+                Some(compiled) => judged.push(Judged {
+                    name,
+                    compiled,
+                    live: serving_now.get(scheduler_name).cloned(),
+                }),
+                None => refused.push(reject(
+                    "InvalidSpec",
+                    "the profile compiled but serves nothing".into(),
+                )),
+            },
+            Some(verdict) => refused.push(reject(verdict.reason, verdict.message.clone())),
+            None => refused.push(reject("InvalidSpec", "the profile was not judged".into())),
+        }
+    }
+    if refused.is_empty() {
+        Ok(judged)
+    } else {
+        Err(refused)
+    }
 }
 
-/// Places the pending pods of the candidate's schedulerName (and the `replay_bound` newest
-/// bound ones) with both profiles.
+/// Judges `candidates` (one or more SchedulingProfiles, new or changed), then, for each,
+/// places the pending pods of its schedulerName (and the `replay_bound` newest bound ones)
+/// with it and with the live profile.
 pub fn simulate(
     cluster: &ClusterState,
-    candidate: &SchedulingProfile,
+    candidates: &[SchedulingProfile],
     replay_bound: usize,
-) -> Result<Simulation, Rejected> {
+) -> Result<Vec<Simulation>, Vec<Rejected>> {
     let handle = cluster.handle();
-    let (compiled, live) = judge(cluster, candidate, &handle)?;
-    let scheduler_name = compiled.scheduler_name.clone();
+    let judged = judge(cluster, candidates, &handle)?;
     let snapshot = cluster.snapshot();
+    Ok(judged
+        .into_iter()
+        .map(|j| replay(cluster, &snapshot, j, replay_bound))
+        .collect())
+}
+
+/// One candidate's placements next to the live profile's.
+fn replay(
+    cluster: &ClusterState,
+    snapshot: &Snapshot,
+    judged: Judged,
+    replay_bound: usize,
+) -> Simulation {
+    let Judged {
+        name,
+        compiled,
+        live,
+    } = judged;
+    let scheduler_name = compiled.scheduler_name.clone();
     let ours = |p: &&Pod| pods::scheduler_name(p) == scheduler_name;
 
     let mut pending: Vec<&Pod> = cluster
@@ -215,8 +261,8 @@ pub fn simulate(
             .then_with(|| created(a).cmp(&created(b)))
             .then_with(|| pods::key(a).cmp(&pods::key(b)))
     });
-    let live_places = place_in_turn(live.as_deref(), &pending, &snapshot);
-    let candidate_places = place_in_turn(Some(&compiled), &pending, &snapshot);
+    let live_places = place_in_turn(live.as_deref(), &pending, snapshot);
+    let candidate_places = place_in_turn(Some(&compiled), &pending, snapshot);
     let pending = pending
         .iter()
         .zip(live_places.iter().zip(&candidate_places))
@@ -240,22 +286,22 @@ pub fn simulate(
         .map(|pod| {
             let l = live
                 .as_deref()
-                .map(|p| explain::explain_pod(p, pod, &snapshot, &NoNominations));
-            let c = explain::explain_pod(&compiled, pod, &snapshot, &NoNominations);
+                .map(|p| explain::explain_pod(p, pod, snapshot, &NoNominations));
+            let c = explain::explain_pod(&compiled, pod, snapshot, &NoNominations);
             let mut placement = compare(pod, l.as_ref(), Some(&c));
             placement.bound_to = pods::node_name(pod).map(str::to_string);
             placement
         })
         .collect();
 
-    Ok(Simulation {
-        profile: candidate.metadata.name.clone().unwrap_or_default(),
+    Simulation {
+        profile: name,
         scheduler_name,
         live_profile: live.map(|p| p.source.clone()),
         nodes: snapshot.len(),
         pending,
         bound,
-    })
+    }
 }
 
 /// When the pod was bound: its PodScheduled condition's time, else its creation.

@@ -49,7 +49,9 @@ fn cluster() -> ClusterState {
 /// simulation says which pods move, and that NodeResourcesFit moves them.
 #[test]
 fn a_scoring_strategy_change_moves_the_pods_it_would_move() {
-    let sim = simulate(&cluster(), &profile("default", "MostAllocated"), 0).expect("serves");
+    let sim = simulate(&cluster(), &[profile("default", "MostAllocated")], 0)
+        .expect("serves")
+        .remove(0);
     let live: Vec<_> = sim
         .pending
         .iter()
@@ -82,7 +84,9 @@ fn a_scoring_strategy_change_moves_the_pods_it_would_move() {
 /// The same profile changes nothing.
 #[test]
 fn an_unchanged_profile_moves_nothing() {
-    let sim = simulate(&cluster(), &profile("default", "LeastAllocated"), 5).expect("serves");
+    let sim = simulate(&cluster(), &[profile("default", "LeastAllocated")], 5)
+        .expect("serves")
+        .remove(0);
     assert_eq!(sim.changes(), 0, "{sim:#?}");
     assert_eq!(
         sim.bound.len(),
@@ -96,16 +100,47 @@ fn an_unchanged_profile_moves_nothing() {
 fn an_invalid_candidate_is_refused_as_the_controller_refuses_it() {
     let mut bad = profile("default", "LeastAllocated");
     bad.spec.percentage_of_nodes_to_score = 140;
-    let err = simulate(&cluster(), &bad, 0).expect_err("invalid");
-    assert_eq!(err.reason, "InvalidSpec");
+    let err = simulate(&cluster(), &[bad], 0).expect_err("invalid");
+    assert_eq!(err.len(), 1);
+    assert_eq!(err[0].reason, "InvalidSpec");
     assert!(
-        err.message.contains("spec.percentageOfNodesToScore"),
-        "{err}"
+        err[0].message.contains("spec.percentageOfNodesToScore"),
+        "{}",
+        err[0]
     );
     let mut other = profile("other", "LeastAllocated");
     other.metadata.uid = None;
-    let err = simulate(&cluster(), &other, 0).expect_err("conflict");
-    assert_eq!(err.reason, "SchedulerNameConflict", "{err}");
+    let err = simulate(&cluster(), &[other], 0).expect_err("conflict");
+    assert_eq!(err[0].reason, "SchedulerNameConflict", "{}", err[0]);
+}
+
+/// Several candidates are judged together, as one apply of them all would be: a new profile
+/// for another schedulerName is simulated beside the change to the live one, and a name
+/// given twice is refused.
+#[test]
+fn several_candidates_are_judged_together() {
+    let mut gpu = profile("gpu", "MostAllocated");
+    gpu.spec.scheduler_name = "tether-gpu".into();
+    let sims = simulate(
+        &cluster(),
+        &[profile("default", "MostAllocated"), gpu.clone()],
+        0,
+    )
+    .expect("both serve");
+    let names: Vec<_> = sims.iter().map(|s| s.scheduler_name.as_str()).collect();
+    assert_eq!(names, ["tether-scheduler", "tether-gpu"]);
+    assert_eq!(
+        sims[0].changes(),
+        3,
+        "the change to the live profile moves pods"
+    );
+    assert!(
+        sims[1].live_profile.is_none() && sims[1].pending.is_empty(),
+        "no pod waits for tether-gpu: {:?}",
+        sims[1]
+    );
+    let err = simulate(&cluster(), &[gpu.clone(), gpu], 0).expect_err("twice");
+    assert_eq!(err[0].message, "metadata.name: given twice");
 }
 
 /// Offline, the StickyBindings and owners in the lists pin as they do live: a StatefulSet's
@@ -163,7 +198,9 @@ fn a_pin_read_from_the_lists_holds_until_the_candidate_drops_stickynode() {
     .expect("a StickyBinding");
     state.sticky_bindings = vec![binding];
 
-    let unchanged = simulate(&state, &state.scheduling_profiles[0].clone(), 0).expect("serves");
+    let unchanged = simulate(&state, &state.scheduling_profiles.clone(), 0)
+        .expect("serves")
+        .remove(0);
     assert_eq!(
         unchanged.pending[0].live.node.as_deref(),
         Some("full"),
@@ -172,7 +209,7 @@ fn a_pin_read_from_the_lists_holds_until_the_candidate_drops_stickynode() {
     assert_eq!(unchanged.changes(), 0);
 
     let plain = sticky("vms", serde_json::json!({}));
-    let sim = simulate(&state, &plain, 0).expect("serves");
+    let sim = simulate(&state, &[plain], 0).expect("serves").remove(0);
     let p = &sim.pending[0];
     assert_eq!(
         (p.live.node.as_deref(), p.candidate.node.as_deref()),
