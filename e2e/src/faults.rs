@@ -429,9 +429,7 @@ impl OwnTether {
         )
         .context("writing the proxied kubeconfig")?;
         let (metrics, http) = (crate::free_local_addr()?, crate::free_local_addr()?);
-        let bin = std::env::var_os("TETHER_BIN")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| repo_dir().join("target/debug/tether"));
+        let bin = crate::tether_bin();
         let log = repo_dir().join(format!(".cluster/logs/tether-{name}.log"));
         let out = std::fs::File::create(&log).context("creating the tether log")?;
         let child = Command::new(&bin)

@@ -102,18 +102,50 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> anyhow::Result<Kubectl> {
     Ok(out.into())
 }
 
-/// The value of one sample on tether's `/metrics` (the tether `make e2e` started, on
-/// `$TETHER_HTTP_PORT`, default 18080), e.g. `tether_binds_total{profile="p"}`; `None` when
-/// the sample is absent.
-pub fn tether_metric(sample: &str) -> anyhow::Result<Option<f64>> {
+/// The tether binary the tests run: `$TETHER_BIN`, else the debug build `make e2e` made.
+pub fn tether_bin() -> PathBuf {
+    std::env::var_os("TETHER_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_dir().join("target/debug/tether"))
+}
+
+/// Where the tether `make e2e` started serves `--http-addr` (`/metrics`, `/explain`):
+/// `$TETHER_HTTP_PORT`, default 18080, on 127.0.0.1.
+pub fn tether_url() -> String {
     let port = std::env::var("TETHER_HTTP_PORT").unwrap_or_else(|_| "18080".into());
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The label the tests' PersistentVolumes and StorageClasses carry, valued with what they
+/// belong to (a namespace, a class), so that each test deletes its own.
+pub const VOLUME_OF: &str = "e2e.tether.dev/volume-of";
+
+/// Deletes, without waiting, the objects of `kind` labelled [`VOLUME_OF`]`=owner`.
+pub fn delete_labelled(kind: &str, owner: &str) -> anyhow::Result<()> {
+    kubectl_ok(
+        &[
+            "delete",
+            kind,
+            "-l",
+            &format!("{VOLUME_OF}={owner}"),
+            "--wait=false",
+        ],
+        None,
+    )?;
+    Ok(())
+}
+
+/// The value of one sample on tether's `/metrics` (the tether `make e2e` started, at
+/// [`tether_url`]), e.g. `tether_binds_total{profile="p"}`; `None` when the sample is absent.
+pub fn tether_metric(sample: &str) -> anyhow::Result<Option<f64>> {
+    let url = tether_url();
     let out = Command::new("curl")
         .args(["-sf", "--max-time", "5"])
-        .arg(format!("http://127.0.0.1:{port}/metrics"))
+        .arg(format!("{url}/metrics"))
         .output()
         .context("running curl")?;
     if !out.status.success() {
-        bail!("tether's /metrics on port {port} did not answer");
+        bail!("tether's /metrics at {url} did not answer");
     }
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(text.lines().find_map(|line| {

@@ -16,24 +16,11 @@ use serde_json::json;
 use tether::scheduler::explain::Explanation;
 use tether::simulate::Simulation;
 use tether_e2e::{
-    TestNamespace, TestNodes, apply_profile, client, kubeconfig_path, kubectl_ok, repo_dir,
-    unique_suffix, wait_bound, wait_event, wait_for,
+    TestNamespace, TestNodes, apply_profile, client, kubeconfig_path, kubectl_ok, tether_bin,
+    tether_url, unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 const BIND_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// The tether binary `make e2e` built.
-fn tether_bin() -> PathBuf {
-    std::env::var_os("TETHER_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_dir().join("target/debug/tether"))
-}
-
-/// The endpoint of the tether `make e2e` started.
-fn endpoint() -> String {
-    let port = std::env::var("TETHER_HTTP_PORT").unwrap_or_else(|_| "18080".into());
-    format!("http://127.0.0.1:{port}")
-}
 
 /// Runs `program args` as a person would: with the local cluster's kubeconfig.
 fn run(program: &std::path::Path, args: &[&str], path: Option<&str>) -> anyhow::Result<Output> {
@@ -48,22 +35,17 @@ fn run(program: &std::path::Path, args: &[&str], path: Option<&str>) -> anyhow::
         .with_context(|| format!("running {}", program.display()))
 }
 
+/// `tether explain <pod> --token <token>` against the tether `make e2e` started, with `args`.
+fn explain(pod: &str, token: &str, args: &[&str]) -> anyhow::Result<Output> {
+    let url = tether_url();
+    let mut all = vec!["explain", pod, "--endpoint", &url, "--token", token];
+    all.extend_from_slice(args);
+    run(&tether_bin(), &all, None)
+}
+
 /// `tether explain <pod> -o json` with `token`.
 fn explain_json(pod: &str, token: &str) -> anyhow::Result<Explanation> {
-    let out = run(
-        &tether_bin(),
-        &[
-            "explain",
-            pod,
-            "-o",
-            "json",
-            "--endpoint",
-            &endpoint(),
-            "--token",
-            token,
-        ],
-        None,
-    )?;
+    let out = explain(pod, token, &["-o", "json"])?;
     if !out.status.success() {
         bail!(
             "tether explain {pod} failed: {}",
@@ -269,7 +251,7 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
             "explain",
             &pod,
             "--endpoint",
-            &endpoint(),
+            &tether_url(),
             "--token",
             &reader,
         ],
@@ -339,18 +321,7 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
         (pods_only.as_str(), "403", "may not list nodes"),
         ("not-a-token", "401", "not accepted"),
     ] {
-        let out = run(
-            &tether_bin(),
-            &[
-                "explain",
-                &huge,
-                "--endpoint",
-                &endpoint(),
-                "--token",
-                token,
-            ],
-            None,
-        )?;
+        let out = explain(&huge, token, &[])?;
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             !out.status.success() && stderr.contains(code) && stderr.contains(words),

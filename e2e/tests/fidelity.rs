@@ -15,8 +15,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
-    TEST_KEY, TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix,
-    wait_for,
+    TEST_KEY, TestNamespace, TestNodes, VOLUME_OF, apply, apply_profile, client, delete_labelled,
+    kubectl_ok, unique_suffix, wait_for,
 };
 
 /// Random pods that fit somewhere, and pods that fit nowhere.
@@ -342,7 +342,7 @@ async fn tether_places_and_rejects_pods_as_kube_scheduler_does() -> anyhow::Resu
 fn volume_for(name: &str, ns: &str, claim: Option<&str>, modes: &[&str], extra: Value) -> Value {
     let mut pv = json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": {"e2e.tether.dev/volume-of": ns}},
+        "metadata": {"name": name, "labels": {VOLUME_OF: ns}},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": modes, "storageClassName": "",
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": format!("/mnt/{name}")}},
     });
@@ -383,7 +383,7 @@ fn wait_class(ns: &str, case: &str) -> anyhow::Result<String> {
     let name = format!("{ns}-{case}");
     apply(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": name, "labels": {"e2e.tether.dev/volume-of": ns}},
+        "metadata": {"name": name, "labels": {VOLUME_OF: ns}},
         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "WaitForFirstConsumer"}),
     )?;
     Ok(name)
@@ -421,7 +421,7 @@ async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Resul
     let now = format!("{n}-now");
     apply(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
-        "metadata": {"name": now, "labels": {"e2e.tether.dev/volume-of": n}},
+        "metadata": {"name": now, "labels": {VOLUME_OF: n}},
         "provisioner": "kubernetes.io/no-provisioner", "volumeBindingMode": "Immediate"}),
     )?;
     // A ReadWriteOncePod claim a running pod holds.
@@ -621,24 +621,7 @@ async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Resul
     kubectl_ok(&["delete", "sp", &tether], None)?;
     ns.delete().await?;
     nodes.delete().await?;
-    kubectl_ok(
-        &[
-            "delete",
-            "pv",
-            "-l",
-            &format!("e2e.tether.dev/volume-of={n}"),
-            "--wait=false",
-        ],
-        None,
-    )?;
-    kubectl_ok(
-        &[
-            "delete",
-            "storageclass",
-            "-l",
-            &format!("e2e.tether.dev/volume-of={n}"),
-        ],
-        None,
-    )?;
+    delete_labelled("pv", &n)?;
+    delete_labelled("storageclass", &n)?;
     Ok(())
 }

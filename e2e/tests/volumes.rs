@@ -13,8 +13,8 @@ use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, delete_and_wait_replaced, kubectl_ok,
-    unique_suffix, wait_bound, wait_event, wait_for,
+    TestNamespace, TestNodes, VOLUME_OF, apply, apply_profile, client, delete_and_wait_replaced,
+    delete_labelled, kubectl_ok, unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -23,7 +23,7 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 fn local_volume(name: &str, class: &str, node: &str, size: &str) -> Value {
     json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": {"e2e.tether.dev/volume-of": class}},
+        "metadata": {"name": name, "labels": {VOLUME_OF: class}},
         "spec": {
             "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
             "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
@@ -74,16 +74,7 @@ async fn node_of_volume(client: &Client, pv: &str) -> anyhow::Result<String> {
 }
 
 fn delete_volumes_of(class: &str) -> anyhow::Result<()> {
-    kubectl_ok(
-        &[
-            "delete",
-            "pv",
-            "-l",
-            &format!("e2e.tether.dev/volume-of={class}"),
-            "--wait=false",
-        ],
-        None,
-    )?;
+    delete_labelled("pv", class)?;
     kubectl_ok(
         &["delete", "storageclass", class, "--ignore-not-found"],
         None,
@@ -303,7 +294,7 @@ async fn volumes_decide_where_pods_of_the_default_profile_go() -> anyhow::Result
     // Zone: a ReadWriteMany volume labelled and pinned to zone-b, shared by three pods.
     apply(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": format!("{n}-zoned"), "labels": {"e2e.tether.dev/volume-of": n, "topology.kubernetes.io/zone": "zone-b"}},
+        "metadata": {"name": format!("{n}-zoned"), "labels": {VOLUME_OF: n, "topology.kubernetes.io/zone": "zone-b"}},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/mnt/zoned"},
                  "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
@@ -315,7 +306,7 @@ async fn volumes_decide_where_pods_of_the_default_profile_go() -> anyhow::Result
     // ReadWriteOncePod: one claim, two pods.
     apply(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": format!("{n}-solo"), "labels": {"e2e.tether.dev/volume-of": n}},
+        "metadata": {"name": format!("{n}-solo"), "labels": {VOLUME_OF: n}},
         "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOncePod"], "storageClassName": "",
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": "/mnt/solo"}},
     }))?;
@@ -369,7 +360,7 @@ async fn volumes_decide_where_pods_of_the_default_profile_go() -> anyhow::Result
         let pv = format!("{n}-csi-{i}");
         apply(json!({
             "apiVersion": "v1", "kind": "PersistentVolume",
-            "metadata": {"name": pv, "labels": {"e2e.tether.dev/volume-of": n}},
+            "metadata": {"name": pv, "labels": {VOLUME_OF: n}},
             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"], "storageClassName": "",
                      "persistentVolumeReclaimPolicy": "Retain",
                      "csi": {"driver": driver, "volumeHandle": format!("handle-{i}")}},
@@ -399,16 +390,7 @@ async fn volumes_decide_where_pods_of_the_default_profile_go() -> anyhow::Result
         kubectl_ok(&["delete", "csinode", node, "--ignore-not-found"], None)?;
     }
     nodes.delete().await?;
-    kubectl_ok(
-        &[
-            "delete",
-            "pv",
-            "-l",
-            &format!("e2e.tether.dev/volume-of={n}"),
-            "--wait=false",
-        ],
-        None,
-    )?;
+    delete_labelled("pv", n)?;
     Ok(())
 }
 
@@ -467,7 +449,7 @@ async fn a_claim_is_provisioned_on_the_node_the_scheduler_chose() -> anyhow::Res
     let pv = format!("{class}-data");
     apply(json!({
         "apiVersion": "v1", "kind": "PersistentVolume",
-        "metadata": {"name": pv, "labels": {"e2e.tether.dev/volume-of": class},
+        "metadata": {"name": pv, "labels": {VOLUME_OF: class},
                      "annotations": {"pv.kubernetes.io/provisioned-by": "e2e.tether.dev/provisioner"}},
         "spec": {
             "capacity": {"storage": "5Gi"}, "accessModes": ["ReadWriteOnce"],
