@@ -298,7 +298,7 @@ fn blockers(diagnosis: &Diagnosis, filters: &[NodeFilters]) -> Vec<Blocker> {
     }
     let mut list: Vec<Blocker> = by_reason.into_values().collect();
     // As the message orders them: "count reason" compared as strings.
-    list.sort_by_key(|b| format!("{} {}", b.count, b.reason));
+    list.sort_by_cached_key(|b| format!("{} {}", b.count, b.reason));
     list
 }
 

@@ -13,6 +13,19 @@ fn profile() -> CompiledProfile {
         .profile
 }
 
+/// What the scheduling cycle decides for `pod` on `snap`.
+fn cycle(profile: &CompiledProfile, pod: &Pod, snap: &Snapshot) -> ScheduleResult {
+    let info = PodInfo::new(Arc::new(pod.clone()));
+    schedule_pod(
+        profile,
+        &mut CycleState::new(),
+        &info,
+        snap,
+        &AtomicUsize::new(0),
+        &NoNominations,
+    )
+}
+
 fn nodes() -> Vec<NodeBuilder> {
     vec![
         NodeBuilder::new("busy").allocatable("cpu", "4"),
@@ -45,16 +58,7 @@ fn a_bound_pod_is_explained_with_the_scores_that_placed_it() {
     let profile = profile();
     let pod = PodBuilder::new("web").uid("web").req_cpu("1").build();
     let before = snapshot(nodes(), load());
-    let mut state = CycleState::new();
-    let info = PodInfo::new(Arc::new(pod.clone()));
-    let ScheduleResult::Scheduled { node, choice, .. } = schedule_pod(
-        &profile,
-        &mut state,
-        &info,
-        &before,
-        &AtomicUsize::new(0),
-        &NoNominations,
-    ) else {
+    let ScheduleResult::Scheduled { node, choice, .. } = cycle(&profile, &pod, &before) else {
         panic!("the pod fits");
     };
     let Choice::Scored {
@@ -107,16 +111,7 @@ fn a_pending_pod_is_explained_with_its_failure_message_and_what_would_change() {
             .build(),
     );
     let snap = snapshot(nodes(), pods);
-    let mut state = CycleState::new();
-    let info = PodInfo::new(Arc::new(pod.clone()));
-    let ScheduleResult::Unschedulable(diagnosis) = schedule_pod(
-        &profile,
-        &mut state,
-        &info,
-        &snap,
-        &AtomicUsize::new(0),
-        &NoNominations,
-    ) else {
+    let ScheduleResult::Unschedulable(diagnosis) = cycle(&profile, &pod, &snap) else {
         panic!("3 CPU fit nowhere");
     };
     let event = diagnosis.message();
@@ -197,16 +192,7 @@ fn a_nominated_pod_is_explained_on_its_nominated_node() {
         .with(|p| p.status.get_or_insert_default().nominated_node_name = Some("busy".into()))
         .build();
     let snap = snapshot(nodes(), load());
-    let mut state = CycleState::new();
-    let info = PodInfo::new(Arc::new(pod.clone()));
-    let ScheduleResult::Scheduled { node, choice, .. } = schedule_pod(
-        &profile,
-        &mut state,
-        &info,
-        &snap,
-        &AtomicUsize::new(0),
-        &NoNominations,
-    ) else {
+    let ScheduleResult::Scheduled { node, choice, .. } = cycle(&profile, &pod, &snap) else {
         panic!("the pod fits");
     };
     assert_eq!((node.as_str(), choice), ("busy", Choice::Nominated));

@@ -2,6 +2,7 @@
 //! that have room by how much of them would be allocated (LeastAllocated, MostAllocated or
 //! RequestedToCapacityRatio, see [`super::scoring`]), as kube-scheduler's plugin of that name.
 
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -166,6 +167,15 @@ impl NodeResourcesFit {
         requests
     }
 
+    /// The requests Filter checks: PreFilter's, or computed here when PreFilter did not run
+    /// (as upstream falls back to).
+    fn requests<'a>(&self, state: &'a CycleState, pod: &PodInfo) -> Cow<'a, Resource> {
+        match state.read::<PreFilterState>(PRE_FILTER_KEY) {
+            Some(s) => Cow::Borrowed(&s.requests),
+            None => Cow::Owned(self.filter_requests(pod)),
+        }
+    }
+
     /// The node's score given the pod's request of each scored resource, as kube-scheduler's
     /// resourceAllocationScorer with the configured strategy.
     fn score_node(&self, node: &NodeInfo, pod_request_of: impl Fn(usize) -> i64) -> i64 {
@@ -244,28 +254,13 @@ impl FilterPlugin for NodeResourcesFit {
     /// UnschedulableAndUnresolvable when a request exceeds what the node has in all, since no
     /// preemption could make room.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let computed;
-        let requests = match state.read::<PreFilterState>(PRE_FILTER_KEY) {
-            Some(s) => &s.requests,
-            None => {
-                computed = self.filter_requests(pod);
-                &computed
-            }
-        };
-        fits_request(requests, node)
+        fits_request(&self.requests(state, pod), node)
     }
 
     /// How much of each short resource would have to be freed on the node, or that no
     /// eviction makes room when the request exceeds the node's whole allocatable amount.
     fn remedy(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let computed;
-        let requests = match state.read::<PreFilterState>(PRE_FILTER_KEY) {
-            Some(s) => &s.requests,
-            None => {
-                computed = self.filter_requests(pod);
-                &computed
-            }
-        };
+        let requests = self.requests(state, pod);
         let mut needs: Vec<String> = Vec::new();
         if too_many_pods(node) {
             needs.push(format!(
@@ -273,7 +268,7 @@ impl FilterPlugin for NodeResourcesFit {
                 node.name, node.allocatable.allowed_pod_number
             ));
         }
-        for s in shortages(requests, node) {
+        for s in shortages(&requests, node) {
             let show = |v: i64| amount(s.resource, v);
             needs.push(if s.beyond_node {
                 format!(
