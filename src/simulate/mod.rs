@@ -127,7 +127,11 @@ fn judge(
         .cloned()
         .map(Arc::new)
         .collect();
-    let serving_now = ProfileSet::default().decide(&live, handle).serving;
+    // One set for both decisions, as the controller keeps one: the live profiles compile once,
+    // and a candidate that breaks a serving profile is told that the last good version keeps
+    // serving, as the controller tells it.
+    let mut profiles = ProfileSet::default();
+    let serving_now = profiles.decide(&live, handle).serving;
     let name_of = |p: &SchedulingProfile| p.metadata.name.clone().unwrap_or_default();
     let mut refused: Vec<Rejected> = Vec::new();
     let mut seen = std::collections::HashSet::new();
@@ -169,7 +173,7 @@ fn judge(
         changed.metadata.deletion_timestamp = None;
         next.push(Arc::new(changed));
     }
-    let mut decided = ProfileSet::default().decide(&next, handle);
+    let mut decided = profiles.decide(&next, handle);
     let mut judged = Vec::new();
     for candidate in candidates {
         let name = name_of(candidate);

@@ -104,8 +104,11 @@ fn an_invalid_candidate_is_refused_as_the_controller_refuses_it() {
     assert_eq!(err.len(), 1);
     assert_eq!(err[0].reason, "InvalidSpec");
     assert!(
-        err[0].message.contains("spec.percentageOfNodesToScore"),
-        "{}",
+        err[0].message.contains("spec.percentageOfNodesToScore")
+            && err[0]
+                .message
+                .ends_with("; the last good version (generation 1) keeps serving"),
+        "the controller's words, which keep the live version serving: {}",
         err[0]
     );
     let mut other = profile("other", "LeastAllocated");
