@@ -35,8 +35,8 @@ fmt-check: ## fail when the code is not formatted
 lint: ## clippy over every target, warnings denied
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit: ## unit tests (includes the crds/ drift check) and the generated-input properties
-	$(CARGO) test --lib --bins --test properties
+unit: ## unit tests (includes the crds/ drift check), the layers of src/, and the generated-input properties
+	$(CARGO) test --lib --bins --test layers --test properties
 
 fuzz: ## the generated-input properties (tests/properties.rs), 200,000 cases each (about a minute each)
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --release --test properties

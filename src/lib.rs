@@ -4,7 +4,6 @@ pub mod api;
 pub mod cli;
 pub mod controller;
 pub mod endpoints;
-pub mod events;
 pub mod inflight;
 pub mod k8s;
 pub mod leader;

@@ -9,20 +9,19 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
 use crate::endpoints::{self, HttpState};
-use crate::events::EventWriter;
+use crate::k8s::recorder::EventWriter;
 use crate::leader::{self, Leadership, LeaseConfig};
-use crate::scheduler::backend::disruption_budgets::{self, DisruptionBudgets};
-use crate::scheduler::backend::handlers;
 use crate::scheduler::backend::queue::SchedulingQueue;
-use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
-use crate::scheduler::backend::storage::StorageIndex;
-use crate::scheduler::backend::storage_handlers;
-use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventObject, EventResource};
+use crate::scheduler::eventhandlers;
+use crate::scheduler::informers::disruption_budgets::{self, DisruptionBudgets};
+use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
+use crate::scheduler::informers::storage::StorageIndex;
+
 use crate::scheduler::framework::profile::ProfileRegistry;
 use crate::scheduler::metrics::Metrics;
-use crate::scheduler::plugins::placement_recorder;
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::sticky::placement_recorder;
 use crate::scheduler::report::Reports;
 use crate::scheduler::{BindObserver, Scheduler, Services};
 use crate::sticky::bindings::BindingIndex;
@@ -106,7 +105,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let queue_sort = priority_sort::build(None, &"plugins.queueSort".into())
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
-    queue.count_incoming_with(metrics.queue_incoming());
+    queue.count_incoming_with(Box::new(metrics.queue_incoming()));
     let reports = Reports::new(client.clone(), config.instance.clone())
         .counting_drops_in(metrics.events_dropped());
     let sched = Scheduler::new(
@@ -138,7 +137,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let mut tasks = vec![
         tokio::spawn(fatal.forever(
             "the pod, node and namespace watches",
-            handlers::run_watches(sched.clone(), client.clone(), &readiness),
+            eventhandlers::run_watches(sched.clone(), client.clone(), &readiness),
         )),
         tokio::spawn(fatal.forever(
             "the PodDisruptionBudget watch",
@@ -146,7 +145,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
         )),
         tokio::spawn(fatal.forever(
             "the storage watches",
-            storage_handlers::run_watches(storage, sched.clone(), client.clone(), &readiness),
+            eventhandlers::storage::run_watches(storage, sched.clone(), client.clone(), &readiness),
         )),
         tokio::spawn(fatal.forever(
             "the workload selector watches",
@@ -162,16 +161,8 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
                 client.clone(),
                 bindings,
                 Arc::new(move |old, new| {
-                    let action = match (&old, &new) {
-                        (None, _) => ActionType::ADD,
-                        (_, None) => ActionType::DELETE,
-                        _ => ActionType::UPDATE,
-                    };
-                    requeue.queue.on_event(
-                        ClusterEvent::new(EventResource::StickyBinding, action),
-                        old.map(EventObject::StickyBinding),
-                        new.map(EventObject::StickyBinding),
-                    )
+                    let (event, old, new) = crate::sticky::bindings::cluster_event(old, new);
+                    requeue.queue.on_event(event, old, new)
                 }),
                 leadership.clone(),
                 &readiness,

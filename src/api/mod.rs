@@ -2,6 +2,7 @@
 //!
 //! Doc comments on these types become the text of `kubectl explain`; they are written for users.
 
+pub mod conditions;
 pub mod scheduling_profile;
 mod schema;
 pub mod sticky_binding;

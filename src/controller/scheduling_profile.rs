@@ -14,17 +14,17 @@ use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::events::{EventType, EventWriter};
+use crate::k8s::recorder::{EventType, EventWriter};
 use crate::locks;
 use crate::watch::{self, Readiness};
 use kube::{Resource, ResourceExt};
 
+use crate::api::conditions::set_condition;
 use crate::api::{SchedulingProfile, SchedulingProfileStatus};
-use crate::controller::conditions::set_condition;
-use crate::controller::profile_set::{ProfileSet, Verdict};
 use crate::leader::Leadership;
 use crate::scheduler::Scheduler;
 use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::profile::set::{ProfileSet, Verdict};
 
 /// Errors of one reconcile, each naming the profile.
 #[derive(Debug, thiserror::Error)]

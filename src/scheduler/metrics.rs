@@ -376,16 +376,16 @@ impl Metrics {
     }
 
     /// A counter of the pods entering each sub-queue, for the scheduling queue.
-    pub fn queue_incoming(&self) -> crate::scheduler::backend::queue::IncomingCounter {
+    pub fn queue_incoming(&self) -> impl Fn(&'static str, &str) + Send + Sync + 'static {
         let family = self.upstream.queue_incoming.clone();
-        Box::new(move |queue, event| {
+        move |queue: &'static str, event: &str| {
             family
                 .get_or_create(&IncomingLabels {
                     queue: queue.into(),
                     event: event.into(),
                 })
                 .inc();
-        })
+        }
     }
 
     /// Plugin runs timed in a sampled cycle: each is observed in kube-scheduler's plugin

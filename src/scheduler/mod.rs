@@ -11,8 +11,10 @@
 pub mod backend;
 pub mod binding;
 pub mod cycle;
+pub mod eventhandlers;
 pub mod explain;
 pub mod framework;
+pub mod informers;
 pub mod metrics;
 pub mod plugins;
 pub mod profile;

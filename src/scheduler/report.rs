@@ -13,7 +13,7 @@ use kube::api::{Api, Patch, PatchParams};
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::events::{EventType, EventWriter};
+use crate::k8s::recorder::{EventType, EventWriter};
 use crate::locks;
 use crate::scheduler::framework::runtime::Choice;
 

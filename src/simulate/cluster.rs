@@ -15,10 +15,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{SchedulingProfile, StickyBinding};
 use crate::scheduler::backend::cache::{Cache, occupies_node};
-use crate::scheduler::backend::disruption_budgets::DisruptionBudgets;
-use crate::scheduler::backend::selectors::{self, WorkloadSelectors};
-use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
+use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::registry::Handle;
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::owners::{self, OwnerCache};

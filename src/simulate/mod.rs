@@ -22,7 +22,6 @@ use serde::{Deserialize, Serialize};
 
 pub use self::cluster::ClusterState;
 use crate::api::SchedulingProfile;
-use crate::controller::profile_set::{ProfileSet, Verdict};
 use crate::k8s::pods;
 use crate::scheduler::explain::{self, Explanation};
 use crate::scheduler::framework::NoNominations;
@@ -30,6 +29,7 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::profile::set::{ProfileSet, Verdict};
 
 /// What a simulation found.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]

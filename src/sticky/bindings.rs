@@ -6,6 +6,30 @@ use std::sync::{Arc, RwLock};
 
 use crate::api::StickyBinding;
 use crate::locks;
+use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventObject, EventResource};
+
+/// The kind of cluster event a StickyBinding change is, as StickyNode registers it (the
+/// framework knows StickyBindings only by this name).
+pub const EVENT_RESOURCE: EventResource = EventResource::Custom("StickyBinding");
+
+/// The cluster event of a StickyBinding going from `old` to `new` (`None`: absent), with its
+/// objects as the queue hands them to hints.
+pub fn cluster_event(
+    old: Option<Arc<StickyBinding>>,
+    new: Option<Arc<StickyBinding>>,
+) -> (ClusterEvent, Option<EventObject>, Option<EventObject>) {
+    let action = match (&old, &new) {
+        (None, _) => ActionType::ADD,
+        (_, None) => ActionType::DELETE,
+        _ => ActionType::UPDATE,
+    };
+    let wrap = |b: Arc<StickyBinding>| EventObject::Custom(b);
+    (
+        ClusterEvent::new(EVENT_RESOURCE, action),
+        old.map(wrap),
+        new.map(wrap),
+    )
+}
 
 /// StickyBindings by namespace and name, from a watch. No API call.
 pub trait BindingLookup: Send + Sync {

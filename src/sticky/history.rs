@@ -6,11 +6,11 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::{Api, ObjectMeta, PostParams};
 
+use crate::api::sticky_binding::conditions as sticky_binding;
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
-use crate::controller::sticky_binding;
-use crate::events::{EventType, EventWriter};
 use crate::inflight::InFlight;
 use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
+use crate::k8s::recorder::{EventType, EventWriter};
 use crate::k8s::{budget, pods};
 use crate::leader::Leadership;
 use crate::locks;

@@ -3,6 +3,7 @@
 //! that looks at the change and says whether it may help this pod. The queue moves a rejected
 //! pod only on an event that one of its rejecting plugins registered and hinted `Queue` for.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::BitOr;
@@ -13,7 +14,6 @@ use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
 };
 
-use crate::api::StickyBinding;
 use crate::k8s::{quantity, resource};
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -27,8 +27,10 @@ pub enum EventResource {
     AssignedPod,
     UnschedulablePod,
     Node,
-    /// tether's StickyBinding.
-    StickyBinding,
+    /// A kind the framework does not know, named by the code that watches it and registered
+    /// by the plugins that read it (tether's StickyBinding is `Custom("StickyBinding")`), as
+    /// upstream names custom resources by their GVK.
+    Custom(&'static str),
     PersistentVolume,
     PersistentVolumeClaim,
     StorageClass,
@@ -47,7 +49,7 @@ impl EventResource {
             EventResource::AssignedPod => "AssignedPod",
             EventResource::UnschedulablePod => "UnschedulablePod",
             EventResource::Node => "Node",
-            EventResource::StickyBinding => "StickyBinding",
+            EventResource::Custom(name) => name,
             EventResource::PersistentVolume => "PersistentVolume",
             EventResource::PersistentVolumeClaim => "PersistentVolumeClaim",
             EventResource::StorageClass => "StorageClass",
@@ -214,7 +216,9 @@ pub const NODE_DELETE: ClusterEvent = ClusterEvent::new(EventResource::Node, Act
 pub enum EventObject {
     Pod(Arc<Pod>),
     Node(Arc<Node>),
-    StickyBinding(Arc<StickyBinding>),
+    /// An object of a [`EventResource::Custom`] kind; the plugin that registered the kind
+    /// reads it back with [`EventObject::custom`].
+    Custom(Arc<dyn Any + Send + Sync>),
     PersistentVolume(Arc<PersistentVolume>),
     PersistentVolumeClaim(Arc<PersistentVolumeClaim>),
     StorageClass(Arc<StorageClass>),
@@ -247,9 +251,10 @@ impl EventObject {
         }
     }
 
-    pub fn sticky_binding(&self) -> Option<&StickyBinding> {
+    /// The object of a custom kind, when it is a `T`.
+    pub fn custom<T: Any>(&self) -> Option<&T> {
         match self {
-            EventObject::StickyBinding(b) => Some(b),
+            EventObject::Custom(o) => o.downcast_ref(),
             _ => None,
         }
     }
@@ -329,23 +334,13 @@ impl Registration {
     }
 }
 
-/// The events of a plugin that does not say which it needs: every kind of object, any change.
+/// The events of a plugin that does not say which it needs: every kind of object (custom kinds
+/// too), any change, as upstream registers `{WildCard, All}` for such a plugin.
 pub fn every_event() -> Vec<Registration> {
-    [
-        EventResource::Pod,
-        EventResource::Node,
-        EventResource::StickyBinding,
-        EventResource::PersistentVolume,
-        EventResource::PersistentVolumeClaim,
-        EventResource::StorageClass,
-        EventResource::CSINode,
-        EventResource::CSIDriver,
-        EventResource::CSIStorageCapacity,
-        EventResource::VolumeAttachment,
-    ]
-    .into_iter()
-    .map(|r| Registration::always(ClusterEvent::new(r, ActionType::ALL)))
-    .collect()
+    vec![Registration::always(ClusterEvent::new(
+        EventResource::WildCard,
+        ActionType::ALL,
+    ))]
 }
 
 /// A registered event of a profile: which plugin, and its hint.
@@ -624,6 +619,14 @@ pub fn queue_if(helps: bool) -> Hint {
     if helps { Hint::Queue } else { Hint::Skip }
 }
 
+/// The queueing hints of the profile that serves a schedulerName: what the queue asks when an
+/// event arrives (the profile registry answers it).
+pub trait HintSource: Send + Sync {
+    fn hints(&self, scheduler_name: &str) -> Option<Arc<QueueingHints>>;
+    /// Whether any profile registered an event covering `event`.
+    fn interested_in(&self, event: &ClusterEvent) -> bool;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,7 +757,7 @@ mod tests {
             !hints.worth_requeuing(&pod, &rejected_by("NodeWaiter"), &NODE_ADD, None, None),
             "its hint said Skip"
         );
-        let binding = ev(EventResource::StickyBinding, ActionType::DELETE);
+        let binding = ev(EventResource::Custom("Widget"), ActionType::DELETE);
         assert!(
             hints.worth_requeuing(&pod, &rejected_by("Silent"), &binding, None, None),
             "says nothing: every event"

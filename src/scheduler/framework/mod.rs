@@ -16,6 +16,7 @@ pub mod runtime;
 pub mod snapshot;
 pub mod status;
 pub mod topology;
+pub mod validation;
 pub mod waiting_pods;
 
 use std::collections::BTreeSet;

@@ -5,9 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::locks;
-use crate::scheduler::backend::queue::HintSource;
 use crate::scheduler::framework::Plugin;
-use crate::scheduler::framework::events::{ClusterEvent, QueueingHints};
+use crate::scheduler::framework::events::{ClusterEvent, HintSource, QueueingHints};
 
 /// A plugin at the Score extension point with the weight its normalized score is multiplied by.
 #[derive(Clone)]

@@ -9,9 +9,9 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::k8s::api_errors::{maybe_applied, retryable};
+use crate::scheduler::framework::validation::FieldErrors;
+use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
-use crate::scheduler::profile::validation::FieldErrors;
-use crate::scheduler::profile::validation::FieldPath;
 
 pub const NAME: &str = "DefaultBinder";
 

@@ -1,29 +1,14 @@
 //! Small pieces several plugins share, as kube-scheduler's `plugins/helper` package holds them.
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use serde_json::Value;
 
 use crate::k8s::volumes;
 use crate::scheduler::framework::events::{self, EventObject, Hint};
 use crate::scheduler::framework::pod_info::PodInfo;
 
-use crate::scheduler::framework::{NodeScore, Status};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
-use crate::sticky::workload::Workload;
-
-/// How soon a pod whose owner the watches have not delivered yet is tried again.
-const OWNER_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
-
-/// For a plugin keyed on the pod's workload: a rejection, retried shortly, while the pod's
-/// controller is not known yet (its identity would be a guess: a VMI's pod would be taken for
-/// the VMI's own workload instead of its VM's). `None` once the workload is known.
-pub fn wait_for_owner(workload: &Workload) -> Option<Status> {
-    let owner = workload.pending_owner.as_ref()?;
-    Some(
-        Status::unschedulable(format!("waiting for the pod's owner {owner} to be known"))
-            .with_retry_after(OWNER_RETRY),
-    )
-}
+use crate::scheduler::framework::NodeScore;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 
 /// For the volume plugins: a claim added or changed is worth a retry when it is one the pod
 /// names (`ephemeral_too`: the claims of its generic ephemeral volumes count as well).
@@ -84,36 +69,6 @@ pub fn default_normalize_score(max_priority: i64, reverse: bool, scores: &mut [N
             scaled
         };
     }
-}
-
-/// Whether a pod opted out of a workload-history plugin (StickyNode, PlacementHistory): it is in
-/// one of `excluded_namespaces`, or carries `disable_annotation` set to `"true"`.
-/// Whose history a reader plugin (StickyNode, PlacementHistory) reads, from its args: the pods
-/// it does not leave alone. PlacementRecorder writes only what some reader of the profile reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Readership {
-    pub skip_multi_replica: bool,
-    pub excluded_namespaces: Vec<String>,
-    pub disable_annotation: String,
-}
-
-impl Readership {
-    /// Whether the reader reads the history of `workload` for `pod`.
-    pub fn reads(&self, pod: &Pod, workload: &Workload) -> bool {
-        let skipped = self.skip_multi_replica && workload.is_multi_replica();
-        !(skipped || opted_out(pod, &self.excluded_namespaces, &self.disable_annotation))
-    }
-}
-
-pub fn opted_out(pod: &Pod, excluded_namespaces: &[String], disable_annotation: &str) -> bool {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    excluded_namespaces.iter().any(|n| n == namespace)
-        || pod
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(disable_annotation))
-            .is_some_and(|v| v == "true")
 }
 
 #[cfg(test)]

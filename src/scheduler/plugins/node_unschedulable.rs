@@ -12,8 +12,8 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use crate::k8s::taints::tolerates;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{CycleState, FilterPlugin, Plugin, Status};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 

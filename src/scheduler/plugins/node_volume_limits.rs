@@ -13,7 +13,6 @@ use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::CSINode;
 
 use crate::k8s::volumes;
-use crate::scheduler::backend::storage::{StorageIndex, Stores};
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, objects,
     queue_if,
@@ -21,11 +20,12 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::scheduler::informers::storage::{StorageIndex, Stores};
 use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 pub const NAME: &str = "NodeVolumeLimits";
 pub const ERR_REASON: &str = "node(s) exceed max volume count";

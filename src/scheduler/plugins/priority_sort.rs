@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 

@@ -4,12 +4,12 @@
 
 use std::sync::Arc;
 
-use crate::events::EventWriter;
-use crate::scheduler::backend::disruption_budgets::DisruptionBudgets;
-use crate::scheduler::backend::storage::StorageIndex;
+use crate::k8s::recorder::EventWriter;
 use crate::scheduler::framework::Plugin;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
+use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins;
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::history::HistoryWriter;
 use crate::sticky::workload::{NoOwners, OwnerLookup};
@@ -65,6 +65,7 @@ pub struct Registration {
 
 /// Every plugin tether can run.
 pub fn registry() -> Vec<Registration> {
+    use plugins::sticky::{placement_history, placement_recorder, sticky_node};
     use plugins::*;
     let reg = |name, factory, default_weight| Registration {
         name,
@@ -191,8 +192,10 @@ pub fn registry() -> Vec<Registration> {
 
 /// The plugins that read StickyBinding history: where one runs, PlacementRecorder records
 /// every bind (the profile compiler enables it at postBind).
-pub const HISTORY_READERS: [&str; 2] =
-    [plugins::sticky_node::NAME, plugins::placement_history::NAME];
+pub const HISTORY_READERS: [&str; 2] = [
+    plugins::sticky::sticky_node::NAME,
+    plugins::sticky::placement_history::NAME,
+];
 
 /// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
 /// their order, with their default score weights.

@@ -7,8 +7,8 @@ use crate::scheduler::framework::events::{
 use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 

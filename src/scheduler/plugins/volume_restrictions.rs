@@ -8,18 +8,18 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Pod, Volume};
 
 use crate::k8s::volumes::{self, READ_WRITE_ONCE_POD};
-use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, queue_if,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 pub const NAME: &str = "VolumeRestrictions";
 pub const ERR_DISK_CONFLICT: &str = "node(s) had no available disk";

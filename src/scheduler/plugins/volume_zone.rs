@@ -8,18 +8,18 @@ use k8s_openapi::api::core::v1::PersistentVolume;
 use k8s_openapi::api::storage::v1::StorageClass;
 
 use crate::k8s::volumes::{self, WAIT_FOR_FIRST_CONSUMER};
-use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::events::{
     ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, objects, queue_if,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
 
 pub const NAME: &str = "VolumeZone";
 pub const ERR_REASON: &str = "node(s) had no available volume zone";

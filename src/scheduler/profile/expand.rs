@@ -13,7 +13,7 @@ use crate::api::{PluginSet, SchedulingProfileSpec};
 use crate::scheduler::framework::{ExtensionPoint, Plugin};
 use crate::scheduler::plugins::registry::{Registration, default_multi_point};
 
-use super::validation::FieldErrors;
+use crate::scheduler::framework::validation::FieldErrors;
 
 /// The plugins of one extension point with their score weights.
 pub(super) type WeightedPlugins = Vec<(Arc<dyn Plugin>, i32)>;

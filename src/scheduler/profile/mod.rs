@@ -7,7 +7,7 @@
 //! plugin reads StickyBinding history.
 
 mod expand;
-pub mod validation;
+pub mod set;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -18,12 +18,12 @@ use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlu
 use crate::scheduler::framework::events::QueueingHints;
 use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
 use crate::scheduler::framework::{ExtensionPoint, Plugin};
-use crate::scheduler::plugins::helper::Readership;
 use crate::scheduler::plugins::registry::{HISTORY_READERS, Handle, Registration, registry};
-use crate::scheduler::plugins::{placement_history, placement_recorder, sticky_node};
+use crate::scheduler::plugins::sticky::Readership;
+use crate::scheduler::plugins::sticky::{placement_history, placement_recorder, sticky_node};
 
 use self::expand::{PerPoint, expand_point, multi_point_list};
-use self::validation::{FieldErrors, FieldPath, decode_args};
+use crate::scheduler::framework::validation::{self, FieldErrors, FieldPath, decode_args};
 
 /// A compiled profile and the effective plugin lists reported in its status.
 pub struct Compiled {

@@ -268,7 +268,7 @@ fn a_profile_with_hundreds_of_wrong_plugins_gets_a_bounded_message() {
 
 #[test]
 fn depth_counts_nesting_without_recursion() {
-    use crate::scheduler::profile::validation::depth;
+    use crate::scheduler::framework::validation::depth;
     assert_eq!(depth(&serde_json::json!(1), 16), 0);
     assert_eq!(depth(&serde_json::json!({"a": [1, {"b": {}}]}), 16), 4);
     let deep: serde_json::Value =

@@ -25,7 +25,7 @@ use self::heap::HeapEntry;
 use self::requeue::RecordedEvent;
 use crate::k8s::pods;
 use crate::locks;
-use crate::scheduler::framework::events::{self, ClusterEvent, EventObject, QueueingHints};
+use crate::scheduler::framework::events::{self, EventObject, HintSource};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
 
@@ -50,13 +50,6 @@ const ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
 const BACKOFF_COMPLETE: &str = "BackoffComplete";
 /// The event label of a pod taken from backoffQ early, activeQ being empty.
 const POP_FROM_BACKOFF: &str = "PopFromBackoffQ";
-
-/// The queueing hints of the profile that serves a schedulerName.
-pub trait HintSource: Send + Sync {
-    fn hints(&self, scheduler_name: &str) -> Option<Arc<QueueingHints>>;
-    /// Whether any profile registered an event covering `event`.
-    fn interested_in(&self, event: &ClusterEvent) -> bool;
-}
 
 /// Where a queued pod is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

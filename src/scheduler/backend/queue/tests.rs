@@ -1,6 +1,7 @@
 use super::*;
 use crate::scheduler::framework::events::{
-    ASSIGNED_POD_ADD, ActionType, EventResource, Hint, NODE_ADD, Registration,
+    ASSIGNED_POD_ADD, ActionType, ClusterEvent, EventResource, Hint, NODE_ADD, QueueingHints,
+    Registration,
 };
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
-use crate::events::{EventType, EventWriter};
+use crate::k8s::recorder::{EventType, EventWriter};
 
 /// What to do: the preemptor, its node, the victims and the nominations to clear.
 pub struct Preemption {

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 
 /// The plugin's args.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -75,7 +75,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::scheduler::profile::validation::decode_args;
+    use crate::scheduler::framework::validation::decode_args;
 
     fn errors(args: serde_json::Value) -> Vec<(String, String)> {
         let path: FieldPath = "pluginConfig[0].args".into();

@@ -28,14 +28,14 @@ use rayon::prelude::*;
 
 use self::args::DefaultPreemptionArgs;
 use self::dry_run::{Candidate, DryRun};
-use crate::events::EventWriter;
-use crate::scheduler::backend::disruption_budgets::DisruptionBudgets;
+use crate::k8s::recorder::EventWriter;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::runtime::{Diagnosis, nominated_node, priority};
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     Code, Nomination, Plugin, PostFilterContext, PostFilterPlugin, Status,
 };
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
+use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
 
 pub const NAME: &str = "DefaultPreemption";
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";

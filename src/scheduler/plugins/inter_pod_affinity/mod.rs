@@ -26,11 +26,11 @@ use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::Label;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
 
 pub const NAME: &str = "InterPodAffinity";
 /// The weight kube-scheduler's default profile gives this plugin's score.

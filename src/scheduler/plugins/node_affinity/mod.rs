@@ -14,12 +14,12 @@ use crate::k8s::node_selector::{NodeSelectorError, RequiredNodeAffinity, Term, T
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::FieldPath;
+use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::FieldPath;
-use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::plugins::helper::default_normalize_score;

@@ -11,13 +11,13 @@ use serde::{Deserialize, Serialize};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::plugins::noderesources::resource_allocation::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, default_resources, pod_request,
 };
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 pub const DEFAULT_WEIGHT: i32 = 1;

@@ -21,11 +21,11 @@ use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
 
 pub const NAME: &str = "NodeResourcesFit";
 pub const DEFAULT_WEIGHT: i32 = 1;

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 
 use super::resource_allocation::{ResourceSpec, default_resources};
 use crate::scheduler::framework::MAX_NODE_SCORE;
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 
 /// The highest score a RequestedToCapacityRatio shape point may give (kube-scheduler's
 /// MaxCustomPriorityScore); shape scores are scaled up to MAX_NODE_SCORE.

@@ -8,8 +8,8 @@ use super::scoring::*;
 use crate::k8s::names::is_extended_resource_name;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::*;
 use crate::scheduler::framework::*;
-use crate::scheduler::profile::validation::*;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 
 /// A pod with one container requesting `cpu` and `memory` ("" requests nothing).

@@ -27,12 +27,13 @@ use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::{self, Label};
+use crate::scheduler::framework::validation::FieldPath;
+use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::FieldPath;
-use crate::scheduler::profile::validation::{FieldErrors, decode_args};
+pub use crate::scheduler::informers::selectors::{DefaultSelectorSource, NoDefaultSelectors};
 
 pub const NAME: &str = "PodTopologySpread";
 /// The plugin's Score weight in kube-scheduler's default profile.
@@ -142,23 +143,6 @@ fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
             ..Default::default()
         })
         .collect()
-}
-
-/// The selector of the workloads a pod belongs to: the Services, ReplicaSets,
-/// ReplicationControllers and StatefulSets that select it, as kube-scheduler's
-/// `helper.DefaultSelector` builds it. Only default constraints use it.
-pub trait DefaultSelectorSource: Send + Sync {
-    /// `None` (or an empty selector) when nothing selects the pod; then no default applies.
-    fn default_selector(&self, pod: &PodInfo) -> Option<Selector>;
-}
-
-/// A source for schedulers that keep no workload caches: default constraints never apply.
-pub struct NoDefaultSelectors;
-
-impl DefaultSelectorSource for NoDefaultSelectors {
-    fn default_selector(&self, _pod: &PodInfo) -> Option<Selector> {
-        None
-    }
 }
 
 /// Builds the plugin from its args (absent means defaults), validated and named under `path`.

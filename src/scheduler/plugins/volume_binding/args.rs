@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath};
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 
 /// How long PreBind waits for the PV controller unless told otherwise (kube-scheduler's 600 s).
 pub const DEFAULT_BIND_TIMEOUT_SECONDS: i64 = 600;
@@ -113,7 +113,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::scheduler::profile::validation::decode_args;
+    use crate::scheduler::framework::validation::decode_args;
 
     fn check(args: serde_json::Value) -> Result<VolumeBindingArgs, Vec<(String, String)>> {
         let path: FieldPath = "pluginConfig[0].args".into();

@@ -10,7 +10,7 @@ use kube::api::{Api, PostParams};
 
 use super::matching::PodVolumes;
 use crate::k8s::volumes::{self, version_of};
-use crate::scheduler::backend::storage::StorageIndex;
+use crate::scheduler::informers::storage::StorageIndex;
 
 /// The text of a failed API call, as the API server words it.
 fn api_message(error: &kube::Error) -> String {

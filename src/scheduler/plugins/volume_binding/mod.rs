@@ -31,16 +31,16 @@ use crate::k8s::volumes::{
     self, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, WAIT_FOR_FIRST_CONSUMER,
 };
 use crate::locks;
-use crate::scheduler::backend::storage::{StorageIndex, Stores};
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreBindPlugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::{FieldErrors, FieldPath, decode_args};
+use crate::scheduler::informers::storage::{StorageIndex, Stores};
 
 pub const NAME: &str = "VolumeBinding";
 /// kube-scheduler's weight for VolumeBinding's score (it is listed without one).

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use crate::api::{EffectivePlugins, SchedulingProfile};
 use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::profile::compile;
-use crate::scheduler::profile::validation::FieldErrors;
 
 /// The QueueSort of the one scheduling queue; every profile must use it.
 pub const QUEUE_SORT: &str = crate::scheduler::plugins::priority_sort::NAME;

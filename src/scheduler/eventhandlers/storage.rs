@@ -16,8 +16,8 @@ use serde::de::DeserializeOwned;
 
 use crate::k8s::volumes::version_of;
 use crate::scheduler::Scheduler;
-use crate::scheduler::backend::storage::{StorageIndex, Stored};
 use crate::scheduler::framework::events::{ActionType, ClusterEvent, StorageObject};
+use crate::scheduler::informers::storage::{StorageIndex, Stored};
 use crate::watch::{self, Index, Readiness};
 
 /// Feeds one kind of storage object into the index and its changes to the queue.

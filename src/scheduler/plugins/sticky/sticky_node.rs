@@ -16,22 +16,22 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::StickyBinding;
 use crate::k8s::volumes;
-use crate::scheduler::backend::storage::StorageIndex;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::FieldPath;
+use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::profile::validation::FieldPath;
-use crate::scheduler::profile::validation::{FieldErrors, decode_args};
-use crate::sticky::bindings::BindingLookup;
+use crate::scheduler::informers::storage::StorageIndex;
+use crate::sticky::bindings::{self, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
 
-use crate::scheduler::plugins::helper::{opted_out, wait_for_owner};
+use crate::scheduler::plugins::sticky::{opted_out, wait_for_owner};
 
 pub const NAME: &str = "StickyNode";
 
@@ -193,7 +193,7 @@ impl Plugin for StickyNode {
         let (for_bindings, for_nodes) = (self.clone(), self.clone());
         Some(vec![
             Registration::new(
-                ClusterEvent::new(EventResource::StickyBinding, ActionType::ALL),
+                ClusterEvent::new(bindings::EVENT_RESOURCE, ActionType::ALL),
                 Arc::new(move |pod, old, new| for_bindings.after_binding_change(pod, old, new)),
             ),
             Registration::new(
@@ -235,7 +235,7 @@ impl StickyNode {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> Hint {
-        let Some(binding) = new.or(old).and_then(EventObject::sticky_binding) else {
+        let Some(binding) = new.or(old).and_then(EventObject::custom::<StickyBinding>) else {
             return Hint::Queue;
         };
         let (namespace, name) = self.binding_of(pod);

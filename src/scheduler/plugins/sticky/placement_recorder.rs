@@ -11,10 +11,11 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::scheduler::framework::validation::FieldErrors;
+use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{CycleState, Plugin, PostBindPlugin};
-use crate::scheduler::plugins::helper::{Readership, expect_no_args};
-use crate::scheduler::profile::validation::FieldErrors;
-use crate::scheduler::profile::validation::FieldPath;
+use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::plugins::sticky::Readership;
 use crate::sticky::history::HistoryWriter;
 
 pub const NAME: &str = "PlacementRecorder";

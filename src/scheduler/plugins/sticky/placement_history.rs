@@ -13,16 +13,16 @@ use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::FieldPath;
+use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::profile::validation::FieldPath;
-use crate::scheduler::profile::validation::{FieldErrors, decode_args};
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::workload::{self, OwnerLookup};
 
-use crate::scheduler::plugins::helper::{opted_out, wait_for_owner};
+use crate::scheduler::plugins::sticky::{opted_out, wait_for_owner};
 
 pub const NAME: &str = "PlacementHistory";
 

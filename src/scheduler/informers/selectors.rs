@@ -17,7 +17,6 @@ use crate::watch::{self, Index, Readiness};
 
 use crate::k8s::labels::Selector;
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::plugins::pod_topology_spread::DefaultSelectorSource;
 
 /// Selectors by namespace, then by `Kind/name`.
 #[derive(Default)]
@@ -199,6 +198,23 @@ pub fn run_watches(
                 &stateful_sets_index,
             ),
         );
+    }
+}
+
+/// The selector of the workloads a pod belongs to: the Services, ReplicaSets,
+/// ReplicationControllers and StatefulSets that select it, as kube-scheduler's
+/// `helper.DefaultSelector` builds it. Only default constraints use it.
+pub trait DefaultSelectorSource: Send + Sync {
+    /// `None` (or an empty selector) when nothing selects the pod; then no default applies.
+    fn default_selector(&self, pod: &PodInfo) -> Option<Selector>;
+}
+
+/// A source for schedulers that keep no workload caches: default constraints never apply.
+pub struct NoDefaultSelectors;
+
+impl DefaultSelectorSource for NoDefaultSelectors {
+    fn default_selector(&self, _pod: &PodInfo) -> Option<Selector> {
+        None
     }
 }
 

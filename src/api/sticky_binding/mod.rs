@@ -1,5 +1,7 @@
 //! StickyBinding: the node a workload is pinned to, and where it has been placed before.
 
+pub mod conditions;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};

@@ -1,7 +1,10 @@
 //! The event handlers that feed the cache and the queue (kube-scheduler's eventhandlers.go):
 //! pods (into the cache when bound, into the queue when pending for a profile tether serves),
 //! nodes and namespaces (into the cache). The scheduler is the [`Index`] of these three watches;
-//! each watch is one task and the only writer of what it feeds.
+//! each watch is one task and the only writer of what it feeds. `storage.rs`: the storage
+//! kinds, into the storage index and the queue as cluster events.
+
+pub mod storage;
 
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;

@@ -1,0 +1,402 @@
+//! The layers of `src/`, enforced: every module belongs to one layer, and a layer uses only the
+//! layers it names below it. docs/ARCHITECTURE.md draws the same table ("Layers").
+//!
+//! The test walks the module tree from `src/lib.rs` as the compiler does (`mod x;` to `x.rs` or
+//! `x/mod.rs`), parses each file with syn, and resolves every `crate::`, `self::` and `super::`
+//! path (in `use` trees and in code) to the module it names. Test code (`#[cfg(test)]` items and
+//! modules) may use anything: fixtures build whole schedulers. A path that runs up, or sideways
+//! into a layer not listed, fails the test with the file, the path and the rule it breaks.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use syn::visit::Visit;
+
+/// One layer: its name, the modules it holds (a module holds its submodules), and the layers it
+/// may use besides itself.
+struct Layer {
+    name: &'static str,
+    modules: &'static [&'static str],
+    uses: &'static [&'static str],
+}
+
+/// The layers, from the bottom up.
+const LAYERS: &[Layer] = &[
+    Layer {
+        name: "base",
+        modules: &["api", "k8s", "locks"],
+        uses: &[],
+    },
+    Layer {
+        name: "runtime",
+        modules: &["watch", "leader", "supervise", "inflight"],
+        uses: &["base"],
+    },
+    Layer {
+        name: "framework",
+        modules: &["scheduler::framework"],
+        uses: &["base"],
+    },
+    Layer {
+        name: "metrics",
+        modules: &["scheduler::metrics"],
+        uses: &["base", "framework"],
+    },
+    Layer {
+        name: "state",
+        modules: &["scheduler::informers", "sticky"],
+        uses: &["base", "runtime", "framework", "metrics"],
+    },
+    Layer {
+        name: "plugins",
+        modules: &["scheduler::plugins"],
+        uses: &["base", "runtime", "framework", "metrics", "state"],
+    },
+    Layer {
+        name: "profile",
+        modules: &["scheduler::profile"],
+        uses: &[
+            "base",
+            "runtime",
+            "framework",
+            "metrics",
+            "state",
+            "plugins",
+        ],
+    },
+    Layer {
+        name: "backend",
+        modules: &["scheduler::backend"],
+        uses: &["base", "runtime", "framework", "metrics"],
+    },
+    Layer {
+        name: "scheduler",
+        modules: &[
+            "scheduler",
+            "scheduler::binding",
+            "scheduler::cycle",
+            "scheduler::eventhandlers",
+            "scheduler::explain",
+            "scheduler::report",
+        ],
+        uses: &[
+            "base",
+            "runtime",
+            "framework",
+            "metrics",
+            "state",
+            "plugins",
+            "profile",
+            "backend",
+        ],
+    },
+    Layer {
+        name: "app",
+        modules: &["controller", "simulate", "endpoints", "cli"],
+        uses: &[
+            "base",
+            "runtime",
+            "framework",
+            "metrics",
+            "state",
+            "plugins",
+            "profile",
+            "backend",
+            "scheduler",
+        ],
+    },
+    Layer {
+        name: "process",
+        modules: &["run"],
+        uses: &[
+            "base",
+            "runtime",
+            "framework",
+            "metrics",
+            "state",
+            "plugins",
+            "profile",
+            "backend",
+            "scheduler",
+            "app",
+        ],
+    },
+];
+
+/// The layer of a module path (`scheduler::framework::events`): the layer holding its longest
+/// prefix.
+fn layer_of(module: &[String]) -> Option<&'static Layer> {
+    let mut best: Option<(usize, &'static Layer)> = None;
+    for layer in LAYERS {
+        for m in layer.modules {
+            let parts: Vec<&str> = m.split("::").collect();
+            let is_prefix = parts.len() <= module.len()
+                && parts.iter().zip(module).all(|(a, b)| *a == b.as_str());
+            if is_prefix && best.is_none_or(|(len, _)| parts.len() > len) {
+                best = Some((parts.len(), layer));
+            }
+        }
+    }
+    best.map(|(_, l)| l)
+}
+
+/// A source file and the module path it defines.
+struct SourceFile {
+    path: PathBuf,
+    module: Vec<String>,
+    ast: syn::File,
+}
+
+fn is_cfg_test(attrs: &[syn::Attribute]) -> bool {
+    attrs.iter().any(|a| {
+        a.path().is_ident("cfg")
+            && a.parse_args::<syn::Meta>()
+                .is_ok_and(|m| m.path().is_ident("test"))
+    })
+}
+
+fn parse(path: &Path) -> syn::File {
+    let text = fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    syn::parse_file(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The non-test modules of the crate, from `lib.rs` down, each with its file.
+fn modules(src: &Path) -> Vec<SourceFile> {
+    let mut out = Vec::new();
+    let mut todo = vec![(src.join("lib.rs"), Vec::<String>::new(), src.to_path_buf())];
+    while let Some((path, module, dir)) = todo.pop() {
+        let ast = parse(&path);
+        for item in &ast.items {
+            let syn::Item::Mod(m) = item else { continue };
+            if m.content.is_some() || is_cfg_test(&m.attrs) {
+                continue;
+            }
+            let name = m.ident.to_string();
+            let flat = dir.join(format!("{name}.rs"));
+            let nested = dir.join(&name).join("mod.rs");
+            let file = if flat.exists() { flat } else { nested };
+            assert!(file.exists(), "{}: mod {name} has no file", path.display());
+            let mut child = module.clone();
+            child.push(name.clone());
+            todo.push((file, child, dir.join(&name)));
+        }
+        out.push(SourceFile { path, module, ast });
+    }
+    out
+}
+
+/// Collects the crate-relative module paths a file's non-test code names.
+struct Paths<'a> {
+    /// The module the visitor is in (a file's, or an inline module's inside it).
+    module: Vec<String>,
+    found: &'a mut Vec<(Vec<String>, String)>,
+}
+
+impl Paths<'_> {
+    /// `segments` resolved against the current module when it starts with `crate`, `self` or
+    /// `super`; other paths (std, external crates, names in scope) are not this test's concern.
+    fn record(&mut self, segments: &[String]) {
+        let Some(first) = segments.first() else {
+            return;
+        };
+        let mut base = match first.as_str() {
+            "crate" => Vec::new(),
+            "self" | "super" => self.module.clone(),
+            _ => return,
+        };
+        let mut rest = &segments[1..];
+        if first == "super" {
+            base.pop();
+        }
+        while let Some(s) = rest.first() {
+            match s.as_str() {
+                "super" => {
+                    base.pop();
+                }
+                "self" => {}
+                _ => break,
+            }
+            rest = &rest[1..];
+        }
+        base.extend(rest.iter().cloned());
+        self.found.push((base, segments.join("::")));
+    }
+
+    fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
+        match tree {
+            syn::UseTree::Path(p) => {
+                prefix.push(p.ident.to_string());
+                self.use_tree(prefix, &p.tree);
+                prefix.pop();
+            }
+            syn::UseTree::Name(n) => {
+                let mut full = prefix.clone();
+                if n.ident != "self" {
+                    full.push(n.ident.to_string());
+                }
+                self.record(&full);
+            }
+            syn::UseTree::Rename(r) => {
+                let mut full = prefix.clone();
+                if r.ident != "self" {
+                    full.push(r.ident.to_string());
+                }
+                self.record(&full);
+            }
+            syn::UseTree::Glob(_) => self.record(prefix),
+            syn::UseTree::Group(g) => {
+                for t in &g.items {
+                    self.use_tree(prefix, t);
+                }
+            }
+        }
+    }
+}
+
+impl<'ast> Visit<'ast> for Paths<'_> {
+    fn visit_item(&mut self, item: &'ast syn::Item) {
+        let attrs = match item {
+            syn::Item::Const(i) => &i.attrs,
+            syn::Item::Enum(i) => &i.attrs,
+            syn::Item::Fn(i) => &i.attrs,
+            syn::Item::Impl(i) => &i.attrs,
+            syn::Item::Macro(i) => &i.attrs,
+            syn::Item::Mod(i) => &i.attrs,
+            syn::Item::Static(i) => &i.attrs,
+            syn::Item::Struct(i) => &i.attrs,
+            syn::Item::Trait(i) => &i.attrs,
+            syn::Item::Type(i) => &i.attrs,
+            syn::Item::Use(i) => &i.attrs,
+            _ => return syn::visit::visit_item(self, item),
+        };
+        if is_cfg_test(attrs) {
+            return;
+        }
+        syn::visit::visit_item(self, item);
+    }
+
+    fn visit_item_mod(&mut self, m: &'ast syn::ItemMod) {
+        if m.content.is_none() {
+            return;
+        }
+        self.module.push(m.ident.to_string());
+        syn::visit::visit_item_mod(self, m);
+        self.module.pop();
+    }
+
+    fn visit_item_use(&mut self, u: &'ast syn::ItemUse) {
+        self.use_tree(&mut Vec::new(), &u.tree);
+    }
+
+    fn visit_path(&mut self, p: &'ast syn::Path) {
+        let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
+        self.record(&segments);
+        syn::visit::visit_path(self, p);
+    }
+}
+
+/// Every arrow that breaks the table, as one line each.
+fn violations(src: &Path) -> Vec<String> {
+    let by_name: BTreeMap<&str, &Layer> = LAYERS.iter().map(|l| (l.name, l)).collect();
+    let mut out = Vec::new();
+    for file in modules(src) {
+        let shown = file
+            .path
+            .strip_prefix(src.parent().unwrap_or(src))
+            .unwrap_or(&file.path);
+        if file.module.is_empty() {
+            continue; // lib.rs declares the modules
+        }
+        let Some(from) = layer_of(&file.module) else {
+            out.push(format!(
+                "{}: module {} belongs to no layer; add it to LAYERS (and to ARCHITECTURE's table)",
+                shown.display(),
+                file.module.join("::")
+            ));
+            continue;
+        };
+        let mut found = Vec::new();
+        Paths {
+            module: file.module.clone(),
+            found: &mut found,
+        }
+        .visit_file(&file.ast);
+        for (target, written) in found {
+            let Some(to) = layer_of(&target) else {
+                continue; // a crate-root item, or a name the crate does not define
+            };
+            if to.name == from.name || from.uses.contains(&to.name) {
+                continue;
+            }
+            let below = by_name[from.name].uses.join(", ");
+            out.push(format!(
+                "{}: `{written}` reaches layer {} from layer {} (which may use only: {})",
+                shown.display(),
+                to.name,
+                from.name,
+                if below.is_empty() { "nothing" } else { &below }
+            ));
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+#[test]
+fn no_arrow_runs_up_a_layer() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let broken = violations(&src);
+    assert!(
+        broken.is_empty(),
+        "{} arrow(s) break the layers:\n{}",
+        broken.len(),
+        broken.join("\n")
+    );
+}
+
+#[test]
+fn the_table_names_only_layers_below() {
+    for (i, layer) in LAYERS.iter().enumerate() {
+        for used in layer.uses {
+            let at = LAYERS.iter().position(|l| l.name == *used);
+            assert!(
+                at.is_some_and(|j| j < i),
+                "layer {} uses {used}, which is not a layer below it",
+                layer.name
+            );
+        }
+    }
+}
+
+#[test]
+fn an_upward_arrow_is_caught() {
+    // The checker itself, on a tree made for it: framework naming a plugin must fail, a plugin
+    // naming the framework must not, and test code may name anything.
+    let dir = std::env::temp_dir().join(format!("tether-layers-{}", std::process::id()));
+    let src = dir.join("src");
+    let write = |rel: &str, text: &str| {
+        let path = src.join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    };
+    write("lib.rs", "pub mod scheduler;\n");
+    write("scheduler/mod.rs", "pub mod framework;\npub mod plugins;\n");
+    write(
+        "scheduler/framework/mod.rs",
+        "use super::plugins::Fit;\n#[cfg(test)]\nmod tests { use crate::scheduler::plugins::Fit; }\n",
+    );
+    write(
+        "scheduler/plugins/mod.rs",
+        "use crate::scheduler::framework::Status;\npub struct Fit;\n",
+    );
+    let broken = violations(&src);
+    fs::remove_dir_all(&dir).ok();
+    assert_eq!(broken.len(), 1, "{broken:?}");
+    assert!(
+        broken[0].contains("scheduler/framework/mod.rs: `super::plugins::Fit` reaches layer plugins from layer framework"),
+        "{}",
+        broken[0]
+    );
+}
