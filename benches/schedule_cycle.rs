@@ -11,11 +11,11 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
-use tether::scheduler::framework::runtime::{ScheduleResult, schedule_pod};
 use tether::scheduler::framework::snapshot::Snapshot;
 use tether::scheduler::framework::{CycleState, NoNominations, Nomination};
 use tether::scheduler::plugins::registry::Handle;
 use tether::scheduler::profile::default_profile;
+use tether::scheduler::schedule_one::{ScheduleResult, schedule_pod};
 
 const NODES: usize = 5000;
 const PODS_PER_NODE: usize = 10;

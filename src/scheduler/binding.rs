@@ -1,18 +1,19 @@
 //! The binding cycle (kube-scheduler's bindingCycle): runs concurrently with the next
 //! scheduling cycle. Waits for Permit, runs PreBind, Bind and PostBind (the runners are the
-//! framework's). On failure the pod is unreserved, forgotten by the cache and retried after
-//! backoff.
+//! compiled profile's). On failure the pod is unreserved and forgotten by the cache, and the
+//! one failure handler (`failure.rs`) reports and requeues it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::scheduler::cycle::Assumed;
-use crate::scheduler::{BindSlot, Scheduler};
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::scheduler::cycle::Assumed;
+use crate::scheduler::failure::Failure;
 use crate::scheduler::framework::Status;
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
-use crate::scheduler::framework::runtime;
+use crate::scheduler::framework::runtime::PermitWait;
+use crate::scheduler::{BindSlot, Scheduler};
 
 /// Binds one assumed pod. `slot`, its place among the binding cycles binding now (taken when
 /// its scheduling cycle ended), is given back for PreBind and taken again for the bind, until
@@ -36,8 +37,11 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     // is an error.
     let mut permit_rejected = false;
     let status = async {
-        if let Some((rx, timeout)) = permit {
-            let verdict = sched.waiting_pods.wait(pod_info.uid(), rx, timeout).await;
+        if let Some(PermitWait { verdict, timeout }) = permit {
+            let verdict = sched
+                .waiting_pods
+                .wait(pod_info.uid(), verdict, timeout)
+                .await;
             if !verdict.is_success() {
                 permit_rejected = verdict.is_rejected();
                 return verdict;
@@ -57,7 +61,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
             );
         };
         let began = Instant::now();
-        let status = runtime::run_pre_bind(&profile, &state, &pod, &node).await;
+        let status = profile.run_pre_bind(&state, &pod, &node).await;
         timed("PreBind", &status, began);
         if !status.is_success() {
             return status;
@@ -70,7 +74,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         }
         slot = Some(BindSlot::take(&sched));
         let began = Instant::now();
-        let status = runtime::run_bind(&profile, &state, &pod, &node).await;
+        let status = profile.run_bind(&state, &pod, &node).await;
         timed("Bind", &status, began);
         status
     }
@@ -91,7 +95,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         // Queued, as kube-scheduler records it before PostBind; written off this cycle.
         sched.reports.scheduled(&pod, &node, &choice);
         let began = Instant::now();
-        runtime::run_post_bind(&profile, &state, &pod, &node).await;
+        profile.run_post_bind(&state, &pod, &node).await;
         sched.metrics.extension_point(
             "PostBind",
             crate::scheduler::framework::Code::Success,
@@ -108,7 +112,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         started.elapsed(),
         status.is_rejected(),
     );
-    runtime::run_unreserve(&profile, &state, &pod_info, &node);
+    profile.run_unreserve(&state, &pod_info, &node);
     sched.metrics.plugin_runs(&state.take_plugin_runs());
     if let Some(other) = &status.bound_elsewhere {
         // Bound, just not by this cycle (an earlier tether's bind that landed late): the cache
@@ -127,28 +131,15 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         return;
     }
     sched.lock_cache().forget_pod(pod_info.uid());
-    let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
-    let (reason, message) = if status.is_rejected() {
-        ("Unschedulable", status.message())
+    let message = if status.is_rejected() {
+        status.message()
     } else {
-        (
-            "SchedulerError",
-            format!("Binding rejected: {}", status.message()),
-        )
+        format!("Binding rejected: {}", status.message())
     };
-    let cleared = crate::scheduler::cycle::clear_nomination(&sched, &pod_info);
-    sched
-        .reports
-        .failed_nominating(&pod, reason, &message, cleared)
-        .await;
-    let plugins: Vec<&'static str> = status
-        .plugin
-        .filter(|_| permit_rejected)
-        .into_iter()
-        .collect();
-    sched
-        .queue
-        .add_unschedulable(&plugins, pod_info.uid(), backoff, status.retry_after);
+    // Only a Permit plugin's rejection names its plugin for the queue: PreBind and Bind
+    // register no events.
+    let failure = Failure::after_status(&status, permit_rejected, message);
+    sched.handle_failure(&queued, &profile, failure).await;
     // The pod held resources in the cache: pods waiting for them may fit now.
     sched.queue.on_event(
         ASSIGNED_POD_DELETE,

@@ -1,6 +1,7 @@
-//! One scheduling cycle (kube-scheduler's scheduleOne): take a pod from the queue, find its node
-//! with its profile, assume it there, run Reserve and Permit, and hand it to the binding cycle
-//! (`binding.rs`). Serial; the only parallel work is Filter and Score over the nodes.
+//! One scheduling cycle (kube-scheduler's schedulingCycle): take a pod from the queue, find its
+//! node with its profile (`schedule_one.rs`), assume it there, run Reserve and Permit, and hand
+//! it to the binding cycle (`binding.rs`). Every way it fails goes through one handler
+//! (`failure.rs`). Serial; the only parallel work is Filter and Score over the nodes.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -9,11 +10,12 @@ use rand::Rng;
 
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
+use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::runtime::{self, Choice, ScheduleResult};
-use crate::scheduler::framework::{
-    Code, CycleState, NominatedPods, Nomination, QueuedPodInfo, Status,
-};
+use crate::scheduler::framework::runtime::PermitWait;
+use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
+use crate::scheduler::report::FailureReason;
+use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
 /// `scheduler_plugin_execution_duration_seconds` (its pluginMetricsSamplePercent).
@@ -26,7 +28,7 @@ pub struct Assumed {
     pub state: CycleState,
     pub node: String,
     /// Set when a Permit plugin answered Wait: the verdict and how long to wait for it.
-    pub permit: Option<runtime::PermitWait>,
+    pub permit: Option<PermitWait>,
     /// When the scheduling cycle began (kube-scheduler's attempt duration counts from it).
     pub started: Instant,
     /// How the node won, for the `Scheduled` event.
@@ -45,6 +47,13 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         return;
     };
     let start = Instant::now();
+    let fail = |result: &'static str, failure: Failure| {
+        sched
+            .metrics
+            .attempt(result, &profile.scheduler_name, start.elapsed());
+        let report = sched.handle_failure(&queued, &profile, failure);
+        sched.spawn_report(report);
+    };
     let snapshot = sched.lock_cache().snapshot();
     let mut state = CycleState::new();
     if rand::rng().random_range(0..100) < PLUGIN_METRICS_SAMPLE_PERCENT {
@@ -52,24 +61,22 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     }
     if let Some(err) = &pod.parse_error {
         let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
-        let message = format!(
-            "0/{} nodes are available: {}.",
-            snapshot.len(),
-            status.message()
+        return fail(
+            "unschedulable",
+            Failure {
+                reason: FailureReason::Unschedulable,
+                message: format!(
+                    "0/{} nodes are available: {}.",
+                    snapshot.len(),
+                    status.message()
+                ),
+                rejected_by: Vec::new(),
+                retry_after: status.retry_after,
+                nomination: NominationOutcome::Untouched,
+            },
         );
-        sched
-            .metrics
-            .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
-        sched.report_failure(&queued, "Unschedulable", message);
-        sched.queue.add_unschedulable(
-            &[],
-            pod.uid(),
-            (profile.pod_initial_backoff, profile.pod_max_backoff),
-            status.retry_after,
-        );
-        return;
     }
-    let result = runtime::schedule_pod(
+    let result = schedule_one::schedule_pod(
         &profile,
         &mut state,
         &pod,
@@ -83,8 +90,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             .extension_point(point, code, &profile.scheduler_name, took);
     }
     sched.metrics.plugin_runs(&state.take_plugin_runs());
-    let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
-    match result {
+    let (node, choice) = match result {
         ScheduleResult::Scheduled {
             node,
             evaluated,
@@ -92,130 +98,72 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             choice,
         } => {
             tracing::debug!(pod = %key, profile = %profile.source, node = %node, evaluated, feasible, "picked a node");
-            sched.lock_cache().assume_pod(&pod, &node);
-            sched.nominator.forget(pod.uid());
-            let began = Instant::now();
-            let status = runtime::run_reserve(&profile, &mut state, &pod, &node);
-            sched.metrics.extension_point(
-                "Reserve",
-                status.code,
-                &profile.scheduler_name,
-                began.elapsed(),
-            );
-            if !status.is_success() {
-                sched.metrics.plugin_runs(&state.take_plugin_runs());
-                sched.lock_cache().forget_pod(pod.uid());
-                sched
-                    .metrics
-                    .attempt("error", &profile.scheduler_name, start.elapsed());
-                fail(sched, queued, &profile, status);
-                return;
-            }
-            let began = Instant::now();
-            let permitted = runtime::run_permit(&profile, &state, &pod, &node, &sched.waiting_pods);
-            let code = match &permitted {
-                Ok(Some(_)) => Code::Wait,
-                Ok(None) => Code::Success,
-                Err(status) => status.code,
-            };
-            sched
-                .metrics
-                .extension_point("Permit", code, &profile.scheduler_name, began.elapsed());
-            let permit = match permitted {
-                Ok(permit) => permit,
-                Err(status) => {
-                    runtime::run_unreserve(&profile, &state, &pod, &node);
-                    sched.metrics.plugin_runs(&state.take_plugin_runs());
-                    sched.lock_cache().forget_pod(pod.uid());
-                    sched.metrics.attempt(
-                        "unschedulable",
-                        &profile.scheduler_name,
-                        start.elapsed(),
-                    );
-                    fail(sched, queued, &profile, status);
-                    return;
-                }
-            };
-            sched.metrics.plugin_runs(&state.take_plugin_runs());
-            sched
-                .metrics
-                .attempt("scheduled", &profile.scheduler_name, start.elapsed());
-            sched.queue.done(pod.uid());
-            sched.spawn_binding(Assumed {
-                queued,
-                profile,
-                state,
-                node,
-                permit,
-                started: start,
-                choice,
-            });
+            (node, choice)
         }
         ScheduleResult::Unschedulable(diagnosis) => {
-            let message = diagnosis.message();
-            tracing::info!(pod = %key, profile = %profile.source, reason = %message, "pod is unschedulable");
-            sched
-                .metrics
-                .attempt("unschedulable", &profile.scheduler_name, start.elapsed());
-            let nominated = match diagnosis.nomination.clone() {
-                // Written again with each failure, so a nomination whose first write was
-                // dropped for a newer failure of the pod still reaches the API.
-                None | Some(Nomination::Keep) => sched.nominator.node_of(pod.uid()).map(Some),
-                Some(Nomination::Clear) => {
-                    sched.nominator.forget(pod.uid());
-                    Some(None)
-                }
-                Some(Nomination::Node(node)) => {
-                    tracing::info!(pod = %key, node = %node, "nominated after preemption");
-                    sched.nominator.nominate(pod.clone(), &node);
-                    Some(Some(node))
-                }
-            };
-            sched.report_failure_nominating(&queued, "Unschedulable", message, nominated);
-            sched.queue.add_unschedulable(
-                &diagnosis.unschedulable_plugins,
-                pod.uid(),
-                backoff,
-                diagnosis.retry_after(),
-            );
+            let failure = Failure::unschedulable(diagnosis);
+            tracing::info!(pod = %key, profile = %profile.source, reason = %failure.message, "pod is unschedulable");
+            return fail("unschedulable", failure);
         }
         ScheduleResult::Error(status) => {
             tracing::warn!(pod = %key, profile = %profile.source, error = %status, "scheduling error");
-            sched
-                .metrics
-                .attempt("error", &profile.scheduler_name, start.elapsed());
-            let cleared = clear_nomination(sched, &pod);
-            sched.report_failure_nominating(&queued, "SchedulerError", status.message(), cleared);
-            sched.queue.requeue_with_backoff(pod.uid(), backoff);
+            let failure = Failure::after_status(&status, false, status.message());
+            return fail("error", failure);
         }
-    }
-}
+    };
 
-/// Ends the pod's nomination, if it had one (here or in the API), as upstream does when an
-/// attempt fails other than by PostFilter's say: what to write of it.
-pub fn clear_nomination(
-    sched: &Scheduler,
-    pod: &crate::scheduler::framework::pod_info::PodInfo,
-) -> Option<Option<String>> {
-    let had = sched.nominator.forget(pod.uid());
-    if let Some(gone) = &had {
-        sched.room_given_up(gone);
+    sched.lock_cache().assume_pod(&pod, &node);
+    sched.nominator.forget(pod.uid());
+    let began = Instant::now();
+    let status = profile.run_reserve(&mut state, &pod, &node);
+    sched.metrics.extension_point(
+        "Reserve",
+        status.code,
+        &profile.scheduler_name,
+        began.elapsed(),
+    );
+    if !status.is_success() {
+        sched.metrics.plugin_runs(&state.take_plugin_runs());
+        sched.lock_cache().forget_pod(pod.uid());
+        return fail(
+            "error",
+            Failure::after_status(&status, true, status.message()),
+        );
     }
-    (had.is_some() || runtime::nominated_node(&pod.pod).is_some()).then_some(None)
-}
-
-/// The pod could not be placed after all (Reserve or Permit): report and requeue it.
-fn fail(sched: &Scheduler, queued: QueuedPodInfo, profile: &CompiledProfile, status: Status) {
-    let backoff = (profile.pod_initial_backoff, profile.pod_max_backoff);
-    let cleared = clear_nomination(sched, &queued.pod);
-    if status.is_rejected() {
-        sched.report_failure_nominating(&queued, "Unschedulable", status.message(), cleared);
-        let plugins: Vec<&'static str> = status.plugin.into_iter().collect();
-        sched
-            .queue
-            .add_unschedulable(&plugins, queued.pod.uid(), backoff, status.retry_after);
-    } else {
-        sched.report_failure_nominating(&queued, "SchedulerError", status.message(), cleared);
-        sched.queue.requeue_with_backoff(queued.pod.uid(), backoff);
-    }
+    let began = Instant::now();
+    let permitted = profile.run_permit(&state, &pod, &node, &sched.waiting_pods);
+    let code = match &permitted {
+        Ok(Some(_)) => Code::Wait,
+        Ok(None) => Code::Success,
+        Err(status) => status.code,
+    };
+    sched
+        .metrics
+        .extension_point("Permit", code, &profile.scheduler_name, began.elapsed());
+    let permit = match permitted {
+        Ok(permit) => permit,
+        Err(status) => {
+            profile.run_unreserve(&state, &pod, &node);
+            sched.metrics.plugin_runs(&state.take_plugin_runs());
+            sched.lock_cache().forget_pod(pod.uid());
+            return fail(
+                "unschedulable",
+                Failure::after_status(&status, true, status.message()),
+            );
+        }
+    };
+    sched.metrics.plugin_runs(&state.take_plugin_runs());
+    sched
+        .metrics
+        .attempt("scheduled", &profile.scheduler_name, start.elapsed());
+    sched.queue.done(pod.uid());
+    sched.spawn_binding(Assumed {
+        queued,
+        profile,
+        state,
+        node,
+        permit,
+        started: start,
+        choice,
+    });
 }

@@ -13,12 +13,14 @@ pub mod binding;
 pub mod cycle;
 pub mod eventhandlers;
 pub mod explain;
+pub mod failure;
 pub mod framework;
 pub mod informers;
 pub mod metrics;
 pub mod plugins;
 pub mod profile;
 pub mod report;
+pub mod schedule_one;
 
 /// A place among the [`MAX_BINDS_IN_FLIGHT`] binding cycles that bind now, held from the
 /// scheduling cycle's end until the bind is answered (PostBind and its history writes run
@@ -58,7 +60,7 @@ use self::backend::cache::Cache;
 use self::backend::nominator::Nominator;
 use self::backend::queue::SchedulingQueue;
 use self::cycle::Assumed;
-use self::framework::QueuedPodInfo;
+
 use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
@@ -303,23 +305,12 @@ impl Scheduler {
         self.binding_cycles.wait(grace).await
     }
 
-    /// Reports a failed attempt (event and condition) off the scheduling thread.
-    pub fn report_failure(&self, queued: &QueuedPodInfo, reason: &'static str, message: String) {
-        self.report_failure_nominating(queued, reason, message, None);
-    }
-
-    /// As [`Scheduler::report_failure`], setting or clearing the pod's nominated node too.
-    pub fn report_failure_nominating(
+    /// Writes a failure report (see [`Scheduler::handle_failure`]) off the scheduling thread.
+    pub(crate) fn spawn_report(
         &self,
-        queued: &QueuedPodInfo,
-        reason: &'static str,
-        message: String,
-        nominated: Option<Option<String>>,
+        report: impl std::future::Future<Output = ()> + Send + 'static,
     ) {
-        let reports = self.reports.clone();
-        let pod = queued.pod.pod.clone();
-        self.runtime
-            .spawn(reports.failed_nominating(&pod, reason, &message, nominated));
+        self.runtime.spawn(report);
     }
 
     /// The scheduling loop: pops pods and schedules them one at a time until the queue closes.

@@ -15,7 +15,7 @@ use prometheus_client::metrics::counter::Counter;
 
 use crate::k8s::recorder::{EventType, EventWriter};
 use crate::locks;
-use crate::scheduler::framework::runtime::Choice;
+use crate::scheduler::schedule_one::Choice;
 
 /// How many `Scheduled` events may wait to be written; past that, new ones are dropped.
 pub const QUEUED_EVENTS: usize = 1000;
@@ -57,6 +57,37 @@ pub fn scheduled_note(pod: &str, node: &str, choice: &Choice) -> String {
     } else {
         note
     }
+}
+
+/// The reason a failed attempt is reported with, in the `FailedScheduling` event's and the
+/// `PodScheduled=False` condition's words, as kube-scheduler's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailureReason {
+    /// Plugins rejected the pod.
+    Unschedulable,
+    /// Something failed while scheduling or binding the pod.
+    SchedulerError,
+}
+
+impl FailureReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureReason::Unschedulable => "Unschedulable",
+            FailureReason::SchedulerError => "SchedulerError",
+        }
+    }
+}
+
+/// What a failure report writes of the pod's `status.nominatedNodeName` (only a change is
+/// written).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NominatedNode {
+    /// Left as it is.
+    Unchanged,
+    /// Set to this node (preemption nominated the pod, or keeps its nomination).
+    Set(String),
+    /// Cleared: the nomination ended.
+    Clear,
 }
 
 /// Publishes scheduling events and conditions.
@@ -108,26 +139,17 @@ impl Reports {
         self
     }
 
-    /// Reports a failed attempt of `pod`: its place in the order is taken now (call this in
-    /// the order of the attempts); the writes happen when the returned future runs.
+    /// Reports a failed attempt of `pod` (the event `FailedScheduling` and the condition
+    /// `PodScheduled=False`, and what becomes of its `status.nominatedNodeName` in the same
+    /// write): its place in the order is taken now (call this in the order of the attempts);
+    /// the writes happen when the returned future runs.
     pub fn failed(
         &self,
         pod: &Pod,
-        reason: &str,
+        reason: FailureReason,
         message: &str,
-    ) -> impl Future<Output = ()> + Send + 'static {
-        self.failed_nominating(pod, reason, message, None)
-    }
-
-    /// As [`Reports::failed`], also setting (`Some(Some(node))`) or clearing (`Some(None)`)
-    /// the pod's `status.nominatedNodeName` in the same write, as PostFilter decided.
-    pub fn failed_nominating(
-        &self,
-        pod: &Pod,
-        reason: &str,
-        message: &str,
-        nominated: Option<Option<String>>,
-    ) -> impl Future<Output = ()> + Send + 'static {
+        nominated: NominatedNode,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let (seq, lock) = {
             let mut order = locks::lock(&self.order);
@@ -135,12 +157,7 @@ impl Reports {
             entry.0 += 1;
             (entry.0, entry.1.clone())
         };
-        let (this, pod, reason, message) = (
-            self.clone(),
-            pod.clone(),
-            reason.to_string(),
-            message.to_string(),
-        );
+        let (this, pod, message) = (self.clone(), pod.clone(), message.to_string());
         async move {
             let _writing = lock.lock().await;
             let newest =
@@ -148,7 +165,7 @@ impl Reports {
             if !newest(&locks::lock(&this.order)) {
                 return;
             }
-            this.write_failure(&pod, &reason, &message, nominated).await;
+            this.write_failure(&pod, reason, &message, nominated).await;
             let mut order = locks::lock(&this.order);
             if newest(&order) {
                 order.remove(&uid);
@@ -217,10 +234,11 @@ impl Reports {
     async fn write_failure(
         &self,
         pod: &Pod,
-        reason: &str,
+        reason: FailureReason,
         message: &str,
-        nominated: Option<Option<String>>,
+        nominated: NominatedNode,
     ) {
+        let reason = reason.as_str();
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let note = truncate(message, 1000);
@@ -252,8 +270,15 @@ impl Reports {
         let current = pod
             .status
             .as_ref()
-            .and_then(|s| s.nominated_node_name.clone());
-        let nominated = nominated.filter(|n| *n != current);
+            .and_then(|s| s.nominated_node_name.as_deref());
+        // What to write of the nominated node: only a change (`null` clears it).
+        let nominated = match nominated {
+            NominatedNode::Unchanged => None,
+            NominatedNode::Set(node) => {
+                (current != Some(node.as_str())).then(|| serde_json::json!(node))
+            }
+            NominatedNode::Clear => current.is_some().then_some(serde_json::Value::Null),
+        };
         if already && nominated.is_none() {
             return;
         }
@@ -270,7 +295,7 @@ impl Reports {
             }]}
         });
         if let Some(node) = nominated {
-            patch["status"]["nominatedNodeName"] = serde_json::json!(node);
+            patch["status"]["nominatedNodeName"] = node;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         if let Err(e) = api
@@ -315,8 +340,18 @@ mod tests {
         });
         let reports = Reports::new(client, None);
         let pod = PodBuilder::new("p").build();
-        let first = reports.failed(&pod, "Unschedulable", "0/30 nodes are available");
-        let second = reports.failed(&pod, "Unschedulable", "0/29 nodes are available");
+        let first = reports.failed(
+            &pod,
+            FailureReason::Unschedulable,
+            "0/30 nodes are available",
+            NominatedNode::Unchanged,
+        );
+        let second = reports.failed(
+            &pod,
+            FailureReason::Unschedulable,
+            "0/29 nodes are available",
+            NominatedNode::Unchanged,
+        );
         second.await;
         first.await;
         let sent = sent.lock().expect("log").clone();

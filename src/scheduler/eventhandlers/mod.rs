@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
 use kube::api::Api;
 
 use crate::k8s::pods;
-use crate::scheduler::framework::runtime;
+
 use crate::watch::{self, Index, Readiness};
 
 use crate::scheduler::Scheduler;
@@ -94,7 +94,7 @@ impl Scheduler {
         if let Some(gone) = self.nominator.observe(&info) {
             self.room_given_up(&gone);
         }
-        let gate = runtime::run_pre_enqueue(&profile, &info);
+        let gate = profile.run_pre_enqueue(&info);
         self.queue.add(info, gate);
     }
 

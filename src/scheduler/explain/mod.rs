@@ -20,9 +20,12 @@ pub use self::types::{Blocker, Explanation, FilterVerdict, NodeFilters, NodeScor
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::runtime::{self, Diagnosis, PluginScores};
+use crate::scheduler::framework::runtime::{
+    self, Diagnosis, PluginScores, PreFilterFailure, PreFiltered,
+};
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{CycleState, NominatedPods, Status};
+use crate::scheduler::schedule_one;
 
 /// Explains `pod`, pending or bound: a bound pod is explained as the pending pod it was, on a
 /// snapshot whose node no longer counts it (its own requests must not count against it).
@@ -99,18 +102,20 @@ pub fn explain(
         return out;
     }
     let mut state = CycleState::new();
-    let (narrowed, narrowing) =
-        match runtime::pre_filter(profile, &mut state, pod, snapshot, &mut diagnosis) {
-            Ok(done) => done,
-            Err(error) => {
-                if let Some(error) = error {
-                    out.error = Some(error.message());
-                }
-                out.pre_filter = diagnosis.pre_filter_status.as_ref().map(verdict);
-                out.message = Some(diagnosis.message());
-                return out;
+    let PreFiltered {
+        result: narrowed,
+        narrowed_by: narrowing,
+    } = match profile.run_pre_filter(&mut state, pod, snapshot, &mut diagnosis) {
+        Ok(done) => done,
+        Err(failure) => {
+            if let PreFilterFailure::Error(error) = failure {
+                out.error = Some(error.message());
             }
-        };
+            out.pre_filter = diagnosis.pre_filter_status.as_ref().map(verdict);
+            out.message = Some(diagnosis.message());
+            return out;
+        }
+    };
     if let Some(names) = &narrowed.node_names {
         diagnosis.absent_nodes_status = Some(runtime::left_out_status(&narrowing));
         out.narrowed_to = Some(names.iter().cloned().collect());
@@ -134,7 +139,7 @@ pub fn explain(
             });
             continue;
         }
-        let counted = runtime::run_filters_with_nominated(profile, &state, pod, node, nominated);
+        let counted = profile.run_filters_with_nominated(&state, pod, node, nominated);
         // As the cycle's first pass: with the pods nominated here that come first.
         let with = runtime::with_nominated(pod, node, nominated);
         let verdicts = every_filter(profile, &state, pod, node, with.as_ref(), counted.plugin);
@@ -173,7 +178,7 @@ pub fn explain(
 
     // PreScore, Score, weights.
     let mut detail: Vec<PluginScores> = Vec::new();
-    match runtime::prioritize(
+    match schedule_one::prioritize(
         profile,
         &mut state,
         pod,

@@ -13,7 +13,7 @@ use k8s_openapi::jiff::Timestamp;
 use crate::k8s::labels::Selector;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::framework::runtime::{self, priority};
+use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{PostFilterContext, Status};
 
 pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
@@ -116,25 +116,20 @@ impl DryRun<'_> {
     fn fits(&self, node: &NodeInfo) -> Status {
         let ctx = self.ctx;
         if !self.fresh_pre_filter {
-            return runtime::run_filters_with_nominated(
-                ctx.profile,
-                ctx.state,
-                ctx.pod,
-                node,
-                ctx.nominated,
-            );
+            return ctx
+                .profile
+                .run_filters_with_nominated(ctx.state, ctx.pod, node, ctx.nominated);
         }
         let snapshot = ctx.snapshot.with_node(node.clone());
         let mut state = ctx.state.clone();
-        match runtime::rerun_pod_reading_pre_filters(ctx.profile, &mut state, ctx.pod, &snapshot) {
+        match ctx
+            .profile
+            .rerun_pod_reading_pre_filters(&mut state, ctx.pod, &snapshot)
+        {
             Err(status) => status,
-            Ok(()) => runtime::run_filters_with_nominated(
-                ctx.profile,
-                &state,
-                ctx.pod,
-                node,
-                ctx.nominated,
-            ),
+            Ok(()) => ctx
+                .profile
+                .run_filters_with_nominated(&state, ctx.pod, node, ctx.nominated),
         }
     }
 

@@ -11,10 +11,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use super::*;
 use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::NoNominations;
-use crate::scheduler::framework::runtime::{ScheduleResult, schedule_pod};
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::profile::default_profile;
+use crate::scheduler::schedule_one::{ScheduleResult, schedule_pod};
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 use crate::watch::Index;
 
@@ -93,7 +93,8 @@ fn victims_are_the_fewest_and_least_important_that_make_room() {
     );
     let pod = PodBuilder::new("vip").req_cpu("2").priority(1000).info();
     let mut state = CycleState::new();
-    crate::scheduler::framework::runtime::run_pre_filter(&profile, &mut state, &pod, &snap)
+    profile
+        .run_pre_filter_alone(&mut state, &pod, &snap)
         .expect("prefilter");
     let diagnosis = Diagnosis::default();
     let ctx = PostFilterContext {

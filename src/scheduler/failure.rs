@@ -1,0 +1,131 @@
+//! The one failure path (kube-scheduler's handleSchedulingFailure): every attempt that ends
+//! without a bind (the pod fits nowhere, a plugin errs, Reserve or Permit rejects it, PreBind or
+//! Bind fails) ends here. The attempt says what failed as a [`Failure`]; the handler decides the
+//! pod's nomination, reports the failure (event `FailedScheduling`, condition
+//! `PodScheduled=False`, the nominated node) and sends the pod back to the queue. What the
+//! attempt holds (the assumed pod in the cache, Reserve's claims) is released by the cycle
+//! that took it, before it calls the handler.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::scheduler::Scheduler;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::runtime::{Diagnosis, nominated_node};
+use crate::scheduler::framework::{NominatedPods, Nomination, QueuedPodInfo, Status};
+use crate::scheduler::report::{FailureReason, NominatedNode};
+
+/// How an attempt failed.
+#[derive(Debug)]
+pub struct Failure {
+    pub reason: FailureReason,
+    pub message: String,
+    /// The plugins that rejected the pod: an event one of them registered may requeue it. None
+    /// for an error: the pod waits out its backoff.
+    pub rejected_by: Vec<&'static str>,
+    /// The earliest a rejecting plugin asked to be asked again.
+    pub retry_after: Option<Duration>,
+    pub nomination: NominationOutcome,
+}
+
+/// What a failed attempt does to the pod's nomination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NominationOutcome {
+    /// Nothing: the attempt never reached the search (a pod whose spec cannot be read).
+    Untouched,
+    /// What PostFilter decided; `None` (it did not run) or `Keep` keep a nomination, written
+    /// again with each failure, so one whose first write was dropped for a newer failure of the
+    /// pod still reaches the API.
+    PostFilter(Option<Nomination>),
+    /// The attempt failed other than by PostFilter's say: the nomination ends, here and in the
+    /// API, as upstream clears it.
+    Ended,
+}
+
+impl Failure {
+    /// The pod fits on no node: the diagnosis counts why, PostFilter decided its nomination.
+    pub fn unschedulable(diagnosis: Diagnosis) -> Self {
+        Failure {
+            reason: FailureReason::Unschedulable,
+            message: diagnosis.message(),
+            retry_after: diagnosis.retry_after(),
+            rejected_by: diagnosis.unschedulable_plugins,
+            nomination: NominationOutcome::PostFilter(diagnosis.nomination),
+        }
+    }
+
+    /// A plugin's status ended the attempt after the search (Reserve, Permit, PreBind, Bind)
+    /// or during it (an error): a rejection is `Unschedulable` and names its plugin when
+    /// `plugin_requeues` (the plugin registered the events that can help), anything else is a
+    /// `SchedulerError` with `message`. The nomination ends.
+    pub fn after_status(status: &Status, plugin_requeues: bool, message: String) -> Self {
+        let rejected = status.is_rejected();
+        Failure {
+            reason: if rejected {
+                FailureReason::Unschedulable
+            } else {
+                FailureReason::SchedulerError
+            },
+            message,
+            rejected_by: status
+                .plugin
+                .filter(|_| rejected && plugin_requeues)
+                .into_iter()
+                .collect(),
+            retry_after: status.retry_after,
+            nomination: NominationOutcome::Ended,
+        }
+    }
+}
+
+impl Scheduler {
+    /// Handles a failed attempt of `queued` under `profile`: the nomination as `failure` says,
+    /// the report's place in the pod's order taken now, the pod back in the queue (its plugins'
+    /// events requeue it, or its backoff). Returns the report's writes: the scheduling thread
+    /// spawns them, a binding cycle awaits them.
+    pub(crate) fn handle_failure(
+        &self,
+        queued: &QueuedPodInfo,
+        profile: &CompiledProfile,
+        failure: Failure,
+    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let pod = &queued.pod;
+        let nominated = match failure.nomination {
+            NominationOutcome::Untouched => NominatedNode::Unchanged,
+            NominationOutcome::PostFilter(None | Some(Nomination::Keep)) => self
+                .nominator
+                .node_of(pod.uid())
+                .map_or(NominatedNode::Unchanged, NominatedNode::Set),
+            NominationOutcome::PostFilter(Some(Nomination::Clear)) => {
+                self.nominator.forget(pod.uid());
+                NominatedNode::Clear
+            }
+            NominationOutcome::PostFilter(Some(Nomination::Node(node))) => {
+                tracing::info!(pod = %pod.key(), node = %node, "nominated after preemption");
+                self.nominator.nominate(pod.clone(), &node);
+                NominatedNode::Set(node)
+            }
+            NominationOutcome::Ended => {
+                let had = self.nominator.forget(pod.uid());
+                if let Some(gone) = &had {
+                    self.room_given_up(gone);
+                }
+                if had.is_some() || nominated_node(&pod.pod).is_some() {
+                    NominatedNode::Clear
+                } else {
+                    NominatedNode::Unchanged
+                }
+            }
+        };
+        let report = self
+            .reports
+            .failed(&pod.pod, failure.reason, &failure.message, nominated);
+        self.queue.add_unschedulable(
+            &failure.rejected_by,
+            pod.uid(),
+            (profile.pod_initial_backoff, profile.pod_max_backoff),
+            failure.retry_after,
+        );
+        report
+    }
+}
