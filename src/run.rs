@@ -137,7 +137,11 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let mut tasks = vec![
         tokio::spawn(fatal.forever(
             "the pod, node and namespace watches",
-            eventhandlers::run_watches(sched.clone(), client.clone(), &readiness),
+            eventhandlers::run_watches(
+                eventhandlers::EventHandlers::new(sched.clone()),
+                client.clone(),
+                &readiness,
+            ),
         )),
         tokio::spawn(fatal.forever(
             "the PodDisruptionBudget watch",

@@ -92,9 +92,6 @@ pub struct Scheduler {
     pub reports: Reports,
     /// Where the next Filter search starts, rotating over the nodes.
     pub start_index: AtomicUsize,
-    /// Pending pods whose schedulerName no profile serves, by schedulerName then key: left
-    /// alone, and queued as soon as a profile for them appears.
-    unserved: Mutex<HashMap<String, HashMap<String, Arc<Pod>>>>,
     /// Whether every watch is current: scheduling waits while one fails or re-lists.
     pub readiness: Arc<Readiness>,
     runtime: tokio::runtime::Handle,
@@ -153,7 +150,6 @@ impl Scheduler {
             metrics,
             reports,
             start_index: AtomicUsize::new(0),
-            unserved: Mutex::new(HashMap::new()),
             readiness,
             runtime,
             fatal,
@@ -202,58 +198,25 @@ impl Scheduler {
         self.lock_cache().node(name)
     }
 
-    fn lock_unserved(&self) -> MutexGuard<'_, HashMap<String, HashMap<String, Arc<Pod>>>> {
-        locks::lock(&self.unserved)
-    }
-
-    /// Records a pending pod no profile serves, or forgets it (`pod` None) once it is served,
-    /// bound or deleted.
-    pub fn set_unserved(&self, scheduler_name: &str, key: &str, pod: Option<Arc<Pod>>) {
-        let mut unserved = self.lock_unserved();
-        match pod {
-            Some(pod) => {
-                unserved
-                    .entry(scheduler_name.to_string())
-                    .or_default()
-                    .insert(key.to_string(), pod);
-            }
-            None => {
-                if let Some(pods) = unserved.get_mut(scheduler_name) {
-                    pods.remove(key);
-                }
-            }
-        }
-    }
-
-    /// Forgets the unserved pods whose UID is not in `uids` (after a relist of pods): they were
-    /// deleted while the watch was down.
-    pub fn retain_unserved(&self, uids: &std::collections::HashSet<String>) {
-        for pods in self.lock_unserved().values_mut() {
-            pods.retain(|_, pod| pod.metadata.uid.as_ref().is_some_and(|u| uids.contains(u)));
-        }
-    }
-
     /// Serves exactly `profiles` from now on (the profile controller's decision). Pods of a
-    /// schedulerName no longer served leave the queue untouched; pods of a newly served one
-    /// are queued; any change gives unschedulable pods another try.
+    /// schedulerName no longer served move to the queue's unserved pool; pods of a newly served
+    /// one are queued from it; any change gives unschedulable pods another try.
     pub fn apply_profiles(&self, profiles: HashMap<String, Arc<CompiledProfile>>) {
         let (added, removed, changed) = self.profiles.replace_all(profiles);
         for name in &removed {
             self.metrics.profile_serving(name, false);
             tracing::info!(scheduler = %name, "no profile serves this schedulerName any more; its pods are left alone");
-            for info in self.queue.drain_scheduler(name) {
-                self.set_unserved(name, &info.key(), Some(info.pod.clone()));
-            }
+            self.queue.unserve(name);
         }
         for name in &added {
             self.metrics.profile_serving(name, true);
-            let pods: Vec<Arc<Pod>> = self
-                .lock_unserved()
-                .remove(name)
-                .map(|m| m.into_values().collect())
-                .unwrap_or_default();
-            for pod in pods {
-                self.on_pod((*pod).clone());
+            let Some(profile) = self.profiles.get(name) else {
+                continue;
+            };
+            for info in self.queue.take_unserved(name) {
+                if !self.lock_cache().is_assumed(info.uid()) {
+                    self.enqueue(info, &profile);
+                }
             }
         }
         if changed {

@@ -1,8 +1,8 @@
 //! The event handlers that feed the cache and the queue (kube-scheduler's eventhandlers.go):
-//! pods (into the cache when bound, into the queue when pending for a profile tether serves),
-//! nodes and namespaces (into the cache). The scheduler is the [`Index`] of these three watches;
-//! each watch is one task and the only writer of what it feeds. `storage.rs`: the storage
-//! kinds, into the storage index and the queue as cluster events.
+//! pods (into the cache when bound, into the queue when pending), nodes and namespaces (into
+//! the cache), each change a cluster event for the queue. [`EventHandlers`] is the [`Index`] of
+//! these three watches; each watch is one task and the only writer of what it feeds.
+//! `storage.rs`: the storage kinds, into the storage index and the queue as cluster events.
 
 pub mod storage;
 
@@ -23,100 +23,9 @@ use crate::scheduler::framework::events::{
     self, ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, EventObject, NODE_ADD, NODE_DELETE,
 };
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::profile::CompiledProfile;
 
 impl Scheduler {
-    /// A pod added or changed. A bound pod goes into the cache, as an added pod when the
-    /// cache did not hold it bound yet (tether's own binds too: pods waiting for it may fit
-    /// now), else as an update; a pod that finished counts as deleted. A pending pod goes into
-    /// the queue.
-    pub fn on_pod(&self, pod: Pod) {
-        let key = pods::key(&pod);
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let scheduler_name = pods::scheduler_name(&pod).to_string();
-        if pods::node_name(&pod).is_some() {
-            self.set_unserved(&scheduler_name, &key, None);
-            let pod = Arc::new(pod);
-            let mut cache = self.lock_cache();
-            // Out of the queue and into the cache under the cache's lock: a pod is never
-            // unknown to the scheduler in between (see `knows_pod`).
-            self.queue.delete(&uid);
-            self.nominator.forget(&uid);
-            let was_assumed = cache.is_assumed(&uid);
-            let before = cache.pod(&uid);
-            cache.upsert_pod(pod.clone());
-            drop(cache);
-            if before.is_none() && occupies_node(&pod) {
-                // Bound, and not by this scheduler: its bind is counted like any other.
-                self.bound_by_another(pod.clone());
-            }
-            let new = Some(EventObject::Pod(pod.clone()));
-            match before {
-                Some(old) if !occupies_node(&pod) => {
-                    self.queue
-                        .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
-                }
-                _ if !occupies_node(&pod) => {}
-                Some(old) if !was_assumed => {
-                    for event in events::pod_changes(&pod, &old) {
-                        self.queue.on_event(
-                            event,
-                            Some(EventObject::Pod(old.clone())),
-                            new.clone(),
-                        );
-                    }
-                }
-                _ => self.queue.on_event(ASSIGNED_POD_ADD, None, new),
-            }
-            return;
-        }
-        let terminating = pod.metadata.deletion_timestamp.is_some();
-        let finished = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        );
-        if terminating || finished {
-            self.queue.delete(&uid);
-            self.nominator.forget(&uid);
-            self.set_unserved(&scheduler_name, &key, None);
-            return;
-        }
-        let Some(profile) = self.profiles.get(&scheduler_name) else {
-            // Not ours (yet): left alone, remembered in case a profile for it appears.
-            self.queue.delete(&uid);
-            self.set_unserved(&scheduler_name, &key, Some(Arc::new(pod)));
-            return;
-        };
-        self.set_unserved(&scheduler_name, &key, None);
-        if self.lock_cache().is_assumed(&uid) {
-            return;
-        }
-        let info = Arc::new(PodInfo::new(Arc::new(pod)));
-        if let Some(gone) = self.nominator.observe(&info) {
-            self.room_given_up(&gone);
-        }
-        let gate = profile.run_pre_enqueue(&info);
-        self.queue.add(info, gate);
-    }
-
-    /// A pod deleted. A pod that held resources (bound, or assumed by us) frees them.
-    pub fn on_pod_deleted(&self, pod: &Pod) {
-        let key = pods::key(pod);
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.queue.delete(&uid);
-        let nominated = self.nominator.forget(&uid);
-        self.set_unserved(pods::scheduler_name(pod), &key, None);
-        let mut cache = self.lock_cache();
-        let held = cache.pod(&uid);
-        cache.remove_pod(&uid);
-        drop(cache);
-        if let Some(old) = held {
-            self.queue
-                .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
-        } else if let Some(gone) = nominated {
-            self.room_given_up(&gone);
-        }
-    }
-
     /// A nominated pod gave up the room kept for it on its node (deleted, or nominated
     /// elsewhere or nowhere): pods waiting for such room may fit now, as when a pod there is
     /// deleted (upstream moves them the same way).
@@ -128,21 +37,131 @@ impl Scheduler {
         );
     }
 
+    /// Queues a pending pod `profile` serves: PreEnqueue decides whether it is gated; a
+    /// nomination it carries in its status is noted.
+    pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) {
+        if let Some(gone) = self.nominator.observe(&info) {
+            self.room_given_up(&gone);
+        }
+        let gate = profile.run_pre_enqueue(&info);
+        self.queue.add(info, gate);
+    }
+}
+
+/// What each pod, node and namespace event does to the scheduler's cache and queue.
+pub struct EventHandlers {
+    sched: Arc<Scheduler>,
+}
+
+impl EventHandlers {
+    pub fn new(sched: Arc<Scheduler>) -> Arc<Self> {
+        Arc::new(EventHandlers { sched })
+    }
+
+    /// A pod added or changed. A bound pod goes into the cache, as an added pod when the
+    /// cache did not hold it bound yet (tether's own binds too: pods waiting for it may fit
+    /// now), else as an update; a pod that finished counts as deleted. A pending pod goes into
+    /// the queue.
+    pub fn on_pod(&self, pod: Pod) {
+        let sched = &self.sched;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let scheduler_name = pods::scheduler_name(&pod).to_string();
+        if pods::node_name(&pod).is_some() {
+            let pod = Arc::new(pod);
+            let mut cache = sched.lock_cache();
+            // Out of the queue and into the cache under the cache's lock: a pod is never
+            // unknown to the scheduler in between (see `knows_pod`).
+            sched.queue.delete(&uid);
+            sched.nominator.forget(&uid);
+            let was_assumed = cache.is_assumed(&uid);
+            let before = cache.pod(&uid);
+            cache.upsert_pod(pod.clone());
+            drop(cache);
+            if before.is_none() && occupies_node(&pod) {
+                // Bound, and not by this scheduler: its bind is counted like any other.
+                sched.bound_by_another(pod.clone());
+            }
+            let new = Some(EventObject::Pod(pod.clone()));
+            match before {
+                Some(old) if !occupies_node(&pod) => {
+                    sched
+                        .queue
+                        .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
+                }
+                _ if !occupies_node(&pod) => {}
+                Some(old) if !was_assumed => {
+                    for event in events::pod_changes(&pod, &old) {
+                        sched.queue.on_event(
+                            event,
+                            Some(EventObject::Pod(old.clone())),
+                            new.clone(),
+                        );
+                    }
+                }
+                _ => sched.queue.on_event(ASSIGNED_POD_ADD, None, new),
+            }
+            return;
+        }
+        let terminating = pod.metadata.deletion_timestamp.is_some();
+        let finished = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        );
+        if terminating || finished {
+            sched.queue.delete(&uid);
+            sched.nominator.forget(&uid);
+            return;
+        }
+        let Some(profile) = sched.profiles.get(&scheduler_name) else {
+            // Not ours (yet): kept in the queue's unserved pool, queued as soon as a profile
+            // for it appears.
+            sched
+                .queue
+                .add_unserved(Arc::new(PodInfo::new(Arc::new(pod))));
+            return;
+        };
+        if sched.lock_cache().is_assumed(&uid) {
+            return;
+        }
+        sched.enqueue(Arc::new(PodInfo::new(Arc::new(pod))), &profile);
+    }
+
+    /// A pod deleted. A pod that held resources (bound, or assumed by us) frees them.
+    pub fn on_pod_deleted(&self, pod: &Pod) {
+        let sched = &self.sched;
+        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        sched.queue.delete(&uid);
+        let nominated = sched.nominator.forget(&uid);
+        let mut cache = sched.lock_cache();
+        let held = cache.pod(&uid);
+        cache.remove_pod(&uid);
+        drop(cache);
+        if let Some(old) = held {
+            sched
+                .queue
+                .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
+        } else if let Some(gone) = nominated {
+            sched.room_given_up(&gone);
+        }
+    }
+
     /// A node added or changed. Each kind of change that scheduling reads is an event; status
     /// heartbeats are none.
     pub fn on_node(&self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
         let node = Arc::new(node);
-        let mut cache = self.lock_cache();
-        let before = cache.snapshot().get(&name).and_then(|n| n.node.clone());
+        let sched = &self.sched;
+        let mut cache = sched.lock_cache();
+        let before = cache.node(&name);
         cache.upsert_node(node.clone());
         drop(cache);
         let new = Some(EventObject::Node(node.clone()));
         match before {
-            None => self.queue.on_event(NODE_ADD, None, new),
+            None => sched.queue.on_event(NODE_ADD, None, new),
             Some(old) => {
                 for event in events::node_changes(&node, &old) {
-                    self.queue
+                    sched
+                        .queue
                         .on_event(event, Some(EventObject::Node(old.clone())), new.clone());
                 }
             }
@@ -150,20 +169,20 @@ impl Scheduler {
     }
 
     pub fn on_node_deleted(&self, node: &Node) {
+        let sched = &self.sched;
         let name = node.metadata.name.as_deref().unwrap_or_default();
-        let old = self
+        let old = sched
             .lock_cache()
-            .snapshot()
-            .get(name)
-            .and_then(|n| n.node.clone())
+            .node(name)
             .unwrap_or_else(|| Arc::new(node.clone()));
-        self.queue
+        sched
+            .queue
             .on_event(NODE_DELETE, Some(EventObject::Node(old)), None);
-        self.lock_cache().remove_node(name);
+        sched.lock_cache().remove_node(name);
     }
 }
 
-impl Index<Pod> for Scheduler {
+impl Index<Pod> for EventHandlers {
     fn apply(&self, pod: Pod) {
         self.on_pod(pod);
     }
@@ -181,18 +200,19 @@ impl Index<Pod> for Scheduler {
         for pod in pods {
             self.on_pod(pod);
         }
-        let removed = self.lock_cache().retain_pods_by_uid(&seen);
-        self.queue.retain_uids(&seen);
-        self.nominator.retain(&seen);
-        self.retain_unserved(&seen);
+        let sched = &self.sched;
+        let removed = sched.lock_cache().retain_pods_by_uid(&seen);
+        sched.queue.retain_uids(&seen);
+        sched.nominator.retain(&seen);
         for old in removed {
-            self.queue
+            sched
+                .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
         }
     }
 }
 
-impl Index<Node> for Scheduler {
+impl Index<Node> for EventHandlers {
     fn apply(&self, node: Node) {
         self.on_node(node);
     }
@@ -210,24 +230,26 @@ impl Index<Node> for Scheduler {
         for node in nodes {
             self.on_node(node);
         }
-        let removed = self.lock_cache().retain_nodes_by_uid(&seen);
+        let removed = self.sched.lock_cache().retain_nodes_by_uid(&seen);
         for old in removed {
-            self.queue
+            self.sched
+                .queue
                 .on_event(NODE_DELETE, Some(EventObject::Node(old)), None);
         }
     }
 }
 
-impl Index<Namespace> for Scheduler {
+impl Index<Namespace> for EventHandlers {
     fn apply(&self, ns: Namespace) {
-        self.lock_cache().set_namespace(
+        self.sched.lock_cache().set_namespace(
             ns.metadata.name.as_deref().unwrap_or_default(),
             ns.metadata.labels.unwrap_or_default(),
         );
     }
 
     fn delete(&self, ns: Namespace) {
-        self.lock_cache()
+        self.sched
+            .lock_cache()
             .remove_namespace(ns.metadata.name.as_deref().unwrap_or_default());
     }
 
@@ -241,14 +263,14 @@ impl Index<Namespace> for Scheduler {
                 )
             })
             .collect();
-        self.lock_cache().reset_namespaces(labels);
+        self.sched.lock_cache().reset_namespaces(labels);
     }
 }
 
 /// The pod, node and namespace watches that feed the cache and the queue, registered in
 /// `readiness` now; the returned future runs them until the process stops.
 pub fn run_watches(
-    sched: Arc<Scheduler>,
+    handlers: Arc<EventHandlers>,
     client: kube::Client,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
@@ -264,19 +286,19 @@ pub fn run_watches(
                 Api::<Pod>::all(client.clone()),
                 "pods",
                 Some(pods),
-                sched.as_ref()
+                handlers.as_ref()
             ),
             watch::run(
                 Api::<Node>::all(client.clone()),
                 "nodes",
                 Some(nodes),
-                sched.as_ref()
+                handlers.as_ref()
             ),
             watch::run(
                 Api::<Namespace>::all(client),
                 "namespaces",
                 Some(namespaces),
-                sched.as_ref()
+                handlers.as_ref()
             ),
         );
     }
@@ -323,7 +345,8 @@ mod tests {
     #[tokio::test]
     async fn binds_made_by_others_are_told_once_and_own_binds_never() {
         let sched = scheduler();
-        sched.on_pod(bound("before", "n1"));
+        let handlers = EventHandlers::new(sched.clone());
+        handlers.on_pod(bound("before", "n1"));
         let told = Arc::new(Mutex::new(Vec::new()));
         let sink = told.clone();
         let observer: BindObserver = Arc::new(move |pod: Arc<Pod>| {
@@ -334,12 +357,12 @@ mod tests {
         let listed = sched.bound_pods_then_observe(observer);
         assert_eq!(listed.len(), 1, "the bind made before is listed");
 
-        sched.on_pod(bound("other", "n2"));
-        sched.on_pod(bound("other", "n2"));
+        handlers.on_pod(bound("other", "n2"));
+        handlers.on_pod(bound("other", "n2"));
         let own = PodBuilder::new("own").uid("own").info();
         sched.lock_cache().assume_pod(&own, "n1");
-        sched.on_pod(bound("own", "n1"));
-        sched.on_pod(bound("before", "n1"));
+        handlers.on_pod(bound("own", "n1"));
+        handlers.on_pod(bound("before", "n1"));
 
         assert_eq!(*told.lock().expect("told"), ["other"]);
         assert!(sched.knows_pod("own") && sched.knows_pod("other"));

@@ -8,6 +8,9 @@
 //! (`framework/events.rs`). Events that arrive while a pod is being scheduled are kept and
 //! replayed against it if it fails, so a change during its cycle is never missed.
 //!
+//! Every pending pod the watch shows is here: a pod whose schedulerName no profile serves waits
+//! in the unserved pool, never popped, until a profile for it appears.
+//!
 //! Here: the queue's state and a pod's way through it (add, update, pop, done, forget);
 //! `requeue.rs`: what sends a pod back (events, failed attempts); `backoff.rs`: how long it
 //! waits, and the flush that ends the wait; `heap.rs`: the order of activeQ and backoffQ.
@@ -63,6 +66,9 @@ enum Pool {
     /// Assumed on a node; waits for the watch to confirm the bind (then it is deleted) or for a
     /// failed bind to requeue it.
     Assumed,
+    /// No profile serves its schedulerName: never popped; handed back by
+    /// [`SchedulingQueue::take_unserved`] when a profile for it appears.
+    Unserved,
 }
 
 #[derive(Clone)]
@@ -75,6 +81,9 @@ struct Entry {
     in_flight_from: Option<u64>,
     /// A deletion arrived while the pod was in flight.
     deleted_while_in_flight: bool,
+    /// While in flight or assumed: its profile went away; a failed attempt sends it to the
+    /// unserved pool.
+    unserved_after_flight: bool,
     /// The pod must wait out its backoff (it failed with an error, or a plugin named when to
     /// ask again): it is never taken from backoffQ early.
     full_backoff: bool,
@@ -187,6 +196,14 @@ impl SchedulingQueue {
     pub fn add(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
         let key = pod.uid().to_string();
         let mut st = self.lock();
+        if st
+            .entries
+            .get(&key)
+            .is_some_and(|e| e.pool == Pool::Unserved)
+        {
+            // Served now: it starts afresh, as a pod first seen.
+            Self::remove(&mut st, &key);
+        }
         if st.entries.contains_key(&key) {
             drop(st);
             self.update(pod, gate);
@@ -216,6 +233,7 @@ impl SchedulingQueue {
                 backoff_until: None,
                 in_flight_from: None,
                 deleted_while_in_flight: false,
+                unserved_after_flight: false,
                 full_backoff: false,
                 heap_seq: 0,
             },
@@ -289,8 +307,69 @@ impl SchedulingQueue {
                     );
                 }
             }
-            Pool::Gated => {}
+            Pool::Gated | Pool::Unserved => {}
         }
+    }
+
+    /// A pending pod whose schedulerName no profile serves: kept (its newest object) in the
+    /// unserved pool, never popped. A pod in flight or assumed finishes its attempt first; if
+    /// that fails, it goes to the unserved pool instead of back to wait.
+    pub fn add_unserved(&self, pod: Arc<PodInfo>) {
+        let key = pod.uid().to_string();
+        let mut st = self.lock();
+        match st.entries.get_mut(&key) {
+            Some(entry) if matches!(entry.pool, Pool::InFlight | Pool::Assumed) => {
+                entry.unserved_after_flight = true;
+                entry.info.pod = pod;
+            }
+            Some(entry) => {
+                entry.pool = Pool::Unserved;
+                entry.info.pod = pod;
+            }
+            None => {
+                let now = Instant::now();
+                st.entries.insert(
+                    key,
+                    Entry {
+                        info: QueuedPodInfo {
+                            pod,
+                            initial_attempt_timestamp: now,
+                            timestamp: now,
+                            attempts: 0,
+                            unschedulable_count: 0,
+                            consecutive_errors_count: 0,
+                            unschedulable_plugins: BTreeSet::new(),
+                            gated_by: None,
+                        },
+                        pool: Pool::Unserved,
+                        backoff_until: None,
+                        in_flight_from: None,
+                        deleted_while_in_flight: false,
+                        unserved_after_flight: false,
+                        full_backoff: false,
+                        heap_seq: 0,
+                    },
+                );
+            }
+        }
+    }
+
+    /// Takes out the unserved pods of `scheduler_name` (a profile for it appeared), to be added
+    /// afresh.
+    pub fn take_unserved(&self, scheduler_name: &str) -> Vec<Arc<PodInfo>> {
+        let mut st = self.lock();
+        let keys: Vec<String> = st
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.pool == Pool::Unserved && pods::scheduler_name(&e.info.pod.pod) == scheduler_name
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        keys.into_iter()
+            .filter_map(|k| st.entries.remove(&k))
+            .map(|e| e.info.pod)
+            .collect()
     }
 
     /// Forgets a pod (deleted, bound by someone else, or no longer ours).
@@ -397,23 +476,20 @@ impl SchedulingQueue {
         Self::remove(&mut self.lock(), uid);
     }
 
-    /// Removes the waiting pods of `scheduler_name` (its profile is gone) and returns them.
-    /// Pods in flight or assumed finish their cycle.
-    pub fn drain_scheduler(&self, scheduler_name: &str) -> Vec<Arc<PodInfo>> {
+    /// Moves the waiting pods of `scheduler_name` (its profile is gone) to the unserved pool.
+    /// Pods in flight or assumed finish their cycle; a failed one goes there too.
+    pub fn unserve(&self, scheduler_name: &str) {
         let mut st = self.lock();
-        let keys: Vec<String> = st
+        for entry in st
             .entries
-            .iter()
-            .filter(|(_, e)| {
-                !matches!(e.pool, Pool::InFlight | Pool::Assumed)
-                    && pods::scheduler_name(&e.info.pod.pod) == scheduler_name
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        keys.into_iter()
-            .filter_map(|k| st.entries.remove(&k))
-            .map(|e| e.info.pod)
-            .collect()
+            .values_mut()
+            .filter(|e| pods::scheduler_name(&e.info.pod.pod) == scheduler_name)
+        {
+            match entry.pool {
+                Pool::InFlight | Pool::Assumed => entry.unserved_after_flight = true,
+                _ => entry.pool = Pool::Unserved,
+            }
+        }
     }
 
     /// Keeps only the pods whose UID is in `uids` (after a relist of pods).
@@ -453,8 +529,12 @@ impl SchedulingQueue {
         )
     }
 
+    /// Whether the pod is pending for a profile (in any pool but the unserved one).
     pub fn contains(&self, uid: &str) -> bool {
-        self.lock().entries.contains_key(uid)
+        self.lock()
+            .entries
+            .get(uid)
+            .is_some_and(|e| e.pool != Pool::Unserved)
     }
 
     /// How many events are kept for pods in flight (for tests: they must not pile up).

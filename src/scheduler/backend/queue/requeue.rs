@@ -188,6 +188,14 @@ impl SchedulingQueue {
             Self::remove(&mut st, uid);
             return;
         }
+        if entry.unserved_after_flight {
+            // Its profile went away during the attempt: it waits for one.
+            let from = entry.in_flight_from.take();
+            entry.pool = Pool::Unserved;
+            entry.unserved_after_flight = false;
+            Self::land(&mut st, from);
+            return;
+        }
         let now = Instant::now();
         let from = entry.in_flight_from.take();
         entry.info.unschedulable_plugins = plugins.iter().copied().collect();

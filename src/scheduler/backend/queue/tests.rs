@@ -446,3 +446,48 @@ fn every_entry_into_a_sub_queue_is_counted_with_its_event() {
     assert_eq!(pop_names(&q, 1), ["a"]);
     assert!(take().is_empty(), "a pop is no entry");
 }
+
+/// A pod no profile serves waits in the unserved pool: never popped, not counted as pending
+/// for a profile, handed back when its profile appears; a pod whose profile goes away while it
+/// is in flight goes there when its attempt fails, and waiting pods go there at once.
+#[test]
+fn unserved_pods_wait_in_the_queue_for_their_profile() {
+    let q = queue();
+    let other = |name: &str| Arc::new(PodBuilder::new(name).scheduler_name("elsewhere").info());
+    q.add_unserved(other("stray"));
+    q.add(pod("served", 1), None);
+    assert_eq!(pop_names(&q, 1), ["served"]);
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 0, 0),
+        "nothing to pop: the unserved pod is not active"
+    );
+    assert!(!q.contains(&key("stray")));
+    assert!(q.take_unserved("tether-scheduler").is_empty());
+    let back: Vec<String> = q
+        .take_unserved("elsewhere")
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    assert_eq!(back, ["stray"]);
+    assert!(q.take_unserved("elsewhere").is_empty(), "taken once");
+
+    let q = queue();
+    q.add(other("flying"), None);
+    q.add(other("waiting"), None);
+    let flying = q.pop().expect("popped");
+    q.unserve("elsewhere");
+    assert!(
+        !q.contains(&key("waiting")),
+        "a waiting pod is unserved at once"
+    );
+    assert!(q.contains(&key("flying")), "the attempt under way finishes");
+    q.add_unschedulable(&["Fit"], flying.pod.uid(), NO_BACKOFF, None);
+    let mut back: Vec<String> = q
+        .take_unserved("elsewhere")
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    back.sort();
+    assert_eq!(back, ["flying", "waiting"]);
+}
