@@ -69,6 +69,7 @@ use self::report::Reports;
 use crate::inflight::InFlight;
 use crate::leader::Leadership;
 use crate::locks;
+use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
@@ -80,10 +81,46 @@ use crate::watch::Readiness;
 /// own) runs after the bind's place is given back.
 pub const MAX_BINDS_IN_FLIGHT: usize = 128;
 
+/// The cache and the queue: what the scheduler knows of pods and nodes. Built first and shared:
+/// the history writer reads it (which pods the scheduler knows, the nodes) before the
+/// scheduler that owns it exists.
+#[derive(Clone)]
+pub struct CacheView {
+    cache: Arc<Mutex<Cache>>,
+    queue: Arc<SchedulingQueue>,
+}
+
+impl CacheView {
+    /// An empty cache beside `queue`.
+    pub fn new(queue: SchedulingQueue) -> Self {
+        CacheView {
+            cache: Arc::new(Mutex::new(Cache::new())),
+            queue: Arc::new(queue),
+        }
+    }
+}
+
+impl SchedulerView for CacheView {
+    /// Bound or assumed in the cache, or pending in the queue. A pod that exists is known from
+    /// the first watch event that shows it on.
+    fn knows_pod(&self, uid: &str) -> bool {
+        // The cache's lock is held while the queue is asked: a pod moves from the queue to the
+        // cache under it, so it is never found in neither.
+        let cache = locks::lock(&self.cache);
+        cache.pod_node(uid).is_some() || self.queue.contains(uid)
+    }
+
+    fn node(&self, name: &str) -> Option<Arc<Node>> {
+        locks::lock(&self.cache).node(name)
+    }
+}
+
 /// Everything the scheduling loop, the binding cycles and the watches share.
 pub struct Scheduler {
-    pub cache: Mutex<Cache>,
-    pub queue: SchedulingQueue,
+    pub cache: Arc<Mutex<Cache>>,
+    pub queue: Arc<SchedulingQueue>,
+    /// The two above, as the history writer reads them.
+    view: CacheView,
     pub profiles: Arc<ProfileRegistry>,
     pub waiting_pods: WaitingPods,
     /// Pods nominated to nodes by preemption, waiting for the room made for them.
@@ -128,11 +165,8 @@ pub struct Services {
 }
 
 impl Scheduler {
-    pub fn new(
-        queue: SchedulingQueue,
-        profiles: Arc<ProfileRegistry>,
-        services: Services,
-    ) -> Arc<Self> {
+    /// A scheduler over `view`'s cache and queue.
+    pub fn new(view: CacheView, profiles: Arc<ProfileRegistry>, services: Services) -> Arc<Self> {
         let Services {
             metrics,
             reports,
@@ -142,8 +176,9 @@ impl Scheduler {
             leadership,
         } = services;
         Arc::new_cyclic(|this| Scheduler {
-            cache: Mutex::new(Cache::new()),
-            queue,
+            cache: view.cache.clone(),
+            queue: view.queue.clone(),
+            view,
             profiles,
             waiting_pods: WaitingPods::default(),
             nominator: Nominator::default(),
@@ -185,17 +220,14 @@ impl Scheduler {
     }
 
     /// Whether the scheduler knows the pod of `uid`: bound or assumed in the cache, or pending
-    /// in the queue. A pod that exists is known from the first watch event that shows it on.
+    /// in the queue (see [`CacheView`]).
     pub fn knows_pod(&self, uid: &str) -> bool {
-        // The cache's lock is held while the queue is asked: a pod moves from the queue to the
-        // cache under it, so it is never found in neither.
-        let cache = self.lock_cache();
-        cache.pod_node(uid).is_some() || self.queue.contains(uid)
+        self.view.knows_pod(uid)
     }
 
     /// The Node object of `name` the cache holds, while the node exists.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.lock_cache().node(name)
+        self.view.node(name)
     }
 
     /// Serves exactly `profiles` from now on (the profile controller's decision). Pods of a

@@ -215,17 +215,15 @@ pub struct HistoryWriter {
     turns: Mutex<std::collections::VecDeque<(String, String)>>,
     turn_queued: tokio::sync::Notify,
     workers: std::sync::OnceLock<()>,
-    /// Whether a pod (by UID) still exists: `countedPods` keeps only those. Set once the
-    /// scheduler's cache exists; until then nothing is dropped.
-    alive: std::sync::OnceLock<Alive>,
-    /// The nodes as the scheduler's cache holds them: each status write carries the binding's
-    /// conditions judged from them. Unset: the conditions are left to the controller.
-    nodes: std::sync::OnceLock<Nodes>,
+    /// The scheduler's pods and nodes: `countedPods` keeps only the pods it knows, and each
+    /// status write carries the binding's conditions judged from its nodes. `None` (unit
+    /// tests): nothing is dropped, and the conditions are left to the controller.
+    view: Option<Arc<dyn SchedulerView>>,
     /// How many reconciles of binds made before a restart run now; none is dropped from
     /// `countedPods` meanwhile (see [`HistoryWriter::pause_pruning`]).
     reconciling: Arc<AtomicUsize>,
-    /// Whether this replica leads; only a leader writes. Unset: it runs alone.
-    leadership: std::sync::OnceLock<Leadership>,
+    /// Whether this replica leads; only a leader writes. `None`: it runs alone.
+    leadership: Option<Leadership>,
 }
 
 /// While it lives, no pod is dropped from any binding's `countedPods`.
@@ -237,11 +235,14 @@ impl Drop for PruningPaused {
     }
 }
 
-/// Whether the pod of a UID still exists.
-pub type Alive = Arc<dyn Fn(&str) -> bool + Send + Sync>;
-
-/// The Node object of a name, while the node exists.
-pub type Nodes = Arc<dyn Fn(&str) -> Option<Arc<Node>> + Send + Sync>;
+/// What the writer reads of the scheduler's own state (its cache and queue), handed in when the
+/// writer is built.
+pub trait SchedulerView: Send + Sync {
+    /// Whether the scheduler knows the pod of `uid`: bound or assumed, or pending.
+    fn knows_pod(&self, uid: &str) -> bool;
+    /// The Node object of `name`, while the node exists.
+    fn node(&self, name: &str) -> Option<Arc<Node>>;
+}
 
 impl HistoryWriter {
     /// `index` is read for the current binding (no GET unless it is stale) and receives what
@@ -266,28 +267,24 @@ impl HistoryWriter {
             turns: Mutex::new(std::collections::VecDeque::new()),
             turn_queued: tokio::sync::Notify::new(),
             workers: std::sync::OnceLock::new(),
-            alive: std::sync::OnceLock::new(),
-            nodes: std::sync::OnceLock::new(),
+            view: None,
             reconciling: Arc::new(AtomicUsize::new(0)),
-            leadership: std::sync::OnceLock::new(),
+            leadership: None,
         }
     }
 
-    /// Tells the writer which pods still exist (the scheduler's cache), so that `countedPods`
-    /// holds only the workload's live pods.
-    pub fn set_alive(&self, alive: Alive) {
-        let _ = self.alive.set(alive);
-    }
-
-    /// Tells the writer where to read nodes, so that its status writes carry the binding's
-    /// conditions (the StickyBinding controller then has nothing to add).
-    pub fn set_nodes(&self, nodes: Nodes) {
-        let _ = self.nodes.set(nodes);
+    /// Reads the scheduler's pods and nodes through `view`: `countedPods` holds only the
+    /// workload's pods the scheduler knows, and status writes carry the binding's conditions
+    /// (the StickyBinding controller then has nothing to add).
+    pub fn reading(mut self, view: Arc<dyn SchedulerView>) -> Self {
+        self.view = Some(view);
+        self
     }
 
     /// Writes only while `leadership` says this replica leads.
-    pub fn gate_on(&self, leadership: Leadership) {
-        let _ = self.leadership.set(leadership);
+    pub fn led_by(mut self, leadership: Leadership) -> Self {
+        self.leadership = Some(leadership);
+        self
     }
 
     /// Keeps every pod in `countedPods` until the guard is dropped. The reconcile of binds
@@ -479,7 +476,7 @@ impl HistoryWriter {
         let mut cached = self.index.get(&namespace, &name);
         let mut create_first = cached.is_none();
         loop {
-            if self.leadership.get().is_some_and(|l| !l.is_leading()) {
+            if self.leadership.as_ref().is_some_and(|l| !l.is_leading()) {
                 return Err(HistoryError::NotLeading { namespace, name });
             }
             budget::get().history.take().await;
@@ -557,9 +554,9 @@ impl HistoryWriter {
             if counted == 0 {
                 return Ok(0);
             }
-            if let Some(alive) = self.alive.get().filter(|_| !self.pruning_paused()) {
+            if let Some(view) = self.view.as_ref().filter(|_| !self.pruning_paused()) {
                 let fresh = |u: &String| binds.iter().any(|b| b.pod_uid == *u);
-                next.counted_pods.retain(|u| fresh(u) || alive(u));
+                next.counted_pods.retain(|u| fresh(u) || view.knows_pod(u));
             }
             if let Some(old) = &released {
                 next.released_from = Some(Release {
@@ -605,12 +602,12 @@ impl HistoryWriter {
     /// Sets the conditions and `observedGeneration` the StickyBinding controller would set on
     /// `binding`, its pinned node judged from the scheduler's cache.
     fn set_conditions(&self, binding: &mut StickyBinding) {
-        let Some(nodes) = self.nodes.get() else {
+        let Some(view) = &self.view else {
             return;
         };
         let availability = binding
             .pin()
-            .map(|pin| sticky_binding::node_availability(pin, nodes(pin).as_deref()));
+            .map(|pin| sticky_binding::node_availability(pin, view.node(pin).as_deref()));
         let desired = sticky_binding::desired_conditions(binding, availability.as_ref());
         if let Some(odd) = desired.new_oddity {
             sticky_binding::warn_oddity(binding, &odd);
@@ -933,13 +930,37 @@ mod tests {
     }
 
     fn writer_for(store: &Arc<Store>) -> Arc<HistoryWriter> {
-        Arc::new(HistoryWriter::new(
+        Arc::new(unread_writer(store))
+    }
+
+    fn unread_writer(store: &Arc<Store>) -> HistoryWriter {
+        HistoryWriter::new(
             store_client(store.clone()),
             None,
             Arc::new(BindingIndex::default()),
             Arc::new(crate::sticky::workload::NoOwners),
             Arc::new(Metrics::default()),
-        ))
+        )
+    }
+
+    /// The scheduler's pods and nodes as a test sets them: every pod is known but those
+    /// marked gone.
+    #[derive(Default)]
+    struct View {
+        gone: Mutex<std::collections::HashSet<String>>,
+        nodes: Vec<Arc<Node>>,
+    }
+
+    impl SchedulerView for View {
+        fn knows_pod(&self, uid: &str) -> bool {
+            !self.gone.lock().expect("gone").contains(uid)
+        }
+        fn node(&self, name: &str) -> Option<Arc<Node>> {
+            self.nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(name))
+                .cloned()
+        }
     }
 
     fn held_status(store: &Store) -> StickyBindingStatus {
@@ -1016,7 +1037,8 @@ mod tests {
     #[tokio::test]
     async fn a_pod_deleted_during_the_reconcile_is_not_counted_again() {
         let store = empty_store();
-        let writer = writer_for(&store);
+        let view = Arc::new(View::default());
+        let writer = Arc::new(unread_writer(&store).reading(view.clone()));
         let scheduled = |i: usize| {
             let mut pod = web_pod(i);
             pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
@@ -1030,7 +1052,7 @@ mod tests {
         };
         writer.record_bind(&scheduled(0), "n1").await;
         writer.record_bind(&scheduled(1), "n1").await;
-        writer.set_alive(Arc::new(|uid| uid != "pod-0"));
+        view.gone.lock().expect("gone").insert("pod-0".into());
 
         // Pruning pauses when the reconcile is created, before it first runs.
         let reconcile =
@@ -1060,10 +1082,12 @@ mod tests {
     #[tokio::test]
     async fn a_new_binding_costs_a_create_and_a_status_write_that_carries_its_conditions() {
         let store = empty_store();
-        let writer = writer_for(&store);
         let n1 = ready_node("n1");
-        let node = n1.clone();
-        writer.set_nodes(Arc::new(move |name| (name == "n1").then(|| node.clone())));
+        let view = View {
+            nodes: vec![n1.clone()],
+            ..View::default()
+        };
+        let writer = Arc::new(unread_writer(&store).reading(Arc::new(view)));
 
         writer.record_bind(&web_pod(0), "n1").await;
 

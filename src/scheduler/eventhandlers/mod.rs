@@ -323,7 +323,7 @@ mod tests {
         let sort = priority_sort::build(None, &"plugins.queueSort".into()).expect("sort");
         let client = stand_in_client(|_, _, sent| (201, sent));
         Scheduler::new(
-            SchedulingQueue::new(sort, profiles.clone()),
+            crate::scheduler::CacheView::new(SchedulingQueue::new(sort, profiles.clone())),
             profiles,
             Services {
                 metrics: Arc::new(Metrics::default()),
