@@ -10,8 +10,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
 use crate::endpoints::{self, HttpState};
-use crate::k8s::recorder::EventWriter;
+use crate::gate::WriteGate;
 use crate::leader::{self, Leadership, LeaseConfig};
+use crate::recorder::EventWriter;
 use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::eventhandlers::{self, EventHandlers};
 use crate::scheduler::informers::disruption_budgets::{self, DisruptionBudgets};
@@ -77,12 +78,14 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
 }
 
 /// What every part of the process shares: metrics, the watches' readiness, the supervisor that
-/// turns a dead part into an exit, and whether this replica leads.
+/// turns a dead part into an exit, whether this replica leads, and the write gate every write
+/// to the cluster asks.
 struct Process {
     metrics: Arc<Metrics>,
     readiness: Arc<Readiness>,
     fatal: Fatal,
     leadership: Leadership,
+    gate: WriteGate,
 }
 
 impl Process {
@@ -103,6 +106,7 @@ impl Process {
             metrics,
             readiness: Readiness::new(),
             fatal,
+            gate: WriteGate::new(leadership.clone()),
             leadership,
         };
         Ok((process, died))
@@ -153,8 +157,12 @@ fn build_scheduler(
 
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
-    let queue_sort = priority_sort::build(None, &"plugins.queueSort".into())
-        .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
+    let queue_sort = priority_sort::build(
+        None,
+        &"plugins.queueSort".into(),
+        &crate::scheduler::plugins::registry::Handle::default(),
+    )
+    .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
     queue.count_incoming_with(Box::new(process.metrics.queue_incoming()));
     let view = CacheView::new(queue);
@@ -170,11 +178,15 @@ fn build_scheduler(
             process.metrics.clone(),
         )
         .reading(Arc::new(view.clone()))
-        .led_by(process.leadership.clone()),
+        .gated_by(process.gate.clone()),
     );
 
-    let reports = Reports::new(client.clone(), config.instance.clone())
-        .counting_drops_in(process.metrics.events_dropped());
+    let reports = Reports::new(
+        client.clone(),
+        config.instance.clone(),
+        process.gate.clone(),
+    )
+    .counting_drops_in(process.metrics.events_dropped());
     let sched = Scheduler::new(
         view,
         profiles,
@@ -184,14 +196,18 @@ fn build_scheduler(
             readiness: process.readiness.clone(),
             runtime: tokio::runtime::Handle::current(),
             fatal: process.fatal.clone(),
-            leadership: process.leadership.clone(),
+            gate: process.gate.clone(),
         },
     );
     let handle = Handle {
         client: Some(client.clone()),
         storage: storage.clone(),
         budgets: budgets.clone(),
-        events: Some(EventWriter::new(client.clone(), config.instance.clone())),
+        events: Some(
+            EventWriter::new(client.clone(), config.instance.clone())
+                .gated_by(process.gate.clone()),
+        ),
+        gate: process.gate.clone(),
         default_selectors: selectors.clone(),
         owners: owners.clone(),
         // The plugins read the bindings through the writer: binds not written yet count.
@@ -259,7 +275,7 @@ async fn start_watches_and_controllers(
                     let (event, old, new) = crate::sticky::bindings::cluster_event(old, new);
                     requeue.queue.on_event(event, old, new)
                 }),
-                process.leadership.clone(),
+                process.gate.clone(),
                 readiness,
             ),
         )),
@@ -270,7 +286,7 @@ async fn start_watches_and_controllers(
                 parts.sched.clone(),
                 parts.handle.clone(),
                 config.instance.clone(),
-                process.leadership.clone(),
+                process.gate.clone(),
                 readiness,
             ),
         )),
@@ -378,15 +394,13 @@ fn wait_to_schedule(sched: &Scheduler, runtime: &tokio::runtime::Handle) -> bool
     if !sched.readiness.wait_current(|| sched.queue.is_closed()) {
         return false;
     }
-    if sched.leadership.is_elected() {
+    let leadership = sched.gate.leadership();
+    if leadership.is_elected() {
         tracing::info!("caches synced; waiting to lead");
         loop {
             let won = runtime.block_on(async {
-                tokio::time::timeout(
-                    std::time::Duration::from_secs(1),
-                    sched.leadership.wait_leading(),
-                )
-                .await
+                tokio::time::timeout(std::time::Duration::from_secs(1), leadership.wait_leading())
+                    .await
             });
             if won.is_ok() {
                 break;

@@ -30,7 +30,14 @@ const LAYERS: &[Layer] = &[
     },
     Layer {
         name: "runtime",
-        modules: &["watch", "leader", "supervise", "inflight"],
+        modules: &[
+            "watch",
+            "leader",
+            "gate",
+            "recorder",
+            "supervise",
+            "inflight",
+        ],
         uses: &["base"],
     },
     Layer {

@@ -14,14 +14,14 @@ use kube::runtime::controller::{Action, Controller, Error as ControllerError};
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::k8s::recorder::{EventType, EventWriter};
 use crate::locks;
+use crate::recorder::{EventType, EventWriter};
 use crate::watch::{self, Readiness};
 use kube::{Resource, ResourceExt};
 
 use crate::api::conditions::set_condition;
 use crate::api::{SchedulingProfile, SchedulingProfileStatus};
-use crate::leader::Leadership;
+use crate::gate::{Write, WriteGate};
 use crate::scheduler::Scheduler;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
@@ -51,7 +51,7 @@ pub struct Context {
     resync: tokio::sync::mpsc::Sender<()>,
     /// Only a leader writes status and events; a standby compiles and serves profiles in
     /// memory, and reconciles them all again when it starts leading.
-    leadership: Leadership,
+    gate: WriteGate,
 }
 
 impl Context {
@@ -84,7 +84,7 @@ async fn reconcile(profile: Arc<SchedulingProfile>, ctx: Arc<Context>) -> Result
     let Some(verdict) = verdict else {
         return Ok(Action::await_change());
     };
-    if !ctx.leadership.is_leading() {
+    if !ctx.gate.admits(Write::ProfileStatus) {
         return Ok(Action::await_change());
     }
 
@@ -199,7 +199,7 @@ pub fn run(
     scheduler: Arc<Scheduler>,
     handle: Handle,
     instance: Option<String>,
-    leadership: Leadership,
+    gate: WriteGate,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let feed = readiness.register("schedulingprofiles");
@@ -208,7 +208,7 @@ pub fn run(
         let (store, writer) = kube::runtime::reflector::store();
         let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
         let ctx = Arc::new(Context {
-            events: EventWriter::new(client.clone(), instance),
+            events: EventWriter::new(client.clone(), instance).gated_by(gate.clone()),
             client,
             scheduler,
             handle,
@@ -217,7 +217,7 @@ pub fn run(
             verdicts: Mutex::new(BTreeMap::new()),
             announced: Mutex::new(HashMap::new()),
             resync: resync_tx.clone(),
-            leadership: leadership.clone(),
+            gate: gate.clone(),
         });
         // The reflector applies each event to the store before passing it on, so at each
         // InitDone the store holds every profile: fill the registry from all of them at once.
@@ -238,7 +238,7 @@ pub fn run(
         let sync_ctx = ctx.clone();
         Controller::for_stream(watch::objects_only(profiles), store)
             .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
-            .reconcile_all_on(leadership.gained())
+            .reconcile_all_on(gate.leadership().gained())
             .run(reconcile, error_policy, ctx)
             .for_each(move |result| {
                 // A deleted profile is gone from the store: decide again without it, and let

@@ -23,7 +23,7 @@ use crate::api::StickyBinding;
 use crate::api::sticky_binding::conditions::{
     Desired, desired_conditions, node_availability, warn_oddity,
 };
-use crate::leader::Leadership;
+use crate::gate::{Write, WriteGate};
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 
 /// How long a binding's reconcile waits for it to stop changing. The history writer creates a
@@ -47,13 +47,13 @@ pub struct Context {
     client: kube::Client,
     nodes: Store<Node>,
     /// Only a leader writes; a standby's bindings are reconciled again when it starts leading.
-    leadership: Leadership,
+    gate: WriteGate,
 }
 
 /// Keeps the binding's conditions (see [`desired_conditions`], the rules on the API type). They are written only when
 /// they change, so an odd value is reported once, not at every reconcile.
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !ctx.leadership.is_leading() {
+    if !ctx.gate.admits(Write::BindingStatus) {
         return Ok(Action::await_change());
     }
     let generation = binding.meta().generation;
@@ -155,7 +155,7 @@ pub fn run(
     client: kube::Client,
     index: Arc<BindingIndex>,
     on_change: OnChange,
-    leadership: Leadership,
+    gate: WriteGate,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let binding_feed = readiness.register("stickybindings");
@@ -179,11 +179,11 @@ pub fn run(
         })
         .touched_objects();
         let (binding_store, binding_writer) = kube::runtime::reflector::store();
-        let gained = leadership.gained();
+        let gained = gate.leadership().gained();
         let ctx = Arc::new(Context {
             client,
             nodes: node_store,
-            leadership,
+            gate,
         });
         let feed = IndexFeed { index, on_change };
         let mut applier = Applier::new(Some(binding_feed.clone()));

@@ -9,7 +9,6 @@ pub mod names;
 pub mod node_selector;
 pub mod pods;
 pub mod quantity;
-pub mod recorder;
 pub mod resource;
 pub mod taints;
 pub mod volumes;

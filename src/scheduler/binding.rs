@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use crate::gate::Write;
 use crate::scheduler::cycle::Assumed;
 use crate::scheduler::failure::Failure;
 use crate::scheduler::framework::Status;
@@ -66,7 +67,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         if !status.is_success() {
             return status;
         }
-        if !sched.leadership.is_leading() {
+        if sched.gate.admit(Write::Bind).is_err() {
             // Past the renew deadline: another replica may lead soon; this one exits.
             return Status::error(
                 "this replica no longer leads; the pod is left to the next leader",

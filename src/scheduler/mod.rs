@@ -66,8 +66,8 @@ use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
 use self::report::Reports;
+use crate::gate::WriteGate;
 use crate::inflight::InFlight;
-use crate::leader::Leadership;
 use crate::locks;
 use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;
@@ -134,8 +134,8 @@ pub struct Scheduler {
     runtime: tokio::runtime::Handle,
     /// Reports a binding cycle that panicked.
     fatal: Fatal,
-    /// Whether this replica leads: binds are made only while it does.
-    pub leadership: Leadership,
+    /// Asked before every bind: binds are made only while this replica leads.
+    pub gate: WriteGate,
     /// Binding cycles running now, for [`Scheduler::wait_binding_cycles`].
     binding_cycles: InFlight,
     /// Binding cycles holding a [`BindSlot`] (from the end of their scheduling cycle or their
@@ -160,8 +160,8 @@ pub struct Services {
     pub readiness: Arc<Readiness>,
     pub runtime: tokio::runtime::Handle,
     pub fatal: Fatal,
-    /// Whether this replica leads: only a leader binds.
-    pub leadership: Leadership,
+    /// The write gate (only a leader binds).
+    pub gate: WriteGate,
 }
 
 impl Scheduler {
@@ -173,7 +173,7 @@ impl Scheduler {
             readiness,
             runtime,
             fatal,
-            leadership,
+            gate,
         } = services;
         Arc::new_cyclic(|this| Scheduler {
             cache: view.cache.clone(),
@@ -188,7 +188,7 @@ impl Scheduler {
             readiness,
             runtime,
             fatal,
-            leadership,
+            gate,
             binding_cycles: InFlight::default(),
             binding_now: std::sync::atomic::AtomicUsize::new(0),
             bind_room: (Mutex::new(()), std::sync::Condvar::new()),

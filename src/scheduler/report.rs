@@ -13,8 +13,9 @@ use kube::api::{Api, Patch, PatchParams};
 
 use prometheus_client::metrics::counter::Counter;
 
-use crate::k8s::recorder::{EventType, EventWriter};
+use crate::gate::{Write, WriteGate};
 use crate::locks;
+use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::schedule_one::Choice;
 
 /// How many `Scheduled` events may wait to be written; past that, new ones are dropped.
@@ -106,16 +107,18 @@ pub struct Reports {
     /// reported in order, and an older one that has not started yet is dropped, so the condition
     /// and the latest event always tell the same failure.
     order: Arc<Mutex<HashMap<String, Turn>>>,
+    /// Asked before a failure's condition is written.
+    gate: WriteGate,
 }
 
 /// A pod's newest failure number and the lock its reports are written under.
 type Turn = (u64, Arc<tokio::sync::Mutex<()>>);
 
 impl Reports {
-    /// Reports written with `client`; the `Scheduled` events are written by a task spawned
-    /// here, on the current tokio runtime.
-    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
-        let events = EventWriter::new(client.clone(), instance);
+    /// Reports written with `client`, each admitted by `gate`; the `Scheduled` events are
+    /// written by a task spawned here, on the current tokio runtime.
+    pub fn new(client: kube::Client, instance: Option<String>, gate: WriteGate) -> Self {
+        let events = EventWriter::new(client.clone(), instance).gated_by(gate.clone());
         let (scheduled, queued) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
         let dropped = Arc::new(AtomicU64::new(0));
         tokio::spawn(Self::write_scheduled(
@@ -130,6 +133,7 @@ impl Reports {
             dropped,
             dropped_total: Counter::default(),
             order: Arc::default(),
+            gate,
         }
     }
 
@@ -282,6 +286,10 @@ impl Reports {
         if already && nominated.is_none() {
             return;
         }
+        if let Err(refused) = self.gate.admit(Write::FailureReport) {
+            tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the failure's condition is not written");
+            return;
+        }
         // The UID makes the write a precondition: it never lands on a pod recreated under the
         // same name.
         let mut patch = serde_json::json!({
@@ -338,7 +346,7 @@ mod tests {
                 .push(format!("{method} {path} {message}"));
             (201, body)
         });
-        let reports = Reports::new(client, None);
+        let reports = Reports::new(client, None, WriteGate::alone());
         let pod = PodBuilder::new("p").build();
         let first = reports.failed(
             &pod,
@@ -374,7 +382,7 @@ mod tests {
                 .push(format!("{method} {path} {note}"));
             (201, body)
         });
-        let reports = Reports::new(client, None);
+        let reports = Reports::new(client, None, WriteGate::alone());
         reports.scheduled(&PodBuilder::new("p").build(), "n1", &Choice::OnlyFeasible);
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         while sent.lock().expect("log").is_empty() && tokio::time::Instant::now() < deadline {
@@ -431,7 +439,8 @@ mod tests {
     async fn scheduled_events_past_the_queue_are_dropped_and_counted() {
         let client = stand_in_client(|_, _, body| (201, body));
         let dropped = Counter::default();
-        let reports = Reports::new(client, None).counting_drops_in(dropped.clone());
+        let reports =
+            Reports::new(client, None, WriteGate::alone()).counting_drops_in(dropped.clone());
         let pod = PodBuilder::new("p").build();
         for _ in 0..QUEUED_EVENTS + 5 {
             reports.scheduled(&pod, "n1", &Choice::Nominated);

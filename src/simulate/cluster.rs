@@ -177,6 +177,8 @@ impl ClusterState {
             storage,
             budgets: Arc::new(DisruptionBudgets::default()),
             events: None,
+            // No client: nothing is written.
+            gate: crate::gate::WriteGate::alone(),
         }
     }
 

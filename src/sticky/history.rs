@@ -8,12 +8,12 @@ use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::api::sticky_binding::conditions as sticky_binding;
 use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
+use crate::gate::{Write, WriteGate};
 use crate::inflight::InFlight;
 use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
-use crate::k8s::recorder::{EventType, EventWriter};
 use crate::k8s::{budget, pods};
-use crate::leader::Leadership;
 use crate::locks;
+use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
@@ -222,8 +222,8 @@ pub struct HistoryWriter {
     /// How many reconciles of binds made before a restart run now; none is dropped from
     /// `countedPods` meanwhile (see [`HistoryWriter::pause_pruning`]).
     reconciling: Arc<AtomicUsize>,
-    /// Whether this replica leads; only a leader writes. `None`: it runs alone.
-    leadership: Option<Leadership>,
+    /// Asked before every write: only a leader writes history.
+    gate: WriteGate,
 }
 
 /// While it lives, no pod is dropped from any binding's `countedPods`.
@@ -269,7 +269,7 @@ impl HistoryWriter {
             workers: std::sync::OnceLock::new(),
             view: None,
             reconciling: Arc::new(AtomicUsize::new(0)),
-            leadership: None,
+            gate: WriteGate::alone(),
         }
     }
 
@@ -281,9 +281,10 @@ impl HistoryWriter {
         self
     }
 
-    /// Writes only while `leadership` says this replica leads.
-    pub fn led_by(mut self, leadership: Leadership) -> Self {
-        self.leadership = Some(leadership);
+    /// Writes (history and its events) only what `gate` admits.
+    pub fn gated_by(mut self, gate: WriteGate) -> Self {
+        self.events = self.events.gated_by(gate.clone());
+        self.gate = gate;
         self
     }
 
@@ -476,7 +477,7 @@ impl HistoryWriter {
         let mut cached = self.index.get(&namespace, &name);
         let mut create_first = cached.is_none();
         loop {
-            if self.leadership.as_ref().is_some_and(|l| !l.is_leading()) {
+            if !self.gate.admits(Write::History) {
                 return Err(HistoryError::NotLeading { namespace, name });
             }
             budget::get().history.take().await;

@@ -320,18 +320,23 @@ mod tests {
 
     fn scheduler() -> Arc<Scheduler> {
         let profiles = Arc::new(ProfileRegistry::new());
-        let sort = priority_sort::build(None, &"plugins.queueSort".into()).expect("sort");
+        let sort = priority_sort::build(
+            None,
+            &"plugins.queueSort".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("sort");
         let client = stand_in_client(|_, _, sent| (201, sent));
         Scheduler::new(
             crate::scheduler::CacheView::new(SchedulingQueue::new(sort, profiles.clone())),
             profiles,
             Services {
                 metrics: Arc::new(Metrics::default()),
-                reports: Reports::new(client, None),
+                reports: Reports::new(client, None, crate::gate::WriteGate::alone()),
                 readiness: crate::watch::Readiness::new(),
                 runtime: tokio::runtime::Handle::current(),
                 fatal: Fatal::new().0,
-                leadership: crate::leader::Leadership::alone(),
+                gate: crate::gate::WriteGate::alone(),
             },
         )
     }

@@ -12,6 +12,7 @@ use crate::k8s::api_errors::{maybe_applied, retryable};
 use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "DefaultBinder";
 
@@ -24,8 +25,9 @@ pub struct DefaultBinder {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    client: Option<kube::Client>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let client = handle.client.clone();
     crate::scheduler::plugins::helper::expect_no_args(NAME, args, path)?;
     Ok(Arc::new(DefaultBinder { client }))
 }
@@ -229,11 +231,18 @@ mod tests {
 
     #[test]
     fn takes_no_args() {
-        assert!(build(None, &"pluginConfig[0].args".into(), None).is_ok());
+        assert!(
+            build(
+                None,
+                &"pluginConfig[0].args".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
         let err = build(
             Some(&serde_json::json!({"x": 1})),
             &"pluginConfig[0].args".into(),
-            None,
+            &crate::scheduler::plugins::registry::Handle::default(),
         )
         .err()
         .expect("refused");

@@ -10,6 +10,7 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::plugins::registry::Handle;
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -153,6 +154,7 @@ impl ScorePlugin for ImageLocality {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(ImageLocality))
@@ -373,10 +375,21 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, &"p".into()).is_ok());
-        let err = build(Some(&json!({"x": 1})), &"pluginConfig[6].args".into())
-            .err()
-            .expect("args are refused");
+        assert!(
+            build(
+                None,
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        let err = build(
+            Some(&json!({"x": 1})),
+            &"pluginConfig[6].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[6].args");
     }
 }

@@ -23,6 +23,7 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
+use crate::scheduler::plugins::registry::Handle;
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -166,6 +167,7 @@ impl FilterPlugin for NodeDeclaredFeatures {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeDeclaredFeatures))

@@ -2,6 +2,7 @@
 //! kube-scheduler's NodeName Filter plugin.
 
 use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventResource, Registration};
+use crate::scheduler::plugins::registry::Handle;
 use std::sync::Arc;
 
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -50,6 +51,7 @@ impl FilterPlugin for NodeName {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeName))
@@ -87,10 +89,21 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(Some(&json!({})), &"p".into()).is_ok());
-        let err = build(Some(&json!("x")), &"pluginConfig[2].args".into())
-            .err()
-            .expect("args are refused");
+        assert!(
+            build(
+                Some(&json!({})),
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        let err = build(
+            Some(&json!("x")),
+            &"pluginConfig[2].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[2].args");
     }
 }

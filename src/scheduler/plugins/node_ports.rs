@@ -4,6 +4,7 @@
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
+use crate::scheduler::plugins::registry::Handle;
 use std::sync::Arc;
 
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -116,6 +117,7 @@ fn after_pod_deleted(pod: &PodInfo, old: Option<&EventObject>, _new: Option<&Eve
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodePorts))
@@ -290,10 +292,21 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, &"p".into()).is_ok());
-        let err = build(Some(&json!({"x": 1})), &"pluginConfig[5].args".into())
-            .err()
-            .expect("args are refused");
+        assert!(
+            build(
+                None,
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        let err = build(
+            Some(&json!({"x": 1})),
+            &"pluginConfig[5].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[5].args");
     }
 }

@@ -5,6 +5,7 @@
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
+use crate::scheduler::plugins::registry::Handle;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{Node, Taint};
@@ -102,6 +103,7 @@ impl FilterPlugin for NodeUnschedulable {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeUnschedulable))
@@ -233,10 +235,21 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, &"p".into()).is_ok());
-        let err = build(Some(&json!({"x": 1})), &"pluginConfig[3].args".into())
-            .err()
-            .expect("args are refused");
+        assert!(
+            build(
+                None,
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        let err = build(
+            Some(&json!({"x": 1})),
+            &"pluginConfig[3].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[3].args");
     }
 }

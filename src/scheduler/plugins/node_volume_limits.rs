@@ -26,6 +26,7 @@ use crate::scheduler::framework::{
 };
 use crate::scheduler::informers::storage::{StorageIndex, Stores};
 use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "NodeVolumeLimits";
 pub const ERR_REASON: &str = "node(s) exceed max volume count";
@@ -291,8 +292,9 @@ fn after_claim_added(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    storage: Arc<StorageIndex>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let storage = handle.storage.clone();
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(NodeVolumeLimits { storage }))
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
+use crate::scheduler::plugins::registry::Handle;
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -41,6 +42,7 @@ impl QueueSortPlugin for PrioritySort {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(PrioritySort))
@@ -126,11 +128,29 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, &"p".into()).is_ok());
-        assert!(build(Some(&json!({})), &"p".into()).is_ok());
-        let err = build(Some(&json!({"x": 1})), &"pluginConfig[0].args".into())
-            .err()
-            .expect("args are refused");
+        assert!(
+            build(
+                None,
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        assert!(
+            build(
+                Some(&json!({})),
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        let err = build(
+            Some(&json!({"x": 1})),
+            &"pluginConfig[0].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[0].args");
         assert!(err.0[0].message.contains("takes no args"));
     }

@@ -4,7 +4,8 @@
 
 use std::sync::Arc;
 
-use crate::k8s::recorder::EventWriter;
+use crate::gate::WriteGate;
+use crate::recorder::EventWriter;
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
@@ -35,6 +36,9 @@ pub struct Handle {
     pub budgets: Arc<DisruptionBudgets>,
     /// Writes events (DefaultPreemption's `Preempted`). `None` in unit tests.
     pub events: Option<EventWriter>,
+    /// Asked before a plugin writes to the cluster (preemption's evictions, VolumeBinding's
+    /// PreBind writes).
+    pub gate: WriteGate,
 }
 
 impl Default for Handle {
@@ -48,6 +52,7 @@ impl Default for Handle {
             storage: Arc::new(StorageIndex::default()),
             budgets: Arc::new(DisruptionBudgets::default()),
             events: None,
+            gate: WriteGate::alone(),
         }
     }
 }
@@ -63,131 +68,91 @@ pub struct Registration {
     pub default_weight: i32,
 }
 
-/// Every plugin tether can run.
+/// Every plugin tether can run: its name, its factory and its default score weight (each
+/// plugin's own `DEFAULT_WEIGHT`, written once, beside its Score).
 pub fn registry() -> Vec<Registration> {
     use plugins::sticky::{placement_history, placement_recorder, sticky_node};
     use plugins::*;
-    let reg = |name, factory, default_weight| Registration {
-        name,
-        factory,
-        default_weight,
-    };
-    vec![
-        reg(priority_sort::NAME, |a, p, _| priority_sort::build(a, p), 0),
-        reg(
-            scheduling_gates::NAME,
-            |a, p, _| scheduling_gates::build(a, p),
-            0,
-        ),
-        reg(
-            node_unschedulable::NAME,
-            |a, p, _| node_unschedulable::build(a, p),
-            0,
-        ),
-        reg(node_name::NAME, |a, p, _| node_name::build(a, p), 0),
-        reg(
+    let rows: [(&'static str, Factory, i32); 22] = [
+        (priority_sort::NAME, priority_sort::build, 0),
+        (scheduling_gates::NAME, scheduling_gates::build, 0),
+        (node_unschedulable::NAME, node_unschedulable::build, 0),
+        (node_name::NAME, node_name::build, 0),
+        (
             taint_toleration::NAME,
-            |a, p, _| taint_toleration::build(a, p),
+            taint_toleration::build,
             taint_toleration::DEFAULT_WEIGHT,
         ),
-        reg(
+        (
             node_affinity::NAME,
-            |a, p, _| node_affinity::build(a, p),
+            node_affinity::build,
             node_affinity::DEFAULT_WEIGHT,
         ),
-        reg(node_ports::NAME, |a, p, _| node_ports::build(a, p), 0),
-        reg(
+        (node_ports::NAME, node_ports::build, 0),
+        (
             noderesources::fit::NAME,
-            |a, p, _| noderesources::fit::build(a, p),
+            noderesources::fit::build,
             noderesources::fit::DEFAULT_WEIGHT,
         ),
-        reg(
-            volume_restrictions::NAME,
-            |a, p, h| volume_restrictions::build(a, p, h.storage.clone()),
-            0,
-        ),
-        reg(
-            node_volume_limits::NAME,
-            |a, p, h| node_volume_limits::build(a, p, h.storage.clone()),
-            0,
-        ),
-        reg(
+        (volume_restrictions::NAME, volume_restrictions::build, 0),
+        (node_volume_limits::NAME, node_volume_limits::build, 0),
+        (
             volume_binding::NAME,
-            |a, p, h| volume_binding::build(a, p, h.storage.clone(), h.client.clone()),
+            volume_binding::build,
             volume_binding::DEFAULT_WEIGHT,
         ),
-        reg(
-            volume_zone::NAME,
-            |a, p, h| volume_zone::build(a, p, h.storage.clone()),
-            0,
-        ),
-        reg(
+        (volume_zone::NAME, volume_zone::build, 0),
+        (
             pod_topology_spread::NAME,
-            |a, p, h| pod_topology_spread::build(a, p, h.default_selectors.clone()),
+            pod_topology_spread::build,
             pod_topology_spread::DEFAULT_WEIGHT,
         ),
-        reg(
+        (
             inter_pod_affinity::NAME,
-            |a, p, _| inter_pod_affinity::build(a, p),
+            inter_pod_affinity::build,
             inter_pod_affinity::DEFAULT_WEIGHT,
         ),
-        reg(
-            default_preemption::NAME,
-            |a, p, h| {
-                default_preemption::build(
-                    a,
-                    p,
-                    h.budgets.clone(),
-                    h.client.clone(),
-                    h.events.clone(),
-                )
-            },
-            0,
-        ),
-        reg(
+        (default_preemption::NAME, default_preemption::build, 0),
+        (
             noderesources::balanced_allocation::NAME,
-            |a, p, _| noderesources::balanced_allocation::build(a, p),
+            noderesources::balanced_allocation::build,
             noderesources::balanced_allocation::DEFAULT_WEIGHT,
         ),
-        reg(
+        (
             image_locality::NAME,
-            |a, p, _| image_locality::build(a, p),
+            image_locality::build,
             image_locality::DEFAULT_WEIGHT,
         ),
-        reg(
-            default_binder::NAME,
-            |a, p, h| default_binder::build(a, p, h.client.clone()),
-            0,
-        ),
-        reg(
+        (default_binder::NAME, default_binder::build, 0),
+        (
             node_declared_features::NAME,
-            |a, p, _| node_declared_features::build(a, p),
+            node_declared_features::build,
             0,
         ),
-        reg(
-            sticky_node::NAME,
-            |a, p, h| {
-                sticky_node::build(
-                    a,
-                    p,
-                    h.owners.clone(),
-                    h.bindings.clone(),
-                    h.storage.clone(),
-                )
-            },
-            0,
-        ),
-        reg(
+        (sticky_node::NAME, sticky_node::build, 0),
+        (
             placement_history::NAME,
-            |a, p, h| placement_history::build(a, p, h.owners.clone(), h.bindings.clone()),
+            placement_history::build,
             placement_history::DEFAULT_WEIGHT,
         ),
-        reg(
-            placement_recorder::NAME,
-            |a, p, h| placement_recorder::build(a, p, h.history.clone()),
-            0,
-        ),
-    ]
+        (placement_recorder::NAME, placement_recorder::build, 0),
+    ];
+    rows.into_iter()
+        .map(|(name, factory, default_weight)| Registration {
+            name,
+            factory,
+            default_weight,
+        })
+        .collect()
+}
+
+/// The default score weight of the plugin `name` (0 for a plugin that does not score, or one
+/// tether does not know).
+pub fn default_weight(name: &str) -> i32 {
+    registry()
+        .into_iter()
+        .find(|r| r.name == name)
+        .map_or(0, |r| r.default_weight)
 }
 
 /// The plugins that read StickyBinding history: where one runs, PlacementRecorder records
@@ -198,43 +163,40 @@ pub const HISTORY_READERS: [&str; 2] = [
 ];
 
 /// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
-/// their order, with their default score weights.
+/// their order, with their default score weights (those of [`registry`]) where they score.
 pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
     use plugins::*;
-    vec![
-        (scheduling_gates::NAME, None),
-        (priority_sort::NAME, None),
-        (node_unschedulable::NAME, None),
-        (node_name::NAME, None),
-        (
-            taint_toleration::NAME,
-            Some(taint_toleration::DEFAULT_WEIGHT),
-        ),
-        (node_affinity::NAME, Some(node_affinity::DEFAULT_WEIGHT)),
-        (node_ports::NAME, None),
-        (
-            noderesources::fit::NAME,
-            Some(noderesources::fit::DEFAULT_WEIGHT),
-        ),
-        (volume_restrictions::NAME, None),
-        (node_volume_limits::NAME, None),
-        (volume_binding::NAME, None),
-        (volume_zone::NAME, None),
-        (
-            pod_topology_spread::NAME,
-            Some(pod_topology_spread::DEFAULT_WEIGHT),
-        ),
-        (
-            inter_pod_affinity::NAME,
-            Some(inter_pod_affinity::DEFAULT_WEIGHT),
-        ),
-        (default_preemption::NAME, None),
-        (
-            noderesources::balanced_allocation::NAME,
-            Some(noderesources::balanced_allocation::DEFAULT_WEIGHT),
-        ),
-        (image_locality::NAME, Some(image_locality::DEFAULT_WEIGHT)),
-        (default_binder::NAME, None),
-        (node_declared_features::NAME, None),
+    let scoring = [
+        taint_toleration::NAME,
+        node_affinity::NAME,
+        noderesources::fit::NAME,
+        pod_topology_spread::NAME,
+        inter_pod_affinity::NAME,
+        noderesources::balanced_allocation::NAME,
+        image_locality::NAME,
+    ];
+    [
+        scheduling_gates::NAME,
+        priority_sort::NAME,
+        node_unschedulable::NAME,
+        node_name::NAME,
+        taint_toleration::NAME,
+        node_affinity::NAME,
+        node_ports::NAME,
+        noderesources::fit::NAME,
+        volume_restrictions::NAME,
+        node_volume_limits::NAME,
+        volume_binding::NAME,
+        volume_zone::NAME,
+        pod_topology_spread::NAME,
+        inter_pod_affinity::NAME,
+        default_preemption::NAME,
+        noderesources::balanced_allocation::NAME,
+        image_locality::NAME,
+        default_binder::NAME,
+        node_declared_features::NAME,
     ]
+    .into_iter()
+    .map(|name| (name, scoring.contains(&name).then(|| default_weight(name))))
+    .collect()
 }

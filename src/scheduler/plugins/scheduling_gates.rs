@@ -4,6 +4,7 @@
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
+use crate::scheduler::plugins::registry::Handle;
 use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -65,6 +66,7 @@ impl PreEnqueuePlugin for SchedulingGates {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(SchedulingGates))
@@ -137,10 +139,18 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(Some(&json!(null)), &"p".into()).is_ok());
+        assert!(
+            build(
+                Some(&json!(null)),
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
         let err = build(
             Some(&json!({"enabled": true})),
             &"pluginConfig[1].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
         )
         .err()
         .expect("args are refused");

@@ -5,6 +5,7 @@
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
+use crate::scheduler::plugins::registry::Handle;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
@@ -198,6 +199,7 @@ impl ScorePlugin for TaintToleration {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(TaintToleration))
@@ -468,10 +470,21 @@ mod tests {
 
     #[test]
     fn build_takes_no_args() {
-        assert!(build(None, &"p".into()).is_ok());
-        let err = build(Some(&json!({"x": 1})), &"pluginConfig[4].args".into())
-            .err()
-            .expect("args are refused");
+        assert!(
+            build(
+                None,
+                &"p".into(),
+                &crate::scheduler::plugins::registry::Handle::default()
+            )
+            .is_ok()
+        );
+        let err = build(
+            Some(&json!({"x": 1})),
+            &"pluginConfig[4].args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .err()
+        .expect("args are refused");
         assert_eq!(err.0[0].path, "pluginConfig[4].args");
     }
 }

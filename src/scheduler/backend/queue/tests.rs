@@ -58,7 +58,12 @@ fn queue() -> SchedulingQueue {
         )],
     });
     SchedulingQueue::new(
-        priority_sort::build(None, &"pluginConfig".into()).expect("PrioritySort builds"),
+        priority_sort::build(
+            None,
+            &"pluginConfig".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("PrioritySort builds"),
         Arc::new(Hints(Arc::new(QueueingHints::build([&fit, &affinity])))),
     )
 }

@@ -8,7 +8,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
-use crate::k8s::recorder::{EventType, EventWriter};
+use crate::gate::{Write, WriteGate};
+use crate::recorder::{EventType, EventWriter};
 
 /// What to do: the preemptor, its node, the victims and the nominations to clear.
 pub struct Preemption {
@@ -31,7 +32,16 @@ fn name_of(pod: &Pod) -> (&str, &str) {
 
 /// Carries `p` out. Failures are logged: the preemptor is retried by the events of the pods
 /// that do go, or by its backoff.
-pub async fn carry_out(client: kube::Client, events: Option<EventWriter>, p: Preemption) {
+pub async fn carry_out(
+    client: kube::Client,
+    events: Option<EventWriter>,
+    gate: WriteGate,
+    p: Preemption,
+) {
+    if let Err(refused) = gate.admit(Write::Eviction) {
+        tracing::info!(pod = %format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1), error = %refused, "the preemption is not carried out");
+        return;
+    }
     for pod in &p.outranked {
         let (ns, name) = name_of(pod);
         let patch = serde_json::json!({

@@ -28,7 +28,8 @@ use rayon::prelude::*;
 
 use self::args::DefaultPreemptionArgs;
 use self::dry_run::{Candidate, DryRun};
-use crate::k8s::recorder::EventWriter;
+use crate::gate::WriteGate;
+use crate::recorder::EventWriter;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::runtime::{Diagnosis, nominated_node, priority};
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
@@ -36,6 +37,7 @@ use crate::scheduler::framework::{
     Code, Nomination, Plugin, PostFilterContext, PostFilterPlugin, Status,
 };
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "DefaultPreemption";
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";
@@ -46,6 +48,8 @@ pub struct DefaultPreemption {
     budgets: Arc<DisruptionBudgets>,
     client: Option<kube::Client>,
     events: Option<EventWriter>,
+    /// Asked before the evictions are written.
+    gate: WriteGate,
     /// Where evictions run; `None` outside a tokio runtime (unit tests), where they do not.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -277,6 +281,7 @@ impl PostFilterPlugin for DefaultPreemption {
             runtime.spawn(actuate::carry_out(
                 client.clone(),
                 self.events.clone(),
+                self.gate.clone(),
                 preemption,
             ));
         }
@@ -288,10 +293,12 @@ impl PostFilterPlugin for DefaultPreemption {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    budgets: Arc<DisruptionBudgets>,
-    client: Option<kube::Client>,
-    events: Option<EventWriter>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let budgets = handle.budgets.clone();
+    let client = handle.client.clone();
+    let events = handle.events.clone();
+    let gate = handle.gate.clone();
     let args: DefaultPreemptionArgs = decode_args(args, path)?;
     args.validate(path)?;
     Ok(Arc::new(DefaultPreemption {
@@ -299,6 +306,7 @@ pub fn build(
         budgets,
         client,
         events,
+        gate,
         runtime: tokio::runtime::Handle::try_current().ok(),
     }))
 }

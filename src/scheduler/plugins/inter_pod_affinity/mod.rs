@@ -31,6 +31,7 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "InterPodAffinity";
 /// The weight kube-scheduler's default profile gives this plugin's score.
@@ -108,6 +109,7 @@ impl InterPodAffinity {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let args: InterPodAffinityArgs = decode_args(args, path)?;
     args.validate(path)?;

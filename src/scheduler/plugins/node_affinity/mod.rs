@@ -20,6 +20,7 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::plugins::registry::Handle;
 
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::plugins::helper::default_normalize_score;
@@ -354,6 +355,7 @@ impl ScorePlugin for NodeAffinity {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let args: NodeAffinityArgs = decode_args(args, path)?;
     args.validate(path)?;

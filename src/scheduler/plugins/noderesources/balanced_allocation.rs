@@ -18,6 +18,7 @@ use crate::scheduler::framework::{
 use crate::scheduler::plugins::noderesources::resource_allocation::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, default_resources, pod_request,
 };
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 pub const DEFAULT_WEIGHT: i32 = 1;
@@ -68,6 +69,7 @@ impl NodeResourcesBalancedAllocationArgs {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let mut args: NodeResourcesBalancedAllocationArgs = decode_args(args, path)?;
     default_resource_specs(&mut args.resources);
@@ -426,13 +428,22 @@ mod tests {
             ("an unknown field", json!({"resource": []}), vec!["args"]),
         ];
         for (name, args, want) in cases {
-            let got: Vec<String> = match build(Some(&args), &"args".into()) {
+            let got: Vec<String> = match build(
+                Some(&args),
+                &"args".into(),
+                &crate::scheduler::plugins::registry::Handle::default(),
+            ) {
                 Ok(_) => vec![],
                 Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
             };
             assert_eq!(got, want, "{name}");
         }
-        let built = build(None, &"args".into()).expect("defaults are valid");
+        let built = build(
+            None,
+            &"args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("defaults are valid");
         assert_eq!(built.name(), NAME);
         assert!(built.pre_score().is_some() && built.score().is_some());
         assert!(built.filter().is_none());

@@ -26,6 +26,7 @@ use crate::scheduler::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "NodeResourcesFit";
 pub const DEFAULT_WEIGHT: i32 = 1;
@@ -97,6 +98,7 @@ impl NodeResourcesFitArgs {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
+    _handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let mut args: NodeResourcesFitArgs = decode_args(args, path)?;
     default_resource_specs(&mut args.scoring_strategy.resources);

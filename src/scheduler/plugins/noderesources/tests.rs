@@ -455,7 +455,12 @@ fn args_default_and_decode_as_kube_scheduler() {
         ScoringStrategyType::LeastAllocated
     );
     assert_eq!(args.scoring_strategy.resources, default_resources());
-    let built = build(None, &"args".into()).expect("defaults are valid");
+    let built = build(
+        None,
+        &"args".into(),
+        &crate::scheduler::plugins::registry::Handle::default(),
+    )
+    .expect("defaults are valid");
     assert_eq!(built.name(), NAME);
     assert!(built.pre_filter().is_some() && built.filter().is_some());
     assert!(built.pre_score().is_some() && built.score().is_some());
@@ -534,7 +539,11 @@ fn validation_names_the_invalid_field() {
         ),
     ];
     for (name, args, want) in cases {
-        let got: Vec<String> = match build(Some(&args), &"args".into()) {
+        let got: Vec<String> = match build(
+            Some(&args),
+            &"args".into(),
+            &crate::scheduler::plugins::registry::Handle::default(),
+        ) {
             Ok(_) => vec![],
             Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
         };

@@ -34,6 +34,7 @@ use crate::scheduler::framework::{
     PreScorePlugin, ScorePlugin, Status,
 };
 pub use crate::scheduler::informers::selectors::{DefaultSelectorSource, NoDefaultSelectors};
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "PodTopologySpread";
 /// The plugin's Score weight in kube-scheduler's default profile.
@@ -149,8 +150,9 @@ fn system_default_constraints() -> Vec<TopologySpreadConstraint> {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    selectors: Arc<dyn DefaultSelectorSource>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let selectors = handle.default_selectors.clone();
     let args: PodTopologySpreadArgs = decode_args(args, path)?;
     args.validate(path)?;
     Ok(Arc::new(PodTopologySpread::new(args, selectors)))

@@ -19,6 +19,7 @@ use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::plugins::registry::Handle;
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::workload::{self, OwnerLookup};
 
@@ -212,9 +213,10 @@ impl ScorePlugin for PlacementHistory {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    owners: Arc<dyn OwnerLookup>,
-    bindings: Arc<dyn BindingLookup>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let owners = handle.owners.clone();
+    let bindings = handle.bindings.clone();
     let args: PlacementHistoryArgs = decode_args(args, path)?;
     args.validate(path)?;
     Ok(Arc::new(PlacementHistory {
@@ -516,8 +518,11 @@ mod tests {
             let built = build(
                 args.as_ref(),
                 &p.into(),
-                Arc::new(NoOwners),
-                Arc::new(BindingIndex::default()),
+                &crate::scheduler::plugins::registry::Handle {
+                    owners: Arc::new(NoOwners),
+                    bindings: Arc::new(BindingIndex::default()),
+                    ..crate::scheduler::plugins::registry::Handle::default()
+                },
             );
             assert_eq!(
                 built.is_ok(),

@@ -15,6 +15,7 @@ use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{CycleState, Plugin, PostBindPlugin};
 use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::plugins::sticky::Readership;
 use crate::sticky::history::HistoryWriter;
 
@@ -79,8 +80,9 @@ impl PostBindPlugin for PlacementRecorder {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    writer: Option<Arc<HistoryWriter>>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let writer = handle.history.clone();
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(PlacementRecorder {
         writer,

@@ -28,6 +28,7 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::scheduler::informers::storage::StorageIndex;
+use crate::scheduler::plugins::registry::Handle;
 use crate::sticky::bindings::{self, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
 
@@ -382,10 +383,11 @@ impl FilterPlugin for StickyNode {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    owners: Arc<dyn OwnerLookup>,
-    bindings: Arc<dyn BindingLookup>,
-    storage: Arc<StorageIndex>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let owners = handle.owners.clone();
+    let bindings = handle.bindings.clone();
+    let storage = handle.storage.clone();
     let args: StickyNodeArgs = decode_args(args, path)?;
     args.validate(path)?;
     Ok(Arc::new(StickyNode {
@@ -904,9 +906,12 @@ mod tests {
             let built = build(
                 args.as_ref(),
                 &p.into(),
-                Arc::new(NoOwners),
-                Arc::new(BindingIndex::default()),
-                Arc::new(StorageIndex::default()),
+                &crate::scheduler::plugins::registry::Handle {
+                    owners: Arc::new(NoOwners),
+                    bindings: Arc::new(BindingIndex::default()),
+                    storage: Arc::new(StorageIndex::default()),
+                    ..crate::scheduler::plugins::registry::Handle::default()
+                },
             );
             assert_eq!(
                 built.is_ok(),

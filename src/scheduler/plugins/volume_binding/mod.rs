@@ -27,6 +27,7 @@ use k8s_openapi::api::core::v1::{ObjectReference, Pod};
 
 use self::args::{VolumeBindingArgs, shape_score};
 use self::matching::{Claims, PodVolumes, Verdict};
+use crate::gate::{Write, WriteGate};
 use crate::k8s::volumes::{
     self, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, WAIT_FOR_FIRST_CONSUMER,
 };
@@ -41,6 +42,7 @@ use crate::scheduler::framework::{
     PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::storage::{StorageIndex, Stores};
+use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "VolumeBinding";
 /// kube-scheduler's weight for VolumeBinding's score (it is listed without one).
@@ -55,6 +57,8 @@ pub struct VolumeBinding {
     args: VolumeBindingArgs,
     storage: Arc<StorageIndex>,
     client: Option<kube::Client>,
+    /// Asked before PreBind writes.
+    gate: WriteGate,
 }
 
 /// What the cycle learnt of the pod's claims, and what each node and the reservation chose.
@@ -463,6 +467,9 @@ impl PreBindPlugin for VolumeBinding {
                 return Status::error("VolumeBinding has no API client");
             };
             let timeout = Duration::from_secs(self.args.bind_timeout_seconds.max(0) as u64);
+            if let Err(refused) = self.gate.admit(Write::VolumeBinding) {
+                return Status::error(refused.to_string());
+            }
             match binder::bind(client, &self.storage, &reserved, node_name, timeout).await {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),
@@ -475,14 +482,17 @@ impl PreBindPlugin for VolumeBinding {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    storage: Arc<StorageIndex>,
-    client: Option<kube::Client>,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    let storage = handle.storage.clone();
+    let client = handle.client.clone();
+    let gate = handle.gate.clone();
     let args: VolumeBindingArgs = decode_args(args, path)?;
     args.validate(path)?;
     Ok(Arc::new(VolumeBinding {
         args,
         storage,
         client,
+        gate,
     }))
 }

@@ -17,6 +17,7 @@ fn plugin(storage: &Arc<StorageIndex>) -> VolumeBinding {
         args: VolumeBindingArgs::default(),
         storage: storage.clone(),
         client: None,
+        gate: WriteGate::alone(),
     }
 }
 

@@ -13,6 +13,7 @@ use k8s_openapi::api::events::v1::{Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 
+use crate::gate::{Write, WriteGate};
 use crate::locks;
 
 /// How long a repeated event is counted in the series of the first: past that, it starts a new
@@ -46,6 +47,8 @@ pub struct EventWriter {
     client: kube::Client,
     instance: String,
     written: Arc<Mutex<HashMap<SeriesKey, Written>>>,
+    /// Asked before each event is written.
+    gate: WriteGate,
 }
 
 impl EventWriter {
@@ -54,7 +57,14 @@ impl EventWriter {
             client,
             instance: instance.unwrap_or_else(|| "tether".into()),
             written: Arc::default(),
+            gate: WriteGate::alone(),
         }
+    }
+
+    /// Writes only what `gate` admits.
+    pub fn gated_by(mut self, gate: WriteGate) -> Self {
+        self.gate = gate;
+        self
     }
 
     /// Writes an event about `regarding`, or counts a repeat of one in its series. Events are
@@ -69,6 +79,10 @@ impl EventWriter {
         action: &str,
         note: String,
     ) -> Result<(), kube::Error> {
+        if let Err(refused) = self.gate.admit(Write::Event) {
+            tracing::debug!(reason, error = %refused, "event not written");
+            return Ok(());
+        }
         crate::k8s::budget::get().events.take().await;
         let result = self
             .publish_once(regarding, type_, reason, action, note)
