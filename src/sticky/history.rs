@@ -323,7 +323,19 @@ impl HistoryWriter {
     /// burst of thousands of binds waits as data, not as thousands of tasks.
     /// [`HistoryWriter::wait_idle`] waits for these writes.
     pub fn record_bind_later(self: &Arc<Self>, pod: &Pod, node: &str) {
-        let Some(key) = self.enqueue(pod, node) else {
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        self.record_workload_bind_later(pod, &workload, node);
+    }
+
+    /// As [`HistoryWriter::record_bind_later`], for a pod whose workload is known already (the
+    /// scheduling cycle resolved it).
+    pub fn record_workload_bind_later(
+        self: &Arc<Self>,
+        pod: &Pod,
+        workload: &Workload,
+        node: &str,
+    ) {
+        let Some(key) = self.enqueue_for(pod, workload, node) else {
             return;
         };
         self.writers.start();
@@ -364,6 +376,11 @@ impl HistoryWriter {
     /// is to write them (no write to that binding is under way).
     fn enqueue(&self, pod: &Pod, node: &str) -> Option<(String, String)> {
         let workload = workload::resolve(pod, self.owners.as_ref());
+        self.enqueue_for(pod, &workload, node)
+    }
+
+    /// As [`HistoryWriter::enqueue`], for a pod whose workload is known.
+    fn enqueue_for(&self, pod: &Pod, workload: &Workload, node: &str) -> Option<(String, String)> {
         if let Some(owner) = &workload.pending_owner {
             // Not this pod's binding to guess at; a restart's reconcile counts it later.
             tracing::warn!(pod = %pods::key(pod), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
@@ -378,7 +395,7 @@ impl HistoryWriter {
         };
         let mut pending = locks::lock(&self.pending);
         let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
-            workload,
+            workload: workload.clone(),
             binds: Vec::new(),
             writing_now: Vec::new(),
             writing: false,

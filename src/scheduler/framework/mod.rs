@@ -32,6 +32,16 @@ use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 
+/// Whose workload history a plugin reads: every pod's but those in `excluded_namespaces`, those
+/// carrying `disable_annotation` set to `"true"`, and (`skip_multi_replica`) those of
+/// multi-replica ReplicaSets and Deployments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryReadership {
+    pub skip_multi_replica: bool,
+    pub excluded_namespaces: Vec<String>,
+    pub disable_annotation: String,
+}
+
 /// The highest score a Score plugin gives after normalization.
 pub const MAX_NODE_SCORE: i64 = 100;
 /// The lowest score.
@@ -136,6 +146,13 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
     fn post_bind(&self) -> Option<&dyn PostBindPlugin> {
+        None
+    }
+
+    /// Whose workload history the plugin reads, when it reads any (StickyNode and
+    /// PlacementHistory read StickyBinding history): the profile compiler then records every
+    /// bind it reads (PlacementRecorder at PostBind), and only those.
+    fn history_readership(&self) -> Option<HistoryReadership> {
         None
     }
 

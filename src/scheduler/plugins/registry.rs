@@ -155,13 +155,6 @@ pub fn default_weight(name: &str) -> i32 {
         .map_or(0, |r| r.default_weight)
 }
 
-/// The plugins that read StickyBinding history: where one runs, PlacementRecorder records
-/// every bind (the profile compiler enables it at postBind).
-pub const HISTORY_READERS: [&str; 2] = [
-    plugins::sticky::sticky_node::NAME,
-    plugins::sticky::placement_history::NAME,
-];
-
 /// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
 /// their order, with their default score weights (those of [`registry`]) where they score.
 pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {

@@ -17,13 +17,12 @@ use crate::api::scheduling_profile::MAX_BACKOFF_SECONDS;
 use crate::api::{EffectivePlugins, PluginSet, SchedulingProfileSpec, WeightedPlugin};
 use crate::scheduler::framework::events::QueueingHints;
 use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
-use crate::scheduler::framework::{ExtensionPoint, Plugin};
-use crate::scheduler::plugins::registry::{HISTORY_READERS, Handle, Registration, registry};
-use crate::scheduler::plugins::sticky::Readership;
-use crate::scheduler::plugins::sticky::{placement_history, placement_recorder, sticky_node};
+use crate::scheduler::framework::{ExtensionPoint, HistoryReadership, Plugin};
+use crate::scheduler::plugins::registry::{Handle, Registration, registry};
+use crate::scheduler::plugins::sticky::placement_recorder;
 
 use self::expand::{PerPoint, expand_point, multi_point_list};
-use crate::scheduler::framework::validation::{self, FieldErrors, FieldPath, decode_args};
+use crate::scheduler::framework::validation::{self, FieldErrors, FieldPath};
 
 /// A compiled profile and the effective plugin lists reported in its status.
 pub struct Compiled {
@@ -178,19 +177,26 @@ fn check_prerequisites(spec: &SchedulingProfileSpec, per_point: &PerPoint, errs:
     }
 }
 
-/// Where StickyNode or PlacementHistory runs, PlacementRecorder records every bind at postBind
-/// so that they have a history to read; disabling it by name there is an error.
+/// Where a plugin reads workload history (it declares whose:
+/// [`Plugin::history_readership`]), PlacementRecorder records every bind it reads at postBind
+/// so that it has a history to read; disabling it by name there is an error.
 fn enable_placement_recorder(
     spec: &SchedulingProfileSpec,
     per_point: &mut PerPoint,
-    args: &ArgsByPlugin<'_>,
     handle: &Handle,
     errs: &mut FieldErrors,
 ) {
-    let readers: Vec<&str> = HISTORY_READERS
-        .into_iter()
-        .filter(|r| per_point.values().flatten().any(|(p, _)| p.name() == *r))
-        .collect();
+    let mut readers: Vec<&'static str> = Vec::new();
+    let mut readership: Vec<HistoryReadership> = Vec::new();
+    for (plugin, _) in per_point.values().flatten() {
+        if readers.contains(&plugin.name()) {
+            continue;
+        }
+        if let Some(reads) = plugin.history_readership() {
+            readers.push(plugin.name());
+            readership.push(reads);
+        }
+    }
     if readers.is_empty() {
         return;
     }
@@ -211,10 +217,6 @@ fn enable_placement_recorder(
         );
         return;
     }
-    let readership: Vec<Readership> = readers
-        .iter()
-        .filter_map(|r| readership_of(r, args.get(r).and_then(|(_, a)| *a)))
-        .collect();
     let recorder: Arc<dyn Plugin> = Arc::new(placement_recorder::PlacementRecorder::for_readers(
         handle.history.clone(),
         readership,
@@ -222,26 +224,6 @@ fn enable_placement_recorder(
     let list = per_point.entry(point).or_default();
     list.retain(|(p, _)| p.name() != placement_recorder::NAME);
     list.push((recorder, 1));
-}
-
-/// Whose history the reader plugin `name` reads, from its args (already validated when the
-/// plugin was built).
-fn readership_of(name: &str, args: Option<&serde_json::Value>) -> Option<Readership> {
-    let path = FieldPath::from("pluginConfig");
-    if name == sticky_node::NAME {
-        let a: sticky_node::StickyNodeArgs = decode_args(args, &path).ok()?;
-        return Some(Readership {
-            skip_multi_replica: a.skip_multi_replica,
-            excluded_namespaces: a.excluded_namespaces,
-            disable_annotation: a.disable_annotation,
-        });
-    }
-    let a: placement_history::PlacementHistoryArgs = decode_args(args, &path).ok()?;
-    Some(Readership {
-        skip_multi_replica: a.skip_multi_replica,
-        excluded_namespaces: a.excluded_namespaces,
-        disable_annotation: a.disable_annotation,
-    })
 }
 
 /// Compiles `spec`. `source` names where it came from, for logs.
@@ -293,7 +275,7 @@ pub fn compile(
         })
         .collect();
     check_prerequisites(spec, &per_point, &mut errs);
-    enable_placement_recorder(spec, &mut per_point, &args, handle, &mut errs);
+    enable_placement_recorder(spec, &mut per_point, handle, &mut errs);
 
     let take = |point: ExtensionPoint| -> Vec<Arc<dyn Plugin>> {
         per_point

@@ -8,10 +8,37 @@ pub mod placement_history;
 pub mod placement_recorder;
 pub mod sticky_node;
 
+use std::sync::Arc;
+
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::scheduler::framework::Status;
-use crate::sticky::workload::Workload;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::{CycleState, Status};
+use crate::sticky::workload::{self, OwnerLookup, Workload};
+
+/// Where the pod's workload is kept in the cycle state.
+const WORKLOAD: &str = "sticky/workload";
+
+/// The pod's workload, resolved once per cycle: the first sticky plugin to ask resolves it and
+/// keeps it in the cycle state, the others (PlacementRecorder too, at PostBind, on the same
+/// state) read it there.
+pub fn cycle_workload(
+    state: &mut CycleState,
+    pod: &PodInfo,
+    owners: &dyn OwnerLookup,
+) -> Arc<Workload> {
+    if let Some(known) = state.read::<Arc<Workload>>(WORKLOAD) {
+        return known.clone();
+    }
+    let resolved = Arc::new(workload::resolve(&pod.pod, owners));
+    state.write(WORKLOAD, resolved.clone());
+    resolved
+}
+
+/// The workload a sticky plugin resolved in this cycle, if one did.
+pub fn resolved_workload(state: &CycleState) -> Option<Arc<Workload>> {
+    state.read::<Arc<Workload>>(WORKLOAD).cloned()
+}
 
 /// How soon a pod whose owner the watches have not delivered yet is tried again.
 const OWNER_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
@@ -27,14 +54,10 @@ pub fn wait_for_owner(workload: &Workload) -> Option<Status> {
     )
 }
 
-/// Whose history a reader plugin (StickyNode, PlacementHistory) reads, from its args: the pods
-/// it does not leave alone. PlacementRecorder writes only what some reader of the profile reads.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Readership {
-    pub skip_multi_replica: bool,
-    pub excluded_namespaces: Vec<String>,
-    pub disable_annotation: String,
-}
+/// Whose history a reader plugin (StickyNode, PlacementHistory) reads, as it declares it
+/// ([`Plugin::history_readership`](crate::scheduler::framework::Plugin::history_readership)).
+/// PlacementRecorder writes only what some reader of the profile reads.
+pub use crate::scheduler::framework::HistoryReadership as Readership;
 
 impl Readership {
     /// Whether the reader reads the history of `workload` for `pod`.
@@ -55,4 +78,62 @@ pub fn opted_out(pod: &Pod, excluded_namespaces: &[String], disable_annotation: 
             .as_ref()
             .and_then(|a| a.get(disable_annotation))
             .is_some_and(|v| v == "true")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+    use crate::sticky::workload::OwnerMeta;
+
+    /// Counts the owner lookups; every ReplicaSet is `web`'s.
+    #[derive(Default)]
+    struct Counting(AtomicUsize);
+
+    impl OwnerLookup for Counting {
+        fn get(&self, _ns: &str, _v: &str, kind: &str, name: &str) -> Option<OwnerMeta> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            Some(OwnerMeta {
+                api_version: "apps/v1".into(),
+                kind: kind.into(),
+                name: name.into(),
+                uid: format!("uid-{name}"),
+                controller: None,
+                replicas: Some(1),
+            })
+        }
+    }
+
+    /// The sticky plugins of one cycle resolve the pod's workload once: PreFilter of the first
+    /// to ask, the rest (PostBind too) read it from the cycle state.
+    #[test]
+    fn a_pods_workload_is_resolved_once_per_cycle() {
+        let owners = Counting::default();
+        let pod = PodBuilder::new("web-1-abc")
+            .with(|p| {
+                p.metadata.owner_references = Some(vec![
+                    serde_json::from_value(serde_json::json!({"apiVersion": "apps/v1",
+                        "kind": "ReplicaSet", "name": "web-1", "uid": "uid-web-1",
+                        "controller": true}))
+                    .expect("an owner reference"),
+                ]);
+            })
+            .info();
+        let mut state = CycleState::new();
+        assert!(resolved_workload(&state).is_none());
+        let first = cycle_workload(&mut state, &pod, &owners);
+        let lookups = owners.0.load(Ordering::SeqCst);
+        assert!(lookups > 0, "the first ask resolves");
+        for _ in 0..4 {
+            assert_eq!(cycle_workload(&mut state, &pod, &owners), first);
+        }
+        assert_eq!(resolved_workload(&state), Some(first));
+        assert_eq!(
+            owners.0.load(Ordering::SeqCst),
+            lookups,
+            "no lookup after the first"
+        );
+    }
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use crate::scheduler::framework::HistoryReadership;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -21,9 +22,9 @@ use crate::scheduler::framework::{
 };
 use crate::scheduler::plugins::registry::Handle;
 use crate::sticky::bindings::BindingLookup;
-use crate::sticky::workload::{self, OwnerLookup};
+use crate::sticky::workload::OwnerLookup;
 
-use crate::scheduler::plugins::sticky::{opted_out, wait_for_owner};
+use crate::scheduler::plugins::sticky::{cycle_workload, opted_out, wait_for_owner};
 
 pub const NAME: &str = "PlacementHistory";
 
@@ -122,6 +123,14 @@ impl Plugin for PlacementHistory {
         NAME
     }
 
+    fn history_readership(&self) -> Option<HistoryReadership> {
+        Some(HistoryReadership {
+            skip_multi_replica: self.args.skip_multi_replica,
+            excluded_namespaces: self.args.excluded_namespaces.clone(),
+            disable_annotation: self.args.disable_annotation.clone(),
+        })
+    }
+
     /// Its PreFilter only waits for the pod's owner, and asks to be retried then itself.
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(Vec::new())
@@ -145,11 +154,11 @@ impl Plugin for PlacementHistory {
 impl PreFilterPlugin for PlacementHistory {
     fn pre_filter(
         &self,
-        _state: &mut CycleState,
+        state: &mut CycleState,
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        let workload = cycle_workload(state, pod, self.owners.as_ref());
         let status = wait_for_owner(&workload).unwrap_or_else(Status::skip);
         (PreFilterResult::all_nodes(), status)
     }
@@ -171,7 +180,7 @@ impl PreScorePlugin for PlacementHistory {
         ) {
             return Status::skip();
         }
-        let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        let workload = cycle_workload(state, pod, self.owners.as_ref());
         if args.skip_multi_replica && workload.is_multi_replica() {
             return Status::skip();
         }

@@ -16,7 +16,7 @@ use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{CycleState, Plugin, PostBindPlugin};
 use crate::scheduler::plugins::helper::expect_no_args;
 use crate::scheduler::plugins::registry::Handle;
-use crate::scheduler::plugins::sticky::Readership;
+use crate::scheduler::plugins::sticky::{Readership, resolved_workload};
 use crate::sticky::history::HistoryWriter;
 
 pub const NAME: &str = "PlacementRecorder";
@@ -52,7 +52,7 @@ impl Plugin for PlacementRecorder {
 impl PostBindPlugin for PlacementRecorder {
     fn post_bind<'a>(
         &'a self,
-        _state: &'a CycleState,
+        state: &'a CycleState,
         pod: &'a Pod,
         node_name: &'a str,
     ) -> BoxFuture<'a, ()> {
@@ -60,8 +60,12 @@ impl PostBindPlugin for PlacementRecorder {
             let Some(writer) = &self.writer else {
                 return;
             };
+            // Resolved by StickyNode or PlacementHistory in this pod's cycle.
+            let workload = match resolved_workload(state) {
+                Some(known) => known,
+                None => Arc::new(writer.workload_of(pod)),
+            };
             if let Some(readers) = &self.readers {
-                let workload = writer.workload_of(pod);
                 // An owner not known yet: record_bind says so (and the reconcile counts it).
                 if workload.pending_owner.is_none()
                     && !readers.iter().any(|r| r.reads(pod, &workload))
@@ -71,7 +75,7 @@ impl PostBindPlugin for PlacementRecorder {
             }
             // Written on a task of its own: the binding cycle does not wait for it, and the
             // plugins read the bind from the writer meanwhile.
-            writer.record_bind_later(pod, node_name);
+            writer.record_workload_bind_later(pod, &workload, node_name);
         })
     }
 }

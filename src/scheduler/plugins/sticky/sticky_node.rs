@@ -16,6 +16,7 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::StickyBinding;
 use crate::k8s::volumes;
+use crate::scheduler::framework::HistoryReadership;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
@@ -32,7 +33,7 @@ use crate::scheduler::plugins::registry::Handle;
 use crate::sticky::bindings::{self, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
 
-use crate::scheduler::plugins::sticky::{opted_out, wait_for_owner};
+use crate::scheduler::plugins::sticky::{cycle_workload, opted_out, wait_for_owner};
 
 pub const NAME: &str = "StickyNode";
 
@@ -187,6 +188,14 @@ impl Plugin for StickyNode {
         NAME
     }
 
+    fn history_readership(&self) -> Option<HistoryReadership> {
+        Some(HistoryReadership {
+            skip_multi_replica: self.args.skip_multi_replica,
+            excluded_namespaces: self.args.excluded_namespaces.clone(),
+            disable_annotation: self.args.disable_annotation.clone(),
+        })
+    }
+
     /// Only a change of the pod's own workload's binding, the pinned node coming (back), an
     /// edit of the pod itself (its opt-out annotation), or a claim changing (for a released
     /// workload whose volume stayed behind) can change the answer.
@@ -330,7 +339,7 @@ impl PreFilterPlugin for StickyNode {
         ) {
             return skip;
         }
-        let workload = workload::resolve(&pod.pod, self.owners.as_ref());
+        let workload = cycle_workload(state, pod, self.owners.as_ref());
         if let Some(wait) = wait_for_owner(&workload) {
             return (PreFilterResult::all_nodes(), wait);
         }
