@@ -1,26 +1,35 @@
 //! The exactly-once StickyBinding history writes: every bind of a pod of a workload whose
 //! profile runs StickyNode or PlacementHistory is counted once in the workload's binding, by the
 //! PlacementRecorder PostBind plugin (and, after a restart, by [`super::reconcile`]).
+//!
+//! In three parts behind [`HistoryWriter`]: the queue of pending binds (`pending.rs`), the store
+//! that writes them (`store.rs`), and the view the plugins read (`view.rs`: what was written,
+//! with what waits laid on top). Here: the pure counting rules, and the writer that joins them
+//! (a bind goes into the queue, a turn takes its binding's batch to the store).
+
+pub mod pending;
+pub mod store;
+pub mod view;
+
+use self::pending::{Key, PendingBinds};
+use self::store::HistoryStore;
+use self::view::HistoryView;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::ObjectMeta;
 
-use crate::api::sticky_binding::conditions as sticky_binding;
-use crate::api::{BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus};
-use crate::gate::{Write, WriteGate};
-use crate::inflight::InFlight;
-use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
-use crate::k8s::{budget, pods};
-use crate::locks;
-use crate::recorder::{EventType, EventWriter};
+use crate::api::{BindRecord, StickyBinding, StickyBindingSpec, StickyBindingStatus};
+use crate::gate::WriteGate;
+use crate::k8s::pods;
+use crate::recorder::EventWriter;
 use crate::scheduler::metrics::Metrics;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 /// How many binds `status.recentBinds` keeps.
 pub const RECENT_BINDS: usize = 16;
@@ -144,19 +153,20 @@ pub enum Recorded {
 
 /// A bind waiting to be counted in its workload's binding.
 #[derive(Clone, Debug, PartialEq, Eq)]
-struct Bind {
-    pod_uid: String,
-    pod_name: String,
-    node: String,
+pub struct Bind {
+    pub pod_uid: String,
+    pub pod_name: String,
+    pub node: String,
 }
 
-/// The binds of one binding not written yet, and whether a writer is at it.
-struct Pending {
-    workload: Workload,
-    binds: Vec<Bind>,
-    /// The binds of the write in flight.
-    writing_now: Vec<Bind>,
-    writing: bool,
+impl Bind {
+    fn of(pod: &Pod, node: &str) -> Self {
+        Bind {
+            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
+            pod_name: pod.metadata.name.clone().unwrap_or_default(),
+            node: node.to_string(),
+        }
+    }
 }
 
 /// How many bindings are written at once. Binds wait for no history write (the binding cycle
@@ -164,66 +174,19 @@ struct Pending {
 /// they hold, when binds outpace them; binds to a binding that waits join its next write.
 pub const WRITES_IN_FLIGHT: usize = 64;
 
-/// How long to wait before retrying a write, doubling up to the max.
-const RETRY_INITIAL: Duration = Duration::from_millis(100);
-const RETRY_MAX: Duration = Duration::from_secs(5);
-
-/// The next retry delay after `delay`, and the delay to sleep now with up to ±25% jitter, so
-/// that writers that collided do not collide again.
-fn next_delay(delay: Duration) -> (Duration, Duration) {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    let jitter = f64::from(nanos % 1000) / 1000.0 * 0.5 + 0.75;
-    (
-        delay.saturating_mul(2).min(RETRY_MAX),
-        delay.mul_f64(jitter),
-    )
-}
-
-/// Waits before retrying after `error`, and doubles `delay`.
-async fn backoff(delay: &mut Duration, error: &kube::Error) {
-    let (next, now) = next_delay(*delay);
-    if denied_for_now(error) && *delay >= RETRY_MAX {
-        // Denied for longer than an API server restart explains: say so, once per wait.
-        tracing::warn!(error = %error, wait = ?now, "history write denied; retrying");
-    } else {
-        tracing::debug!(error = %error, wait = ?now, "retrying a history write");
-    }
-    *delay = next;
-    tokio::time::sleep(now).await;
-}
-
 /// Writes StickyBinding history: exactly once per bound pod. Each binding has one writer at a
 /// time: binds that arrive while a write is in flight are counted together in the next write,
 /// so a burst of binds to one workload costs a few writes, not one conflict race per bind.
-/// Writes carry a resourceVersion precondition and are retried with backoff and jitter on
-/// conflicts, throttling, server errors and lost connections until they land.
 pub struct HistoryWriter {
-    client: kube::Client,
-    events: EventWriter,
-    index: Arc<BindingIndex>,
     owners: Arc<dyn OwnerLookup>,
     metrics: Arc<Metrics>,
-    pending: Mutex<HashMap<(String, String), Pending>>,
+    pending: Arc<PendingBinds>,
+    store: HistoryStore,
+    view: HistoryView,
     /// Turns to write, [`WRITES_IN_FLIGHT`] at once.
     in_flight: tokio::sync::Semaphore,
-    /// The bindings `record_bind_later` queued that are not written yet.
-    writers: InFlight,
-    /// The bindings queued by `record_bind_later`, each once while its binds wait, and the
-    /// writer tasks that write them (started with the first).
-    turns: Mutex<std::collections::VecDeque<(String, String)>>,
-    turn_queued: tokio::sync::Notify,
+    /// The writer tasks that take the queued turns (started with the first).
     workers: std::sync::OnceLock<()>,
-    /// The scheduler's pods and nodes: `countedPods` keeps only the pods it knows, and each
-    /// status write carries the binding's conditions judged from its nodes. `None` (unit
-    /// tests): nothing is dropped, and the conditions are left to the controller.
-    view: Option<Arc<dyn SchedulerView>>,
-    /// How many reconciles of binds made before a restart run now; none is dropped from
-    /// `countedPods` meanwhile (see [`HistoryWriter::pause_pruning`]).
-    reconciling: Arc<AtomicUsize>,
-    /// Asked before every write: only a leader writes history.
-    gate: WriteGate,
 }
 
 /// While it lives, no pod is dropped from any binding's `countedPods`.
@@ -255,21 +218,25 @@ impl HistoryWriter {
         owners: Arc<dyn OwnerLookup>,
         metrics: Arc<Metrics>,
     ) -> Self {
+        let pending = Arc::new(PendingBinds::default());
         HistoryWriter {
-            events: EventWriter::new(client.clone(), instance),
-            client,
-            index,
             owners,
             metrics,
-            pending: Mutex::new(HashMap::new()),
+            store: HistoryStore {
+                events: EventWriter::new(client.clone(), instance),
+                client,
+                index: index.clone(),
+                view: None,
+                reconciling: Arc::new(AtomicUsize::new(0)),
+                gate: WriteGate::alone(),
+            },
+            view: HistoryView {
+                index,
+                pending: pending.clone(),
+            },
+            pending,
             in_flight: tokio::sync::Semaphore::new(WRITES_IN_FLIGHT),
-            writers: InFlight::default(),
-            turns: Mutex::new(std::collections::VecDeque::new()),
-            turn_queued: tokio::sync::Notify::new(),
             workers: std::sync::OnceLock::new(),
-            view: None,
-            reconciling: Arc::new(AtomicUsize::new(0)),
-            gate: WriteGate::alone(),
         }
     }
 
@@ -277,14 +244,14 @@ impl HistoryWriter {
     /// workload's pods the scheduler knows, and status writes carry the binding's conditions
     /// (the StickyBinding controller then has nothing to add).
     pub fn reading(mut self, view: Arc<dyn SchedulerView>) -> Self {
-        self.view = Some(view);
+        self.store.view = Some(view);
         self
     }
 
     /// Writes (history and its events) only what `gate` admits.
     pub fn gated_by(mut self, gate: WriteGate) -> Self {
-        self.events = self.events.gated_by(gate.clone());
-        self.gate = gate;
+        self.store.events = self.store.events.clone().gated_by(gate.clone());
+        self.store.gate = gate;
         self
     }
 
@@ -292,17 +259,13 @@ impl HistoryWriter {
     /// made before a restart holds it: it decides from the pods bound when it started, and a
     /// pod deleted since then and dropped from `countedPods` would look never counted to it.
     pub fn pause_pruning(&self) -> PruningPaused {
-        self.reconciling.fetch_add(1, Ordering::SeqCst);
-        PruningPaused(self.reconciling.clone())
-    }
-
-    fn pruning_paused(&self) -> bool {
-        self.reconciling.load(Ordering::SeqCst) > 0
+        self.store.reconciling.fetch_add(1, Ordering::SeqCst);
+        PruningPaused(self.store.reconciling.clone())
     }
 
     /// The bindings this writer reads and updates.
     pub fn bindings(&self) -> &BindingIndex {
-        &self.index
+        &self.store.index
     }
 
     /// Counts the bind of `pod` to `node` in its workload's binding, once, and counts the
@@ -338,9 +301,7 @@ impl HistoryWriter {
         let Some(key) = self.enqueue_for(pod, workload, node) else {
             return;
         };
-        self.writers.start();
-        locks::lock(&self.turns).push_back(key);
-        self.turn_queued.notify_one();
+        self.pending.queue_turn(key);
         self.workers.get_or_init(|| {
             for _ in 0..WRITES_IN_FLIGHT {
                 let this = Arc::downgrade(self);
@@ -355,80 +316,47 @@ impl HistoryWriter {
 
     /// Writes the binds of the next queued binding, or waits for one to be queued.
     async fn take_turn(&self) {
-        let next = locks::lock(&self.turns).pop_front();
-        let Some(key) = next else {
-            // Woken by the next turn queued (or by one queued since the queue was found empty:
-            // `notify_one` keeps a permit when nobody waits).
-            self.turn_queued.notified().await;
+        let Some(key) = self.pending.next_turn().await else {
             return;
         };
         self.write_pending(&key).await;
-        self.writers.finish();
+        self.pending.turn_done();
     }
 
     /// Waits until no write started by [`HistoryWriter::record_bind_later`] runs, at most
     /// `grace`; returns how many still run.
     pub async fn wait_idle(&self, grace: Duration) -> usize {
-        self.writers.wait(grace).await
+        self.pending.wait_idle(grace).await
     }
 
     /// Adds the bind to its binding's pending binds; returns the binding's key when the caller
     /// is to write them (no write to that binding is under way).
-    fn enqueue(&self, pod: &Pod, node: &str) -> Option<(String, String)> {
+    fn enqueue(&self, pod: &Pod, node: &str) -> Option<Key> {
         let workload = workload::resolve(pod, self.owners.as_ref());
         self.enqueue_for(pod, &workload, node)
     }
 
     /// As [`HistoryWriter::enqueue`], for a pod whose workload is known.
-    fn enqueue_for(&self, pod: &Pod, workload: &Workload, node: &str) -> Option<(String, String)> {
+    fn enqueue_for(&self, pod: &Pod, workload: &Workload, node: &str) -> Option<Key> {
         if let Some(owner) = &workload.pending_owner {
             // Not this pod's binding to guess at; a restart's reconcile counts it later.
             tracing::warn!(pod = %pods::key(pod), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
             self.metrics.history_write("failed");
             return None;
         }
-        let key = (workload.namespace.clone(), workload.binding_name());
-        let bind = Bind {
-            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
-            pod_name: pod.metadata.name.clone().unwrap_or_default(),
-            node: node.to_string(),
-        };
-        let mut pending = locks::lock(&self.pending);
-        let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
-            workload: workload.clone(),
-            binds: Vec::new(),
-            writing_now: Vec::new(),
-            writing: false,
-        });
-        entry.binds.push(bind);
-        if entry.writing {
-            return None;
-        }
-        entry.writing = true;
-        Some(key)
+        self.pending.add(workload, Bind::of(pod, node))
     }
 
     /// Writes the binds waiting for `key`, batch after batch, until none is left.
-    async fn write_pending(&self, key: &(String, String)) {
+    async fn write_pending(&self, key: &Key) {
         loop {
             // Binds that arrive while this waits for its turn join the batch.
             let _turn = self.in_flight.acquire().await;
-            let (workload, batch) = {
-                let mut pending = locks::lock(&self.pending);
-                let Some(entry) = pending.get_mut(key) else {
-                    return;
-                };
-                if entry.binds.is_empty() {
-                    pending.remove(key);
-                    return;
-                }
-                entry.writing_now = std::mem::take(&mut entry.binds);
-                (entry.workload.clone(), entry.writing_now.clone())
+            let Some((workload, batch)) = self.pending.take_batch(key) else {
+                return;
             };
-            let written = self.write(&workload, &batch).await;
-            if let Some(entry) = locks::lock(&self.pending).get_mut(key) {
-                entry.writing_now.clear();
-            }
+            let written = self.store.write(&workload, &batch).await;
+            self.pending.batch_done(key);
             match written {
                 Ok(counted) => {
                     for _ in 0..counted {
@@ -450,7 +378,7 @@ impl HistoryWriter {
 
     /// The API client the writer writes with.
     pub fn client(&self) -> &kube::Client {
-        &self.client
+        &self.store.client
     }
 
     /// The workload `pod` belongs to, as the writer resolves it.
@@ -466,241 +394,32 @@ impl HistoryWriter {
         pod: &Pod,
         node: &str,
     ) -> Result<Recorded, HistoryError> {
-        let bind = Bind {
-            pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
-            pod_name: pod.metadata.name.clone().unwrap_or_default(),
-            node: node.to_string(),
-        };
-        let counted = self.write(workload, std::slice::from_ref(&bind)).await?;
+        let bind = Bind::of(pod, node);
+        let counted = self
+            .store
+            .write(workload, std::slice::from_ref(&bind))
+            .await?;
         Ok(if counted == 1 {
             Recorded::Counted
         } else {
             Recorded::AlreadyCounted
         })
     }
-
-    /// Counts `binds` in the workload's binding in one status write, creating the binding if
-    /// missing, retrying until it lands or fails for good. Returns how many were new.
-    async fn write(&self, workload: &Workload, binds: &[Bind]) -> Result<usize, HistoryError> {
-        let namespace = workload.namespace.clone();
-        let name = workload.binding_name();
-        let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
-        let mut delay = RETRY_INITIAL;
-        // Set once a status write got no definite answer: it may have been applied.
-        let mut maybe_landed = false;
-        // The index's copy first; after a conflict, the API server's. A binding the index
-        // does not hold is created straight away (one call, not a read that finds nothing and
-        // then a create); when it exists after all (the watch lagging), it is read.
-        let mut cached = self.index.get(&namespace, &name);
-        let mut create_first = cached.is_none();
-        loop {
-            if !self.gate.admits(Write::History) {
-                return Err(HistoryError::NotLeading { namespace, name });
-            }
-            budget::get().history.take().await;
-            let fetched = match cached.take() {
-                Some(b) => Ok(Some(StickyBinding::clone(&b))),
-                None if create_first => Ok(None),
-                None => api.get_opt(&name).await,
-            };
-            create_first = false;
-            let current = match fetched {
-                Ok(Some(b)) => b,
-                Ok(None) => match api
-                    .create(&PostParams::default(), &new_binding(workload))
-                    .await
-                {
-                    Ok(b) => {
-                        self.index.upsert(b.clone());
-                        b
-                    }
-                    // It exists: read it at once.
-                    Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
-                        continue;
-                    }
-                    Err(e) if retryable(&e) => {
-                        backoff(&mut delay, &e).await;
-                        continue;
-                    }
-                    Err(source) => {
-                        return Err(HistoryError::Create {
-                            namespace,
-                            name,
-                            source,
-                        });
-                    }
-                },
-                Err(e) if retryable(&e) => {
-                    backoff(&mut delay, &e).await;
-                    continue;
-                }
-                Err(source) => {
-                    return Err(HistoryError::Get {
-                        namespace,
-                        name,
-                        source,
-                    });
-                }
-            };
-            let status = current.status.clone().unwrap_or_default();
-            // A write of this batch whose answer was lost may have landed: its newest bind is
-            // then recorded, and the whole batch with it (a status write is all or nothing).
-            if maybe_landed
-                && binds
-                    .last()
-                    .is_some_and(|b| status.recent_binds.iter().any(|r| r.pod_uid == b.pod_uid))
-            {
-                return Ok(binds.len());
-            }
-            let now = Time(jiff::Timestamp::now());
-            let mut next = status;
-            let mut counted = 0;
-            let mut released = None;
-            for bind in binds {
-                if let Some(after) = count_bind(
-                    &next,
-                    &bind.pod_uid,
-                    &bind.pod_name,
-                    &bind.node,
-                    now.clone(),
-                ) {
-                    next = after;
-                    counted += 1;
-                    released = released.or_else(|| current.released_by_bind_to(&bind.node));
-                }
-            }
-            if counted == 0 {
-                return Ok(0);
-            }
-            if let Some(view) = self.view.as_ref().filter(|_| !self.pruning_paused()) {
-                let fresh = |u: &String| binds.iter().any(|b| b.pod_uid == *u);
-                next.counted_pods.retain(|u| fresh(u) || view.knows_pod(u));
-            }
-            if let Some(old) = &released {
-                next.released_from = Some(Release {
-                    node: old.clone(),
-                    time: now,
-                });
-            }
-            let mut updated = current.clone();
-            updated.status = Some(next);
-            self.set_conditions(&mut updated);
-            match api
-                .replace_status(&name, &PostParams::default(), &updated)
-                .await
-            {
-                Ok(written) => {
-                    self.index.upsert(written);
-                    if let (Some(old), Some(last)) = (released, binds.last()) {
-                        self.announce_release(&current, &old, &last.node).await;
-                    }
-                    return Ok(counted);
-                }
-                // Deleted since it was read (a person freeing the workload, or a copy from
-                // before an outage): the binds still count, in a binding created anew.
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    self.index.remove(&namespace, &name);
-                    create_first = true;
-                }
-                Err(e) if retryable(&e) => {
-                    maybe_landed |= maybe_applied(&e);
-                    backoff(&mut delay, &e).await;
-                }
-                Err(source) => {
-                    return Err(HistoryError::Update {
-                        namespace,
-                        name,
-                        source,
-                    });
-                }
-            }
-        }
-    }
-
-    /// Sets the conditions and `observedGeneration` the StickyBinding controller would set on
-    /// `binding`, its pinned node judged from the scheduler's cache.
-    fn set_conditions(&self, binding: &mut StickyBinding) {
-        let Some(view) = &self.view else {
-            return;
-        };
-        let availability = binding
-            .pin()
-            .map(|pin| sticky_binding::node_availability(pin, view.node(pin).as_deref()));
-        let desired = sticky_binding::desired_conditions(binding, availability.as_ref());
-        if let Some(odd) = desired.new_oddity {
-            sticky_binding::warn_oddity(binding, &odd);
-        }
-        if desired.changed {
-            let generation = binding.metadata.generation;
-            let status = binding.status.get_or_insert_with(Default::default);
-            status.conditions = desired.conditions;
-            status.observed_generation = generation;
-        }
-    }
-
-    async fn announce_release(&self, binding: &StickyBinding, from: &str, to: &str) {
-        use kube::Resource;
-        let note = format!("node {from} was lost; the workload was released and bound to {to}");
-        if let Err(e) = self
-            .events
-            .publish(
-                &binding.object_ref(&()),
-                EventType::Warning,
-                "Released",
-                "Release",
-                note,
-            )
-            .await
-        {
-            tracing::debug!(error = %e, "could not publish the Released event");
-        }
-    }
 }
 
-/// The bindings as the plugins read them: as last written, with the binds counted that are
-/// waiting to be written (or being written) on top, so that a decision made while history
-/// writes trail the binds (a burst) already knows where the workload went.
+/// The bindings as the plugins read them: see [`HistoryView`].
 impl BindingLookup for HistoryWriter {
     fn get(&self, namespace: &str, name: &str) -> Option<Arc<StickyBinding>> {
-        let written = self.index.get(namespace, name);
-        let (workload, unwritten) = {
-            let pending = locks::lock(&self.pending);
-            match pending.get(&(namespace.to_string(), name.to_string())) {
-                Some(p) if !(p.binds.is_empty() && p.writing_now.is_empty()) => (
-                    p.workload.clone(),
-                    p.writing_now
-                        .iter()
-                        .chain(&p.binds)
-                        .cloned()
-                        .collect::<Vec<_>>(),
-                ),
-                _ => return written,
-            }
-        };
-        let mut binding = written
-            .map(|b| StickyBinding::clone(&b))
-            .unwrap_or_else(|| new_binding(&workload));
-        let mut status = binding.status.take().unwrap_or_default();
-        let now = Time(jiff::Timestamp::now());
-        for bind in &unwritten {
-            if let Some(next) = count_bind(
-                &status,
-                &bind.pod_uid,
-                &bind.pod_name,
-                &bind.node,
-                now.clone(),
-            ) {
-                status = next;
-            }
-        }
-        binding.status = Some(status);
-        Some(Arc::new(binding))
+        self.view.get(namespace, name)
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Mutex;
+
     use super::*;
+    use crate::api::sticky_binding::conditions as sticky_binding;
     use crate::scheduler::testing::stand_in_client;
     use crate::sticky::bindings::BindingLookup;
     use crate::sticky::reconcile;

@@ -1,0 +1,116 @@
+//! The queue of pending binds: per binding, the binds waiting to be counted and those of the
+//! write in flight, and the turns of the bindings waiting for a writer. A burst of thousands of
+//! binds waits here as data, not as thousands of tasks; binds that arrive while their binding is
+//! written join its next write.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+
+use super::Bind;
+use crate::inflight::InFlight;
+use crate::locks;
+use crate::sticky::workload::Workload;
+
+/// A binding's key: its namespace and name.
+pub type Key = (String, String);
+
+/// The binds of one binding not written yet, and whether a writer is at it.
+pub struct Pending {
+    workload: Workload,
+    binds: Vec<Bind>,
+    /// The binds of the write in flight.
+    writing_now: Vec<Bind>,
+    writing: bool,
+}
+
+/// The pending binds of every binding, and the turns queued to write them.
+#[derive(Default)]
+pub struct PendingBinds {
+    pending: Mutex<HashMap<Key, Pending>>,
+    /// The bindings queued to be written, each once while its binds wait.
+    turns: Mutex<VecDeque<Key>>,
+    turn_queued: tokio::sync::Notify,
+    /// The queued bindings not written yet.
+    writers: InFlight,
+}
+
+impl PendingBinds {
+    /// Adds `bind` to `workload`'s binding; returns the binding's key when the caller is to
+    /// write its binds (no write to that binding is under way).
+    pub fn add(&self, workload: &Workload, bind: Bind) -> Option<Key> {
+        let key = (workload.namespace.clone(), workload.binding_name());
+        let mut pending = locks::lock(&self.pending);
+        let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
+            workload: workload.clone(),
+            binds: Vec::new(),
+            writing_now: Vec::new(),
+            writing: false,
+        });
+        entry.binds.push(bind);
+        if entry.writing {
+            return None;
+        }
+        entry.writing = true;
+        Some(key)
+    }
+
+    /// The next batch of `key`'s binds, now in flight, with their workload; `None` when none
+    /// waits (the binding leaves the map: the next bind starts a new write).
+    pub fn take_batch(&self, key: &Key) -> Option<(Workload, Vec<Bind>)> {
+        let mut pending = locks::lock(&self.pending);
+        let entry = pending.get_mut(key)?;
+        if entry.binds.is_empty() {
+            pending.remove(key);
+            return None;
+        }
+        entry.writing_now = std::mem::take(&mut entry.binds);
+        Some((entry.workload.clone(), entry.writing_now.clone()))
+    }
+
+    /// The batch in flight for `key` was written (or failed for good).
+    pub fn batch_done(&self, key: &Key) {
+        if let Some(entry) = locks::lock(&self.pending).get_mut(key) {
+            entry.writing_now.clear();
+        }
+    }
+
+    /// The binds of binding `key` not written yet (in flight first), with its workload; `None`
+    /// when none waits.
+    pub fn unwritten(&self, key: &Key) -> Option<(Workload, Vec<Bind>)> {
+        let pending = locks::lock(&self.pending);
+        let p = pending.get(key)?;
+        if p.binds.is_empty() && p.writing_now.is_empty() {
+            return None;
+        }
+        let binds = p.writing_now.iter().chain(&p.binds).cloned().collect();
+        Some((p.workload.clone(), binds))
+    }
+
+    /// Queues a turn to write `key`'s binds.
+    pub fn queue_turn(&self, key: Key) {
+        self.writers.start();
+        locks::lock(&self.turns).push_back(key);
+        self.turn_queued.notify_one();
+    }
+
+    /// The next queued turn, or `None` after waiting for one to be queued.
+    pub async fn next_turn(&self) -> Option<Key> {
+        let next = locks::lock(&self.turns).pop_front();
+        if next.is_none() {
+            // Woken by the next turn queued (or by one queued since the queue was found empty:
+            // `notify_one` keeps a permit when nobody waits).
+            self.turn_queued.notified().await;
+        }
+        next
+    }
+
+    /// A queued turn was taken and its binds written.
+    pub fn turn_done(&self) {
+        self.writers.finish();
+    }
+
+    /// Waits until no queued turn is left unwritten, at most `grace`; returns how many are.
+    pub async fn wait_idle(&self, grace: std::time::Duration) -> usize {
+        self.writers.wait(grace).await
+    }
+}

@@ -1,0 +1,250 @@
+//! The store that writes: counts a batch of binds in a workload's StickyBinding in one status
+//! write (creating the binding if missing), with a resourceVersion precondition, retried with
+//! backoff and jitter on conflicts, throttling, server errors and lost connections until it
+//! lands; each write carries the conditions the StickyBinding controller would set.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PostParams};
+
+use super::{Bind, HistoryError, SchedulerView, count_bind, new_binding};
+use crate::api::sticky_binding::conditions as sticky_binding;
+use crate::api::{Release, StickyBinding};
+use crate::gate::{Write, WriteGate};
+use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
+use crate::k8s::budget;
+use crate::recorder::{EventType, EventWriter};
+use crate::sticky::bindings::{BindingIndex, BindingLookup};
+use crate::sticky::workload::Workload;
+
+/// How long to wait before retrying a write, doubling up to the max.
+const RETRY_INITIAL: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// The next retry delay after `delay`, and the delay to sleep now with up to ±25% jitter, so
+/// that writers that collided do not collide again.
+fn next_delay(delay: Duration) -> (Duration, Duration) {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    let jitter = f64::from(nanos % 1000) / 1000.0 * 0.5 + 0.75;
+    (
+        delay.saturating_mul(2).min(RETRY_MAX),
+        delay.mul_f64(jitter),
+    )
+}
+
+/// Waits before retrying after `error`, and doubles `delay`.
+async fn backoff(delay: &mut Duration, error: &kube::Error) {
+    let (next, now) = next_delay(*delay);
+    if denied_for_now(error) && *delay >= RETRY_MAX {
+        // Denied for longer than an API server restart explains: say so, once per wait.
+        tracing::warn!(error = %error, wait = ?now, "history write denied; retrying");
+    } else {
+        tracing::debug!(error = %error, wait = ?now, "retrying a history write");
+    }
+    *delay = next;
+    tokio::time::sleep(now).await;
+}
+
+/// Writes batches of binds; see the module.
+pub struct HistoryStore {
+    pub client: kube::Client,
+    pub events: EventWriter,
+    pub index: Arc<BindingIndex>,
+    /// The scheduler's pods and nodes: `countedPods` keeps only the pods it knows, and each
+    /// status write carries the binding's conditions judged from its nodes. `None` (unit
+    /// tests): nothing is dropped, and the conditions are left to the controller.
+    pub view: Option<Arc<dyn SchedulerView>>,
+    /// How many reconciles of binds made before a restart run now; none is dropped from
+    /// `countedPods` meanwhile (see [`super::HistoryWriter::pause_pruning`]).
+    pub reconciling: Arc<AtomicUsize>,
+    /// Asked before every write: only a leader writes history.
+    pub gate: WriteGate,
+}
+
+impl HistoryStore {
+    fn pruning_paused(&self) -> bool {
+        self.reconciling.load(Ordering::SeqCst) > 0
+    }
+
+    /// Counts `binds` in the workload's binding in one status write, creating the binding if
+    /// missing, retrying until it lands or fails for good. Returns how many were new.
+    pub async fn write(&self, workload: &Workload, binds: &[Bind]) -> Result<usize, HistoryError> {
+        let namespace = workload.namespace.clone();
+        let name = workload.binding_name();
+        let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
+        let mut delay = RETRY_INITIAL;
+        // Set once a status write got no definite answer: it may have been applied.
+        let mut maybe_landed = false;
+        // The index's copy first; after a conflict, the API server's. A binding the index
+        // does not hold is created straight away (one call, not a read that finds nothing and
+        // then a create); when it exists after all (the watch lagging), it is read.
+        let mut cached = self.index.get(&namespace, &name);
+        let mut create_first = cached.is_none();
+        loop {
+            if !self.gate.admits(Write::History) {
+                return Err(HistoryError::NotLeading { namespace, name });
+            }
+            budget::get().history.take().await;
+            let fetched = match cached.take() {
+                Some(b) => Ok(Some(StickyBinding::clone(&b))),
+                None if create_first => Ok(None),
+                None => api.get_opt(&name).await,
+            };
+            create_first = false;
+            let current = match fetched {
+                Ok(Some(b)) => b,
+                Ok(None) => match api
+                    .create(&PostParams::default(), &new_binding(workload))
+                    .await
+                {
+                    Ok(b) => {
+                        self.index.upsert(b.clone());
+                        b
+                    }
+                    // It exists: read it at once.
+                    Err(kube::Error::Api(e)) if e.code == 409 && e.reason == "AlreadyExists" => {
+                        continue;
+                    }
+                    Err(e) if retryable(&e) => {
+                        backoff(&mut delay, &e).await;
+                        continue;
+                    }
+                    Err(source) => {
+                        return Err(HistoryError::Create {
+                            namespace,
+                            name,
+                            source,
+                        });
+                    }
+                },
+                Err(e) if retryable(&e) => {
+                    backoff(&mut delay, &e).await;
+                    continue;
+                }
+                Err(source) => {
+                    return Err(HistoryError::Get {
+                        namespace,
+                        name,
+                        source,
+                    });
+                }
+            };
+            let status = current.status.clone().unwrap_or_default();
+            // A write of this batch whose answer was lost may have landed: its newest bind is
+            // then recorded, and the whole batch with it (a status write is all or nothing).
+            if maybe_landed
+                && binds
+                    .last()
+                    .is_some_and(|b| status.recent_binds.iter().any(|r| r.pod_uid == b.pod_uid))
+            {
+                return Ok(binds.len());
+            }
+            let now = Time(jiff::Timestamp::now());
+            let mut next = status;
+            let mut counted = 0;
+            let mut released = None;
+            for bind in binds {
+                if let Some(after) = count_bind(
+                    &next,
+                    &bind.pod_uid,
+                    &bind.pod_name,
+                    &bind.node,
+                    now.clone(),
+                ) {
+                    next = after;
+                    counted += 1;
+                    released = released.or_else(|| current.released_by_bind_to(&bind.node));
+                }
+            }
+            if counted == 0 {
+                return Ok(0);
+            }
+            if let Some(view) = self.view.as_ref().filter(|_| !self.pruning_paused()) {
+                let fresh = |u: &String| binds.iter().any(|b| b.pod_uid == *u);
+                next.counted_pods.retain(|u| fresh(u) || view.knows_pod(u));
+            }
+            if let Some(old) = &released {
+                next.released_from = Some(Release {
+                    node: old.clone(),
+                    time: now,
+                });
+            }
+            let mut updated = current.clone();
+            updated.status = Some(next);
+            self.set_conditions(&mut updated);
+            match api
+                .replace_status(&name, &PostParams::default(), &updated)
+                .await
+            {
+                Ok(written) => {
+                    self.index.upsert(written);
+                    if let (Some(old), Some(last)) = (released, binds.last()) {
+                        self.announce_release(&current, &old, &last.node).await;
+                    }
+                    return Ok(counted);
+                }
+                // Deleted since it was read (a person freeing the workload, or a copy from
+                // before an outage): the binds still count, in a binding created anew.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    self.index.remove(&namespace, &name);
+                    create_first = true;
+                }
+                Err(e) if retryable(&e) => {
+                    maybe_landed |= maybe_applied(&e);
+                    backoff(&mut delay, &e).await;
+                }
+                Err(source) => {
+                    return Err(HistoryError::Update {
+                        namespace,
+                        name,
+                        source,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Sets the conditions and `observedGeneration` the StickyBinding controller would set on
+    /// `binding`, its pinned node judged from the scheduler's cache.
+    fn set_conditions(&self, binding: &mut StickyBinding) {
+        let Some(view) = &self.view else {
+            return;
+        };
+        let availability = binding
+            .pin()
+            .map(|pin| sticky_binding::node_availability(pin, view.node(pin).as_deref()));
+        let desired = sticky_binding::desired_conditions(binding, availability.as_ref());
+        if let Some(odd) = desired.new_oddity {
+            sticky_binding::warn_oddity(binding, &odd);
+        }
+        if desired.changed {
+            let generation = binding.metadata.generation;
+            let status = binding.status.get_or_insert_with(Default::default);
+            status.conditions = desired.conditions;
+            status.observed_generation = generation;
+        }
+    }
+
+    async fn announce_release(&self, binding: &StickyBinding, from: &str, to: &str) {
+        use kube::Resource;
+        let note = format!("node {from} was lost; the workload was released and bound to {to}");
+        if let Err(e) = self
+            .events
+            .publish(
+                &binding.object_ref(&()),
+                EventType::Warning,
+                "Released",
+                "Release",
+                note,
+            )
+            .await
+        {
+            tracing::debug!(error = %e, "could not publish the Released event");
+        }
+    }
+}
