@@ -1,30 +1,38 @@
-//! The SchedulingProfile reconciler: read every profile from the store → decide which versions
-//! serve (pure, [`ProfileSet`]) → swap them into the scheduler's registry → write this profile's
-//! status (observedGeneration, Ready, effective plugins) and an Event when its verdict changes.
+//! The SchedulingProfile reconciler. Profiles are decided as a set (two may claim one
+//! schedulerName; an invalid change keeps the last good version), so they are reconciled as a
+//! set: every change the watch brings, every regained leadership and a periodic resync wake one
+//! reconcile of all of them, which reads every profile from the store → decides which versions
+//! serve (pure, [`ProfileSet`]) → swaps them into the scheduler's registry → writes each
+//! profile's status (observedGeneration, Ready, kstatus's Stalled and Reconciling, the effective
+//! plugins) by server-side apply where it changed, and an Event when its verdict changes. A
+//! deleted profile simply leaves the set.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use std::future::Future;
-
 use futures::StreamExt;
-use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller, Error as ControllerError};
+use kube::api::Api;
 use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
-
-use crate::locks;
-use crate::recorder::{EventType, EventWriter};
-use crate::watch::{self, Readiness};
 use kube::{Resource, ResourceExt};
 
 use crate::api::conditions::set_condition;
 use crate::api::{SchedulingProfile, SchedulingProfileStatus};
 use crate::gate::{Write, WriteGate};
+use crate::locks;
+use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::Scheduler;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
+use crate::watch::{self, Readiness};
+
+/// How often the whole set is reconciled when nothing wakes it.
+const RESYNC: Duration = Duration::from_secs(300);
+/// The first wait after a failed reconcile, doubling up to [`RETRY_MAX`], jittered.
+const RETRY_INITIAL: Duration = Duration::from_millis(500);
+const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Errors of one reconcile, each naming the profile.
 #[derive(Debug, thiserror::Error)]
@@ -37,59 +45,106 @@ pub enum Error {
     },
 }
 
-/// What every reconcile shares.
-pub struct Context {
+/// What the reconciles share.
+struct Context {
     client: kube::Client,
     scheduler: Arc<Scheduler>,
     handle: Handle,
     store: Store<SchedulingProfile>,
     set: Mutex<ProfileSet>,
-    verdicts: Mutex<BTreeMap<String, Verdict>>,
     /// (generation, reason) last announced with an Event, by profile name.
     announced: Mutex<HashMap<String, (Option<i64>, &'static str)>>,
     events: EventWriter,
-    resync: tokio::sync::mpsc::Sender<()>,
     /// Only a leader writes status and events; a standby compiles and serves profiles in
     /// memory, and reconciles them all again when it starts leading.
     gate: WriteGate,
 }
 
 impl Context {
-    /// Decides for all profiles and swaps the result into the registry. Returns the verdict
-    /// of `name`, and whether any other profile's verdict changed (they then need a reconcile).
-    fn sync(&self, name: &str) -> (Option<Verdict>, bool) {
+    /// Decides for every profile in the store and swaps the result into the registry; returns
+    /// the profiles and their verdicts.
+    fn decide(&self) -> Vec<(Arc<SchedulingProfile>, Verdict)> {
         let profiles = self.store.state();
         let decision = locks::lock(&self.set).decide(&profiles, &self.handle);
         self.scheduler.apply_profiles(decision.serving);
-        let mut last = locks::lock(&self.verdicts);
-        let others_changed = decision
-            .verdicts
-            .iter()
-            .any(|(n, v)| n != name && last.get(n) != Some(v))
-            || last
-                .keys()
-                .any(|n| n != name && !decision.verdicts.contains_key(n));
-        let verdict = decision.verdicts.get(name).cloned();
-        *last = decision.verdicts;
-        (verdict, others_changed)
+        let mut verdicts = decision.verdicts;
+        locks::lock(&self.announced).retain(|name, _| verdicts.contains_key(name));
+        profiles
+            .into_iter()
+            .filter_map(|p| {
+                let verdict = verdicts.remove(&p.name_any())?;
+                Some((p, verdict))
+            })
+            .collect()
+    }
+
+    /// One reconcile of the set: decide, serve, then (leading) write what changed. A failed
+    /// status write does not stop the others; the first failure is returned.
+    async fn reconcile(&self) -> Result<(), Error> {
+        let decided = self.decide();
+        if !self.gate.admits(Write::ProfileStatus) {
+            return Ok(());
+        }
+        let mut failed = None;
+        for (profile, verdict) in decided {
+            let status = status_for(&profile, &verdict);
+            if profile.status.as_ref() != Some(&status)
+                && let Err(e) = write_status(&self.client, &profile.name_any(), &status).await
+            {
+                tracing::warn!(error = %e, "reconcile of a SchedulingProfile failed; retrying");
+                failed.get_or_insert(e);
+                continue;
+            }
+            self.announce(&profile, &verdict).await;
+        }
+        failed.map_or(Ok(()), Err)
+    }
+
+    /// An Event when a profile's verdict for a generation is new: Accepted or Rejected.
+    async fn announce(&self, profile: &SchedulingProfile, verdict: &Verdict) {
+        let name = profile.name_any();
+        let key = (verdict.generation, verdict.reason);
+        {
+            let mut announced = locks::lock(&self.announced);
+            if announced.get(&name) == Some(&key) {
+                return;
+            }
+            announced.insert(name.clone(), key);
+        }
+        let generation = verdict.generation.unwrap_or(0);
+        let (type_, reason, note) = if verdict.ready {
+            tracing::info!(profile = %name, generation, scheduler = %profile.spec.scheduler_name, "profile serving");
+            (
+                EventType::Normal,
+                "Accepted",
+                format!(
+                    "generation {generation} serves schedulerName {}",
+                    profile.spec.scheduler_name
+                ),
+            )
+        } else {
+            tracing::warn!(profile = %name, generation, reason = verdict.reason, message = %verdict.message, "profile rejected");
+            (
+                EventType::Warning,
+                verdict.reason,
+                verdict.message.chars().take(1000).collect(),
+            )
+        };
+        if let Err(e) = self
+            .events
+            .publish(&profile.object_ref(&()), type_, reason, "Compile", note)
+            .await
+        {
+            tracing::debug!(profile = %name, error = %e, "could not publish the profile event");
+        }
     }
 }
 
-async fn reconcile(profile: Arc<SchedulingProfile>, ctx: Arc<Context>) -> Result<Action, Error> {
-    let name = profile.name_any();
-    let (verdict, others_changed) = ctx.sync(&name);
-    if others_changed {
-        let _ = ctx.resync.try_send(());
-    }
-    let Some(verdict) = verdict else {
-        return Ok(Action::await_change());
-    };
-    if !ctx.gate.admits(Write::ProfileStatus) {
-        return Ok(Action::await_change());
-    }
-
+/// The status `profile` should carry under `verdict`: its current status with Ready, kstatus's
+/// Stalled and Reconciling (each transition time kept while its status holds), the observed
+/// generation and the effective plugins. Pure.
+pub fn status_for(profile: &SchedulingProfile, verdict: &Verdict) -> SchedulingProfileStatus {
     let mut status = profile.status.clone().unwrap_or_default();
-    let before = status.clone();
     status.observed_generation = verdict.generation;
     set_condition(
         &mut status.conditions,
@@ -123,22 +178,17 @@ async fn reconcile(profile: Arc<SchedulingProfile>, ctx: Arc<Context>) -> Result
         verdict.generation,
     );
     status.plugins = verdict.effective.clone();
-    if status != before {
-        write_status(&ctx.client, &name, &status).await?;
-    }
-    announce(&ctx, &profile, &verdict).await;
-    Ok(Action::requeue(Duration::from_secs(300)))
+    status
 }
 
+/// Writes `status` by server-side apply (see [`super::apply_status`]).
 async fn write_status(
     client: &kube::Client,
     name: &str,
     status: &SchedulingProfileStatus,
 ) -> Result<(), Error> {
     let api: Api<SchedulingProfile> = Api::all(client.clone());
-    crate::k8s::budget::get().status.take().await;
-    let patch = serde_json::json!({"status": status});
-    api.patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+    super::apply_status(&api, name, status)
         .await
         .map_err(|source| Error::Status {
             name: name.to_string(),
@@ -147,48 +197,10 @@ async fn write_status(
     Ok(())
 }
 
-/// An Event when a profile's verdict for a generation is new: Accepted or Rejected.
-async fn announce(ctx: &Context, profile: &SchedulingProfile, verdict: &Verdict) {
-    let name = profile.name_any();
-    let key = (verdict.generation, verdict.reason);
-    {
-        let mut announced = locks::lock(&ctx.announced);
-        if announced.get(&name) == Some(&key) {
-            return;
-        }
-        announced.insert(name.clone(), key);
-    }
-    let generation = verdict.generation.unwrap_or(0);
-    let (type_, reason, note) = if verdict.ready {
-        tracing::info!(profile = %name, generation, scheduler = %profile.spec.scheduler_name, "profile serving");
-        (
-            EventType::Normal,
-            "Accepted",
-            format!(
-                "generation {generation} serves schedulerName {}",
-                profile.spec.scheduler_name
-            ),
-        )
-    } else {
-        tracing::warn!(profile = %name, generation, reason = verdict.reason, message = %verdict.message, "profile rejected");
-        (
-            EventType::Warning,
-            verdict.reason,
-            verdict.message.chars().take(1000).collect(),
-        )
-    };
-    if let Err(e) = ctx
-        .events
-        .publish(&profile.object_ref(&()), type_, reason, "Compile", note)
-        .await
-    {
-        tracing::debug!(profile = %name, error = %e, "could not publish the profile event");
-    }
-}
-
-fn error_policy(profile: Arc<SchedulingProfile>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(profile = %profile.name_any(), error = %error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+/// The next wait after a failure, `delay` doubled (up to [`RETRY_MAX`]) with ±25 % jitter.
+fn next_retry(delay: Duration) -> Duration {
+    let doubled = delay.saturating_mul(2).clamp(RETRY_INITIAL, RETRY_MAX);
+    doubled.mul_f64(rand::random_range(0.75..1.25))
 }
 
 /// The SchedulingProfile controller, its watch registered in `readiness` now; the future runs
@@ -206,49 +218,77 @@ pub fn run(
     async move {
         let api: Api<SchedulingProfile> = Api::all(client.clone());
         let (store, writer) = kube::runtime::reflector::store();
-        let (resync_tx, resync_rx) = tokio::sync::mpsc::channel(1);
         let ctx = Arc::new(Context {
             events: EventWriter::new(client.clone(), instance).gated_by(gate.clone()),
             client,
             scheduler,
             handle,
-            store: store.clone(),
+            store,
             set: Mutex::new(ProfileSet::default()),
-            verdicts: Mutex::new(BTreeMap::new()),
             announced: Mutex::new(HashMap::new()),
-            resync: resync_tx.clone(),
             gate: gate.clone(),
         });
-        // The reflector applies each event to the store before passing it on, so at each
-        // InitDone the store holds every profile: fill the registry from all of them at once.
-        // After a re-list, a profile deleted meanwhile is gone from the store: every profile is
-        // reconciled again.
-        let list_ctx = ctx.clone();
-        let list_resync = resync_tx.clone();
-        let profiles = watch::watch_each_object(api, "schedulingprofiles", Some(feed.clone()))
+        let changed = Arc::new(tokio::sync::Notify::new());
+
+        // The reflector applies each event to the store before passing it on, and swaps a
+        // whole list in at its InitDone: at each InitDone the registry is filled from every
+        // profile at once, before the watch counts as listed.
+        let (list_ctx, wake) = (ctx.clone(), changed.clone());
+        let watching = watch::watch_each_object(api, "schedulingprofiles", Some(feed.clone()))
             .reflect(writer)
-            .inspect(move |event| {
-                if matches!(event, Ok(watcher::Event::InitDone)) {
-                    list_ctx.sync("");
-                    feed.listed();
-                    let _ = list_resync.try_send(());
-                }
-            })
-            .touched_objects();
-        let sync_ctx = ctx.clone();
-        Controller::for_stream(watch::objects_only(profiles), store)
-            .reconcile_all_on(tokio_stream::wrappers::ReceiverStream::new(resync_rx))
-            .reconcile_all_on(gate.leadership().gained())
-            .run(reconcile, error_policy, ctx)
-            .for_each(move |result| {
-                // A deleted profile is gone from the store: decide again without it, and let
-                // the others (a conflict's loser may now serve) be reconciled.
-                if let Err(ControllerError::ObjectNotFound(obj)) = &result {
-                    sync_ctx.sync(&obj.name);
-                    let _ = resync_tx.try_send(());
+            .for_each(move |event| {
+                match event {
+                    Ok(watcher::Event::InitDone) => {
+                        list_ctx.decide();
+                        feed.listed();
+                        wake.notify_one();
+                    }
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => wake.notify_one(),
+                    Ok(_) | Err(_) => {}
                 }
                 async {}
-            })
-            .await;
+            });
+
+        let reconciling = async move {
+            let mut gained = Box::pin(gate.leadership().gained());
+            let mut wait = RESYNC;
+            let mut delay = Duration::ZERO;
+            loop {
+                tokio::select! {
+                    () = changed.notified() => {}
+                    Some(()) = gained.next() => {}
+                    () = tokio::time::sleep(wait) => {}
+                }
+                match ctx.reconcile().await {
+                    Ok(()) => {
+                        delay = Duration::ZERO;
+                        wait = RESYNC;
+                    }
+                    Err(_) => {
+                        delay = next_retry(delay);
+                        wait = delay;
+                    }
+                }
+            }
+        };
+        tokio::join!(watching, reconciling);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_with_jitter_up_to_the_max() {
+        let mut delay = Duration::ZERO;
+        let mut seen = Vec::new();
+        for _ in 0..12 {
+            delay = next_retry(delay);
+            seen.push(delay);
+        }
+        assert!(seen[0] >= RETRY_INITIAL.mul_f64(0.75) && seen[0] <= RETRY_INITIAL.mul_f64(1.25));
+        assert!(seen.iter().all(|d| *d <= RETRY_MAX.mul_f64(1.25)));
+        assert!(seen[11] >= RETRY_MAX.mul_f64(0.75), "{seen:?}");
     }
 }

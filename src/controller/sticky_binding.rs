@@ -11,7 +11,7 @@ use std::future::Future;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -73,12 +73,11 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
         let namespace = binding.namespace().unwrap_or_default();
         let name = binding.name_any();
         let api: Api<StickyBinding> = Api::namespaced(ctx.client.clone(), &namespace);
-        crate::k8s::budget::get().status.take().await;
-        let patch = serde_json::json!({"status": {
+        let status = serde_json::json!({
             "conditions": conditions,
             "observedGeneration": generation,
-        }});
-        api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        });
+        super::apply_status(&api, &name, &status)
             .await
             .map_err(|source| Error::Status {
                 namespace,
