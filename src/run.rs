@@ -21,10 +21,10 @@ use crate::scheduler::informers::storage::StorageIndex;
 
 use crate::scheduler::framework::profile::ProfileRegistry;
 use crate::scheduler::metrics::Metrics;
+use crate::scheduler::outcome::Reports;
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::plugins::sticky::placement_recorder;
-use crate::scheduler::report::Reports;
 use crate::scheduler::{BindObserver, CacheView, Scheduler, Services};
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::history::HistoryWriter;

@@ -85,7 +85,7 @@ const LAYERS: &[Layer] = &[
             "scheduler::cycle",
             "scheduler::eventhandlers",
             "scheduler::explain",
-            "scheduler::report",
+            "scheduler::outcome",
         ],
         uses: &[
             "base",

@@ -3,18 +3,82 @@
 //! compiled profile's). On failure the pod is unreserved and forgotten by the cache, and the
 //! one failure handler (`failure.rs`) reports and requeues it.
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::gate::Write;
+use crate::inflight::InFlight;
+use crate::locks;
 use crate::scheduler::cycle::Assumed;
 use crate::scheduler::failure::Failure;
 use crate::scheduler::framework::Status;
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime::PermitWait;
-use crate::scheduler::{BindSlot, Scheduler};
+use crate::scheduler::{MAX_BINDS_IN_FLIGHT, Scheduler};
+
+/// The binding cycles under way (for the shutdown's wait), and the places among the
+/// [`MAX_BINDS_IN_FLIGHT`] that bind now (for the scheduling loop's wait for room).
+#[derive(Default)]
+pub struct BindingCycles {
+    running: InFlight,
+    /// Binding cycles holding a [`BindSlot`] (from the end of their scheduling cycle or their
+    /// Permit verdict until their bind is answered), and a wake-up for the scheduling loop
+    /// waiting for one of them to give it back.
+    binding_now: AtomicUsize,
+    room: (Mutex<()>, Condvar),
+}
+
+impl BindingCycles {
+    /// A binding cycle starts.
+    pub fn started(&self) {
+        self.running.start();
+    }
+
+    /// A binding cycle ended.
+    pub fn finished(&self) {
+        self.running.finish();
+    }
+
+    /// Takes a place among the binding cycles that bind now (the scheduling loop has waited
+    /// for room).
+    pub fn take_slot(self: &Arc<Self>) -> BindSlot {
+        self.binding_now.fetch_add(1, Ordering::SeqCst);
+        BindSlot(self.clone())
+    }
+
+    /// Waits (on the scheduling loop's thread) while [`MAX_BINDS_IN_FLIGHT`] binding cycles
+    /// bind, or until `closed`.
+    pub fn wait_for_room(&self, closed: impl Fn() -> bool) {
+        let mut room = locks::lock(&self.room.0);
+        while self.binding_now.load(Ordering::SeqCst) >= MAX_BINDS_IN_FLIGHT && !closed() {
+            room = match self.room.1.wait_timeout(room, Duration::from_millis(100)) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    /// Waits until no binding cycle runs, at most `grace`; returns how many still run.
+    pub async fn wait(&self, grace: Duration) -> usize {
+        self.running.wait(grace).await
+    }
+}
+
+/// A place among the [`MAX_BINDS_IN_FLIGHT`] binding cycles that bind now, held from the
+/// scheduling cycle's end until the bind is answered (PostBind and its history writes run
+/// after it is given back); given back when dropped.
+pub struct BindSlot(Arc<BindingCycles>);
+
+impl Drop for BindSlot {
+    fn drop(&mut self) {
+        self.0.binding_now.fetch_sub(1, Ordering::SeqCst);
+        let _room = locks::lock(&self.0.room.0);
+        self.0.room.1.notify_one();
+    }
+}
 
 /// Binds one assumed pod. `slot`, its place among the binding cycles binding now (taken when
 /// its scheduling cycle ended), is given back for PreBind and taken again for the bind, until
@@ -73,7 +137,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
                 "this replica no longer leads; the pod is left to the next leader",
             );
         }
-        slot = Some(BindSlot::take(&sched));
+        slot = Some(sched.binds.take_slot());
         let began = Instant::now();
         let status = profile.run_bind(&state, &pod, &node).await;
         timed("Bind", &status, began);

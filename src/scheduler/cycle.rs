@@ -14,7 +14,7 @@ use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::PermitWait;
 use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
-use crate::scheduler::report::FailureReason;
+use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's

@@ -13,7 +13,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{Diagnosis, nominated_node};
 use crate::scheduler::framework::{NominatedPods, Nomination, QueuedPodInfo, Status};
-use crate::scheduler::report::{FailureReason, NominatedNode};
+use crate::scheduler::outcome::{FailureReason, NominatedNode};
 
 /// How an attempt failed.
 #[derive(Debug)]

@@ -17,35 +17,10 @@ pub mod failure;
 pub mod framework;
 pub mod informers;
 pub mod metrics;
+pub mod outcome;
 pub mod plugins;
 pub mod profile;
-pub mod report;
 pub mod schedule_one;
-
-/// A place among the [`MAX_BINDS_IN_FLIGHT`] binding cycles that bind now, held from the
-/// scheduling cycle's end until the bind is answered (PostBind and its history writes run
-/// after it is given back); given back when dropped.
-pub struct BindSlot(Arc<Scheduler>);
-
-impl BindSlot {
-    /// Takes a place (the scheduling loop has waited for room).
-    pub fn take(sched: &Arc<Scheduler>) -> Self {
-        sched
-            .binding_now
-            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        BindSlot(sched.clone())
-    }
-}
-
-impl Drop for BindSlot {
-    fn drop(&mut self) {
-        self.0
-            .binding_now
-            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
-        let _room = locks::lock(&self.0.bind_room.0);
-        self.0.bind_room.1.notify_one();
-    }
-}
 
 #[cfg(test)]
 pub mod testing;
@@ -59,15 +34,15 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use self::backend::cache::Cache;
 use self::backend::nominator::Nominator;
 use self::backend::queue::SchedulingQueue;
+use self::binding::BindingCycles;
 use self::cycle::Assumed;
 
 use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
-use self::report::Reports;
+use self::outcome::Reports;
 use crate::gate::WriteGate;
-use crate::inflight::InFlight;
 use crate::locks;
 use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;
@@ -136,13 +111,8 @@ pub struct Scheduler {
     fatal: Fatal,
     /// Asked before every bind: binds are made only while this replica leads.
     pub gate: WriteGate,
-    /// Binding cycles running now, for [`Scheduler::wait_binding_cycles`].
-    binding_cycles: InFlight,
-    /// Binding cycles holding a [`BindSlot`] (from the end of their scheduling cycle or their
-    /// Permit verdict until their bind is answered), and a wake-up for the scheduling loop
-    /// waiting for one of them to give it back (see [`MAX_BINDS_IN_FLIGHT`]).
-    binding_now: std::sync::atomic::AtomicUsize,
-    bind_room: (Mutex<()>, std::sync::Condvar),
+    /// The binding cycles under way, and the places among those that bind now.
+    binds: Arc<BindingCycles>,
     /// Told of each pod found bound that this scheduler did not bind, once set.
     bound_by_others: OnceLock<BindObserver>,
     this: std::sync::Weak<Scheduler>,
@@ -189,9 +159,7 @@ impl Scheduler {
             runtime,
             fatal,
             gate,
-            binding_cycles: InFlight::default(),
-            binding_now: std::sync::atomic::AtomicUsize::new(0),
-            bind_room: (Mutex::new(()), std::sync::Condvar::new()),
+            binds: Arc::new(BindingCycles::default()),
             bound_by_others: OnceLock::new(),
             this: this.clone(),
         })
@@ -259,10 +227,10 @@ impl Scheduler {
     /// Starts the binding cycle of an assumed pod on the tokio runtime.
     pub fn spawn_binding(&self, assumed: Assumed) {
         if let Some(sched) = self.this.upgrade() {
-            self.binding_cycles.start();
+            self.binds.started();
             // A pod that waits at Permit takes its place among the binding cycles when it
             // binds; one that binds now takes it here, before the loop schedules the next pod.
-            let slot = assumed.permit.is_none().then(|| BindSlot::take(&sched));
+            let slot = assumed.permit.is_none().then(|| self.binds.take_slot());
             let counted = sched.clone();
             let cycle = async move {
                 binding::binding_cycle(sched, assumed, slot).await;
@@ -270,34 +238,15 @@ impl Scheduler {
             let guarded = self.fatal.guard("a binding cycle", cycle);
             self.runtime.spawn(async move {
                 guarded.await;
-                counted.binding_cycles.finish();
+                counted.binds.finished();
             });
-        }
-    }
-
-    /// Waits (on the scheduling loop's thread) while [`MAX_BINDS_IN_FLIGHT`] binding cycles
-    /// bind, or until the queue closes.
-    fn wait_for_bind_room(&self) {
-        use std::sync::atomic::Ordering;
-        let mut room = locks::lock(&self.bind_room.0);
-        while self.binding_now.load(Ordering::SeqCst) >= MAX_BINDS_IN_FLIGHT
-            && !self.queue.is_closed()
-        {
-            room = match self
-                .bind_room
-                .1
-                .wait_timeout(room, std::time::Duration::from_millis(100))
-            {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
         }
     }
 
     /// Waits until no binding cycle runs (their binds and history writes are done), at most
     /// `grace`; returns how many still run.
     pub async fn wait_binding_cycles(&self, grace: std::time::Duration) -> usize {
-        self.binding_cycles.wait(grace).await
+        self.binds.wait(grace).await
     }
 
     /// Writes a failure report (see [`Scheduler::handle_failure`]) off the scheduling thread.
@@ -323,7 +272,7 @@ impl Scheduler {
             }
             cycle::schedule_one(self, queued);
             self.update_gauges();
-            self.wait_for_bind_room();
+            self.binds.wait_for_room(|| self.queue.is_closed());
         }
     }
 

@@ -312,8 +312,8 @@ mod tests {
     use crate::scheduler::backend::queue::SchedulingQueue;
     use crate::scheduler::framework::profile::ProfileRegistry;
     use crate::scheduler::metrics::Metrics;
+    use crate::scheduler::outcome::Reports;
     use crate::scheduler::plugins::priority_sort;
-    use crate::scheduler::report::Reports;
     use crate::scheduler::testing::{PodBuilder, stand_in_client};
     use crate::scheduler::{BindObserver, Services};
     use crate::supervise::Fatal;
