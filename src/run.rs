@@ -157,12 +157,8 @@ fn build_scheduler(
 
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
-    let queue_sort = priority_sort::build(
-        None,
-        &"plugins.queueSort".into(),
-        &crate::scheduler::plugins::registry::Handle::default(),
-    )
-    .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
+    let queue_sort = priority_sort::build(None, &"plugins.queueSort".into(), &Handle::default())
+        .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
     queue.count_incoming_with(Box::new(process.metrics.queue_incoming()));
     let view = CacheView::new(queue);

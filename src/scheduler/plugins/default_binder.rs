@@ -228,24 +228,4 @@ mod tests {
         assert!(status.is_success(), "{status:?}");
         assert_eq!(reads.load(std::sync::atomic::Ordering::SeqCst), 4);
     }
-
-    #[test]
-    fn takes_no_args() {
-        assert!(
-            build(
-                None,
-                &"pluginConfig[0].args".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&serde_json::json!({"x": 1})),
-            &"pluginConfig[0].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("refused");
-        assert_eq!(err.0[0].path, "pluginConfig[0].args");
-    }
 }

@@ -163,7 +163,6 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{Container, ImageVolumeSource, Volume};
-    use serde_json::json;
 
     use super::*;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
@@ -371,25 +370,5 @@ mod tests {
         for (name, pod, nodes, want) in cases {
             assert_eq!(run_score(pod, nodes), want, "{name}");
         }
-    }
-
-    #[test]
-    fn build_takes_no_args() {
-        assert!(
-            build(
-                None,
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&json!({"x": 1})),
-            &"pluginConfig[6].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("args are refused");
-        assert_eq!(err.0[0].path, "pluginConfig[6].args");
     }
 }

@@ -126,7 +126,6 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use k8s_openapi::api::core::v1::{Container, ContainerPort};
-    use serde_json::json;
 
     use super::*;
     use crate::scheduler::framework::Code;
@@ -288,25 +287,5 @@ mod tests {
                 }
             }
         }
-    }
-
-    #[test]
-    fn build_takes_no_args() {
-        assert!(
-            build(
-                None,
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&json!({"x": 1})),
-            &"pluginConfig[5].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("args are refused");
-        assert_eq!(err.0[0].path, "pluginConfig[5].args");
     }
 }

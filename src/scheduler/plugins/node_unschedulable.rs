@@ -144,7 +144,6 @@ fn after_toleration_added(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
     use crate::scheduler::framework::Code;
@@ -231,25 +230,5 @@ mod tests {
                 ERR_REASON_UNKNOWN_CONDITION
             )
         );
-    }
-
-    #[test]
-    fn build_takes_no_args() {
-        assert!(
-            build(
-                None,
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&json!({"x": 1})),
-            &"pluginConfig[3].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("args are refused");
-        assert_eq!(err.0[0].path, "pluginConfig[3].args");
     }
 }

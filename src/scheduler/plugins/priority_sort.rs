@@ -53,8 +53,6 @@ mod tests {
     use std::collections::BTreeSet;
     use std::time::{Duration, Instant};
 
-    use serde_json::json;
-
     use super::*;
     use crate::scheduler::testing::PodBuilder;
 
@@ -124,34 +122,5 @@ mod tests {
         for (name, a, b, want) in cases {
             assert_eq!(PrioritySort.less(&a, &b), want, "{name}");
         }
-    }
-
-    #[test]
-    fn build_takes_no_args() {
-        assert!(
-            build(
-                None,
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        assert!(
-            build(
-                Some(&json!({})),
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&json!({"x": 1})),
-            &"pluginConfig[0].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("args are refused");
-        assert_eq!(err.0[0].path, "pluginConfig[0].args");
-        assert!(err.0[0].message.contains("takes no args"));
     }
 }

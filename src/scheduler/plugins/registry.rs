@@ -193,3 +193,51 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
     .map(|name| (name, scoring.contains(&name).then(|| default_weight(name))))
     .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// The plugins that take no args accept none (absent, `null`, `{}`) and refuse anything
+    /// else at the args' path, so a typo in a profile is not silently ignored.
+    #[test]
+    fn plugins_without_args_refuse_any() {
+        use plugins::sticky::placement_recorder;
+        use plugins::*;
+        let handle = Handle::default();
+        for name in [
+            priority_sort::NAME,
+            scheduling_gates::NAME,
+            node_unschedulable::NAME,
+            node_name::NAME,
+            node_ports::NAME,
+            taint_toleration::NAME,
+            image_locality::NAME,
+            default_binder::NAME,
+            placement_recorder::NAME,
+        ] {
+            let factory = registry()
+                .into_iter()
+                .find(|r| r.name == name)
+                .expect("registered")
+                .factory;
+            for none in [None, Some(json!(null)), Some(json!({}))] {
+                let built = factory(none.as_ref(), &"p".into(), &handle);
+                assert!(built.is_ok(), "{name} with {none:?}");
+            }
+            for args in [json!({"x": 1}), json!("x")] {
+                let path = "pluginConfig[3].args";
+                let Err(err) = factory(Some(&args), &path.into(), &handle) else {
+                    panic!("{name} accepted {args}");
+                };
+                assert_eq!(err.0[0].path, path, "{name}");
+                assert!(
+                    err.0[0].message.contains("takes no args"),
+                    "{name}: {err:?}"
+                );
+            }
+        }
+    }
+}

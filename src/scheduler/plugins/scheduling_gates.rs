@@ -86,7 +86,6 @@ fn after_gates_removed(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
     use crate::scheduler::framework::Code;
@@ -135,25 +134,5 @@ mod tests {
                 "{name}"
             );
         }
-    }
-
-    #[test]
-    fn build_takes_no_args() {
-        assert!(
-            build(
-                Some(&json!(null)),
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&json!({"enabled": true})),
-            &"pluginConfig[1].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("args are refused");
-        assert_eq!(err.0[0].path, "pluginConfig[1].args");
     }
 }

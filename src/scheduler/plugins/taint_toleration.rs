@@ -238,7 +238,6 @@ fn after_toleration_added(
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
 
     use super::*;
     use crate::scheduler::framework::Code;
@@ -466,25 +465,5 @@ mod tests {
             &NodeBuilder::new("n").info(vec![]),
         );
         assert_eq!(got.map_err(|s| s.code), Err(Code::Error));
-    }
-
-    #[test]
-    fn build_takes_no_args() {
-        assert!(
-            build(
-                None,
-                &"p".into(),
-                &crate::scheduler::plugins::registry::Handle::default()
-            )
-            .is_ok()
-        );
-        let err = build(
-            Some(&json!({"x": 1})),
-            &"pluginConfig[4].args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .err()
-        .expect("args are refused");
-        assert_eq!(err.0[0].path, "pluginConfig[4].args");
     }
 }

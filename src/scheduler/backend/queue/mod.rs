@@ -92,6 +92,32 @@ struct Entry {
     heap_seq: u64,
 }
 
+impl Entry {
+    /// A pod the queue first sees, in `pool` (`gate`: the PreEnqueue plugin holding it).
+    fn new(pod: Arc<PodInfo>, pool: Pool, gate: Option<&'static str>) -> Self {
+        let now = Instant::now();
+        Entry {
+            info: QueuedPodInfo {
+                pod,
+                initial_attempt_timestamp: now,
+                timestamp: now,
+                attempts: 0,
+                unschedulable_count: 0,
+                consecutive_errors_count: 0,
+                unschedulable_plugins: BTreeSet::new(),
+                gated_by: gate,
+            },
+            pool,
+            backoff_until: None,
+            in_flight_from: None,
+            deleted_while_in_flight: false,
+            unserved_after_flight: false,
+            full_backoff: false,
+            heap_seq: 0,
+        }
+    }
+}
+
 struct State {
     entries: HashMap<String, Entry>,
     active: BinaryHeap<HeapEntry>,
@@ -209,35 +235,14 @@ impl SchedulingQueue {
             self.update(pod, gate);
             return;
         }
-        let now = Instant::now();
-        let info = QueuedPodInfo {
-            pod,
-            initial_attempt_timestamp: now,
-            timestamp: now,
-            attempts: 0,
-            unschedulable_count: 0,
-            consecutive_errors_count: 0,
-            unschedulable_plugins: BTreeSet::new(),
-            gated_by: gate,
-        };
         let pool = if gate.is_some() {
             Pool::Gated
         } else {
             Pool::Active
         };
-        st.entries.insert(
-            key,
-            Entry {
-                info: info.clone(),
-                pool,
-                backoff_until: None,
-                in_flight_from: None,
-                deleted_while_in_flight: false,
-                unserved_after_flight: false,
-                full_backoff: false,
-                heap_seq: 0,
-            },
-        );
+        let entry = Entry::new(pod, pool, gate);
+        let info = entry.info.clone();
+        st.entries.insert(key, entry);
         if pool == Pool::Active {
             self.push(&mut st, info, None);
             self.incoming("active", POD_ADD);
@@ -327,29 +332,8 @@ impl SchedulingQueue {
                 entry.info.pod = pod;
             }
             None => {
-                let now = Instant::now();
-                st.entries.insert(
-                    key,
-                    Entry {
-                        info: QueuedPodInfo {
-                            pod,
-                            initial_attempt_timestamp: now,
-                            timestamp: now,
-                            attempts: 0,
-                            unschedulable_count: 0,
-                            consecutive_errors_count: 0,
-                            unschedulable_plugins: BTreeSet::new(),
-                            gated_by: None,
-                        },
-                        pool: Pool::Unserved,
-                        backoff_until: None,
-                        in_flight_from: None,
-                        deleted_while_in_flight: false,
-                        unserved_after_flight: false,
-                        full_backoff: false,
-                        heap_seq: 0,
-                    },
-                );
+                st.entries
+                    .insert(key, Entry::new(pod, Pool::Unserved, None));
             }
         }
     }

@@ -4,6 +4,7 @@ use crate::scheduler::framework::events::{
     Registration,
 };
 use crate::scheduler::plugins::priority_sort;
+use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 
 /// A plugin that rejects pods and registers `events`.
@@ -58,12 +59,8 @@ fn queue() -> SchedulingQueue {
         )],
     });
     SchedulingQueue::new(
-        priority_sort::build(
-            None,
-            &"pluginConfig".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .expect("PrioritySort builds"),
+        priority_sort::build(None, &"pluginConfig".into(), &Handle::default())
+            .expect("PrioritySort builds"),
         Arc::new(Hints(Arc::new(QueueingHints::build([&fit, &affinity])))),
     )
 }

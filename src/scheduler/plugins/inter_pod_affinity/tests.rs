@@ -746,14 +746,7 @@ fn build_validates_args() {
         ),
     ];
     for (name, json, want) in cases {
-        match (
-            build(
-                Some(&json),
-                &path.into(),
-                &crate::scheduler::plugins::registry::Handle::default(),
-            ),
-            want,
-        ) {
+        match (build(Some(&json), &path.into(), &Handle::default()), want) {
             (Ok(plugin), None) => assert_eq!(plugin.name(), NAME, "{name}"),
             (Err(errs), Some(want)) => {
                 let paths: Vec<&str> = errs.0.iter().map(|e| e.path.as_str()).collect();

@@ -593,11 +593,7 @@ fn args_validation_names_the_field() {
         ("unknown field", json!({"addedAffinty": {}}), vec![path]),
     ];
     for (name, args, want) in cases {
-        let got: Vec<String> = match build(
-            Some(&args),
-            &path.into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        ) {
+        let got: Vec<String> = match build(Some(&args), &path.into(), &Handle::default()) {
             Ok(_) => vec![],
             Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
         };
@@ -609,12 +605,5 @@ fn args_validation_names_the_field() {
 fn args_default_to_no_added_affinity() {
     let args: NodeAffinityArgs = decode_args(None, &"p".into()).expect("defaults");
     assert_eq!(args, NodeAffinityArgs::default());
-    assert!(
-        build(
-            Some(&json!(null)),
-            &"p".into(),
-            &crate::scheduler::plugins::registry::Handle::default()
-        )
-        .is_ok()
-    );
+    assert!(build(Some(&json!(null)), &"p".into(), &Handle::default()).is_ok());
 }

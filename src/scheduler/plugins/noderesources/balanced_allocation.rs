@@ -428,22 +428,13 @@ mod tests {
             ("an unknown field", json!({"resource": []}), vec!["args"]),
         ];
         for (name, args, want) in cases {
-            let got: Vec<String> = match build(
-                Some(&args),
-                &"args".into(),
-                &crate::scheduler::plugins::registry::Handle::default(),
-            ) {
+            let got: Vec<String> = match build(Some(&args), &"args".into(), &Handle::default()) {
                 Ok(_) => vec![],
                 Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
             };
             assert_eq!(got, want, "{name}");
         }
-        let built = build(
-            None,
-            &"args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        )
-        .expect("defaults are valid");
+        let built = build(None, &"args".into(), &Handle::default()).expect("defaults are valid");
         assert_eq!(built.name(), NAME);
         assert!(built.pre_score().is_some() && built.score().is_some());
         assert!(built.filter().is_none());

@@ -10,6 +10,7 @@ use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::*;
 use crate::scheduler::framework::*;
+use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 
 /// A pod with one container requesting `cpu` and `memory` ("" requests nothing).
@@ -455,12 +456,7 @@ fn args_default_and_decode_as_kube_scheduler() {
         ScoringStrategyType::LeastAllocated
     );
     assert_eq!(args.scoring_strategy.resources, default_resources());
-    let built = build(
-        None,
-        &"args".into(),
-        &crate::scheduler::plugins::registry::Handle::default(),
-    )
-    .expect("defaults are valid");
+    let built = build(None, &"args".into(), &Handle::default()).expect("defaults are valid");
     assert_eq!(built.name(), NAME);
     assert!(built.pre_filter().is_some() && built.filter().is_some());
     assert!(built.pre_score().is_some() && built.score().is_some());
@@ -539,11 +535,7 @@ fn validation_names_the_invalid_field() {
         ),
     ];
     for (name, args, want) in cases {
-        let got: Vec<String> = match build(
-            Some(&args),
-            &"args".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        ) {
+        let got: Vec<String> = match build(Some(&args), &"args".into(), &Handle::default()) {
             Ok(_) => vec![],
             Err(errs) => errs.0.into_iter().map(|e| e.path).collect(),
         };

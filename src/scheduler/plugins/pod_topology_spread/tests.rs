@@ -888,11 +888,7 @@ fn args_are_validated_naming_the_field() {
         ),
     ];
     for (name, args, want) in cases {
-        let got = match build(
-            args.as_ref(),
-            &p.into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
-        ) {
+        let got = match build(args.as_ref(), &p.into(), &Handle::default()) {
             Ok(plugin) => {
                 assert_eq!(plugin.name(), NAME);
                 Vec::new()

@@ -244,7 +244,7 @@ mod tests {
     use crate::api::{StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
     use crate::sticky::bindings::BindingIndex;
-    use crate::sticky::workload::{NoOwners, OwnerMeta};
+    use crate::sticky::workload::OwnerMeta;
 
     fn counts(c: &[(&str, i64)]) -> BTreeMap<String, i64> {
         c.iter().map(|(n, k)| (n.to_string(), *k)).collect()
@@ -524,15 +524,7 @@ mod tests {
                 }
                 (got, _) => panic!("{name}: got {got:?}"),
             }
-            let built = build(
-                args.as_ref(),
-                &p.into(),
-                &crate::scheduler::plugins::registry::Handle {
-                    owners: Arc::new(NoOwners),
-                    bindings: Arc::new(BindingIndex::default()),
-                    ..crate::scheduler::plugins::registry::Handle::default()
-                },
-            );
+            let built = build(args.as_ref(), &p.into(), &Handle::default());
             assert_eq!(
                 built.is_ok(),
                 name == "absent" || name == "all set",

@@ -419,7 +419,7 @@ mod tests {
     use crate::scheduler::framework::Code;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
     use crate::sticky::bindings::BindingIndex;
-    use crate::sticky::workload::{NoOwners, OwnerMeta};
+    use crate::sticky::workload::OwnerMeta;
 
     /// The tests' clock: 2025-01-01T00:10:00Z.
     fn now() -> Timestamp {
@@ -912,16 +912,7 @@ mod tests {
                 }
                 (got, _) => panic!("{name}: got {got:?}"),
             }
-            let built = build(
-                args.as_ref(),
-                &p.into(),
-                &crate::scheduler::plugins::registry::Handle {
-                    owners: Arc::new(NoOwners),
-                    bindings: Arc::new(BindingIndex::default()),
-                    storage: Arc::new(StorageIndex::default()),
-                    ..crate::scheduler::plugins::registry::Handle::default()
-                },
-            );
+            let built = build(args.as_ref(), &p.into(), &Handle::default());
             assert_eq!(
                 built.is_ok(),
                 name == "absent" || name == "all set",
