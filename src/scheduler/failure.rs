@@ -123,7 +123,7 @@ impl Scheduler {
         self.queue.add_unschedulable(
             &failure.rejected_by,
             pod.uid(),
-            (profile.pod_initial_backoff, profile.pod_max_backoff),
+            profile.backoff(),
             failure.retry_after,
         );
         report

@@ -40,7 +40,23 @@ pub struct CompiledProfile {
     pub hints: Arc<QueueingHints>,
 }
 
+/// How long a pod that failed waits before it is tried again: from `initial`, doubling with each
+/// failure, up to `max` (a profile's podInitialBackoffSeconds and podMaxBackoffSeconds).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    pub initial: Duration,
+    pub max: Duration,
+}
+
 impl CompiledProfile {
+    /// The profile's pod backoff.
+    pub fn backoff(&self) -> Backoff {
+        Backoff {
+            initial: self.pod_initial_backoff,
+            max: self.pod_max_backoff,
+        }
+    }
+
     /// Whether a plugin of this name runs at any extension point.
     pub fn uses(&self, name: &str) -> bool {
         [

@@ -10,6 +10,7 @@ use super::{ATTEMPT_FAILURE, Entry, Pool, SchedulingQueue, State};
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
 use crate::scheduler::framework::events::{ClusterEvent, EventObject};
+use crate::scheduler::framework::profile::Backoff;
 
 /// An event recorded while pods were in flight.
 pub(super) struct RecordedEvent {
@@ -177,7 +178,7 @@ impl SchedulingQueue {
         &self,
         plugins: &[&'static str],
         uid: &str,
-        backoff: (Duration, Duration),
+        backoff: Backoff,
         retry_after: Option<Duration>,
     ) {
         let mut st = self.lock();
@@ -207,7 +208,8 @@ impl SchedulingQueue {
             entry.info.consecutive_errors_count = 0;
         }
         entry.info.timestamp = now;
-        let duration = backoff_duration(backoff_failures(&entry.info), backoff.0, backoff.1);
+        let duration =
+            backoff_duration(backoff_failures(&entry.info), backoff.initial, backoff.max);
         entry.backoff_until = (!duration.is_zero()).then(|| self.align(later(now, duration)));
         entry.full_backoff = error || retry_after.is_some();
         if let Some(after) = retry_after {
@@ -238,7 +240,7 @@ impl SchedulingQueue {
     }
 
     /// An error or a failed bind: retry after backoff, which doubles with the errors in a row.
-    pub fn requeue_with_backoff(&self, uid: &str, backoff: (Duration, Duration)) {
+    pub fn requeue_with_backoff(&self, uid: &str, backoff: Backoff) {
         self.add_unschedulable(&[], uid, backoff, None);
     }
 }

@@ -3,6 +3,7 @@ use crate::scheduler::framework::events::{
     ASSIGNED_POD_ADD, ActionType, ClusterEvent, EventResource, Hint, NODE_ADD, QueueingHints,
     Registration,
 };
+use crate::scheduler::framework::profile::Backoff;
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
@@ -90,9 +91,18 @@ fn node(name: &str) -> Option<EventObject> {
         .map(EventObject::Node)
 }
 
-const BACKOFF: (Duration, Duration) = (Duration::from_millis(50), Duration::from_millis(200));
-const NO_BACKOFF: (Duration, Duration) = (Duration::ZERO, Duration::ZERO);
-const LONG_BACKOFF: (Duration, Duration) = (Duration::from_secs(60), Duration::from_secs(60));
+const BACKOFF: Backoff = Backoff {
+    initial: Duration::from_millis(50),
+    max: Duration::from_millis(200),
+};
+const NO_BACKOFF: Backoff = Backoff {
+    initial: Duration::ZERO,
+    max: Duration::ZERO,
+};
+const LONG_BACKOFF: Backoff = Backoff {
+    initial: Duration::from_secs(60),
+    max: Duration::from_secs(60),
+};
 
 /// Pops `n` pods, returning their names.
 fn pop_names(q: &SchedulingQueue, n: usize) -> Vec<String> {
@@ -176,7 +186,7 @@ fn errors_in_a_row_and_unschedulable_attempts_are_counted_apart() {
         (0, 1),
         "a rejection ends the run of errors"
     );
-    assert_eq!(backoff_duration(0, BACKOFF.0, BACKOFF.1), Duration::ZERO);
+    assert_eq!(backoff_duration(0, BACKOFF.initial, BACKOFF.max), Duration::ZERO);
 }
 
 #[test]
@@ -374,7 +384,10 @@ fn huge_backoffs_and_retry_times_never_panic() {
     let q = queue();
     q.add(pod("p", 0), None);
     q.pop().expect("p");
-    let huge = (Duration::MAX, Duration::MAX);
+    let huge = Backoff {
+        initial: Duration::MAX,
+        max: Duration::MAX,
+    };
     q.add_unschedulable(&["Fit"], &key("p"), huge, Some(Duration::MAX));
     assert_eq!(
         q.lengths(),
