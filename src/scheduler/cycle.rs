@@ -41,9 +41,9 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     let key = pod.key();
     let scheduler_name = pods::scheduler_name(&pod.pod);
     let Some(profile) = sched.profiles.get(scheduler_name) else {
-        // The profile went away while the pod waited: leave the pod alone.
+        // The profile went away while the pod waited: it waits for one, unserved.
         tracing::debug!(pod = %key, scheduler = %scheduler_name, "no profile serves this pod any more; leaving it");
-        sched.queue.forget(pod.uid());
+        sched.queue.unserve_popped(pod.uid());
         return;
     };
     let start = Instant::now();
@@ -107,8 +107,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         }
         ScheduleResult::Error(status) => {
             tracing::warn!(pod = %key, profile = %profile.source, error = %status, "scheduling error");
-            let failure = Failure::after_status(&status, false, status.message());
-            return fail("error", failure);
+            return fail("error", Failure::error(&status));
         }
     };
 

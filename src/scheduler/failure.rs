@@ -2,15 +2,17 @@
 //! without a bind (the pod fits nowhere, a plugin errs, Reserve or Permit rejects it, PreBind or
 //! Bind fails) ends here. The attempt says what failed as a [`Failure`]; the handler decides the
 //! pod's nomination, reports the failure (event `FailedScheduling`, condition
-//! `PodScheduled=False`, the nominated node) and sends the pod back to the queue. What the
-//! attempt holds (the assumed pod in the cache, Reserve's claims) is released by the cycle
-//! that took it, before it calls the handler.
+//! `PodScheduled=False`, the nominated node) and sends the pod back to the queue: at once from
+//! the scheduling cycle (the report is spawned), after the report is written from a binding
+//! cycle (a stale report never lands on the pod a later attempt bound). What the attempt holds
+//! (the assumed pod in the cache, Reserve's claims) is released by the cycle that took it,
+//! before it calls the handler.
 
 use std::future::Future;
 use std::time::Duration;
 
 use crate::scheduler::Scheduler;
-use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::profile::{Backoff, CompiledProfile};
 use crate::scheduler::framework::runtime::{Diagnosis, nominated_node};
 use crate::scheduler::framework::{NominatedPods, Nomination, QueuedPodInfo, Status};
 use crate::scheduler::outcome::{FailureReason, NominatedNode};
@@ -54,6 +56,18 @@ impl Failure {
         }
     }
 
+    /// The search itself failed (a plugin's error): `SchedulerError`, the pod waits out its
+    /// backoff, the nomination ends.
+    pub fn error(status: &Status) -> Self {
+        Failure {
+            reason: FailureReason::SchedulerError,
+            message: status.message(),
+            rejected_by: Vec::new(),
+            retry_after: None,
+            nomination: NominationOutcome::Ended,
+        }
+    }
+
     /// A plugin's status ended the attempt after the search (Reserve, Permit, PreBind, Bind)
     /// or during it (an error): a rejection is `Unschedulable` and names its plugin when
     /// `plugin_requeues` (the plugin registered the events that can help), anything else is a
@@ -79,16 +93,42 @@ impl Failure {
 }
 
 impl Scheduler {
-    /// Handles a failed attempt of `queued` under `profile`: the nomination as `failure` says,
-    /// the report's place in the pod's order taken now, the pod back in the queue (its plugins'
-    /// events requeue it, or its backoff). Returns the report's writes: the scheduling thread
-    /// spawns them, a binding cycle awaits them.
+    /// Handles a failed scheduling cycle of `queued` under `profile`: the nomination as
+    /// `failure` says, the report's place in the pod's order taken now, the pod back in the
+    /// queue (its plugins' events requeue it, or its backoff). Returns the report's writes,
+    /// which the scheduling thread spawns.
     pub(crate) fn handle_failure(
         &self,
         queued: &QueuedPodInfo,
         profile: &CompiledProfile,
         failure: Failure,
     ) -> impl Future<Output = ()> + Send + 'static + use<> {
+        let (report, requeue) = self.begin_failure(queued, profile, failure);
+        requeue.into_queue(self);
+        report
+    }
+
+    /// As [`Scheduler::handle_failure`], for a failed binding cycle: the report is written
+    /// before the pod goes back to the queue, so that a stale report never lands on the pod
+    /// bound by a later attempt.
+    pub(crate) async fn handle_binding_failure(
+        &self,
+        queued: &QueuedPodInfo,
+        profile: &CompiledProfile,
+        failure: Failure,
+    ) {
+        let (report, requeue) = self.begin_failure(queued, profile, failure);
+        report.await;
+        requeue.into_queue(self);
+    }
+
+    /// The nomination decided and the report's place taken; what goes back to the queue.
+    fn begin_failure(
+        &self,
+        queued: &QueuedPodInfo,
+        profile: &CompiledProfile,
+        failure: Failure,
+    ) -> (impl Future<Output = ()> + Send + 'static + use<>, Requeue) {
         let pod = &queued.pod;
         let nominated = match failure.nomination {
             NominationOutcome::Untouched => NominatedNode::Unchanged,
@@ -120,12 +160,28 @@ impl Scheduler {
         let report = self
             .reports
             .failed(&pod.pod, failure.reason, &failure.message, nominated);
-        self.queue.add_unschedulable(
-            &failure.rejected_by,
-            pod.uid(),
-            profile.backoff(),
-            failure.retry_after,
-        );
-        report
+        let requeue = Requeue {
+            uid: pod.uid().to_string(),
+            rejected_by: failure.rejected_by,
+            backoff: profile.backoff(),
+            retry_after: failure.retry_after,
+        };
+        (report, requeue)
+    }
+}
+
+/// A failed pod on its way back to the queue.
+struct Requeue {
+    uid: String,
+    rejected_by: Vec<&'static str>,
+    backoff: Backoff,
+    retry_after: Option<Duration>,
+}
+
+impl Requeue {
+    fn into_queue(self, sched: &Scheduler) {
+        sched
+            .queue
+            .add_unschedulable(&self.rejected_by, &self.uid, self.backoff, self.retry_after);
     }
 }

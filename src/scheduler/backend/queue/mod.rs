@@ -339,17 +339,21 @@ impl SchedulingQueue {
     }
 
     /// Takes out the unserved pods of `scheduler_name` (a profile for it appeared), to be added
-    /// afresh.
+    /// afresh; its pods in flight or assumed are served again whatever their attempt's end.
     pub fn take_unserved(&self, scheduler_name: &str) -> Vec<Arc<PodInfo>> {
         let mut st = self.lock();
-        let keys: Vec<String> = st
+        let mut keys = Vec::new();
+        for (key, entry) in st
             .entries
-            .iter()
-            .filter(|(_, e)| {
-                e.pool == Pool::Unserved && pods::scheduler_name(&e.info.pod.pod) == scheduler_name
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
+            .iter_mut()
+            .filter(|(_, e)| pods::scheduler_name(&e.info.pod.pod) == scheduler_name)
+        {
+            match entry.pool {
+                Pool::Unserved => keys.push(key.clone()),
+                Pool::InFlight | Pool::Assumed => entry.unserved_after_flight = false,
+                _ => {}
+            }
+        }
         keys.into_iter()
             .filter_map(|k| st.entries.remove(&k))
             .map(|e| e.info.pod)
@@ -455,9 +459,26 @@ impl SchedulingQueue {
         Self::land(&mut st, from);
     }
 
-    /// Drops a pod from the queue whatever its state (no profile serves it any more).
+    /// Drops a pod from the queue whatever its state.
     pub fn forget(&self, uid: &str) {
         Self::remove(&mut self.lock(), uid);
+    }
+
+    /// A popped pod no profile serves any more: its attempt ends, and it waits in the unserved
+    /// pool for a profile (as a pod first seen under an unserved name would).
+    pub fn unserve_popped(&self, uid: &str) {
+        let mut st = self.lock();
+        let Some(entry) = st.entries.get_mut(uid) else {
+            return;
+        };
+        if entry.deleted_while_in_flight {
+            Self::remove(&mut st, uid);
+            return;
+        }
+        let from = entry.in_flight_from.take();
+        entry.pool = Pool::Unserved;
+        entry.unserved_after_flight = false;
+        Self::land(&mut st, from);
     }
 
     /// Moves the waiting pods of `scheduler_name` (its profile is gone) to the unserved pool.
@@ -501,16 +522,20 @@ impl SchedulingQueue {
         self.lock().closed
     }
 
-    /// Pods per pool: (active, backoff, unschedulable, gated), for metrics.
+    /// Pods per pool: (active, backoff, unschedulable, gated), for metrics, counted in one pass.
     pub fn lengths(&self) -> (usize, usize, usize, usize) {
         let st = self.lock();
-        let count = |p: Pool| st.entries.values().filter(|e| e.pool == p).count();
-        (
-            count(Pool::Active),
-            count(Pool::Backoff),
-            count(Pool::Unschedulable),
-            count(Pool::Gated),
-        )
+        let mut counts = (0, 0, 0, 0);
+        for entry in st.entries.values() {
+            match entry.pool {
+                Pool::Active => counts.0 += 1,
+                Pool::Backoff => counts.1 += 1,
+                Pool::Unschedulable => counts.2 += 1,
+                Pool::Gated => counts.3 += 1,
+                Pool::InFlight | Pool::Assumed | Pool::Unserved => {}
+            }
+        }
+        counts
     }
 
     /// Whether the pod is pending for a profile (in any pool but the unserved one).

@@ -191,10 +191,8 @@ impl SchedulingQueue {
         }
         if entry.unserved_after_flight {
             // Its profile went away during the attempt: it waits for one.
-            let from = entry.in_flight_from.take();
-            entry.pool = Pool::Unserved;
-            entry.unserved_after_flight = false;
-            Self::land(&mut st, from);
+            drop(st);
+            self.unserve_popped(uid);
             return;
         }
         let now = Instant::now();

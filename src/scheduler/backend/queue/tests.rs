@@ -186,7 +186,10 @@ fn errors_in_a_row_and_unschedulable_attempts_are_counted_apart() {
         (0, 1),
         "a rejection ends the run of errors"
     );
-    assert_eq!(backoff_duration(0, BACKOFF.initial, BACKOFF.max), Duration::ZERO);
+    assert_eq!(
+        backoff_duration(0, BACKOFF.initial, BACKOFF.max),
+        Duration::ZERO
+    );
 }
 
 #[test]
@@ -505,4 +508,32 @@ fn unserved_pods_wait_in_the_queue_for_their_profile() {
         .collect();
     back.sort();
     assert_eq!(back, ["flying", "waiting"]);
+}
+
+/// A profile that goes away and comes back while a pod of it is in flight leaves the pod
+/// served: a failed attempt backs off as any other, not into the unserved pool. A popped pod
+/// whose profile is gone at once waits unserved.
+#[test]
+fn a_profile_back_during_an_attempt_serves_its_pod_again() {
+    let q = queue();
+    let other = |name: &str| Arc::new(PodBuilder::new(name).scheduler_name("elsewhere").info());
+    q.add(other("flying"), None);
+    let flying = q.pop().expect("popped");
+    q.unserve("elsewhere");
+    assert!(q.take_unserved("elsewhere").is_empty(), "nothing waited");
+    q.add_unschedulable(&["Fit"], flying.pod.uid(), NO_BACKOFF, None);
+    assert!(q.contains(&key("flying")), "served again");
+    assert!(q.take_unserved("elsewhere").is_empty());
+
+    let q = queue();
+    q.add(other("orphan"), None);
+    let orphan = q.pop().expect("popped");
+    q.unserve_popped(orphan.pod.uid());
+    assert!(!q.contains(&key("orphan")));
+    let back: Vec<String> = q
+        .take_unserved("elsewhere")
+        .iter()
+        .map(|p| p.name().to_string())
+        .collect();
+    assert_eq!(back, ["orphan"]);
 }
