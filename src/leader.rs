@@ -75,6 +75,9 @@ impl LeaseConfig {
 pub struct Leadership {
     state: Arc<watch::Sender<Term>>,
     elected: bool,
+    /// Why this replica, a candidate, cannot read or take the Lease now (its namespace missing,
+    /// RBAC denied, the API server refusing): `None` while its tries are answered.
+    unreachable: Arc<std::sync::Mutex<Option<String>>>,
 }
 
 /// Which term of leading this is (counted from 1; 0: never led) and until when it lasts.
@@ -91,6 +94,7 @@ impl Leadership {
         Leadership {
             state: Arc::new(watch::Sender::new(Term::default())),
             elected: false,
+            unreachable: Arc::default(),
         }
     }
 
@@ -99,7 +103,22 @@ impl Leadership {
         Leadership {
             state: Arc::new(watch::Sender::new(Term::default())),
             elected: true,
+            unreachable: Arc::default(),
         }
+    }
+
+    /// Why this replica cannot read or take the Lease now, while it cannot (a standby that
+    /// will never lead until someone fixes what this says).
+    pub fn unreachable(&self) -> Option<String> {
+        crate::locks::lock(&self.unreachable).clone()
+    }
+
+    /// Records whether the last try was answered; returns whether that changed.
+    fn set_unreachable(&self, reason: Option<String>) -> bool {
+        let mut held = crate::locks::lock(&self.unreachable);
+        let changed = *held != reason;
+        *held = reason;
+        changed
     }
 
     /// Whether leader election is on.
@@ -198,6 +217,15 @@ struct Observed {
     since: Instant,
 }
 
+/// What [`run`] tells its caller as the election goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Election {
+    /// This replica started (`true`) or stopped leading.
+    Leading(bool),
+    /// This replica, a candidate, cannot read or take the Lease (`true`), or can again.
+    Unreachable(bool),
+}
+
 /// Runs the election for `leadership` until this replica, having led, stops leading (its
 /// renewals failed for the renew deadline, or another replica took the Lease); then returns the
 /// reason, for the process to exit with. `on_change` hears each start and end of leading.
@@ -205,20 +233,39 @@ pub async fn run(
     client: kube::Client,
     config: LeaseConfig,
     leadership: Leadership,
-    on_change: impl Fn(bool) + Send + Sync + 'static,
+    on_change: impl Fn(Election) + Send + Sync + 'static,
 ) -> String {
+    let lease = format!("{}/{}", config.namespace, config.name);
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut observed: Option<Observed> = None;
     let mut logged_holder = String::new();
     let mut leading_until: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        match try_acquire_or_renew(&api, &config, &mut observed).await {
+        let tried = try_acquire_or_renew(&api, &config, &mut observed).await;
+        let reason = match &tried {
+            Err(e) if leading_until.is_none() => Some(format!(
+                "cannot read or take the Lease {lease}: {}",
+                crate::k8s::api_errors::message(e)
+            )),
+            _ => None,
+        };
+        if leadership.set_unreachable(reason.clone()) {
+            match &reason {
+                // Said once per new reason: a replica that can never lead says why, at WARN.
+                Some(why) => {
+                    tracing::warn!(identity = %config.identity, "{why}; this replica stands by until it can")
+                }
+                None => tracing::info!(lease = %lease, "the Lease can be read and taken again"),
+            }
+            on_change(Election::Unreachable(reason.is_some()));
+        }
+        match tried {
             Ok(None) => {
                 let until = started + config.renew_deadline;
                 if leading_until.is_none() {
-                    tracing::info!(lease = %format!("{}/{}", config.namespace, config.name), identity = %config.identity, "leading: this replica holds the Lease");
-                    on_change(true);
+                    tracing::info!(lease = %lease, identity = %config.identity, "leading: this replica holds the Lease");
+                    on_change(Election::Leading(true));
                 }
                 leading_until = Some(until);
                 leadership.lead_until(until);
@@ -226,7 +273,7 @@ pub async fn run(
             Ok(Some(holder)) => {
                 if leading_until.is_some() {
                     leadership.stop();
-                    on_change(false);
+                    on_change(Election::Leading(false));
                     return format!("the Lease was taken by {holder}");
                 }
                 if holder != logged_holder {
@@ -238,7 +285,7 @@ pub async fn run(
                 if let Some(until) = leading_until {
                     if Instant::now() >= until {
                         leadership.stop();
-                        on_change(false);
+                        on_change(Election::Leading(false));
                         return format!(
                             "could not renew the Lease for {:?}: {e}",
                             config.renew_deadline
@@ -456,5 +503,68 @@ mod tests {
         leadership.lead_until(Instant::now() + Duration::from_secs(10));
         assert_eq!(gained.next().await, Some(()), "leading again");
         assert!(Leadership::alone().is_leading());
+    }
+
+    /// A candidate whose Lease cannot be created (its namespace missing) says why, and says so
+    /// again no more while the reason stays; once a try is answered the reason is gone.
+    #[tokio::test]
+    async fn a_candidate_that_cannot_take_the_lease_says_why() {
+        let namespace_exists = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let exists = namespace_exists.clone();
+        let client = crate::scheduler::testing::stand_in_client(move |method, _path, sent| {
+            let missing = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                "status": "Failure", "reason": "NotFound", "code": 404,
+                "message": "namespaces \"tether-system\" not found"});
+            match method {
+                "GET" => (404, missing),
+                _ if exists.load(std::sync::atomic::Ordering::SeqCst) => (201, sent),
+                _ => (404, missing),
+            }
+        });
+        let leadership = Leadership::elected();
+        let config = LeaseConfig {
+            name: "tether".into(),
+            namespace: "tether-system".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_millis(20),
+        };
+        let events = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let heard = events.clone();
+        let running = tokio::spawn(run(client, config, leadership.clone(), move |e| {
+            heard.lock().expect("events").push(e)
+        }));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while leadership.unreachable().is_none() {
+            assert!(tokio::time::Instant::now() < deadline, "no reason given");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let why = leadership.unreachable().expect("a reason");
+        assert!(why.contains("tether-system/tether"), "{why}");
+        assert!(why.contains("not found"), "{why}");
+        assert!(!leadership.is_leading());
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(
+            *events.lock().expect("events"),
+            [Election::Unreachable(true)],
+            "said once while the reason stays"
+        );
+
+        namespace_exists.store(true, std::sync::atomic::Ordering::SeqCst);
+        while !leadership.is_leading() {
+            assert!(tokio::time::Instant::now() < deadline, "never led");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(leadership.unreachable(), None);
+        assert_eq!(
+            *events.lock().expect("events"),
+            [
+                Election::Unreachable(true),
+                Election::Unreachable(false),
+                Election::Leading(true)
+            ]
+        );
+        running.abort();
     }
 }

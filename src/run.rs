@@ -304,8 +304,11 @@ fn start_leader_election(
         process.metrics.clone(),
     );
     Some(tokio::spawn(async move {
-        let reason = leader::run(client, lease, leadership, move |leading| {
-            metrics.set_leading(leading)
+        let reason = leader::run(client, lease, leadership, move |event| match event {
+            leader::Election::Leading(leading) => metrics.set_leading(leading),
+            leader::Election::Unreachable(unreachable) => {
+                metrics.set_lease_unreachable(unreachable)
+            }
         })
         .await;
         fatal.report(format!("leadership lost: {reason}"));

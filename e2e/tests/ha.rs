@@ -258,3 +258,43 @@ async fn a_leader_shut_down_releases_the_lease_for_the_standby() -> anyhow::Resu
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A replica whose Lease cannot be created (here its namespace does not exist, as when the
+/// chart's namespace was not made) stands by for good, and says why where the person who
+/// installed it looks: a WARN line in its log, its `/readyz` body, and
+/// `tether_lease_unreachable`.
+#[tokio::test]
+async fn a_replica_that_cannot_take_its_lease_says_why() -> anyhow::Result<()> {
+    let proxy = Proxy::start().await?;
+    let tether = OwnTether::start_with(
+        "ha-no-lease",
+        &proxy,
+        &[
+            "--leader-elect",
+            "--leader-elect-resource-namespace",
+            "tether-no-such-namespace",
+        ],
+    )
+    .await?;
+    let why = "cannot read or take the Lease tether-no-such-namespace/tether";
+    let body = wait_for(
+        "/readyz to say why the replica stands by",
+        TIMEOUT,
+        || async { Ok(tether.readyz()?.filter(|b| b.contains(why))) },
+    )
+    .await?;
+    // The deploy/ ServiceAccount may use Leases only in tether-system: the API server says so.
+    assert!(
+        body.contains("standby (") && body.contains("forbidden"),
+        "{body}"
+    );
+    assert_eq!(tether.metric_sum("tether_lease_unreachable")?, 1.0);
+    let log = std::fs::read_to_string(&tether.log)?;
+    assert!(
+        log.lines().any(|l| l.contains("WARN") && l.contains(why)),
+        "a WARN line says why (log: {})",
+        tether.log.display()
+    );
+    assert!(!leads(&tether)?);
+    Ok(())
+}

@@ -98,6 +98,9 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
             } else {
                 "\nstandby"
             });
+            if let Some(why) = state.leadership.unreachable() {
+                body.push_str(&format!(" ({why})"));
+            }
         }
         (StatusCode::OK, body)
     } else {

@@ -32,6 +32,14 @@ pub fn retryable(error: &kube::Error) -> bool {
     conflict_or_throttled(error) || maybe_applied(error) || denied_for_now(error)
 }
 
+/// What the API server said, without the Status around it (or the client's error as it is).
+pub fn message(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => status.message.clone(),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

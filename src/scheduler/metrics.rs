@@ -47,6 +47,7 @@ pub struct Metrics {
     pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
+    lease_unreachable: Gauge<i64, std::sync::atomic::AtomicI64>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     upstream: Upstream,
 }
@@ -203,6 +204,12 @@ impl Default for Metrics {
         let pending_pods = Family::default();
         let cache_nodes = Gauge::default();
         let cache_pods = Gauge::default();
+        let lease_unreachable = Gauge::default();
+        registry.register(
+            "lease_unreachable",
+            "1 while this replica, a candidate for leadership, cannot read or take its Lease (the reason is in /readyz and the log)",
+            lease_unreachable.clone(),
+        );
         registry.register(
             "schedule_attempts",
             "Scheduling attempts by result and profile",
@@ -267,6 +274,7 @@ impl Default for Metrics {
             pending_pods,
             cache_nodes,
             cache_pods,
+            lease_unreachable,
             leading,
             upstream,
         }
@@ -281,6 +289,11 @@ impl Metrics {
                 name: "tether".into(),
             })
             .set(i64::from(leading));
+    }
+
+    /// Whether this replica, a candidate, cannot read or take its Lease now.
+    pub fn set_lease_unreachable(&self, unreachable: bool) {
+        self.lease_unreachable.set(i64::from(unreachable));
     }
 
     /// Whether a profile serves `scheduler` now; a name no longer served leaves the metric.

@@ -9,17 +9,11 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, PostParams};
 
 use super::matching::PodVolumes;
+use crate::k8s::api_errors;
 use crate::k8s::volumes::{self, version_of};
 use crate::scheduler::informers::storage::StorageIndex;
 
 /// The text of a failed API call, as the API server words it.
-fn api_message(error: &kube::Error) -> String {
-    match error {
-        kube::Error::Api(status) => status.message.clone(),
-        other => other.to_string(),
-    }
-}
-
 /// Writes the reserved volumes and waits (at most `timeout`) for them to be bound. The error
 /// is the reason the pod fails, worded as upstream's.
 pub async fn bind(
@@ -80,7 +74,7 @@ async fn write(
             Ok(pv) => written.volumes.push((pv, (*b.claim).clone())),
             Err(e) => {
                 restore_from(i, 0);
-                return Err(api_message(&e));
+                return Err(api_errors::message(&e));
             }
         }
     }
@@ -92,7 +86,7 @@ async fn write(
             Ok(pvc) => written.claims.push(pvc),
             Err(e) => {
                 restore_from(reserved.static_bindings.len(), i);
-                return Err(api_message(&e));
+                return Err(api_errors::message(&e));
             }
         }
     }
