@@ -242,12 +242,19 @@ pub async fn run(
     let mut leading_until: Option<Instant> = None;
     loop {
         let started = Instant::now();
-        let tried = try_acquire_or_renew(&api, &config, &mut observed).await;
+        // A renewal is abandoned when the term ends (as client-go's is cancelled at the renew
+        // deadline): a call that hangs never keeps a deposed leader going.
+        let attempt = try_acquire_or_renew(&api, &config, &mut observed);
+        let tried = match leading_until {
+            Some(until) => tokio::time::timeout_at(until, attempt)
+                .await
+                .unwrap_or(Err(TryError::TermEnded)),
+            None => attempt.await,
+        };
         let reason = match &tried {
-            Err(e) if leading_until.is_none() => Some(format!(
-                "cannot read or take the Lease {lease}: {}",
-                crate::k8s::api_errors::message(e)
-            )),
+            Err(e) if leading_until.is_none() => {
+                Some(format!("cannot read or take the Lease {lease}: {e}"))
+            }
             _ => None,
         };
         if leadership.set_unreachable(reason.clone()) {
@@ -314,13 +321,22 @@ pub async fn run(
     }
 }
 
+/// Why a try of the Lease failed.
+#[derive(Debug, thiserror::Error)]
+enum TryError {
+    #[error("{}", crate::k8s::api_errors::message(.0))]
+    Api(#[from] kube::Error),
+    #[error("the renewal was not answered before the term ended")]
+    TermEnded,
+}
+
 /// One try: `Ok(None)` when this replica holds the Lease now, `Ok(Some(holder))` when another
 /// does.
 async fn try_acquire_or_renew(
     api: &Api<Lease>,
     config: &LeaseConfig,
     observed: &mut Option<Observed>,
-) -> Result<Option<String>, kube::Error> {
+) -> Result<Option<String>, TryError> {
     let now = MicroTime(jiff::Timestamp::now());
     let lease_seconds = i32::try_from(config.lease_duration.as_secs()).unwrap_or(i32::MAX);
     let Some(current) = api.get_opt(&config.name).await? else {
@@ -343,7 +359,7 @@ async fn try_acquire_or_renew(
             Ok(_) => Ok(None),
             // Another replica created it first.
             Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(String::new())),
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         };
     };
     let record = current.spec.clone().unwrap_or_default();
@@ -384,7 +400,7 @@ async fn try_acquire_or_renew(
         Err(kube::Error::Api(e)) if e.code == 409 => {
             Ok(Some(record.holder_identity.unwrap_or_default()))
         }
-        Err(e) => Err(e),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -566,5 +582,75 @@ mod tests {
             ]
         );
         running.abort();
+    }
+
+    /// A renewal that is never answered (a half-open connection, a request stuck in a queue)
+    /// is abandoned when the term ends: the leader stops then and `run` returns why, instead
+    /// of waiting on the call while another replica may already lead.
+    #[tokio::test(start_paused = true)]
+    async fn a_renewal_that_hangs_ends_the_term_on_time() {
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = calls.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let n = counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let reply = if n == 0 {
+                    // The first GET: no Lease yet.
+                    (
+                        404,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "reason": "NotFound", "code": 404, "message": "no"}),
+                    )
+                } else if n == 1 {
+                    // The create: the Lease is ours.
+                    let bytes = req.into_body().collect_bytes().await.unwrap_or_default();
+                    (201, serde_json::from_slice(&bytes).unwrap_or_default())
+                } else {
+                    // Every renewal after it hangs.
+                    std::future::pending::<()>().await;
+                    unreachable!("pending never ends")
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(reply.0)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&reply.1).unwrap_or_default(),
+                        ))
+                        .expect("a response"),
+                )
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let leadership = Leadership::elected();
+        let config = LeaseConfig {
+            name: "tether".into(),
+            namespace: "tether-system".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        let started = Instant::now();
+        let reason = tokio::time::timeout(
+            Duration::from_secs(60),
+            run(client, config, leadership.clone(), |_| {}),
+        )
+        .await
+        .expect("run returns when the term ends, not when the call does");
+        let took = started.elapsed();
+        assert!(
+            reason.contains("not answered before the term ended"),
+            "{reason}"
+        );
+        assert!(!leadership.is_leading());
+        assert!(
+            took <= Duration::from_secs(10) + Duration::from_millis(100),
+            "ended with the term, {took:?} after it began"
+        );
+        assert!(
+            calls.load(std::sync::atomic::Ordering::SeqCst) >= 3,
+            "a renewal was tried"
+        );
     }
 }
