@@ -5,10 +5,23 @@
 pub mod scheduling_profile;
 pub mod sticky_binding;
 
+use std::time::Duration;
+
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+
+/// The first wait after a failed reconcile, doubling up to [`RETRY_MAX`], jittered.
+pub const RETRY_INITIAL: Duration = Duration::from_millis(500);
+pub const RETRY_MAX: Duration = Duration::from_secs(30);
+
+/// The next wait after a failure, `delay` (the last wait, zero after a success) doubled up to
+/// [`RETRY_MAX`], with ±25 % jitter so that objects that failed together do not retry in step.
+pub fn next_retry(delay: Duration) -> Duration {
+    let doubled = delay.saturating_mul(2).clamp(RETRY_INITIAL, RETRY_MAX);
+    doubled.mul_f64(rand::random_range(0.75..1.25))
+}
 
 /// The field manager of tether's status writes.
 pub const FIELD_MANAGER: &str = "tether";
@@ -36,4 +49,22 @@ where
         &Patch::Apply(&patch),
     )
     .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_with_jitter_up_to_the_max() {
+        let mut delay = Duration::ZERO;
+        let mut seen = Vec::new();
+        for _ in 0..12 {
+            delay = next_retry(delay);
+            seen.push(delay);
+        }
+        assert!(seen[0] >= RETRY_INITIAL.mul_f64(0.75) && seen[0] <= RETRY_INITIAL.mul_f64(1.25));
+        assert!(seen.iter().all(|d| *d <= RETRY_MAX.mul_f64(1.25)));
+        assert!(seen[11] >= RETRY_MAX.mul_f64(0.75), "{seen:?}");
+    }
 }

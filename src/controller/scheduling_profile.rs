@@ -30,9 +30,6 @@ use crate::watch::{self, Readiness};
 
 /// How often the whole set is reconciled when nothing wakes it.
 const RESYNC: Duration = Duration::from_secs(300);
-/// The first wait after a failed reconcile, doubling up to [`RETRY_MAX`], jittered.
-const RETRY_INITIAL: Duration = Duration::from_millis(500);
-const RETRY_MAX: Duration = Duration::from_secs(30);
 
 /// Errors of one reconcile, each naming the profile.
 #[derive(Debug, thiserror::Error)]
@@ -197,12 +194,6 @@ async fn write_status(
     Ok(())
 }
 
-/// The next wait after a failure, `delay` doubled (up to [`RETRY_MAX`]) with ±25 % jitter.
-fn next_retry(delay: Duration) -> Duration {
-    let doubled = delay.saturating_mul(2).clamp(RETRY_INITIAL, RETRY_MAX);
-    doubled.mul_f64(rand::random_range(0.75..1.25))
-}
-
 /// The SchedulingProfile controller, its watch registered in `readiness` now; the future runs
 /// it until the process stops. The watch counts as listed once the registry holds every
 /// profile.
@@ -265,30 +256,12 @@ pub fn run(
                         wait = RESYNC;
                     }
                     Err(_) => {
-                        delay = next_retry(delay);
+                        delay = super::next_retry(delay);
                         wait = delay;
                     }
                 }
             }
         };
         tokio::join!(watching, reconciling);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn retries_back_off_with_jitter_up_to_the_max() {
-        let mut delay = Duration::ZERO;
-        let mut seen = Vec::new();
-        for _ in 0..12 {
-            delay = next_retry(delay);
-            seen.push(delay);
-        }
-        assert!(seen[0] >= RETRY_INITIAL.mul_f64(0.75) && seen[0] <= RETRY_INITIAL.mul_f64(1.25));
-        assert!(seen.iter().all(|d| *d <= RETRY_MAX.mul_f64(1.25)));
-        assert!(seen[11] >= RETRY_MAX.mul_f64(0.75), "{seen:?}");
     }
 }

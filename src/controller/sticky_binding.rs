@@ -48,6 +48,12 @@ pub struct Context {
     nodes: Store<Node>,
     /// Only a leader writes; a standby's bindings are reconciled again when it starts leading.
     gate: WriteGate,
+    /// The last retry wait of each binding whose reconcile failed, until one succeeds.
+    retries: std::sync::Mutex<std::collections::HashMap<(String, String), Duration>>,
+}
+
+fn key_of(binding: &StickyBinding) -> (String, String) {
+    (binding.namespace().unwrap_or_default(), binding.name_any())
 }
 
 /// Keeps the binding's conditions (see [`desired_conditions`], the rules on the API type). They are written only when
@@ -85,15 +91,24 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
                 source,
             })?;
     }
+    crate::locks::lock(&ctx.retries).remove(&key_of(&binding));
     if binding.pin().is_none() {
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-fn error_policy(binding: Arc<StickyBinding>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(binding = %binding.name_any(), error = %error, "StickyBinding reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+/// A failed reconcile is retried after a doubling, jittered wait (see
+/// [`super::next_retry`]), per binding.
+fn error_policy(binding: Arc<StickyBinding>, error: &Error, ctx: Arc<Context>) -> Action {
+    let wait = {
+        let mut retries = crate::locks::lock(&ctx.retries);
+        let last = retries.entry(key_of(&binding)).or_default();
+        *last = super::next_retry(*last);
+        *last
+    };
+    tracing::warn!(binding = %binding.name_any(), error = %error, retry_in = ?wait, "StickyBinding reconcile failed; retrying");
+    Action::requeue(wait)
 }
 
 /// What a StickyBinding change calls: the binding before and after (`None` when it was
@@ -183,6 +198,7 @@ pub fn run(
             client,
             nodes: node_store,
             gate,
+            retries: Default::default(),
         });
         let feed = IndexFeed { index, on_change };
         let mut applier = Applier::new(Some(binding_feed.clone()));
