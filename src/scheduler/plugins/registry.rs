@@ -146,19 +146,11 @@ pub fn registry() -> Vec<Registration> {
         .collect()
 }
 
-/// The default score weight of the plugin `name` (0 for a plugin that does not score, or one
-/// tether does not know).
-pub fn default_weight(name: &str) -> i32 {
-    registry()
-        .into_iter()
-        .find(|r| r.name == name)
-        .map_or(0, |r| r.default_weight)
-}
-
 /// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
 /// their order, with their default score weights (those of [`registry`]) where they score.
 pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
     use plugins::*;
+    let known = registry();
     let scoring = [
         taint_toleration::NAME,
         node_affinity::NAME,
@@ -190,7 +182,13 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         node_declared_features::NAME,
     ]
     .into_iter()
-    .map(|name| (name, scoring.contains(&name).then(|| default_weight(name))))
+    .map(|name| {
+        let weight = known
+            .iter()
+            .find(|r| r.name == name)
+            .map(|r| r.default_weight);
+        (name, weight.filter(|_| scoring.contains(&name)))
+    })
     .collect()
 }
 

@@ -467,18 +467,22 @@ impl SchedulingQueue {
     /// A popped pod no profile serves any more: its attempt ends, and it waits in the unserved
     /// pool for a profile (as a pod first seen under an unserved name would).
     pub fn unserve_popped(&self, uid: &str) {
-        let mut st = self.lock();
+        Self::end_flight_unserved(&mut self.lock(), uid);
+    }
+
+    /// Ends the flight of `uid` into the unserved pool (or removes it, deleted meanwhile).
+    fn end_flight_unserved(st: &mut State, uid: &str) {
         let Some(entry) = st.entries.get_mut(uid) else {
             return;
         };
         if entry.deleted_while_in_flight {
-            Self::remove(&mut st, uid);
+            Self::remove(st, uid);
             return;
         }
         let from = entry.in_flight_from.take();
         entry.pool = Pool::Unserved;
         entry.unserved_after_flight = false;
-        Self::land(&mut st, from);
+        Self::land(st, from);
     }
 
     /// Moves the waiting pods of `scheduler_name` (its profile is gone) to the unserved pool.

@@ -191,8 +191,7 @@ impl SchedulingQueue {
         }
         if entry.unserved_after_flight {
             // Its profile went away during the attempt: it waits for one.
-            drop(st);
-            self.unserve_popped(uid);
+            Self::end_flight_unserved(&mut st, uid);
             return;
         }
         let now = Instant::now();
@@ -238,6 +237,8 @@ impl SchedulingQueue {
     }
 
     /// An error or a failed bind: retry after backoff, which doubles with the errors in a row.
+    /// (The failure handler passes no plugins to `add_unschedulable`, which is the same.)
+    #[cfg(test)]
     pub fn requeue_with_backoff(&self, uid: &str, backoff: Backoff) {
         self.add_unschedulable(&[], uid, backoff, None);
     }
