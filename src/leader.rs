@@ -2,9 +2,11 @@
 //! leaderelection) does it: a candidate takes the Lease when its holder has not renewed it for a
 //! lease duration (measured on this replica's clock, from when it saw the record change, so two
 //! machines' clocks are never compared); the leader renews it every retry period; a leader that
-//! could not renew for a renew deadline stops leading (writes nothing more) and the process
-//! exits, as kube-scheduler's does, to come back as a standby. The renew deadline is shorter
-//! than the lease duration, so a leader stops writing seconds before anyone else may take over.
+//! could not renew for a renew deadline stops leading (writes nothing more). Where kube-scheduler
+//! then exits to come back as a standby, tether stays up: its scheduler is dropped and built
+//! again with fresh caches (`run.rs`), and the replica competes again, so a brownout of the API
+//! server never turns into kubelet's CrashLoopBackOff. The renew deadline is shorter than the
+//! lease duration, so a leader stops writing seconds before anyone else may take over.
 //!
 //! kube-lease-manager was tried first: it does not tell its caller that renewals are failing
 //! until the lease is lost, so a leader cut off from the API server could not stop binding
@@ -137,6 +139,66 @@ impl Leadership {
                 .is_some_and(|t| Instant::now() < t)
     }
 
+    /// The term this replica leads in now (its number), while it leads; `None` for a replica
+    /// that runs alone or does not lead.
+    pub fn current_term(&self) -> Option<u64> {
+        let term = *self.state.borrow();
+        term.until
+            .is_some_and(|until| Instant::now() < until)
+            .then_some(term.number)
+    }
+
+    /// Resolves once term `number` is over: its end passed without a renewal, or it was
+    /// stopped. Never resolves for a replica that runs alone.
+    pub async fn term_ended(&self, number: u64) {
+        if !self.elected {
+            return std::future::pending().await;
+        }
+        let mut rx = self.state.subscribe();
+        loop {
+            let term = *rx.borrow_and_update();
+            let Some(until) = term.until.filter(|_| term.number == number) else {
+                return;
+            };
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::select! {
+                () = tokio::time::sleep_until(until) => {}
+                changed = rx.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The number of the term this replica leads in now, or of the next one, once it begins.
+    /// Never resolves for a replica that runs alone.
+    pub async fn next_term(&self) -> u64 {
+        if !self.elected {
+            return std::future::pending().await;
+        }
+        let mut rx = self.state.subscribe();
+        let number = rx.wait_for(|t| t.until.is_some()).await.map(|t| t.number);
+        match number {
+            Ok(number) => number,
+            // The sender lives as long as `self`: never.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn lead_until_for_tests(&self, until: Instant) {
+        self.lead_until(until);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn stop_for_tests(&self) {
+        self.stop();
+    }
+
     /// Waits until this replica leads.
     pub async fn wait_leading(&self) {
         if !self.elected {
@@ -226,15 +288,16 @@ pub enum Election {
     Unreachable(bool),
 }
 
-/// Runs the election for `leadership` until this replica, having led, stops leading (its
-/// renewals failed for the renew deadline, or another replica took the Lease); then returns the
-/// reason, for the process to exit with. `on_change` hears each start and end of leading.
+/// Runs the election for `leadership` for as long as the process runs. A replica that stops
+/// leading (its renewals failed for the renew deadline, or another replica took the Lease)
+/// stands by and competes again; its scheduler, told by the end of the term, starts over.
+/// `on_change` hears each start and end of leading.
 pub async fn run(
     client: kube::Client,
     config: LeaseConfig,
     leadership: Leadership,
     on_change: impl Fn(Election) + Send + Sync + 'static,
-) -> String {
+) {
     let lease = format!("{}/{}", config.namespace, config.name);
     let api: Api<Lease> = Api::namespaced(client, &config.namespace);
     let mut observed: Option<Observed> = None;
@@ -245,12 +308,13 @@ pub async fn run(
         // A renewal is abandoned when the term ends (as client-go's is cancelled at the renew
         // deadline): a call that hangs never keeps a deposed leader going.
         let attempt = try_acquire_or_renew(&api, &config, &mut observed);
-        let tried = match leading_until {
-            Some(until) => tokio::time::timeout_at(until, attempt)
-                .await
-                .unwrap_or(Err(TryError::TermEnded)),
-            None => attempt.await,
-        };
+        // A candidate's try is bounded too: one that hangs would keep it from trying again.
+        let tried = tokio::time::timeout_at(
+            leading_until.unwrap_or(started + config.renew_deadline),
+            attempt,
+        )
+        .await
+        .unwrap_or(Err(TryError::NotAnswered));
         let reason = match &tried {
             Err(e) if leading_until.is_none() => {
                 Some(format!("cannot read or take the Lease {lease}: {e}"))
@@ -278,12 +342,12 @@ pub async fn run(
                 leadership.lead_until(until);
             }
             Ok(Some(holder)) => {
-                if leading_until.is_some() {
+                if leading_until.take().is_some() {
                     leadership.stop();
                     on_change(Election::Leading(false));
-                    return format!("the Lease was taken by {holder}");
-                }
-                if holder != logged_holder {
+                    tracing::warn!(leader = %holder, "stopped leading: the Lease was taken by another replica; standing by");
+                    logged_holder = holder;
+                } else if holder != logged_holder {
                     tracing::info!(leader = %holder, "standing by: another replica leads");
                     logged_holder = holder;
                 }
@@ -291,14 +355,14 @@ pub async fn run(
             Err(e) => {
                 if let Some(until) = leading_until {
                     if Instant::now() >= until {
+                        leading_until = None;
+                        logged_holder.clear();
                         leadership.stop();
                         on_change(Election::Leading(false));
-                        return format!(
-                            "could not renew the Lease for {:?}: {e}",
-                            config.renew_deadline
-                        );
+                        tracing::warn!(error = %e, renew_deadline = ?config.renew_deadline, "stopped leading: could not renew the Lease within the renew deadline; standing by");
+                    } else {
+                        tracing::warn!(error = %e, "could not renew the Lease; still leading until the renew deadline");
                     }
-                    tracing::warn!(error = %e, "could not renew the Lease; still leading until the renew deadline");
                 } else {
                     tracing::debug!(error = %e, "could not read or take the Lease");
                 }
@@ -326,8 +390,10 @@ pub async fn run(
 enum TryError {
     #[error("{}", crate::k8s::api_errors::message(.0))]
     Api(#[from] kube::Error),
-    #[error("the renewal was not answered before the term ended")]
-    TermEnded,
+    #[error(
+        "the try was not answered in time (before the term ended, or within the renew deadline)"
+    )]
+    NotAnswered,
 }
 
 /// One try: `Ok(None)` when this replica holds the Lease now, `Ok(Some(holder))` when another
@@ -585,8 +651,8 @@ mod tests {
     }
 
     /// A renewal that is never answered (a half-open connection, a request stuck in a queue)
-    /// is abandoned when the term ends: the leader stops then and `run` returns why, instead
-    /// of waiting on the call while another replica may already lead.
+    /// is abandoned when the term ends: the leader stops then, instead of waiting on the call
+    /// while another replica may already lead, and stands by.
     #[tokio::test(start_paused = true)]
     async fn a_renewal_that_hangs_ends_the_term_on_time() {
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -632,22 +698,29 @@ mod tests {
             retry_period: Duration::from_secs(2),
         };
         let started = Instant::now();
-        let reason = tokio::time::timeout(
-            Duration::from_secs(60),
-            run(client, config, leadership.clone(), |_| {}),
-        )
+        let (tx, mut heard) = tokio::sync::mpsc::unbounded_channel();
+        let running = tokio::spawn(run(client, config, leadership.clone(), move |e| {
+            let _ = tx.send((e, Instant::now()));
+        }));
+        let stopped = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some((event, at)) = heard.recv().await {
+                if event == Election::Leading(false) {
+                    return Some(at);
+                }
+            }
+            None
+        })
         .await
-        .expect("run returns when the term ends, not when the call does");
-        let took = started.elapsed();
-        assert!(
-            reason.contains("not answered before the term ended"),
-            "{reason}"
-        );
+        .expect("the term ends when its deadline passes, not when the call is answered")
+        .expect("stopped leading");
+        let took = stopped.duration_since(started);
         assert!(!leadership.is_leading());
         assert!(
             took <= Duration::from_secs(10) + Duration::from_millis(100),
             "ended with the term, {took:?} after it began"
         );
+        assert!(!running.is_finished(), "it stands by and competes again");
+        running.abort();
         assert!(
             calls.load(std::sync::atomic::Ordering::SeqCst) >= 3,
             "a renewal was tried"

@@ -79,14 +79,21 @@ impl EventWriter {
         action: &str,
         note: String,
     ) -> Result<(), kube::Error> {
-        if let Err(refused) = self.gate.admit(Write::Event) {
-            tracing::debug!(reason, error = %refused, "event not written");
-            return Ok(());
-        }
-        crate::k8s::budget::get().events.take().await;
-        let result = self
-            .publish_once(regarding, type_, reason, action, note)
+        let written = self
+            .gate
+            .write(Write::Event, async {
+                crate::k8s::budget::get().events.take().await;
+                self.publish_once(regarding, type_, reason, action, note)
+                    .await
+            })
             .await;
+        let result = match written {
+            Ok(result) => result,
+            Err(refused) => {
+                tracing::debug!(reason, error = %refused, "event not written");
+                return Ok(());
+            }
+        };
         match &result {
             Ok(()) => {
                 if PUBLISHING_FAILS.swap(false, Ordering::SeqCst) {

@@ -1,6 +1,14 @@
 //! `tether run`: the scheduler process. Watches the cluster, schedules the pods of every
 //! profile it serves, and serves the endpoints of `crate::endpoints`. [`run`] is the sequence of
 //! steps; each step is a function below it.
+//!
+//! The process outlives its schedulers. What lasts as long as the process: the API client,
+//! metrics, the election and the endpoints. What a [`Session`] holds: the watches, caches,
+//! queue, controllers and the scheduling loop, with a write gate of their own. A replica that
+//! led and lost its Lease (a brownout, a hung renewal) drops its session (queue, assumed pods,
+//! binds in flight), builds a new one that lists everything afresh, and stands by again; it
+//! does not exit, so kubelet's restart backoff never stands between the cluster and a leader.
+//! A part that dies still stops the process.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,7 +17,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
-use crate::endpoints::{self, HttpState};
+use crate::endpoints::{self, HttpState, Serving};
 use crate::gate::WriteGate;
 use crate::leader::{self, Leadership, LeaseConfig};
 use crate::recorder::EventWriter;
@@ -54,38 +62,65 @@ pub struct RunConfig {
     pub budget: crate::k8s::budget::Budget,
 }
 
-/// Runs the scheduler until SIGINT or SIGTERM: each step below builds what the next needs,
-/// completely, before anything runs.
+/// How a session ended.
+enum Ended {
+    /// SIGINT or SIGTERM.
+    Signal,
+    /// A part died (its name).
+    Died(String),
+    /// The term it led is over.
+    TermOver,
+}
+
+/// Runs the scheduler until SIGINT or SIGTERM, or until a part dies: each step below builds
+/// what the next needs, completely, before anything runs. A session whose term is over gives
+/// way to a new one.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let client = connect(&config).await?;
     start_filter_pool(config.parallelism)?;
-    let (process, died) = Process::new(&config)?;
-    let parts = build_scheduler(&config, &client, &process)?;
-    let mut tasks = start_watches_and_controllers(&config, &client, &process, &parts).await;
-    tasks.extend(start_leader_election(&config, &client, &process));
-    tasks.extend(serve_endpoints(&config, &client, &process, &parts).await?);
-    let scheduling = start_scheduling_loop(&process, &parts)?;
-    let died = wait_for_stop(died).await;
-    shut_down(&config, &client, &process, &parts, scheduling, &died).await;
+    let (process, mut died) = Process::new(&config)?;
+    let election = start_leader_election(&config, &client, &process);
+    let tasks = serve_endpoints(&config, &client, &process).await?;
+    let mut signal = std::pin::pin!(shutdown_signal());
+    let ended = loop {
+        let session = Session::start(&config, &client, &process).await?;
+        let ended = tokio::select! {
+            () = &mut signal => Ended::Signal,
+            part = died.recv() => Ended::Died(part.unwrap_or_default()),
+            () = session.gate.term_over() => Ended::TermOver,
+        };
+        match ended {
+            Ended::TermOver => session.step_down().await,
+            ended => {
+                // The Lease is not renewed from now on (and, released, not taken again).
+                if let Some(election) = &election {
+                    election.abort();
+                }
+                session.shut_down(&config, &client, &process, &ended).await;
+                break ended;
+            }
+        }
+    };
     for task in tasks {
         task.abort();
     }
+    if let Some(election) = election {
+        election.abort();
+    }
     tracing::info!("stopped");
-    match died {
-        Some(part) => Err(anyhow::anyhow!("{part}")),
-        None => Ok(()),
+    match ended {
+        Ended::Died(part) => Err(anyhow::anyhow!("{part}")),
+        _ => Ok(()),
     }
 }
 
-/// What every part of the process shares: metrics, the watches' readiness, the supervisor that
-/// turns a dead part into an exit, whether this replica leads, and the write gate every write
-/// to the cluster asks.
+/// What every part of the process shares, across sessions: metrics, the supervisor that turns
+/// a dead part into an exit, whether this replica leads, and the scheduler the endpoints serve.
 struct Process {
     metrics: Arc<Metrics>,
-    readiness: Arc<Readiness>,
     fatal: Fatal,
     leadership: Leadership,
-    gate: WriteGate,
+    serving: Serving,
 }
 
 impl Process {
@@ -104,12 +139,114 @@ impl Process {
         metrics.set_leading(!leadership.is_elected());
         let process = Process {
             metrics,
-            readiness: Readiness::new(),
             fatal,
-            gate: WriteGate::new(leadership.clone()),
             leadership,
+            serving: Serving::default(),
         };
         Ok((process, died))
+    }
+}
+
+/// One scheduler and everything that feeds it, for at most one term of leading: its watches
+/// (registered in its own readiness), its controllers, its scheduling thread, and the write
+/// gate all their writes go through.
+struct Session {
+    parts: Parts,
+    gate: WriteGate,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    scheduling: std::thread::JoinHandle<()>,
+}
+
+impl Session {
+    /// Builds a scheduler with empty caches, starts its watches, controllers and scheduling
+    /// thread, and makes it the one the endpoints serve.
+    async fn start(
+        config: &RunConfig,
+        client: &kube::Client,
+        process: &Process,
+    ) -> anyhow::Result<Session> {
+        let readiness = Readiness::new();
+        let gate = WriteGate::new(process.leadership.clone());
+        let parts = build_scheduler(config, client, process, &readiness, &gate)?;
+        let tasks =
+            start_watches_and_controllers(config, client, process, &readiness, &gate, &parts).await;
+        let scheduling = start_scheduling_loop(process, &parts)?;
+        process.serving.set(parts.sched.clone(), readiness);
+        Ok(Session {
+            parts,
+            gate,
+            tasks,
+            scheduling,
+        })
+    }
+
+    /// The term this session led is over: its gate admits nothing more. Its queue, assumed
+    /// pods and binds in flight are dropped (what was not bound is the next leader's; binds
+    /// whose history was not written are counted by the next leader's start-up reconcile),
+    /// its watches stopped; the next session lists afresh.
+    async fn step_down(self) {
+        tracing::warn!(
+            "the term this replica led is over: dropping its queue, assumed pods and binds in flight; standing by with fresh caches"
+        );
+        self.gate.close();
+        self.parts.sched.queue.close();
+        let scheduling = self.scheduling;
+        let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
+        for task in &self.tasks {
+            task.abort();
+        }
+        // Their writes are refused now: binding cycles end at their next write.
+        let left = self
+            .parts
+            .sched
+            .wait_binding_cycles(std::time::Duration::from_secs(5))
+            .await;
+        if left > 0 {
+            tracing::info!(
+                binds = left,
+                "binding cycles still waiting (Permit or PreBind); their writes will be refused"
+            );
+        }
+    }
+
+    /// No pod is taken from the queue from now on; the cycle under way ends. Then the gate
+    /// closes: only the writes already past it may finish (within the grace), and a leader
+    /// that stopped cleanly gives its Lease up at once, so a standby takes over while this
+    /// replica's last binds drain. A bind refused at the gate stays with its pod for the next
+    /// leader; history the gate refused is counted by the next leader's start-up reconcile.
+    async fn shut_down(
+        self,
+        config: &RunConfig,
+        client: &kube::Client,
+        process: &Process,
+        ended: &Ended,
+    ) {
+        tracing::info!(
+            "shutting down: no new pods are scheduled; releasing the Lease once the writes past the gate are answered"
+        );
+        self.parts.sched.queue.close();
+        let scheduling = self.scheduling;
+        let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
+        if matches!(ended, Ended::Died(_)) {
+            return;
+        }
+        let grace_ends = tokio::time::Instant::now() + config.shutdown_grace;
+        let leading = process.leadership.is_leading();
+        self.gate.close();
+        let writes = self.gate.drain(config.shutdown_grace).await;
+        if writes > 0 {
+            tracing::warn!(writes, grace = ?config.shutdown_grace, "writes still unanswered at the end of the grace period");
+        }
+        if let Some(lease) = &config.lease
+            && leading
+        {
+            leader::release(client.clone(), lease).await;
+        }
+        let left = grace_ends.saturating_duration_since(tokio::time::Instant::now());
+        self.parts.sched.wait_binding_cycles(left).await;
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -148,6 +285,8 @@ fn build_scheduler(
     config: &RunConfig,
     client: &kube::Client,
     process: &Process,
+    readiness: &Arc<Readiness>,
+    gate: &WriteGate,
 ) -> anyhow::Result<Parts> {
     let selectors = Arc::new(WorkloadSelectors::default());
     let owners = Arc::new(OwnerCache::with_kinds(config.owner_kinds.clone()));
@@ -174,25 +313,21 @@ fn build_scheduler(
             process.metrics.clone(),
         )
         .reading(Arc::new(view.clone()))
-        .gated_by(process.gate.clone()),
+        .gated_by(gate.clone()),
     );
 
-    let reports = Reports::new(
-        client.clone(),
-        config.instance.clone(),
-        process.gate.clone(),
-    )
-    .counting_drops_in(process.metrics.events_dropped());
+    let reports = Reports::new(client.clone(), config.instance.clone(), gate.clone())
+        .counting_drops_in(process.metrics.events_dropped());
     let sched = Scheduler::new(
         view,
         profiles,
         Services {
             metrics: process.metrics.clone(),
             reports,
-            readiness: process.readiness.clone(),
+            readiness: readiness.clone(),
             runtime: tokio::runtime::Handle::current(),
             fatal: process.fatal.clone(),
-            gate: process.gate.clone(),
+            gate: gate.clone(),
         },
     );
     let handle = Handle {
@@ -200,10 +335,9 @@ fn build_scheduler(
         storage: storage.clone(),
         budgets: budgets.clone(),
         events: Some(
-            EventWriter::new(client.clone(), config.instance.clone())
-                .gated_by(process.gate.clone()),
+            EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
         ),
-        gate: process.gate.clone(),
+        gate: gate.clone(),
         default_selectors: selectors.clone(),
         owners: owners.clone(),
         // The plugins read the bindings through the writer: binds not written yet count.
@@ -227,9 +361,11 @@ async fn start_watches_and_controllers(
     config: &RunConfig,
     client: &kube::Client,
     process: &Process,
+    readiness: &Arc<Readiness>,
+    gate: &WriteGate,
     parts: &Parts,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let (fatal, readiness) = (&process.fatal, &process.readiness);
+    let fatal = &process.fatal;
     let kubevirt = owners::kubevirt_served(client).await;
     let requeue = parts.sched.clone();
     vec![
@@ -271,7 +407,7 @@ async fn start_watches_and_controllers(
                     let (event, old, new) = crate::sticky::bindings::cluster_event(old, new);
                     requeue.queue.on_event(event, old, new)
                 }),
-                process.gate.clone(),
+                gate.clone(),
                 readiness,
             ),
         )),
@@ -282,15 +418,15 @@ async fn start_watches_and_controllers(
                 parts.sched.clone(),
                 parts.handle.clone(),
                 config.instance.clone(),
-                process.gate.clone(),
+                gate.clone(),
                 readiness,
             ),
         )),
     ]
 }
 
-/// Competes for the Lease when one is configured. As kube-scheduler does, a replica that
-/// stopped leading exits, to start again as a standby with fresh caches.
+/// Competes for the Lease when one is configured, for as long as the process runs: a replica
+/// that stopped leading stands by and competes again (its session starts over, see [`run`]).
 fn start_leader_election(
     config: &RunConfig,
     client: &kube::Client,
@@ -303,16 +439,15 @@ fn start_leader_election(
         process.fatal.clone(),
         process.metrics.clone(),
     );
-    Some(tokio::spawn(async move {
-        let reason = leader::run(client, lease, leadership, move |event| match event {
+    Some(tokio::spawn(fatal.forever(
+        "the leader election",
+        leader::run(client, lease, leadership, move |event| match event {
             leader::Election::Leading(leading) => metrics.set_leading(leading),
             leader::Election::Unreachable(unreachable) => {
                 metrics.set_lease_unreachable(unreachable)
             }
-        })
-        .await;
-        fatal.report(format!("leadership lost: {reason}"));
-    }))
+        }),
+    )))
 }
 
 /// `/metrics` and `/explain` on `--http-addr`, `/healthz` and `/readyz` on `--health-addr`.
@@ -320,14 +455,12 @@ async fn serve_endpoints(
     config: &RunConfig,
     client: &kube::Client,
     process: &Process,
-    parts: &Parts,
 ) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
     let state = HttpState {
         metrics: process.metrics.clone(),
-        readiness: process.readiness.clone(),
         fatal: process.fatal.clone(),
         leadership: process.leadership.clone(),
-        sched: parts.sched.clone(),
+        serving: process.serving.clone(),
         client: client.clone(),
         explain_limit: endpoints::explain::limiter(),
     };
@@ -361,7 +494,8 @@ async fn serve_endpoints(
 }
 
 /// The scheduling thread: waits for the caches and for leadership, counts the binds whose
-/// history a restart lost, then runs the scheduling loop until the queue closes.
+/// history a restart lost, then runs the scheduling loop until the queue closes or the term is
+/// over.
 fn start_scheduling_loop(
     process: &Process,
     parts: &Parts,
@@ -379,7 +513,7 @@ fn start_scheduling_loop(
                 tracing::info!("caches synced; scheduling");
                 record_missed_binds(&sched, &history, &runtime);
                 sched.run_loop();
-                if !sched.queue.is_closed() {
+                if !sched.queue.is_closed() && sched.gate.admits(crate::gate::Write::Bind) {
                     fatal.report("the scheduling loop ended");
                 }
             })
@@ -439,51 +573,6 @@ fn record_missed_binds(
         .filter(|pod| records(sched, pod))
         .collect();
     runtime.spawn(reconcile::record_missed_binds(history.clone(), recorded));
-}
-
-/// Until SIGINT or SIGTERM (`None`), or until a part dies (its name).
-async fn wait_for_stop(mut died: tokio::sync::mpsc::UnboundedReceiver<String>) -> Option<String> {
-    tokio::select! {
-        () = shutdown_signal() => None,
-        part = died.recv() => part,
-    }
-}
-
-/// No pod is taken from the queue from now on; the cycle under way ends, then the binds in
-/// flight (and their history writes) finish while the watches still run, within the grace.
-/// A leader that stopped cleanly gives its Lease up.
-async fn shut_down(
-    config: &RunConfig,
-    client: &kube::Client,
-    process: &Process,
-    parts: &Parts,
-    scheduling: std::thread::JoinHandle<()>,
-    died: &Option<String>,
-) {
-    tracing::info!("shutting down: no new pods are scheduled; waiting for binds in flight");
-    parts.sched.queue.close();
-    let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
-    if died.is_none() {
-        let grace_ends = tokio::time::Instant::now() + config.shutdown_grace;
-        let left = parts.sched.wait_binding_cycles(config.shutdown_grace).await;
-        if left > 0 {
-            tracing::warn!(binds = left, grace = ?config.shutdown_grace, "binds still in flight at the end of the grace period; the start-up reconcile counts their history");
-        }
-        let writes = parts
-            .history
-            .wait_idle(grace_ends.saturating_duration_since(tokio::time::Instant::now()))
-            .await;
-        if writes > 0 {
-            tracing::warn!(bindings = writes, grace = ?config.shutdown_grace, "history writes still under way at the end of the grace period; the start-up reconcile counts their binds");
-        }
-    }
-    if let Some(lease) = &config.lease
-        && died.is_none()
-        && process.leadership.is_leading()
-    {
-        // Binds are done: a standby may take over at once rather than when the Lease expires.
-        leader::release(client.clone(), lease).await;
-    }
 }
 
 async fn shutdown_signal() {

@@ -79,15 +79,25 @@ impl Context {
     /// status write does not stop the others; the first failure is returned.
     async fn reconcile(&self) -> Result<(), Error> {
         let decided = self.decide();
-        if !self.gate.admits(Write::ProfileStatus) {
+        let Ok(permit) = self.gate.admit(Write::ProfileStatus) else {
             return Ok(());
-        }
+        };
         let mut failed = None;
         for (profile, verdict) in decided {
             let status = status_for(&profile, &verdict);
-            if profile.status.as_ref() != Some(&status)
-                && let Err(e) = write_status(&self.client, &profile.name_any(), &status).await
+            if profile.status.as_ref() == Some(&status) {
+                self.announce(&profile, &verdict).await;
+                continue;
+            }
+            let written = match permit
+                .fence(write_status(&self.client, &profile.name_any(), &status))
+                .await
             {
+                Ok(written) => written,
+                // The term ended: the next leader writes what is left.
+                Err(_) => return Ok(()),
+            };
+            if let Err(e) = written {
                 tracing::warn!(error = %e, "reconcile of a SchedulingProfile failed; retrying");
                 failed.get_or_insert(e);
                 continue;

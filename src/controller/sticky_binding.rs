@@ -59,9 +59,9 @@ fn key_of(binding: &StickyBinding) -> (String, String) {
 /// Keeps the binding's conditions (see [`desired_conditions`], the rules on the API type). They are written only when
 /// they change, so an odd value is reported once, not at every reconcile.
 async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Action, Error> {
-    if !ctx.gate.admits(Write::BindingStatus) {
+    let Ok(permit) = ctx.gate.admit(Write::BindingStatus) else {
         return Ok(Action::await_change());
-    }
+    };
     let generation = binding.meta().generation;
     let availability = binding.pin().map(|pin| {
         let node = ctx.nodes.get(&ObjectRef::new(pin));
@@ -83,13 +83,18 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
             "conditions": conditions,
             "observedGeneration": generation,
         });
-        super::apply_status(&api, &name, &status)
+        let Ok(written) = permit
+            .fence(super::apply_status(&api, &name, &status))
             .await
-            .map_err(|source| Error::Status {
-                namespace,
-                name,
-                source,
-            })?;
+        else {
+            // The term ended: the next leader reconciles it.
+            return Ok(Action::await_change());
+        };
+        written.map_err(|source| Error::Status {
+            namespace,
+            name,
+            source,
+        })?;
     }
     crate::locks::lock(&ctx.retries).remove(&key_of(&binding));
     if binding.pin().is_none() {

@@ -80,7 +80,9 @@ pub async fn explain(
         }
     };
     tracing::info!(pod = %format!("{namespace}/{name}"), user = caller.username.as_deref().unwrap_or_default(), "explaining a pod");
-    let sched = state.sched.clone();
+    let Some(sched) = state.serving.sched() else {
+        return failure(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is starting");
+    };
     match tokio::task::spawn_blocking(move || explain_now(&sched, pod)).await {
         Ok(Ok(explanation)) => Json(explanation).into_response(),
         Ok(Err(message)) => failure(StatusCode::UNPROCESSABLE_ENTITY, &message),

@@ -19,14 +19,42 @@ use crate::scheduler::metrics::Metrics;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
+/// The scheduler the endpoints answer for, and its watches. A replica that lost its Lease
+/// builds a new scheduler (fresh caches) and puts it here; `None` until the first is built.
+#[derive(Clone, Default)]
+pub struct Serving(Arc<std::sync::RwLock<Option<Served>>>);
+
+/// A scheduler and the readiness of its watches.
+type Served = (Arc<Scheduler>, Arc<Readiness>);
+
+impl Serving {
+    /// From now on the endpoints answer for `sched`, fed by the watches of `readiness`.
+    pub fn set(&self, sched: Arc<Scheduler>, readiness: Arc<Readiness>) {
+        *crate::locks::write(&self.0) = Some((sched, readiness));
+    }
+
+    /// The scheduler served now.
+    pub fn sched(&self) -> Option<Arc<Scheduler>> {
+        self.current().map(|(sched, _)| sched)
+    }
+
+    /// Its watches.
+    pub fn readiness(&self) -> Option<Arc<Readiness>> {
+        self.current().map(|(_, readiness)| readiness)
+    }
+
+    fn current(&self) -> Option<Served> {
+        crate::locks::read(&self.0).clone()
+    }
+}
+
 /// What the endpoints read.
 #[derive(Clone)]
 pub struct HttpState {
     pub metrics: Arc<Metrics>,
-    pub readiness: Arc<Readiness>,
     pub fatal: Fatal,
     pub leadership: Leadership,
-    pub sched: Arc<Scheduler>,
+    pub serving: Serving,
     /// tether's own client: TokenReviews, SubjectAccessReviews, the pod to explain.
     pub client: kube::Client,
     /// How often `/explain` answers.
@@ -84,7 +112,10 @@ async fn serve_metrics(
 }
 
 async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
-    let summary = state.readiness.summary();
+    let Some(readiness) = state.serving.readiness() else {
+        return (StatusCode::SERVICE_UNAVAILABLE, "starting".to_string());
+    };
+    let summary = readiness.summary();
     if summary.listed_once == summary.registered {
         let mut body = if summary.not_current.is_empty() {
             "ok".to_string()

@@ -131,15 +131,18 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         if !status.is_success() {
             return status;
         }
-        if sched.gate.admit(Write::Bind).is_err() {
-            // Past the renew deadline: another replica may lead soon; this one exits.
-            return Status::error(
-                "this replica no longer leads; the pod is left to the next leader",
-            );
-        }
+        // Not leading (past the renew deadline, or stopping): the pod is left to the next
+        // leader. A bind not answered when the term ends is abandoned, never sent late.
+        let permit = match sched.gate.admit(Write::Bind) {
+            Ok(permit) => permit,
+            Err(refused) => return Status::error(refused.to_string()),
+        };
         slot = Some(sched.binds.take_slot());
         let began = Instant::now();
-        let status = profile.run_bind(&state, &pod, &node).await;
+        let status = match permit.fence(profile.run_bind(&state, &pod, &node)).await {
+            Ok(status) => status,
+            Err(abandoned) => Status::error(abandoned.to_string()),
+        };
         timed("Bind", &status, began);
         status
     }

@@ -42,7 +42,7 @@ use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
 use self::metrics::Metrics;
 use self::outcome::Reports;
-use crate::gate::WriteGate;
+use crate::gate::{Write, WriteGate};
 use crate::locks;
 use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;
@@ -257,17 +257,21 @@ impl Scheduler {
         self.runtime.spawn(report);
     }
 
-    /// The scheduling loop: pops pods and schedules them one at a time until the queue closes.
+    /// The scheduling loop: pops pods and schedules them one at a time until the queue closes
+    /// or the gate admits no bind any more (the term this scheduler led is over).
     /// Runs on its own thread: the cycle is CPU work and must not block the tokio workers.
     /// No cycle runs while a watch fails or re-lists: a pod is never placed against a view of
     /// the nodes or pods from before an outage.
     pub fn run_loop(self: &Arc<Self>) {
-        let closed = || self.queue.is_closed();
-        while self.readiness.wait_current(closed) {
+        let over = || self.queue.is_closed() || !self.gate.admits(Write::Bind);
+        loop {
+            if !self.readiness.wait_current(over) || over() {
+                return;
+            }
             let Some(queued) = self.queue.pop() else {
                 return;
             };
-            if !self.readiness.wait_current(closed) {
+            if !self.readiness.wait_current(over) || over() {
                 return;
             }
             cycle::schedule_one(self, queued);

@@ -286,10 +286,6 @@ impl Reports {
         if already && nominated.is_none() {
             return;
         }
-        if let Err(refused) = self.gate.admit(Write::FailureReport) {
-            tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the failure's condition is not written");
-            return;
-        }
         // The UID makes the write a precondition: it never lands on a pod recreated under the
         // same name.
         let mut patch = serde_json::json!({
@@ -306,11 +302,21 @@ impl Reports {
             patch["status"]["nominatedNodeName"] = node;
         }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        if let Err(e) = api
-            .patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch))
-            .await
-        {
-            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not set the PodScheduled condition");
+        let written = self
+            .gate
+            .write(
+                Write::FailureReport,
+                api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await;
+        match written {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not set the PodScheduled condition")
+            }
+            Err(refused) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the failure's condition is not written")
+            }
         }
     }
 }

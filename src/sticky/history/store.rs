@@ -73,7 +73,27 @@ impl HistoryStore {
 
     /// Counts `binds` in the workload's binding in one status write, creating the binding if
     /// missing, retrying until it lands or fails for good. Returns how many were new.
+    /// Fenced as a whole: a write not done when the term ends is abandoned (the next leader's
+    /// start-up reconcile counts its binds).
     pub async fn write(&self, workload: &Workload, binds: &[Bind]) -> Result<usize, HistoryError> {
+        match self
+            .gate
+            .write(Write::History, self.write_in_term(workload, binds))
+            .await
+        {
+            Ok(written) => written,
+            Err(_) => Err(HistoryError::NotLeading {
+                namespace: workload.namespace.clone(),
+                name: workload.binding_name(),
+            }),
+        }
+    }
+
+    async fn write_in_term(
+        &self,
+        workload: &Workload,
+        binds: &[Bind],
+    ) -> Result<usize, HistoryError> {
         let namespace = workload.namespace.clone();
         let name = workload.binding_name();
         let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);

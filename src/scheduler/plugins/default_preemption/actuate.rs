@@ -38,10 +38,19 @@ pub async fn carry_out(
     gate: WriteGate,
     p: Preemption,
 ) {
-    if let Err(refused) = gate.admit(Write::Eviction) {
-        tracing::info!(pod = %format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1), error = %refused, "the preemption is not carried out");
-        return;
+    let preemptor = format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1);
+    // Fenced as a whole: when the term ends half-way, the victims not deleted yet are left.
+    if let Err(refused) = gate
+        .write(Write::Eviction, actuate(client, events, p))
+        .await
+    {
+        tracing::info!(pod = %preemptor, error = %refused, "the preemption is not carried out");
     }
+}
+
+/// The preemption's writes, in kube-scheduler's order: clear the nominations of the pods it
+/// outranks, then mark and delete each victim.
+async fn actuate(client: kube::Client, events: Option<EventWriter>, p: Preemption) {
     for pod in &p.outranked {
         let (ns, name) = name_of(pod);
         let patch = serde_json::json!({

@@ -467,12 +467,17 @@ impl PreBindPlugin for VolumeBinding {
                 return Status::error("VolumeBinding has no API client");
             };
             let timeout = Duration::from_secs(self.args.bind_timeout_seconds.max(0) as u64);
-            if let Err(refused) = self.gate.admit(Write::VolumeBinding) {
-                return Status::error(refused.to_string());
-            }
-            match binder::bind(client, &self.storage, &reserved, node_name, timeout).await {
-                Ok(()) => Status::success(),
-                Err(e) => Status::error(e),
+            let bound = self
+                .gate
+                .write(
+                    Write::VolumeBinding,
+                    binder::bind(client, &self.storage, &reserved, node_name, timeout),
+                )
+                .await;
+            match bound {
+                Ok(Ok(())) => Status::success(),
+                Ok(Err(e)) => Status::error(e),
+                Err(refused) => Status::error(refused.to_string()),
             }
         })
     }
