@@ -106,6 +106,13 @@ struct RunArgs {
     /// Status writes at once at most before the QPS applies.
     #[arg(long, env = "TETHER_STATUS_BURST", default_value_t = 40)]
     status_burst: u32,
+    /// `PodScheduled=False` writes of failed attempts per second at most (0: no limit). A
+    /// pod's failures waiting for a token are coalesced: the newest is written.
+    #[arg(long, env = "TETHER_FAILURE_REPORTS_QPS", default_value_t = 100.0)]
+    failure_reports_qps: f64,
+    /// Failure reports written at once at most before the QPS applies.
+    #[arg(long, env = "TETHER_FAILURE_REPORTS_BURST", default_value_t = 200)]
+    failure_reports_burst: u32,
 }
 
 /// Reads a duration as kube-scheduler's flags take it: a number and a unit (`500ms`, `15s`,
@@ -244,6 +251,10 @@ fn main() -> anyhow::Result<()> {
                     events: tether::k8s::budget::Bucket::new(args.events_qps, args.events_burst),
                     history: tether::k8s::budget::Bucket::new(args.history_qps, args.history_burst),
                     status: tether::k8s::budget::Bucket::new(args.status_qps, args.status_burst),
+                    failures: tether::k8s::budget::Bucket::new(
+                        args.failure_reports_qps,
+                        args.failure_reports_burst,
+                    ),
                 },
                 instance: args.instance,
                 owner_kinds: args.owner_kinds,

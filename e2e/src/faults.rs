@@ -511,6 +511,18 @@ impl OwnTether {
             .sum())
     }
 
+    /// What `/healthz` says now (None when it does not answer 200).
+    pub fn healthz(&self) -> anyhow::Result<Option<String>> {
+        curl(&format!("http://{}/healthz", self.http))
+    }
+
+    /// How many lines of its log contain `text`.
+    pub fn log_lines_with(&self, text: &str) -> anyhow::Result<usize> {
+        let log = std::fs::read_to_string(&self.log)
+            .with_context(|| format!("reading {}", self.log.display()))?;
+        Ok(log.lines().filter(|l| l.contains(text)).count())
+    }
+
     /// What `/readyz` says now (None when it does not answer 200).
     pub fn readyz(&self) -> anyhow::Result<Option<String>> {
         curl(&format!("http://{}/readyz", self.http))

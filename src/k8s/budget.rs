@@ -1,6 +1,7 @@
 //! Client-side rate limits for tether's bookkeeping writes, each its own token bucket (QPS and
 //! burst, like kube-scheduler's `clientConnection.qps/burst`): events, StickyBinding history
-//! writes, and the status of SchedulingProfiles and StickyBindings. Binds have none: they never
+//! writes, the status of SchedulingProfiles and StickyBindings, and failed attempts' pod
+//! conditions. Binds have none: they never
 //! wait behind bookkeeping. A write waits for its token; nothing is dropped.
 
 use std::num::NonZeroU32;
@@ -58,6 +59,9 @@ pub struct Budget {
     pub history: Bucket,
     /// Condition and status writes of SchedulingProfiles and StickyBindings.
     pub status: Bucket,
+    /// Failed attempts' `PodScheduled=False` conditions (what autoscalers read): never behind
+    /// the events.
+    pub failures: Bucket,
 }
 
 static BUDGET: std::sync::OnceLock<Budget> = std::sync::OnceLock::new();

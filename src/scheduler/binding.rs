@@ -207,9 +207,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     // Only a Permit plugin's rejection names its plugin for the queue: PreBind and Bind
     // register no events.
     let failure = Failure::after_status(&status, permit_rejected, message);
-    sched
-        .handle_binding_failure(&queued, &profile, failure)
-        .await;
+    sched.handle_binding_failure(&queued, &profile, failure);
     // The pod held resources in the cache: pods waiting for them may fit now.
     sched.queue.on_event(
         ASSIGNED_POD_DELETE,

@@ -51,8 +51,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         sched
             .metrics
             .attempt(result, &profile.scheduler_name, start.elapsed());
-        let report = sched.handle_failure(&queued, &profile, failure);
-        sched.spawn_report(report);
+        sched.handle_failure(&queued, &profile, failure);
     };
     let snapshot = sched.lock_cache().snapshot();
     let mut state = CycleState::new();

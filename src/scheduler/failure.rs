@@ -8,7 +8,6 @@
 //! (the assumed pod in the cache, Reserve's claims) is released by the cycle that took it,
 //! before it calls the handler.
 
-use std::future::Future;
 use std::time::Duration;
 
 use crate::scheduler::Scheduler;
@@ -94,41 +93,38 @@ impl Failure {
 
 impl Scheduler {
     /// Handles a failed scheduling cycle of `queued` under `profile`: the nomination as
-    /// `failure` says, the report's place in the pod's order taken now, the pod back in the
-    /// queue (its plugins' events requeue it, or its backoff). Returns the report's writes,
-    /// which the scheduling thread spawns.
+    /// `failure` says, the report handed to the failure writers (see
+    /// [`crate::scheduler::outcome::Reports::failed`]), the pod back in the queue (its
+    /// plugins' events requeue it, or its backoff).
     pub(crate) fn handle_failure(
         &self,
         queued: &QueuedPodInfo,
         profile: &CompiledProfile,
         failure: Failure,
-    ) -> impl Future<Output = ()> + Send + 'static + use<> {
-        let (report, requeue) = self.begin_failure(queued, profile, failure);
-        requeue.into_queue(self);
-        report
+    ) {
+        self.report_failure(queued, profile, failure)
+            .into_queue(self);
     }
 
-    /// As [`Scheduler::handle_failure`], for a failed binding cycle: the report is written
-    /// before the pod goes back to the queue, so that a stale report never lands on the pod
-    /// bound by a later attempt.
-    pub(crate) async fn handle_binding_failure(
+    /// As [`Scheduler::handle_failure`], for a failed binding cycle. The report carries the
+    /// pod's resourceVersion as a precondition, so it never lands on the pod bound by a later
+    /// attempt.
+    pub(crate) fn handle_binding_failure(
         &self,
         queued: &QueuedPodInfo,
         profile: &CompiledProfile,
         failure: Failure,
     ) {
-        let (report, requeue) = self.begin_failure(queued, profile, failure);
-        report.await;
-        requeue.into_queue(self);
+        self.handle_failure(queued, profile, failure);
     }
 
-    /// The nomination decided and the report's place taken; what goes back to the queue.
-    fn begin_failure(
+    /// The nomination decided and the report handed over; what goes back to the queue.
+    fn report_failure(
         &self,
         queued: &QueuedPodInfo,
         profile: &CompiledProfile,
         failure: Failure,
-    ) -> (impl Future<Output = ()> + Send + 'static + use<>, Requeue) {
+    ) -> Requeue {
         let pod = &queued.pod;
         let nominated = match failure.nomination {
             NominationOutcome::Untouched => NominatedNode::Unchanged,
@@ -157,16 +153,14 @@ impl Scheduler {
                 }
             }
         };
-        let report = self
-            .reports
+        self.reports
             .failed(&pod.pod, failure.reason, &failure.message, nominated);
-        let requeue = Requeue {
+        Requeue {
             uid: pod.uid().to_string(),
             rejected_by: failure.rejected_by,
             backoff: profile.backoff(),
             retry_after: failure.retry_after,
-        };
-        (report, requeue)
+        }
     }
 }
 

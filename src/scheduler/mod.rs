@@ -249,14 +249,6 @@ impl Scheduler {
         self.binds.wait(grace).await
     }
 
-    /// Writes a failure report (see [`Scheduler::handle_failure`]) off the scheduling thread.
-    pub(crate) fn spawn_report(
-        &self,
-        report: impl std::future::Future<Output = ()> + Send + 'static,
-    ) {
-        self.runtime.spawn(report);
-    }
-
     /// The scheduling loop: pops pods and schedules them one at a time until the queue closes
     /// or the gate admits no bind any more (the term this scheduler led is over).
     /// Runs on its own thread: the cycle is CPU work and must not block the tokio workers.

@@ -1,9 +1,13 @@
 //! What users see of a scheduling decision: the Events `Scheduled` and `FailedScheduling`, and
 //! the pod condition `PodScheduled=False`, written as kube-scheduler writes them. These calls run
 //! on the tokio runtime, off the scheduling cycle; a failure to report is logged, never fatal.
+//!
+//! The condition comes first: cluster-autoscaler and Karpenter read it to add nodes. It has a
+//! budget of its own, a pod's failures waiting for it are coalesced (the newest is written),
+//! and a fixed number of writers write them, so thousands of pending pods cost one entry each,
+//! not a task each. Events follow, best effort: dropped when their queue is full.
 
-use std::collections::HashMap;
-use std::future::Future;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -18,11 +22,14 @@ use crate::locks;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::schedule_one::Choice;
 
-/// How many `Scheduled` events may wait to be written; past that, new ones are dropped.
+/// How many events may wait to be written; past that, new ones are dropped.
 pub const QUEUED_EVENTS: usize = 1000;
 
-/// How many `Scheduled` events are written at once.
+/// How many events are written at once.
 const EVENTS_IN_FLIGHT: usize = 32;
+
+/// How many failure conditions are written at once.
+const FAILURES_IN_FLIGHT: usize = 16;
 
 /// The longest note an events.k8s.io Event may carry.
 pub const MAX_NOTE_BYTES: usize = 1024;
@@ -95,131 +102,233 @@ pub enum NominatedNode {
 #[derive(Clone)]
 pub struct Reports {
     client: kube::Client,
-    events: EventWriter,
-    /// The `Scheduled` events waiting to be written.
-    scheduled: tokio::sync::mpsc::Sender<(ObjectReference, String)>,
+    /// The events waiting to be written (`Scheduled`, `FailedScheduling`): best effort.
+    events: tokio::sync::mpsc::Sender<QueuedEvent>,
     /// How many were dropped since the queue last had room.
     dropped: Arc<AtomicU64>,
     /// How many were dropped in all (`tether_events_dropped_total` once counted in metrics).
     dropped_total: Counter,
-    /// Per pod UID: the newest failure reported, and a lock that makes one failure's event and
-    /// condition writes happen together. Two attempts of a pod failing in quick succession are
-    /// reported in order, and an older one that has not started yet is dropped, so the condition
-    /// and the latest event always tell the same failure.
-    order: Arc<Mutex<HashMap<String, Turn>>>,
-    /// Asked before a failure's condition is written.
+    /// The failure reports not written yet: the newest per pod.
+    failures: Arc<Mutex<Failures>>,
+    /// Wakes the failure writers.
+    failure_written: Arc<tokio::sync::Notify>,
+    /// Admits the condition writes.
     gate: WriteGate,
 }
 
-/// A pod's newest failure number and the lock its reports are written under.
-type Turn = (u64, Arc<tokio::sync::Mutex<()>>);
+/// An event waiting for its token.
+struct QueuedEvent {
+    regarding: ObjectReference,
+    type_: EventType,
+    reason: &'static str,
+    action: &'static str,
+    note: String,
+}
+
+/// A failed attempt to report.
+struct FailureReport {
+    pod: Pod,
+    reason: FailureReason,
+    message: String,
+    nominated: NominatedNode,
+}
+
+/// The failure reports waiting, one per pod (a newer failure replaces an older one not
+/// written yet), in the order the pods first failed; and the pods whose report is being
+/// written (a pod's reports are written one at a time).
+#[derive(Default)]
+struct Failures {
+    order: VecDeque<String>,
+    waiting: HashMap<String, FailureReport>,
+    writing: HashSet<String>,
+}
+
+impl Failures {
+    /// The oldest report of a pod not being written now.
+    fn take_next(&mut self) -> Option<(String, FailureReport)> {
+        let at = self
+            .order
+            .iter()
+            .position(|uid| !self.writing.contains(uid))?;
+        let uid = self.order.remove(at)?;
+        let report = self.waiting.remove(&uid)?;
+        self.writing.insert(uid.clone());
+        Some((uid, report))
+    }
+}
 
 impl Reports {
-    /// Reports written with `client`, each admitted by `gate`; the `Scheduled` events are
-    /// written by a task spawned here, on the current tokio runtime.
+    /// Reports written with `client`, each admitted by `gate`; the events and the failure
+    /// conditions are written by tasks spawned here, on the current tokio runtime.
     pub fn new(client: kube::Client, instance: Option<String>, gate: WriteGate) -> Self {
-        let events = EventWriter::new(client.clone(), instance).gated_by(gate.clone());
-        let (scheduled, queued) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
+        let writer = EventWriter::new(client.clone(), instance).gated_by(gate.clone());
+        let (events, queued) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
         let dropped = Arc::new(AtomicU64::new(0));
-        tokio::spawn(Self::write_scheduled(
-            events.clone(),
-            queued,
-            dropped.clone(),
-        ));
-        Reports {
-            events,
+        tokio::spawn(Self::write_events(writer, queued, dropped.clone()));
+        let reports = Reports {
             client,
-            scheduled,
+            events,
             dropped,
             dropped_total: Counter::default(),
-            order: Arc::default(),
+            failures: Arc::default(),
+            failure_written: Arc::default(),
             gate,
+        };
+        for _ in 0..FAILURES_IN_FLIGHT {
+            tokio::spawn(reports.clone().write_failures());
         }
+        reports
     }
 
-    /// Counts the dropped `Scheduled` events in `counter` (the metrics' `events_dropped`).
+    /// Counts the dropped events in `counter` (the metrics' `events_dropped`).
     pub fn counting_drops_in(mut self, counter: Counter) -> Self {
         self.dropped_total = counter;
         self
     }
 
-    /// Reports a failed attempt of `pod` (the event `FailedScheduling` and the condition
-    /// `PodScheduled=False`, and what becomes of its `status.nominatedNodeName` in the same
-    /// write): its place in the order is taken now (call this in the order of the attempts);
-    /// the writes happen when the returned future runs.
+    /// Reports a failed attempt of `pod`: the condition `PodScheduled=False` (and what becomes
+    /// of its `status.nominatedNodeName`, in the same write), then the event
+    /// `FailedScheduling`. Returns at once; the report waits for its turn among the failures
+    /// (their own budget, never the events'). A newer failure of the same pod replaces one
+    /// not written yet (its nomination change kept when the newer has none). The write carries
+    /// the pod's resourceVersion as a precondition: a report never lands on a pod that changed
+    /// since (bound by a later attempt, or updated), where it would be stale.
     pub fn failed(
         &self,
         pod: &Pod,
         reason: FailureReason,
         message: &str,
         nominated: NominatedNode,
-    ) -> impl Future<Output = ()> + Send + 'static + use<> {
+    ) {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let (seq, lock) = {
-            let mut order = locks::lock(&self.order);
-            let entry = order.entry(uid.clone()).or_default();
-            entry.0 += 1;
-            (entry.0, entry.1.clone())
+        let mut report = FailureReport {
+            pod: pod.clone(),
+            reason,
+            message: message.to_string(),
+            nominated,
         };
-        let (this, pod, message) = (self.clone(), pod.clone(), message.to_string());
-        async move {
-            let _writing = lock.lock().await;
-            let newest =
-                |order: &HashMap<String, (u64, _)>| order.get(&uid).map(|e| e.0) == Some(seq);
-            if !newest(&locks::lock(&this.order)) {
-                return;
+        {
+            let mut failures = locks::lock(&self.failures);
+            match failures.waiting.remove(&uid) {
+                Some(older) => {
+                    if report.nominated == NominatedNode::Unchanged {
+                        report.nominated = older.nominated;
+                    }
+                }
+                None => failures.order.push_back(uid.clone()),
             }
-            this.write_failure(&pod, reason, &message, nominated).await;
-            let mut order = locks::lock(&this.order);
-            if newest(&order) {
-                order.remove(&uid);
-            }
+            failures.waiting.insert(uid, report);
+        }
+        self.failure_written.notify_one();
+    }
+
+    /// How many failure reports wait to be written.
+    pub fn failures_waiting(&self) -> usize {
+        locks::lock(&self.failures).waiting.len()
+    }
+
+    /// One of the [`FAILURES_IN_FLIGHT`] writers: takes the oldest report waiting, waits for
+    /// its token, writes the condition, then queues the event.
+    async fn write_failures(self) {
+        loop {
+            let woken = self.failure_written.notified();
+            let next = locks::lock(&self.failures).take_next();
+            let Some((uid, report)) = next else {
+                woken.await;
+                continue;
+            };
+            crate::k8s::budget::get().failures.take().await;
+            self.write_condition(&report).await;
+            self.queue_event(
+                report.pod.object_ref(&()),
+                EventType::Warning,
+                "FailedScheduling",
+                "Scheduling",
+                truncate(&report.message, 1000),
+            );
+            locks::lock(&self.failures).writing.remove(&uid);
+            // A newer report of this pod may wait behind this one.
+            self.failure_written.notify_one();
         }
     }
 
     /// Event `Scheduled`: "Successfully assigned ns/pod to node", then how the node won (see
-    /// [`scheduled_note`]). Queued, not written here:
-    /// a binding cycle never waits for the events budget (50 a second by default would hold
-    /// every bind to that pace). While [`QUEUED_EVENTS`] wait, further ones are dropped, as
-    /// client-go's event broadcaster drops events when its queue is full.
+    /// [`scheduled_note`]). Queued, not written here: a binding cycle never waits for the
+    /// events budget (50 a second by default would hold every bind to that pace).
     pub fn scheduled(&self, pod: &Pod, node: &str, choice: &Choice) {
         let note = scheduled_note(&crate::k8s::pods::key(pod), node, choice);
-        match self.scheduled.try_send((pod.object_ref(&()), note)) {
+        self.queue_event(
+            pod.object_ref(&()),
+            EventType::Normal,
+            "Scheduled",
+            "Binding",
+            note,
+        );
+    }
+
+    /// Queues an event. While [`QUEUED_EVENTS`] wait, further ones are dropped, as client-go's
+    /// event broadcaster drops events when its queue is full.
+    fn queue_event(
+        &self,
+        regarding: ObjectReference,
+        type_: EventType,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        let event = QueuedEvent {
+            regarding,
+            type_,
+            reason,
+            action,
+            note,
+        };
+        match self.events.try_send(event) {
             Ok(()) => {}
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
                 self.dropped_total.inc();
                 if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                     tracing::warn!(
                         queued = QUEUED_EVENTS,
-                        "the Scheduled events queue is full (the events budget, --events-qps, is slower than the binds); events are dropped until it drains"
+                        "the events queue is full (the events budget, --events-qps, is slower than the scheduler); events are dropped until it drains"
                     );
                 }
             }
             Err(tokio::sync::mpsc::error::TrySendError::Closed(_)) => {
-                tracing::debug!(pod = %crate::k8s::pods::key(pod), "no events are written any more; the Scheduled event is dropped");
+                tracing::debug!(
+                    reason,
+                    "no events are written any more; the event is dropped"
+                );
             }
         }
     }
 
-    /// Writes the queued `Scheduled` events, [`EVENTS_IN_FLIGHT`] at a time, each after its
-    /// token from the events budget.
-    async fn write_scheduled(
-        events: EventWriter,
-        mut queued: tokio::sync::mpsc::Receiver<(ObjectReference, String)>,
+    /// Writes the queued events, [`EVENTS_IN_FLIGHT`] at a time, each after its token from the
+    /// events budget.
+    async fn write_events(
+        writer: EventWriter,
+        mut queued: tokio::sync::mpsc::Receiver<QueuedEvent>,
         dropped: Arc<AtomicU64>,
     ) {
         let in_flight = Arc::new(tokio::sync::Semaphore::new(EVENTS_IN_FLIGHT));
-        while let Some((regarding, note)) = queued.recv().await {
+        while let Some(event) = queued.recv().await {
             let Ok(permit) = in_flight.clone().acquire_owned().await else {
                 return;
             };
-            let events = events.clone();
+            let writer = writer.clone();
             tokio::spawn(async move {
-                if let Err(e) = events
-                    .publish(&regarding, EventType::Normal, "Scheduled", "Binding", note)
+                let QueuedEvent {
+                    regarding,
+                    type_,
+                    reason,
+                    action,
+                    note,
+                } = event;
+                if let Err(e) = writer
+                    .publish(&regarding, type_, reason, action, note)
                     .await
                 {
-                    tracing::debug!(pod = %format!("{}/{}", regarding.namespace.as_deref().unwrap_or_default(), regarding.name.as_deref().unwrap_or_default()), error = %e, "could not publish the Scheduled event");
+                    tracing::debug!(pod = %format!("{}/{}", regarding.namespace.as_deref().unwrap_or_default(), regarding.name.as_deref().unwrap_or_default()), error = %e, reason, "could not publish an event");
                 }
                 drop(permit);
             });
@@ -227,38 +336,24 @@ impl Reports {
             if lost > 0 {
                 tracing::warn!(
                     dropped = lost,
-                    "Scheduled events were dropped while their queue was full"
+                    "events were dropped while their queue was full"
                 );
             }
         }
     }
 
-    /// Event `FailedScheduling` and the condition PodScheduled=False with `reason`
-    /// (Unschedulable, or SchedulerError for errors) and `message`.
-    async fn write_failure(
-        &self,
-        pod: &Pod,
-        reason: FailureReason,
-        message: &str,
-        nominated: NominatedNode,
-    ) {
+    /// The condition PodScheduled=False with the report's reason (Unschedulable, or
+    /// SchedulerError for errors) and message, and its nomination change, in one write.
+    async fn write_condition(&self, report: &FailureReport) {
+        let FailureReport {
+            pod,
+            reason,
+            message,
+            nominated,
+        } = report;
         let reason = reason.as_str();
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let note = truncate(message, 1000);
-        if let Err(e) = self
-            .events
-            .publish(
-                &pod.object_ref(&()),
-                EventType::Warning,
-                "FailedScheduling",
-                "Scheduling",
-                note,
-            )
-            .await
-        {
-            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not publish the FailedScheduling event");
-        }
         let already = pod
             .status
             .as_ref()
@@ -268,7 +363,7 @@ impl Reports {
                     c.type_ == "PodScheduled"
                         && c.status == "False"
                         && c.reason.as_deref() == Some(reason)
-                        && c.message.as_deref() == Some(message)
+                        && c.message.as_deref() == Some(message.as_str())
                 })
             });
         let current = pod
@@ -286,10 +381,13 @@ impl Reports {
         if already && nominated.is_none() {
             return;
         }
-        // The UID makes the write a precondition: it never lands on a pod recreated under the
-        // same name.
+        // The UID and the resourceVersion make the write a precondition: it never lands on a
+        // pod recreated under the same name, nor on one that changed since it failed.
         let mut patch = serde_json::json!({
-            "metadata": {"uid": pod.metadata.uid},
+            "metadata": {
+                "uid": pod.metadata.uid,
+                "resourceVersion": pod.metadata.resource_version,
+            },
             "status": {"conditions": [{
                 "type": "PodScheduled",
                 "status": "False",
@@ -311,6 +409,9 @@ impl Reports {
             .await;
         match written {
             Ok(Ok(_)) => {}
+            Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), "the pod changed since it failed; its report is not written")
+            }
             Ok(Err(e)) => {
                 tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not set the PodScheduled condition")
             }
@@ -337,43 +438,61 @@ mod tests {
     use super::*;
     use crate::scheduler::testing::{PodBuilder, stand_in_client};
 
+    /// Two failures of a pod reported before the first is written: one condition write, with
+    /// the newer message, the older one's nomination and the pod's resourceVersion as a
+    /// precondition; then one event, with the same message.
     #[tokio::test]
-    async fn an_older_failure_that_runs_late_is_not_written_over_a_newer_one() {
-        let sent = Arc::new(Mutex::new(Vec::<String>::new()));
+    async fn a_pods_failures_waiting_are_coalesced_and_the_condition_goes_first() {
+        let sent = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
         let log = sent.clone();
         let client = stand_in_client(move |method, path, body| {
-            let message = body["status"]["conditions"][0]["message"]
-                .as_str()
-                .or(body["note"].as_str())
-                .unwrap_or_default()
-                .to_string();
-            log.lock()
-                .expect("log")
-                .push(format!("{method} {path} {message}"));
+            log.lock().expect("log").push(serde_json::json!({
+                "method": method, "path": path, "body": body.clone()}));
             (201, body)
         });
         let reports = Reports::new(client, None, WriteGate::alone());
-        let pod = PodBuilder::new("p").build();
-        let first = reports.failed(
+        let mut pod = PodBuilder::new("p").build();
+        pod.metadata.resource_version = Some("41".into());
+        reports.failed(
             &pod,
             FailureReason::Unschedulable,
             "0/30 nodes are available",
-            NominatedNode::Unchanged,
+            NominatedNode::Set("n1".into()),
         );
-        let second = reports.failed(
+        reports.failed(
             &pod,
             FailureReason::Unschedulable,
             "0/29 nodes are available",
             NominatedNode::Unchanged,
         );
-        second.await;
-        first.await;
+        assert_eq!(reports.failures_waiting(), 1, "one report per pod waits");
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while sent.lock().expect("log").len() < 2 {
+            assert!(tokio::time::Instant::now() < deadline, "not written");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        // Nothing more comes: the older failure was never written.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         let sent = sent.lock().expect("log").clone();
-        assert_eq!(sent.len(), 2, "one event and one condition: {sent:?}");
+        assert_eq!(sent.len(), 2, "{sent:#?}");
+        let (condition, event) = (&sent[0], &sent[1]);
+        assert_eq!(condition["method"], "PATCH");
         assert!(
-            sent.iter().all(|s| s.ends_with("0/29 nodes are available")),
-            "{sent:?}"
+            condition["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/pods/p/status")),
+            "{condition}"
         );
+        let status = &condition["body"]["status"];
+        assert_eq!(
+            status["conditions"][0]["message"],
+            "0/29 nodes are available"
+        );
+        assert_eq!(status["nominatedNodeName"], "n1", "the older's nomination");
+        assert_eq!(condition["body"]["metadata"]["resourceVersion"], "41");
+        assert_eq!(event["method"], "POST");
+        assert_eq!(event["body"]["reason"], "FailedScheduling");
+        assert_eq!(event["body"]["note"], "0/29 nodes are available");
     }
 
     /// `Scheduled` is queued, not awaited by the binding cycle, and written soon after.
