@@ -20,7 +20,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::leader::Leadership;
@@ -74,11 +74,19 @@ pub struct WriteGate {
     shared: Arc<Shared>,
 }
 
+/// Every write is admitted (while leading).
+const OPEN: u8 = 0;
+/// Only history writes are: the binds made are still counted, nothing new is decided.
+const HISTORY_ONLY: u8 = 1;
+/// Nothing is.
+const CLOSED: u8 = 2;
+
 #[derive(Default)]
 struct Shared {
     /// The term this gate admitted writes in (0: none yet).
     term: AtomicU64,
-    closed: AtomicBool,
+    /// [`OPEN`], [`HISTORY_ONLY`] or [`CLOSED`].
+    closed: AtomicU8,
     /// Permits held now.
     in_flight: AtomicUsize,
     idle: tokio::sync::Notify,
@@ -102,8 +110,10 @@ impl WriteGate {
     /// ([`Permit::fence`]) and is counted in flight until dropped.
     pub fn admit(&self, write: Write) -> Result<Permit, Refused> {
         let refuse = |why| Err(Refused { write, why });
-        if self.shared.closed.load(Ordering::SeqCst) {
-            return refuse(Why::Closed);
+        match self.shared.closed.load(Ordering::SeqCst) {
+            OPEN => {}
+            HISTORY_ONLY if write == Write::History => {}
+            _ => return refuse(Why::Closed),
         }
         let term = if self.leadership.is_elected() {
             let Some(term) = self.leadership.current_term() else {
@@ -161,7 +171,18 @@ impl WriteGate {
 
     /// Admits nothing from now on; the permits already given may finish.
     pub fn close(&self) {
-        self.shared.closed.store(true, Ordering::SeqCst);
+        self.shared.closed.store(CLOSED, Ordering::SeqCst);
+    }
+
+    /// Admits only history writes from now on (a scheduler shutting down: the binds it made
+    /// are still counted; it binds, evicts and reports nothing more).
+    pub fn close_but_history(&self) {
+        let _ = self.shared.closed.compare_exchange(
+            OPEN,
+            HISTORY_ONLY,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
     }
 
     /// Waits until no permit is held, at most `within`; returns how many still are.
@@ -252,7 +273,17 @@ mod tests {
         }
         let alone = WriteGate::alone();
         assert!(ALL.iter().all(|w| alone.admits(*w)));
+        alone.close_but_history();
+        assert!(
+            alone.admits(Write::History),
+            "the binds made are still counted"
+        );
+        assert_eq!(
+            alone.admit(Write::Bind).err().map(|r| r.why),
+            Some(Why::Closed)
+        );
         alone.close();
+        assert!(!alone.admits(Write::History));
         assert_eq!(
             alone.admit(Write::Bind).err().map(|r| r.why),
             Some(Why::Closed)

@@ -210,10 +210,10 @@ impl Session {
     }
 
     /// No pod is taken from the queue from now on; the cycle under way ends. Then the gate
-    /// closes: only the writes already past it may finish (within the grace), and a leader
-    /// that stopped cleanly gives its Lease up at once, so a standby takes over while this
-    /// replica's last binds drain. A bind refused at the gate stays with its pod for the next
-    /// leader; history the gate refused is counted by the next leader's start-up reconcile.
+    /// admits nothing new but history: the binds already past it finish and are counted
+    /// (within the grace), and once their history is written a leader that stopped cleanly
+    /// gives its Lease up, so a standby takes over at its next try. A bind not past the gate
+    /// stays with its pod for the next leader.
     async fn shut_down(
         self,
         config: &RunConfig,
@@ -221,9 +221,7 @@ impl Session {
         process: &Process,
         ended: &Ended,
     ) {
-        tracing::info!(
-            "shutting down: no new pods are scheduled; releasing the Lease once the writes past the gate are answered"
-        );
+        tracing::info!("shutting down: no new pods are scheduled; the binds under way finish");
         self.parts.sched.queue.close();
         let scheduling = self.scheduling;
         let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
@@ -232,18 +230,32 @@ impl Session {
         }
         let grace_ends = tokio::time::Instant::now() + config.shutdown_grace;
         let leading = process.leadership.is_leading();
-        self.gate.close();
-        let writes = self.gate.drain(config.shutdown_grace).await;
-        if writes > 0 {
-            tracing::warn!(writes, grace = ?config.shutdown_grace, "writes still unanswered at the end of the grace period");
+        self.gate.close_but_history();
+        let left = self
+            .parts
+            .sched
+            .wait_binding_cycles(config.shutdown_grace)
+            .await;
+        if left > 0 {
+            tracing::warn!(binds = left, grace = ?config.shutdown_grace, "binds still in flight at the end of the grace period; the start-up reconcile counts their history");
         }
+        let writes = self
+            .parts
+            .history
+            .wait_idle(grace_ends.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
+        if writes > 0 {
+            tracing::warn!(bindings = writes, grace = ?config.shutdown_grace, "history writes still under way at the end of the grace period; the start-up reconcile counts their binds");
+        }
+        self.gate.close();
+        self.gate
+            .drain(grace_ends.saturating_duration_since(tokio::time::Instant::now()))
+            .await;
         if let Some(lease) = &config.lease
             && leading
         {
             leader::release(client.clone(), lease).await;
         }
-        let left = grace_ends.saturating_duration_since(tokio::time::Instant::now());
-        self.parts.sched.wait_binding_cycles(left).await;
         for task in &self.tasks {
             task.abort();
         }
@@ -366,7 +378,6 @@ async fn start_watches_and_controllers(
     parts: &Parts,
 ) -> Vec<tokio::task::JoinHandle<()>> {
     let fatal = &process.fatal;
-    let kubevirt = owners::kubevirt_served(client).await;
     let requeue = parts.sched.clone();
     vec![
         tokio::spawn(fatal.forever(
@@ -396,7 +407,7 @@ async fn start_watches_and_controllers(
         )),
         tokio::spawn(fatal.forever(
             "the owner watches",
-            owners::run_owner_watches(parts.owners.clone(), client.clone(), readiness, kubevirt),
+            owners::run_owner_watches(parts.owners.clone(), client.clone(), readiness),
         )),
         tokio::spawn(fatal.forever(
             "the StickyBinding controller",

@@ -756,3 +756,118 @@ async fn binds_never_wait_behind_the_events_budget() -> anyhow::Result<()> {
     nodes.delete().await?;
     ns.delete().await
 }
+
+fn kubevirt(kind: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("kubevirt.io", "v1", kind))
+}
+
+/// Plays virt-controller for VM `vm`: the VirtualMachine, its VMI and the VMI's launcher pod
+/// (owned as KubeVirt owns them). Returns the pod's name.
+async fn start_vm(
+    client: &kube::Client,
+    ns: &str,
+    vm: &str,
+    scheduler: &str,
+    nodes: &TestNodes,
+) -> anyhow::Result<String> {
+    use kube::api::{DynamicObject, PostParams};
+    let owned_by = |kind: &str, uid: Option<String>| {
+        json!([{"apiVersion": "kubevirt.io/v1", "kind": kind, "name": vm,
+                "uid": uid.unwrap_or_default(), "controller": true}])
+    };
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachine"));
+    let created = vms
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new(vm, &kubevirt("VirtualMachine")),
+        )
+        .await?;
+    let vmis: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), ns, &kubevirt("VirtualMachineInstance"));
+    let mut vmi = DynamicObject::new(vm, &kubevirt("VirtualMachineInstance"));
+    vmi.metadata.owner_references =
+        serde_json::from_value(owned_by("VirtualMachine", created.metadata.uid))?;
+    let vmi = vmis.create(&PostParams::default(), &vmi).await?;
+    let mut spec = json!({"schedulerName": scheduler,
+        "containers": [{"name": "compute", "image": "virt-launcher"}]});
+    nodes.isolate(&mut spec);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": format!("virt-launcher-{vm}-"), "namespace": ns,
+                     "ownerReferences": owned_by("VirtualMachineInstance", vmi.metadata.uid)},
+        "spec": spec,
+    }))?;
+    let pod = Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    Ok(pod.metadata.name.unwrap_or_default())
+}
+
+/// KubeVirt's CRDs deleted under a running tether whose profile runs StickyNode: a plain pod
+/// is bound within 10 s (nothing waits for an API that is gone; before, the VM watches'
+/// failures held every pod of every profile). The CRDs come back: a VM started then is served
+/// as a VM (its binding is the VirtualMachine's, found through the restored owner watch)
+/// without a restart.
+#[tokio::test]
+async fn kubevirt_removed_and_restored_under_a_running_tether() -> anyhow::Result<()> {
+    let client = client().await?;
+    let proxy = Proxy::start().await?;
+    let tether = OwnTether::start("kubevirt-gone", &proxy).await?;
+    let ns = TestNamespace::create(&client, "kv-gone").await?;
+    let nodes = TestNodes::create(&client, "kv-gone", 2, "16", |_, _| {}).await?;
+    let name = format!("kv-gone-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    apply_profile(
+        &client,
+        &name,
+        json!({"schedulerName": scheduler,
+               "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}}),
+    )
+    .await?;
+    let crds = tether_e2e::repo_dir().join("e2e/kubevirt/crds.yaml");
+    let crds = crds.to_string_lossy();
+    let kinds = [
+        "crd/virtualmachines.kubevirt.io",
+        "crd/virtualmachineinstances.kubevirt.io",
+    ];
+    kubectl_ok(&["delete", "-f", &crds, "--wait=true"], None)?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let mut spec = json!({"schedulerName": scheduler,
+        "containers": [{"name": "c", "image": "pause"}]});
+    nodes.isolate(&mut spec);
+    let plain: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "plain", "namespace": ns.name}, "spec": spec}))?;
+    let created = std::time::Instant::now();
+    pods.create(&Default::default(), &plain).await?;
+    tether_e2e::wait_bound(&client, &ns.name, "plain", Duration::from_secs(10)).await?;
+    println!(
+        "with KubeVirt's CRDs gone, a plain pod was bound {:.1}s after its creation",
+        created.elapsed().as_secs_f64()
+    );
+
+    kubectl_ok(&["apply", "-f", &crds], None)?;
+    let mut wait = vec!["wait", "--for", "condition=established", "--timeout=60s"];
+    wait.extend(kinds);
+    kubectl_ok(&wait, None)?;
+    let pod = start_vm(&client, &ns.name, "fedora", &scheduler, &nodes).await?;
+    tether_e2e::wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let binding = wait_for("the VM's binding", TIMEOUT, || async {
+        Ok(bindings.get_opt("virtualmachine-fedora").await?)
+    })
+    .await?;
+    assert_eq!(binding.spec.workload_ref.kind, "VirtualMachine");
+    let mut tether = tether;
+    assert!(
+        tether.running(),
+        "no restart (log: {})",
+        tether.log.display()
+    );
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -16,7 +16,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 
-use crate::watch::{self, Applier, Index, Readiness};
+use crate::watch::{self, Applier, Index, Need, Readiness};
 use kube::{Resource, ResourceExt};
 
 use crate::api::StickyBinding;
@@ -177,8 +177,11 @@ pub fn run(
     gate: WriteGate,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let binding_feed = readiness.register("stickybindings");
-    let node_feed = readiness.register("nodes (StickyBinding controller)");
+    let binding_feed = readiness.register_for(
+        "stickybindings",
+        Need::Plugins(crate::scheduler::framework::needs::STICKY_PLUGINS),
+    );
+    let node_feed = readiness.register_for("nodes (StickyBinding controller)", Need::Nothing);
     async move {
         let bindings: Api<StickyBinding> = Api::all(client.clone());
         let nodes: Api<Node> = Api::all(client.clone());

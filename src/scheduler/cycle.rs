@@ -75,6 +75,14 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             },
         );
     }
+    // A watch this profile's plugins need fails or re-lists: its pods wait for it (with their
+    // backoff; the condition says which), every other profile's go on.
+    if let Some(watch) = sched.readiness.stale_for(|plugin| profile.uses(plugin)) {
+        let status = Status::error(format!(
+            "the {watch} watch, which this profile's plugins need, is not current (failing or re-listing); retrying"
+        ));
+        return fail("error", Failure::error(&status));
+    }
     let result = schedule_one::schedule_pod(
         &profile,
         &mut state,

@@ -271,54 +271,48 @@ async fn feed<K>(
     watch::run(api, format!("{kind} owners"), feed, &index).await;
 }
 
-/// Whether the cluster serves `kubevirt.io/v1` (one discovery call at start-up).
-pub async fn kubevirt_served(client: &kube::Client) -> bool {
-    let served = client
-        .list_api_group_resources("kubevirt.io/v1")
-        .await
-        .is_ok();
-    tracing::info!(served, "KubeVirt API (kubevirt.io/v1)");
-    served
-}
+/// KubeVirt's owner kinds: watched from the start when the cluster serves them, as optional
+/// kinds (see [`watch_discovered`]): nothing waits for them, and they come and go with their
+/// CRDs.
+const KUBEVIRT_KINDS: [&str; 2] = ["VirtualMachineInstance", "VirtualMachine"];
 
-/// The owner watches, registered in `readiness` now: the four built-in kinds, and KubeVirt's
-/// two when `kubevirt_served`. Any other kind is watched once a pod names it (see
-/// [`OwnerCache::is_watched`]); nothing waits for those. The future runs them until the process
-/// stops.
+/// The owner watches, the four built-in kinds registered in `readiness` now. KubeVirt's two
+/// and any other kind (watched once a pod names it, see [`OwnerCache::is_watched`]) are
+/// optional: nothing waits for them. The future runs them until the process stops.
 pub fn run_owner_watches(
     cache: Arc<OwnerCache>,
     client: kube::Client,
     readiness: &Arc<Readiness>,
-    kubevirt_served: bool,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let mut kinds = vec![
+    let kinds = [
         ("apps/v1", "ReplicaSet"),
         ("apps/v1", "Deployment"),
         ("apps/v1", "StatefulSet"),
         ("batch/v1", "Job"),
     ];
-    if kubevirt_served {
-        kinds.extend([
-            ("kubevirt.io/v1", "VirtualMachineInstance"),
-            ("kubevirt.io/v1", "VirtualMachine"),
-        ]);
-    }
     let mut feeds: HashMap<&str, Feed> = HashMap::new();
     for (api_version, kind) in kinds {
         cache.set_kind(&group_kind(api_version, kind), KindState::Starting);
-        feeds.insert(kind, readiness.register(format!("{kind} owners")));
+        feeds.insert(
+            kind,
+            readiness.register_for(
+                format!("{kind} owners"),
+                watch::Need::Plugins(crate::scheduler::framework::needs::STICKY_PLUGINS),
+            ),
+        );
     }
-    async move { run_owner_watches_with(cache, client, feeds, kubevirt_served).await }
+    for kind in KUBEVIRT_KINDS {
+        cache.set_kind(&group_kind("kubevirt.io/v1", kind), KindState::Starting);
+    }
+    async move { run_owner_watches_with(cache, client, feeds).await }
 }
 
 async fn run_owner_watches_with(
     cache: Arc<OwnerCache>,
     client: kube::Client,
     mut feeds: HashMap<&'static str, Feed>,
-    kubevirt_served: bool,
 ) {
     let mut feed_of = |kind| feeds.remove(kind);
-    let (vmi, vm) = (feed_of("VirtualMachineInstance"), feed_of("VirtualMachine"));
     let (rs, deploy, sts, job) = (
         feed_of("ReplicaSet"),
         feed_of("Deployment"),
@@ -326,6 +320,9 @@ async fn run_owner_watches_with(
         feed_of("Job"),
     );
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<(String, String)>();
+    for kind in KUBEVIRT_KINDS {
+        let _ = tx.send(("kubevirt.io/v1".to_string(), kind.to_string()));
+    }
     *locks::lock(&cache.discover) = Some(tx);
     let discovered = {
         let (cache, client) = (cache.clone(), client.clone());
@@ -340,27 +337,8 @@ async fn run_owner_watches_with(
             }
         }
     };
-    let kubevirt = async {
-        if kubevirt_served {
-            tokio::join!(
-                watch_metadata(
-                    cache.clone(),
-                    client.clone(),
-                    kubevirt_resource("VirtualMachineInstance"),
-                    vmi,
-                ),
-                watch_metadata(
-                    cache.clone(),
-                    client.clone(),
-                    kubevirt_resource("VirtualMachine"),
-                    vm,
-                ),
-            );
-        }
-    };
     tokio::join!(
         discovered,
-        kubevirt,
         feed(
             cache.clone(),
             Api::<ReplicaSet>::all(client.clone()),
@@ -447,34 +425,52 @@ pub fn fill(
     );
 }
 
-fn kubevirt_resource(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
-}
-
-/// Feeds `cache` from a metadata-only watch of `resource`.
-async fn watch_metadata(
-    cache: Arc<OwnerCache>,
-    client: kube::Client,
-    resource: ApiResource,
-    feed_of: Option<Feed>,
-) {
+/// Feeds `cache` from a metadata-only watch of `resource`, an optional kind, until the API
+/// server stops serving it (its CRD deleted: the watch's requests answer 404).
+async fn watch_while_served(cache: Arc<OwnerCache>, client: kube::Client, resource: ApiResource) {
+    use futures::StreamExt;
     let (api_version, kind) = (resource.api_version.clone(), resource.kind.clone());
-    feed(
+    let index = OwnersOf {
         cache,
-        Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource),
-        &resource.kind,
-        &resource.api_version,
-        feed_of,
-        move |o: &PartialObjectMeta<DynamicObject>| meta_of(&o.metadata, &api_version, &kind, None),
-    )
-    .await;
+        kind: group_kind(&api_version, &kind),
+        to_meta: Box::new(move |o: &PartialObjectMeta<DynamicObject>| {
+            meta_of(&o.metadata, &api_version, &kind, None)
+        }),
+    };
+    let api = Api::<PartialObjectMeta<DynamicObject>>::all_with(client, &resource);
+    let mut applier = watch::Applier::new(None);
+    let mut events = std::pin::pin!(watch::watch(api, format!("{} owners", resource.kind), None));
+    while let Some(event) = events.next().await {
+        if let Err(e) = &event
+            && not_served(e)
+        {
+            return;
+        }
+        applier.apply(&index, event);
+    }
 }
 
-/// Watches an owner kind a pod named for the first time, found through discovery. While
-/// discovery fails (the kind is not served yet, or the API server is away) the kind counts as
-/// unavailable, so its pods are not held back, and discovery is retried with a backoff of 1 s
-/// doubling to 5 minutes: a kind installed later, or a passing error, does not stay unknown
-/// until a restart.
+/// Whether a watch failed because its resource is not served (404).
+fn not_served(error: &watcher::Error) -> bool {
+    matches!(
+        error,
+        watcher::Error::InitialListFailed(kube::Error::Api(e))
+            | watcher::Error::WatchStartFailed(kube::Error::Api(e))
+            | watcher::Error::WatchFailed(kube::Error::Api(e))
+            if e.code == 404
+    )
+}
+
+/// The longest wait between two discoveries of an optional kind not served.
+const DISCOVERY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Watches an optional owner kind (KubeVirt's, or one a pod named for the first time), found
+/// through discovery, for as long as the process runs. While discovery fails (the kind is not
+/// served yet, or the API server is away) the kind counts as unavailable, so its pods are not
+/// held back, and discovery is retried with a backoff of 1 s doubling to 30 s. When the kind
+/// stops being served (its CRD deleted) its owners are forgotten, the kind is unavailable
+/// again, and discovery resumes: a kind installed, removed and installed again is followed
+/// without a restart.
 async fn watch_discovered(
     cache: Arc<OwnerCache>,
     client: kube::Client,
@@ -483,20 +479,24 @@ async fn watch_discovered(
 ) {
     let (group, version) = api_version.split_once('/').unwrap_or(("", &api_version));
     let gvk = GroupVersionKind::gvk(group, version, &kind);
+    let key = group_kind(&api_version, &kind);
     let mut delay = std::time::Duration::from_secs(1);
     loop {
         match kube::discovery::pinned_kind(&client, &gvk).await {
             Ok((resource, _)) => {
-                tracing::info!(api_version = %api_version, kind = %kind, "watching a new owner kind");
-                watch_metadata(cache, client, resource, None).await;
-                return;
+                tracing::info!(api_version = %api_version, kind = %kind, "watching an owner kind");
+                watch_while_served(cache.clone(), client.clone(), resource).await;
+                cache.set_kind(&key, KindState::Unavailable);
+                cache.reset_kind(&key, Vec::new());
+                tracing::warn!(api_version = %api_version, kind = %kind, "owner kind no longer served; its pods' workloads are named by their ownerReference until it is again");
+                delay = std::time::Duration::from_secs(1);
             }
             Err(e) => {
-                if cache.mark_unavailable(&group_kind(&api_version, &kind)) {
+                if cache.mark_unavailable(&key) {
                     tracing::warn!(api_version = %api_version, kind = %kind, error = %e, "owner kind not served; its pods' workloads are named by their ownerReference meanwhile; discovery is retried");
                 }
                 tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(std::time::Duration::from_secs(300));
+                delay = (delay * 2).min(DISCOVERY_MAX_DELAY);
             }
         }
     }

@@ -28,7 +28,7 @@ use kube::runtime::watcher::{self, Event};
 use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
-pub use self::readiness::{Feed, Readiness};
+pub use self::readiness::{Feed, Need, Readiness};
 
 /// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);

@@ -1,18 +1,34 @@
 //! Which watches are current. Every watch-fed structure registers its watch here when the watch
-//! is created ([`Readiness::register`]); the watch marks itself stale when it fails or starts a
-//! re-list, and current again once its index holds the whole list. `/readyz` answers from the
-//! first lists; the scheduling loop runs only while every watch is current, so no pod is placed
-//! against a view of the nodes or pods from before an outage.
+//! is created ([`Readiness::register`]), saying what needs it ([`Need`]); the watch marks itself
+//! stale when it fails or starts a re-list, and current again once its index holds the whole
+//! list. `/readyz` answers from the first lists. The scheduling loop runs only while the watches
+//! every decision needs (pods, nodes, namespaces, profiles) are current, so no pod is placed
+//! against a view of the nodes or pods from before an outage; a watch only some plugins need
+//! holds back only the pods of profiles that run one of them ([`Readiness::stale_for`]).
 
 use crate::locks;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// What needs a watch to be current.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Need {
+    /// Every scheduling decision (pods, nodes, namespaces, profiles).
+    Scheduling,
+    /// The decisions of profiles that run one of these plugins.
+    Plugins(&'static [&'static str]),
+    /// No decision (a controller's own watch): only `/readyz`'s first list waits for it.
+    Nothing,
+}
 
 #[derive(Debug)]
 struct WatchState {
     name: String,
+    need: Need,
     listed_once: bool,
     current: bool,
+    /// Since when it is not current (its registration, before the first list).
+    stale_since: Option<Instant>,
 }
 
 /// The registered watches and where each stands.
@@ -40,13 +56,20 @@ impl Readiness {
         locks::lock(&self.watches)
     }
 
-    /// Registers a watch, not listed yet.
+    /// Registers a watch every scheduling decision needs, not listed yet.
     pub fn register(self: &Arc<Self>, name: impl Into<String>) -> Feed {
+        self.register_for(name, Need::Scheduling)
+    }
+
+    /// Registers a watch that `need` needs, not listed yet.
+    pub fn register_for(self: &Arc<Self>, name: impl Into<String>, need: Need) -> Feed {
         let mut watches = self.lock();
         watches.push(WatchState {
             name: name.into(),
+            need,
             listed_once: false,
             current: false,
+            stale_since: Some(Instant::now()),
         });
         Feed {
             readiness: self.clone(),
@@ -60,9 +83,41 @@ impl Readiness {
         self.lock().iter().all(|w| w.listed_once)
     }
 
-    /// Whether every registered watch has listed and is current now.
+    /// Whether every watch scheduling needs has listed and is current now.
     pub fn is_current(&self) -> bool {
-        self.lock().iter().all(|w| w.current)
+        self.lock().iter().all(WatchState::current_or_not_needed)
+    }
+
+    /// The first watch not current now that a plugin `runs` says yes to needs: the pods of
+    /// such a profile wait for it.
+    pub fn stale_for(&self, runs: impl Fn(&str) -> bool) -> Option<String> {
+        self.lock()
+            .iter()
+            .find(|w| {
+                !w.current && matches!(w.need, Need::Plugins(ps) if ps.iter().any(|p| runs(p)))
+            })
+            .map(|w| w.name.clone())
+    }
+
+    /// The watches scheduling needs that have not been current for longer than `bound`, with
+    /// how long: `/healthz` turns red on them.
+    pub fn stale_longer_than(&self, bound: Duration) -> Vec<(String, Duration)> {
+        self.lock()
+            .iter()
+            .filter(|w| w.need == Need::Scheduling)
+            .filter_map(|w| {
+                let stale = w.stale_since?.elapsed();
+                (stale > bound).then(|| (w.name.clone(), stale))
+            })
+            .collect()
+    }
+
+    /// Each watch and whether it is current now (`tether_watch_current`).
+    pub fn by_watch(&self) -> Vec<(String, bool)> {
+        self.lock()
+            .iter()
+            .map(|w| (w.name.clone(), w.current))
+            .collect()
     }
 
     pub fn summary(&self) -> Summary {
@@ -78,12 +133,13 @@ impl Readiness {
         }
     }
 
-    /// Blocks until every watch is current, or `stop` says to give up (checked every 100ms).
-    /// Returns whether the watches are current. For the scheduling thread, never a tokio task.
+    /// Blocks until every watch scheduling needs is current, or `stop` says to give up
+    /// (checked every 100ms). Returns whether they are current. For the scheduling thread,
+    /// never a tokio task.
     pub fn wait_current(&self, stop: impl Fn() -> bool) -> bool {
         let mut watches = self.lock();
         loop {
-            if watches.iter().all(|w| w.current) {
+            if watches.iter().all(WatchState::current_or_not_needed) {
                 return true;
             }
             if stop() {
@@ -105,11 +161,22 @@ impl Readiness {
             } else if current != w.current {
                 tracing::info!(watch = %w.name, current, "watch {}", if current { "current again" } else { "failing or re-listing" });
             }
+            if current {
+                w.stale_since = None;
+            } else if w.current || w.stale_since.is_none() {
+                w.stale_since = Some(Instant::now());
+            }
             w.current = current;
             w.listed_once |= current;
         }
         drop(watches);
         self.changed.notify_all();
+    }
+}
+
+impl WatchState {
+    fn current_or_not_needed(&self) -> bool {
+        self.current || self.need != Need::Scheduling
     }
 }
 
@@ -158,5 +225,56 @@ mod tests {
         };
         nodes.listed();
         assert!(waiter.join().expect("waiter"), "woken once current");
+    }
+
+    #[test]
+    fn a_watch_some_plugins_need_holds_back_only_their_profiles() {
+        let readiness = Readiness::new();
+        let pods = readiness.register("pods");
+        let volumes = readiness.register_for(
+            "persistentvolumes",
+            Need::Plugins(&["VolumeBinding", "VolumeZone"]),
+        );
+        let own = readiness.register_for("nodes (a controller)", Need::Nothing);
+        pods.listed();
+        assert!(readiness.is_current(), "scheduling goes on");
+        assert!(
+            !readiness.all_listed(),
+            "ready only once every watch listed once"
+        );
+        assert_eq!(
+            readiness.stale_for(|p| p == "VolumeZone").as_deref(),
+            Some("persistentvolumes")
+        );
+        assert_eq!(readiness.stale_for(|p| p == "NodeAffinity"), None);
+        volumes.listed();
+        own.listed();
+        assert_eq!(readiness.stale_for(|_| true), None);
+        assert!(readiness.stale_longer_than(Duration::ZERO).is_empty());
+        volumes.stale();
+        pods.stale();
+        let stale: Vec<String> = readiness
+            .stale_longer_than(Duration::ZERO)
+            .into_iter()
+            .map(|(name, _)| name)
+            .collect();
+        assert_eq!(
+            stale,
+            ["pods"],
+            "only what scheduling needs makes /healthz red"
+        );
+        assert!(
+            readiness
+                .stale_longer_than(Duration::from_secs(60))
+                .is_empty()
+        );
+        assert_eq!(
+            readiness.by_watch(),
+            [
+                ("pods".to_string(), false),
+                ("persistentvolumes".to_string(), false),
+                ("nodes (a controller)".to_string(), true)
+            ]
+        );
     }
 }

@@ -114,7 +114,10 @@ where
         + Sync
         + 'static,
 {
-    let registered = readiness.register(what);
+    let registered = readiness.register_for(
+        what,
+        crate::watch::Need::Plugins(crate::scheduler::framework::needs::VOLUME_PLUGINS),
+    );
     async move {
         watch::run(Api::<K>::all(client), what, Some(registered), feed.as_ref()).await;
     }

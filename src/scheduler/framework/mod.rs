@@ -7,6 +7,7 @@ pub mod cycle_state;
 pub mod events;
 pub mod extension_point;
 pub mod interner;
+pub mod needs;
 pub mod node_info;
 pub mod parallel;
 pub mod pod_group;

@@ -58,7 +58,10 @@ pub fn run_watch(
     client: kube::Client,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let feed = readiness.register("poddisruptionbudgets");
+    let feed = readiness.register_for(
+        "poddisruptionbudgets",
+        crate::watch::Need::Plugins(crate::scheduler::framework::needs::PREEMPTION_PLUGINS),
+    );
     async move {
         watch::run(
             Api::<PodDisruptionBudget>::all(client),

@@ -162,11 +162,12 @@ pub fn run_watches(
     client: kube::Client,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
+    let spread = crate::watch::Need::Plugins(crate::scheduler::framework::needs::SPREAD_PLUGINS);
     let feeds = [
-        readiness.register("Service selectors"),
-        readiness.register("ReplicationController selectors"),
-        readiness.register("ReplicaSet selectors"),
-        readiness.register("StatefulSet selectors"),
+        readiness.register_for("Service selectors", spread),
+        readiness.register_for("ReplicationController selectors", spread),
+        readiness.register_for("ReplicaSet selectors", spread),
+        readiness.register_for("StatefulSet selectors", spread),
     ];
     async move {
         let [services, rcs, replica_sets, stateful_sets] = feeds;

@@ -198,6 +198,27 @@ mod tests {
 
     use super::*;
 
+    /// Every plugin a watch is registered for is one tether runs: a typo there would let
+    /// that plugin's profiles schedule against a watch that is not current.
+    #[test]
+    fn the_plugins_named_as_needing_watches_are_registered() {
+        use crate::scheduler::framework::needs::*;
+        let names: Vec<&str> = registry().iter().map(|r| r.name).collect();
+        for plugin in [
+            VOLUME_PLUGINS,
+            PREEMPTION_PLUGINS,
+            SPREAD_PLUGINS,
+            STICKY_PLUGINS,
+        ]
+        .concat()
+        {
+            assert!(
+                names.contains(&plugin),
+                "{plugin} is not a registered plugin"
+            );
+        }
+    }
+
     /// The plugins that take no args accept none (absent, `null`, `{}`) and refuse anything
     /// else at the args' path, so a typo in a profile is not silently ignored.
     #[test]
