@@ -871,3 +871,122 @@ async fn kubevirt_removed_and_restored_under_a_running_tether() -> anyhow::Resul
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// Puts the ClusterRole `tether` back as it was when dropped.
+struct RestoreRole(k8s_openapi::api::rbac::v1::ClusterRole);
+
+impl Drop for RestoreRole {
+    fn drop(&mut self) {
+        let mut role = self.0.clone();
+        role.metadata.resource_version = None;
+        role.metadata.managed_fields = None;
+        if let Ok(json) = serde_json::to_string(&role) {
+            let _ = kubectl_ok(&["replace", "-f", "-"], Some(&json));
+        }
+    }
+}
+
+/// RBAC denies tether one storage kind (CSIStorageCapacity): only the profiles whose plugins
+/// read it wait. A profile without the volume plugins binds its pod at once; a profile with
+/// them keeps its pod Pending with a condition naming the watch, `/readyz` says which watch is
+/// not current, and `tether_watch_current` is 0 for it. Once RBAC allows it again, the watch
+/// lists and the waiting pod is bound, without a restart.
+#[tokio::test]
+async fn a_storage_watch_rbac_denies_holds_back_only_the_profiles_that_need_it()
+-> anyhow::Result<()> {
+    use k8s_openapi::api::rbac::v1::ClusterRole;
+    let client = client().await?;
+    let roles: Api<ClusterRole> = Api::all(client.clone());
+    let original = roles.get("tether").await?;
+    let restore = RestoreRole(original.clone());
+    let mut denied = original;
+    for rule in denied.rules.iter_mut().flatten() {
+        if let Some(resources) = rule.resources.as_mut() {
+            resources.retain(|r| r != "csistoragecapacities");
+        }
+    }
+    roles
+        .replace("tether", &Default::default(), &denied)
+        .await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start("storage-denied", &proxy).await?;
+    let ns = TestNamespace::create(&client, "storage-denied").await?;
+    let nodes = TestNodes::create(&client, "storage-denied", 2, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (plain, volumes) = (format!("plain-{suffix}"), format!("volumes-{suffix}"));
+    let disabled: Vec<_> = [
+        "VolumeBinding",
+        "VolumeRestrictions",
+        "VolumeZone",
+        "NodeVolumeLimits",
+    ]
+    .iter()
+    .map(|name| json!({"name": name}))
+    .collect();
+    apply_profile(
+        &client,
+        &plain,
+        json!({"schedulerName": plain, "plugins": {"multiPoint": {"disabled": disabled}}}),
+    )
+    .await?;
+    apply_profile(&client, &volumes, json!({"schedulerName": volumes})).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for scheduler in [&plain, &volumes] {
+        let mut spec = json!({"schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "pause"}]});
+        nodes.isolate(&mut spec);
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": scheduler, "namespace": ns.name}, "spec": spec}))?;
+        pods.create(&Default::default(), &pod).await?;
+    }
+    tether_e2e::wait_bound(&client, &ns.name, &plain, Duration::from_secs(10)).await?;
+    let why = wait_for("the waiting pod's condition", TIMEOUT, || async {
+        let pod = pods.get(&volumes).await?;
+        Ok(pod
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+            .and_then(|c| c.message))
+    })
+    .await?;
+    assert!(why.contains("csistoragecapacities watch"), "{why}");
+    assert!(
+        pods.get(&volumes)
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .is_none(),
+        "the profile that needs the watch waits"
+    );
+    let ready = tether.readyz()?.unwrap_or_default();
+    assert!(
+        ready.starts_with("ok (not current: csistoragecapacities"),
+        "{ready}"
+    );
+    let text = std::process::Command::new("curl")
+        .args(["-sf", &format!("http://{}/metrics", tether.metrics)])
+        .output()?;
+    let metrics = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == r#"tether_watch_current{watch="csistoragecapacities"} 0"#),
+        "tether_watch_current says which watch waits"
+    );
+
+    drop(restore);
+    tether_e2e::wait_bound(&client, &ns.name, &volumes, TIMEOUT).await?;
+    assert!(
+        tether.running(),
+        "no restart (log: {})",
+        tether.log.display()
+    );
+    assert!(tether.healthz()?.is_some());
+
+    kubectl_ok(&["delete", "sp", &plain, &volumes], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

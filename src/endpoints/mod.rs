@@ -6,6 +6,7 @@ pub mod auth;
 pub mod explain;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -90,18 +91,49 @@ pub fn failure(code: StatusCode, message: &str) -> Response {
     (code, axum::Json(body)).into_response()
 }
 
-/// 200 while every part of the process runs; 500 once one died (the process then stops).
-async fn healthz(State(state): State<HttpState>) -> (StatusCode, &'static str) {
-    if state.fatal.is_healthy() {
-        (StatusCode::OK, "ok")
-    } else {
-        (StatusCode::INTERNAL_SERVER_ERROR, "a part of tether died")
+/// How long a watch every decision needs (pods, nodes, namespaces, profiles) may stay stale
+/// before `/healthz` turns red: past it, scheduling has stood still that long behind a watch
+/// that does not recover, and a restart (with the alert it raises) is the remedy left.
+pub const WATCH_STALE_UNHEALTHY: Duration = Duration::from_secs(300);
+
+/// 200 while every part of the process runs and the watches scheduling needs are current
+/// (or stale for less than [`WATCH_STALE_UNHEALTHY`]); 500 otherwise (a dead part stops the
+/// process too).
+async fn healthz(State(state): State<HttpState>) -> (StatusCode, String) {
+    let stale = state
+        .serving
+        .readiness()
+        .map(|r| r.stale_longer_than(WATCH_STALE_UNHEALTHY))
+        .unwrap_or_default();
+    health(state.fatal.is_healthy(), &stale)
+}
+
+/// `/healthz`'s answer.
+fn health(parts_alive: bool, stale: &[(String, Duration)]) -> (StatusCode, String) {
+    if !parts_alive {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "a part of tether died".into(),
+        );
     }
+    if let Some((watch, for_)) = stale.first() {
+        return (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!(
+                "the {watch} watch has not been current for {}s; nothing is scheduled meanwhile",
+                for_.as_secs()
+            ),
+        );
+    }
+    (StatusCode::OK, "ok".into())
 }
 
 async fn serve_metrics(
     State(state): State<HttpState>,
 ) -> ([(axum::http::HeaderName, &'static str); 1], String) {
+    if let Some(readiness) = state.serving.readiness() {
+        state.metrics.set_watches_current(&readiness.by_watch());
+    }
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -120,7 +152,7 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
         let mut body = if summary.not_current.is_empty() {
             "ok".to_string()
         } else {
-            format!("ok (re-listing: {})", summary.not_current.join(", "))
+            format!("ok (not current: {})", summary.not_current.join(", "))
         };
         // A standby is ready too (its caches are warm); the body says which it is.
         if state.leadership.is_elected() {
@@ -144,5 +176,22 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
                 summary.not_current.join(", ")
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn healthz_is_red_when_a_part_died_or_a_watch_scheduling_needs_stays_stale() {
+        assert_eq!(health(true, &[]), (StatusCode::OK, "ok".to_string()));
+        assert_eq!(health(false, &[]).0, StatusCode::INTERNAL_SERVER_ERROR);
+        let (code, body) = health(true, &[("pods".into(), Duration::from_secs(301))]);
+        assert_eq!(code, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(
+            body,
+            "the pods watch has not been current for 301s; nothing is scheduled meanwhile"
+        );
     }
 }

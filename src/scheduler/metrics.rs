@@ -28,6 +28,12 @@ pub struct HistoryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    /// The watch, as `/readyz` names it (`pods`, `persistentvolumes`, `ReplicaSet owners`…).
+    pub watch: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct QueueLabels {
     /// active, backoff, unschedulable or gated.
     pub queue: String,
@@ -48,6 +54,7 @@ pub struct Metrics {
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
     lease_unreachable: Gauge<i64, std::sync::atomic::AtomicI64>,
+    watch_current: Family<WatchLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     upstream: Upstream,
 }
@@ -205,6 +212,12 @@ impl Default for Metrics {
         let cache_nodes = Gauge::default();
         let cache_pods = Gauge::default();
         let lease_unreachable = Gauge::default();
+        let watch_current = Family::default();
+        registry.register(
+            "watch_current",
+            "1 while a watch is current, 0 while it fails or re-lists (what needs it waits)",
+            watch_current.clone(),
+        );
         registry.register(
             "lease_unreachable",
             "1 while this replica, a candidate for leadership, cannot read or take its Lease (the reason is in /readyz and the log)",
@@ -275,6 +288,7 @@ impl Default for Metrics {
             cache_nodes,
             cache_pods,
             lease_unreachable,
+            watch_current,
             leading,
             upstream,
         }
@@ -294,6 +308,17 @@ impl Metrics {
     /// Whether this replica, a candidate, cannot read or take its Lease now.
     pub fn set_lease_unreachable(&self, unreachable: bool) {
         self.lease_unreachable.set(i64::from(unreachable));
+    }
+
+    /// Whether each watch is current now (set when the metrics are read).
+    pub fn set_watches_current(&self, watches: &[(String, bool)]) {
+        for (watch, current) in watches {
+            self.watch_current
+                .get_or_create(&WatchLabels {
+                    watch: watch.clone(),
+                })
+                .set(i64::from(*current));
+        }
     }
 
     /// Whether a profile serves `scheduler` now; a name no longer served leaves the metric.

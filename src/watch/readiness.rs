@@ -77,10 +77,12 @@ impl Readiness {
         }
     }
 
-    /// Whether every registered watch has listed at least once (kube-scheduler's informers
-    /// synced): the process is ready.
+    /// Whether every watch scheduling needs has listed at least once (kube-scheduler's
+    /// informers synced): the process is ready.
     pub fn all_listed(&self) -> bool {
-        self.lock().iter().all(|w| w.listed_once)
+        self.lock()
+            .iter()
+            .all(|w| w.listed_once || w.need != Need::Scheduling)
     }
 
     /// Whether every watch scheduling needs has listed and is current now.
@@ -120,11 +122,14 @@ impl Readiness {
             .collect()
     }
 
+    /// For `/readyz`: how many of the watches scheduling needs have listed once, and every
+    /// watch not current now (what it holds back is named by the pods' conditions).
     pub fn summary(&self) -> Summary {
         let watches = self.lock();
+        let needed = || watches.iter().filter(|w| w.need == Need::Scheduling);
         Summary {
-            registered: watches.len(),
-            listed_once: watches.iter().filter(|w| w.listed_once).count(),
+            registered: needed().count(),
+            listed_once: needed().filter(|w| w.listed_once).count(),
             not_current: watches
                 .iter()
                 .filter(|w| !w.current)
@@ -239,8 +244,13 @@ mod tests {
         pods.listed();
         assert!(readiness.is_current(), "scheduling goes on");
         assert!(
-            !readiness.all_listed(),
-            "ready only once every watch listed once"
+            readiness.all_listed(),
+            "ready: what scheduling needs has listed"
+        );
+        assert_eq!(
+            readiness.summary().not_current,
+            ["persistentvolumes", "nodes (a controller)"],
+            "/readyz names what is not current"
         );
         assert_eq!(
             readiness.stale_for(|p| p == "VolumeZone").as_deref(),
