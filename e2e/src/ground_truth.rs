@@ -15,7 +15,6 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tether::api::{StickyBinding, StickyBindingStatus};
-use tether::k8s::resource::{Resource, pod_requests};
 
 use crate::{TestNodes, apply, apply_profile, kubectl_ok, unique_suffix, wait_for};
 
@@ -286,13 +285,29 @@ impl HistoryWorkload {
         ledger: &BindLedger,
         timeout: Duration,
     ) -> anyhow::Result<StickyBindingStatus> {
-        let count = ledger.len() as i64;
+        // Reached, then unchanged (the history and the ledger) for STABLE: a bind counted
+        // twice late, or a bind the ledger sees late, still shows.
+        const STABLE: Duration = Duration::from_secs(3);
+        let last = std::cell::RefCell::new(None::<(StickyBindingStatus, usize, Instant)>);
         let reached = wait_for(
-            &format!("the history of {} to reach {count} binds", self.app),
+            &format!("the history of {} to reach the ledger and hold", self.app),
             timeout,
-            || async move {
-                let status = self.history().await?;
-                Ok((status.schedule_count >= count).then_some(status))
+            || {
+                let last = &last;
+                async move {
+                    let status = self.history().await?;
+                    let seen = ledger.len();
+                    let mut last = last.borrow_mut();
+                    let steady = match last.as_ref() {
+                        Some((s, n, since)) if *s == status && *n == seen => since.elapsed(),
+                        _ => {
+                            *last = Some((status.clone(), seen, Instant::now()));
+                            Duration::ZERO
+                        }
+                    };
+                    Ok((status.schedule_count >= seen as i64 && steady >= STABLE)
+                        .then_some(status))
+                }
             },
         )
         .await;
@@ -320,33 +335,146 @@ pub async fn assert_within_allocatable(client: &Client, nodes: &TestNodes) -> an
         let Some(node) = node_api.get_opt(name).await? else {
             continue;
         };
-        let allocatable =
-            Resource::from_list(node.status.as_ref().and_then(|s| s.allocatable.as_ref()));
+        let allocatable = node
+            .status
+            .as_ref()
+            .and_then(|s| s.allocatable.clone())
+            .unwrap_or_default();
+        let amount = |key: &str, parse: fn(&str) -> anyhow::Result<u128>| {
+            allocatable
+                .get(key)
+                .map_or(Ok(0), |q| parse(&q.0))
+                .with_context(|| format!("node {name}'s allocatable {key}"))
+        };
+        let (cpu, memory, max_pods) = (
+            amount("cpu", millicpu)?,
+            amount("memory", bytes)?,
+            amount("pods", bytes)?,
+        );
         let on_node = pods
             .list(&ListParams::default().fields(&format!("spec.nodeName={name}")))
             .await?;
-        let mut used = Resource::default();
-        let mut count = 0;
+        let (mut used_cpu, mut used_memory, mut count) = (0u128, 0u128, 0u128);
         for pod in &on_node.items {
             let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
             if matches!(phase, Some("Succeeded" | "Failed")) {
                 continue;
             }
-            used.add(&pod_requests(pod, false));
+            let (c, m) = requests(pod)?;
+            used_cpu += c;
+            used_memory += m;
             count += 1;
         }
-        for resource in ["cpu", "memory"] {
-            assert!(
-                used.get(resource) <= allocatable.get(resource),
-                "node {name} over-committed in {resource}: {} requested of {}",
-                used.get(resource),
-                allocatable.get(resource)
-            );
-        }
-        assert!(
-            count <= allocatable.get("pods"),
-            "node {name} holds {count} pods, more than it allows"
+        anyhow::ensure!(
+            used_cpu <= cpu,
+            "node {name} over-committed in cpu: {used_cpu}m requested of {cpu}m"
+        );
+        anyhow::ensure!(
+            used_memory <= memory,
+            "node {name} over-committed in memory: {used_memory} bytes requested of {memory}"
+        );
+        anyhow::ensure!(
+            count <= max_pods,
+            "node {name} holds {count} pods, more than it allows ({max_pods})"
         );
     }
     Ok(())
+}
+
+/// A pod's CPU (millicores) and memory (bytes) requests, as the API defines them, in the
+/// test's own arithmetic (never tether's): the sum of its containers', or its largest init
+/// container's if larger (a sidecar, `restartPolicy: Always`, adds to the sum), plus overhead.
+pub fn requests(pod: &Pod) -> anyhow::Result<(u128, u128)> {
+    let Some(spec) = &pod.spec else {
+        return Ok((0, 0));
+    };
+    let of = |r: Option<&k8s_openapi::api::core::v1::ResourceRequirements>| {
+        let requests = r.and_then(|r| r.requests.clone()).unwrap_or_default();
+        let cpu = requests.get("cpu").map_or(Ok(0), |q| millicpu(&q.0))?;
+        let memory = requests.get("memory").map_or(Ok(0), |q| bytes(&q.0))?;
+        anyhow::Ok((cpu, memory))
+    };
+    let (mut cpu, mut memory) = (0, 0);
+    for c in &spec.containers {
+        let (c, m) = of(c.resources.as_ref())?;
+        cpu += c;
+        memory += m;
+    }
+    let (mut init_cpu, mut init_memory) = (0, 0);
+    for c in spec.init_containers.iter().flatten() {
+        let (c_cpu, c_memory) = of(c.resources.as_ref())?;
+        if c.restart_policy.as_deref() == Some("Always") {
+            cpu += c_cpu;
+            memory += c_memory;
+        } else {
+            init_cpu = init_cpu.max(c_cpu);
+            init_memory = init_memory.max(c_memory);
+        }
+    }
+    let overhead = spec.overhead.clone().unwrap_or_default();
+    let over_cpu = overhead.get("cpu").map_or(Ok(0), |q| millicpu(&q.0))?;
+    let over_memory = overhead.get("memory").map_or(Ok(0), |q| bytes(&q.0))?;
+    Ok((
+        cpu.max(init_cpu) + over_cpu,
+        memory.max(init_memory) + over_memory,
+    ))
+}
+
+/// A CPU quantity in millicores, rounded up: `2`, `0.5`, `250m`.
+pub fn millicpu(q: &str) -> anyhow::Result<u128> {
+    if let Some(m) = q.strip_suffix('m') {
+        return m.parse().with_context(|| format!("cpu {q:?}"));
+    }
+    let (whole, fraction) = q.split_once('.').unwrap_or((q, ""));
+    let whole: u128 = whole.parse().with_context(|| format!("cpu {q:?}"))?;
+    let mut digits: String = fraction.chars().take(3).collect();
+    let rest_nonzero = fraction.chars().skip(3).any(|c| c != '0');
+    while digits.len() < 3 {
+        digits.push('0');
+    }
+    let milli: u128 = digits.parse().with_context(|| format!("cpu {q:?}"))?;
+    Ok(whole * 1000 + milli + u128::from(rest_nonzero))
+}
+
+/// A quantity of bytes (or a plain count): `512Mi`, `1G`, `100`.
+pub fn bytes(q: &str) -> anyhow::Result<u128> {
+    const UNITS: [(&str, u128); 12] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("Pi", 1 << 50),
+        ("Ei", 1 << 60),
+        ("k", 1_000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+        ("P", 1_000_000_000_000_000),
+        ("E", 1_000_000_000_000_000_000),
+    ];
+    for (suffix, factor) in UNITS {
+        if let Some(n) = q.strip_suffix(suffix) {
+            let n: u128 = n.parse().with_context(|| format!("quantity {q:?}"))?;
+            return Ok(n * factor);
+        }
+    }
+    q.parse().with_context(|| format!("quantity {q:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantities_read_as_the_api_defines_them() -> anyhow::Result<()> {
+        assert_eq!(millicpu("2")?, 2000);
+        assert_eq!(millicpu("0.5")?, 500);
+        assert_eq!(millicpu("250m")?, 250);
+        assert_eq!(millicpu("0.0001")?, 1, "rounded up, as the API server does");
+        assert_eq!(bytes("512Mi")?, 512 << 20);
+        assert_eq!(bytes("1G")?, 1_000_000_000);
+        assert_eq!(bytes("110")?, 110);
+        assert!(bytes("1x").is_err());
+        Ok(())
+    }
 }

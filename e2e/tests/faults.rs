@@ -408,8 +408,9 @@ async fn through_a_storm_of_429_and_503_tether_backs_off_and_recovers() -> anyho
     ns.delete().await
 }
 
-/// Every StickyBinding write fails (500) after the binds succeed; then tether is killed
-/// (SIGKILL) before it could write any of them, and started again with the API server healthy.
+/// Every StickyBinding history write (a PUT of its status; the binding itself is created)
+/// fails (500) after the binds succeed; then tether is killed (SIGKILL) before it could write
+/// any of them, and started again with the API server healthy.
 /// The start-up reconcile counts each bind made before the crash exactly once, and binds after
 /// it add up with them.
 #[tokio::test]
@@ -427,13 +428,13 @@ async fn binds_whose_history_write_failed_before_a_crash_are_counted_once_after_
             None,
         )
     };
-    let (creates, patches) = (writes(Method::POST), writes(Method::PATCH));
+    let (puts, patches) = (writes(Method::PUT), writes(Method::PATCH));
     let mut tether = OwnTether::start("lostwrite-1", &proxy).await?;
     let ledger = BindLedger::start(&client, &ns.name, "app=web");
     let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", REPLICAS, "100m").await?;
     web.wait_all_bound(REPLICAS, TIMEOUT).await?;
     wait_for("tether to try writing the history", TIMEOUT, || async {
-        Ok((creates.hits() + patches.hits() > 0).then_some(()))
+        Ok((puts.hits() > 0).then_some(()))
     })
     .await?;
     assert_eq!(
@@ -443,7 +444,7 @@ async fn binds_whose_history_write_failed_before_a_crash_are_counted_once_after_
     );
 
     tether.kill()?;
-    proxy.remove(&creates);
+    proxy.remove(&puts);
     proxy.remove(&patches);
     let tether = OwnTether::start("lostwrite-2", &proxy).await?;
     let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
