@@ -289,28 +289,29 @@ impl HistoryWorkload {
         // twice late, or a bind the ledger sees late, still shows.
         const STABLE: Duration = Duration::from_secs(3);
         let last = std::cell::RefCell::new(None::<(StickyBindingStatus, usize, Instant)>);
-        let reached = wait_for(
-            &format!("the history of {} to reach the ledger and hold", self.app),
-            timeout,
-            || {
-                let last = &last;
-                async move {
-                    let status = self.history().await?;
-                    let seen = ledger.len();
-                    let mut last = last.borrow_mut();
-                    let steady = match last.as_ref() {
-                        Some((s, n, since)) if *s == status && *n == seen => since.elapsed(),
-                        _ => {
-                            *last = Some((status.clone(), seen, Instant::now()));
-                            Duration::ZERO
-                        }
-                    };
-                    Ok((status.schedule_count >= seen as i64 && steady >= STABLE)
-                        .then_some(status))
-                }
-            },
-        )
-        .await;
+        let reached =
+            wait_for(
+                &format!("the history of {} to reach the ledger and hold", self.app),
+                timeout,
+                || {
+                    let last = &last;
+                    async move {
+                        let status = self.history().await?;
+                        let seen = ledger.len();
+                        let mut last = last.borrow_mut();
+                        let steady = match last.as_ref() {
+                            Some((s, n, since)) if *s == status && *n == seen => since.elapsed(),
+                            _ => {
+                                *last = Some((status.clone(), seen, Instant::now()));
+                                Duration::ZERO
+                            }
+                        };
+                        Ok((status.schedule_count >= seen as i64 && steady >= STABLE)
+                            .then_some(status))
+                    }
+                },
+            )
+            .await;
         // Past the count (a bind counted twice) or short of it: the comparison says which.
         let status = match reached {
             Ok(status) => status,

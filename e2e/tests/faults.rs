@@ -3,11 +3,14 @@
 //! run a tether of their own behind a proxy and restart kube-apiserver, so `make e2e` runs them
 //! alone, after the shared tether has stopped.
 
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use http::Method;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use tether::api::StickyBinding;
@@ -988,6 +991,145 @@ async fn a_storage_watch_rbac_denies_holds_back_only_the_profiles_that_need_it()
     assert!(tether.healthz()?.is_some());
 
     kubectl_ok(&["delete", "sp", &plain, &volumes], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// When the test first saw each pod, and when it first saw it `PodScheduled=False`.
+#[derive(Default)]
+struct Reported {
+    created: Option<k8s_openapi::jiff::Timestamp>,
+    unschedulable: Option<k8s_openapi::jiff::Timestamp>,
+    deleted: bool,
+}
+
+/// 2,000 pods that fit nowhere, and churn (pods deleted and recreated by their ReplicaSet)
+/// for a minute: every pod's `PodScheduled=False` is written within 30 s of its creation (the
+/// test's own watch is the ground truth: its first sight of the condition against the pod's
+/// creationTimestamp, both on the API server's clock), and tether's memory holds flat through
+/// the churn (the failure reports are one entry per pod, not a task per attempt).
+#[tokio::test]
+async fn two_thousand_pods_that_fit_nowhere_each_get_their_condition_in_time() -> anyhow::Result<()>
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    const PODS: usize = 2000;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "unfit").await?;
+    let nodes = TestNodes::create(&client, "unfit", 2, "2", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start("unfit", &proxy).await?;
+
+    let seen = Arc::new(Mutex::new(BTreeMap::<String, Reported>::new()));
+    let watch = {
+        let (seen, pods) = (
+            seen.clone(),
+            Api::<Pod>::namespaced(client.clone(), &ns.name),
+        );
+        tokio::spawn(async move {
+            let mut events = std::pin::pin!(watcher::watcher(pods, Default::default()));
+            while let Some(event) = events.next().await {
+                let (pod, deleted) = match event {
+                    Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) => (p, false),
+                    Ok(watcher::Event::Delete(p)) => (p, true),
+                    _ => continue,
+                };
+                let now = k8s_openapi::jiff::Timestamp::now();
+                let failed = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.conditions.as_ref())
+                    .is_some_and(|cs| {
+                        cs.iter()
+                            .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                    });
+                let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+                let entry = seen
+                    .entry(pod.metadata.uid.clone().unwrap_or_default())
+                    .or_default();
+                entry.created =
+                    entry
+                        .created
+                        .or(pod.metadata.creation_timestamp.as_ref().map(|t| t.0));
+                if failed && entry.unschedulable.is_none() {
+                    entry.unschedulable = Some(now);
+                }
+                entry.deleted |= deleted;
+            }
+        })
+    };
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "unfit", PODS, "64").await?;
+    let all_reported = |seen: &BTreeMap<String, Reported>| {
+        seen.values()
+            .filter(|r| !r.deleted && r.unschedulable.is_some())
+            .count()
+            >= PODS
+    };
+    wait_for(
+        "every pod reported unschedulable",
+        Duration::from_secs(180),
+        || async {
+            Ok(all_reported(&seen.lock().unwrap_or_else(|e| e.into_inner())).then_some(()))
+        },
+    )
+    .await?;
+    let before_churn = tether.rss_bytes()?;
+
+    // Churn: for a minute, 20 pods deleted every 2 s (their ReplicaSet makes new ones).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let churn_ends = std::time::Instant::now() + Duration::from_secs(60);
+    let mut round = 0usize;
+    while std::time::Instant::now() < churn_ends {
+        let listed = pods.list(&ListParams::default().limit(500)).await?;
+        for pod in listed.items.iter().skip(round * 20 % 480).take(20) {
+            let _ = pods
+                .delete(&pod.name_any(), &DeleteParams::default().grace_period(0))
+                .await;
+        }
+        round += 1;
+        // The churn's pace, not a wait for anything.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    wait_for(
+        "every pod after the churn reported",
+        Duration::from_secs(60),
+        || async {
+            Ok(all_reported(&seen.lock().unwrap_or_else(|e| e.into_inner())).then_some(()))
+        },
+    )
+    .await?;
+    let after_churn = tether.rss_bytes()?;
+    watch.abort();
+
+    let seen = std::mem::take(&mut *seen.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut late = Vec::new();
+    let mut slowest = 0.0f64;
+    for (uid, r) in seen.iter() {
+        let (Some(created), Some(reported)) = (r.created, r.unschedulable) else {
+            // Deleted by the churn before its report: nothing to wait for.
+            anyhow::ensure!(r.deleted, "pod {uid} never reported unschedulable");
+            continue;
+        };
+        let took = reported.duration_since(created).as_secs_f64();
+        slowest = slowest.max(took);
+        if took > 30.0 {
+            late.push((uid.clone(), took));
+        }
+    }
+    println!(
+        "{} pods seen; the slowest PodScheduled=False came {slowest:.1}s after its pod; RSS {} MiB before the churn, {} MiB after",
+        seen.len(),
+        before_churn >> 20,
+        after_churn >> 20
+    );
+    assert!(late.is_empty(), "written more than 30 s late: {late:?}");
+    assert!(
+        after_churn <= before_churn + before_churn / 4 + (16 << 20),
+        "memory grew through the churn: {before_churn} to {after_churn} bytes"
+    );
+    assert!(tether.running());
+
+    web.delete_profile()?;
     nodes.delete().await?;
     ns.delete().await
 }
