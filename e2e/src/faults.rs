@@ -112,6 +112,17 @@ struct Shared {
     watches: Arc<AtomicU64>,
     /// Bumped to close every open connection.
     generation: watch::Sender<u64>,
+    /// Every request passed on to the API server: when, its method and path (watches left
+    /// out).
+    forwarded: Mutex<Vec<Forwarded>>,
+}
+
+/// A request the proxy passed on to the API server, and when.
+#[derive(Clone, Debug)]
+pub struct Forwarded {
+    pub at: std::time::Instant,
+    pub method: Method,
+    pub path: String,
 }
 
 /// An HTTP proxy on 127.0.0.1 in front of the API server. Clients speak plain HTTP to it (their
@@ -155,6 +166,7 @@ impl Proxy {
             open: AtomicU64::new(0),
             watches: Arc::new(AtomicU64::new(0)),
             generation,
+            forwarded: Mutex::default(),
         });
         let serving = shared.clone();
         let task = tokio::spawn(async move {
@@ -225,6 +237,16 @@ impl Proxy {
         self.shared.watches.load(Ordering::SeqCst)
     }
 
+    /// The requests passed on to the API server so far (a request held by a fault, then given
+    /// up by its client, never is).
+    pub fn forwarded(&self) -> Vec<Forwarded> {
+        self.shared
+            .forwarded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
     /// How many requests the proxy has received so far.
     pub fn requests(&self) -> u64 {
         self.shared.requests.load(Ordering::SeqCst)
@@ -284,6 +306,16 @@ impl Shared {
         }
         let (mut parts, body) = req.into_parts();
         let body = body.collect().await?.to_bytes();
+        if !path.contains("watch=true") {
+            self.forwarded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(Forwarded {
+                    at: std::time::Instant::now(),
+                    method: parts.method.clone(),
+                    path: path.clone(),
+                });
+        }
         for hop in [header::HOST, header::CONNECTION, header::TRANSFER_ENCODING] {
             parts.headers.remove(hop);
         }

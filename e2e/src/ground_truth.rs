@@ -330,9 +330,14 @@ impl HistoryWorkload {
 /// Checks that no node of `nodes` holds pods (of any namespace) whose CPU and memory requests
 /// exceed what it can allocate, nor more pods than it allows.
 pub async fn assert_within_allocatable(client: &Client, nodes: &TestNodes) -> anyhow::Result<()> {
+    within_allocatable(client, &nodes.names).await
+}
+
+/// [`assert_within_allocatable`] for the nodes named.
+pub async fn within_allocatable(client: &Client, names: &[String]) -> anyhow::Result<()> {
     let node_api: Api<Node> = Api::all(client.clone());
     let pods: Api<Pod> = Api::all(client.clone());
-    for name in &nodes.names {
+    for name in names {
         let Some(node) = node_api.get_opt(name).await? else {
             continue;
         };

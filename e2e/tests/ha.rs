@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use tether_e2e::faults::{Action, Fault, Matcher, OwnTether, Proxy};
-use tether_e2e::ground_truth::{BindLedger, HistoryWorkload, assert_within_allocatable};
+use tether_e2e::ground_truth::{
+    BindLedger, HistoryWorkload, assert_within_allocatable, within_allocatable,
+};
 use tether_e2e::{TestNamespace, TestNodes, client, kubectl_ok, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -393,4 +395,173 @@ async fn a_replica_that_cannot_take_its_lease_says_why() -> anyhow::Result<()> {
     );
     assert!(!leads(&tether)?);
     Ok(())
+}
+
+/// The renew deadline (kube-scheduler's default, tether's flag default).
+const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Nodes exactly full of low-priority pods; then every Lease request and every write of the
+/// leader is held at its proxy for 25 s (longer than its term), while pods that can run only
+/// by preempting arrive. The old leader's term ends at most a renew deadline after the hold
+/// began; from then on not one of its writes reaches the API server (the proxy's own log of
+/// what it passed on, by time): the writes it had started are abandoned, never sent late. The
+/// standby takes over and preempts; no node is ever over-committed (the test's own arithmetic,
+/// sampled twice a second throughout), each victim is deleted once, no bound pod carries
+/// `PodScheduled=False`, and both workloads' history matches the test's own ledger.
+#[tokio::test]
+async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result<()> {
+    let client = client().await?;
+    let (ns, nodes, [proxy_a, proxy_b], mut a) =
+        first_replica_leading(&client, "ha-held", 2, "4").await?;
+    let mut b = replica("ha-held-b", &proxy_b).await?;
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(
+            r#"{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                "metadata": {"name": "e2e-ha-high"}, "value": 1000000}"#,
+        ),
+    )?;
+    let web_ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let vip_ledger = BindLedger::start(&client, &ns.name, "app=vip");
+    // 8 pods of one CPU on two nodes of four: exactly full.
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 8, "1").await?;
+    web.wait_all_bound(8, TIMEOUT).await?;
+    let vip = HistoryWorkload::create(&client, &ns.name, &nodes, "vip", 0, "1").await?;
+    kubectl_ok(
+        &[
+            "patch",
+            "deployment",
+            "vip",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            r#"{"spec": {"template": {"spec": {"priorityClassName": "e2e-ha-high"}}}}"#,
+        ],
+        None,
+    )?;
+
+    let overcommits = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let sampler = {
+        let (client, overcommits) = (client.clone(), overcommits.clone());
+        let names = nodes.names.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = within_allocatable(&client, &names).await {
+                    let text = e.to_string();
+                    if text.contains("over-committed") || text.contains("more than it allows") {
+                        overcommits
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .push(text);
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
+
+    let held = Duration::from_secs(25);
+    let hold = |matcher: Matcher| proxy_a.inject(matcher, Action::Delay(held), None);
+    let mut faults = vec![hold(Matcher {
+        method: None,
+        path_contains: "/leases/tether".into(),
+        watches: false,
+    })];
+    for method in [Method::POST, Method::PUT, Method::PATCH, Method::DELETE] {
+        faults.push(hold(Matcher {
+            method: Some(method),
+            path_contains: String::new(),
+            watches: false,
+        }));
+    }
+    let held_from = Instant::now();
+    vip.scale(4).await?;
+    until_leads(&b, TAKEOVER_WITHIN + RETRY).await?;
+    let took_over = held_from.elapsed();
+    vip.wait_all_bound(4, TIMEOUT).await?;
+    // The holds end: what the old leader had sent and not given up would pass now.
+    tokio::time::sleep(held.saturating_sub(held_from.elapsed()) + Duration::from_secs(1)).await;
+    for fault in &faults {
+        proxy_a.remove(fault);
+    }
+    web.assert_history_matches(&web_ledger, TIMEOUT).await?;
+    vip.assert_history_matches(&vip_ledger, TIMEOUT).await?;
+    sampler.abort();
+
+    let term_over = held_from + RENEW_DEADLINE;
+    let late: Vec<_> = proxy_a
+        .forwarded()
+        .into_iter()
+        .filter(|f| f.at > term_over && f.method != Method::GET && !f.path.contains("/leases/"))
+        .map(|f| {
+            format!(
+                "{} {} at +{:.1}s",
+                f.method,
+                f.path,
+                (f.at - held_from).as_secs_f64()
+            )
+        })
+        .collect();
+    let deletes = [proxy_a.forwarded(), proxy_b.forwarded()]
+        .concat()
+        .into_iter()
+        .filter(|f| f.method == Method::DELETE && f.path.contains("/pods/"))
+        .fold(
+            std::collections::BTreeMap::<String, u32>::new(),
+            |mut m, f| {
+                *m.entry(f.path).or_default() += 1;
+                m
+            },
+        );
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+        kube::Api::namespaced(client.clone(), &ns.name);
+    let misreported: Vec<String> = pods
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                })
+        })
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    println!(
+        "held at +0s; the standby led at +{:.1}s; {} victims deleted; {} of the old leader's writes passed after its term",
+        took_over.as_secs_f64(),
+        deletes.len(),
+        late.len()
+    );
+    assert!(
+        late.is_empty(),
+        "the old leader wrote after its term: {late:?}"
+    );
+    let overcommits = overcommits
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
+    assert!(overcommits.is_empty(), "{overcommits:?}");
+    assert!(!deletes.is_empty(), "the vip pods preempted");
+    assert!(
+        deletes.values().all(|n| *n == 1),
+        "each victim deleted once: {deletes:?}"
+    );
+    assert!(
+        misreported.is_empty(),
+        "bound yet PodScheduled=False: {misreported:?}"
+    );
+    assert!(a.running() && b.running(), "neither process exits");
+
+    web.delete_profile()?;
+    vip.delete_profile()?;
+    drop((a, b));
+    nodes.delete().await?;
+    ns.delete().await
 }

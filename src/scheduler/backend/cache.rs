@@ -31,8 +31,9 @@ pub struct Cache {
     tree: NodeTree,
     pods: HashMap<String, PodState>,
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
+    /// On how many nodes (with a Node object) each image is: kept as nodes come, change and
+    /// go, never recounted over every node.
     image_counts: Arc<HashMap<String, usize>>,
-    images_dirty: bool,
     generation: u64,
     snapshot: Option<(u64, Arc<Snapshot>)>,
 }
@@ -74,15 +75,40 @@ impl Cache {
                 != node.status.as_ref().and_then(|s| s.images.as_ref())
         });
         self.tree.upsert(&name, zone_key(&node));
+        if images_changed {
+            self.count_images(&name, false);
+        }
         self.node_mut(&name).set_node(node);
-        self.images_dirty |= images_changed;
+        if images_changed {
+            self.count_images(&name, true);
+        }
         self.touch();
+    }
+
+    /// Counts the images of node `name` (while it has a Node object) in, or out of, the
+    /// image counts.
+    fn count_images(&mut self, name: &str, add: bool) {
+        let Some(info) = self.nodes.get(name).filter(|n| n.node.is_some()) else {
+            return;
+        };
+        let counts = Arc::make_mut(&mut self.image_counts);
+        for image in info.images.keys() {
+            if add {
+                *counts.entry(image.clone()).or_default() += 1;
+            } else if let Some(n) = counts.get_mut(image) {
+                *n = n.saturating_sub(1);
+                if *n == 0 {
+                    counts.remove(image);
+                }
+            }
+        }
     }
 
     /// Removes a node. Its node info stays while pods are still recorded on it (without the
     /// node object it is left out of snapshots), as kube-scheduler keeps it.
     pub fn remove_node(&mut self, name: &str) {
         self.tree.remove(name);
+        self.count_images(name, false);
         let Some(entry) = self.nodes.get_mut(name) else {
             return;
         };
@@ -93,7 +119,6 @@ impl Cache {
             info.node = None;
             info.generation += 1;
         }
-        self.images_dirty = true;
         self.touch();
     }
 
@@ -289,16 +314,6 @@ impl Cache {
         {
             return snapshot.clone();
         }
-        if self.images_dirty {
-            let mut counts: HashMap<String, usize> = HashMap::new();
-            for info in self.nodes.values().filter(|n| n.node.is_some()) {
-                for image in info.images.keys() {
-                    *counts.entry(image.clone()).or_default() += 1;
-                }
-            }
-            self.image_counts = Arc::new(counts);
-            self.images_dirty = false;
-        }
         let nodes = self
             .tree
             .list()
@@ -322,6 +337,43 @@ mod tests {
 
     fn bound(name: &str, node: &str, cpu: &str) -> Arc<Pod> {
         Arc::new(PodBuilder::new(name).req_cpu(cpu).node_name(node).build())
+    }
+
+    /// The counts kept as nodes come, change and go equal a recount over every node, in
+    /// every snapshot of a long, mixed sequence.
+    #[test]
+    fn image_counts_kept_incrementally_match_a_recount() {
+        let mut cache = Cache::new();
+        let mut rng = 7u64;
+        let mut next = || {
+            rng = rng
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (rng >> 33) as usize
+        };
+        for step in 0..2000 {
+            let name = format!("n{}", next() % 12);
+            match next() % 5 {
+                0 => cache.remove_node(&name),
+                1 => cache.upsert_pod(bound(&format!("p{step}"), &name, "1m")),
+                _ => {
+                    let mut node = NodeBuilder::new(&name);
+                    for i in 0..next() % 6 {
+                        node = node.image(&format!("img{}", (i + next()) % 9), 1 << 20);
+                    }
+                    cache.upsert_node(Arc::new(node.build()));
+                }
+            }
+            let snapshot = cache.snapshot();
+            let mut recount: HashMap<String, usize> = HashMap::new();
+            for info in cache.nodes.values().filter(|n| n.node.is_some()) {
+                for image in info.images.keys() {
+                    *recount.entry(image.clone()).or_default() += 1;
+                }
+            }
+            assert_eq!(*cache.image_counts, recount, "step {step}");
+            assert!(Arc::ptr_eq(&snapshot, &cache.snapshot()));
+        }
     }
 
     #[test]
