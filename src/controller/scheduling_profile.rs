@@ -79,12 +79,17 @@ impl Context {
     /// status write does not stop the others; the first failure is returned.
     async fn reconcile(&self) -> Result<(), Error> {
         let decided = self.decide();
+        let denied = self
+            .handle
+            .history
+            .as_ref()
+            .and_then(|h| h.denial().current());
         let Ok(permit) = self.gate.admit(Write::ProfileStatus) else {
             return Ok(());
         };
         let mut failed = None;
         for (profile, verdict) in decided {
-            let status = status_for(&profile, &verdict);
+            let status = status_for(&profile, &verdict, denied.as_deref());
             if profile.status.as_ref() == Some(&status) {
                 self.announce(&profile, &verdict).await;
                 continue;
@@ -150,7 +155,14 @@ impl Context {
 /// The status `profile` should carry under `verdict`: its current status with Ready, kstatus's
 /// Stalled and Reconciling (each transition time kept while its status holds), the observed
 /// generation and the effective plugins. Pure.
-pub fn status_for(profile: &SchedulingProfile, verdict: &Verdict) -> SchedulingProfileStatus {
+/// The status that says `verdict`. A profile that records history (PlacementRecorder runs
+/// at PostBind) also says whether its writes land: `HistoryWritable=False, Denied` while
+/// `history_denied` (the API server's message) holds.
+pub fn status_for(
+    profile: &SchedulingProfile,
+    verdict: &Verdict,
+    history_denied: Option<&str>,
+) -> SchedulingProfileStatus {
     let mut status = profile.status.clone().unwrap_or_default();
     status.observed_generation = verdict.generation;
     set_condition(
@@ -184,6 +196,24 @@ pub fn status_for(profile: &SchedulingProfile, verdict: &Verdict) -> SchedulingP
         "",
         verdict.generation,
     );
+    let records = verdict
+        .effective
+        .as_ref()
+        .is_some_and(|e| e.post_bind.iter().any(|p| p == "PlacementRecorder"));
+    if records {
+        set_condition(
+            &mut status.conditions,
+            "HistoryWritable",
+            history_denied.is_none(),
+            if history_denied.is_some() {
+                "Denied"
+            } else {
+                "Writable"
+            },
+            history_denied.unwrap_or_default(),
+            verdict.generation,
+        );
+    }
     status.plugins = verdict.effective.clone();
     status
 }
@@ -250,6 +280,7 @@ pub fn run(
                 async {}
             });
 
+        let mut denial = ctx.handle.history.as_ref().map(|h| h.denial().subscribe());
         let reconciling = async move {
             let mut gained = Box::pin(gate.leadership().gained());
             let mut wait = RESYNC;
@@ -258,6 +289,12 @@ pub fn run(
                 tokio::select! {
                     () = changed.notified() => {}
                     Some(()) = gained.next() => {}
+                    Some(Ok(())) = async {
+                        match denial.as_mut() {
+                            Some(rx) => Some(rx.changed().await),
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                     () = tokio::time::sleep(wait) => {}
                 }
                 match ctx.reconcile().await {
@@ -273,5 +310,53 @@ pub fn run(
             }
         };
         tokio::join!(watching, reconciling);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::EffectivePlugins;
+
+    fn verdict(post_bind: &[&str]) -> Verdict {
+        Verdict {
+            ready: true,
+            reason: "Serving",
+            message: String::new(),
+            generation: Some(3),
+            effective: Some(EffectivePlugins {
+                post_bind: post_bind.iter().map(|p| p.to_string()).collect(),
+                ..Default::default()
+            }),
+        }
+    }
+
+    fn condition(status: &SchedulingProfileStatus, type_: &str) -> Option<(String, String)> {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status.clone(), c.reason.clone()))
+    }
+
+    /// A profile that records history says whether its writes land; one that does not, says
+    /// nothing of it.
+    #[test]
+    fn a_profile_that_records_history_says_when_its_writes_are_denied() {
+        let spec =
+            serde_json::from_value(serde_json::json!({"schedulerName": "s"})).expect("a spec");
+        let profile = SchedulingProfile::new("p", spec);
+        let records = verdict(&["PlacementRecorder"]);
+        let denied = status_for(&profile, &records, Some("forbidden"));
+        assert_eq!(
+            condition(&denied, "HistoryWritable"),
+            Some(("False".into(), "Denied".into()))
+        );
+        assert_eq!(
+            condition(&status_for(&profile, &records, None), "HistoryWritable"),
+            Some(("True".into(), "Writable".into()))
+        );
+        let plain = status_for(&profile, &verdict(&[]), Some("forbidden"));
+        assert_eq!(condition(&plain, "HistoryWritable"), None);
     }
 }

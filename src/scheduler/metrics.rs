@@ -55,6 +55,7 @@ pub struct Metrics {
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
     lease_unreachable: Gauge<i64, std::sync::atomic::AtomicI64>,
     watch_current: Family<WatchLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    history_denied: Gauge<i64, std::sync::atomic::AtomicI64>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     upstream: Upstream,
 }
@@ -213,6 +214,12 @@ impl Default for Metrics {
         let cache_pods = Gauge::default();
         let lease_unreachable = Gauge::default();
         let watch_current = Family::default();
+        let history_denied = Gauge::default();
+        registry.register(
+            "history_denied",
+            "1 while StickyBinding history writes have been denied (401/403) for 30 s or more; the binds wait",
+            history_denied.clone(),
+        );
         registry.register(
             "watch_current",
             "1 while a watch is current, 0 while it fails or re-lists (what needs it waits)",
@@ -289,6 +296,7 @@ impl Default for Metrics {
             cache_pods,
             lease_unreachable,
             watch_current,
+            history_denied,
             leading,
             upstream,
         }
@@ -308,6 +316,11 @@ impl Metrics {
     /// Whether this replica, a candidate, cannot read or take its Lease now.
     pub fn set_lease_unreachable(&self, unreachable: bool) {
         self.lease_unreachable.set(i64::from(unreachable));
+    }
+
+    /// Whether history writes are denied for long now.
+    pub fn set_history_denied(&self, denied: bool) {
+        self.history_denied.set(i64::from(denied));
     }
 
     /// Whether each watch is current now (set when the metrics are read).

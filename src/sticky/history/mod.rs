@@ -219,6 +219,7 @@ impl HistoryWriter {
         metrics: Arc<Metrics>,
     ) -> Self {
         let pending = Arc::new(PendingBinds::default());
+        let denial_metrics = metrics.clone();
         HistoryWriter {
             owners,
             metrics,
@@ -229,6 +230,7 @@ impl HistoryWriter {
                 view: None,
                 reconciling: Arc::new(AtomicUsize::new(0)),
                 gate: WriteGate::alone(),
+                denial: store::Denial::counted_in(denial_metrics),
             },
             view: HistoryView {
                 index,
@@ -374,6 +376,11 @@ impl HistoryWriter {
                 }
             }
         }
+    }
+
+    /// Whether its writes are denied for long now, and why.
+    pub fn denial(&self) -> &store::Denial {
+        &self.store.denial
     }
 
     /// The API client the writer writes with.
@@ -579,7 +586,7 @@ mod tests {
 
     /// A stand-in API server holding one StickyBinding, with resourceVersion preconditions.
     /// `faults` are served in turn to status writes: "lost" applies the write but answers 500
-    /// (an answer lost on the way), "busy" answers 429 without applying it.
+    /// (an answer lost on the way), "busy" answers 429 and "denied" 403, without applying it.
     struct Store {
         binding: std::sync::Mutex<Option<serde_json::Value>>,
         faults: std::sync::Mutex<Vec<&'static str>>,
@@ -635,6 +642,9 @@ mod tests {
                     let fault = store.faults.lock().expect("faults").pop();
                     if fault == Some("busy") {
                         return (429, status(429, "TooManyRequests"));
+                    }
+                    if fault == Some("denied") {
+                        return (403, status(403, "Forbidden"));
                     }
                     store
                         .writes
@@ -914,5 +924,36 @@ mod tests {
         writer.enqueue(&other, "n3");
         let lone = BindingLookup::get(writer.as_ref(), "ns", "pod-lone").expect("read");
         assert_eq!(lone.pin(), Some("n3"), "a binding not created yet");
+    }
+
+    /// Status writes denied (403) for longer than DENIAL_PERSISTS: the denial is reported
+    /// (what the profile condition and `tether_history_denied` read) while the bind waits,
+    /// and cleared by the write that lands once RBAC allows it again.
+    #[tokio::test(start_paused = true)]
+    async fn a_denial_that_lasts_is_reported_and_cleared_by_the_write_that_lands() {
+        let store = empty_store();
+        *store.faults.lock().expect("faults") = vec!["denied"; 20];
+        let writer = writer_for(&store);
+        let denial = writer.denial().clone();
+        let mut heard = denial.subscribe();
+        let writing = tokio::spawn({
+            let writer = writer.clone();
+            async move { writer.record_bind(&web_pod(0), "n1").await }
+        });
+        let began = tokio::time::Instant::now();
+        let why = tokio::time::timeout(Duration::from_secs(300), heard.wait_for(Option::is_some))
+            .await
+            .expect("reported")
+            .expect("the denial lives")
+            .clone();
+        assert_eq!(why.as_deref(), Some("Forbidden"));
+        assert!(
+            began.elapsed() >= store::DENIAL_PERSISTS,
+            "not at the first 403"
+        );
+        assert_eq!(held_status(&store).schedule_count, 0, "the bind waits");
+        writing.await.expect("written");
+        assert_eq!(denial.current(), None, "cleared by the write that landed");
+        assert_eq!(held_status(&store).schedule_count, 1);
     }
 }

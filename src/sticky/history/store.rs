@@ -37,6 +37,68 @@ fn next_delay(delay: Duration) -> (Duration, Duration) {
     )
 }
 
+/// How long history writes may be denied (401/403) before the denial is reported (a condition
+/// on the profiles that record history, and `tether_history_denied`): longer than a restarted
+/// API server's authorizer takes to catch up.
+pub const DENIAL_PERSISTS: Duration = Duration::from_secs(30);
+
+/// Whether history writes are denied now, and why: set once a denial has lasted
+/// [`DENIAL_PERSISTS`], cleared by the next write that lands. The profile controller turns it
+/// into a condition; the metric follows it.
+#[derive(Clone)]
+pub struct Denial {
+    state: Arc<tokio::sync::watch::Sender<Option<String>>>,
+    metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
+}
+
+impl Default for Denial {
+    fn default() -> Self {
+        Denial {
+            state: Arc::new(tokio::sync::watch::Sender::new(None)),
+            metrics: None,
+        }
+    }
+}
+
+impl Denial {
+    /// A denial reported in `metrics` too.
+    pub fn counted_in(metrics: Arc<crate::scheduler::metrics::Metrics>) -> Self {
+        Denial {
+            metrics: Some(metrics),
+            ..Denial::default()
+        }
+    }
+
+    /// Why history writes are denied, while they are.
+    pub fn current(&self) -> Option<String> {
+        self.state.borrow().clone()
+    }
+
+    /// A receiver that hears each change.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.state.subscribe()
+    }
+
+    fn set(&self, why: Option<String>) {
+        let changed = self.state.send_if_modified(|now| {
+            let changed = *now != why;
+            *now = why.clone();
+            changed
+        });
+        if changed {
+            if let Some(metrics) = &self.metrics {
+                metrics.set_history_denied(why.is_some());
+            }
+            match &why {
+                Some(why) => {
+                    tracing::warn!(error = %why, "StickyBinding history writes are denied; the binds wait, and the profiles that record history say so")
+                }
+                None => tracing::info!("StickyBinding history writes land again"),
+            }
+        }
+    }
+}
+
 /// Waits before retrying after `error`, and doubles `delay`.
 async fn backoff(delay: &mut Duration, error: &kube::Error) {
     let (next, now) = next_delay(*delay);
@@ -64,9 +126,31 @@ pub struct HistoryStore {
     pub reconciling: Arc<AtomicUsize>,
     /// Asked before every write: only a leader writes history.
     pub gate: WriteGate,
+    /// Whether writes are denied for long.
+    pub denial: Denial,
 }
 
 impl HistoryStore {
+    /// Waits before retrying after `error` (see [`backoff`]); a denial that has lasted
+    /// [`DENIAL_PERSISTS`] since `denied_since` is reported.
+    async fn backoff(
+        &self,
+        delay: &mut Duration,
+        denied_since: &mut Option<tokio::time::Instant>,
+        error: &kube::Error,
+    ) {
+        if denied_for_now(error) {
+            let since = *denied_since.get_or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() >= DENIAL_PERSISTS {
+                self.denial
+                    .set(Some(crate::k8s::api_errors::message(error)));
+            }
+        } else {
+            *denied_since = None;
+        }
+        backoff(delay, error).await;
+    }
+
     fn pruning_paused(&self) -> bool {
         self.reconciling.load(Ordering::SeqCst) > 0
     }
@@ -81,7 +165,12 @@ impl HistoryStore {
             .write(Write::History, self.write_in_term(workload, binds))
             .await
         {
-            Ok(written) => written,
+            Ok(written) => {
+                if written.is_ok() {
+                    self.denial.set(None);
+                }
+                written
+            }
             Err(_) => Err(HistoryError::NotLeading {
                 namespace: workload.namespace.clone(),
                 name: workload.binding_name(),
@@ -98,6 +187,7 @@ impl HistoryStore {
         let name = workload.binding_name();
         let api: Api<StickyBinding> = Api::namespaced(self.client.clone(), &namespace);
         let mut delay = RETRY_INITIAL;
+        let mut denied_since = None;
         // Set once a status write got no definite answer: it may have been applied.
         let mut maybe_landed = false;
         // The index's copy first; after a conflict, the API server's. A binding the index
@@ -131,7 +221,7 @@ impl HistoryStore {
                         continue;
                     }
                     Err(e) if retryable(&e) => {
-                        backoff(&mut delay, &e).await;
+                        self.backoff(&mut delay, &mut denied_since, &e).await;
                         continue;
                     }
                     Err(source) => {
@@ -143,7 +233,7 @@ impl HistoryStore {
                     }
                 },
                 Err(e) if retryable(&e) => {
-                    backoff(&mut delay, &e).await;
+                    self.backoff(&mut delay, &mut denied_since, &e).await;
                     continue;
                 }
                 Err(source) => {
@@ -216,7 +306,7 @@ impl HistoryStore {
                 }
                 Err(e) if retryable(&e) => {
                     maybe_landed |= maybe_applied(&e);
-                    backoff(&mut delay, &e).await;
+                    self.backoff(&mut delay, &mut denied_since, &e).await;
                 }
                 Err(source) => {
                     return Err(HistoryError::Update {
