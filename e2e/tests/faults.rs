@@ -155,7 +155,7 @@ async fn after_an_outage_and_an_api_server_restart_tether_schedules_on_the_curre
     // Cut off: tether notices (its watches fail and it stops scheduling).
     proxy.cut();
     wait_for("tether to notice the outage", TIMEOUT, || async {
-        Ok(tether.readyz()?.filter(|body| body.contains("re-listing")))
+        Ok(tether.readyz()?.filter(|body| body.contains("not current")))
     })
     .await?;
     // Meanwhile a person frees the workload and cordons its node, and the pod is replaced.
