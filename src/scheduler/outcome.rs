@@ -107,13 +107,25 @@ pub struct Reports {
     /// How many were dropped since the queue last had room.
     dropped: Arc<AtomicU64>,
     /// How many were dropped in all (`tether_events_dropped_total` once counted in metrics).
-    dropped_total: Counter,
+    dropped_total: Arc<std::sync::OnceLock<Counter>>,
     /// The failure reports not written yet: the newest per pod.
     failures: Arc<Mutex<Failures>>,
     /// Wakes the failure writers.
     failure_written: Arc<tokio::sync::Notify>,
     /// Admits the condition writes.
     gate: WriteGate,
+    /// Held by every copy but the writers' own: once the last is dropped (the scheduler of a
+    /// term that ended), the writers stop.
+    alive: Arc<Alive>,
+}
+
+/// Wakes the failure writers when dropped, so they see that nobody reports any more.
+struct Alive(Arc<tokio::sync::Notify>);
+
+impl Drop for Alive {
+    fn drop(&mut self) {
+        self.0.notify_waiters();
+    }
 }
 
 /// An event waiting for its token.
@@ -165,24 +177,29 @@ impl Reports {
         let (events, queued) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
         let dropped = Arc::new(AtomicU64::new(0));
         tokio::spawn(Self::write_events(writer, queued, dropped.clone()));
+        let failure_written = Arc::new(tokio::sync::Notify::new());
         let reports = Reports {
             client,
             events,
             dropped,
-            dropped_total: Counter::default(),
+            dropped_total: Arc::default(),
             failures: Arc::default(),
-            failure_written: Arc::default(),
+            alive: Arc::new(Alive(failure_written.clone())),
+            failure_written,
             gate,
         };
         for _ in 0..FAILURES_IN_FLIGHT {
-            tokio::spawn(reports.clone().write_failures());
+            let alive = Arc::downgrade(&reports.alive);
+            let mut own = reports.clone();
+            own.alive = Arc::new(Alive(reports.failure_written.clone()));
+            tokio::spawn(own.write_failures(alive));
         }
         reports
     }
 
     /// Counts the dropped events in `counter` (the metrics' `events_dropped`).
-    pub fn counting_drops_in(mut self, counter: Counter) -> Self {
-        self.dropped_total = counter;
+    pub fn counting_drops_in(self, counter: Counter) -> Self {
+        let _ = self.dropped_total.set(counter);
         self
     }
 
@@ -228,10 +245,13 @@ impl Reports {
     }
 
     /// One of the [`FAILURES_IN_FLIGHT`] writers: takes the oldest report waiting, waits for
-    /// its token, writes the condition, then queues the event.
-    async fn write_failures(self) {
+    /// its token, writes the condition, then queues the event; stops once `alive` is gone.
+    async fn write_failures(self, alive: std::sync::Weak<Alive>) {
         loop {
             let woken = self.failure_written.notified();
+            if alive.strong_count() == 0 {
+                return;
+            }
             let next = locks::lock(&self.failures).take_next();
             let Some((uid, report)) = next else {
                 woken.await;
@@ -286,7 +306,9 @@ impl Reports {
         match self.events.try_send(event) {
             Ok(()) => {}
             Err(tokio::sync::mpsc::error::TrySendError::Full(_)) => {
-                self.dropped_total.inc();
+                if let Some(total) = self.dropped_total.get() {
+                    total.inc();
+                }
                 if self.dropped.fetch_add(1, Ordering::Relaxed) == 0 {
                     tracing::warn!(
                         queued = QUEUED_EVENTS,
@@ -493,6 +515,26 @@ mod tests {
         assert_eq!(event["method"], "POST");
         assert_eq!(event["body"]["reason"], "FailedScheduling");
         assert_eq!(event["body"]["note"], "0/29 nodes are available");
+    }
+
+    /// The writers stop once the last copy of the reports is gone (the scheduler of a term
+    /// that ended): a replica that stands down and up again leaves no tasks behind.
+    #[tokio::test]
+    async fn the_failure_writers_stop_with_the_reports() {
+        let client = stand_in_client(|_, _, body| (201, body));
+        let reports = Reports::new(client, None, WriteGate::alone());
+        let writers = Arc::downgrade(&reports.failures);
+        tokio::task::yield_now().await;
+        assert!(writers.strong_count() > FAILURES_IN_FLIGHT, "writers run");
+        drop(reports);
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        while writers.strong_count() > 0 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "writers left behind"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
     }
 
     /// `Scheduled` is queued, not awaited by the binding cycle, and written soon after.
