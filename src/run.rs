@@ -355,6 +355,7 @@ fn build_scheduler(
         // The plugins read the bindings through the writer: binds not written yet count.
         bindings: history.clone(),
         history: Some(history.clone()),
+        evictions: Arc::default(),
     };
     Ok(Parts {
         sched,

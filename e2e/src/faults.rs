@@ -31,8 +31,12 @@ pub enum Action {
     /// Forward the request, then close the connection without answering: the API server did
     /// what was asked and the client never hears so, as when a reply is lost to a reset.
     DropReply,
-    /// Hold the request this long, then forward it.
+    /// Hold the request this long, then forward it; a client that gives up first takes the
+    /// request with it.
     Delay(Duration),
+    /// Hold the request this long, then forward it even when its client has given up: an API
+    /// server (or a queue in front of it) that received the request in time and applies it late.
+    Hold(Duration),
 }
 
 /// Which requests a fault applies to: a method (any when None) and a fragment of the path
@@ -117,9 +121,10 @@ struct Shared {
     forwarded: Mutex<Vec<Forwarded>>,
 }
 
-/// A request the proxy passed on to the API server, and when.
+/// A request the proxy passed on to the API server: when it was received, and when passed on.
 #[derive(Clone, Debug)]
 pub struct Forwarded {
+    pub received: std::time::Instant,
     pub at: std::time::Instant,
     pub method: Method,
     pub path: String,
@@ -237,8 +242,8 @@ impl Proxy {
         self.shared.watches.load(Ordering::SeqCst)
     }
 
-    /// The requests passed on to the API server so far (a request held by a fault, then given
-    /// up by its client, never is).
+    /// The requests passed on to the API server so far (a request delayed by a fault, then given
+    /// up by its client, never is; a held one is).
     pub fn forwarded(&self) -> Vec<Forwarded> {
         self.shared
             .forwarded
@@ -293,6 +298,7 @@ impl Shared {
         req: Request<Incoming>,
     ) -> Result<Response<Counted>, ProxyError> {
         self.requests.fetch_add(1, Ordering::SeqCst);
+        let received = std::time::Instant::now();
         let path = req
             .uri()
             .path_and_query()
@@ -302,15 +308,40 @@ impl Shared {
         match &action {
             Some(Action::Answer(code)) => return Ok(error_response(*code).map(Counted::plain)),
             Some(Action::Delay(hold)) => tokio::time::sleep(*hold).await,
+            Some(Action::Hold(hold)) => {
+                // Read the whole request now, then let a task of its own pass it on: dropping
+                // this future (the client hanging up) no longer stops it.
+                let (parts, body) = req.into_parts();
+                let body = body.collect().await?.to_bytes();
+                let (hold, shared) = (*hold, self.clone());
+                let late = tokio::spawn(async move {
+                    tokio::time::sleep(hold).await;
+                    shared.forward(parts, body, path, received, None).await
+                });
+                return late.await?;
+            }
             _ => {}
         }
-        let (mut parts, body) = req.into_parts();
+        let (parts, body) = req.into_parts();
         let body = body.collect().await?.to_bytes();
+        self.forward(parts, body, path, received, action).await
+    }
+
+    /// Passes a request on to the API server and its answer back, as `action` says.
+    async fn forward(
+        self: Arc<Self>,
+        mut parts: http::request::Parts,
+        body: hyper::body::Bytes,
+        path: String,
+        received: std::time::Instant,
+        action: Option<Action>,
+    ) -> Result<Response<Counted>, ProxyError> {
         if !path.contains("watch=true") {
             self.forwarded
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push(Forwarded {
+                    received,
                     at: std::time::Instant::now(),
                     method: parts.method.clone(),
                     path: path.clone(),

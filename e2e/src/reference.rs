@@ -34,6 +34,16 @@ impl ReferenceScheduler {
     /// (tether has neither yet; each appends its own words to a failure message). Leader election and serving are off; the log goes to
     /// `.cluster/logs/<name>.log`.
     pub fn start(name: &str, profiles: &[&str]) -> anyhow::Result<Self> {
+        Self::start_configured(name, profiles, false)
+    }
+
+    /// As [`ReferenceScheduler::start`], with kube-scheduler's PostFilter plugins
+    /// (DefaultPreemption) left on.
+    pub fn start_preempting(name: &str, profiles: &[&str]) -> anyhow::Result<Self> {
+        Self::start_configured(name, profiles, true)
+    }
+
+    fn start_configured(name: &str, profiles: &[&str], preempting: bool) -> anyhow::Result<Self> {
         let bin = kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
@@ -41,10 +51,14 @@ impl ReferenceScheduler {
         let profiles: Vec<serde_json::Value> = profiles
             .iter()
             .map(|p| {
-                serde_json::json!({
-                    "schedulerName": p,
-                    "plugins": {"postFilter": {"disabled": [{"name": "*"}]}},
-                })
+                if preempting {
+                    serde_json::json!({"schedulerName": p})
+                } else {
+                    serde_json::json!({
+                        "schedulerName": p,
+                        "plugins": {"postFilter": {"disabled": [{"name": "*"}]}},
+                    })
+                }
             })
             .collect();
         let doc = serde_json::json!({

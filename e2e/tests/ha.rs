@@ -6,11 +6,15 @@
 use std::time::{Duration, Instant};
 
 use http::Method;
+use serde_json::json;
 use tether_e2e::faults::{Action, Fault, Matcher, OwnTether, Proxy};
 use tether_e2e::ground_truth::{
     BindLedger, HistoryWorkload, assert_within_allocatable, within_allocatable,
 };
-use tether_e2e::{TestNamespace, TestNodes, client, kubectl_ok, wait_for};
+use tether_e2e::{
+    TestNamespace, TestNodes, VOLUME_OF, apply, client, delete_labelled, kubectl_ok, unique_suffix,
+    wait_bound, wait_for,
+};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 /// kube-scheduler's defaults, which tether's flags default to.
@@ -400,14 +404,18 @@ async fn a_replica_that_cannot_take_its_lease_says_why() -> anyhow::Result<()> {
 /// The renew deadline (kube-scheduler's default, tether's flag default).
 const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Nodes exactly full of low-priority pods; then every Lease request and every write of the
-/// leader is held at its proxy for 25 s (longer than its term), while pods that can run only
-/// by preempting arrive. The old leader's term ends at most a renew deadline after the hold
-/// began; from then on not one of its writes reaches the API server (the proxy's own log of
-/// what it passed on, by time): the writes it had started are abandoned, never sent late. The
-/// standby takes over and preempts; no node is ever over-committed (the test's own arithmetic,
-/// sampled twice a second throughout), no victim is deleted by both leaders, no bound pod carries
-/// `PodScheduled=False`, and both workloads' history matches the test's own ledger.
+/// Pods of low priority leave two CPUs of two 4-CPU nodes free. Then every Lease request and
+/// every write of the leader is held at its proxy for 25 s, longer than its term, and passed on
+/// after that even when the leader has given up on it (an API server that queued it), while six
+/// pods of high priority arrive: four that can run only by preempting, and two whose claims wait
+/// for their first consumer (local volumes, two per node). The old leader's term ends at most a
+/// renew deadline after the hold began; from then on it sends not one write (the proxy's own log,
+/// by when each request was received). The standby takes over and preempts. What the old leader
+/// had sent before its deadline lands late, and harms nothing: no node is ever over-committed
+/// (the test's own arithmetic, sampled twice a second throughout), each victim is deleted once
+/// and by one leader, no bound pod carries
+/// `PodScheduled=False`, each claim is bound to a volume on its pod's node, the nodes end
+/// exactly full, and the history matches the test's own ledger.
 #[tokio::test]
 async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result<()> {
     let client = client().await?;
@@ -421,11 +429,41 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
                 "metadata": {"name": "e2e-ha-high"}, "value": 1000000}"#,
         ),
     )?;
+    let class = format!("ha-held-{}", unique_suffix());
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": class}, "provisioner": "kubernetes.io/no-provisioner",
+        "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    for (i, node) in nodes.names.iter().enumerate() {
+        for j in 0..2 {
+            apply(json!({
+                "apiVersion": "v1", "kind": "PersistentVolume",
+                "metadata": {"name": format!("{class}-{i}-{j}"), "labels": {VOLUME_OF: class}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                    "persistentVolumeReclaimPolicy": "Retain", "storageClassName": class,
+                    "local": {"path": format!("/mnt/{class}-{i}-{j}")},
+                    "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                        {"key": "kubernetes.io/hostname", "operator": "In", "values": [node]}]}]}},
+                },
+            }))?;
+        }
+    }
+    let disks = ["disk-0", "disk-1"];
+    for disk in disks {
+        apply(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": disk, "namespace": ns.name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))?;
+    }
     let web_ledger = BindLedger::start(&client, &ns.name, "app=web");
     let vip_ledger = BindLedger::start(&client, &ns.name, "app=vip");
-    // 8 pods of one CPU on two nodes of four: exactly full.
-    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 8, "1").await?;
-    web.wait_all_bound(8, TIMEOUT).await?;
+    // 6 pods of one CPU on two nodes of four: two CPUs free.
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 6, "1").await?;
+    web.wait_all_bound(6, TIMEOUT).await?;
     let vip = HistoryWorkload::create(&client, &ns.name, &nodes, "vip", 0, "1").await?;
     kubectl_ok(
         &[
@@ -462,7 +500,7 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
     };
 
     let held = Duration::from_secs(25);
-    let hold = |matcher: Matcher| proxy_a.inject(matcher, Action::Delay(held), None);
+    let hold = |matcher: Matcher| proxy_a.inject(matcher, Action::Hold(held), None);
     let mut faults = vec![hold(Matcher {
         method: None,
         path_contains: "/leases/tether".into(),
@@ -477,11 +515,30 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
     }
     let held_from = Instant::now();
     vip.scale(4).await?;
+    for disk in disks {
+        let mut spec = json!({"schedulerName": "tether-scheduler", "priorityClassName": "e2e-ha-high",
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": disk}}]});
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": disk, "namespace": ns.name, "labels": {"app": "disk"}}, "spec": spec}))?;
+    }
     until_leads(&b, TAKEOVER_WITHIN + RETRY).await?;
     let took_over = held_from.elapsed();
     vip.wait_all_bound(4, TIMEOUT).await?;
-    // The holds end: what the old leader had sent and not given up would pass now.
-    tokio::time::sleep(held.saturating_sub(held_from.elapsed()) + Duration::from_secs(1)).await;
+    let mut placed = std::collections::BTreeMap::new();
+    for disk in disks {
+        placed.insert(disk, wait_bound(&client, &ns.name, disk, TIMEOUT).await?);
+    }
+    // Four of web were preempted; their replacements find no room.
+    wait_for("two pods of web left bound", TIMEOUT, || async {
+        Ok((web.bound_pods().await?.len() == 2).then_some(()))
+    })
+    .await?;
+    // The holds end: what the old leader had sent before its deadline is passed on now.
+    let released = held_from + held + Duration::from_secs(1);
+    tokio::time::sleep(released.saturating_duration_since(Instant::now())).await;
     for fault in &faults {
         proxy_a.remove(fault);
     }
@@ -490,36 +547,52 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
     sampler.abort();
 
     let term_over = held_from + RENEW_DEADLINE;
-    let late: Vec<_> = proxy_a
-        .forwarded()
-        .into_iter()
-        .filter(|f| f.at > term_over && f.method != Method::GET && !f.path.contains("/leases/"))
-        .map(|f| {
-            format!(
-                "{} {} at +{:.1}s",
-                f.method,
-                f.path,
-                (f.at - held_from).as_secs_f64()
-            )
-        })
-        .collect();
-    let victims = |proxy: &Proxy| {
+    let writes = |proxy: &Proxy| {
         proxy
             .forwarded()
             .into_iter()
+            .filter(|f| f.method != Method::GET && !f.path.contains("/leases/"))
+            .collect::<Vec<_>>()
+    };
+    let describe = |f: &tether_e2e::faults::Forwarded| {
+        format!(
+            "{} {} sent at +{:.1}s, passed on at +{:.1}s",
+            f.method,
+            f.path,
+            f.received
+                .saturating_duration_since(held_from)
+                .as_secs_f64(),
+            f.at.saturating_duration_since(held_from).as_secs_f64()
+        )
+    };
+    let sent_late: Vec<String> = writes(&proxy_a)
+        .iter()
+        .filter(|f| f.received > term_over)
+        .map(describe)
+        .collect();
+    let landed_late: Vec<String> = writes(&proxy_a)
+        .iter()
+        .filter(|f| f.at > term_over)
+        .map(describe)
+        .collect();
+    let deletes = |proxy: &Proxy| {
+        writes(proxy)
+            .into_iter()
             .filter(|f| f.method == Method::DELETE && f.path.contains("/pods/"))
             .map(|f| f.path)
-            .collect::<std::collections::BTreeSet<String>>()
+            .collect::<Vec<String>>()
     };
-    let (by_a, by_b) = (victims(&proxy_a), victims(&proxy_b));
-    let by_both: Vec<&String> = by_a.intersection(&by_b).collect();
+    let (by_a, by_b) = (deletes(&proxy_a), deletes(&proxy_b));
+    let mut victims = std::collections::BTreeMap::<&String, usize>::new();
+    for path in by_a.iter().chain(&by_b) {
+        *victims.entry(path).or_default() += 1;
+    }
+    let twice: Vec<_> = victims.iter().filter(|(_, n)| **n > 1).collect();
     let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
         kube::Api::namespaced(client.clone(), &ns.name);
-    let misreported: Vec<String> = pods
-        .list(&Default::default())
-        .await?
-        .items
-        .into_iter()
+    let listed = pods.list(&Default::default()).await?.items;
+    let misreported: Vec<String> = listed
+        .iter()
         .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
         .filter(|p| {
             p.status
@@ -530,18 +603,61 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
                         .any(|c| c.type_ == "PodScheduled" && c.status == "False")
                 })
         })
-        .filter_map(|p| p.metadata.name)
+        .filter_map(|p| p.metadata.name.clone())
         .collect();
+    let claims: kube::Api<k8s_openapi::api::core::v1::PersistentVolumeClaim> =
+        kube::Api::namespaced(client.clone(), &ns.name);
+    let volumes: kube::Api<k8s_openapi::api::core::v1::PersistentVolume> =
+        kube::Api::all(client.clone());
+    for disk in disks {
+        let node = &placed[disk];
+        let volume = wait_for(&format!("claim {disk} bound"), TIMEOUT, || {
+            let claims = claims.clone();
+            async move {
+                let claim = claims.get(disk).await?;
+                let bound = claim.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound");
+                Ok(bound
+                    .then(|| claim.spec.and_then(|s| s.volume_name))
+                    .flatten())
+            }
+        })
+        .await?;
+        let index = nodes
+            .names
+            .iter()
+            .position(|n| n == node)
+            .expect("a test node");
+        assert!(
+            volume.starts_with(&format!("{class}-{index}-")),
+            "claim {disk} of a pod on {node} is bound to {volume}, on another node"
+        );
+        let pv = volumes.get(&volume).await?;
+        let claim_ref = pv.spec.and_then(|s| s.claim_ref).and_then(|r| r.name);
+        assert_eq!(claim_ref.as_deref(), Some(disk), "{volume} names its claim");
+    }
+    let cpus_bound: usize = nodes
+        .names
+        .iter()
+        .map(|node| {
+            listed
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_ref()) == Some(node))
+                .count()
+        })
+        .sum();
     println!(
-        "held at +0s; the standby led at +{:.1}s; victims deleted by the old leader {}, by the new {}; {} of the old leader's writes passed after its term",
+        "held at +0s; the standby led at +{:.1}s; victims: {} delete requests by the old leader, {} by the new, {} distinct; {} writes sent after the old leader's term, {} passed on after it (sent before): {landed_late:#?}",
         took_over.as_secs_f64(),
         by_a.len(),
         by_b.len(),
-        late.len()
+        victims.len(),
+        sent_late.len(),
+        landed_late.len(),
     );
     assert!(
-        late.is_empty(),
-        "the old leader wrote after its term: {late:?}"
+        sent_late.is_empty(),
+        "the old leader wrote after its term: {sent_late:?}"
     );
     let overcommits = overcommits
         .lock()
@@ -550,21 +666,27 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
     assert!(overcommits.is_empty(), "{overcommits:?}");
     assert!(
         !by_b.is_empty(),
-        "the new leader preempted for the vip pods"
+        "the new leader preempted for the pods of high priority"
     );
-    assert!(
-        by_both.is_empty(),
-        "no victim deleted by both leaders: {by_both:?}"
-    );
+    assert!(twice.is_empty(), "each victim is deleted once: {twice:?}");
+    // Six CPUs asked for, two free: four victims, no more.
+    assert_eq!(victims.len(), 4, "the fewest victims: {victims:?}");
     assert!(
         misreported.is_empty(),
         "bound yet PodScheduled=False: {misreported:?}"
     );
+    assert_eq!(cpus_bound, 8, "both nodes exactly full, one CPU per pod");
     assert!(a.running() && b.running(), "neither process exits");
 
     web.delete_profile()?;
     vip.delete_profile()?;
     drop((a, b));
     nodes.delete().await?;
-    ns.delete().await
+    ns.delete().await?;
+    delete_labelled("pv", &class)?;
+    kubectl_ok(
+        &["delete", "storageclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! DefaultPreemption on a real cluster: a high-priority pod evicts the fewest lower-priority
-//! pods and lands where it made room; a PodDisruptionBudget steers which pods go;
+//! pods and lands where it made room; a burst of them evicts no more than it needs, side by
+//! side with kube-scheduler; a PodDisruptionBudget steers which pods go;
 //! `preemptionPolicy: Never` waits; a pinned VM preempts only on its pinned node.
 
 use std::collections::BTreeSet;
@@ -407,5 +408,128 @@ async fn a_pinned_vm_preempts_only_on_its_pin() -> anyhow::Result<()> {
     );
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
+    ns.delete().await
+}
+
+/// Nodes and pods of a burst: four 8-CPU nodes full of 1-CPU pods of low priority, and twenty
+/// 1-CPU pods of high priority.
+const BURST_NODES: usize = 4;
+const BURST_CPUS: usize = 8;
+const BURST_PREEMPTORS: usize = 20;
+
+/// [`BURST_NODES`] nodes full of 1-CPU pods of low priority (bare pods: nothing replaces a
+/// victim); [`BURST_PREEMPTORS`] 1-CPU pods of high priority arrive at once, each preempting
+/// before the API has shown the victims of the ones before it. `scheduler` schedules them;
+/// returns how many pods of low priority were evicted.
+async fn burst(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    classes: &Priorities,
+    scheduler: &str,
+) -> anyhow::Result<usize> {
+    let nodes = TestNodes::create(
+        client,
+        name,
+        BURST_NODES,
+        &BURST_CPUS.to_string(),
+        |_, _| {},
+    )
+    .await?;
+    let maker = Pods { ns, nodes: &nodes };
+    let low = format!("{name}-low");
+    for (i, node) in nodes.names.iter().enumerate() {
+        for j in 0..BURST_CPUS {
+            maker.make(
+                &format!("{name}-low-{i}-{j}"),
+                &classes.class("low"),
+                "1",
+                Some(node),
+                scheduler,
+                &low,
+            )?;
+        }
+    }
+    for i in 0..BURST_NODES {
+        for j in 0..BURST_CPUS {
+            wait_bound(client, ns, &format!("{name}-low-{i}-{j}"), TIMEOUT).await?;
+        }
+    }
+    // A busy cluster: pods elsewhere come and go all through the burst, and each that goes is
+    // an event that sends the pods waiting on room back to be tried.
+    let elsewhere = TestNodes::create(client, &format!("{name}-busy"), 1, "64", |_, _| {}).await?;
+    let churn = {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+        let (node, name) = (elsewhere.names[0].clone(), name.to_string());
+        let mut spec = json!({"nodeName": node, "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
+        elsewhere.isolate(&mut spec);
+        tokio::spawn(async move {
+            for i in 0usize.. {
+                let pod: Pod = serde_json::from_value(
+                    json!({"metadata": {"name": format!("{name}-busy-{i}")}, "spec": spec}),
+                )
+                .expect("a pod");
+                let _ = pods.create(&PostParams::default(), &pod).await;
+                if let Some(before) = i.checked_sub(2) {
+                    let _ = pods
+                        .delete(&format!("{name}-busy-{before}"), &DeleteParams::default())
+                        .await;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    // All at once (kubectl would space them a tenth of a second apart).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let creations = (0..BURST_PREEMPTORS).map(|k| {
+        let mut spec = json!({"schedulerName": scheduler, "priorityClassName": classes.class("high"),
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]});
+        nodes.isolate(&mut spec);
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": format!("{name}-vip-{k}"), "labels": {"role": format!("{name}-vip")}},
+            "spec": spec}))
+        .expect("a pod");
+        let pods = pods.clone();
+        async move { pods.create(&PostParams::default(), &pod).await }
+    });
+    for created in futures::future::join_all(creations).await {
+        created?;
+    }
+    for k in 0..BURST_PREEMPTORS {
+        wait_bound(client, ns, &format!("{name}-vip-{k}"), TIMEOUT).await?;
+    }
+    churn.abort();
+    let left = alive(client, ns, &format!("role={low}")).await?.len();
+    nodes.delete().await?;
+    elsewhere.delete().await?;
+    Ok(BURST_NODES * BURST_CPUS - left)
+}
+
+/// A burst of pods that must preempt, all at once, side by side with kube-scheduler (its own
+/// DefaultPreemption, asynchronous as in 1.36): tether evicts exactly as many pods as they
+/// need, and no more than kube-scheduler does.
+#[tokio::test]
+async fn a_burst_of_preemptors_evicts_no_more_than_it_needs() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "preempt-burst").await?;
+    let classes = Priorities::create()?;
+    let reference = format!("burst-ref-{}", unique_suffix());
+    let _kube_scheduler =
+        tether_e2e::reference::ReferenceScheduler::start_preempting(&reference, &[&reference])?;
+    let by_tether = burst(&client, &ns.name, "burst-t", &classes, "tether-scheduler").await?;
+    let by_kube = burst(&client, &ns.name, "burst-k", &classes, &reference).await?;
+    println!(
+        "pods evicted for {BURST_PREEMPTORS} preemptors: tether {by_tether}, kube-scheduler {by_kube}"
+    );
+    assert_eq!(
+        by_tether, BURST_PREEMPTORS,
+        "one CPU asked for by each on full nodes: one victim each"
+    );
+    assert!(
+        by_tether <= by_kube,
+        "tether {by_tether}, kube-scheduler {by_kube}"
+    );
     ns.delete().await
 }

@@ -179,6 +179,7 @@ impl ClusterState {
             events: None,
             // No client: nothing is written.
             gate: crate::gate::WriteGate::alone(),
+            evictions: Arc::default(),
         }
     }
 

@@ -39,6 +39,9 @@ pub struct Handle {
     /// Asked before a plugin writes to the cluster (preemption's evictions, VolumeBinding's
     /// PreBind writes).
     pub gate: WriteGate,
+    /// The evictions DefaultPreemption has decided and the cache does not show yet, shared by
+    /// every profile of one scheduler.
+    pub evictions: Arc<plugins::default_preemption::evictions::Evictions>,
 }
 
 impl Default for Handle {
@@ -53,6 +56,7 @@ impl Default for Handle {
             budgets: Arc::new(DisruptionBudgets::default()),
             events: None,
             gate: WriteGate::alone(),
+            evictions: Arc::default(),
         }
     }
 }

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
+use super::evictions::Evictions;
 use crate::gate::{Write, WriteGate};
 use crate::recorder::{EventType, EventWriter};
 
@@ -30,27 +31,38 @@ fn name_of(pod: &Pod) -> (&str, &str) {
     )
 }
 
-/// Carries `p` out. Failures are logged: the preemptor is retried by the events of the pods
-/// that do go, or by its backoff.
+/// Carries `p` out. Failures are logged, and the evictions that failed are forgotten in
+/// `evictions` (a later preemption may pick those pods again): the preemptor is retried by the
+/// events of the pods that do go, or by its backoff.
 pub async fn carry_out(
     client: kube::Client,
     events: Option<EventWriter>,
     gate: WriteGate,
+    evictions: Arc<Evictions>,
     p: Preemption,
 ) {
     let preemptor = format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1);
+    let victims = p.victims.clone();
     // Fenced as a whole: when the term ends half-way, the victims not deleted yet are left.
     if let Err(refused) = gate
-        .write(Write::Eviction, actuate(client, events, p))
+        .write(Write::Eviction, actuate(client, events, &evictions, p))
         .await
     {
+        for victim in &victims {
+            evictions.failed(victim);
+        }
         tracing::info!(pod = %preemptor, error = %refused, "the preemption is not carried out");
     }
 }
 
 /// The preemption's writes, in kube-scheduler's order: clear the nominations of the pods it
 /// outranks, then mark and delete each victim.
-async fn actuate(client: kube::Client, events: Option<EventWriter>, p: Preemption) {
+async fn actuate(
+    client: kube::Client,
+    events: Option<EventWriter>,
+    evictions: &Evictions,
+    p: Preemption,
+) {
     for pod in &p.outranked {
         let (ns, name) = name_of(pod);
         let patch = serde_json::json!({
@@ -97,6 +109,7 @@ async fn actuate(client: kube::Client, events: Option<EventWriter>, p: Preemptio
             Err(e) if is_not_found(&e) => continue,
             Err(e) => {
                 tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not mark a preemption victim");
+                evictions.failed(victim);
                 continue;
             }
             Ok(_) => {}
@@ -112,6 +125,7 @@ async fn actuate(client: kube::Client, events: Option<EventWriter>, p: Preemptio
             Err(e) if is_not_found(&e) => continue,
             Err(e) => {
                 tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not delete a preemption victim");
+                evictions.failed(victim);
                 continue;
             }
             Ok(_) => {}

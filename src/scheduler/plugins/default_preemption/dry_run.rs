@@ -109,6 +109,8 @@ pub struct DryRun<'a> {
     /// profile has such a plugin); else the cycle's PreFilter state holds.
     pub fresh_pre_filter: bool,
     pub now: Timestamp,
+    /// The evictions already decided: a going pod is a victim, never reprieved.
+    pub evictions: &'a super::evictions::Evictions,
 }
 
 impl DryRun<'_> {
@@ -154,8 +156,14 @@ impl DryRun<'_> {
             return Err(status);
         }
         potential.sort_by(|a, b| more_important_first(a, b, self.now));
+        // A going pod leaves whatever this pod does: its room is taken first, it costs no
+        // budget and it is not reprieved (reprieving it would evict another in its place).
+        let (going, potential): (Vec<_>, Vec<_>) = potential
+            .into_iter()
+            .partition(|p| self.evictions.going(&p.pod));
         let (violating, fine) = split_by_budgets(&potential, self.budgets);
-        let mut victims = Vec::new();
+        let any_going = !going.is_empty();
+        let mut victims = going;
         let mut pdb_violations = 0;
         for (group, protected) in [(&violating, true), (&fine, false)] {
             for pod in group {
@@ -170,7 +178,7 @@ impl DryRun<'_> {
                 }
             }
         }
-        if !violating.is_empty() && !fine.is_empty() {
+        if any_going || (!violating.is_empty() && !fine.is_empty()) {
             victims.sort_by(|a, b| more_important_first(a, b, self.now));
         }
         if victims.is_empty() {

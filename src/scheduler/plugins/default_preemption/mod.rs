@@ -9,13 +9,16 @@
 //! violations, victims' priorities, their number, their start times).
 //!
 //! Differences from upstream: a victim waiting at Permit or in PreBind is evicted through
-//! the API like any other (upstream stops it in memory), and the preemptor is not held at
-//! PreEnqueue while the evictions run: until they do, a retry finds the victims terminating
-//! and is told so.
+//! the API like any other (upstream stops it in memory); and instead of holding the preemptor
+//! at PreEnqueue while the evictions run, a victim counts as going from the moment its eviction
+//! is decided ([`evictions`]): a retry before the API's answer reaches the cache is told that a
+//! pod on its nominated node is terminating, and another preemptor never reprieves a going pod
+//! nor evicts it a second time.
 
 pub mod actuate;
 pub mod args;
 pub mod dry_run;
+pub mod evictions;
 #[cfg(test)]
 mod tests;
 
@@ -28,6 +31,7 @@ use rayon::prelude::*;
 
 use self::args::DefaultPreemptionArgs;
 use self::dry_run::{Candidate, DryRun};
+use self::evictions::Evictions;
 use crate::gate::WriteGate;
 use crate::recorder::EventWriter;
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -50,6 +54,8 @@ pub struct DefaultPreemption {
     events: Option<EventWriter>,
     /// Asked before the evictions are written.
     gate: WriteGate,
+    /// The evictions decided and not seen in the cache yet, shared by every profile.
+    evictions: Arc<Evictions>,
     /// Where evictions run; `None` outside a tokio runtime (unit tests), where they do not.
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -66,21 +72,23 @@ impl Plugin for DefaultPreemption {
     }
 }
 
-/// Whether a pod is going away because a scheduler preempted it.
-fn preempted(pod: &k8s_openapi::api::core::v1::Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
-            .is_some_and(|c| {
-                c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
-            })
+/// Whether a pod is going away because a scheduler preempted it (this one's decision counts
+/// before the API has it).
+fn preempted(pod: &k8s_openapi::api::core::v1::Pod, evictions: &Evictions) -> bool {
+    evictions.started_here(pod)
+        || pod.metadata.deletion_timestamp.is_some()
+            && pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "DisruptionTarget"))
+                .is_some_and(|c| {
+                    c.status == "True" && c.reason.as_deref() == Some("PreemptionByScheduler")
+                })
 }
 
 /// Why the pod may not preempt, if it may not (upstream's PodEligibleToPreemptOthers).
-fn not_eligible(ctx: &PostFilterContext<'_>) -> Option<&'static str> {
+fn not_eligible(ctx: &PostFilterContext<'_>, evictions: &Evictions) -> Option<&'static str> {
     let pod = &ctx.pod.pod;
     if pod
         .spec
@@ -102,7 +110,7 @@ fn not_eligible(ctx: &PostFilterContext<'_>) -> Option<&'static str> {
     let node = ctx.snapshot.get(&nominated)?;
     node.pods
         .iter()
-        .any(|p| priority(&p.pod) < own && preempted(&p.pod))
+        .any(|p| priority(&p.pod) < own && preempted(&p.pod, evictions))
         .then_some("not eligible due to a terminating pod on the nominated node.")
 }
 
@@ -172,6 +180,7 @@ impl DefaultPreemption {
                 .iter()
                 .any(|p| p.pre_filter_reads_pods()),
             now,
+            evictions: &self.evictions,
         };
         let order: Vec<&Arc<NodeInfo>> = (0..potential.len())
             .map(|i| potential[(offset + i) % potential.len()])
@@ -209,7 +218,7 @@ impl DefaultPreemption {
 impl PostFilterPlugin for DefaultPreemption {
     fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
         let say = |code, message: String| Status::new(code, format!("preemption: {message}"));
-        if let Some(why) = not_eligible(ctx) {
+        if let Some(why) = not_eligible(ctx, &self.evictions) {
             return (Nomination::Keep, say(Code::Unschedulable, why.to_string()));
         }
         let now = Timestamp::now();
@@ -250,11 +259,8 @@ impl PostFilterPlugin for DefaultPreemption {
             );
         };
         let own = priority(&ctx.pod.pod);
-        if best
-            .victims
-            .iter()
-            .all(|v| v.pod.metadata.deletion_timestamp.is_some())
-        {
+        let victims = self.evictions.start(best.victims.iter().map(|v| &v.pod));
+        if victims.is_empty() {
             // Every victim is already going: nothing to carry out, as upstream.
             return (Nomination::Node(best.node.clone()), Status::success());
         }
@@ -268,13 +274,14 @@ impl PostFilterPlugin for DefaultPreemption {
         let preemption = actuate::Preemption {
             preemptor: ctx.pod.pod.clone(),
             node: best.node.clone(),
-            victims: best.victims.iter().map(|v| v.pod.clone()).collect(),
+            victims,
             outranked,
         };
         tracing::info!(
             pod = %ctx.pod.key(),
             node = %best.node,
             victims = best.victims.len(),
+            evicting = preemption.victims.len(),
             "preempting"
         );
         if let (Some(client), Some(runtime)) = (&self.client, &self.runtime) {
@@ -282,6 +289,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 client.clone(),
                 self.events.clone(),
                 self.gate.clone(),
+                self.evictions.clone(),
                 preemption,
             ));
         }
@@ -299,6 +307,7 @@ pub fn build(
     let client = handle.client.clone();
     let events = handle.events.clone();
     let gate = handle.gate.clone();
+    let evictions = handle.evictions.clone();
     let args: DefaultPreemptionArgs = decode_args(args, path)?;
     args.validate(path)?;
     Ok(Arc::new(DefaultPreemption {
@@ -307,6 +316,7 @@ pub fn build(
         client,
         events,
         gate,
+        evictions,
         runtime: tokio::runtime::Handle::try_current().ok(),
     }))
 }

@@ -31,18 +31,27 @@ fn running(name: &str, node: &str, priority: i32, cpu: &str) -> k8s_openapi::api
 /// Schedules `pod` with the default profile (its budgets from `handle`); the diagnosis when
 /// it fits nowhere.
 fn attempt(handle: &Handle, snap: &Snapshot, pod: PodBuilder) -> Diagnosis {
+    attempt_info(handle, snap, &pod.info(), &NoNominations)
+}
+
+/// As [`attempt`], for a pod already built, with `nominated`.
+fn attempt_info(
+    handle: &Handle,
+    snap: &Snapshot,
+    pod: &crate::scheduler::framework::pod_info::PodInfo,
+    nominated: &dyn crate::scheduler::framework::NominatedPods,
+) -> Diagnosis {
     let profile = default_profile("tether-scheduler", handle)
         .expect("compiles")
         .profile;
     let mut state = CycleState::new();
-    let pod = pod.info();
     match schedule_pod(
         &profile,
         &mut state,
-        &pod,
+        pod,
         snap,
         &AtomicUsize::new(0),
-        &NoNominations,
+        nominated,
     ) {
         ScheduleResult::Unschedulable(d) => d,
         other => panic!("want unschedulable, got {other:?}"),
@@ -110,6 +119,7 @@ fn victims_are_the_fewest_and_least_important_that_make_room() {
         budgets: &[],
         fresh_pre_filter: true,
         now: Timestamp::now(),
+        evictions: &Evictions::default(),
     };
     let candidate = dry
         .select_victims(snap.get("n1").expect("n1"))
@@ -244,5 +254,84 @@ fn candidates_are_picked_in_upstreams_order() {
     assert_eq!(
         dry_run::pick(&by_count, now).map(|c| c.node.as_str()),
         Some("b")
+    );
+}
+
+/// One 4-CPU node full of four 1-CPU pods of priority 0.
+fn one_full_node() -> Snapshot {
+    snapshot(
+        vec![NodeBuilder::new("n1")],
+        (0..4)
+            .map(|i| running(&format!("web{i}"), "n1", 0, "1"))
+            .collect(),
+    )
+}
+
+/// A preemptor retried before the cache shows its victims going (another pod's event, a pop
+/// from backoffQ) evicts nobody more: its victim counts as terminating on its nominated node.
+#[test]
+fn a_retry_before_the_cache_shows_the_victims_evicts_no_more() {
+    let handle = Handle::default();
+    let snap = one_full_node();
+    let vip = Arc::new(PodBuilder::new("vip").req_cpu("1").priority(1000).info());
+    let nominator = crate::scheduler::backend::nominator::Nominator::default();
+    let first = attempt_info(&handle, &snap, &vip, &nominator);
+    assert_eq!(first.nomination, Some(Nomination::Node("n1".into())));
+    assert_eq!(handle.evictions.len(), 1, "one victim for one CPU");
+    nominator.nominate(vip.clone(), "n1");
+    let retry = attempt_info(&handle, &snap, &vip, &nominator);
+    assert!(
+        retry
+            .message()
+            .contains("not eligible due to a terminating pod on the nominated node"),
+        "{}",
+        retry.message()
+    );
+    assert_eq!(handle.evictions.len(), 1, "no second victim");
+}
+
+/// A second preemptor, before the cache shows the first one's victim going, takes that room
+/// for the first and asks for one more victim: two evictions for two pods, none twice.
+#[test]
+fn a_second_preemptor_evicts_only_what_it_needs() {
+    let handle = Handle::default();
+    let snap = one_full_node();
+    let nominator = crate::scheduler::backend::nominator::Nominator::default();
+    for name in ["vip1", "vip2"] {
+        let vip = Arc::new(PodBuilder::new(name).req_cpu("1").priority(1000).info());
+        let d = attempt_info(&handle, &snap, &vip, &nominator);
+        assert_eq!(d.nomination, Some(Nomination::Node("n1".into())));
+        nominator.nominate(vip, "n1");
+    }
+    assert_eq!(handle.evictions.len(), 2);
+}
+
+/// A pod already terminating leaves whatever happens: its room is taken before any pod is
+/// evicted (upstream could reprieve it and evict another in its place).
+#[test]
+fn a_terminating_pod_is_never_reprieved() {
+    let handle = Handle::default();
+    let mut leaving = running("leaving", "n1", 500, "1");
+    leaving.metadata.deletion_timestamp = Some(
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(Timestamp::now()),
+    );
+    let snap = snapshot(
+        vec![NodeBuilder::new("n1")],
+        vec![
+            leaving,
+            running("web0", "n1", 0, "1"),
+            running("web1", "n1", 0, "1"),
+            running("web2", "n1", 0, "1"),
+        ],
+    );
+    let d = attempt(
+        &handle,
+        &snap,
+        PodBuilder::new("vip").req_cpu("1").priority(1000),
+    );
+    assert_eq!(d.nomination, Some(Nomination::Node("n1".into())));
+    assert!(
+        handle.evictions.is_empty(),
+        "nobody evicted: the room is coming"
     );
 }
