@@ -94,7 +94,7 @@ bench: ## kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BEN
 	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
 	status=0; TETHER_BIN=$(CURDIR)/target/release/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) \
 	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
-	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture || status=$$?; \
+	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
 	exit $$status
 

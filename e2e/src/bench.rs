@@ -531,6 +531,12 @@ type Usage = (f64, f64);
 
 impl Process {
     fn kube_scheduler(scheduler: &str) -> anyhow::Result<Self> {
+        Self::kube_scheduler_serving(scheduler, None)
+    }
+
+    /// kube-scheduler, serving its probes on `port` when given (its own certificate, in a
+    /// directory of its own under .cluster/).
+    fn kube_scheduler_serving(scheduler: &str, port: Option<u16>) -> anyhow::Result<Self> {
         let bin = crate::reference::kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs)?;
@@ -544,9 +550,20 @@ impl Process {
         });
         std::fs::write(&config, serde_json::to_string(&doc)?)?;
         let log = std::fs::File::create(logs.join("bench-kube-scheduler.log"))?;
-        let child = Command::new(&bin)
-            .arg(format!("--config={}", config.display()))
-            .arg("--secure-port=0")
+        let mut cmd = Command::new(&bin);
+        cmd.arg(format!("--config={}", config.display()));
+        match port {
+            Some(port) => {
+                let certs = repo_dir().join(".cluster/bench-kube-scheduler-certs");
+                cmd.arg(format!("--secure-port={port}"))
+                    .arg("--bind-address=127.0.0.1")
+                    .arg(format!("--cert-dir={}", certs.display()));
+            }
+            None => {
+                cmd.arg("--secure-port=0");
+            }
+        }
+        let child = cmd
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -557,6 +574,11 @@ impl Process {
     /// A release tether (`$TETHER_BIN`, else target/release/tether) as the tether
     /// ServiceAccount, with its API budgets opened to 5,000 a second.
     async fn tether(scheduler: &str) -> anyhow::Result<Self> {
+        Ok(Self::tether_with_health(scheduler).await?.0)
+    }
+
+    /// As [`Process::tether`], with the address its probes are served on.
+    async fn tether_with_health(scheduler: &str) -> anyhow::Result<(Self, std::net::SocketAddr)> {
         let bin = std::env::var_os("TETHER_BIN")
             .map(PathBuf::from)
             .unwrap_or_else(|| repo_dir().join("target/release/tether"));
@@ -578,7 +600,7 @@ impl Process {
             .stderr(log)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
-        Ok(Process { child })
+        Ok((Process { child }, health))
     }
 
     /// CPU seconds used so far and peak resident memory, from /proc.
@@ -777,4 +799,116 @@ pub fn write_json(results: &[RunResult], name: &str) -> anyhow::Result<PathBuf> 
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(results)?)?;
     Ok(path)
+}
+
+/// One scheduler's start: from its process starting to its `/readyz` answering 200 on a cluster
+/// of `nodes` nodes with `images` images each.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ReadyResult {
+    pub contender: Contender,
+    pub nodes: usize,
+    pub images: usize,
+    pub round: usize,
+    pub seconds: f64,
+    /// CPU seconds the process had used when it was ready.
+    pub cpu_seconds: f64,
+    pub peak_rss_mib: f64,
+}
+
+/// The `status.images` of a node: `count` images, most of them shared with other nodes (a pool
+/// of 4 × `count`, a window per node), as ImageLocality sees a real fleet.
+pub fn node_images(node: usize, count: usize) -> Value {
+    let pool = (4 * count).max(1);
+    let images: Vec<Value> = (0..count)
+        .map(|j| {
+            let image = (node * 7 + j) % pool;
+            json!({"names": [format!("registry.example/team-{}/app-{image}:v1", image % 13),
+                             format!("registry.example/team-{}/app-{image}@sha256:{image:064x}", image % 13)],
+                   "sizeBytes": 50_000_000 + (image as i64) * 1_000_000})
+        })
+        .collect();
+    Value::Array(images)
+}
+
+/// `GET <url>` with curl; whether it answered 200.
+fn answers_ok(url: &str) -> bool {
+    Command::new("curl")
+        .args([
+            "-sk",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "2",
+            url,
+        ])
+        .output()
+        .is_ok_and(|out| out.stdout == b"200")
+}
+
+/// Starts `contender` (kube-scheduler or tether) on the cluster as it is, and measures how long
+/// it takes to be ready: tether's `/readyz` (every watch a decision needs has listed and the
+/// cache holds it) and kube-scheduler's `/readyz` (its informers synced and handlers run).
+pub async fn start_to_ready(
+    contender: Contender,
+    nodes: usize,
+    images: usize,
+    round: usize,
+) -> anyhow::Result<ReadyResult> {
+    let (process, url) = match contender {
+        Contender::KubeScheduler => {
+            let port = free_local_addr()?.port();
+            let process = Process::kube_scheduler_serving("ready-bench", Some(port))?;
+            (process, format!("https://127.0.0.1:{port}/readyz"))
+        }
+        Contender::Tether => {
+            let (process, health) = Process::tether_with_health("ready-bench").await?;
+            (process, format!("http://{health}/readyz"))
+        }
+        other => bail!("{} has no start to measure", other.label()),
+    };
+    let started = Instant::now();
+    let seconds = wait_for(
+        &format!("{} to be ready", contender.label()),
+        Duration::from_secs(600),
+        || async { Ok(answers_ok(&url).then(|| started.elapsed().as_secs_f64())) },
+    )
+    .await?;
+    let (cpu_seconds, peak_rss_mib) = process.usage()?;
+    Ok(ReadyResult {
+        contender,
+        nodes,
+        images,
+        round,
+        seconds,
+        cpu_seconds,
+        peak_rss_mib,
+    })
+}
+
+/// The start-to-ready figures as Markdown, each round's tether figure next to kube-scheduler's
+/// of the same round.
+pub fn ready_report(results: &[ReadyResult], command: &str, versions: &str) -> String {
+    let mut out = format!("Run `{command}` on {}; {versions}.\n\n", machine());
+    out.push_str("| nodes × images | round | scheduler | start to ready (s) | CPU s | peak RSS MiB | time vs kube-scheduler | CPU vs kube-scheduler |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|\n");
+    for r in results {
+        let kube = results.iter().find(|o| {
+            o.contender == Contender::KubeScheduler && o.round == r.round && o.nodes == r.nodes
+        });
+        out.push_str(&format!(
+            "| {} × {} | {} | {} | {:.1} | {:.1} | {:.0} | {} | {} |\n",
+            r.nodes,
+            r.images,
+            r.round,
+            r.contender.label(),
+            r.seconds,
+            r.cpu_seconds,
+            r.peak_rss_mib,
+            ratio(Some(r.seconds), kube.map(|k| k.seconds)),
+            ratio(Some(r.cpu_seconds), kube.map(|k| k.cpu_seconds)),
+        ));
+    }
+    out
 }

@@ -4,8 +4,11 @@
 //! bench cannot rot (no ratio is asserted: these machines are too small and too noisy for one).
 //! Both start schedulers of their own, so they run alone, after the shared tether has stopped.
 
-use tether_e2e::bench::{Bench, Contender, Mode, RunResult, Workload, report, write_json};
-use tether_e2e::{client, repo_dir};
+use tether_e2e::bench::{
+    Bench, Contender, Mode, ReadyResult, RunResult, Workload, node_images, ready_report, report,
+    start_to_ready, write_json,
+};
+use tether_e2e::{TestNodes, client, repo_dir};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -69,7 +72,98 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
         1 + runs.len()
     );
     write_json(&results, "results-small")?;
-    bench.nodes.delete().await
+    bench.nodes.delete().await?;
+
+    // Start to ready, small: the nodes carry their images as the big run's do.
+    let client = tether_e2e::client().await?;
+    let nodes = nodes_with_images(&client, 20, 50).await?;
+    let mut ready = Vec::new();
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        let r = start_to_ready(contender, 20, 50, 1).await?;
+        assert!(r.seconds > 0.0 && r.cpu_seconds > 0.0, "{r:?}");
+        ready.push(r);
+    }
+    let table = ready_report(&ready, "make test", "small run");
+    assert_eq!(table.lines().filter(|l| l.starts_with("| ")).count(), 3);
+    nodes.delete().await
+}
+
+/// `count` nodes of `images` images each; checks that the images stay on them (kwok manages
+/// the nodes' status), so that the start measured is that of a fleet with images.
+async fn nodes_with_images(
+    client: &kube::Client,
+    count: usize,
+    images: usize,
+) -> anyhow::Result<TestNodes> {
+    let nodes = TestNodes::create(client, "ready", count, "32", |i, node| {
+        node["status"]["images"] = node_images(i, images);
+    })
+    .await?;
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let last = nodes.names.last().expect("nodes were made");
+    let held = api
+        .get(last)
+        .await?
+        .status
+        .and_then(|s| s.images)
+        .map_or(0, |i| i.len());
+    anyhow::ensure!(
+        held == images,
+        "node {last} holds {held} images, not {images}"
+    );
+    Ok(nodes)
+}
+
+/// Start to ready on `BENCH_READY_NODES` nodes (5,000 unless told otherwise) of 50 images each,
+/// kube-scheduler and tether in turn, two rounds; writes its table into BENCHMARKS.md and
+/// target/bench/ready.json.
+#[tokio::test]
+#[ignore = "thousands of nodes: make bench"]
+async fn start_to_ready_on_a_large_fleet() -> anyhow::Result<()> {
+    const IMAGES: usize = 50;
+    let count = env_or("BENCH_READY_NODES", 5000);
+    let client = client().await?;
+    let nodes = nodes_with_images(&client, count, IMAGES).await?;
+    let mut results: Vec<ReadyResult> = Vec::new();
+    for round in 1..=2 {
+        for contender in [Contender::KubeScheduler, Contender::Tether] {
+            let r = start_to_ready(contender, count, IMAGES, round).await?;
+            println!(
+                "{} nodes × {IMAGES} images, round {round}: {} ready in {:.1} s ({:.1} CPU s, {:.0} MiB)",
+                count,
+                contender.label(),
+                r.seconds,
+                r.cpu_seconds,
+                r.peak_rss_mib
+            );
+            results.push(r);
+        }
+    }
+    let dir = repo_dir().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("ready.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
+    let table = ready_report(
+        &results,
+        &format!("make bench BENCH_READY_NODES={count}"),
+        &versions,
+    );
+    let doc = repo_dir().join("BENCHMARKS.md");
+    let text = std::fs::read_to_string(&doc).unwrap_or_default();
+    let (open, close) = ("<!-- ready table -->", "<!-- end ready table -->");
+    let updated = match text.split_once(open) {
+        Some((before, after)) => {
+            let rest = after.split_once(close).map_or("", |(_, r)| r);
+            format!("{before}{open}\n{table}{close}{rest}")
+        }
+        None => format!("{text}\n## Start to ready\n\n{open}\n{table}{close}\n"),
+    };
+    std::fs::write(&doc, updated)?;
+    println!("{table}");
+    nodes.delete().await
 }
 
 #[tokio::test]
