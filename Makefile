@@ -84,7 +84,8 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 BENCH_NODES ?= 500
 BENCH_PODS ?= 5000
 BENCH_RATE ?= 100
-bench: ## kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE); writes BENCHMARKS.md and target/bench/results.json
+BENCH_READY_NODES ?= 5000
+bench: ## kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), and each one's start on BENCH_READY_NODES nodes; writes BENCHMARKS.md and target/bench/results.json
 	$(CARGO) build --release --bin tether
 	$(MAKE) --no-print-directory k8s-bins
 	@set -e; started=false; \
@@ -92,7 +93,7 @@ bench: ## kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BEN
 	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \
 	fi; \
 	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
-	status=0; TETHER_BIN=$(CURDIR)/target/release/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) \
+	status=0; TETHER_BIN=$(CURDIR)/target/release/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) \
 	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \

@@ -5,6 +5,7 @@
 
 pub mod bindings;
 pub mod history;
+pub mod kubevirt;
 pub mod owners;
 pub mod reconcile;
 pub mod workload;
