@@ -411,6 +411,15 @@ async fn start_watches_and_controllers(
             owners::run_owner_watches(parts.owners.clone(), client.clone(), readiness),
         )),
         tokio::spawn(fatal.forever(
+            "the live migration follower",
+            crate::sticky::migrations::follow(
+                parts.history.clone(),
+                client.clone(),
+                records_history(&parts.sched),
+                gate.leadership().clone(),
+            ),
+        )),
+        tokio::spawn(fatal.forever(
             "the StickyBinding controller",
             controller::sticky_binding::run(
                 client.clone(),
@@ -558,6 +567,19 @@ fn wait_to_schedule(sched: &Scheduler, runtime: &tokio::runtime::Handle) -> bool
     true
 }
 
+/// Whether a pod's binds are counted in history: its profile runs PlacementRecorder (read
+/// through a weak reference, so that the scheduler of a session that ended is not kept).
+fn records_history(sched: &Arc<Scheduler>) -> crate::sticky::migrations::Records {
+    let observed = Arc::downgrade(sched);
+    Arc::new(move |pod: &Pod| {
+        observed.upgrade().is_some_and(|s| {
+            s.profiles
+                .get(crate::k8s::pods::scheduler_name(pod))
+                .is_some_and(|p| p.uses(placement_recorder::NAME))
+        })
+    })
+}
+
 /// Binds made before a restart whose history write was lost are counted now, and binds an
 /// earlier tether made that show up from now on as they come.
 fn record_missed_binds(
@@ -565,24 +587,20 @@ fn record_missed_binds(
     history: &Arc<HistoryWriter>,
     runtime: &tokio::runtime::Handle,
 ) {
-    let records = |sched: &Scheduler, pod: &Pod| {
-        let name = crate::k8s::pods::scheduler_name(pod);
-        sched
-            .profiles
-            .get(name)
-            .is_some_and(|p| p.uses(placement_recorder::NAME))
-    };
+    let records = records_history(sched);
     let (writer, spawner) = (history.clone(), runtime.clone());
-    let observed = Arc::downgrade(sched);
-    let observer: BindObserver = Arc::new(move |pod| {
-        if observed.upgrade().is_some_and(|s| records(&s, &pod)) {
-            spawner.spawn(reconcile::record_missed_binds(writer.clone(), vec![pod]));
-        }
-    });
+    let observer: BindObserver = {
+        let records = records.clone();
+        Arc::new(move |pod| {
+            if records(&pod) {
+                spawner.spawn(reconcile::record_missed_binds(writer.clone(), vec![pod]));
+            }
+        })
+    };
     let recorded: Vec<_> = sched
         .bound_pods_then_observe(observer)
         .into_iter()
-        .filter(|pod| records(sched, pod))
+        .filter(|pod| records(pod))
         .collect();
     runtime.spawn(reconcile::record_missed_binds(history.clone(), recorded));
 }

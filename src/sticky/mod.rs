@@ -6,6 +6,7 @@
 pub mod bindings;
 pub mod history;
 pub mod kubevirt;
+pub mod migrations;
 pub mod owners;
 pub mod reconcile;
 pub mod workload;

@@ -369,7 +369,12 @@ async fn run_owner_watches_with(
             "Job",
             "batch/v1",
             job,
-            |o: &Job| meta_of(&o.metadata, "batch/v1", "Job", None)
+            |o: &Job| meta_of(
+                &o.metadata,
+                "batch/v1",
+                "Job",
+                o.spec.as_ref().and_then(|s| s.parallelism)
+            )
         ),
     );
 }

@@ -122,6 +122,10 @@ async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
             let Some(bound_at) = bound_at(&pod) else {
                 continue;
             };
+            // Counted when its migration completes (`super::migrations`), never from its bind.
+            if crate::sticky::kubevirt::migration_of(&pod).is_some() {
+                continue;
+            }
             let workload = writer.workload_of(&pod);
             if workload.pending_owner.is_some() {
                 later.push(pod);

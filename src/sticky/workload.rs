@@ -18,7 +18,7 @@ pub struct OwnerMeta {
     pub uid: String,
     /// The owner's own controller ownerReference, if it has one.
     pub controller: Option<OwnerReference>,
-    /// `spec.replicas` of a ReplicaSet, Deployment or StatefulSet.
+    /// `spec.replicas` of a ReplicaSet, Deployment or StatefulSet; `spec.parallelism` of a Job.
     pub replicas: Option<i32>,
 }
 
@@ -208,12 +208,13 @@ impl Workload {
         }
     }
 
-    /// Whether the workload is a ReplicaSet or Deployment with more than one replica: the
-    /// pods of such a workload are interchangeable, so the `skipMultiReplica` switch of
-    /// StickyNode and PlacementHistory leaves them alone. A StatefulSet never is: each of its
-    /// ordinals sticks on its own.
+    /// Whether the workload is a ReplicaSet or Deployment with more than one replica, or a Job
+    /// with a parallelism above one: the pods of such a workload are interchangeable, so
+    /// StickyNode never pins them and the `skipMultiReplica` switch of PlacementHistory leaves
+    /// them alone. A StatefulSet never is: each of its ordinals sticks on its own.
     pub fn is_multi_replica(&self) -> bool {
-        matches!(self.kind.as_str(), "ReplicaSet" | "Deployment") && self.replicas.unwrap_or(1) > 1
+        matches!(self.kind.as_str(), "ReplicaSet" | "Deployment" | "Job")
+            && self.replicas.unwrap_or(1) > 1
     }
 }
 
@@ -575,6 +576,39 @@ mod tests {
         for (name, w, binding, multi) in cases {
             assert_eq!(w.binding_name(), binding, "{name}");
             assert_eq!(w.is_multi_replica(), multi, "{name}");
+        }
+    }
+
+    /// Interchangeable replicas (a pin means nothing for them): a ReplicaSet, Deployment or Job
+    /// of several; never a StatefulSet, whose ordinals stick each on their own.
+    #[test]
+    fn which_workloads_are_many_interchangeable_replicas() {
+        let of = |kind: &str, replicas: Option<i32>| Workload {
+            namespace: "ns".into(),
+            api_version: "v1".into(),
+            kind: kind.into(),
+            name: "w".into(),
+            uid: String::new(),
+            ordinal: None,
+            pod_name: None,
+            replicas,
+            pending_owner: None,
+        };
+        for (kind, replicas, many) in [
+            ("Deployment", Some(3), true),
+            ("ReplicaSet", Some(2), true),
+            ("Job", Some(4), true),
+            ("Job", Some(1), false),
+            ("Job", None, false),
+            ("Deployment", Some(1), false),
+            ("StatefulSet", Some(3), false),
+            ("VirtualMachine", None, false),
+        ] {
+            assert_eq!(
+                of(kind, replicas).is_multi_replica(),
+                many,
+                "{kind} {replicas:?}"
+            );
         }
     }
 }

@@ -281,6 +281,15 @@ impl HistoryWriter {
         }
     }
 
+    /// Counts the bind of a live migration's target `pod` to `node` once its VMI reports the
+    /// migration completed: the VM runs there now, so its history and `latest` say so.
+    pub async fn record_completed_migration(&self, pod: &Pod, node: &str) {
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        if let Some(key) = self.enqueue_counted(pod, &workload, node) {
+            self.write_pending(&key).await;
+        }
+    }
+
     /// Like [`HistoryWriter::record_bind`], without waiting: the binding's turn is queued for
     /// one of [`WRITES_IN_FLIGHT`] writer tasks, so that a binding cycle ends when its bind is
     /// answered (the plugins see the bind at once all the same, see the [`BindingLookup`] of
@@ -338,8 +347,19 @@ impl HistoryWriter {
         self.enqueue_for(pod, &workload, node)
     }
 
-    /// As [`HistoryWriter::enqueue`], for a pod whose workload is known.
+    /// As [`HistoryWriter::enqueue`], for a pod whose workload is known. A live migration's
+    /// target pod is not counted at its bind: only a migration that completes moves the VM
+    /// ([`HistoryWriter::record_completed_migration`]).
     fn enqueue_for(&self, pod: &Pod, workload: &Workload, node: &str) -> Option<Key> {
+        if let Some(migration) = crate::sticky::kubevirt::migration_of(pod) {
+            tracing::debug!(pod = %pods::key(pod), migration = %migration, "a migration target's bind is counted when the migration completes");
+            return None;
+        }
+        self.enqueue_counted(pod, workload, node)
+    }
+
+    /// Queues the bind, unless the pod's owner is not known yet.
+    fn enqueue_counted(&self, pod: &Pod, workload: &Workload, node: &str) -> Option<Key> {
         if let Some(owner) = &workload.pending_owner {
             // Not this pod's binding to guess at; a restart's reconcile counts it later.
             tracing::warn!(pod = %pods::key(pod), owner = %owner, "the pod's owner is not known yet; its bind is not recorded now");
@@ -751,6 +771,29 @@ mod tests {
             count_bind(&status, "u0", "p", "n1", now()).is_none(),
             "u0 left recentBinds but is still counted once"
         );
+    }
+
+    /// A live migration's target pod is not counted at its bind (the migration may fail);
+    /// the VMI's other pods are.
+    #[tokio::test]
+    async fn a_migration_targets_bind_waits_for_the_migration() {
+        let writer = writer_for(&empty_store());
+        let vmi_pod = |name: &str, target: bool| {
+            let mut labels = serde_json::json!({"kubevirt.io/created-by": "uid-vmi"});
+            if target {
+                labels[crate::sticky::kubevirt::MIGRATION_JOB_UID] = "uid-mig".into();
+            }
+            serde_json::from_value::<Pod>(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"),
+                    "labels": labels,
+                    "ownerReferences": [{"apiVersion": "kubevirt.io/v1",
+                        "kind": "VirtualMachineInstance", "name": "vm", "uid": "uid-vmi",
+                        "controller": true}]},
+            }))
+            .expect("a pod")
+        };
+        assert!(writer.enqueue(&vmi_pod("source", false), "n1").is_some());
+        assert!(writer.enqueue(&vmi_pod("target", true), "n2").is_none());
     }
 
     #[tokio::test]

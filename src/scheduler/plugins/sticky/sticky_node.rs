@@ -63,8 +63,9 @@ pub enum OnNodeLoss {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
 pub struct StickyNodeArgs {
-    /// Leave alone the pods of a ReplicaSet or Deployment with more than one replica, which
-    /// are interchangeable. StatefulSet ordinals stick whatever the replicas.
+    /// Leave alone the pods of a ReplicaSet or Deployment with more than one replica, or a Job
+    /// with a parallelism above one, which are interchangeable: a pin means nothing for them.
+    /// Must stay true (false is refused); StatefulSet ordinals stick whatever the replicas.
     pub skip_multi_replica: bool,
     /// Namespaces whose pods the plugin leaves alone.
     pub excluded_namespaces: Vec<String>,
@@ -92,6 +93,15 @@ impl StickyNodeArgs {
     /// Checks the args, naming fields under `path` (e.g. `pluginConfig[0].args.releaseAfterSeconds`).
     pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
         let mut errs = FieldErrors::new();
+        if !self.skip_multi_replica {
+            errs.push(
+                path.child("skipMultiReplica"),
+                "StickyNode pins a workload that runs one pod at a time; the replicas of a \
+                 ReplicaSet, Deployment or Job of several would all be held to the node of the \
+                 last bind. Leave it true (PlacementHistory with skipMultiReplica: false spreads \
+                 their reschedules), or give each replica its own pin with a StatefulSet",
+            );
+        }
         if !(0..=MAX_RELEASE_AFTER_SECONDS).contains(&self.release_after_seconds) {
             errs.push(
                 path.child("releaseAfterSeconds"),
@@ -200,7 +210,7 @@ impl Plugin for StickyNode {
     /// edit of the pod itself (its opt-out annotation), or a claim changing (for a released
     /// workload whose volume stayed behind) can change the answer.
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        let (for_bindings, for_nodes) = (self.clone(), self.clone());
+        let (for_bindings, for_nodes, for_cordon) = (self.clone(), self.clone(), self.clone());
         Some(vec![
             Registration::new(
                 ClusterEvent::new(bindings::EVENT_RESOURCE, ActionType::ALL),
@@ -209,6 +219,10 @@ impl Plugin for StickyNode {
             Registration::new(
                 ClusterEvent::new(EventResource::Node, ActionType::ADD),
                 Arc::new(move |pod, _old, new| for_nodes.after_node_added(pod, new)),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_TAINT),
+                Arc::new(move |pod, old, new| for_cordon.after_node_uncordoned(pod, old, new)),
             ),
             Registration::new(
                 ClusterEvent::new(EventResource::Pod, ActionType::UPDATE),
@@ -255,6 +269,33 @@ impl StickyNode {
         )
     }
 
+    /// The pinned node uncordoned (its `spec.unschedulable` went from true to false).
+    fn after_node_uncordoned(
+        &self,
+        pod: &PodInfo,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> Hint {
+        let (Some(old), Some(new)) = (
+            old.and_then(EventObject::node),
+            new.and_then(EventObject::node),
+        ) else {
+            return Hint::Queue;
+        };
+        let unschedulable = |n: &k8s_openapi::api::core::v1::Node| {
+            n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
+        };
+        if !unschedulable(old) || unschedulable(new) {
+            return Hint::Skip;
+        }
+        let (namespace, name) = self.binding_of(pod);
+        events::queue_if(
+            self.bindings
+                .get(&namespace, &name)
+                .is_some_and(|b| b.pin() == new.metadata.name.as_deref()),
+        )
+    }
+
     fn after_node_added(&self, pod: &PodInfo, new: Option<&EventObject>) -> Hint {
         let Some(node) = new.and_then(EventObject::node) else {
             return Hint::Queue;
@@ -267,6 +308,38 @@ impl StickyNode {
         events::queue_if(pinned_here)
     }
 }
+
+/// Why `node` takes no new pods like `pod` (cordoned, as `kubectl cordon` or a drain leaves
+/// it), unless `pod` tolerates it as NodeUnschedulable reads the toleration.
+fn cordoned(node: &NodeInfo, pod: &Pod) -> Option<&'static str> {
+    let unschedulable = node
+        .node
+        .as_ref()
+        .and_then(|n| n.spec.as_ref())
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false);
+    let tolerated = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.tolerations.as_ref())
+        .is_some_and(|ts| {
+            ts.iter().any(|t| {
+                let key_matches = match t.key.as_deref() {
+                    None | Some("") => t.operator.as_deref() == Some("Exists"),
+                    Some(key) => key == UNSCHEDULABLE_TAINT,
+                };
+                let effect_matches = t
+                    .effect
+                    .as_deref()
+                    .is_none_or(|e| e.is_empty() || e == "NoSchedule");
+                key_matches && effect_matches
+            })
+        });
+    (unschedulable && !tolerated).then_some("cordoned (unschedulable)")
+}
+
+/// The taint a cordoned node is treated as carrying.
+const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// The pod itself changed its annotations (it may have opted out) or owners.
 fn after_own_update(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
@@ -339,6 +412,11 @@ impl PreFilterPlugin for StickyNode {
         ) {
             return skip;
         }
+        // A live migration's target: the VM is running, not coming back; it goes where the
+        // filters allow (its anti-affinity keeps it off the source).
+        if crate::sticky::kubevirt::migration_of(&pod.pod).is_some() {
+            return skip;
+        }
         let workload = cycle_workload(state, pod, self.owners.as_ref());
         if let Some(wait) = wait_for_owner(&workload) {
             return (PreFilterResult::all_nodes(), wait);
@@ -372,6 +450,22 @@ impl PreFilterPlugin for StickyNode {
                 status = status.with_retry_after(left);
             }
             return (PreFilterResult::all_nodes(), status);
+        }
+        if let Some(cordoned) = snapshot
+            .get(&sticky.node)
+            .and_then(|n| cordoned(n, &pod.pod))
+        {
+            return (
+                PreFilterResult::all_nodes(),
+                Status::unresolvable(format!(
+                    "{}: the node is {cordoned}; uncordon it (kubectl uncordon {node}), or set \
+                     spec.nodeName of StickyBinding {ns}/{binding} to another node",
+                    sticky.reason(),
+                    node = sticky.node,
+                    ns = workload.namespace,
+                    binding = workload.binding_name(),
+                )),
+            );
         }
         let result = PreFilterResult::nodes([sticky.node.clone()]);
         state.write(STATE_KEY, sticky);
@@ -578,10 +672,6 @@ mod tests {
             on_node_loss: OnNodeLoss::Release,
             ..Default::default()
         };
-        let no_skip = StickyNodeArgs {
-            skip_multi_replica: false,
-            ..Default::default()
-        };
         let excluded = StickyNodeArgs {
             excluded_namespaces: vec!["kube-system".into()],
             ..Default::default()
@@ -668,13 +758,6 @@ mod tests {
                 vec![binding("default", "deployment-web", None, latest("n2"))],
                 owned(PodBuilder::new("web-rs-x"), "ReplicaSet", "web-rs"),
                 Want::Skip,
-            ),
-            (
-                "skipMultiReplica off: Deployment with 3 replicas sticks",
-                no_skip,
-                vec![binding("default", "deployment-web", None, latest("n2"))],
-                owned(PodBuilder::new("web-rs-x"), "ReplicaSet", "web-rs"),
-                Want::Only("n2"),
             ),
             (
                 "StatefulSet with 3 replicas: each ordinal sticks",
@@ -866,16 +949,21 @@ mod tests {
             (
                 "all set",
                 Some(
-                    json!({"skipMultiReplica": false, "excludedNamespaces": ["kube-system"],
+                    json!({"skipMultiReplica": true, "excludedNamespaces": ["kube-system"],
                     "disableAnnotation": "x/y", "onNodeLoss": "Release", "releaseAfterSeconds": 0}),
                 ),
                 Ok(StickyNodeArgs {
-                    skip_multi_replica: false,
+                    skip_multi_replica: true,
                     excluded_namespaces: vec!["kube-system".into()],
                     disable_annotation: "x/y".into(),
                     on_node_loss: OnNodeLoss::Release,
                     release_after_seconds: 0,
                 }),
+            ),
+            (
+                "a pin for many replicas",
+                Some(json!({"skipMultiReplica": false})),
+                Err(vec!["pluginConfig[1].args.skipMultiReplica"]),
             ),
             (
                 "negative releaseAfterSeconds",
@@ -919,5 +1007,93 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    fn vmi_pod(name: &str) -> PodBuilder {
+        PodBuilder::new(name).with(|p| {
+            p.metadata.owner_references = Some(vec![OwnerReference {
+                api_version: "kubevirt.io/v1".into(),
+                kind: "VirtualMachineInstance".into(),
+                name: "vm".into(),
+                uid: "uid-vmi".into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }])
+        })
+    }
+
+    /// A live migration's target pod is the running VM's second launcher, not the VM coming
+    /// back: no pin holds it (its anti-affinity keeps it off the source).
+    #[test]
+    fn a_migration_target_is_held_to_no_pin() {
+        let plugin = plugin(
+            StickyNodeArgs::default(),
+            vec![binding(
+                "default",
+                "virtualmachineinstance-vm",
+                None,
+                latest("n2"),
+            )],
+        );
+        assert_eq!(
+            run(&plugin, vmi_pod("virt-launcher-vm-a")),
+            Want::Only("n2")
+        );
+        let target = vmi_pod("virt-launcher-vm-b")
+            .label(crate::sticky::kubevirt::MIGRATION_JOB_UID, "uid-mig");
+        assert_eq!(run(&plugin, target), Want::Skip);
+    }
+
+    /// A pin on a cordoned node (a drain) says so, and what a person can do; a pod that
+    /// tolerates the cordon goes there as ever.
+    #[test]
+    fn a_cordoned_pin_says_what_to_do() {
+        let plugin = plugin(
+            StickyNodeArgs::default(),
+            vec![binding("default", "pod-p", None, latest("n2"))],
+        );
+        let snap = snapshot(
+            vec![
+                NodeBuilder::new("n1"),
+                NodeBuilder::new("n2").unschedulable(),
+            ],
+            vec![],
+        );
+        let attempt = |pod: PodBuilder| {
+            let mut state = CycleState::new();
+            PreFilterPlugin::pre_filter(&plugin, &mut state, &pod.info(), &snap).1
+        };
+        let status = attempt(PodBuilder::new("p"));
+        assert_eq!(status.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            status.message(),
+            "node(s) didn't match the sticky node n2 of Pod/p: the node is cordoned \
+             (unschedulable); uncordon it (kubectl uncordon n2), or set spec.nodeName of \
+             StickyBinding default/pod-p to another node"
+        );
+        let tolerating =
+            PodBuilder::new("p").toleration(UNSCHEDULABLE_TAINT, "Exists", "", "NoSchedule");
+        assert!(attempt(tolerating).is_success());
+    }
+
+    /// Uncordoning the pinned node wakes the pod; other nodes' and other changes do not.
+    #[test]
+    fn uncordoning_the_pin_wakes_the_pod() {
+        let plugin = plugin(
+            StickyNodeArgs::default(),
+            vec![binding("default", "pod-p", None, latest("n2"))],
+        );
+        let pod = PodBuilder::new("p").info();
+        let node = |name: &str, cordoned: bool| {
+            let mut n = NodeBuilder::new(name);
+            if cordoned {
+                n = n.unschedulable();
+            }
+            EventObject::Node(Arc::new(n.build()))
+        };
+        let hint = |old, new| plugin.after_node_uncordoned(&pod, Some(&old), Some(&new));
+        assert_eq!(hint(node("n2", true), node("n2", false)), Hint::Queue);
+        assert_eq!(hint(node("n1", true), node("n1", false)), Hint::Skip);
+        assert_eq!(hint(node("n2", false), node("n2", true)), Hint::Skip);
     }
 }
