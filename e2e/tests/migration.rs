@@ -586,3 +586,95 @@ async fn a_drain_live_migrates_sticky_vms_off_the_node() -> anyhow::Result<()> {
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A bare pod of one CPU bound to `node` by the test, or left to `scheduler` there.
+async fn filler(
+    client: &Client,
+    ns: &str,
+    nodes: &TestNodes,
+    name: &str,
+    node: &str,
+    scheduler: Option<&str>,
+) -> anyhow::Result<()> {
+    let mut spec = json!({"terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]});
+    nodes.isolate(&mut spec);
+    match scheduler {
+        None => spec["nodeName"] = json!(node),
+        Some(scheduler) => {
+            spec["schedulerName"] = json!(scheduler);
+            spec["nodeSelector"]["kubernetes.io/hostname"] = json!(node);
+        }
+    }
+    let pod: Pod = serde_json::from_value(json!({"metadata": {"name": name}, "spec": spec}))?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    Ok(())
+}
+
+/// A stopped VM's node fills up; started again, it waits for room on its pin and is nominated
+/// to it (`status.nominatedNodeName`); the room that frees there goes to it, not to a pod of
+/// the same priority that arrived meanwhile and wants the same node.
+#[tokio::test]
+async fn a_vm_waiting_for_room_on_its_pin_is_nominated_and_gets_the_room() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "room").await?;
+    let nodes = TestNodes::create(&client, "room", 2, "4", |_, _| {}).await?;
+    let (profile, scheduler) = sticky_profile(&client).await?;
+    let mut vm = Vm::create(&client, &ns.name, "centos", &scheduler, &nodes).await?;
+    let pin = vm.start().await?;
+    history(&client, &ns.name, "centos", 1, &pin).await?;
+    vm.stop().await?;
+    for i in 0..4 {
+        filler(&client, &ns.name, &nodes, &format!("full-{i}"), &pin, None).await?;
+        wait_bound(&client, &ns.name, &format!("full-{i}"), TIMEOUT).await?;
+    }
+
+    let mut vmi = DynamicObject::new(&vm.name, &kubevirt("VirtualMachineInstance"));
+    vmi.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": vm.name,
+        "uid": vm.uid, "controller": true, "blockOwnerDeletion": true}))?]);
+    let vmi = vm.vmis().create(&PostParams::default(), &vmi).await?;
+    vm.vmi_uid = vmi.metadata.uid.unwrap_or_default();
+    let pod = vm.launcher(None).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let nominated = wait_for("the waiting VM's pod to be nominated", TIMEOUT, || {
+        let (pods, pod) = (pods.clone(), pod.clone());
+        async move {
+            Ok(pods
+                .get(&pod)
+                .await?
+                .status
+                .and_then(|s| s.nominated_node_name))
+        }
+    })
+    .await?;
+    assert_eq!(nominated, pin, "nominated to its pin");
+
+    // A pod of the same priority that wants the same node arrives first, then room frees.
+    filler(
+        &client,
+        &ns.name,
+        &nodes,
+        "late",
+        &pin,
+        Some("tether-scheduler"),
+    )
+    .await?;
+    pods.delete("full-0", &DeleteParams::default().grace_period(0))
+        .await?;
+    let node = wait_bound(&client, &ns.name, &pod, TIMEOUT).await?;
+    assert_eq!(node, pin, "the VM got the room on its pin");
+    let late = pods.get("late").await?;
+    assert_eq!(
+        late.spec.and_then(|s| s.node_name),
+        None,
+        "the pod that came meanwhile did not take the VM's room"
+    );
+
+    vm.stop().await?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -310,6 +310,10 @@ impl CompiledProfile {
                 nominated,
             });
             state.record_plugin(plugin.name(), "PostFilter", status.code, clock);
+            if status.code == Code::Skip {
+                // Nothing to say about this pod (StickyNode for a pod it did not pin).
+                continue;
+            }
             if status.is_success() {
                 diagnosis.nomination = Some(nomination);
                 code = Code::Success;

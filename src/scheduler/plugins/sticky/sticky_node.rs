@@ -26,7 +26,8 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
-    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+    Code, CycleState, FilterPlugin, Nomination, Plugin, PostFilterContext, PostFilterPlugin,
+    PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::registry::Handle;
@@ -242,6 +243,10 @@ impl Plugin for StickyNode {
     }
 
     fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+
+    fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
         Some(self)
     }
 }
@@ -479,6 +484,29 @@ impl FilterPlugin for StickyNode {
             Some(sticky) if sticky.node != node.name => Status::unresolvable(sticky.reason()),
             _ => Status::success(),
         }
+    }
+}
+
+/// A pinned pod that waits for room on its pin is nominated to it (when preemption has not
+/// nominated it already): `status.nominatedNodeName` tells autoscalers and people where it is
+/// going, as kube-scheduler publishes its expectation, and the nominator keeps the room that
+/// frees there for it against pods of lower or equal priority. Only when the pin turned it
+/// down for what can change (room: `Unschedulable`), never for what cannot.
+impl PostFilterPlugin for StickyNode {
+    fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
+        let Some(sticky) = ctx.state.read::<StickyState>(STATE_KEY) else {
+            return (Nomination::Keep, Status::skip());
+        };
+        let d = ctx.diagnosis;
+        let on_pin = d
+            .node_statuses
+            .iter()
+            .find(|(n, _)| *n == sticky.node)
+            .map(|(_, s)| s.code);
+        if d.pre_filter_status.is_some() || on_pin != Some(Code::Unschedulable) {
+            return (Nomination::Keep, Status::skip());
+        }
+        (Nomination::Node(sticky.node.clone()), Status::success())
     }
 }
 
@@ -1095,5 +1123,67 @@ mod tests {
         assert_eq!(hint(node("n2", true), node("n2", false)), Hint::Queue);
         assert_eq!(hint(node("n1", true), node("n1", false)), Hint::Skip);
         assert_eq!(hint(node("n2", false), node("n2", true)), Hint::Skip);
+    }
+
+    /// A pinned pod waiting for room on its pin is nominated to it; one its pin turned down for
+    /// what cannot change, or that it did not pin, is not.
+    #[test]
+    fn a_pod_waiting_for_room_on_its_pin_is_nominated_to_it() {
+        let plugin = plugin(
+            StickyNodeArgs::default(),
+            vec![binding("default", "pod-p", None, latest("n2"))],
+        );
+        let snap = snapshot(vec![NodeBuilder::new("n1"), NodeBuilder::new("n2")], vec![]);
+        let profile = crate::scheduler::profile::default_profile(
+            "tether-scheduler",
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("compiles")
+        .profile;
+        let decide = |pod: PodBuilder, on_pin: Status| {
+            let pod = pod.info();
+            let mut state = CycleState::new();
+            let _ = PreFilterPlugin::pre_filter(&plugin, &mut state, &pod, &snap);
+            let diagnosis = crate::scheduler::framework::runtime::Diagnosis {
+                num_all_nodes: 2,
+                node_statuses: vec![
+                    ("n1".into(), Status::unresolvable("not the pin")),
+                    ("n2".into(), on_pin),
+                ],
+                ..Default::default()
+            };
+            let ctx = PostFilterContext {
+                profile: &profile,
+                state: &state,
+                pod: &pod,
+                snapshot: &snap,
+                diagnosis: &diagnosis,
+                nominated: &crate::scheduler::framework::NoNominations,
+            };
+            let (nomination, status) = PostFilterPlugin::post_filter(&plugin, &ctx);
+            (nomination, status.code)
+        };
+        assert_eq!(
+            decide(
+                PodBuilder::new("p"),
+                Status::unschedulable("Insufficient cpu")
+            ),
+            (Nomination::Node("n2".into()), Code::Success)
+        );
+        assert_eq!(
+            decide(
+                PodBuilder::new("p"),
+                Status::unresolvable("untolerated taint")
+            ),
+            (Nomination::Keep, Code::Skip)
+        );
+        assert_eq!(
+            decide(
+                PodBuilder::new("other"),
+                Status::unschedulable("Insufficient cpu")
+            ),
+            (Nomination::Keep, Code::Skip),
+            "not pinned"
+        );
     }
 }
