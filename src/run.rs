@@ -410,6 +410,19 @@ async fn start_watches_and_controllers(
             "the owner watches",
             owners::run_owner_watches(parts.owners.clone(), client.clone(), readiness),
         )),
+        tokio::spawn(fatal.forever("the room holds' expiry", {
+            let sched = Arc::downgrade(&parts.sched);
+            async move {
+                let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+                loop {
+                    tick.tick().await;
+                    match sched.upgrade() {
+                        Some(sched) => sched.expire_holds(),
+                        None => std::future::pending::<()>().await,
+                    }
+                }
+            }
+        })),
         tokio::spawn(fatal.forever(
             "the live migration follower",
             crate::sticky::migrations::follow(

@@ -494,3 +494,173 @@ async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Resu
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// Room held for a pinned workload that is away: a StatefulSet's pod (its ordinal pinned)
+/// scaled away from its full node leaves its room held for `holdRoomSeconds`. A pod of the
+/// same priority that wants that node waits, and `explain` names the hold; the ordinal, back
+/// within the time, gets its room; away again, its room goes to the waiting pod once the hold
+/// ends, and not before.
+#[tokio::test]
+async fn room_held_for_a_pinned_workload_waits_for_it_then_is_released() -> anyhow::Result<()> {
+    const HOLD_SECONDS: i64 = 6;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "hold").await?;
+    let nodes = TestNodes::create(&client, "hold", 2, "4", |_, _| {}).await?;
+    let profile = format!("hold-{}", unique_suffix());
+    let sticky = format!("{profile}-sched");
+    apply_profile(
+        &client,
+        &profile,
+        json!({"schedulerName": sticky, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}},
+            "pluginConfig": [{"name": "StickyNode", "args": {"holdRoomSeconds": HOLD_SECONDS}}]}),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let mut spec = json!({"schedulerName": sticky, "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "db", "resources": {"requests": {"cpu": "1"}}}]});
+    nodes.isolate(&mut spec);
+    tether_e2e::apply(json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": ns.name},
+        "spec": {"replicas": 1, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
+            "template": {"metadata": {"labels": {"app": "db"}}, "spec": spec}},
+    }))?;
+    let scale = |replicas: u32| {
+        kubectl_ok(
+            &[
+                "scale",
+                "statefulset",
+                "db",
+                "-n",
+                &ns.name,
+                &format!("--replicas={replicas}"),
+            ],
+            None,
+        )
+    };
+    let gone = || {
+        let pods = pods.clone();
+        wait_for("db-0 gone", BIND_TIMEOUT, move || {
+            let pods = pods.clone();
+            async move { Ok(pods.get_opt("db-0").await?.is_none().then_some(())) }
+        })
+    };
+    let pin = wait_bound(&client, &ns.name, "db-0", BIND_TIMEOUT).await?;
+    let bindings: Api<tether::api::StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    wait_for("the pin recorded", BIND_TIMEOUT, || {
+        let bindings = bindings.clone();
+        let pin = pin.clone();
+        async move {
+            let b = bindings.get_opt("statefulset-db-0").await?;
+            Ok(b.and_then(|b| b.status)
+                .filter(|s| s.latest.as_deref() == Some(pin.as_str()))
+                .map(|_| ()))
+        }
+    })
+    .await?;
+    for i in 0..3 {
+        let name = format!("full-{i}");
+        make_pod(
+            &client,
+            &ns.name,
+            &name,
+            "1",
+            &nodes,
+            "tether-scheduler",
+            json!({"nodeName": pin}),
+        )
+        .await?;
+        wait_bound(&client, &ns.name, &name, BIND_TIMEOUT).await?;
+    }
+
+    // Away: its room is held.
+    scale(0)?;
+    gone().await?;
+    make_pod(
+        &client,
+        &ns.name,
+        "late",
+        "1",
+        &nodes,
+        "tether-scheduler",
+        json!({"nodeSelector": {"kubernetes.io/hostname": pin}}),
+    )
+    .await?;
+    let reader = service_account_token(&ns.name, "reader", Grant::Explainer)?;
+    let e = wait_for("explain to name the hold", BIND_TIMEOUT, || {
+        let reader = reader.clone();
+        let ns = ns.name.clone();
+        async move {
+            let e = explain_json(&format!("{ns}/late"), &reader)?;
+            Ok((!e.held.is_empty()).then_some(e))
+        }
+    })
+    .await?;
+    let held = &e.held[0];
+    assert_eq!(held.workload, format!("StatefulSet/{}/db", ns.name));
+    assert_eq!(
+        (held.node.as_str(), held.requests.as_str()),
+        (pin.as_str(), "cpu=1")
+    );
+    let text =
+        String::from_utf8_lossy(&explain(&format!("{}/late", ns.name), &reader, &[])?.stdout)
+            .into_owned();
+    assert!(
+        text.contains("ROOM HELD")
+            && text.contains(&format!("StatefulSet/{}/db on {pin}", ns.name)),
+        "{text}"
+    );
+    assert!(e.message.is_some(), "late waits: {e:#?}");
+
+    // Back in time: its room is its own.
+    scale(1)?;
+    assert_eq!(
+        wait_bound(&client, &ns.name, "db-0", BIND_TIMEOUT).await?,
+        pin
+    );
+    assert_eq!(
+        pods.get("late").await?.spec.and_then(|s| s.node_name),
+        None,
+        "late did not take the room"
+    );
+
+    // Away again, for good: the room goes to late once the hold ends.
+    scale(0)?;
+    let until = wait_for("the second hold", BIND_TIMEOUT, || {
+        let reader = reader.clone();
+        let ns = ns.name.clone();
+        async move {
+            let e = explain_json(&format!("{ns}/late"), &reader)?;
+            Ok(e.held.first().map(|h| h.until.clone()))
+        }
+    })
+    .await?;
+    let until: k8s_openapi::jiff::Timestamp = until.parse()?;
+    assert_eq!(
+        wait_bound(&client, &ns.name, "late", BIND_TIMEOUT).await?,
+        pin
+    );
+    let bound_at = pods
+        .get("late")
+        .await?
+        .status
+        .and_then(|s| s.conditions)
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .and_then(|c| c.last_transition_time)
+        .context("late's PodScheduled time")?
+        .0;
+    // The API server's condition time has whole seconds.
+    assert!(
+        bound_at.as_second() >= until.as_second() - 1,
+        "late was bound at {bound_at}, before the hold ended at {until}"
+    );
+    let ended = tether_e2e::tether_metric(r#"tether_room_holds_ended_total{how="expired"}"#)?;
+    assert!(ended.unwrap_or(0.0) >= 1.0, "{ended:?}");
+
+    revoke(&ns.name, "reader")?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -111,10 +111,24 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
         }
         cache.snapshot()
     };
-    Ok(explain::explain_pod(
-        &profile,
-        &pod,
-        &snapshot,
-        &sched.nominator,
-    ))
+    let nominated = crate::scheduler::backend::holds::WithHolds {
+        nominated: &sched.nominator,
+        holds: &sched.holds,
+        own: profile.holds_key(&pod),
+    };
+    let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
+    let own = profile.holds_key(&pod);
+    explanation.held = sched
+        .holds
+        .active()
+        .into_iter()
+        .filter(|(key, _)| Some(key) != own.as_ref())
+        .map(|(_, hold)| explain::HeldRoom {
+            workload: hold.workload,
+            node: hold.node,
+            until: hold.until_wall.to_string(),
+            requests: explain::held_requests(&hold.pod),
+        })
+        .collect();
+    Ok(explanation)
 }

@@ -83,13 +83,23 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         ));
         return fail("error", Failure::error(&status));
     }
+    // Room held for pinned workloads counts as nominated pods do (its own workload's aside).
+    let nominated = crate::scheduler::backend::holds::WithHolds {
+        nominated: &sched.nominator,
+        holds: &sched.holds,
+        own: if sched.holds.is_empty() {
+            None
+        } else {
+            profile.holds_key(&pod.pod)
+        },
+    };
     let result = schedule_one::schedule_pod(
         &profile,
         &mut state,
         &pod,
         &snapshot,
         &sched.start_index,
-        &sched.nominator,
+        &nominated,
     );
     for (point, code, took) in state.take_timings() {
         sched

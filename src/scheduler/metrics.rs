@@ -28,6 +28,12 @@ pub struct HistoryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HoldEndLabels {
+    /// `claimed` or `expired`.
+    pub how: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct WatchLabels {
     /// The watch, as `/readyz` names it (`pods`, `persistentvolumes`, `ReplicaSet owners`…).
     pub watch: String,
@@ -56,6 +62,8 @@ pub struct Metrics {
     lease_unreachable: Gauge<i64, std::sync::atomic::AtomicI64>,
     watch_current: Family<WatchLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     history_denied: Gauge<i64, std::sync::atomic::AtomicI64>,
+    room_holds: Gauge<i64, std::sync::atomic::AtomicI64>,
+    room_holds_ended: Family<HoldEndLabels, Counter>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     upstream: Upstream,
 }
@@ -215,6 +223,18 @@ impl Default for Metrics {
         let lease_unreachable = Gauge::default();
         let watch_current = Family::default();
         let history_denied = Gauge::default();
+        let room_holds = Gauge::default();
+        registry.register(
+            "room_holds",
+            "Rooms held now for pinned workloads whose pod left their pin (StickyNode holdRoomSeconds)",
+            room_holds.clone(),
+        );
+        let room_holds_ended = Family::<HoldEndLabels, Counter>::default();
+        registry.register(
+            "room_holds_ended",
+            "Room holds ended, by how: claimed (the workload's pod was bound again) or expired",
+            room_holds_ended.clone(),
+        );
         registry.register(
             "history_denied",
             "1 while StickyBinding history writes have been denied (401/403) for 30 s or more; the binds wait",
@@ -297,6 +317,8 @@ impl Default for Metrics {
             lease_unreachable,
             watch_current,
             history_denied,
+            room_holds,
+            room_holds_ended,
             leading,
             upstream,
         }
@@ -316,6 +338,19 @@ impl Metrics {
     /// Whether this replica, a candidate, cannot read or take its Lease now.
     pub fn set_lease_unreachable(&self, unreachable: bool) {
         self.lease_unreachable.set(i64::from(unreachable));
+    }
+
+    /// How many rooms are held now.
+    pub fn set_room_holds(&self, holds: usize) {
+        self.room_holds
+            .set(i64::try_from(holds).unwrap_or(i64::MAX));
+    }
+
+    /// A room hold ended: `how` is `claimed` or `expired`.
+    pub fn room_hold_ended(&self, how: &'static str) {
+        self.room_holds_ended
+            .get_or_create(&HoldEndLabels { how })
+            .inc();
     }
 
     /// Whether history writes are denied for long now.

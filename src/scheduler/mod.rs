@@ -100,6 +100,8 @@ pub struct Scheduler {
     pub waiting_pods: WaitingPods,
     /// Pods nominated to nodes by preemption, waiting for the room made for them.
     pub nominator: Nominator,
+    /// Room held for pinned workloads whose pod left their pin (StickyNode's holdRoomSeconds).
+    pub holds: self::backend::holds::Holds,
     pub metrics: Arc<Metrics>,
     pub reports: Reports,
     /// Where the next Filter search starts, rotating over the nodes.
@@ -152,6 +154,7 @@ impl Scheduler {
             profiles,
             waiting_pods: WaitingPods::default(),
             nominator: Nominator::default(),
+            holds: Default::default(),
             metrics,
             reports,
             start_index: AtomicUsize::new(0),

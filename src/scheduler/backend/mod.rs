@@ -3,6 +3,7 @@
 //! framework's contracts and nothing above them: no plugin, no profile compiler, no `Scheduler`.
 
 pub mod cache;
+pub mod holds;
 pub mod node_tree;
 pub mod nominator;
 pub mod queue;

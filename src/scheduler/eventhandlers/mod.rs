@@ -37,6 +37,77 @@ impl Scheduler {
         );
     }
 
+    /// Holds the room `pod` (which just left its node) used there, when its profile holds room
+    /// for its workload: not for a pod whose workload still runs another pod there or
+    /// elsewhere (a live migration's source), which the cache tells.
+    pub fn hold_room_of(&self, pod: &Pod) {
+        let Some(node) = pods::node_name(pod) else {
+            return;
+        };
+        let Some(profile) = self.profiles.get(pods::scheduler_name(pod)) else {
+            return;
+        };
+        let Some(hold) = profile.room_to_hold(pod, node) else {
+            return;
+        };
+        let owner = pod
+            .metadata
+            .owner_references
+            .as_ref()
+            .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
+            .map(|r| r.uid.clone());
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let sibling_runs = owner.is_some_and(|owner| {
+            self.lock_cache().bound_pods().iter().any(|p| {
+                p.metadata.uid.as_deref() != Some(uid)
+                    && p.metadata.owner_references.as_ref().is_some_and(|refs| {
+                        refs.iter()
+                            .any(|r| r.controller == Some(true) && r.uid == owner)
+                    })
+                    && profile.holds_key(p).as_deref() == Some(hold.key.as_str())
+            })
+        });
+        if sibling_runs {
+            return;
+        }
+        tracing::info!(workload = %hold.workload, node = %node, seconds = hold.span.as_secs(), "holding the room of a pinned workload whose pod left");
+        self.holds
+            .hold(&hold.key, &hold.workload, pod, node, hold.span);
+        self.metrics.set_room_holds(self.holds.len());
+    }
+
+    /// `pod` was bound: the room held for its workload, if any, is its own now.
+    pub fn claim_hold_of(&self, pod: &Pod) {
+        if self.holds.is_empty() {
+            return;
+        }
+        let Some(key) = self
+            .profiles
+            .get(pods::scheduler_name(pod))
+            .and_then(|p| p.holds_key(pod))
+        else {
+            return;
+        };
+        if self.holds.release(&key).is_some() {
+            self.metrics.room_hold_ended("claimed");
+            self.metrics.set_room_holds(self.holds.len());
+        }
+    }
+
+    /// Ends the holds that expired: pods waiting for that room may fit now.
+    pub fn expire_holds(&self) {
+        let expired = self.holds.sweep(std::time::Instant::now());
+        if expired.is_empty() {
+            return;
+        }
+        for hold in &expired {
+            tracing::info!(workload = %hold.workload, node = %hold.node, "the room held for a workload was released: it did not come back in time");
+            self.metrics.room_hold_ended("expired");
+            self.room_given_up(&hold.pod);
+        }
+        self.metrics.set_room_holds(self.holds.len());
+    }
+
     /// Queues a pending pod `profile` serves: PreEnqueue decides whether it is gated; a
     /// nomination it carries in its status is noted.
     pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) {
@@ -81,9 +152,15 @@ impl EventHandlers {
                 // Bound, and not by this scheduler: its bind is counted like any other.
                 sched.bound_by_another(pod.clone());
             }
+            if occupies_node(&pod) && before.as_ref().is_none_or(|_| was_assumed) {
+                sched.claim_hold_of(&pod);
+            }
             let new = Some(EventObject::Pod(pod.clone()));
             match before {
                 Some(old) if !occupies_node(&pod) => {
+                    if occupies_node(&old) {
+                        sched.hold_room_of(&old);
+                    }
                     sched
                         .queue
                         .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
@@ -137,6 +214,9 @@ impl EventHandlers {
         cache.remove_pod(&uid);
         drop(cache);
         if let Some(old) = held {
+            if occupies_node(&old) {
+                sched.hold_room_of(&old);
+            }
             sched
                 .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);

@@ -16,7 +16,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
-pub use self::types::{Blocker, Explanation, FilterVerdict, NodeFilters, NodeScores, PluginScore};
+pub use self::types::{
+    Blocker, Explanation, FilterVerdict, HeldRoom, NodeFilters, NodeScores, PluginScore,
+    held_requests,
+};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;

@@ -30,8 +30,28 @@ pub fn text(e: &Explanation) -> String {
     decision(&mut out, e);
     scores(&mut out, e);
     blocked(&mut out, e);
+    held(&mut out, e);
     rejections(&mut out, e);
     out
+}
+
+/// The room held for workloads that are away, which pods of lower or equal priority count as
+/// taken.
+fn held(out: &mut String, e: &Explanation) {
+    if e.held.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\nROOM HELD (counted as taken for pods of lower or equal priority)"
+    );
+    for h in &e.held {
+        let _ = writeln!(
+            out,
+            "  {} on {}: {} until {}",
+            h.workload, h.node, h.requests, h.until
+        );
+    }
 }
 
 fn decision(out: &mut String, e: &Explanation) {

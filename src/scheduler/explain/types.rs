@@ -57,6 +57,37 @@ pub struct Explanation {
     /// A plugin's error, if one stopped the cycle.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Room held for pinned workloads whose pod left their node (StickyNode's
+    /// `holdRoomSeconds`): pods of lower or equal priority count it as taken until then.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held: Vec<HeldRoom>,
+}
+
+/// Room held on a node for a workload that has no pod for a while.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HeldRoom {
+    /// `<Kind>/<namespace>/<name>`.
+    pub workload: String,
+    pub node: String,
+    /// When the hold ends unless the workload comes back first (RFC 3339).
+    pub until: String,
+    /// What is held, as `cpu=2, memory=4Gi`.
+    pub requests: String,
+}
+
+/// What a hold's stand-in asks for, for people: each container's requests summed per resource.
+pub fn held_requests(pod: &crate::scheduler::framework::pod_info::PodInfo) -> String {
+    let mut sums: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    for c in pod.pod.spec.iter().flat_map(|s| s.containers.iter()) {
+        for (name, q) in c.resources.iter().flat_map(|r| r.requests.iter().flatten()) {
+            sums.entry(name.clone()).or_default().push(q.0.clone());
+        }
+    }
+    sums.into_iter()
+        .map(|(name, qs)| format!("{name}={}", qs.join("+")))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// One plugin's answer.

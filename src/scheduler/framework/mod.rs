@@ -157,6 +157,18 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
 
+    /// Room to hold for the workload of `pod`, which just left `node`: StickyNode with
+    /// `holdRoomSeconds`, for a pinned workload whose pod left its pin.
+    fn room_to_hold(&self, _pod: &Pod, _node: &str) -> Option<RoomHold> {
+        None
+    }
+
+    /// The key of the room held for `pod`'s workload (its own hold does not count against it,
+    /// and its bind ends it), when the plugin holds room.
+    fn holds_key(&self, _pod: &Pod) -> Option<String> {
+        None
+    }
+
     /// Whether the plugin's PreFilter reads other pods (what it computes changes when pods
     /// come or go, as for InterPodAffinity): a preemption dry run runs PreFilter again on the
     /// changed snapshot for such plugins (upstream's PreFilterExtensions).
@@ -170,6 +182,16 @@ pub trait Plugin: Send + Sync + 'static {
     fn events_to_register(&self) -> Option<Vec<events::Registration>> {
         None
     }
+}
+
+/// Room a plugin holds for a workload that has no pod for a while.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoomHold {
+    /// The workload's key (`<namespace>/<binding name>`).
+    pub key: String,
+    /// `<Kind>/<namespace>/<name>`, for people.
+    pub workload: String,
+    pub span: std::time::Duration,
 }
 
 /// Decides whether a pod may enter the active queue (scheduling gates). A pod held back waits,

@@ -57,6 +57,23 @@ impl CompiledProfile {
         }
     }
 
+    /// The room a PreFilter plugin of this profile holds for `pod`'s workload, which just left
+    /// `node`, if one does.
+    pub fn room_to_hold(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+        node: &str,
+    ) -> Option<super::RoomHold> {
+        self.pre_filter
+            .iter()
+            .find_map(|p| p.room_to_hold(pod, node))
+    }
+
+    /// The key of the room held for `pod`'s workload by a plugin of this profile, if one holds.
+    pub fn holds_key(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+        self.pre_filter.iter().find_map(|p| p.holds_key(pod))
+    }
+
     /// Whether a plugin of this name runs at any extension point.
     pub fn uses(&self, name: &str) -> bool {
         [

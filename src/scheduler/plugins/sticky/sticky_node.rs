@@ -45,6 +45,10 @@ const STATE_KEY: &str = "PreFilterStickyNode";
 /// another.
 pub const DEFAULT_DISABLE_ANNOTATION: &str = "tether.dev/sticky-node-disabled";
 
+/// The longest `holdRoomSeconds` (a day): room held longer is capacity lost to a workload
+/// that may never come back.
+pub const MAX_HOLD_ROOM_SECONDS: i64 = 86_400;
+
 /// The longest `releaseAfterSeconds` (a year).
 pub const MAX_RELEASE_AFTER_SECONDS: i64 = 365 * 86_400;
 
@@ -76,6 +80,11 @@ pub struct StickyNodeArgs {
     pub on_node_loss: OnNodeLoss,
     /// With `onNodeLoss: Release`: how long the node must have been unavailable first.
     pub release_after_seconds: i64,
+    /// For how long after a pinned workload's pod left its pin the room it used there stays
+    /// held: pods of lower or equal priority do not take it, so the workload (a VM stopped
+    /// and started, a StatefulSet pod replaced) finds it when it comes back. 0 (the default)
+    /// holds nothing; at most a day.
+    pub hold_room_seconds: i64,
 }
 
 impl Default for StickyNodeArgs {
@@ -86,6 +95,7 @@ impl Default for StickyNodeArgs {
             disable_annotation: DEFAULT_DISABLE_ANNOTATION.into(),
             on_node_loss: OnNodeLoss::Wait,
             release_after_seconds: 300,
+            hold_room_seconds: 0,
         }
     }
 }
@@ -109,6 +119,15 @@ impl StickyNodeArgs {
                 format!(
                     "{} must be between 0 and {MAX_RELEASE_AFTER_SECONDS}",
                     self.release_after_seconds
+                ),
+            );
+        }
+        if !(0..=MAX_HOLD_ROOM_SECONDS).contains(&self.hold_room_seconds) {
+            errs.push(
+                path.child("holdRoomSeconds"),
+                format!(
+                    "{} must be between 0 and {MAX_HOLD_ROOM_SECONDS}",
+                    self.hold_room_seconds
                 ),
             );
         }
@@ -197,6 +216,43 @@ fn release_in(
 impl Plugin for StickyNode {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn room_to_hold(&self, pod: &Pod, node: &str) -> Option<crate::scheduler::framework::RoomHold> {
+        let args = &self.args;
+        if args.hold_room_seconds <= 0
+            || opted_out(pod, &args.excluded_namespaces, &args.disable_annotation)
+            || crate::sticky::kubevirt::migration_of(pod).is_some()
+        {
+            return None;
+        }
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        if workload.pending_owner.is_some() || workload.is_multi_replica() {
+            return None;
+        }
+        let binding = self
+            .bindings
+            .get(&workload.namespace, &workload.binding_name())?;
+        if pinned_node(&binding, args, (self.now)()).as_deref() != Some(node) {
+            return None;
+        }
+        Some(crate::scheduler::framework::RoomHold {
+            key: format!("{}/{}", workload.namespace, workload.binding_name()),
+            workload: format!("{}/{}/{}", workload.kind, workload.namespace, workload.name),
+            span: std::time::Duration::from_secs(u64::try_from(args.hold_room_seconds).ok()?),
+        })
+    }
+
+    fn holds_key(&self, pod: &Pod) -> Option<String> {
+        if self.args.hold_room_seconds <= 0 {
+            return None;
+        }
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        Some(format!(
+            "{}/{}",
+            workload.namespace,
+            workload.binding_name()
+        ))
     }
 
     fn history_readership(&self) -> Option<HistoryReadership> {
@@ -986,7 +1042,13 @@ mod tests {
                     disable_annotation: "x/y".into(),
                     on_node_loss: OnNodeLoss::Release,
                     release_after_seconds: 0,
+                    hold_room_seconds: 0,
                 }),
+            ),
+            (
+                "a hold longer than a day",
+                Some(json!({"holdRoomSeconds": 86_401})),
+                Err(vec!["pluginConfig[1].args.holdRoomSeconds"]),
             ),
             (
                 "a pin for many replicas",
@@ -1184,6 +1246,50 @@ mod tests {
             ),
             (Nomination::Keep, Code::Skip),
             "not pinned"
+        );
+    }
+
+    /// Room is held only with `holdRoomSeconds`, for a pod that left its pin, never for a
+    /// migration's target.
+    #[test]
+    fn room_is_held_for_a_pod_that_left_its_pin() {
+        let holding = StickyNodeArgs {
+            hold_room_seconds: 60,
+            ..Default::default()
+        };
+        let bindings = || vec![binding("default", "pod-p", None, latest("n2"))];
+        let p = PodBuilder::new("p").build();
+        let hold = plugin(holding.clone(), bindings()).room_to_hold(&p, "n2");
+        assert_eq!(
+            hold,
+            Some(crate::scheduler::framework::RoomHold {
+                key: "default/pod-p".into(),
+                workload: "Pod/default/p".into(),
+                span: std::time::Duration::from_secs(60),
+            })
+        );
+        assert_eq!(
+            plugin(holding.clone(), bindings()).room_to_hold(&p, "n1"),
+            None,
+            "not its pin"
+        );
+        assert_eq!(
+            plugin(StickyNodeArgs::default(), bindings()).room_to_hold(&p, "n2"),
+            None,
+            "off by default"
+        );
+        let target = vmi_pod("virt-launcher-vm-b")
+            .label(crate::sticky::kubevirt::MIGRATION_JOB_UID, "uid-mig")
+            .build();
+        let vm_bindings = vec![binding(
+            "default",
+            "virtualmachineinstance-vm",
+            None,
+            latest("n2"),
+        )];
+        assert_eq!(
+            plugin(holding, vm_bindings).room_to_hold(&target, "n2"),
+            None
         );
     }
 }

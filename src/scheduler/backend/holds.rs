@@ -1,0 +1,235 @@
+//! Room held for a pinned workload that has no pod for a while (a VM stopped and started, a
+//! StatefulSet pod deleted for an upgrade): for a bounded time after its pod left its pinned
+//! node, the resources that pod used there count as taken for every pod of lower or equal
+//! priority, as a nominated pod's do (kube-scheduler's nominator rule), so the workload finds
+//! its room when it comes back. A hold ends when the workload's pod is bound again (anywhere),
+//! when it expires, or when the workload's pin moves off the node.
+//!
+//! Each hold stands for its pod by a stand-in: the pod's name, namespace, priority and
+//! resource requests, nothing else (no labels, no affinity: a pod that is gone attracts and
+//! repels nothing).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, PodSpec};
+
+use crate::scheduler::framework::NominatedPods;
+use crate::scheduler::framework::pod_info::PodInfo;
+
+/// One workload's held room.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    /// `<Kind>/<namespace>/<name>` of the workload, for messages and explain.
+    pub workload: String,
+    pub node: String,
+    /// The stand-in counted on the node.
+    pub pod: Arc<PodInfo>,
+    pub until: Instant,
+    /// `until` on the wall clock, for people.
+    pub until_wall: jiff::Timestamp,
+}
+
+/// The holds, by workload key (`<namespace>/<binding name>`).
+#[derive(Default)]
+pub struct Holds {
+    inner: RwLock<HashMap<String, Hold>>,
+}
+
+/// A stand-in for `pod`, held on `node`: what of it a node's room is made of, nominated there
+/// (so that the queue's hints read its end as room given up on that node).
+fn stand_in(pod: &Pod, node: &str) -> Pod {
+    Pod {
+        metadata: kube::api::ObjectMeta {
+            name: pod.metadata.name.as_ref().map(|n| format!("{n} (held)")),
+            namespace: pod.metadata.namespace.clone(),
+            uid: pod.metadata.uid.as_ref().map(|u| format!("hold-{u}")),
+            ..Default::default()
+        },
+        spec: pod.spec.as_ref().map(|s| PodSpec {
+            containers: s.containers.clone(),
+            init_containers: s.init_containers.clone(),
+            overhead: s.overhead.clone(),
+            priority: s.priority,
+            priority_class_name: s.priority_class_name.clone(),
+            resources: s.resources.clone(),
+            ..Default::default()
+        }),
+        status: Some(k8s_openapi::api::core::v1::PodStatus {
+            nominated_node_name: Some(node.to_string()),
+            ..Default::default()
+        }),
+    }
+}
+
+impl Holds {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<String, Hold>> {
+        self.inner.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Hold>> {
+        self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Holds what `pod` used on `node` for workload `key` (`workload` in messages), for `span`.
+    pub fn hold(&self, key: &str, workload: &str, pod: &Pod, node: &str, span: Duration) {
+        let now = Instant::now();
+        let Some(until) = now.checked_add(span) else {
+            return;
+        };
+        let until_wall = jiff::Timestamp::now()
+            .checked_add(jiff::SignedDuration::try_from(span).unwrap_or(jiff::SignedDuration::ZERO))
+            .unwrap_or(jiff::Timestamp::MAX);
+        self.write().insert(
+            key.to_string(),
+            Hold {
+                workload: workload.to_string(),
+                node: node.to_string(),
+                pod: Arc::new(PodInfo::new(Arc::new(stand_in(pod, node)))),
+                until,
+                until_wall,
+            },
+        );
+    }
+
+    /// Ends the hold of `key`, if there is one.
+    pub fn release(&self, key: &str) -> Option<Hold> {
+        if self.is_empty() {
+            return None;
+        }
+        self.write().remove(key)
+    }
+
+    /// Ends the holds that expired by `now`, and returns them.
+    pub fn sweep(&self, now: Instant) -> Vec<Hold> {
+        if self.read().values().all(|h| h.until > now) {
+            return Vec::new();
+        }
+        let mut holds = self.write();
+        let expired: Vec<String> = holds
+            .iter()
+            .filter(|(_, h)| h.until <= now)
+            .map(|(k, _)| k.clone())
+            .collect();
+        expired.iter().filter_map(|k| holds.remove(k)).collect()
+    }
+
+    /// Ends the holds whose node `keep` no longer wants held (the workload's pin moved), and
+    /// returns them.
+    pub fn retain(&self, keep: impl Fn(&str, &Hold) -> bool) -> Vec<Hold> {
+        let mut holds = self.write();
+        let gone: Vec<String> = holds
+            .iter()
+            .filter(|(k, h)| !keep(k, h))
+            .map(|(k, _)| k.clone())
+            .collect();
+        gone.iter().filter_map(|k| holds.remove(k)).collect()
+    }
+
+    /// The holds in force, by workload key.
+    pub fn active(&self) -> Vec<(String, Hold)> {
+        let now = Instant::now();
+        let mut all: Vec<(String, Hold)> = self
+            .read()
+            .iter()
+            .filter(|(_, h)| h.until > now)
+            .map(|(k, h)| (k.clone(), h.clone()))
+            .collect();
+        all.sort_by(|a, b| a.0.cmp(&b.0));
+        all
+    }
+
+    pub fn len(&self) -> usize {
+        self.read().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.read().is_empty()
+    }
+}
+
+/// The nominated pods and the holds, as one [`NominatedPods`] for a cycle of a pod of workload
+/// `own` (whose own hold does not count against it).
+pub struct WithHolds<'a> {
+    pub nominated: &'a dyn NominatedPods,
+    pub holds: &'a Holds,
+    pub own: Option<String>,
+}
+
+impl NominatedPods for WithHolds<'_> {
+    fn any(&self) -> bool {
+        self.nominated.any() || !self.holds.is_empty()
+    }
+
+    fn for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
+        let mut pods = self.nominated.for_node(node);
+        let now = Instant::now();
+        pods.extend(
+            self.holds
+                .read()
+                .iter()
+                .filter(|(k, h)| h.node == node && h.until > now && Some(*k) != self.own.as_ref())
+                .map(|(_, h)| h.pod.clone()),
+        );
+        pods
+    }
+
+    fn node_of(&self, uid: &str) -> Option<String> {
+        self.nominated.node_of(uid)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::framework::NoNominations;
+    use crate::scheduler::testing::PodBuilder;
+
+    #[test]
+    fn a_hold_counts_for_others_on_its_node_until_it_ends() {
+        let holds = Holds::default();
+        let vm = PodBuilder::new("virt-launcher-vm-x")
+            .req_cpu("2")
+            .priority(100)
+            .label("app", "vm")
+            .build();
+        holds.hold(
+            "ns/virtualmachine-vm",
+            "VirtualMachine/ns/vm",
+            &vm,
+            "n1",
+            Duration::from_secs(60),
+        );
+        let other = WithHolds {
+            nominated: &NoNominations,
+            holds: &holds,
+            own: Some("ns/statefulset-db-0".into()),
+        };
+        let held = other.for_node("n1");
+        assert_eq!(held.len(), 1);
+        assert_eq!(
+            held[0].pod.spec.as_ref().and_then(|s| s.priority),
+            Some(100)
+        );
+        assert!(
+            held[0].pod.metadata.labels.is_none(),
+            "a stand-in has no labels"
+        );
+        assert!(other.for_node("n2").is_empty());
+        let own = WithHolds {
+            nominated: &NoNominations,
+            holds: &holds,
+            own: Some("ns/virtualmachine-vm".into()),
+        };
+        assert!(
+            own.for_node("n1").is_empty(),
+            "its own hold leaves the workload alone"
+        );
+        assert!(holds.sweep(Instant::now()).is_empty());
+        assert!(holds.sweep(Instant::now() + Duration::from_secs(61)).len() == 1);
+        assert!(holds.is_empty());
+        holds.hold("k", "w", &vm, "n1", Duration::from_secs(60));
+        assert!(holds.release("k").is_some() && holds.is_empty());
+    }
+}
