@@ -138,14 +138,7 @@ impl<'a> Vm<'a> {
     /// Starts the VM: a VMI owned by it and its launcher pod; returns the node it is bound to
     /// (and reports it in the VMI's status, as virt-handler does once the domain runs).
     async fn start(&mut self) -> anyhow::Result<String> {
-        let mut vmi = DynamicObject::new(&self.name, &kubevirt("VirtualMachineInstance"));
-        vmi.metadata.owner_references = Some(vec![serde_json::from_value(json!({
-            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": self.name,
-            "uid": self.uid, "controller": true, "blockOwnerDeletion": true}))?]);
-        vmi.data = json!({"spec": {"evictionStrategy": "LiveMigrate", "domain": {"devices": {}}}});
-        let vmi = self.vmis().create(&PostParams::default(), &vmi).await?;
-        self.vmi_uid = vmi.metadata.uid.unwrap_or_default();
-        self.pod = self.launcher(None).await?;
+        self.start_pending().await?;
         let node = wait_bound(self.client, self.ns, &self.pod, TIMEOUT).await?;
         self.report(
             json!({"phase": "Running", "nodeName": node, "migrationMethod": "LiveMigration",
@@ -154,6 +147,20 @@ impl<'a> Vm<'a> {
         .await?;
         self.label_node(&node).await?;
         Ok(node)
+    }
+
+    /// Starts the VM without waiting for its pod to be bound: a VMI owned by it and its
+    /// launcher pod (`self.pod`).
+    async fn start_pending(&mut self) -> anyhow::Result<()> {
+        let mut vmi = DynamicObject::new(&self.name, &kubevirt("VirtualMachineInstance"));
+        vmi.metadata.owner_references = Some(vec![serde_json::from_value(json!({
+            "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": self.name,
+            "uid": self.uid, "controller": true, "blockOwnerDeletion": true}))?]);
+        vmi.data = json!({"spec": {"evictionStrategy": "LiveMigrate", "domain": {"devices": {}}}});
+        let vmi = self.vmis().create(&PostParams::default(), &vmi).await?;
+        self.vmi_uid = vmi.metadata.uid.unwrap_or_default();
+        self.pod = self.launcher(None).await?;
+        Ok(())
     }
 
     /// The VMI's `kubevirt.io/nodeName` label, which virt-handler moves with `status.nodeName`.
@@ -416,13 +423,8 @@ async fn a_vm_stopped_by_a_drain_waits_for_its_cordoned_node_and_says_why() -> a
     vm.stop().await?;
 
     // Started again while the node is cordoned.
-    let mut vmi = DynamicObject::new(&vm.name, &kubevirt("VirtualMachineInstance"));
-    vmi.metadata.owner_references = Some(vec![serde_json::from_value(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": vm.name,
-        "uid": vm.uid, "controller": true, "blockOwnerDeletion": true}))?]);
-    let vmi = vm.vmis().create(&PostParams::default(), &vmi).await?;
-    vm.vmi_uid = vmi.metadata.uid.unwrap_or_default();
-    let pod = vm.launcher(None).await?;
+    vm.start_pending().await?;
+    let pod = vm.pod.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let message = wait_for(
         "the restarted VM's pod to say why it waits",
@@ -613,6 +615,22 @@ async fn filler(
     Ok(())
 }
 
+/// Fills `node` with `count` pods of one CPU, bound by the test.
+async fn fill(
+    client: &Client,
+    ns: &str,
+    nodes: &TestNodes,
+    node: &str,
+    count: usize,
+) -> anyhow::Result<()> {
+    for i in 0..count {
+        let name = format!("full-{i}");
+        filler(client, ns, nodes, &name, node, None).await?;
+        wait_bound(client, ns, &name, TIMEOUT).await?;
+    }
+    Ok(())
+}
+
 /// A stopped VM's node fills up; started again, it waits for room on its pin and is nominated
 /// to it (`status.nominatedNodeName`); the room that frees there goes to it, not to a pod of
 /// the same priority that arrived meanwhile and wants the same node.
@@ -626,18 +644,10 @@ async fn a_vm_waiting_for_room_on_its_pin_is_nominated_and_gets_the_room() -> an
     let pin = vm.start().await?;
     history(&client, &ns.name, "centos", 1, &pin).await?;
     vm.stop().await?;
-    for i in 0..4 {
-        filler(&client, &ns.name, &nodes, &format!("full-{i}"), &pin, None).await?;
-        wait_bound(&client, &ns.name, &format!("full-{i}"), TIMEOUT).await?;
-    }
+    fill(&client, &ns.name, &nodes, &pin, 4).await?;
 
-    let mut vmi = DynamicObject::new(&vm.name, &kubevirt("VirtualMachineInstance"));
-    vmi.metadata.owner_references = Some(vec![serde_json::from_value(json!({
-        "apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine", "name": vm.name,
-        "uid": vm.uid, "controller": true, "blockOwnerDeletion": true}))?]);
-    let vmi = vm.vmis().create(&PostParams::default(), &vmi).await?;
-    vm.vmi_uid = vmi.metadata.uid.unwrap_or_default();
-    let pod = vm.launcher(None).await?;
+    vm.start_pending().await?;
+    let pod = vm.pod.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let nominated = wait_for("the waiting VM's pod to be nominated", TIMEOUT, || {
         let (pods, pod) = (pods.clone(), pod.clone());
@@ -675,6 +685,70 @@ async fn a_vm_waiting_for_room_on_its_pin_is_nominated_and_gets_the_room() -> an
 
     vm.stop().await?;
     kubectl_ok(&["delete", "sp", &profile], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
+
+/// A stopped VM's room on its pin is held (`holdRoomSeconds`): a pod of lower priority created
+/// meanwhile, which wants that node, waits; the VM started again within the time gets its
+/// room back.
+#[tokio::test]
+async fn a_stopped_vms_room_is_held_until_it_starts_again() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vm-hold").await?;
+    let nodes = TestNodes::create(&client, "vm-hold", 2, "4", |_, _| {}).await?;
+    let name = format!("vm-hold-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    apply_profile(
+        &client,
+        &name,
+        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}},
+            "pluginConfig": [{"name": "StickyNode", "args": {"holdRoomSeconds": 300}}]}),
+    )
+    .await?;
+    let mut vm = Vm::create(&client, &ns.name, "alma", &scheduler, &nodes).await?;
+    let pin = vm.start().await?;
+    history(&client, &ns.name, "alma", 1, &pin).await?;
+    fill(&client, &ns.name, &nodes, &pin, 3).await?;
+    vm.stop().await?;
+
+    filler(
+        &client,
+        &ns.name,
+        &nodes,
+        "late",
+        &pin,
+        Some("tether-scheduler"),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let why = wait_for("late to be refused", TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            Ok(pods
+                .get("late")
+                .await?
+                .status
+                .and_then(|s| s.conditions)
+                .into_iter()
+                .flatten()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .and_then(|c| c.message))
+        }
+    })
+    .await?;
+    assert!(why.contains("Insufficient cpu"), "{why}");
+
+    let node = vm.start().await?;
+    assert_eq!(node, pin, "the VM's room was kept for it");
+    assert_eq!(
+        pods.get("late").await?.spec.and_then(|s| s.node_name),
+        None,
+        "late did not take it"
+    );
+
+    vm.stop().await?;
+    kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
     ns.delete().await
 }
