@@ -103,7 +103,68 @@ fn effect() -> impl Strategy<Value = String> {
     ]
 }
 
+/// A pod asking for `cpu` and `memory` (any quantity a pod may carry, up to the largest).
+fn pod_asking(name: &str, cpu: &str, memory: &str) -> Pod {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "ns", "uid": name},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu, "memory": memory}}}]},
+    }))
+    .expect("a pod")
+}
+
+fn quantity() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (0u64..100_000).prop_map(|n| format!("{n}m")),
+        (0u64..1_000).prop_map(|n| format!("{n}Gi")),
+        Just("8Ei".to_string()),
+        Just("9223372036854775807".to_string()),
+        (0u64..16).prop_map(|n| format!("{n}E")),
+    ]
+}
+
 proptest! {
+    /// A node's usage is never forgotten: adding then removing any pod, in any order, gives the
+    /// node back exactly what it had (a pod of `8Ei` included, which saturating sums lost).
+    #[test]
+    fn adding_then_removing_any_pod_restores_the_node_exactly(
+        kept in prop::collection::vec((quantity(), quantity()), 0..6),
+        passing in prop::collection::vec((quantity(), quantity()), 1..6),
+    ) {
+        use std::sync::Arc;
+        use tether::scheduler::framework::node_info::NodeInfo;
+        use tether::scheduler::framework::pod_info::PodInfo;
+        let info = |name: String, (cpu, mem): &(String, String)| {
+            Arc::new(PodInfo::new(Arc::new(pod_asking(&name, cpu, mem))))
+        };
+        let mut node = NodeInfo::new("n1");
+        for (i, q) in kept.iter().enumerate() {
+            node.add_pod(info(format!("kept-{i}"), q));
+        }
+        let before = (node.requested.clone(), node.non_zero_requested.clone());
+        for (i, q) in passing.iter().enumerate() {
+            node.add_pod(info(format!("passing-{i}"), q));
+        }
+        for i in (0..passing.len()).rev() {
+            let name = format!("passing-{i}");
+            prop_assert!(node.remove_pod(&name), "{} was on the node", name);
+        }
+        prop_assert_eq!((node.requested.clone(), node.non_zero_requested.clone()), before);
+    }
+
+    /// A node's score stays within 0..=100 whatever its sums say: a score outside it fails every
+    /// cycle that node is feasible in.
+    #[test]
+    fn resource_scores_stay_within_the_range(requested in any::<i64>(), capacity in any::<i64>()) {
+        use tether::scheduler::plugins::noderesources::scoring::{least_requested_score, most_requested_score, utilization};
+        for score in [
+            least_requested_score(requested, capacity),
+            most_requested_score(requested, capacity),
+            utilization(requested, capacity),
+        ] {
+            prop_assert!((0..=100).contains(&score), "{score}");
+        }
+    }
+
     #[test]
     fn quantities_parse_or_fail_never_panic(s in ".{0,40}") {
         let _ = parse_milli(&s);

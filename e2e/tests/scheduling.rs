@@ -517,3 +517,71 @@ async fn pods_at_the_apis_limits_get_a_clear_result_and_hold_up_no_one() -> anyh
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A pod created already bound (`spec.nodeName`, past every scheduler) asking for `8Ei` of
+/// memory, then deleted, leaves the node's real usage counted: 40Gi in use on a 64Gi node, a
+/// 30Gi pod is refused there, and a pod that fits is still scheduled (the node's scores stay
+/// valid). Saturating sums forgot the 40Gi and over-committed the node.
+#[tokio::test]
+async fn a_huge_pod_that_comes_and_goes_leaves_the_nodes_usage_exact() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "huge").await?;
+    let nodes = TestNodes::create(&client, "huge", 1, "8", |_, node| {
+        node["status"]["allocatable"]["memory"] = json!("64Gi");
+        node["status"]["capacity"]["memory"] = json!("64Gi");
+    })
+    .await?;
+    let node = nodes.names[0].clone();
+    let memory = |q: &str| json!([{"name": "c", "image": "pause", "resources": {"requests": {"memory": q}}}]);
+    create_pod(
+        &client,
+        &ns.name,
+        "in-use",
+        &nodes,
+        json!({"nodeName": node, "containers": memory("40Gi")}),
+    )
+    .await?;
+    wait_bound(&client, &ns.name, "in-use", BIND_TIMEOUT).await?;
+    create_pod(
+        &client,
+        &ns.name,
+        "huge",
+        &nodes,
+        json!({"nodeName": node, "containers": memory("8Ei")}),
+    )
+    .await?;
+    wait_bound(&client, &ns.name, "huge", BIND_TIMEOUT).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    pods.delete("huge", &kube::api::DeleteParams::default().grace_period(0))
+        .await?;
+    wait_for("huge gone", BIND_TIMEOUT, || {
+        let pods = pods.clone();
+        async move { Ok(pods.get_opt("huge").await?.is_none().then_some(())) }
+    })
+    .await?;
+
+    create_pod(
+        &client,
+        &ns.name,
+        "too-big",
+        &nodes,
+        json!({"containers": memory("30Gi")}),
+    )
+    .await?;
+    let why = wait_unschedulable(&client, &ns.name, "too-big").await?;
+    assert!(why.contains("Insufficient memory"), "{why}");
+    create_pod(
+        &client,
+        &ns.name,
+        "fits",
+        &nodes,
+        json!({"containers": memory("20Gi")}),
+    )
+    .await?;
+    assert_eq!(
+        wait_bound(&client, &ns.name, "fits", BIND_TIMEOUT).await?,
+        node
+    );
+    nodes.delete().await?;
+    ns.delete().await
+}

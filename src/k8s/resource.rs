@@ -29,6 +29,60 @@ pub struct Resource {
     pub scalar: BTreeMap<String, i64>,
 }
 
+/// The exact sum of resource amounts: kept in 128 bits, which no sum of 64-bit amounts can
+/// overflow, so subtracting what was added restores it exactly (saturating 64-bit sums forget:
+/// a pod asking for `8Ei` added then removed would erase the node's real usage). Read it as a
+/// [`Resource`] with [`ResourceSum::saturated`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ResourceSum {
+    milli_cpu: i128,
+    memory: i128,
+    ephemeral_storage: i128,
+    allowed_pod_number: i128,
+    scalar: BTreeMap<String, i128>,
+}
+
+fn saturate(v: i128) -> i64 {
+    i64::try_from(v).unwrap_or(if v < 0 { i64::MIN } else { i64::MAX })
+}
+
+impl ResourceSum {
+    pub fn add(&mut self, r: &Resource) {
+        self.milli_cpu += i128::from(r.milli_cpu);
+        self.memory += i128::from(r.memory);
+        self.ephemeral_storage += i128::from(r.ephemeral_storage);
+        self.allowed_pod_number += i128::from(r.allowed_pod_number);
+        for (k, v) in &r.scalar {
+            *self.scalar.entry(k.clone()).or_insert(0) += i128::from(*v);
+        }
+    }
+
+    pub fn sub(&mut self, r: &Resource) {
+        self.milli_cpu -= i128::from(r.milli_cpu);
+        self.memory -= i128::from(r.memory);
+        self.ephemeral_storage -= i128::from(r.ephemeral_storage);
+        self.allowed_pod_number -= i128::from(r.allowed_pod_number);
+        for (k, v) in &r.scalar {
+            *self.scalar.entry(k.clone()).or_insert(0) -= i128::from(*v);
+        }
+    }
+
+    /// The sum as 64-bit amounts, each held at the largest (smallest) one when beyond.
+    pub fn saturated(&self) -> Resource {
+        Resource {
+            milli_cpu: saturate(self.milli_cpu),
+            memory: saturate(self.memory),
+            ephemeral_storage: saturate(self.ephemeral_storage),
+            allowed_pod_number: saturate(self.allowed_pod_number),
+            scalar: self
+                .scalar
+                .iter()
+                .map(|(k, v)| (k.clone(), saturate(*v)))
+                .collect(),
+        }
+    }
+}
+
 impl Resource {
     /// Reads a resource list. A malformed quantity counts as zero; the API server validates
     /// quantities, so this only happens with objects it never admitted.

@@ -126,6 +126,16 @@ fn extension_point_buckets() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 12))
 }
 
+/// The SLI histogram's `attempts` label, capped as kube-scheduler caps it: `1`…`14`, then
+/// `15+`, so that a pod retried for days makes no new series.
+fn attempts_label(attempts: u32) -> String {
+    if attempts >= 15 {
+        "15+".into()
+    } else {
+        attempts.to_string()
+    }
+}
+
 /// The label of kube-scheduler's SLI histogram: how many attempts the pod took.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SliLabels {
@@ -432,7 +442,7 @@ impl Metrics {
         self.upstream
             .sli
             .get_or_create(&SliLabels {
-                attempts: attempts.to_string(),
+                attempts: attempts_label(attempts),
             })
             .observe(since_queued.as_secs_f64());
     }
@@ -603,5 +613,23 @@ mod tests {
             .filter(|l| l.starts_with("scheduler_plugin_execution_duration_seconds_bucket{"))
             .count();
         assert_eq!(plugin_bounds, 21, "20 bounds from 0.01 ms by 1.5, and +Inf");
+    }
+
+    /// kube-scheduler's cap: no series per attempt count beyond 15.
+    #[test]
+    fn the_sli_attempts_label_is_capped() {
+        let m = Metrics::default();
+        for attempts in [1, 14, 15, 400] {
+            m.pod_scheduled("p", Duration::ZERO, Duration::ZERO, attempts);
+        }
+        let text = m.encode();
+        for line in [
+            r#"scheduler_pod_scheduling_sli_duration_seconds_count{attempts="1"} 1"#,
+            r#"scheduler_pod_scheduling_sli_duration_seconds_count{attempts="14"} 1"#,
+            r#"scheduler_pod_scheduling_sli_duration_seconds_count{attempts="15+"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} in:\n{text}");
+        }
+        assert!(!text.contains(r#"attempts="400""#));
     }
 }

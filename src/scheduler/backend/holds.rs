@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
-use crate::scheduler::framework::NominatedPods;
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::{HoldIdentity, NominatedPods};
 
 /// One workload's held room.
 #[derive(Clone, Debug)]
@@ -31,10 +31,14 @@ pub struct Hold {
     pub until_wall: jiff::Timestamp,
 }
 
-/// The holds, by workload key (`<namespace>/<binding name>`).
+/// The holds, by workload key (`<namespace>/<binding name>`), and who each running pod of a
+/// holding profile would hold room for.
 #[derive(Default)]
 pub struct Holds {
     inner: RwLock<HashMap<String, Hold>>,
+    /// Per pod UID, read while the pod runs: when it leaves, its owners may be gone from the
+    /// caches already (a VM's VMI deleted with its pod), and its workload could not be told.
+    identities: RwLock<HashMap<String, HoldIdentity>>,
 }
 
 /// A stand-in for `pod`, held on `node`: what of it a node's room is made of, nominated there
@@ -70,6 +74,30 @@ impl Holds {
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<String, Hold>> {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Whether who pod `uid` holds room for is known.
+    pub fn knows(&self, uid: &str) -> bool {
+        self.identities
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(uid)
+    }
+
+    /// Notes who pod `uid` holds room for.
+    pub fn remember(&self, uid: &str, who: HoldIdentity) {
+        self.identities
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(uid.to_string(), who);
+    }
+
+    /// Who pod `uid` held room for, forgotten now.
+    pub fn forget(&self, uid: &str) -> Option<HoldIdentity> {
+        self.identities
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid)
     }
 
     /// Holds what `pod` used on `node` for workload `key` (`workload` in messages), for `span`.

@@ -47,7 +47,15 @@ impl Scheduler {
         let Some(profile) = self.profiles.get(pods::scheduler_name(pod)) else {
             return;
         };
-        let Some(hold) = profile.room_to_hold(pod, node) else {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let Some(who) = self
+            .holds
+            .forget(uid)
+            .or_else(|| profile.hold_identity(pod))
+        else {
+            return;
+        };
+        let Some(hold) = profile.room_to_hold(pod, node, &who) else {
             return;
         };
         let owner = pod
@@ -56,7 +64,6 @@ impl Scheduler {
             .as_ref()
             .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
             .map(|r| r.uid.clone());
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let sibling_runs = owner.is_some_and(|owner| {
             self.lock_cache().bound_pods().iter().any(|p| {
                 p.metadata.uid.as_deref() != Some(uid)
@@ -74,6 +81,22 @@ impl Scheduler {
         self.holds
             .hold(&hold.key, &hold.workload, pod, node, hold.span);
         self.metrics.set_room_holds(self.holds.len());
+    }
+
+    /// Notes, while `pod` runs, who it would hold room for when it leaves (its profile holds
+    /// room): read once per pod.
+    pub fn remember_hold_identity(&self, pod: &Pod) {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        if self.holds.knows(uid) {
+            return;
+        }
+        if let Some(who) = self
+            .profiles
+            .get(pods::scheduler_name(pod))
+            .and_then(|p| p.hold_identity(pod))
+        {
+            self.holds.remember(uid, who);
+        }
     }
 
     /// `pod` was bound: the room held for its workload, if any, is its own now.
@@ -155,6 +178,9 @@ impl EventHandlers {
             if occupies_node(&pod) && before.as_ref().is_none_or(|_| was_assumed) {
                 sched.claim_hold_of(&pod);
             }
+            if occupies_node(&pod) {
+                sched.remember_hold_identity(&pod);
+            }
             let new = Some(EventObject::Pod(pod.clone()));
             match before {
                 Some(old) if !occupies_node(&pod) => {
@@ -217,6 +243,7 @@ impl EventHandlers {
             if occupies_node(&old) {
                 sched.hold_room_of(&old);
             }
+            sched.holds.forget(&uid);
             sched
                 .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);

@@ -157,15 +157,16 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
 
-    /// Room to hold for the workload of `pod`, which just left `node`: StickyNode with
-    /// `holdRoomSeconds`, for a pinned workload whose pod left its pin.
-    fn room_to_hold(&self, _pod: &Pod, _node: &str) -> Option<RoomHold> {
+    /// Who `pod` holds room for, when the plugin holds room (StickyNode with
+    /// `holdRoomSeconds`): its workload. Read while the pod runs, since its owners may be gone
+    /// by the time it leaves.
+    fn hold_identity(&self, _pod: &Pod) -> Option<HoldIdentity> {
         None
     }
 
-    /// The key of the room held for `pod`'s workload (its own hold does not count against it,
-    /// and its bind ends it), when the plugin holds room.
-    fn holds_key(&self, _pod: &Pod) -> Option<String> {
+    /// Room to hold for `who`, whose pod `pod` just left `node`: for a pinned workload whose
+    /// pod left its pin.
+    fn room_to_hold(&self, _pod: &Pod, _node: &str, _who: &HoldIdentity) -> Option<RoomHold> {
         None
     }
 
@@ -182,6 +183,17 @@ pub trait Plugin: Send + Sync + 'static {
     fn events_to_register(&self) -> Option<Vec<events::Registration>> {
         None
     }
+}
+
+/// The workload a pod holds room for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HoldIdentity {
+    /// The workload's key (`<namespace>/<binding name>`).
+    pub key: String,
+    /// `<Kind>/<namespace>/<name>`, for people.
+    pub workload: String,
+    /// Whether it is a workload of many interchangeable replicas (never held for).
+    pub many: bool,
 }
 
 /// Room a plugin holds for a workload that has no pod for a while.

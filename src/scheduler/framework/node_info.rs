@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
-use crate::k8s::resource::Resource;
+use crate::k8s::resource::{Resource, ResourceSum};
 use crate::scheduler::framework::pod_group::PodGroup;
 use crate::scheduler::framework::pod_info::{HostPort, PodInfo};
 use crate::scheduler::framework::topology::NodeLabels;
@@ -37,8 +37,13 @@ pub struct NodeInfo {
     /// selector or a term once per group instead of once per pod.
     pub groups: Vec<GroupCount>,
     pub used_ports: Vec<HostPort>,
+    /// What the pods request, read from `requested_sum` (exact) and saturated.
     pub requested: Resource,
     pub non_zero_requested: Resource,
+    /// The exact sums behind `requested` and `non_zero_requested`: adding then removing any pod
+    /// gives back exactly what was there.
+    pub requested_sum: ResourceSum,
+    pub non_zero_requested_sum: ResourceSum,
     pub allocatable: Resource,
     /// Image name → size in bytes, from `status.images`, every name of an image listed.
     pub images: BTreeMap<String, i64>,
@@ -78,8 +83,10 @@ impl NodeInfo {
     }
 
     pub fn add_pod(&mut self, pod: Arc<PodInfo>) {
-        self.requested.add(&pod.requests);
-        self.non_zero_requested.add(&pod.non_zero_requests);
+        self.requested_sum.add(&pod.requests);
+        self.non_zero_requested_sum.add(&pod.non_zero_requests);
+        self.requested = self.requested_sum.saturated();
+        self.non_zero_requested = self.non_zero_requested_sum.saturated();
         self.used_ports.extend(pod.host_ports.iter().cloned());
         self.pods_with_affinity += usize::from(pod.has_affinity());
         self.pods_with_required_anti_affinity +=
@@ -104,8 +111,10 @@ impl NodeInfo {
             return false;
         };
         let pod = self.pods.swap_remove(i);
-        self.requested.sub(&pod.requests);
-        self.non_zero_requested.sub(&pod.non_zero_requests);
+        self.requested_sum.sub(&pod.requests);
+        self.non_zero_requested_sum.sub(&pod.non_zero_requests);
+        self.requested = self.requested_sum.saturated();
+        self.non_zero_requested = self.non_zero_requested_sum.saturated();
         for port in &pod.host_ports {
             if let Some(j) = self.used_ports.iter().position(|p| p == port) {
                 self.used_ports.swap_remove(j);

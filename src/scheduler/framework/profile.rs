@@ -57,21 +57,30 @@ impl CompiledProfile {
         }
     }
 
-    /// The room a PreFilter plugin of this profile holds for `pod`'s workload, which just left
+    /// Who `pod` holds room for, if a PreFilter plugin of this profile holds room.
+    pub fn hold_identity(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> Option<super::HoldIdentity> {
+        self.pre_filter.iter().find_map(|p| p.hold_identity(pod))
+    }
+
+    /// The room a PreFilter plugin of this profile holds for `who`, whose pod `pod` just left
     /// `node`, if one does.
     pub fn room_to_hold(
         &self,
         pod: &k8s_openapi::api::core::v1::Pod,
         node: &str,
+        who: &super::HoldIdentity,
     ) -> Option<super::RoomHold> {
         self.pre_filter
             .iter()
-            .find_map(|p| p.room_to_hold(pod, node))
+            .find_map(|p| p.room_to_hold(pod, node, who))
     }
 
     /// The key of the room held for `pod`'s workload by a plugin of this profile, if one holds.
     pub fn holds_key(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
-        self.pre_filter.iter().find_map(|p| p.holds_key(pod))
+        self.hold_identity(pod).map(|who| who.key)
     }
 
     /// Whether a plugin of this name runs at any extension point.

@@ -106,6 +106,8 @@ pub fn least_requested_score(requested: i64, capacity: i64) -> i64 {
     if capacity <= 0 || requested > capacity {
         return 0;
     }
+    // Never above the top score, whatever a sum says.
+    let requested = requested.max(0);
     ((i128::from(capacity - requested) * i128::from(MAX_NODE_SCORE)) / i128::from(capacity)) as i64
 }
 
@@ -123,6 +125,7 @@ pub fn utilization(requested: i64, capacity: i64) -> i64 {
     if capacity <= 0 || requested > capacity {
         return MAX_UTILIZATION;
     }
+    let requested = requested.max(0);
     ((i128::from(requested) * i128::from(MAX_UTILIZATION)) / i128::from(capacity)) as i64
 }
 

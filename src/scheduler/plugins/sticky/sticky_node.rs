@@ -218,41 +218,45 @@ impl Plugin for StickyNode {
         NAME
     }
 
-    fn room_to_hold(&self, pod: &Pod, node: &str) -> Option<crate::scheduler::framework::RoomHold> {
+    fn hold_identity(&self, pod: &Pod) -> Option<crate::scheduler::framework::HoldIdentity> {
+        if self.args.hold_room_seconds <= 0 {
+            return None;
+        }
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        if workload.pending_owner.is_some() {
+            return None;
+        }
+        Some(crate::scheduler::framework::HoldIdentity {
+            key: format!("{}/{}", workload.namespace, workload.binding_name()),
+            workload: format!("{}/{}/{}", workload.kind, workload.namespace, workload.name),
+            many: workload.is_multi_replica(),
+        })
+    }
+
+    fn room_to_hold(
+        &self,
+        pod: &Pod,
+        node: &str,
+        who: &crate::scheduler::framework::HoldIdentity,
+    ) -> Option<crate::scheduler::framework::RoomHold> {
         let args = &self.args;
         if args.hold_room_seconds <= 0
+            || who.many
             || opted_out(pod, &args.excluded_namespaces, &args.disable_annotation)
             || crate::sticky::kubevirt::migration_of(pod).is_some()
         {
             return None;
         }
-        let workload = workload::resolve(pod, self.owners.as_ref());
-        if workload.pending_owner.is_some() || workload.is_multi_replica() {
-            return None;
-        }
-        let binding = self
-            .bindings
-            .get(&workload.namespace, &workload.binding_name())?;
+        let (namespace, name) = who.key.split_once('/')?;
+        let binding = self.bindings.get(namespace, name)?;
         if pinned_node(&binding, args, (self.now)()).as_deref() != Some(node) {
             return None;
         }
         Some(crate::scheduler::framework::RoomHold {
-            key: format!("{}/{}", workload.namespace, workload.binding_name()),
-            workload: format!("{}/{}/{}", workload.kind, workload.namespace, workload.name),
+            key: who.key.clone(),
+            workload: who.workload.clone(),
             span: std::time::Duration::from_secs(u64::try_from(args.hold_room_seconds).ok()?),
         })
-    }
-
-    fn holds_key(&self, pod: &Pod) -> Option<String> {
-        if self.args.hold_room_seconds <= 0 {
-            return None;
-        }
-        let workload = workload::resolve(pod, self.owners.as_ref());
-        Some(format!(
-            "{}/{}",
-            workload.namespace,
-            workload.binding_name()
-        ))
     }
 
     fn history_readership(&self) -> Option<HistoryReadership> {
@@ -1259,7 +1263,12 @@ mod tests {
         };
         let bindings = || vec![binding("default", "pod-p", None, latest("n2"))];
         let p = PodBuilder::new("p").build();
-        let hold = plugin(holding.clone(), bindings()).room_to_hold(&p, "n2");
+        let room = |args: StickyNodeArgs, bindings: Vec<StickyBinding>, pod: &Pod, node: &str| {
+            let plugin = plugin(args, bindings);
+            let who = plugin.hold_identity(pod)?;
+            plugin.room_to_hold(pod, node, &who)
+        };
+        let hold = room(holding.clone(), bindings(), &p, "n2");
         assert_eq!(
             hold,
             Some(crate::scheduler::framework::RoomHold {
@@ -1269,12 +1278,12 @@ mod tests {
             })
         );
         assert_eq!(
-            plugin(holding.clone(), bindings()).room_to_hold(&p, "n1"),
+            room(holding.clone(), bindings(), &p, "n1"),
             None,
             "not its pin"
         );
         assert_eq!(
-            plugin(StickyNodeArgs::default(), bindings()).room_to_hold(&p, "n2"),
+            room(StickyNodeArgs::default(), bindings(), &p, "n2"),
             None,
             "off by default"
         );
@@ -1287,9 +1296,6 @@ mod tests {
             None,
             latest("n2"),
         )];
-        assert_eq!(
-            plugin(holding, vm_bindings).room_to_hold(&target, "n2"),
-            None
-        );
+        assert_eq!(room(holding, vm_bindings, &target, "n2"), None);
     }
 }

@@ -38,6 +38,10 @@ impl Default for VolumeBindingArgs {
     }
 }
 
+/// The longest `bindTimeoutSeconds` tether takes (upstream sets none; near `i64::MAX` the
+/// deadline overflows).
+pub const MAX_BIND_TIMEOUT_SECONDS: i64 = 86_400;
+
 impl VolumeBindingArgs {
     /// Checks the args as kube-scheduler's ValidateVolumeBindingArgs (the shape as with its
     /// StorageCapacityScoring gate on), naming fields under `path`.
@@ -48,6 +52,16 @@ impl VolumeBindingArgs {
                 path.child("bindTimeoutSeconds"),
                 format!(
                     "Invalid value: {}: invalid BindTimeoutSeconds, should not be a negative value",
+                    self.bind_timeout_seconds
+                ),
+            );
+        }
+        if self.bind_timeout_seconds > MAX_BIND_TIMEOUT_SECONDS {
+            errs.push(
+                path.child("bindTimeoutSeconds"),
+                format!(
+                    "Invalid value: {}: must be at most {MAX_BIND_TIMEOUT_SECONDS} (a day): PreBind \
+                     holds the pod's binding cycle that long",
                     self.bind_timeout_seconds
                 ),
             );
@@ -144,6 +158,11 @@ mod tests {
                     .to_string()
             )]
         );
+        assert_eq!(
+            check(json!({"bindTimeoutSeconds": i64::MAX})).unwrap_err()[0].0,
+            "pluginConfig[0].args.bindTimeoutSeconds"
+        );
+        assert!(check(json!({"bindTimeoutSeconds": 86_400})).is_ok());
         assert_eq!(
             check(json!({"shape": []})).unwrap_err()[0].1,
             "Required value: at least one point must be specified"

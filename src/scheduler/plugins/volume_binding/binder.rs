@@ -24,7 +24,11 @@ pub async fn bind(
     timeout: Duration,
 ) -> Result<(), String> {
     let mut changes = storage.subscribe();
-    let deadline = tokio::time::Instant::now() + timeout;
+    // Checked: a timeout from a profile never overflows the clock.
+    let now = tokio::time::Instant::now();
+    let deadline = now
+        .checked_add(timeout)
+        .unwrap_or_else(|| now + Duration::from_secs(86_400));
     let written = write(client, storage, reserved).await?;
     loop {
         match check(storage, &written, node) {
