@@ -364,6 +364,19 @@ impl TestNamespace {
             .create(&PostParams::default(), &ns)
             .await
             .with_context(|| format!("creating namespace {name}"))?;
+        // Pods are refused until kube-controller-manager has made the namespace's `default`
+        // ServiceAccount, a moment after the namespace.
+        let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            Api::namespaced(client.clone(), &name);
+        wait_for(
+            &format!("the default ServiceAccount of {name}"),
+            Duration::from_secs(30),
+            || {
+                let accounts = accounts.clone();
+                async move { Ok(accounts.get_opt("default").await?.map(|_| ())) }
+            },
+        )
+        .await?;
         Ok(TestNamespace {
             name,
             client: client.clone(),

@@ -4,8 +4,8 @@
 //! `latest` (the pin, unless a person set `spec.nodeName`) follows the VM. A migration that
 //! fails or is aborted is never counted: the pin stays on the source.
 //!
-//! VMIs are an optional kind: followed while the API server serves them, looked for again
-//! (1 s doubling to 30 s) while it does not, as the owner kinds are. Nothing is counted before
+//! VMIs are an optional kind: followed while the API server serves them, their list tried
+//! again (1 s doubling to 30 s) while it answers 404. Nothing is counted before
 //! this replica leads; every VMI is listed again when it does, so a migration that completed
 //! while another replica led (or none) is counted then, once: the writer counts a pod once.
 
@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DynamicObject, GroupVersionKind};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::watcher;
 
 use crate::k8s::pods;
@@ -27,8 +27,8 @@ use crate::watch::{self, Index};
 /// Whether a pod's bind is recorded at all (its profile keeps history).
 pub type Records = Arc<dyn Fn(&Pod) -> bool + Send + Sync>;
 
-/// The longest wait between two discoveries of the VMI kind while it is not served.
-const DISCOVERY_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
+/// The longest wait between two tries of the VMI watch while the kind is not served.
+const NOT_SERVED_MAX_DELAY: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Counts the completed migrations the VMI watch shows.
 struct Follower {
@@ -129,34 +129,39 @@ pub async fn follow(
         records,
         counted: Mutex::default(),
     });
-    let gvk = GroupVersionKind::gvk("kubevirt.io", "v1", "VirtualMachineInstance");
+    // No discovery of its own: the owner watches already ask discovery about KubeVirt, and a
+    // third asker would be one more request per try on an API server in trouble. A VMI list
+    // that answers 404 says the kind is not served; it is tried again with a backoff.
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk(
+        "kubevirt.io",
+        "v1",
+        "VirtualMachineInstance",
+    ));
     let mut delay = std::time::Duration::from_secs(1);
     loop {
-        match kube::discovery::pinned_kind(&client, &gvk).await {
-            Ok((resource, _)) => {
-                let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-                let mut applier = watch::Applier::new(None);
-                let mut events = std::pin::pin!(watch::watch_each_object(
-                    api,
-                    "VirtualMachineInstance migrations",
-                    None
-                ));
-                while let Some(event) = events.next().await {
-                    if let Err(e) = &event
-                        && not_served(e)
-                    {
-                        break;
-                    }
-                    applier.apply(&follower, event);
-                }
-                locks::lock(&follower.counted).clear();
-                delay = std::time::Duration::from_secs(1);
+        let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+        let mut applier = watch::Applier::new(None);
+        let mut events = std::pin::pin!(watch::watch_each_object(
+            api,
+            "VirtualMachineInstance migrations",
+            None
+        ));
+        let mut served = false;
+        while let Some(event) = events.next().await {
+            if let Err(e) = &event
+                && not_served(e)
+            {
+                break;
             }
-            Err(_) => {
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(DISCOVERY_MAX_DELAY);
-            }
+            served |= event.is_ok();
+            applier.apply(&follower, event);
         }
+        locks::lock(&follower.counted).clear();
+        if served {
+            delay = std::time::Duration::from_secs(1);
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(NOT_SERVED_MAX_DELAY);
     }
 }
 
