@@ -67,10 +67,10 @@ impl EventWriter {
         self
     }
 
-    /// Writes an event about `regarding`, or counts a repeat of one in its series. Events are
-    /// best effort: while the API server refuses them (an outage), the first failure is logged
-    /// at WARN and the rest at DEBUG until one lands again, so an outage costs two lines, not
-    /// one per pod.
+    /// Writes an event about `regarding`, observed now, or counts a repeat of one in its
+    /// series. Events are best effort: while the API server refuses them (an outage), the
+    /// first failure is logged at WARN and the rest at DEBUG until one lands again, so an
+    /// outage costs two lines, not one per pod.
     pub async fn publish(
         &self,
         regarding: &ObjectReference,
@@ -79,11 +79,27 @@ impl EventWriter {
         action: &str,
         note: String,
     ) -> Result<(), kube::Error> {
+        self.publish_observed(regarding, type_, reason, action, note, Timestamp::now())
+            .await
+    }
+
+    /// As [`EventWriter::publish`], for an event observed at `observed`: its time is when it
+    /// happened, not when its turn to be written came, so events written concurrently still
+    /// order as their causes did (the latest FailedScheduling is the latest attempt's).
+    pub async fn publish_observed(
+        &self,
+        regarding: &ObjectReference,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+        observed: Timestamp,
+    ) -> Result<(), kube::Error> {
         let written = self
             .gate
             .write(Write::Event, async {
                 crate::k8s::budget::get().events.take().await;
-                self.publish_once(regarding, type_, reason, action, note)
+                self.publish_once(regarding, type_, reason, action, note, observed)
                     .await
             })
             .await;
@@ -119,6 +135,7 @@ impl EventWriter {
         reason: &str,
         action: &str,
         note: String,
+        observed: Timestamp,
     ) -> Result<(), kube::Error> {
         // An event about a cluster-scoped object (a SchedulingProfile) lives in `default`.
         let ns = regarding
@@ -138,15 +155,15 @@ impl EventWriter {
             let mut written = locks::lock(&self.written);
             written.retain(|_, w| now.duration_since(w.last) < SERIES_WINDOW);
             written.get_mut(&key).map(|w| {
-                w.count += 1;
-                w.last = now;
-                (w.name.clone(), w.count)
+                w.count = w.count.saturating_add(1);
+                w.last = w.last.max(observed);
+                (w.name.clone(), w.count, w.last)
             })
         };
-        if let Some((name, count)) = repeat {
+        if let Some((name, count, last)) = repeat {
             let series = serde_json::json!({"series": EventSeries {
                 count,
-                last_observed_time: MicroTime(now),
+                last_observed_time: MicroTime(last),
             }});
             match api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&series))
@@ -157,14 +174,14 @@ impl EventWriter {
                 other => return other.map(|_| ()),
             }
         }
-        let name = format!("{name_of}.{:x}", now.as_nanosecond());
+        let name = format!("{name_of}.{:x}", observed.as_nanosecond());
         let event = Event {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
                 namespace: Some(ns),
                 ..Default::default()
             },
-            event_time: Some(MicroTime(now)),
+            event_time: Some(MicroTime(observed)),
             type_: Some(
                 match type_ {
                     EventType::Normal => "Normal",
@@ -186,7 +203,7 @@ impl EventWriter {
             Written {
                 name,
                 count: 1,
-                last: now,
+                last: observed,
             },
         );
         Ok(())
@@ -233,6 +250,54 @@ mod tests {
                 .expect("published");
         }
         assert_eq!(*calls.lock().expect("calls"), ["POST", "PATCH", "POST"]);
+    }
+
+    #[tokio::test]
+    async fn an_event_written_late_keeps_the_time_it_was_observed() {
+        let sent_times = Arc::new(Mutex::new(Vec::new()));
+        let seen = sent_times.clone();
+        let client = stand_in_client(move |_method, _path, sent| {
+            let time = sent
+                .get("eventTime")
+                .or_else(|| sent.pointer("/series/lastObservedTime"))
+                .and_then(|t| t.as_str())
+                .unwrap_or_default()
+                .to_string();
+            seen.lock().expect("times").push(time);
+            (201, sent)
+        });
+        let events = EventWriter::new(client, None);
+        let pod = ObjectReference {
+            kind: Some("Pod".into()),
+            namespace: Some("ns".into()),
+            name: Some("p".into()),
+            uid: Some("u".into()),
+            ..Default::default()
+        };
+        let first: Timestamp = "2026-01-01T00:00:01Z".parse().expect("time");
+        let second: Timestamp = "2026-01-01T00:00:02Z".parse().expect("time");
+        // The later attempt's event is written first, and a repeat observed earlier after it.
+        for (message, observed) in [("b", second), ("a", first), ("a", first)] {
+            events
+                .publish_observed(
+                    &pod,
+                    EventType::Warning,
+                    "FailedScheduling",
+                    "Scheduling",
+                    message.into(),
+                    observed,
+                )
+                .await
+                .expect("published");
+        }
+        assert_eq!(
+            *sent_times.lock().expect("times"),
+            [
+                "2026-01-01T00:00:02.000000Z",
+                "2026-01-01T00:00:01.000000Z",
+                "2026-01-01T00:00:01.000000Z"
+            ]
+        );
     }
 
     #[tokio::test]

@@ -135,6 +135,8 @@ struct QueuedEvent {
     reason: &'static str,
     action: &'static str,
     note: String,
+    /// When the scheduler decided it (the event's time, whenever it is written).
+    observed: jiff::Timestamp,
 }
 
 /// A failed attempt to report.
@@ -302,6 +304,7 @@ impl Reports {
             reason,
             action,
             note,
+            observed: jiff::Timestamp::now(),
         };
         match self.events.try_send(event) {
             Ok(()) => {}
@@ -345,9 +348,10 @@ impl Reports {
                     reason,
                     action,
                     note,
+                    observed,
                 } = event;
                 if let Err(e) = writer
-                    .publish(&regarding, type_, reason, action, note)
+                    .publish_observed(&regarding, type_, reason, action, note, observed)
                     .await
                 {
                     tracing::debug!(pod = %format!("{}/{}", regarding.namespace.as_deref().unwrap_or_default(), regarding.name.as_deref().unwrap_or_default()), error = %e, reason, "could not publish an event");
