@@ -51,7 +51,18 @@ pub enum ConfigError {
     },
     #[error("the Lease name, namespace and this replica's identity must not be empty")]
     Empty,
+    #[error(
+        "the lease duration ({lease:?}) must be at most {MAX_LEASE_DURATION:?}, and the retry period at least {MIN_RETRY_PERIOD:?}"
+    )]
+    OutOfRange { lease: Duration },
 }
+
+/// The longest lease duration taken: a standby waits this long for a leader that is gone, so
+/// anything longer is a mistake, and every deadline derived from it stays far from the limits
+/// of the clock.
+pub const MAX_LEASE_DURATION: Duration = Duration::from_secs(3600);
+/// The shortest retry period taken (a renew every millisecond would flood the API server).
+pub const MIN_RETRY_PERIOD: Duration = Duration::from_millis(10);
 
 impl LeaseConfig {
     /// Checks the settings as kube-scheduler does: retry period < renew deadline < lease
@@ -59,6 +70,11 @@ impl LeaseConfig {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.name.is_empty() || self.namespace.is_empty() || self.identity.is_empty() {
             return Err(ConfigError::Empty);
+        }
+        if self.lease_duration > MAX_LEASE_DURATION || self.retry_period < MIN_RETRY_PERIOD {
+            return Err(ConfigError::OutOfRange {
+                lease: self.lease_duration,
+            });
         }
         if !(self.retry_period < self.renew_deadline && self.renew_deadline < self.lease_duration) {
             return Err(ConfigError::Durations {
@@ -567,6 +583,16 @@ mod tests {
         assert!(config(15, 10, 2).validate().is_ok());
         assert!(config(10, 10, 2).validate().is_err());
         assert!(config(15, 2, 2).validate().is_err());
+        assert!(config(3600, 10, 2).validate().is_ok());
+        // A huge retry period, with a renew deadline and a lease longer still: refused, not a
+        // deadline past the end of the clock.
+        assert!(
+            config(u64::MAX, u64::MAX - 1, u64::MAX - 2)
+                .validate()
+                .is_err()
+        );
+        assert!(config(3601, 10, 2).validate().is_err());
+        assert!(config(15, 10, 0).validate().is_err());
     }
 
     #[tokio::test(start_paused = true)]

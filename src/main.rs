@@ -115,6 +115,76 @@ struct RunArgs {
     failure_reports_burst: u32,
 }
 
+/// The most of any rate flag (`--events-qps` and the like) and of any burst.
+const MAX_QPS: f64 = 1_000_000.0;
+const MAX_BURST: u32 = 1_000_000;
+/// The longest shutdown grace taken: an hour (a pod's grace period is seconds to minutes).
+const MAX_SHUTDOWN_GRACE_SECONDS: u64 = 3600;
+/// The most threads Filter and Score may use.
+const MAX_PARALLELISM: usize = 1024;
+
+impl RunArgs {
+    /// Checks the numbers the flags carry; each error names its flag. The election's own
+    /// durations are checked with the rest of its settings (`LeaseConfig::validate`).
+    fn check(&self) -> Result<(), String> {
+        let mut errors = Vec::new();
+        let rates = [
+            (
+                "--events-qps",
+                self.events_qps,
+                self.events_burst,
+                "--events-burst",
+            ),
+            (
+                "--history-qps",
+                self.history_qps,
+                self.history_burst,
+                "--history-burst",
+            ),
+            (
+                "--status-qps",
+                self.status_qps,
+                self.status_burst,
+                "--status-burst",
+            ),
+            (
+                "--failure-reports-qps",
+                self.failure_reports_qps,
+                self.failure_reports_burst,
+                "--failure-reports-burst",
+            ),
+        ];
+        for (flag, qps, burst, burst_flag) in rates {
+            if !(qps == 0.0 || (0.001..=MAX_QPS).contains(&qps)) {
+                errors.push(format!(
+                    "{flag} {qps}: must be 0 (no limit) or between 0.001 and {MAX_QPS}"
+                ));
+            }
+            if burst > MAX_BURST {
+                errors.push(format!("{burst_flag} {burst}: must be at most {MAX_BURST}"));
+            }
+        }
+        if self.shutdown_grace_seconds > MAX_SHUTDOWN_GRACE_SECONDS {
+            errors.push(format!(
+                "--shutdown-grace-seconds {}: must be at most {MAX_SHUTDOWN_GRACE_SECONDS}",
+                self.shutdown_grace_seconds
+            ));
+        }
+        if let Some(n) = self.parallelism
+            && !(1..=MAX_PARALLELISM).contains(&n)
+        {
+            errors.push(format!(
+                "--parallelism {n}: must be between 1 and {MAX_PARALLELISM}"
+            ));
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(errors.join("; "))
+        }
+    }
+}
+
 /// Reads a duration as kube-scheduler's flags take it: a number and a unit (`500ms`, `15s`,
 /// `2m`); a bare number is seconds.
 fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
@@ -210,6 +280,45 @@ fn finish(done: anyhow::Result<String>) -> anyhow::Result<()> {
     }
 }
 
+/// The scheduler's settings from its flags, every number checked (each error names its flag).
+fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
+    args.check()?;
+    let parallelism = args
+        .parallelism
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
+    let lease = args.leader_elect.then(|| tether::leader::LeaseConfig {
+        name: args.leader_elect_resource_name.clone(),
+        namespace: args.leader_elect_resource_namespace.clone(),
+        identity: identity(args.instance.as_deref()),
+        lease_duration: args.leader_elect_lease_duration,
+        renew_deadline: args.leader_elect_renew_deadline,
+        retry_period: args.leader_elect_retry_period,
+    });
+    if let Some(lease) = &lease {
+        lease
+            .validate()
+            .map_err(|e| format!("the --leader-elect-* flags: {e}"))?;
+    }
+    Ok(tether::run::RunConfig {
+        http_addr: args.http_addr,
+        health_addr: args.health_addr,
+        parallelism,
+        shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),
+        lease,
+        budget: tether::k8s::budget::Budget {
+            events: tether::k8s::budget::Bucket::new(args.events_qps, args.events_burst),
+            history: tether::k8s::budget::Bucket::new(args.history_qps, args.history_burst),
+            status: tether::k8s::budget::Bucket::new(args.status_qps, args.status_burst),
+            failures: tether::k8s::budget::Bucket::new(
+                args.failure_reports_qps,
+                args.failure_reports_burst,
+            ),
+        },
+        instance: args.instance,
+        owner_kinds: args.owner_kinds,
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
@@ -231,33 +340,12 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Run(args) => {
             init_logging(&args.log_format);
-            let parallelism = args
-                .parallelism
-                .unwrap_or_else(|| std::thread::available_parallelism().map_or(2, |n| n.get()));
-            let config = tether::run::RunConfig {
-                http_addr: args.http_addr,
-                health_addr: args.health_addr,
-                parallelism,
-                shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),
-                lease: args.leader_elect.then(|| tether::leader::LeaseConfig {
-                    name: args.leader_elect_resource_name.clone(),
-                    namespace: args.leader_elect_resource_namespace.clone(),
-                    identity: identity(args.instance.as_deref()),
-                    lease_duration: args.leader_elect_lease_duration,
-                    renew_deadline: args.leader_elect_renew_deadline,
-                    retry_period: args.leader_elect_retry_period,
-                }),
-                budget: tether::k8s::budget::Budget {
-                    events: tether::k8s::budget::Bucket::new(args.events_qps, args.events_burst),
-                    history: tether::k8s::budget::Bucket::new(args.history_qps, args.history_burst),
-                    status: tether::k8s::budget::Bucket::new(args.status_qps, args.status_burst),
-                    failures: tether::k8s::budget::Bucket::new(
-                        args.failure_reports_qps,
-                        args.failure_reports_burst,
-                    ),
-                },
-                instance: args.instance,
-                owner_kinds: args.owner_kinds,
+            let config = match run_config(*args) {
+                Ok(config) => config,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    std::process::exit(2);
+                }
             };
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
@@ -282,6 +370,85 @@ mod tests {
         assert_eq!(d("2m"), Ok(std::time::Duration::from_secs(120)));
         assert_eq!(d("10"), Ok(std::time::Duration::from_secs(10)));
         assert!(d("ten").is_err() && d("5h").is_err() && d("-1s").is_err());
+    }
+
+    /// `tether run` with these flags, as the scheduler would read them.
+    fn run_flags(flags: &[String]) -> Result<tether::run::RunConfig, String> {
+        let argv = ["tether", "run"]
+            .into_iter()
+            .map(String::from)
+            .chain(flags.iter().cloned());
+        let cli = Cli::try_parse_from(argv).map_err(|e| e.to_string())?;
+        match cli.command {
+            Command::Run(args) => run_config(*args),
+            other => Err(format!("not run: {other:?}")),
+        }
+    }
+
+    #[test]
+    fn a_huge_or_tiny_flag_is_refused_naming_the_flag() {
+        let refused = |flags: &[&str], named: &str| {
+            let flags: Vec<String> = flags.iter().map(|f| f.to_string()).collect();
+            match run_flags(&flags) {
+                Err(e) => assert!(e.contains(named), "{flags:?}: {e}"),
+                Ok(_) => panic!("{flags:?} accepted"),
+            }
+        };
+        refused(
+            &[
+                "--leader-elect",
+                "--leader-elect-retry-period=9000000000000000000s",
+                "--leader-elect-renew-deadline=9100000000000000000s",
+                "--leader-elect-lease-duration=9200000000000000000s",
+            ],
+            "--leader-elect",
+        );
+        refused(
+            &["--shutdown-grace-seconds=18446744073709551615"],
+            "--shutdown-grace-seconds",
+        );
+        refused(&["--events-qps=1e-300"], "--events-qps");
+        refused(&["--status-qps=-1"], "--status-qps");
+        refused(&["--history-qps=NaN"], "--history-qps");
+        refused(
+            &["--failure-reports-burst=4294967295"],
+            "--failure-reports-burst",
+        );
+        refused(&["--parallelism=0"], "--parallelism");
+        assert!(run_flags(&[]).is_ok(), "the defaults are taken");
+        assert!(run_flags(&["--leader-elect".into()]).is_ok());
+    }
+
+    proptest::proptest! {
+        /// Any value of any numeric flag is refused, or every deadline tether derives from it
+        /// stays on the clock and every rate builds its bucket.
+        #[test]
+        fn any_numeric_flag_is_refused_or_usable(
+            flag in proptest::sample::select(vec![
+                "--leader-elect-lease-duration", "--leader-elect-renew-deadline",
+                "--leader-elect-retry-period", "--shutdown-grace-seconds", "--events-qps",
+                "--events-burst", "--history-qps", "--status-qps", "--failure-reports-qps",
+                "--parallelism",
+            ]),
+            value in proptest::prop_oneof![
+                "[0-9]{1,25}(\\.[0-9]{1,3})?(ms|s|m)?",
+                "[1-9][0-9]{16,19}(s|m)?",
+                proptest::prelude::Just("18446744073709551615".to_string()),
+                proptest::prelude::Just("9223372036854775807s".to_string()),
+                proptest::prelude::Just("1e308".to_string()),
+                proptest::prelude::Just("-0".to_string()),
+                proptest::prelude::Just("inf".to_string()),
+            ],
+        ) {
+            let flags = vec!["--leader-elect".to_string(), format!("{flag}={value}")];
+            if let Ok(config) = run_flags(&flags) {
+                let now = tokio::time::Instant::now();
+                let lease = config.lease.as_ref().expect("elected");
+                for d in [lease.lease_duration, lease.renew_deadline, lease.retry_period, config.shutdown_grace] {
+                    proptest::prop_assert!(now.checked_add(d.saturating_mul(4)).is_some(), "{flag}={value}: {d:?}");
+                }
+            }
+        }
     }
 
     #[test]

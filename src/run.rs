@@ -228,7 +228,9 @@ impl Session {
         if matches!(ended, Ended::Died(_)) {
             return;
         }
-        let grace_ends = tokio::time::Instant::now() + config.shutdown_grace;
+        // Checked, though the flag is bounded: the end of the grace is never past the clock's.
+        let now = tokio::time::Instant::now();
+        let grace_ends = now.checked_add(config.shutdown_grace).unwrap_or(now);
         let leading = process.leadership.is_leading();
         self.gate.close_but_history();
         let left = self

@@ -10,17 +10,24 @@ use std::time::Duration;
 
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
+/// The slowest refill of a bucket: a token a day.
+const MAX_PERIOD: Duration = Duration::from_secs(86_400);
+
 /// One token bucket; unlimited when built with a QPS of zero.
 #[derive(Clone, Default)]
 pub struct Bucket(Option<Arc<DefaultDirectRateLimiter>>);
 
 impl Bucket {
-    /// `qps` tokens a second, up to `burst` at once; `qps` 0: unlimited.
+    /// `qps` tokens a second, up to `burst` at once (at least one); `qps` 0, or anything not
+    /// a positive number: unlimited.
     pub fn new(qps: f64, burst: u32) -> Self {
         if !(qps.is_finite() && qps > 0.0) {
             return Bucket(None);
         }
-        let period = Duration::from_secs_f64(1.0 / qps).max(Duration::from_nanos(1));
+        // Checked: a rate from a flag never overflows a duration (1e-300 per second).
+        let period = Duration::try_from_secs_f64(1.0 / qps)
+            .unwrap_or(Duration::MAX)
+            .clamp(Duration::from_nanos(1), MAX_PERIOD);
         let burst = NonZeroU32::new(burst.max(1)).unwrap_or(NonZeroU32::MIN);
         Bucket(
             Quota::with_period(period).map(|q| Arc::new(RateLimiter::direct(q.allow_burst(burst)))),

@@ -71,6 +71,24 @@ fn check_numbers(spec: &SchedulingProfileSpec, errs: &mut FieldErrors) {
             "must not be less than podInitialBackoffSeconds",
         );
     }
+    // The schema says 1-100; a profile from a file or `tether simulate` is held to it too.
+    let multi_point = spec.plugins.as_ref().and_then(|p| p.multi_point.as_ref());
+    let sets = ExtensionPoint::ALL
+        .into_iter()
+        .filter_map(|point| point_set(spec, point).map(|set| (point.to_string(), set)))
+        .chain(multi_point.map(|set| ("multiPoint".to_string(), set)));
+    for (point, set) in sets {
+        for (j, p) in set.enabled.iter().enumerate() {
+            if let Some(w) = p.weight
+                && !(1..=100).contains(&w)
+            {
+                errs.push(
+                    format!("plugins.{point}.enabled[{j}].weight"),
+                    format!("{w} must be between 1 and 100"),
+                );
+            }
+        }
+    }
     if spec.scheduler_name == "default-scheduler" {
         errs.push(
             "schedulerName",
@@ -387,3 +405,6 @@ pub fn default_profile(scheduler_name: &str, handle: &Handle) -> Result<Compiled
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod arbitrary;

@@ -502,3 +502,26 @@ mod multi_point {
         }
     }
 }
+
+#[test]
+fn a_score_weight_outside_one_to_a_hundred_is_refused_naming_it() {
+    for weight in [0, -1, 101, i32::MAX, i32::MIN] {
+        let s = spec(
+            Some(Plugins {
+                multi_point: set(vec![plugin("PlacementHistory", Some(weight))], vec![]),
+                score: set(vec![plugin("ImageLocality", Some(weight))], vec![]),
+                ..Default::default()
+            }),
+            vec![],
+        );
+        let errs = compile(&s, "test", &Handle::default())
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            errs.contains("plugins.multiPoint.enabled[0].weight")
+                && errs.contains("plugins.score.enabled[0].weight"),
+            "{weight}: {errs}"
+        );
+    }
+}

@@ -102,11 +102,18 @@ impl NodeAffinityArgs {
             .flatten()
             .enumerate()
         {
-            let p = base
+            let at = base
                 .child("preferredDuringSchedulingIgnoredDuringExecution")
-                .index(i)
-                .child("preference");
-            validate_term(&pref.preference, &p, &mut errs);
+                .index(i);
+            // As the API server's own check of a pod's preferred terms: a weight outside
+            // 1-100 would score a node below 0 or past what normalizing can bring back.
+            if !(1..=100).contains(&pref.weight) {
+                errs.push(
+                    at.child("weight"),
+                    format!("Invalid value: {}: must be in the range 1-100", pref.weight),
+                );
+            }
+            validate_term(&pref.preference, &at.child("preference"), &mut errs);
         }
         errs.into_result()
     }
