@@ -27,6 +27,20 @@ pub fn repo_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(".."))
 }
 
+/// tether's version, from the repository's Cargo.toml (`[package] version`).
+pub fn repo_version() -> anyhow::Result<String> {
+    let manifest = std::fs::read_to_string(repo_dir().join("Cargo.toml"))
+        .context("reading the repository's Cargo.toml")?;
+    manifest
+        .lines()
+        .skip_while(|l| l.trim() != "[package]")
+        .find_map(|l| {
+            let (key, value) = l.split_once('=')?;
+            (key.trim() == "version").then(|| value.trim().trim_matches('"').to_string())
+        })
+        .ok_or_else(|| anyhow!("no [package] version in Cargo.toml"))
+}
+
 /// The admin kubeconfig of the local cluster: `$TETHER_KUBECONFIG`, else `.cluster/kubeconfig`.
 pub fn kubeconfig_path() -> PathBuf {
     std::env::var_os("TETHER_KUBECONFIG")

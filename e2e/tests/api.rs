@@ -331,7 +331,19 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
     let deploy = tether_e2e::repo_dir().join("deploy");
     let deploy = deploy.to_string_lossy();
     kubectl_ok(&["apply", "--dry-run=server", "-k", &deploy], None)?;
-    kubectl_ok(&["apply", "-k", &deploy], None)?;
+    let applied = tether_e2e::kubectl(&["apply", "-k", &deploy], None)?;
+    anyhow::ensure!(
+        applied.success,
+        "kubectl apply -k deploy/: {}",
+        applied.stderr
+    );
+    // The namespace enforces (and warns of) the restricted Pod Security Standard, and nothing
+    // deploy/ holds falls short of it: the API server warns of no violation.
+    anyhow::ensure!(
+        !applied.stderr.contains("PodSecurity"),
+        "deploy/ falls short of the restricted standard: {}",
+        applied.stderr
+    );
     let get = |kind: &str, path: &str| {
         kubectl_ok(
             &[
@@ -352,6 +364,82 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
         r#"["run","--leader-elect"]"#
     );
     assert_eq!(get("poddisruptionbudget", "{.spec.minAvailable}")?, "1");
+    let template = |path: &str| get("deployment", &format!("{{.spec.template.spec.{path}}}"));
+    assert_eq!(
+        template("priorityClassName")?,
+        "system-cluster-critical",
+        "the scheduler is evicted last"
+    );
+    assert_eq!(
+        template("topologySpreadConstraints[0].whenUnsatisfiable")?
+            + " "
+            + &template("topologySpreadConstraints[0].topologyKey")?,
+        "DoNotSchedule kubernetes.io/hostname",
+        "two replicas never share a node"
+    );
+    // The release's image, never a moving tag.
+    let image = template("containers[0].image")?;
+    let version = tether_e2e::repo_version()?;
+    assert_eq!(image, format!("tether:{version}"));
+    for object in [
+        "deployment",
+        "poddisruptionbudget",
+        "networkpolicy",
+        "serviceaccount",
+    ] {
+        let labels = kubectl_ok(
+            &[
+                "get",
+                object,
+                "tether",
+                "-n",
+                "tether-system",
+                "-o",
+                "jsonpath={.metadata.labels}",
+            ],
+            None,
+        )?;
+        let labels: std::collections::BTreeMap<String, String> = serde_json::from_str(&labels)?;
+        for key in [
+            "name",
+            "instance",
+            "component",
+            "part-of",
+            "version",
+            "managed-by",
+        ] {
+            assert!(
+                labels.contains_key(&format!("app.kubernetes.io/{key}")),
+                "{object} lacks app.kubernetes.io/{key}: {labels:?}"
+            );
+        }
+        assert_eq!(labels["app.kubernetes.io/version"], version);
+    }
+    let enforced = kubectl_ok(
+        &[
+            "get",
+            "namespace",
+            "tether-system",
+            "-o",
+            "jsonpath={.metadata.labels.pod-security\\.kubernetes\\.io/enforce}",
+        ],
+        None,
+    )?;
+    assert_eq!(enforced, "restricted");
+    // Pod Security admission and the Priority admission plugin admit the Deployment's pods
+    // themselves: its ReplicaSet creates both (they cannot run on kwok nodes; they exist).
+    tether_e2e::wait_for(
+        "deploy/'s two pods admitted",
+        Duration::from_secs(30),
+        || async {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), "tether-system");
+            let listed = pods
+                .list(&kube::api::ListParams::default().labels("app.kubernetes.io/name=tether"))
+                .await?;
+            Ok((listed.items.len() >= 2).then_some(()))
+        },
+    )
+    .await?;
     for (kind, name) in [
         ("crd", "schedulingprofiles.tether.dev"),
         ("crd", "stickybindings.tether.dev"),
