@@ -669,3 +669,67 @@ async fn room_held_for_a_pinned_workload_waits_for_it_then_is_released() -> anyh
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// `tether snapshot` writes a file the README says to commit: no secret a workload carries
+/// reaches it. A Deployment applied with kubectl (which keeps a copy of it in an annotation)
+/// carries a canary in its template's environment, arguments, command, probe headers and
+/// annotations, and in its own annotations; its pod carries them too. The file names the
+/// Deployment and its pod, with the requests scheduling reads, and no canary.
+#[tokio::test]
+async fn a_snapshot_holds_no_secret_a_workload_carries() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "snapshot").await?;
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "leaky", "namespace": ns.name,
+            "annotations": {"example.com/notes": "CANARY-annotation"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "leaky"}},
+            "template": {
+                "metadata": {"labels": {"app": "leaky"},
+                    "annotations": {"example.com/token": "CANARY-template-annotation"}},
+                "spec": {"schedulerName": "nobody-serves-this", "containers": [{
+                    "name": "c", "image": "pause",
+                    "command": ["/app", "--token=CANARY-command"],
+                    "args": ["--password=CANARY-args"],
+                    "env": [{"name": "PASSWORD", "value": "CANARY-env"}],
+                    "readinessProbe": {"httpGet": {"path": "/", "port": 80,
+                        "httpHeaders": [{"name": "Authorization", "value": "CANARY-probe"}]}},
+                    "resources": {"requests": {"cpu": "123m"}}}]}}}
+    });
+    kubectl_ok(&["apply", "-f", "-"], Some(&deployment.to_string()))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    wait_for("the Deployment's pod", BIND_TIMEOUT, || async {
+        let listed = pods.list(&Default::default()).await?;
+        Ok((!listed.items.is_empty()).then_some(()))
+    })
+    .await?;
+
+    let out = run(&tether_bin(), &["snapshot"], None)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = String::from_utf8(out.stdout)?;
+    let leaked: Vec<&str> = written
+        .match_indices("CANARY")
+        .map(|(i, _)| &written[i.saturating_sub(60)..(i + 30).min(written.len())])
+        .collect();
+    anyhow::ensure!(leaked.is_empty(), "secrets in the snapshot: {leaked:#?}");
+    let state: tether::simulate::cluster::ClusterState = serde_json::from_str(&written)?;
+    let ours = |m: &kube::api::ObjectMeta| m.namespace.as_deref() == Some(ns.name.as_str());
+    assert!(state.deployments.iter().any(|d| ours(&d.metadata)));
+    let pod = state
+        .pods
+        .iter()
+        .find(|p| ours(&p.metadata))
+        .context("the pod is in the snapshot")?;
+    let requests = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers[0].resources.as_ref())
+        .and_then(|r| r.requests.clone())
+        .unwrap_or_default();
+    assert_eq!(requests.get("cpu").map(|q| q.0.as_str()), Some("123m"));
+    ns.delete().await
+}

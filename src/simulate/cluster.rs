@@ -2,24 +2,28 @@
 //! from the API server or from a file `tether snapshot` wrote. One type for both, so an offline
 //! run answers as an online run of the same moment does.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Service,
 };
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{SchedulingProfile, StickyBinding};
+use crate::k8s::{pods, volumes};
 use crate::scheduler::backend::cache::{Cache, occupies_node};
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::sticky::{placement_history, sticky_node};
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::owners::{self, OwnerCache};
 
@@ -80,40 +84,92 @@ where
     Ok(items)
 }
 
-/// The annotation kubectl keeps a whole copy of an applied object in.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// The annotations some part of scheduling reads: the volume plugins' (on claims, volumes and
+/// CSINodes). The opt-out annotations of StickyNode and PlacementHistory are added from the
+/// profiles (they are args); anything under `tether.dev/` is tether's own.
+const READ_ANNOTATIONS: &[&str] = &[
+    volumes::ANN_BIND_COMPLETED,
+    volumes::ANN_BOUND_BY_CONTROLLER,
+    volumes::ANN_SELECTED_NODE,
+    volumes::ANN_BETA_CLASS,
+    "storage.alpha.kubernetes.io/migrated-plugins",
+];
 
-/// A pod without what no plugin reads and a snapshot file should not carry: its containers'
-/// environment (values may be secrets) and kubectl's copy of the applied object.
-fn without_secrets(mut pod: Pod) -> Pod {
-    if let Some(annotations) = pod.metadata.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-    if let Some(spec) = pod.spec.as_mut() {
-        let containers = spec
-            .containers
-            .iter_mut()
-            .chain(spec.init_containers.iter_mut().flatten());
-        for c in containers {
-            c.env = None;
-            c.env_from = None;
+/// Which annotations a snapshot keeps: those scheduling reads, nothing else (kubectl's copy of
+/// the applied object, a tool's notes and whatever a person wrote are dropped).
+struct KeptAnnotations(BTreeSet<String>);
+
+impl KeptAnnotations {
+    /// The fixed list, and the opt-out annotations the profiles name.
+    fn for_profiles(profiles: &[SchedulingProfile]) -> Self {
+        let mut keys: BTreeSet<String> = READ_ANNOTATIONS.iter().map(|k| k.to_string()).collect();
+        keys.insert(sticky_node::DEFAULT_DISABLE_ANNOTATION.into());
+        keys.insert(placement_history::DEFAULT_DISABLE_ANNOTATION.into());
+        for config in profiles.iter().flat_map(|p| &p.spec.plugin_config) {
+            if let Some(key) = config
+                .args
+                .as_ref()
+                .and_then(|a| a.get("disableAnnotation"))
+                .and_then(|k| k.as_str())
+            {
+                keys.insert(key.to_string());
+            }
         }
-        for c in spec.ephemeral_containers.iter_mut().flatten() {
-            c.env = None;
-            c.env_from = None;
+        KeptAnnotations(keys)
+    }
+
+    fn apply(&self, meta: &mut ObjectMeta) {
+        meta.managed_fields = None;
+        if let Some(annotations) = meta.annotations.as_mut() {
+            annotations.retain(|k, _| self.0.contains(k) || k.starts_with("tether.dev/"));
+            if annotations.is_empty() {
+                meta.annotations = None;
+            }
         }
     }
-    pod
+}
+
+/// A pod as a snapshot holds it: the scheduler's own compaction (no environment, command,
+/// arguments, probes, lifecycle hooks or security contexts; only volumes that bear on
+/// placement), and of those volumes no free-form attributes (a FlexVolume's options, an inline
+/// CSI volume's attributes), which no plugin reads and a driver may take credentials in.
+fn compact_for_snapshot(pod: &mut Pod) {
+    pods::compact(pod);
+    for v in pod
+        .spec
+        .iter_mut()
+        .flat_map(|s| s.volumes.iter_mut().flatten())
+    {
+        if let Some(flex) = v.flex_volume.as_mut() {
+            flex.options = None;
+        }
+        if let Some(csi) = v.csi.as_mut() {
+            csi.volume_attributes = None;
+        }
+    }
+}
+
+/// A workload's pod template, compacted as its pods are.
+fn compact_template(template: &mut PodTemplateSpec, kept: &KeptAnnotations) {
+    let mut pod = Pod {
+        metadata: template.metadata.take().unwrap_or_default(),
+        spec: template.spec.take(),
+        status: None,
+    };
+    compact_for_snapshot(&mut pod);
+    kept.apply(&mut pod.metadata);
+    template.metadata = Some(pod.metadata);
+    template.spec = pod.spec;
 }
 
 impl ClusterState {
     /// Lists what the scheduler watches (pods without their containers' environment).
     pub async fn read(client: &kube::Client) -> anyhow::Result<Self> {
         let pods: Vec<Pod> = list(client, "pods").await?;
-        Ok(ClusterState {
+        let mut state = ClusterState {
             kind: KIND.into(),
             nodes: list(client, "nodes").await?,
-            pods: pods.into_iter().map(without_secrets).collect(),
+            pods,
             namespaces: list(client, "namespaces").await?,
             scheduling_profiles: list(client, "schedulingprofiles.tether.dev").await?,
             sticky_bindings: list(client, "stickybindings.tether.dev").await?,
@@ -126,7 +182,66 @@ impl ClusterState {
             storage_classes: list(client, "storageclasses").await?,
             csi_nodes: list(client, "csinodes").await?,
             csi_drivers: list(client, "csidrivers").await?,
-        })
+        };
+        state.keep_only_what_scheduling_reads();
+        Ok(state)
+    }
+
+    /// Drops what no part of scheduling reads, so that a snapshot holds no secret a workload
+    /// carries: pods and the workloads' pod templates are compacted as the scheduler's caches
+    /// compact pods (no environment, commands, arguments, probes, hooks), annotations are kept
+    /// only where scheduling reads them, storage classes lose their parameters, and no object
+    /// keeps its managedFields. Labels, specs the plugins read and status stay.
+    pub fn keep_only_what_scheduling_reads(&mut self) {
+        let kept = KeptAnnotations::for_profiles(&self.scheduling_profiles);
+        for pod in &mut self.pods {
+            compact_for_snapshot(pod);
+            kept.apply(&mut pod.metadata);
+        }
+        for rs in &mut self.replica_sets {
+            kept.apply(&mut rs.metadata);
+            if let Some(template) = rs.spec.as_mut().and_then(|s| s.template.as_mut()) {
+                compact_template(template, &kept);
+            }
+        }
+        for d in &mut self.deployments {
+            kept.apply(&mut d.metadata);
+            if let Some(spec) = d.spec.as_mut() {
+                compact_template(&mut spec.template, &kept);
+            }
+        }
+        for ss in &mut self.stateful_sets {
+            kept.apply(&mut ss.metadata);
+            if let Some(spec) = ss.spec.as_mut() {
+                compact_template(&mut spec.template, &kept);
+                for claim in spec.volume_claim_templates.iter_mut().flatten() {
+                    kept.apply(&mut claim.metadata);
+                }
+            }
+        }
+        for class in &mut self.storage_classes {
+            kept.apply(&mut class.metadata);
+            class.parameters = None;
+        }
+        let metas = self
+            .nodes
+            .iter_mut()
+            .map(|o| &mut o.metadata)
+            .chain(self.namespaces.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.scheduling_profiles.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.sticky_bindings.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.services.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.persistent_volumes.iter_mut().map(|o| &mut o.metadata))
+            .chain(
+                self.persistent_volume_claims
+                    .iter_mut()
+                    .map(|o| &mut o.metadata),
+            )
+            .chain(self.csi_nodes.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.csi_drivers.iter_mut().map(|o| &mut o.metadata));
+        for meta in metas {
+            kept.apply(meta);
+        }
     }
 
     /// Reads a file `tether snapshot` wrote.

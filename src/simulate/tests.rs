@@ -225,3 +225,125 @@ fn a_pin_read_from_the_lists_holds_until_the_candidate_drops_stickynode() {
         p.why
     );
 }
+
+/// A container that carries a secret in every place a container can.
+fn leaky_container() -> serde_json::Value {
+    serde_json::json!({
+        "name": "c", "image": "app:1",
+        "command": ["/bin/app", "--token=CANARY-command"],
+        "args": ["--password=CANARY-args"],
+        "env": [{"name": "PASSWORD", "value": "CANARY-env"}],
+        "envFrom": [{"secretRef": {"name": "CANARY-envfrom"}}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": 80,
+            "httpHeaders": [{"name": "Authorization", "value": "CANARY-probe"}]}},
+        "livenessProbe": {"exec": {"command": ["check", "CANARY-liveness"]}},
+        "lifecycle": {"preStop": {"exec": {"command": ["CANARY-hook"]}}},
+        "resources": {"requests": {"cpu": "250m"}},
+    })
+}
+
+/// Annotations a person or a tool may write, kubectl's copy of the applied object included.
+fn leaky_annotations(extra: &[(&str, &str)]) -> serde_json::Value {
+    let mut annotations = serde_json::json!({
+        "kubectl.kubernetes.io/last-applied-configuration": "{\"env\": \"CANARY-last-applied\"}",
+        "example.com/credentials": "CANARY-annotation",
+    });
+    for (k, v) in extra {
+        annotations[*k] = serde_json::json!(v);
+    }
+    annotations
+}
+
+fn leaky_pod_spec() -> serde_json::Value {
+    serde_json::json!({
+        "containers": [leaky_container()],
+        "initContainers": [leaky_container()],
+        "volumes": [
+            {"name": "flex", "flexVolume": {"driver": "example/flex", "options": {"password": "CANARY-flex"}}},
+            {"name": "inline", "csi": {"driver": "example.csi", "volumeAttributes": {"key": "CANARY-csi"}}},
+            {"name": "data", "persistentVolumeClaim": {"claimName": "data"}},
+        ],
+    })
+}
+
+#[test]
+fn a_snapshot_keeps_what_scheduling_reads_and_no_secret() {
+    let template = serde_json::json!({
+        "metadata": {"labels": {"app": "web"}, "annotations": leaky_annotations(&[])},
+        "spec": leaky_pod_spec(),
+    });
+    let meta = |name: &str| {
+        serde_json::json!({"name": name, "namespace": "ns",
+            "annotations": leaky_annotations(&[]),
+            "managedFields": [{"manager": "CANARY-manager"}]})
+    };
+    let mut state: ClusterState = serde_json::from_value(serde_json::json!({
+        "kind": cluster::KIND,
+        "nodes": [{"metadata": meta("n1")}],
+        "namespaces": [{"metadata": meta("ns")}],
+        "pods": [{
+            "metadata": {"name": "p", "namespace": "ns", "labels": {"app": "web"},
+                "annotations": leaky_annotations(&[(crate::scheduler::plugins::sticky::sticky_node::DEFAULT_DISABLE_ANNOTATION, "true"), ("example.com/opt-out", "true")])},
+            "spec": leaky_pod_spec(),
+        }],
+        "schedulingProfiles": [{"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+            "metadata": {"name": "p", "annotations": leaky_annotations(&[])},
+            "spec": {"schedulerName": "s", "pluginConfig": [
+                {"name": "PlacementHistory", "args": {"disableAnnotation": "example.com/opt-out"}}]}}],
+        "services": [{"metadata": meta("svc"), "spec": {"selector": {"app": "web"}}}],
+        "replicaSets": [{"metadata": meta("rs"), "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}],
+        "deployments": [{"metadata": meta("d"), "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template}}],
+        "statefulSets": [{"metadata": meta("ss"), "spec": {"selector": {"matchLabels": {"app": "web"}}, "template": template,
+            "serviceName": "web",
+            "volumeClaimTemplates": [{"metadata": {"name": "data", "annotations": leaky_annotations(&[])}}]}}],
+        "persistentVolumeClaims": [{"metadata": {"name": "data", "namespace": "ns",
+            "annotations": leaky_annotations(&[(crate::k8s::volumes::ANN_SELECTED_NODE, "n1")])}}],
+        "persistentVolumes": [{"metadata": meta("pv")}],
+        "storageClasses": [{"metadata": meta("sc"), "provisioner": "example.csi",
+            "parameters": {"adminPassword": "CANARY-class"}}],
+    }))
+    .expect("a cluster");
+    state.keep_only_what_scheduling_reads();
+    let written = serde_json::to_string(&state).expect("json");
+    assert!(!written.contains("CANARY"), "a secret left: {written}");
+
+    // What scheduling reads is all there.
+    let pod = &state.pods[0];
+    let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    assert_eq!(
+        annotations.keys().collect::<Vec<_>>(),
+        [
+            "example.com/opt-out",
+            crate::scheduler::plugins::sticky::sticky_node::DEFAULT_DISABLE_ANNOTATION
+        ],
+        "the opt-outs, the profiles' own included"
+    );
+    let spec = pod.spec.as_ref().expect("a spec");
+    assert_eq!(
+        spec.containers[0]
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref())
+            .map(|r| r["cpu"].0.as_str()),
+        Some("250m")
+    );
+    assert_eq!(
+        spec.volumes.as_ref().map(Vec::len),
+        Some(3),
+        "volumes stay, bare"
+    );
+    let claim = &state.persistent_volume_claims[0].metadata;
+    assert_eq!(
+        claim
+            .annotations
+            .as_ref()
+            .map(|a| a.keys().collect::<Vec<_>>()),
+        Some(vec![&crate::k8s::volumes::ANN_SELECTED_NODE.to_string()])
+    );
+    let template = state.deployments[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.labels.clone());
+    assert_eq!(template.map(|l| l["app"].clone()).as_deref(), Some("web"));
+}
