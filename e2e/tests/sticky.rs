@@ -718,7 +718,7 @@ async fn an_owner_kind_tether_does_not_know_is_resolved_through_the_metadata_api
     let first = wait_bound(&client, &ns.name, &first_name, TIMEOUT).await?;
     // The workload is the WidgetSet, one level above the pod's own controller: tether found
     // the Widget's controller through a watch it started when it first saw the kind.
-    let binding = wait_count(&client, &ns.name, "widgetset-shelf", 1).await?;
+    let binding = wait_count(&client, &ns.name, "widgetset.example.tether.dev-shelf", 1).await?;
     assert_eq!(binding.spec.workload_ref.kind, "WidgetSet");
     pods.delete(&first_name, &at_once()).await?;
     let second_pod = pods.create(&PostParams::default(), &start()?).await?;
@@ -730,7 +730,7 @@ async fn an_owner_kind_tether_does_not_know_is_resolved_through_the_metadata_api
     )
     .await?;
     assert_eq!(second, first, "the WidgetSet's pod went back to its node");
-    wait_count(&client, &ns.name, "widgetset-shelf", 2).await?;
+    wait_count(&client, &ns.name, "widgetset.example.tether.dev-shelf", 2).await?;
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
@@ -838,8 +838,10 @@ async fn a_statefulset_of_another_api_group_is_its_own_owner_kind() -> anyhow::R
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     pods.create(&PostParams::default(), &pod).await?;
     wait_bound(&client, &ns.name, "db-0", TIMEOUT).await?;
-    let binding = wait_count(&client, &ns.name, "statefulset-db-0", 1).await?;
-    let workload = binding.spec.workload_ref;
+    // Its group is in the binding's name: an apps/v1 StatefulSet `db` in this namespace has
+    // `statefulset-db-0`, and the two never share a pin or a history.
+    let binding = wait_count(&client, &ns.name, "statefulset.apps.kruise.io-db-0", 1).await?;
+    let workload = binding.spec.workload_ref.clone();
     assert_eq!(
         (
             workload.api_version.as_str(),
@@ -847,6 +849,44 @@ async fn a_statefulset_of_another_api_group_is_its_own_owner_kind() -> anyhow::R
             workload.ordinal
         ),
         ("apps.kruise.io/v1beta1", "db", Some(0))
+    );
+
+    // A binding under the apps/v1 set's name that names the kruise set (as a tether before
+    // group-qualified names made them, or a person) is neither read nor written: it reports
+    // Stalled, naming the name it should have.
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let old_name = StickyBinding::new("statefulset-db-0", binding.spec.clone());
+    bindings.create(&PostParams::default(), &old_name).await?;
+    let stalled = wait_for("the misnamed binding Stalled", TIMEOUT, || async {
+        let b = bindings.get("statefulset-db-0").await?;
+        let conditions = b.status.map(|s| s.conditions).unwrap_or_default();
+        Ok(conditions
+            .into_iter()
+            .find(|c| c.type_ == "Stalled" && c.status == "True"))
+    })
+    .await?;
+    assert_eq!(stalled.reason, "WorkloadMismatch");
+    assert!(
+        stalled.message.contains("statefulset.apps.kruise.io-db-0"),
+        "{}",
+        stalled.message
+    );
+    pods.delete("db-0", &at_once()).await?;
+    wait_for("db-0 gone", TIMEOUT, || async {
+        Ok(pods.get_opt("db-0").await?.is_none().then_some(()))
+    })
+    .await?;
+    pods.create(&PostParams::default(), &pod).await?;
+    wait_bound(&client, &ns.name, "db-0", TIMEOUT).await?;
+    wait_count(&client, &ns.name, "statefulset.apps.kruise.io-db-0", 2).await?;
+    let untouched = bindings.get("statefulset-db-0").await?;
+    assert_eq!(
+        untouched
+            .status
+            .map(|s| s.schedule_count)
+            .unwrap_or_default(),
+        0,
+        "the misnamed binding counted nothing"
     );
 
     kubectl_ok(&["delete", "sp", &name], None)?;

@@ -13,6 +13,7 @@ pub use scheduling_profile::{
 };
 pub use sticky_binding::{
     BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef,
+    api_group, binding_name,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -402,3 +402,30 @@ pub fn stand_in_client(
     });
     kube::Client::new(service, "default")
 }
+
+/// The workload a test binding named `<kind>-<name>` is for (`pod-p`, `deployment-web`,
+/// `statefulset-db-0`, `virtualmachine-vm`): what a binding of that name holds in its
+/// `spec.workloadRef`.
+pub fn workload_ref_for(binding_name: &str) -> crate::api::WorkloadRef {
+    let (kind, name) = binding_name.split_once('-').expect("<kind>-<name>");
+    let (api_version, kind) = match kind {
+        "pod" => ("v1", "Pod"),
+        "replicaset" => ("apps/v1", "ReplicaSet"),
+        "deployment" => ("apps/v1", "Deployment"),
+        "statefulset" => ("apps/v1", "StatefulSet"),
+        "job" => ("batch/v1", "Job"),
+        "virtualmachine" => ("kubevirt.io/v1", "VirtualMachine"),
+        "virtualmachineinstance" => ("kubevirt.io/v1", "VirtualMachineInstance"),
+        other => panic!("no test kind {other}"),
+    };
+    let (name, ordinal) = match (kind, name.rsplit_once('-')) {
+        ("StatefulSet", Some((set, n))) => (set, n.parse().ok()),
+        _ => (name, None),
+    };
+    crate::api::WorkloadRef {
+        api_version: api_version.into(),
+        kind: kind.into(),
+        name: name.into(),
+        ordinal,
+    }
+}

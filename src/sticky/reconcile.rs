@@ -133,7 +133,8 @@ async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
             }
             let binding = writer
                 .bindings()
-                .get(&workload.namespace, &workload.binding_name());
+                .get(&workload.namespace, &workload.binding_name())
+                .filter(|b| workload.owns(b));
             if binding.is_none() && now.is_none() {
                 now = Some(server_clock(writer.client()).await);
             }

@@ -7,7 +7,7 @@
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
-use crate::api::WorkloadRef;
+use crate::api::{StickyBinding, WorkloadRef};
 
 /// What the resolver needs to know of an owner object.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,14 +58,25 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// The StickyBinding's name: `<kind>-<name>` in lower case; `statefulset-<pod name>` for a
-    /// StatefulSet, whose ordinals each stick on their own.
+    /// The StickyBinding's name: `<kind>-<name>` in lower case (`<kind>.<group>-<name>` for
+    /// a kind outside the core, apps, batch and kubevirt.io groups); a StatefulSet's is named
+    /// after the pod, since its ordinals each stick on their own.
     pub fn binding_name(&self) -> String {
-        let full = match (&self.kind[..], &self.pod_name) {
-            ("StatefulSet", Some(pod)) => format!("statefulset-{pod}").to_lowercase(),
-            _ => format!("{}-{}", self.kind, self.name).to_lowercase(),
+        let base = match (&self.kind[..], &self.pod_name) {
+            ("StatefulSet", Some(pod)) => pod,
+            _ => &self.name,
         };
-        within_name_limit(full)
+        crate::api::binding_name(&self.api_version, &self.kind, base)
+    }
+
+    /// Whether `binding` is this workload's: its `spec.workloadRef` names this workload. A
+    /// binding of this name that names another (made by hand, or by an older tether for a
+    /// workload of another group) is neither read nor written.
+    pub fn owns(&self, binding: &StickyBinding) -> bool {
+        binding
+            .spec
+            .workload_ref
+            .same_workload(&self.workload_ref())
     }
 
     pub fn workload_ref(&self) -> WorkloadRef {
@@ -76,29 +87,6 @@ impl Workload {
             ordinal: self.ordinal,
         }
     }
-}
-
-/// The longest object name Kubernetes accepts (a DNS subdomain).
-const MAX_NAME: usize = 253;
-
-/// `name` when it fits [`MAX_NAME`]; else its start and a stable hash of the whole, as
-/// Kubernetes controllers shorten generated names, so two long names never collide. The
-/// binding's spec keeps the full workload reference.
-fn within_name_limit(name: String) -> String {
-    if name.len() <= MAX_NAME {
-        return name;
-    }
-    // FNV-1a: stable across releases and platforms, unlike std's hasher.
-    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
-        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
-    });
-    let suffix = format!("-{hash:08x}");
-    let mut cut = MAX_NAME - suffix.len();
-    while !name.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let head = name[..cut].trim_end_matches(['-', '.']);
-    format!("{head}{suffix}")
 }
 
 /// The workload `pod` belongs to, following its controller ownerReference over `owners`.
@@ -155,17 +143,29 @@ pub fn resolve(pod: &Pod, owners: &dyn OwnerLookup) -> Workload {
         _ => {
             if let Some(up) = owner.as_ref().and_then(|m| m.controller.as_ref()) {
                 let below_replicas = workload.replicas;
-                workload = match owners.get(&namespace, &up.api_version, &up.kind, &up.name) {
+                // The same UID check one level up: a VirtualMachine deleted and created again
+                // under its name is another workload, whose history this pod is not.
+                let upper = owners
+                    .get(&namespace, &up.api_version, &up.kind, &up.name)
+                    .filter(|meta| up.uid.is_empty() || meta.uid == up.uid);
+                workload = match upper {
                     Some(meta) => Workload::from_meta(&namespace, &meta),
-                    None => Workload {
-                        replicas: below_replicas,
-                        ..Workload::from_ref(&namespace, up)
-                    },
+                    None => {
+                        if owners.is_watched(&up.api_version, &up.kind) {
+                            let pending = format!("{}/{}", up.kind, up.name);
+                            workload.pending_owner.get_or_insert(pending);
+                        }
+                        Workload {
+                            replicas: below_replicas,
+                            pending_owner: workload.pending_owner.take(),
+                            ..Workload::from_ref(&namespace, up)
+                        }
+                    }
                 };
             }
         }
     }
-    workload.pending_owner = pending_owner;
+    workload.pending_owner = workload.pending_owner.take().or(pending_owner);
     workload
 }
 
@@ -351,9 +351,31 @@ mod tests {
             stale.pending_owner.is_some(),
             "a cached owner of another UID is not this pod's"
         );
-        let known = resolve(&p, &Watched(FakeOwners::default().with(vmi)));
+        let vm = meta("kubevirt.io/v1", "VirtualMachine", "fedora", None, None);
+        let known = resolve(
+            &p,
+            &Watched(FakeOwners::default().with(vmi.clone()).with(vm.clone())),
+        );
         assert_eq!(known.pending_owner, None);
         assert_eq!(known.kind, "VirtualMachine", "resolved up to the VM");
+        let vm_not_yet = resolve(&p, &Watched(FakeOwners::default().with(vmi.clone())));
+        assert_eq!(
+            vm_not_yet.pending_owner.as_deref(),
+            Some("VirtualMachine/fedora"),
+            "the VMI's own controller, watched, not delivered yet"
+        );
+        let vm_recreated = OwnerMeta {
+            uid: "uid-of-a-newer-vm".into(),
+            ..vm
+        };
+        let other_vm = resolve(
+            &p,
+            &Watched(FakeOwners::default().with(vmi).with(vm_recreated)),
+        );
+        assert!(
+            other_vm.pending_owner.is_some(),
+            "a VM of the same name and another UID is not this VMI's: its history is not counted"
+        );
         let unwatched = resolve(&p, &FakeOwners::default());
         assert_eq!(
             unwatched.pending_owner, None,
@@ -577,6 +599,48 @@ mod tests {
             assert_eq!(w.binding_name(), binding, "{name}");
             assert_eq!(w.is_multi_replica(), multi, "{name}");
         }
+    }
+
+    /// Two StatefulSets `db` of different groups in one namespace never share a binding, and
+    /// neither reads or writes the other's: the group is in the name outside the core, apps,
+    /// batch and kubevirt.io groups, and every lookup compares `spec.workloadRef`.
+    #[test]
+    fn workloads_of_two_groups_never_share_a_binding() {
+        let set = |api_version: &str| Workload {
+            namespace: "ns".into(),
+            api_version: api_version.into(),
+            kind: "StatefulSet".into(),
+            name: "db".into(),
+            uid: "u".into(),
+            ordinal: Some(0),
+            pod_name: Some("db-0".into()),
+            replicas: Some(3),
+            pending_owner: None,
+        };
+        let (apps, kruise) = (set("apps/v1"), set("apps.kruise.io/v1beta1"));
+        assert_eq!(apps.binding_name(), "statefulset-db-0");
+        assert_eq!(kruise.binding_name(), "statefulset.apps.kruise.io-db-0");
+        assert_eq!(
+            kruise.workload_ref().binding_name(),
+            kruise.binding_name(),
+            "the name follows from the reference alone"
+        );
+        let binding_of = |w: &Workload| {
+            crate::api::StickyBinding::new(
+                &w.binding_name(),
+                crate::api::StickyBindingSpec {
+                    workload_ref: w.workload_ref(),
+                    node_name: None,
+                },
+            )
+        };
+        assert!(apps.owns(&binding_of(&apps)) && kruise.owns(&binding_of(&kruise)));
+        assert!(!apps.owns(&binding_of(&kruise)) && !kruise.owns(&binding_of(&apps)));
+        let other_version = set("apps/v1beta2");
+        assert!(
+            other_version.owns(&binding_of(&apps)),
+            "any version of the group"
+        );
     }
 
     /// Interchangeable replicas (a pin means nothing for them): a ReplicaSet, Deployment or Job

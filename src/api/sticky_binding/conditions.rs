@@ -11,7 +11,8 @@ use kube::{Resource, ResourceExt};
 use super::{
     CONDITION_HISTORY_CONSISTENT, CONDITION_NODE_AVAILABLE, CONDITION_RECONCILING,
     CONDITION_STALLED, REASON_CONSISTENT, REASON_NODE_NOT_FOUND, REASON_NODE_NOT_READY,
-    REASON_NODE_READY, REASON_ODD_VALUES, StickyBinding, StickyBindingStatus,
+    REASON_NODE_READY, REASON_ODD_VALUES, REASON_WORKLOAD_MISMATCH, StickyBinding,
+    StickyBindingStatus,
 };
 use crate::api::conditions::set_condition;
 
@@ -61,6 +62,30 @@ pub fn kstatus_conditions(
     } else {
         "status.latest"
     };
+    // A binding is found by its name, which its workload gives: under another name it is
+    // never read or written, and says so.
+    let expected = binding.spec.workload_ref.binding_name();
+    if binding.metadata.name.as_deref() != Some(expected.as_str()) {
+        let r = &binding.spec.workload_ref;
+        let ordinal = r
+            .ordinal
+            .map(|o| format!(" ordinal {o}"))
+            .unwrap_or_default();
+        return [
+            (
+                CONDITION_STALLED,
+                (
+                    true,
+                    REASON_WORKLOAD_MISMATCH,
+                    format!(
+                        "metadata.name: spec.workloadRef names {} {} {}{ordinal}, whose binding is named {expected}; tether neither reads nor writes this one (delete it, or create it as {expected})",
+                        r.api_version, r.kind, r.name
+                    ),
+                ),
+            ),
+            (CONDITION_RECONCILING, (false, "Stalled", String::new())),
+        ];
+    }
     let (stalled, reconciling) = match availability {
         Some((false, reason, message)) if *reason == REASON_NODE_NOT_FOUND => (
             (
@@ -229,6 +254,37 @@ mod tests {
         // The largest counts do not overflow the sum: counts saturate, and so does their sum.
         let huge = status(Some("a"), &[("a", i64::MAX), ("b", i64::MAX)], i64::MAX);
         assert!(history_consistency(&huge).0);
+    }
+
+    /// A binding under a name its workloadRef does not give (made by hand, or by an older
+    /// tether for a workload of another group) is Stalled, naming the name it should have.
+    #[test]
+    fn a_binding_under_another_workloads_name_is_stalled() {
+        use crate::api::sticky_binding::{StickyBindingSpec, WorkloadRef};
+        let binding = StickyBinding::new(
+            "statefulset-db-0",
+            StickyBindingSpec {
+                workload_ref: WorkloadRef {
+                    api_version: "apps.kruise.io/v1beta1".into(),
+                    kind: "StatefulSet".into(),
+                    name: "db".into(),
+                    ordinal: Some(0),
+                },
+                node_name: None,
+            },
+        );
+        let [(_, stalled), (_, reconciling)] = kstatus_conditions(&binding, None);
+        assert!(
+            stalled.0 && stalled.1 == REASON_WORKLOAD_MISMATCH,
+            "{stalled:?}"
+        );
+        assert!(
+            stalled.2.starts_with("metadata.name: ")
+                && stalled.2.contains("statefulset.apps.kruise.io-db-0"),
+            "{}",
+            stalled.2
+        );
+        assert!(!reconciling.0);
     }
 
     #[test]

@@ -68,6 +68,78 @@ pub struct WorkloadRef {
     pub ordinal: Option<i32>,
 }
 
+/// The API groups whose workloads' bindings are named without their group, as tether has
+/// always named them: the core group, `apps`, `batch` and `kubevirt.io`. A workload of any other
+/// group has its group in its binding's name, so that an `apps.kruise.io` StatefulSet `db` and
+/// an `apps` one never share a binding.
+const UNQUALIFIED_GROUPS: &[&str] = &["", "apps", "batch", "kubevirt.io"];
+
+/// The group of an `apiVersion` (`apps/v1` → `apps`; `v1` → the core group, empty).
+pub fn api_group(api_version: &str) -> &str {
+    api_version.rsplit_once('/').map_or("", |(group, _)| group)
+}
+
+/// The name of the binding of a workload of `api_version` and `kind` named `base` (for a
+/// StatefulSet, the pod's name: each ordinal has its own): `<kind>-<base>`, or
+/// `<kind>.<group>-<base>` outside the [`UNQUALIFIED_GROUPS`], in lower case, shortened with a
+/// hash past Kubernetes' 253 characters.
+pub fn binding_name(api_version: &str, kind: &str, base: &str) -> String {
+    let group = api_group(api_version);
+    let full = if UNQUALIFIED_GROUPS.contains(&group) {
+        format!("{kind}-{base}")
+    } else {
+        format!("{kind}.{group}-{base}")
+    };
+    within_name_limit(full.to_lowercase())
+}
+
+/// The longest object name Kubernetes accepts (a DNS subdomain).
+const MAX_NAME: usize = 253;
+
+/// `name` when it fits [`MAX_NAME`]; else its start and a stable hash of the whole, as
+/// Kubernetes controllers shorten generated names, so two long names never collide. The
+/// binding's spec keeps the full workload reference.
+fn within_name_limit(name: String) -> String {
+    if name.len() <= MAX_NAME {
+        return name;
+    }
+    // FNV-1a: stable across releases and platforms, unlike std's hasher.
+    let hash = name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    let suffix = format!("-{hash:08x}");
+    let mut cut = MAX_NAME - suffix.len();
+    while !name.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let head = name[..cut].trim_end_matches(['-', '.']);
+    format!("{head}{suffix}")
+}
+
+impl WorkloadRef {
+    /// Whether `other` names the same workload: the same group (any version), kind, name and
+    /// ordinal.
+    pub fn same_workload(&self, other: &WorkloadRef) -> bool {
+        api_group(&self.api_version) == api_group(&other.api_version)
+            && self.kind == other.kind
+            && self.name == other.name
+            && self.ordinal == other.ordinal
+    }
+
+    /// The name this workload's binding has (see [`binding_name`]); a StatefulSet ordinal's
+    /// is its pod's, `<name>-<ordinal>`.
+    pub fn binding_name(&self) -> String {
+        match (self.kind.as_str(), self.ordinal) {
+            ("StatefulSet", Some(ordinal)) => binding_name(
+                &self.api_version,
+                &self.kind,
+                &format!("{}-{ordinal}", self.name),
+            ),
+            _ => binding_name(&self.api_version, &self.kind, &self.name),
+        }
+    }
+}
+
 /// Where the workload's pods have been bound.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
@@ -160,6 +232,8 @@ pub const CONDITION_RECONCILING: &str = "Reconciling";
 pub const CONDITION_HISTORY_CONSISTENT: &str = "HistoryConsistent";
 /// `HistoryConsistent=True`: the counts agree.
 pub const REASON_CONSISTENT: &str = "Consistent";
+/// `Stalled`: the binding's name is not the one its `spec.workloadRef` gives.
+pub const REASON_WORKLOAD_MISMATCH: &str = "WorkloadMismatch";
 /// `HistoryConsistent=False`: the message names the values that do not agree.
 pub const REASON_ODD_VALUES: &str = "OddValues";
 

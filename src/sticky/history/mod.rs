@@ -59,6 +59,15 @@ pub enum HistoryError {
         "not writing StickyBinding {namespace}/{name}: this replica no longer leads (the next leader's start-up reconcile counts the bind)"
     )]
     NotLeading { namespace: String, name: String },
+    #[error(
+        "not writing StickyBinding {namespace}/{name}: its spec.workloadRef names {names}, not this workload ({ours}); it reports Stalled until it is deleted or renamed"
+    )]
+    NotThisWorkloads {
+        namespace: String,
+        name: String,
+        names: String,
+        ours: String,
+    },
 }
 
 /// The status after counting `pod_uid` bound to `node`, or `None` when that pod is already

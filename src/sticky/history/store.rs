@@ -244,6 +244,20 @@ impl HistoryStore {
                     });
                 }
             };
+            if !workload.owns(&current) {
+                let describe = |r: &crate::api::WorkloadRef| {
+                    format!("{} {} {}", r.api_version, r.kind, r.name)
+                        + &r.ordinal
+                            .map(|o| format!(" ordinal {o}"))
+                            .unwrap_or_default()
+                };
+                return Err(HistoryError::NotThisWorkloads {
+                    namespace,
+                    name,
+                    names: describe(&current.spec.workload_ref),
+                    ours: describe(&workload.workload_ref()),
+                });
+            }
             let status = current.status.clone().unwrap_or_default();
             // A write of this batch whose answer was lost may have landed: its newest bind is
             // then recorded, and the whole batch with it (a status write is all or nothing).

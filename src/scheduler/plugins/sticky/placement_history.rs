@@ -187,6 +187,7 @@ impl PreScorePlugin for PlacementHistory {
         let Some(status) = self
             .bindings
             .get(&workload.namespace, &workload.binding_name())
+            .filter(|b| workload.owns(b))
             .and_then(|b| b.status.clone())
             .filter(|s| s.schedule_count > 0)
         else {
@@ -241,7 +242,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::{StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
+    use crate::api::{StickyBinding, StickyBindingSpec, StickyBindingStatus};
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
     use crate::sticky::bindings::BindingIndex;
     use crate::sticky::workload::OwnerMeta;
@@ -336,12 +337,7 @@ mod tests {
         let mut b = StickyBinding::new(
             name,
             StickyBindingSpec {
-                workload_ref: WorkloadRef {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: name.into(),
-                    ordinal: None,
-                },
+                workload_ref: crate::scheduler::testing::workload_ref_for(name),
                 node_name: None,
             },
         );

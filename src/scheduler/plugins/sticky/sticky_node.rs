@@ -249,6 +249,10 @@ impl Plugin for StickyNode {
         }
         let (namespace, name) = who.key.split_once('/')?;
         let binding = self.bindings.get(namespace, name)?;
+        let workload = workload::resolve(pod, self.owners.as_ref());
+        if !workload.owns(&binding) {
+            return None;
+        }
         if pinned_node(&binding, args, (self.now)()).as_deref() != Some(node) {
             return None;
         }
@@ -492,6 +496,7 @@ impl PreFilterPlugin for StickyNode {
         let Some(binding) = self
             .bindings
             .get(&workload.namespace, &workload.binding_name())
+            .filter(|b| workload.owns(b))
         else {
             return skip;
         };
@@ -597,7 +602,7 @@ mod tests {
 
     use super::*;
     use crate::api::sticky_binding::CONDITION_NODE_AVAILABLE;
-    use crate::api::{Release, StickyBindingSpec, StickyBindingStatus, WorkloadRef};
+    use crate::api::{Release, StickyBindingSpec, StickyBindingStatus};
     use crate::scheduler::framework::Code;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
     use crate::sticky::bindings::BindingIndex;
@@ -664,12 +669,7 @@ mod tests {
         let mut b = StickyBinding::new(
             name,
             StickyBindingSpec {
-                workload_ref: WorkloadRef {
-                    api_version: "v1".into(),
-                    kind: "Pod".into(),
-                    name: name.into(),
-                    ordinal: None,
-                },
+                workload_ref: crate::scheduler::testing::workload_ref_for(name),
                 node_name: node_name.map(Into::into),
             },
         );
