@@ -501,16 +501,18 @@ async fn serve_endpoints(
         explain_limit: endpoints::explain::limiter(),
     };
     let mut tasks = Vec::new();
-    for (what, addr, app) in [
+    for (what, addr, app, limits) in [
         (
             "/metrics and /explain",
             config.http_addr,
             endpoints::main_router(state.clone()),
+            endpoints::serve::Limits::MAIN,
         ),
         (
             "/healthz and /readyz",
             config.health_addr,
             endpoints::health_router(state.clone()),
+            endpoints::serve::Limits::HEALTH,
         ),
     ] {
         let listener = tokio::net::TcpListener::bind(addr)
@@ -520,7 +522,7 @@ async fn serve_endpoints(
         tasks.push(tokio::spawn(process.fatal.forever(
             "an HTTP endpoint",
             async move {
-                if let Err(e) = axum::serve(listener, app).await {
+                if let Err(e) = endpoints::serve::serve(listener, app, limits).await {
                     tracing::error!(error = %e, "an HTTP endpoint stopped");
                 }
             },

@@ -38,9 +38,16 @@ fn run(program: &std::path::Path, args: &[&str], path: Option<&str>) -> anyhow::
 /// `tether explain <pod> --token <token>` against the tether `make e2e` started, with `args`.
 fn explain(pod: &str, token: &str, args: &[&str]) -> anyhow::Result<Output> {
     let url = tether_url();
-    let mut all = vec!["explain", pod, "--endpoint", &url, "--token", token];
+    // From a file, as a person passes it: never on the command line, where `ps` shows it.
+    let dir = tempdir("token")?;
+    let file = dir.join("token");
+    std::fs::write(&file, token)?;
+    let file = file.to_string_lossy().into_owned();
+    let mut all = vec!["explain", pod, "--endpoint", &url, "--token-file", &file];
     all.extend_from_slice(args);
-    run(&tether_bin(), &all, None)
+    let out = run(&tether_bin(), &all, None);
+    std::fs::remove_dir_all(&dir)?;
+    out
 }
 
 /// `tether explain <pod> -o json` with `token`.
@@ -96,9 +103,12 @@ fn service_account_token(ns: &str, name: &str, grant: Grant) -> anyhow::Result<S
             None,
         )?),
     }
-    Ok(kubectl_ok(&["-n", ns, "create", "token", name], None)?
-        .trim()
-        .to_string())
+    Ok(kubectl_ok(
+        &["-n", ns, "create", "token", name, "--audience", "tether"],
+        None,
+    )?
+    .trim()
+    .to_string())
 }
 
 /// Deletes the ClusterRoleBinding [`service_account_token`] made for `name` in `ns`.
@@ -244,6 +254,8 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
         std::env::var("PATH").unwrap_or_default()
     );
     let pod = format!("{}/web", ns.name);
+    let token_file = plugins.join("token");
+    std::fs::write(&token_file, &reader)?;
     let out = run(
         &kubectl_bin,
         &[
@@ -252,8 +264,8 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
             &pod,
             "--endpoint",
             &tether_url(),
-            "--token",
-            &reader,
+            "--token-file",
+            &token_file.to_string_lossy(),
         ],
         Some(&path),
     )?;
@@ -316,10 +328,31 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
     // answer names them all), and a token the API server does not accept.
     let stranger = service_account_token(&ns.name, "stranger", Grant::None)?;
     let pods_only = service_account_token(&ns.name, "pods-only", Grant::PodsOnly)?;
+    // The reader's own credential for the API server (a token of the API server's audience)
+    // is refused: tether takes only tokens bound to its own audience.
+    let for_the_api_server = kubectl_ok(&["-n", &ns.name, "create", "token", "reader"], None)?
+        .trim()
+        .to_string();
+    let other_audience = kubectl_ok(
+        &[
+            "-n",
+            &ns.name,
+            "create",
+            "token",
+            "reader",
+            "--audience",
+            "elsewhere",
+        ],
+        None,
+    )?
+    .trim()
+    .to_string();
     for (token, code, words) in [
         (stranger.as_str(), "403", "may not get pods"),
         (pods_only.as_str(), "403", "may not list nodes"),
         ("not-a-token", "401", "not accepted"),
+        (for_the_api_server.as_str(), "401", "not accepted"),
+        (other_audience.as_str(), "401", "not accepted"),
     ] {
         let out = explain(&huge, token, &[])?;
         let stderr = String::from_utf8_lossy(&out.stderr);

@@ -27,11 +27,11 @@ pub struct Endpoint {
     /// pod/<the tether Lease's holder> 8080`, then the default.
     #[arg(long, env = "TETHER_ENDPOINT", default_value = "http://127.0.0.1:8080")]
     pub endpoint: String,
-    /// The bearer token to send (default: the kubeconfig user's token, or its exec plugin's).
-    /// A user that authenticates with a client certificate needs one, e.g. `kubectl create
-    /// token <serviceaccount>`.
-    #[arg(long, env = "TETHER_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
+    /// A file holding the bearer token to send: a token bound to the audience `tether`, so
+    /// that no credential for the API server leaves your machine (`kubectl create token
+    /// <serviceaccount> --audience tether --duration 1h > token`). tether refuses any other.
+    #[arg(long, env = "TETHER_TOKEN_FILE")]
+    pub token_file: Option<std::path::PathBuf>,
     /// Accept any certificate of an https endpoint.
     #[arg(long)]
     pub insecure_skip_tls_verify: bool,
@@ -44,45 +44,28 @@ impl Endpoint {
             .endpoint
             .parse()
             .with_context(|| format!("--endpoint {:?} is not a URL", self.endpoint))?;
-        // A token sent in the clear could be read and replayed against the API server.
+        // A token sent in the clear could be read and replayed against tether.
         let host = url.host().unwrap_or_default();
         let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1");
         anyhow::ensure!(
             url.scheme_str() != Some("http") || loopback,
             "refusing to send a token over plain HTTP to {host}: use https://, or `kubectl port-forward` and http://127.0.0.1"
         );
-        let mut config = match (kube::Config::infer().await, &self.token) {
-            (Ok(config), _) => config,
-            (Err(_), Some(_)) => kube::Config::new(url.clone()),
-            (Err(e), None) => {
-                return Err(anyhow::anyhow!(e).context(
-                    "reading the kubeconfig for a token (or pass --token / TETHER_TOKEN)",
-                ));
-            }
-        };
-        let namespace = config.default_namespace.clone();
-        config.cluster_url = url;
-        config.root_cert = None;
-        config.tls_server_name = None;
-        config.proxy_url = None;
+        // The kubeconfig gives the default namespace only: none of its credentials is sent.
+        let namespace = kube::Config::infer()
+            .await
+            .map(|c| c.default_namespace)
+            .unwrap_or_else(|_| "default".into());
+        let mut config = kube::Config::new(url);
         config.accept_invalid_certs = self.insecure_skip_tls_verify;
-        if let Some(token) = &self.token {
-            config.auth_info = Default::default();
-            let value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-                .context("--token holds characters no header may")?;
-            config.headers.push((http::header::AUTHORIZATION, value));
-        } else {
-            let user = &config.auth_info;
-            let has_token = user.token.is_some()
-                || user.token_file.is_some()
-                || user.exec.is_some()
-                || user.auth_provider.is_some();
-            if !has_token {
-                tracing::warn!(
-                    "the kubeconfig's user has no token (a client certificate cannot be passed on): tether will refuse the request; pass --token or TETHER_TOKEN"
-                );
-            }
-        }
+        let path = self.token_file.as_ref().context(
+            "no --token-file (or TETHER_TOKEN_FILE): tether takes only a token bound to the audience \"tether\"; create one with kubectl create token <serviceaccount> --audience tether > token",
+        )?;
+        let token = std::fs::read_to_string(path)
+            .with_context(|| format!("reading the token in {}", path.display()))?;
+        let value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .with_context(|| format!("{} holds characters no header may", path.display()))?;
+        config.headers.push((http::header::AUTHORIZATION, value));
         let client = kube::Client::try_from(config).context("building the HTTP client")?;
         Ok((client, namespace))
     }

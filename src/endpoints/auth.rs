@@ -1,7 +1,13 @@
-//! Who may ask tether about a pod: the caller's bearer token is checked with a TokenReview,
-//! and what the caller may do with a SubjectAccessReview, as kube-scheduler's and the kubelet's
-//! delegated authentication and authorization do (tether holds `system:auth-delegator` for
-//! this). Nothing is cached: these endpoints are for people, not for hot paths.
+//! Who may ask tether about a pod: the caller's bearer token is checked with a TokenReview for
+//! the audience [`AUDIENCE`], and what the caller may do with a SubjectAccessReview, as
+//! kube-scheduler's and the kubelet's delegated authentication and authorization do (tether
+//! holds `system:auth-delegator` for this). Nothing is cached: these endpoints are for people,
+//! not for hot paths.
+//!
+//! Only a token bound to tether's audience is taken (`kubectl create token <serviceaccount>
+//! --audience tether`): no credential that works against the API server is ever handed to
+//! tether, so a tether (or anything listening at its address) that reads a token can replay it
+//! nowhere else. A token for the API server's own audience is refused.
 
 use axum::http::{HeaderMap, StatusCode};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec, UserInfo};
@@ -14,7 +20,7 @@ use kube::api::{Api, PostParams};
 #[derive(Debug, thiserror::Error)]
 pub enum Refusal {
     #[error(
-        "no bearer token: send one in the Authorization header (tether explain takes it from the kubeconfig, --token or TETHER_TOKEN)"
+        "no bearer token: send a token bound to the audience \"tether\" (kubectl create token <serviceaccount> --audience tether) in the Authorization header (tether explain reads it from --token-file or TETHER_TOKEN_FILE)"
     )]
     NoToken,
     #[error("the bearer token was not accepted by the API server's TokenReview{0}")]
@@ -35,6 +41,9 @@ impl Refusal {
     }
 }
 
+/// The audience a token must be bound to.
+pub const AUDIENCE: &str = "tether";
+
 /// The bearer token of the request.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     let value = headers
@@ -52,7 +61,7 @@ pub async fn authenticate(client: &kube::Client, headers: &HeaderMap) -> Result<
     let review = TokenReview {
         spec: TokenReviewSpec {
             token: token.to_string(),
-            audiences: None,
+            audiences: Some(vec![AUDIENCE.to_string()]),
         },
         ..Default::default()
     };
@@ -61,7 +70,16 @@ pub async fn authenticate(client: &kube::Client, headers: &HeaderMap) -> Result<
         .await
         .map_err(|e| Refusal::Failed(format!("TokenReview: {e}")))?;
     let status = answered.status.unwrap_or_default();
+    // An authenticator that does not check audiences answers with none: the token is then
+    // one for the API server, and not taken.
+    let for_tether = status
+        .audiences
+        .as_ref()
+        .is_some_and(|a| a.iter().any(|a| a == AUDIENCE));
     match (status.authenticated, status.user) {
+        (Some(true), Some(_)) if !for_tether => Err(Refusal::BadToken(format!(
+            ": it is not bound to the audience \"{AUDIENCE}\" (create one with kubectl create token <serviceaccount> --audience {AUDIENCE})"
+        ))),
         (Some(true), Some(user)) => Ok(user),
         _ => Err(Refusal::BadToken(
             status

@@ -1,7 +1,8 @@
 //! `GET /explain/{namespace}/{name}`: the leader re-runs the pod's profile on its current
 //! snapshot, dry (`scheduler::explain`), for a caller who may get the pod and list the nodes
-//! (the answer names every node, its taints and what is requested on it). Requests are
-//! limited to [`PER_SECOND`] (each costs a TokenReview and a cycle over every node).
+//! (the answer names every node, its taints and what is requested on it). At most [`AT_ONCE`]
+//! requests are under way, and each caller gets [`PER_SECOND`] (each costs a TokenReview and
+//! a cycle over every node).
 
 use std::sync::Arc;
 
@@ -18,18 +19,47 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::explain::{self, Explanation};
 
-/// Explanations answered per second at most (with a burst of as many); past that, 429.
+/// Explanations answered per second to one caller at most (with a burst of as many); past
+/// that, 429. Counted after authentication, so nobody spends another caller's.
 pub const PER_SECOND: u32 = 5;
 
-/// The limiter of the explain endpoint.
-pub type Limiter = governor::DefaultDirectRateLimiter;
+/// Requests under way at once at most, authentication included; past that, 429 at once, before
+/// any TokenReview (anyone who can reach the port can send requests).
+pub const AT_ONCE: usize = 8;
 
-/// A limiter of [`PER_SECOND`].
+/// How `/explain` is rationed: requests at once, then each authenticated caller's rate.
+pub struct Limiter {
+    at_once: tokio::sync::Semaphore,
+    per_caller: governor::DefaultKeyedRateLimiter<String>,
+}
+
+/// The limiter of [`AT_ONCE`] and [`PER_SECOND`].
 pub fn limiter() -> Arc<Limiter> {
     let rate = std::num::NonZeroU32::new(PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
-    Arc::new(governor::RateLimiter::direct(governor::Quota::per_second(
-        rate,
-    )))
+    Arc::new(Limiter {
+        at_once: tokio::sync::Semaphore::new(AT_ONCE),
+        per_caller: governor::RateLimiter::keyed(governor::Quota::per_second(rate)),
+    })
+}
+
+/// Whether `name` is a DNS-1123 label (a namespace's name) when `subdomain` is false, or a
+/// DNS-1123 subdomain (a pod's name) when it is: what the API server accepts as such names.
+fn valid_name(name: &str, subdomain: bool) -> bool {
+    let max = if subdomain { 253 } else { 63 };
+    let part = |p: &str| {
+        !p.is_empty()
+            && p.len() <= 63
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !p.starts_with('-')
+            && !p.ends_with('-')
+    };
+    name.len() <= max
+        && if subdomain {
+            name.split('.').all(part)
+        } else {
+            part(name)
+        }
 }
 
 pub async fn explain(
@@ -37,12 +67,18 @@ pub async fn explain(
     Path((namespace, name)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Response {
-    if state.explain_limit.check().is_err() {
+    if !valid_name(&namespace, false) || !valid_name(&name, true) {
         return failure(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!("more than {PER_SECOND} explanations a second were asked for: try again"),
+            StatusCode::BAD_REQUEST,
+            "the path must be /explain/<namespace>/<pod>, each a valid Kubernetes name",
         );
     }
+    let Ok(_turn) = state.explain_limit.at_once.try_acquire() else {
+        return failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("more than {AT_ONCE} explanations are under way: try again"),
+        );
+    };
     if state.leadership.is_elected() && !state.leadership.is_leading() {
         return failure(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -53,6 +89,16 @@ pub async fn explain(
         Ok(user) => user,
         Err(refusal) => return failure(refusal.status(), &refusal.to_string()),
     };
+    let who = caller.username.clone().unwrap_or_default();
+    if state.explain_limit.per_caller.check_key(&who).is_err() {
+        return failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "more than {PER_SECOND} explanations a second were asked for by {who}: try again"
+            ),
+        );
+    }
+    state.explain_limit.per_caller.retain_recent();
     for (verb, resource, ns, object) in [
         ("get", "pods", Some(namespace.as_str()), Some(name.as_str())),
         ("list", "nodes", None, None),
@@ -131,4 +177,31 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
         })
         .collect();
     Ok(explanation)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_kubernetes_names_reach_the_api_server() {
+        assert!(valid_name("default", false) && valid_name("web-0", true));
+        assert!(valid_name("a.b-c.d", true) && !valid_name("a.b", false));
+        for bad in [
+            "",
+            "..",
+            "../x",
+            "UPPER",
+            "-x",
+            "x-",
+            "a b",
+            "a%2Fb",
+            &"x".repeat(64),
+        ] {
+            assert!(!valid_name(bad, false), "{bad:?} as a namespace");
+        }
+        for bad in ["", "a..b", ".a", "a_b", &"x".repeat(254)] {
+            assert!(!valid_name(bad, true), "{bad:?} as a pod");
+        }
+    }
 }
