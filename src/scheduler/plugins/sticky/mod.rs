@@ -43,11 +43,23 @@ pub fn resolved_workload(state: &CycleState) -> Option<Arc<Workload>> {
 /// How soon a pod whose owner the watches have not delivered yet is tried again.
 const OWNER_RETRY: std::time::Duration = std::time::Duration::from_millis(500);
 
+/// How long after its creation a pod waits for its controller to be known. A controller the
+/// watches have not delivered by then does not exist with the UID the pod names (a reference
+/// made up, or to an object deleted and created again): the pod is then scheduled without its
+/// workload's history (never pinned by it, never counted in it), instead of being retried
+/// twice a second for good.
+pub const OWNER_WAIT_LIMIT: jiff::SignedDuration = jiff::SignedDuration::from_secs(30);
+
 /// For a plugin keyed on the pod's workload: a rejection, retried shortly, while the pod's
 /// controller is not known yet (its identity would be a guess: a VMI's pod would be taken for
-/// the VMI's own workload instead of its VM's). `None` once the workload is known.
-pub fn wait_for_owner(workload: &Workload) -> Option<Status> {
+/// the VMI's own workload instead of its VM's). `None` once the workload is known, and once
+/// the pod has waited [`OWNER_WAIT_LIMIT`] (the caller then leaves an unknown workload alone).
+pub fn wait_for_owner(pod: &Pod, workload: &Workload) -> Option<Status> {
     let owner = workload.pending_owner.as_ref()?;
+    let created = pod.metadata.creation_timestamp.as_ref().map(|t| t.0);
+    if created.is_some_and(|c| jiff::Timestamp::now().duration_since(c) > OWNER_WAIT_LIMIT) {
+        return None;
+    }
     Some(
         Status::unschedulable(format!("waiting for the pod's owner {owner} to be known"))
             .with_retry_after(OWNER_RETRY),
@@ -135,5 +147,50 @@ mod tests {
             lookups,
             "no lookup after the first"
         );
+    }
+}
+
+#[cfg(test)]
+mod owner_wait_tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+
+    /// A pod whose controller is not known waits for it, a while: a reference nobody can vouch
+    /// for (made up, or naming an object deleted and created again) is not retried for good.
+    #[test]
+    fn a_pod_waits_for_its_owner_a_while_not_for_good() {
+        let workload = Workload {
+            namespace: "ns".into(),
+            api_version: "kubevirt.io/v1".into(),
+            kind: "VirtualMachineInstance".into(),
+            name: "vm".into(),
+            uid: "forged".into(),
+            ordinal: None,
+            pod_name: None,
+            replicas: None,
+            pending_owner: Some("VirtualMachineInstance/vm".into()),
+        };
+        let created = |ago: i64| {
+            PodBuilder::new("p")
+                .with(|p| {
+                    p.metadata.creation_timestamp = Some(Time(
+                        jiff::Timestamp::now() - jiff::SignedDuration::from_secs(ago),
+                    ))
+                })
+                .build()
+        };
+        let waiting = wait_for_owner(&created(1), &workload).expect("waits");
+        assert!(waiting.retry_after.is_some(), "{waiting:?}");
+        assert!(
+            wait_for_owner(&created(31), &workload).is_none(),
+            "waited long enough"
+        );
+        let known = Workload {
+            pending_owner: None,
+            ..workload
+        };
+        assert!(wait_for_owner(&created(1), &known).is_none());
     }
 }

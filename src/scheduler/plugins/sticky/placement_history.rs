@@ -159,7 +159,7 @@ impl PreFilterPlugin for PlacementHistory {
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
         let workload = cycle_workload(state, pod, self.owners.as_ref());
-        let status = wait_for_owner(&workload).unwrap_or_else(Status::skip);
+        let status = wait_for_owner(&pod.pod, &workload).unwrap_or_else(Status::skip);
         (PreFilterResult::all_nodes(), status)
     }
 }
@@ -181,7 +181,9 @@ impl PreScorePlugin for PlacementHistory {
             return Status::skip();
         }
         let workload = cycle_workload(state, pod, self.owners.as_ref());
-        if args.skip_multi_replica && workload.is_multi_replica() {
+        if workload.pending_owner.is_some()
+            || (args.skip_multi_replica && workload.is_multi_replica())
+        {
             return Status::skip();
         }
         let Some(status) = self

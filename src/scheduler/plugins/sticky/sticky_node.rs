@@ -487,8 +487,12 @@ impl PreFilterPlugin for StickyNode {
             return skip;
         }
         let workload = cycle_workload(state, pod, self.owners.as_ref());
-        if let Some(wait) = wait_for_owner(&workload) {
+        if let Some(wait) = wait_for_owner(&pod.pod, &workload) {
             return (PreFilterResult::all_nodes(), wait);
+        }
+        if workload.pending_owner.is_some() {
+            // Waited long enough: an owner never vouched for pins nothing.
+            return skip;
         }
         if args.skip_multi_replica && workload.is_multi_replica() {
             return skip;
