@@ -369,7 +369,11 @@ impl Reports {
     }
 
     /// The condition PodScheduled=False with the report's reason (Unschedulable, or
-    /// SchedulerError for errors) and message, and its nomination change, in one write.
+    /// SchedulerError for errors) and message, and its nomination change, in one write. The
+    /// write carries the pod's UID and resourceVersion as preconditions; when the pod changed
+    /// since the attempt (tether's own earlier report, a label), it is read again and, still
+    /// unbound and the same pod, written with its new version: the newest attempt's report is
+    /// never lost to an older one's write.
     async fn write_condition(&self, report: &FailureReport) {
         let FailureReport {
             pod,
@@ -380,72 +384,110 @@ impl Reports {
         let reason = reason.as_str();
         let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
         let name = pod.metadata.name.as_deref().unwrap_or_default();
-        let already = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c.type_ == "PodScheduled"
-                        && c.status == "False"
-                        && c.reason.as_deref() == Some(reason)
-                        && c.message.as_deref() == Some(message.as_str())
-                })
-            });
-        let current = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.nominated_node_name.as_deref());
-        // What to write of the nominated node: only a change (`null` clears it).
-        let nominated = match nominated {
-            NominatedNode::Unchanged => None,
-            NominatedNode::Set(node) => {
-                (current != Some(node.as_str())).then(|| serde_json::json!(node))
-            }
-            NominatedNode::Clear => current.is_some().then_some(serde_json::Value::Null),
-        };
-        if already && nominated.is_none() {
-            return;
-        }
-        // The UID and the resourceVersion make the write a precondition: it never lands on a
-        // pod recreated under the same name, nor on one that changed since it failed.
-        let mut patch = serde_json::json!({
-            "metadata": {
-                "uid": pod.metadata.uid,
-                "resourceVersion": pod.metadata.resource_version,
-            },
-            "status": {"conditions": [{
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": jiff::Timestamp::now().to_string(),
-            }]}
-        });
-        if let Some(node) = nominated {
-            patch["status"]["nominatedNodeName"] = node;
-        }
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
-        let written = self
-            .gate
-            .write(
-                Write::FailureReport,
-                api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
-            )
-            .await;
-        match written {
-            Ok(Ok(_)) => {}
-            Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
-                tracing::debug!(pod = %format!("{ns}/{name}"), "the pod changed since it failed; its report is not written")
-            }
-            Ok(Err(e)) => {
-                tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not set the PodScheduled condition")
-            }
-            Err(refused) => {
-                tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the failure's condition is not written")
+        let mut seen = pod.clone();
+        for _ in 0..CONDITION_WRITE_TRIES {
+            let Some(patch) = condition_patch(&seen, reason, message, nominated) else {
+                return;
+            };
+            let written = self
+                .gate
+                .write(
+                    Write::FailureReport,
+                    api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
+                )
+                .await;
+            match written {
+                Ok(Ok(_)) => return,
+                Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
+                    let fresh = match api.get_opt(name).await {
+                        Ok(Some(fresh)) => fresh,
+                        Ok(None) => return,
+                        Err(e) => {
+                            tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not read the pod again; its report is not written");
+                            return;
+                        }
+                    };
+                    let same_pod = fresh.metadata.uid == pod.metadata.uid;
+                    let still_pending = crate::k8s::pods::node_name(&fresh).is_none()
+                        && fresh.metadata.deletion_timestamp.is_none();
+                    if !(same_pod && still_pending) {
+                        tracing::debug!(pod = %format!("{ns}/{name}"), "the pod was bound, deleted or replaced since it failed; its report is not written");
+                        return;
+                    }
+                    seen = fresh;
+                }
+                Ok(Err(e)) => {
+                    tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not set the PodScheduled condition");
+                    return;
+                }
+                Err(refused) => {
+                    tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the failure's condition is not written");
+                    return;
+                }
             }
         }
+        tracing::debug!(pod = %format!("{ns}/{name}"), "the pod kept changing; its report is not written");
     }
+}
+
+/// How often a failure report is tried against a pod that keeps changing under it.
+const CONDITION_WRITE_TRIES: usize = 3;
+
+/// The status patch that reports the failure on `pod` as it is now, with its UID and
+/// resourceVersion as preconditions; `None` when the pod says so already.
+fn condition_patch(
+    pod: &Pod,
+    reason: &str,
+    message: &str,
+    nominated: &NominatedNode,
+) -> Option<serde_json::Value> {
+    let already = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.type_ == "PodScheduled"
+                    && c.status == "False"
+                    && c.reason.as_deref() == Some(reason)
+                    && c.message.as_deref() == Some(message)
+            })
+        });
+    let current = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref());
+    // What to write of the nominated node: only a change (`null` clears it).
+    let nominated = match nominated {
+        NominatedNode::Unchanged => None,
+        NominatedNode::Set(node) => {
+            (current != Some(node.as_str())).then(|| serde_json::json!(node))
+        }
+        NominatedNode::Clear => current.is_some().then_some(serde_json::Value::Null),
+    };
+    if already && nominated.is_none() {
+        return None;
+    }
+    // The UID and the resourceVersion make the write a precondition: it never lands on a pod
+    // recreated under the same name, nor on one that changed since it was read.
+    let mut patch = serde_json::json!({
+        "metadata": {
+            "uid": pod.metadata.uid,
+            "resourceVersion": pod.metadata.resource_version,
+        },
+        "status": {"conditions": [{
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": jiff::Timestamp::now().to_string(),
+        }]}
+    });
+    if let Some(node) = nominated {
+        patch["status"]["nominatedNodeName"] = node;
+    }
+    Some(patch)
 }
 
 fn truncate(s: &str, max: usize) -> String {
@@ -519,6 +561,66 @@ mod tests {
         assert_eq!(event["method"], "POST");
         assert_eq!(event["body"]["reason"], "FailedScheduling");
         assert_eq!(event["body"]["note"], "0/29 nodes are available");
+    }
+
+    /// The newest failure's report is not lost when the pod changed since its attempt (an
+    /// older report of tether's own landed meanwhile): the pod is read again and, still
+    /// unbound, written with its new resourceVersion. A pod bound since is left alone.
+    #[tokio::test]
+    async fn a_report_refused_for_a_changed_pod_is_written_again_unless_the_pod_was_bound() {
+        for bound_since in [false, true] {
+            let sent = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+            let log = sent.clone();
+            let client = stand_in_client(move |method, path, body| {
+                let mut log = log.lock().expect("log");
+                log.push(serde_json::json!({"method": method, "path": path, "body": body.clone()}));
+                let patches = log.iter().filter(|c| c["method"] == "PATCH").count();
+                match method {
+                    // The first write meets a newer version of the pod.
+                    "PATCH" if patches == 1 => (
+                        409,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                            "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+                    ),
+                    "GET" => {
+                        let mut fresh = PodBuilder::new("p").build();
+                        fresh.metadata.resource_version = Some("42".into());
+                        if bound_since {
+                            fresh.spec.get_or_insert_default().node_name = Some("n1".into());
+                        }
+                        (200, serde_json::to_value(fresh).expect("json"))
+                    }
+                    _ => (200, body),
+                }
+            });
+            let reports = Reports::new(client, None, WriteGate::alone());
+            let mut pod = PodBuilder::new("p").build();
+            pod.metadata.resource_version = Some("41".into());
+            reports.failed(
+                &pod,
+                FailureReason::Unschedulable,
+                "0/22 nodes are available",
+                NominatedNode::Unchanged,
+            );
+            let done = |sent: &[serde_json::Value]| sent.iter().any(|c| c["method"] == "POST");
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            while !done(&sent.lock().expect("log")) {
+                assert!(tokio::time::Instant::now() < deadline, "nothing written");
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            let versions: Vec<serde_json::Value> = sent
+                .lock()
+                .expect("log")
+                .iter()
+                .filter(|c| c["method"] == "PATCH")
+                .map(|c| c["body"]["metadata"]["resourceVersion"].clone())
+                .collect();
+            if bound_since {
+                assert_eq!(versions, ["41"], "a pod bound since gets no report");
+            } else {
+                assert_eq!(versions, ["41", "42"], "written again on the new version");
+            }
+        }
     }
 
     /// The writers stop once the last copy of the reports is gone (the scheduler of a term
