@@ -26,10 +26,21 @@ pub fn denied_for_now(error: &kube::Error) -> bool {
         if (e.code == 401 || e.code == 403) && !e.message.contains("is being terminated"))
 }
 
+/// Whether the API server refused the request for its size: 413 from kube-apiserver's own
+/// limit, or etcd's "request is too large" (which reaches the client as a 500). Making it again
+/// fails the same way, so it is never retried.
+pub fn too_large(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(e)
+        if e.code == 413
+            || (e.code >= 500 && e.message.contains("request is too large"))
+            || e.message.contains("Request entity too large"))
+}
+
 /// Whether a failed request may succeed if made again: refused for now, denied for now, or
 /// without a definite answer.
 pub fn retryable(error: &kube::Error) -> bool {
-    conflict_or_throttled(error) || maybe_applied(error) || denied_for_now(error)
+    !too_large(error)
+        && (conflict_or_throttled(error) || maybe_applied(error) || denied_for_now(error))
 }
 
 /// What the API server said, without the Status around it (or the client's error as it is).

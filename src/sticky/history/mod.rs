@@ -60,6 +60,14 @@ pub enum HistoryError {
     )]
     NotLeading { namespace: String, name: String },
     #[error(
+        "the status of StickyBinding {namespace}/{name} is too large for the API server ({message}); its binds are not recorded"
+    )]
+    TooLarge {
+        namespace: String,
+        name: String,
+        message: String,
+    },
+    #[error(
         "not writing StickyBinding {namespace}/{name}: its spec.workloadRef names {names}, not this workload ({ours}); it reports Stalled until it is deleted or renamed"
     )]
     NotThisWorkloads {
@@ -675,6 +683,11 @@ mod tests {
                     if fault == Some("denied") {
                         return (403, status(403, "Forbidden"));
                     }
+                    if fault == Some("too-large") {
+                        let mut refused = status(500, "InternalError");
+                        refused["message"] = "etcdserver: request is too large".into();
+                        return (500, refused);
+                    }
                     store
                         .writes
                         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
@@ -976,6 +989,35 @@ mod tests {
         writer.enqueue(&other, "n3");
         let lone = BindingLookup::get(writer.as_ref(), "ns", "pod-lone").expect("read");
         assert_eq!(lone.pin(), Some("n3"), "a binding not created yet");
+    }
+
+    /// A status too large for the API server (etcd's limit, answered as a 500) is not retried
+    /// for good while binds pile up: the write gives up at once and says so in an event.
+    #[tokio::test(start_paused = true)]
+    async fn a_status_too_large_for_the_api_server_is_not_retried_and_is_told_in_an_event() {
+        let store = empty_store();
+        // Every status write is refused for its size, as etcd refuses a value past its limit.
+        *store.faults.lock().expect("faults") = vec!["too-large"; 50];
+        let writer = writer_for(&store);
+        let written = tokio::time::timeout(
+            Duration::from_secs(60),
+            writer.record_bind(&web_pod(0), "n1"),
+        )
+        .await;
+        assert!(
+            written.is_ok(),
+            "the write gave up instead of retrying for good"
+        );
+        let calls = store.calls.lock().expect("calls").clone();
+        let puts = calls.iter().filter(|c| c.starts_with("PUT")).count();
+        assert_eq!(puts, 1, "tried once: {calls:?}");
+        assert!(
+            calls
+                .iter()
+                .any(|c| c.starts_with("POST /apis/events.k8s.io/v1/namespaces/ns/events")),
+            "an event tells: {calls:?}"
+        );
+        assert_eq!(held_status(&store).schedule_count, 0);
     }
 
     /// Status writes denied (403) for longer than DENIAL_PERSISTS: the denial is reported

@@ -14,7 +14,7 @@ use super::{Bind, HistoryError, SchedulerView, count_bind, new_binding};
 use crate::api::sticky_binding::conditions as sticky_binding;
 use crate::api::{Release, StickyBinding};
 use crate::gate::{Write, WriteGate};
-use crate::k8s::api_errors::{denied_for_now, maybe_applied, retryable};
+use crate::k8s::api_errors::{self, denied_for_now, maybe_applied, retryable};
 use crate::k8s::budget;
 use crate::recorder::{EventType, EventWriter};
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
@@ -318,6 +318,15 @@ impl HistoryStore {
                     self.index.remove(&namespace, &name);
                     create_first = true;
                 }
+                Err(e) if api_errors::too_large(&e) => {
+                    let message = api_errors::message(&e);
+                    self.announce_too_large(&current, &message).await;
+                    return Err(HistoryError::TooLarge {
+                        namespace,
+                        name,
+                        message,
+                    });
+                }
                 Err(e) if retryable(&e) => {
                     maybe_landed |= maybe_applied(&e);
                     self.backoff(&mut delay, &mut denied_since, &e).await;
@@ -351,6 +360,29 @@ impl HistoryStore {
             let status = binding.status.get_or_insert_with(Default::default);
             status.conditions = desired.conditions;
             status.observed_generation = generation;
+        }
+    }
+
+    /// Says on the binding, in a Warning event, that its status no longer fits the API
+    /// server: its history stops there (the binds are counted nowhere) until a person trims
+    /// it or frees the workload (deletes the binding).
+    async fn announce_too_large(&self, binding: &StickyBinding, message: &str) {
+        use kube::Resource;
+        let note = format!(
+            "the status is too large to write ({message}): binds are no longer recorded; delete this StickyBinding to start its history afresh"
+        );
+        if let Err(e) = self
+            .events
+            .publish(
+                &binding.object_ref(&()),
+                EventType::Warning,
+                "HistoryTooLarge",
+                "Record",
+                note,
+            )
+            .await
+        {
+            tracing::debug!(error = %e, "could not publish the HistoryTooLarge event");
         }
     }
 
