@@ -15,7 +15,7 @@ use kube::api::Api;
 
 use super::auth;
 use super::{HttpState, failure};
-use crate::k8s::pods;
+use crate::k8s::{names, pods};
 use crate::scheduler::Scheduler;
 use crate::scheduler::explain::{self, Explanation};
 
@@ -45,21 +45,11 @@ pub fn limiter() -> Arc<Limiter> {
 /// Whether `name` is a DNS-1123 label (a namespace's name) when `subdomain` is false, or a
 /// DNS-1123 subdomain (a pod's name) when it is: what the API server accepts as such names.
 fn valid_name(name: &str, subdomain: bool) -> bool {
-    let max = if subdomain { 253 } else { 63 };
-    let part = |p: &str| {
-        !p.is_empty()
-            && p.len() <= 63
-            && p.bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-            && !p.starts_with('-')
-            && !p.ends_with('-')
-    };
-    name.len() <= max
-        && if subdomain {
-            name.split('.').all(part)
-        } else {
-            part(name)
-        }
+    if subdomain {
+        names::is_dns1123_subdomain(name, 253)
+    } else {
+        !name.contains('.') && names::is_dns1123_subdomain(name, 63)
+    }
 }
 
 pub async fn explain(

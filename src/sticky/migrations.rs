@@ -15,7 +15,6 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::watcher;
 
 use crate::k8s::pods;
 use crate::leader::Leadership;
@@ -149,7 +148,7 @@ pub async fn follow(
         let mut served = false;
         while let Some(event) = events.next().await {
             if let Err(e) = &event
-                && not_served(e)
+                && super::owners::not_served(e)
             {
                 break;
             }
@@ -163,15 +162,4 @@ pub async fn follow(
         tokio::time::sleep(delay).await;
         delay = (delay * 2).min(NOT_SERVED_MAX_DELAY);
     }
-}
-
-/// Whether a watch failed because its resource is not served (404).
-fn not_served(error: &watcher::Error) -> bool {
-    matches!(
-        error,
-        watcher::Error::InitialListFailed(kube::Error::Api(e))
-            | watcher::Error::WatchStartFailed(kube::Error::Api(e))
-            | watcher::Error::WatchFailed(kube::Error::Api(e))
-            if e.code == 404
-    )
 }

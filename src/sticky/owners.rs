@@ -456,7 +456,7 @@ async fn watch_while_served(cache: Arc<OwnerCache>, client: kube::Client, resour
 }
 
 /// Whether a watch failed because its resource is not served (404).
-fn not_served(error: &watcher::Error) -> bool {
+pub(crate) fn not_served(error: &watcher::Error) -> bool {
     matches!(
         error,
         watcher::Error::InitialListFailed(kube::Error::Api(e))

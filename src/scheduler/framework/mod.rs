@@ -194,6 +194,9 @@ pub struct HoldIdentity {
     pub workload: String,
     /// Whether it is a workload of many interchangeable replicas (never held for).
     pub many: bool,
+    /// The workload as a binding's `spec.workloadRef` names it: the binding under `key` holds
+    /// room for it only if it is this workload's.
+    pub workload_ref: crate::api::WorkloadRef,
 }
 
 /// Room a plugin holds for a workload that has no pod for a while.

@@ -230,6 +230,7 @@ impl Plugin for StickyNode {
             key: format!("{}/{}", workload.namespace, workload.binding_name()),
             workload: format!("{}/{}/{}", workload.kind, workload.namespace, workload.name),
             many: workload.is_multi_replica(),
+            workload_ref: workload.workload_ref(),
         })
     }
 
@@ -248,11 +249,12 @@ impl Plugin for StickyNode {
             return None;
         }
         let (namespace, name) = who.key.split_once('/')?;
-        let binding = self.bindings.get(namespace, name)?;
-        let workload = workload::resolve(pod, self.owners.as_ref());
-        if !workload.owns(&binding) {
-            return None;
-        }
+        // The workload as read while its pod ran (its owners may be gone from the caches by
+        // now), not resolved again.
+        let binding = self
+            .bindings
+            .get(namespace, name)
+            .filter(|b| b.spec.workload_ref.same_workload(&who.workload_ref))?;
         if pinned_node(&binding, args, (self.now)()).as_deref() != Some(node) {
             return None;
         }
