@@ -800,6 +800,35 @@ async fn a_burst_of_binds_to_one_workload_is_counted_exactly_once() -> anyhow::R
         counted, bound,
         "countedPods names exactly the bound pods, for a restart to read"
     );
+    assert!(
+        status.counted_before.is_some(),
+        "countedBefore vouches for binds older than the newest less two minutes"
+    );
+
+    // The lists are owned whole: the API server's managedFields name the field, not each of
+    // the 150 pods (which would double what every write sends and etcd keeps).
+    let fields = serde_json::to_string(&binding.metadata.managed_fields)?;
+    assert!(
+        bound.iter().all(|uid| !fields.contains(uid.as_str())),
+        "managedFields list no pod: {fields}"
+    );
+    assert!(fields.contains("f:countedPods"), "{fields}");
+
+    // A hand edit past the bounds is refused by the API server, naming the field.
+    let bindings: Api<StickyBinding> = Api::namespaced(client.clone(), &ns.name);
+    let too_many: Vec<String> = (0..8193).map(|i| format!("{i:036}")).collect();
+    let refused = bindings
+        .patch_status(
+            "deployment-web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"countedPods": too_many}})),
+        )
+        .await;
+    let message = match refused {
+        Err(kube::Error::Api(e)) if e.code == 422 => e.message,
+        other => anyhow::bail!("a list past 8192 was not refused: {other:?}"),
+    };
+    assert!(message.contains("status.countedPods"), "{message}");
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;

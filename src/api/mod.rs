@@ -12,8 +12,8 @@ pub use scheduling_profile::{
     SchedulingProfileSpec, SchedulingProfileStatus, WeightedPlugin,
 };
 pub use sticky_binding::{
-    BindRecord, Release, StickyBinding, StickyBindingSpec, StickyBindingStatus, WorkloadRef,
-    api_group, binding_name,
+    BindRecord, MAX_COUNTED_PODS, MAX_NODE_COUNTS, Release, StickyBinding, StickyBindingSpec,
+    StickyBindingStatus, WorkloadRef, api_group, binding_name,
 };
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -27,6 +27,20 @@ pub fn node_name(pod: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
+/// When the API server recorded the pod's bind: its `PodScheduled=True` condition's time (the
+/// API server's clock; the kubelet's for a pod created with `spec.nodeName` set).
+pub fn bound_at(pod: &Pod) -> Option<jiff::Timestamp> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .last_transition_time
+        .as_ref()
+        .map(|t| t.0)
+}
+
 /// Drops from a pod kept in memory what no part of tether reads, and the spare capacity JSON
 /// decoding leaves in its lists. A decoded pod held nearly 30 KB: the lists grow four elements
 /// at a time and k8s-openapi's elements are large (a `Volume` is 3.2 KB, a `Container` 2.1 KB),

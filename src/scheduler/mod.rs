@@ -75,14 +75,32 @@ impl CacheView {
     }
 }
 
-impl SchedulerView for CacheView {
+impl CacheView {
     /// Bound or assumed in the cache, or pending in the queue. A pod that exists is known from
     /// the first watch event that shows it on.
-    fn knows_pod(&self, uid: &str) -> bool {
+    pub fn knows_pod(&self, uid: &str) -> bool {
+        !matches!(self.pod_seen(uid), Seen::Gone)
+    }
+}
+
+use crate::sticky::history::bounds::Seen;
+
+impl SchedulerView for CacheView {
+    /// Bound or assumed in the cache (with its bind time once its watch event brought its
+    /// `PodScheduled` condition), or pending in the queue. A pod that exists is known from the
+    /// first watch event that shows it on.
+    fn pod_seen(&self, uid: &str) -> Seen {
         // The cache's lock is held while the queue is asked: a pod moves from the queue to the
         // cache under it, so it is never found in neither.
         let cache = locks::lock(&self.cache);
-        cache.pod_node(uid).is_some() || self.queue.contains(uid)
+        if let Some(pod) = cache.pod(uid) {
+            return crate::k8s::pods::bound_at(&pod).map_or(Seen::Unbound, Seen::BoundAt);
+        }
+        if cache.pod_node(uid).is_some() || self.queue.contains(uid) {
+            Seen::Unbound
+        } else {
+            Seen::Gone
+        }
     }
 
     fn node(&self, name: &str) -> Option<Arc<Node>> {

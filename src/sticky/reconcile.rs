@@ -41,23 +41,11 @@ fn parse_http_date(date: &str) -> Option<Timestamp> {
         .ok()
 }
 
-/// When `pod` was bound (its `PodScheduled=True` condition), if it says.
-fn bound_at(pod: &Pod) -> Option<Timestamp> {
-    pod.status
-        .as_ref()?
-        .conditions
-        .as_ref()?
-        .iter()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
-        .last_transition_time
-        .as_ref()
-        .map(|t| t.0)
-}
-
 /// Whether the bind of `pod` (bound at `bound_at`) is missing from `binding`. A pod in
-/// `countedPods` or `recentBinds` never is; with a binding that keeps `countedPods`, every other
-/// pod is (decided by UID alone); with an older binding that does not, a pod bound after its
-/// last recorded bind is; without a binding, a pod bound in the last ten minutes is. Pure.
+/// `countedPods` or `recentBinds` never is, nor one bound before `countedBefore` (which vouches
+/// for those); with a binding that keeps `countedPods` or `countedBefore`, every other pod is
+/// (decided by UID alone); with an older binding that keeps neither, a pod bound after its last
+/// recorded bind is; without a binding, a pod bound in the last ten minutes is. Pure.
 pub fn missed(
     pod: &Pod,
     bound_at: Timestamp,
@@ -66,14 +54,20 @@ pub fn missed(
 ) -> bool {
     match binding {
         Some(b) => {
-            let status = b.status.clone().unwrap_or_default();
+            let empty = crate::api::StickyBindingStatus::default();
+            let status = b.status.as_ref().unwrap_or(&empty);
             let uid = pod.metadata.uid.as_deref().unwrap_or_default();
             if status.recent_binds.iter().any(|r| r.pod_uid == uid)
                 || status.counted_pods.iter().any(|u| u == uid)
+                || status
+                    .counted_before
+                    .as_ref()
+                    .is_some_and(|t| bound_at < t.0)
             {
                 return false;
             }
             !status.counted_pods.is_empty()
+                || status.counted_before.is_some()
                 || status
                     .last_schedule_time
                     .as_ref()
@@ -119,7 +113,7 @@ async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
         let mut later = Vec::new();
         let mut missed_binds = Vec::new();
         for pod in waiting {
-            let Some(bound_at) = bound_at(&pod) else {
+            let Some(bound_at) = pods::bound_at(&pod) else {
                 continue;
             };
             // Counted when its migration completes (`super::migrations`), never from its bind.
@@ -281,5 +275,23 @@ mod tests {
         assert!(!missed(&pod("u1"), at(30), Some(&b), now));
         // u2 was never counted, even though its bind time reads "before" the last write.
         assert!(missed(&pod("u2"), at(10), Some(&b), now));
+    }
+
+    /// `countedBefore` vouches for every pod bound before it, listed or not; a pod bound since
+    /// is decided by UID, even when `countedPods` has emptied.
+    #[test]
+    fn counted_before_vouches_for_older_binds_and_leaves_newer_ones_to_their_uid() {
+        let now = at(3600);
+        let mut b = binding(&["u9"], 20);
+        if let Some(s) = b.status.as_mut() {
+            s.counted_pods = Vec::new();
+            s.counted_before = Some(Time(at(100)));
+        }
+        assert!(!missed(&pod("old"), at(99), Some(&b), now), "vouched for");
+        assert!(
+            missed(&pod("new"), at(100), Some(&b), now),
+            "bound at it: not vouched for, and not listed"
+        );
+        assert!(!missed(&pod("u9"), at(150), Some(&b), now), "listed");
     }
 }

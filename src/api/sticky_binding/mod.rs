@@ -140,21 +140,46 @@ impl WorkloadRef {
     }
 }
 
+/// How many pods `status.countedPods` lists at most: the pods bound in the last minutes of a
+/// burst of binds beyond it are vouched for by `status.countedBefore` instead.
+pub const MAX_COUNTED_PODS: usize = 8192;
+
+/// How many nodes `status.nodeCount` holds at most (the writer keeps it well below, by size).
+pub const MAX_NODE_COUNTS: usize = 10_000;
+
 /// Where the workload's pods have been bound.
+///
+/// Bounded, so that a workload of any size or age stays well within the API server's limit on
+/// an object: `nodeCount` drops nodes gone from the cluster for an hour (their binds move to
+/// `prunedCount`), and `countedPods` keeps a pod only while `countedBefore` cannot yet vouch for
+/// it, at most 8192.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StickyBindingStatus {
     /// The node the workload's pod was last bound to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253))]
     pub latest: Option<String>,
-    /// How many times the workload's pods were bound to each node (never negative).
+    /// How many times the workload's pods were bound to each node (never negative). A node gone
+    /// from the cluster for an hour is dropped (its binds stay in `scheduleCount` and move to
+    /// `prunedCount`), unless the workload is pinned to it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
-    #[schemars(extend("additionalProperties" = {"type": "integer", "format": "int64", "minimum": 0}))]
+    #[schemars(extend(
+        "additionalProperties" = {"type": "integer", "format": "int64", "minimum": 0},
+        "maxProperties" = MAX_NODE_COUNTS,
+        "x-kubernetes-map-type" = "atomic"
+    ))]
     pub node_count: BTreeMap<String, i64>,
-    /// How many times the workload's pods were bound in all: the sum of nodeCount.
+    /// How many times the workload's pods were bound in all: the sum of nodeCount and
+    /// prunedCount.
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub schedule_count: i64,
+    /// How many of the binds in `scheduleCount` were to nodes dropped from `nodeCount` (gone
+    /// from the cluster).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    #[schemars(range(min = 0))]
+    pub pruned_count: i64,
     /// When the workload's pod was last bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_schedule_time: Option<Time>,
@@ -163,12 +188,22 @@ pub struct StickyBindingStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 16))]
     pub recent_binds: Vec<BindRecord>,
-    /// The UIDs of the workload's pods whose bind is counted and that still ran at the last
-    /// write: how tether knows, after a restart, which binds it already counted (by UID, never
-    /// by comparing clocks).
+    /// The UIDs of the workload's pods whose bind is counted, bound at or after
+    /// `countedBefore`, that still ran at the last write (at most 8192): how tether knows, after
+    /// a restart, which recent binds it already counted (by UID, never by comparing clocks).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(extend("x-kubernetes-list-type" = "set"))]
+    #[schemars(
+        length(max = MAX_COUNTED_PODS),
+        extend("x-kubernetes-list-type" = "atomic", "items" = {"type": "string", "maxLength": 64})
+    )]
     pub counted_pods: Vec<String>,
+    /// Every pod of the workload bound before this time (its `PodScheduled` condition, the API
+    /// server's clock) is counted, or was bound before its workload had this history: a pod is
+    /// kept in `countedPods` only while it was bound at or after it. tether sets it two minutes
+    /// before the newest bind it counted, so that a bind whose count was lost in a restart is
+    /// always recent enough to be found again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub counted_before: Option<Time>,
     /// When the workload was released from a lost node (StickyNode `onNodeLoss: Release`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub released_from: Option<Release>,
@@ -189,16 +224,23 @@ pub struct StickyBindingStatus {
     pub conditions: Vec<Condition>,
 }
 
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
 /// One counted bind.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BindRecord {
     /// The UID of the bound pod.
     #[serde(rename = "podUID")]
+    #[schemars(length(max = 64))]
     pub pod_uid: String,
     /// The name of the bound pod.
+    #[schemars(length(max = 253))]
     pub pod_name: String,
     /// The node it was bound to.
+    #[schemars(length(max = 253))]
     pub node: String,
     /// When it was bound.
     pub time: Time,
@@ -209,6 +251,7 @@ pub struct BindRecord {
 #[serde(rename_all = "camelCase")]
 pub struct Release {
     /// The node the workload was pinned to.
+    #[schemars(length(max = 253))]
     pub node: String,
     /// When tether released it.
     pub time: Time,
@@ -246,11 +289,19 @@ impl StickyBindingStatus {
             .node_count
             .values()
             .fold(0i64, |acc, n| acc.saturating_add(*n));
+        let sum = sum.saturating_add(self.pruned_count);
         if sum != self.schedule_count {
-            odd.push(format!(
-                "scheduleCount {} is not the sum of nodeCount ({sum})",
-                self.schedule_count
-            ));
+            odd.push(if self.pruned_count == 0 {
+                format!(
+                    "scheduleCount {} is not the sum of nodeCount ({sum})",
+                    self.schedule_count
+                )
+            } else {
+                format!(
+                    "scheduleCount {} is not the sum of nodeCount and prunedCount ({sum})",
+                    self.schedule_count
+                )
+            });
         }
         match self.latest.as_deref() {
             None if self.schedule_count > 0 => {

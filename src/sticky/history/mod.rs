@@ -7,6 +7,7 @@
 //! with what waits laid on top). Here: the pure counting rules, and the writer that joins them
 //! (a bind goes into the queue, a turn takes its binding's batch to the store).
 
+pub mod bounds;
 pub mod pending;
 pub mod store;
 pub mod view;
@@ -87,28 +88,60 @@ pub fn count_bind(
     node: &str,
     now: Time,
 ) -> Option<StickyBindingStatus> {
-    if status.recent_binds.iter().any(|b| b.pod_uid == pod_uid)
-        || status.counted_pods.iter().any(|u| u == pod_uid)
-    {
-        return None;
-    }
     let mut next = status.clone();
-    next.counted_pods.push(pod_uid.to_string());
-    // Saturating: a count edited by hand to the largest integer stays there, never wraps.
-    let on_node = next.node_count.entry(node.to_string()).or_insert(0);
-    *on_node = (*on_node).max(0).saturating_add(1);
-    next.schedule_count = next.schedule_count.max(0).saturating_add(1);
-    next.latest = Some(node.to_string());
-    next.last_schedule_time = Some(now.clone());
-    next.recent_binds.push(BindRecord {
+    let bind = Bind {
         pod_uid: pod_uid.to_string(),
         pod_name: pod_name.to_string(),
         node: node.to_string(),
-        time: now,
-    });
-    let excess = next.recent_binds.len().saturating_sub(RECENT_BINDS);
-    next.recent_binds.drain(..excess);
-    Some(next)
+        bound_at: None,
+    };
+    let counted = count_binds(&mut next, std::slice::from_ref(&bind), now);
+    (!counted.is_empty()).then_some(next)
+}
+
+/// Counts each of `binds` in `status` whose pod is not counted yet, in place; returns the
+/// indexes of those counted. A pod is counted already when `recentBinds` or `countedPods` name
+/// it, or when it was bound before `countedBefore` (which vouches for every such pod). Linear in
+/// the status and the binds. Pure.
+pub fn count_binds(status: &mut StickyBindingStatus, binds: &[Bind], now: Time) -> Vec<usize> {
+    let mut known: std::collections::HashSet<String> = status
+        .recent_binds
+        .iter()
+        .map(|b| b.pod_uid.clone())
+        .chain(status.counted_pods.iter().cloned())
+        .collect();
+    let vouched_before = status.counted_before.as_ref().map(|t| t.0);
+    let mut counted = Vec::new();
+    for (i, bind) in binds.iter().enumerate() {
+        let vouched =
+            matches!((bind.bound_at, vouched_before), (Some(at), Some(before)) if at < before);
+        if vouched || !known.insert(bind.pod_uid.clone()) {
+            continue;
+        }
+        status.counted_pods.push(bind.pod_uid.clone());
+        add_to_counts(status, &bind.node, now.clone());
+        status.recent_binds.push(BindRecord {
+            pod_uid: bind.pod_uid.clone(),
+            pod_name: bind.pod_name.clone(),
+            node: bind.node.clone(),
+            time: now.clone(),
+        });
+        counted.push(i);
+    }
+    let excess = status.recent_binds.len().saturating_sub(RECENT_BINDS);
+    status.recent_binds.drain(..excess);
+    counted
+}
+
+/// Adds one bind to `node` to the counts, `latest` and `lastScheduleTime` (what the plugins
+/// read). Saturating: a count edited by hand to the largest integer stays there, never wraps;
+/// a negative one starts again from zero.
+fn add_to_counts(status: &mut StickyBindingStatus, node: &str, now: Time) {
+    let on_node = status.node_count.entry(node.to_string()).or_insert(0);
+    *on_node = (*on_node).max(0).saturating_add(1);
+    status.schedule_count = status.schedule_count.max(0).saturating_add(1);
+    status.latest = Some(node.to_string());
+    status.last_schedule_time = Some(now);
 }
 
 /// A new StickyBinding for `workload`, owned by it (so that it is garbage-collected with it).
@@ -174,6 +207,9 @@ pub struct Bind {
     pub pod_uid: String,
     pub pod_name: String,
     pub node: String,
+    /// When the API server recorded the bind (the pod's `PodScheduled` condition), when the
+    /// pod read says: a bind reported again after `countedBefore` passed it is counted already.
+    pub bound_at: Option<jiff::Timestamp>,
 }
 
 impl Bind {
@@ -182,6 +218,7 @@ impl Bind {
             pod_uid: pod.metadata.uid.clone().unwrap_or_default(),
             pod_name: pod.metadata.name.clone().unwrap_or_default(),
             node: node.to_string(),
+            bound_at: pods::bound_at(pod),
         }
     }
 }
@@ -218,8 +255,9 @@ impl Drop for PruningPaused {
 /// What the writer reads of the scheduler's own state (its cache and queue), handed in when the
 /// writer is built.
 pub trait SchedulerView: Send + Sync {
-    /// Whether the scheduler knows the pod of `uid`: bound or assumed, or pending.
-    fn knows_pod(&self, uid: &str) -> bool;
+    /// Whether the scheduler knows the pod of `uid` (bound or assumed, or pending), and when
+    /// it was bound if its `PodScheduled` condition says.
+    fn pod_seen(&self, uid: &str) -> bounds::Seen;
     /// The Node object of `name`, while the node exists.
     fn node(&self, name: &str) -> Option<Arc<Node>>;
 }
@@ -248,6 +286,7 @@ impl HistoryWriter {
                 reconciling: Arc::new(AtomicUsize::new(0)),
                 gate: WriteGate::alone(),
                 denial: store::Denial::counted_in(denial_metrics),
+                departed: Default::default(),
             },
             view: HistoryView {
                 index,
@@ -630,7 +669,13 @@ mod tests {
         writes: std::sync::atomic::AtomicUsize,
         /// Every call, as "METHOD path".
         calls: std::sync::Mutex<Vec<String>>,
+        /// The largest binding written, in bytes of JSON.
+        largest: std::sync::atomic::AtomicUsize,
     }
+
+    /// etcd's default limit on a request (`--max-request-bytes`, 1.5 MiB): a binding past it is
+    /// refused as "request is too large".
+    const ETCD_LIMIT: usize = 1536 * 1024;
 
     fn empty_store() -> Arc<Store> {
         Arc::new(Store {
@@ -638,6 +683,7 @@ mod tests {
             faults: std::sync::Mutex::new(Vec::new()),
             writes: std::sync::atomic::AtomicUsize::new(0),
             calls: std::sync::Mutex::new(Vec::new()),
+            largest: std::sync::atomic::AtomicUsize::new(0),
         })
     }
 
@@ -683,7 +729,11 @@ mod tests {
                     if fault == Some("denied") {
                         return (403, status(403, "Forbidden"));
                     }
-                    if fault == Some("too-large") {
+                    let size = serde_json::to_vec(&sent).map_or(0, |v| v.len());
+                    store
+                        .largest
+                        .fetch_max(size, std::sync::atomic::Ordering::SeqCst);
+                    if fault == Some("too-large") || size > ETCD_LIMIT {
                         let mut refused = status(500, "InternalError");
                         refused["message"] = "etcdserver: request is too large".into();
                         return (500, refused);
@@ -733,18 +783,31 @@ mod tests {
     }
 
     /// The scheduler's pods and nodes as a test sets them: every pod is known but those
-    /// marked gone.
+    /// marked gone, bound when `bound` says; the nodes are `nodes`, and those named in
+    /// `live_nodes` (Ready).
     #[derive(Default)]
     struct View {
         gone: Mutex<std::collections::HashSet<String>>,
+        bound: Mutex<std::collections::HashMap<String, jiff::Timestamp>>,
         nodes: Vec<Arc<Node>>,
+        live_nodes: Mutex<std::collections::HashSet<String>>,
     }
 
     impl SchedulerView for View {
-        fn knows_pod(&self, uid: &str) -> bool {
-            !self.gone.lock().expect("gone").contains(uid)
+        fn pod_seen(&self, uid: &str) -> bounds::Seen {
+            if self.gone.lock().expect("gone").contains(uid) {
+                return bounds::Seen::Gone;
+            }
+            self.bound
+                .lock()
+                .expect("bound")
+                .get(uid)
+                .map_or(bounds::Seen::Unbound, |t| bounds::Seen::BoundAt(*t))
         }
         fn node(&self, name: &str) -> Option<Arc<Node>> {
+            if self.live_nodes.lock().expect("nodes").contains(name) {
+                return Some(ready_node(name));
+            }
             self.nodes
                 .iter()
                 .find(|n| n.metadata.name.as_deref() == Some(name))
@@ -989,6 +1052,166 @@ mod tests {
         writer.enqueue(&other, "n3");
         let lone = BindingLookup::get(writer.as_ref(), "ns", "pod-lone").expect("read");
         assert_eq!(lone.pin(), Some("n3"), "a binding not created yet");
+    }
+
+    /// A replica of a Deployment of many: a UID and node name as long as real ones.
+    fn replica(i: usize, node: &str, bound: Option<jiff::Timestamp>) -> Arc<Pod> {
+        let mut pod = web_pod(i);
+        pod.metadata.uid = Some(format!("{i:08x}-1b4e-4f7a-9c1d-5e6f7a8b9c0d"));
+        if let Some(at) = bound {
+            pod.spec.get_or_insert_with(Default::default).node_name = Some(node.into());
+            pod.status = Some(
+                serde_json::from_value(serde_json::json!({"conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]}))
+                .expect("status"),
+            );
+        }
+        Arc::new(pod)
+    }
+
+    fn ec2_node(generation: usize, i: usize) -> String {
+        format!(
+            "ip-10-{generation}-{}-{}.eu-west-1.compute.internal",
+            i / 250,
+            i % 250
+        )
+    }
+
+    /// A Deployment of 20,000 replicas bound 100 a second over 500 nodes, then moved to new
+    /// nodes: every status write stays well under etcd's limit, every bind is counted exactly
+    /// once, a restart's reconcile counts exactly the binds whose writes were lost (no pod
+    /// counted twice though most left `countedPods`), and the nodes long gone leave `nodeCount`
+    /// with the counts kept consistent.
+    #[tokio::test(start_paused = true)]
+    async fn a_workload_of_twenty_thousand_replicas_keeps_exact_counts_well_under_the_limit() {
+        const REPLICAS: usize = 20_000;
+        const LOST: usize = 37;
+        let store = empty_store();
+        let view = Arc::new(View::default());
+        *view.live_nodes.lock().expect("nodes") = (0..500).map(|i| ec2_node(0, i)).collect();
+        let writer = Arc::new(unread_writer(&store).reading(view.clone()));
+        let start = jiff::Timestamp::now() - jiff::SignedDuration::from_hours(1);
+        let bound_at = |i: usize| {
+            start + jiff::SignedDuration::from_millis(i64::try_from(i).expect("small") * 10)
+        };
+        let node_of = |i: usize| ec2_node(0, i % 500);
+
+        // 100 binds a second; the watch brings each second's bind times a second later.
+        for second in 0..REPLICAS / 100 {
+            let wave = second * 100..(second + 1) * 100;
+            futures::future::join_all(
+                wave.clone()
+                    .map(|i| (replica(i, "", None), node_of(i)))
+                    .map(|(pod, node)| {
+                        let writer = writer.clone();
+                        async move { writer.record_bind(&pod, &node).await }
+                    }),
+            )
+            .await;
+            let mut bound = view.bound.lock().expect("bound");
+            for i in wave {
+                bound.insert(
+                    replica(i, "", None).metadata.uid.clone().expect("uid"),
+                    bound_at(i),
+                );
+            }
+        }
+        let status = held_status(&store);
+        assert_eq!(status.schedule_count, 20_000, "each bind once");
+        assert_eq!(status.node_count.values().sum::<i64>(), 20_000);
+        assert!(status.counted_pods.len() <= crate::api::MAX_COUNTED_PODS);
+        let largest = store.largest.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(
+            largest < ETCD_LIMIT / 3,
+            "the largest write, {largest} bytes, is well under etcd's limit"
+        );
+
+        // A restart: the last binds were made but their writes lost. The new leader's
+        // reconcile reads every bound pod and counts exactly those.
+        for i in REPLICAS..REPLICAS + LOST {
+            let uid = replica(i, "", None).metadata.uid.clone().expect("uid");
+            view.bound.lock().expect("bound").insert(uid, bound_at(i));
+        }
+        let index = Arc::new(BindingIndex::default());
+        index.upsert(
+            serde_json::from_value(
+                store
+                    .binding
+                    .lock()
+                    .expect("binding")
+                    .clone()
+                    .expect("held"),
+            )
+            .expect("a binding"),
+        );
+        let restarted = Arc::new(
+            HistoryWriter::new(
+                store_client(store.clone()),
+                None,
+                index,
+                Arc::new(crate::sticky::workload::NoOwners),
+                Arc::new(Metrics::default()),
+            )
+            .reading(view.clone()),
+        );
+        let bound_pods = (0..REPLICAS + LOST)
+            .map(|i| replica(i, &node_of(i), Some(bound_at(i))))
+            .collect();
+        reconcile::record_missed_binds(restarted.clone(), bound_pods).await;
+        let status = held_status(&store);
+        assert_eq!(
+            status.schedule_count,
+            (REPLICAS + LOST) as i64,
+            "exactly the lost binds counted again"
+        );
+
+        // The cluster moves to new nodes: the old ones go, and their pods with them.
+        {
+            let mut gone = view.gone.lock().expect("gone");
+            gone.extend(
+                (0..REPLICAS + LOST)
+                    .map(|i| replica(i, "", None).metadata.uid.clone().expect("uid")),
+            );
+            *view.live_nodes.lock().expect("nodes") = (0..500).map(|i| ec2_node(1, i)).collect();
+        }
+        let later = REPLICAS + LOST..REPLICAS + LOST + 200;
+        for (wave, pods) in [later.start..later.start + 100, later.start + 100..later.end]
+            .into_iter()
+            .enumerate()
+        {
+            for i in pods {
+                restarted
+                    .record_bind(&replica(i, "", None), &ec2_node(1, i % 500))
+                    .await;
+            }
+            if wave == 0 {
+                // The old nodes have been seen gone; an hour later they leave nodeCount.
+                tokio::time::advance(bounds::NODE_RETENTION + Duration::from_secs(1)).await;
+            }
+        }
+        let status = held_status(&store);
+        let total = (REPLICAS + LOST + 200) as i64;
+        assert_eq!(status.schedule_count, total);
+        assert_eq!(
+            status.pruned_count,
+            (REPLICAS + LOST) as i64,
+            "the old nodes' binds"
+        );
+        assert!(
+            status.node_count.keys().all(|n| n.starts_with("ip-10-1-")),
+            "only the new nodes are left: {:?}",
+            status.node_count.keys().take(5).collect::<Vec<_>>()
+        );
+        assert_eq!(
+            status.node_count.values().sum::<i64>() + status.pruned_count,
+            total
+        );
+        assert!(status.oddities().is_empty(), "{:?}", status.oddities());
+        assert_eq!(
+            status.counted_pods.len(),
+            200,
+            "only the live pods bound since"
+        );
     }
 
     /// A status too large for the API server (etcd's limit, answered as a 500) is not retried

@@ -3,7 +3,7 @@
 //! binds waits here as data, not as thousands of tasks; binds that arrive while their binding is
 //! written join its next write.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use super::Bind;
@@ -21,6 +21,47 @@ pub struct Pending {
     /// The binds of the write in flight.
     writing_now: Vec<Bind>,
     writing: bool,
+    /// What `binds` and `writing_now` add to the counts, each pod once: what the plugins lay
+    /// on the written status (so a lookup costs the nodes, not the binds).
+    queued: Delta,
+    in_flight: Delta,
+    /// The pods in `binds` and `writing_now`.
+    uids: HashSet<String>,
+}
+
+/// What some binds add to a binding's counts.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Delta {
+    /// Binds per node.
+    pub node_count: BTreeMap<String, i64>,
+    /// Binds in all.
+    pub binds: i64,
+    /// The node of the newest bind, and its pod.
+    pub latest: Option<String>,
+    pub newest_pod: Option<String>,
+}
+
+impl Delta {
+    fn add(&mut self, bind: &Bind) {
+        let n = self.node_count.entry(bind.node.clone()).or_insert(0);
+        *n = n.saturating_add(1);
+        self.binds = self.binds.saturating_add(1);
+        self.latest = Some(bind.node.clone());
+        self.newest_pod = Some(bind.pod_uid.clone());
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.binds == 0
+    }
+}
+
+/// A binding's binds not written yet.
+pub struct Unwritten {
+    pub workload: Workload,
+    /// What the write in flight adds (it may have landed, its answer not yet handled).
+    pub in_flight: Delta,
+    /// What the binds waiting for the next write add.
+    pub queued: Delta,
 }
 
 /// The pending binds of every binding, and the turns queued to write them.
@@ -45,7 +86,13 @@ impl PendingBinds {
             binds: Vec::new(),
             writing_now: Vec::new(),
             writing: false,
+            queued: Delta::default(),
+            in_flight: Delta::default(),
+            uids: HashSet::new(),
         });
+        if entry.uids.insert(bind.pod_uid.clone()) {
+            entry.queued.add(&bind);
+        }
         entry.binds.push(bind);
         if entry.writing {
             return None;
@@ -64,26 +111,36 @@ impl PendingBinds {
             return None;
         }
         entry.writing_now = std::mem::take(&mut entry.binds);
+        entry.in_flight = std::mem::take(&mut entry.queued);
         Some((entry.workload.clone(), entry.writing_now.clone()))
     }
 
     /// The batch in flight for `key` was written (or failed for good).
     pub fn batch_done(&self, key: &Key) {
         if let Some(entry) = locks::lock(&self.pending).get_mut(key) {
-            entry.writing_now.clear();
+            for bind in entry.writing_now.drain(..) {
+                entry.uids.remove(&bind.pod_uid);
+            }
+            // A pod reported again while its first report was in flight waits once more.
+            for bind in &entry.binds {
+                entry.uids.insert(bind.pod_uid.clone());
+            }
+            entry.in_flight = Delta::default();
         }
     }
 
-    /// The binds of binding `key` not written yet (in flight first), with its workload; `None`
-    /// when none waits.
-    pub fn unwritten(&self, key: &Key) -> Option<(Workload, Vec<Bind>)> {
+    /// The binds of binding `key` not written yet, with its workload; `None` when none waits.
+    pub fn unwritten(&self, key: &Key) -> Option<Unwritten> {
         let pending = locks::lock(&self.pending);
         let p = pending.get(key)?;
         if p.binds.is_empty() && p.writing_now.is_empty() {
             return None;
         }
-        let binds = p.writing_now.iter().chain(&p.binds).cloned().collect();
-        Some((p.workload.clone(), binds))
+        Some(Unwritten {
+            workload: p.workload.clone(),
+            in_flight: p.in_flight.clone(),
+            queued: p.queued.clone(),
+        })
     }
 
     /// Queues a turn to write `key`'s binds.

@@ -10,7 +10,8 @@ use std::time::Duration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
-use super::{Bind, HistoryError, SchedulerView, count_bind, new_binding};
+use super::bounds::{self, Seen};
+use super::{Bind, HistoryError, SchedulerView, count_binds, new_binding};
 use crate::api::sticky_binding::conditions as sticky_binding;
 use crate::api::{Release, StickyBinding};
 use crate::gate::{Write, WriteGate};
@@ -128,7 +129,13 @@ pub struct HistoryStore {
     pub gate: WriteGate,
     /// Whether writes are denied for long.
     pub denial: Denial,
+    /// The nodes found gone from the cluster, from when (see [`HistoryStore::gone_for`]).
+    pub departed: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
 }
+
+/// How many gone nodes [`HistoryStore::departed`] holds before it forgets those noticed long
+/// ago.
+const DEPARTED_KEPT: usize = 4096;
 
 impl HistoryStore {
     /// Waits before retrying after `error` (see [`backoff`]); a denial that has lasted
@@ -270,28 +277,15 @@ impl HistoryStore {
             }
             let now = Time(jiff::Timestamp::now());
             let mut next = status;
-            let mut counted = 0;
-            let mut released = None;
-            for bind in binds {
-                if let Some(after) = count_bind(
-                    &next,
-                    &bind.pod_uid,
-                    &bind.pod_name,
-                    &bind.node,
-                    now.clone(),
-                ) {
-                    next = after;
-                    counted += 1;
-                    released = released.or_else(|| current.released_by_bind_to(&bind.node));
-                }
-            }
-            if counted == 0 {
+            let newly = count_binds(&mut next, binds, now.clone());
+            if newly.is_empty() {
                 return Ok(0);
             }
-            if let Some(view) = self.view.as_ref().filter(|_| !self.pruning_paused()) {
-                let fresh = |u: &String| binds.iter().any(|b| b.pod_uid == *u);
-                next.counted_pods.retain(|u| fresh(u) || view.knows_pod(u));
-            }
+            let counted = newly.len();
+            let released = newly
+                .iter()
+                .find_map(|i| current.released_by_bind_to(&binds[*i].node));
+            self.bound(&current, &mut next, binds, &now);
             if let Some(old) = &released {
                 next.released_from = Some(Release {
                     node: old.clone(),
@@ -340,6 +334,57 @@ impl HistoryStore {
                 }
             }
         }
+    }
+
+    /// Keeps `status` within its bounds (see [`bounds`]): `countedPods` settled against the
+    /// scheduler's pods (unless a reconcile of binds made before a restart runs, which decides
+    /// from the pods it started with), and `nodeCount` pruned of the nodes long gone, never the
+    /// pin. Without the scheduler's view (unit tests), nothing is dropped.
+    fn bound(
+        &self,
+        binding: &StickyBinding,
+        status: &mut crate::api::StickyBindingStatus,
+        binds: &[Bind],
+        now: &Time,
+    ) {
+        let Some(view) = &self.view else {
+            return;
+        };
+        if !self.pruning_paused() {
+            let batch: std::collections::HashMap<&str, &Bind> =
+                binds.iter().map(|b| (b.pod_uid.as_str(), b)).collect();
+            let seen = |uid: &str| match (view.pod_seen(uid), batch.get(uid)) {
+                // Just counted: the scheduler may not have seen it (or its bind) yet.
+                (Seen::Gone, Some(b)) => b.bound_at.map_or(Seen::Unbound, Seen::BoundAt),
+                (seen, _) => seen,
+            };
+            bounds::settle_counted_pods(status, seen, now.0);
+        }
+        let pinned = binding.spec.node_name.as_deref();
+        let latest = status.latest.clone();
+        let keep: Vec<&str> = pinned.into_iter().chain(latest.as_deref()).collect();
+        let dropped = bounds::prune_node_counts(status, &keep, |node| self.gone_for(view, node));
+        if dropped > 0 {
+            tracing::info!(binding = %format!("{}/{}", binding.metadata.namespace.as_deref().unwrap_or_default(), binding.metadata.name.as_deref().unwrap_or_default()), nodes = dropped, "nodes gone from the cluster left the binding's nodeCount for prunedCount");
+        }
+    }
+
+    /// How long `node` has been seen gone from the cluster by this replica (`None` while it
+    /// exists): from the first write that found it absent. A replica that starts anew starts
+    /// counting again, so a node is dropped only once it has been gone that long for sure.
+    fn gone_for(&self, view: &Arc<dyn SchedulerView>, node: &str) -> Option<Duration> {
+        let mut departed = crate::locks::lock(&self.departed);
+        if view.node(node).is_some() {
+            departed.remove(node);
+            return None;
+        }
+        let now = tokio::time::Instant::now();
+        if departed.len() > DEPARTED_KEPT {
+            // Those noticed long before any retention: noticed again, they start anew.
+            departed.retain(|_, since| now.duration_since(*since) < bounds::NODE_RETENTION * 2);
+        }
+        let since = *departed.entry(node.to_string()).or_insert(now);
+        Some(now.duration_since(since))
     }
 
     /// Sets the conditions and `observedGeneration` the StickyBinding controller would set on
