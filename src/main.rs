@@ -59,6 +59,11 @@ struct RunArgs {
     /// in seconds. Keep it below the pod's terminationGracePeriodSeconds (30 by default).
     #[arg(long, env = "TETHER_SHUTDOWN_GRACE_SECONDS", default_value_t = 20)]
     shutdown_grace_seconds: u64,
+    /// How long, in seconds, a counted bind stays named in its StickyBinding's countedPods
+    /// before `countedBefore` vouches for it: longer than a bind takes to reach tether's watch
+    /// and its history write. Raise it when the API server's watches lag by minutes.
+    #[arg(long, env = "TETHER_HISTORY_SETTLE_SECONDS", default_value_t = 120)]
+    history_settle_seconds: u64,
     /// Owner kinds to follow besides ReplicaSet, Deployment, StatefulSet, Job and KubeVirt's
     /// VirtualMachine(Instance), as group/Kind (e.g. apps.kruise.io/StatefulSet), comma
     /// separated. tether never reads other kinds; grant it get/list/watch on these.
@@ -120,6 +125,10 @@ const MAX_QPS: f64 = 1_000_000.0;
 const MAX_BURST: u32 = 1_000_000;
 /// The longest shutdown grace taken: an hour (a pod's grace period is seconds to minutes).
 const MAX_SHUTDOWN_GRACE_SECONDS: u64 = 3600;
+/// `--history-settle-seconds`: at least the time a bind's watch event and history write take
+/// on a healthy cluster; at most a day (countedPods keeps at most 8192 pods however long).
+const MIN_HISTORY_SETTLE_SECONDS: u64 = 5;
+const MAX_HISTORY_SETTLE_SECONDS: u64 = 86_400;
 /// The most threads Filter and Score may use.
 const MAX_PARALLELISM: usize = 1024;
 
@@ -163,6 +172,14 @@ impl RunArgs {
             if burst > MAX_BURST {
                 errors.push(format!("{burst_flag} {burst}: must be at most {MAX_BURST}"));
             }
+        }
+        if !(MIN_HISTORY_SETTLE_SECONDS..=MAX_HISTORY_SETTLE_SECONDS)
+            .contains(&self.history_settle_seconds)
+        {
+            errors.push(format!(
+                "--history-settle-seconds {}: must be between {MIN_HISTORY_SETTLE_SECONDS} and {MAX_HISTORY_SETTLE_SECONDS}",
+                self.history_settle_seconds
+            ));
         }
         if self.shutdown_grace_seconds > MAX_SHUTDOWN_GRACE_SECONDS {
             errors.push(format!(
@@ -304,6 +321,9 @@ fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
         health_addr: args.health_addr,
         parallelism,
         shutdown_grace: std::time::Duration::from_secs(args.shutdown_grace_seconds),
+        history_settle: jiff::SignedDuration::from_secs(
+            i64::try_from(args.history_settle_seconds).map_err(|e| e.to_string())?,
+        ),
         lease,
         budget: tether::k8s::budget::Budget {
             events: tether::k8s::budget::Bucket::new(args.events_qps, args.events_burst),
@@ -415,6 +435,11 @@ mod tests {
             "--failure-reports-burst",
         );
         refused(&["--parallelism=0"], "--parallelism");
+        refused(&["--history-settle-seconds=1"], "--history-settle-seconds");
+        refused(
+            &["--history-settle-seconds=18446744073709551615"],
+            "--history-settle-seconds",
+        );
         assert!(run_flags(&[]).is_ok(), "the defaults are taken");
         assert!(run_flags(&["--leader-elect".into()]).is_ok());
     }
@@ -428,7 +453,7 @@ mod tests {
                 "--leader-elect-lease-duration", "--leader-elect-renew-deadline",
                 "--leader-elect-retry-period", "--shutdown-grace-seconds", "--events-qps",
                 "--events-burst", "--history-qps", "--status-qps", "--failure-reports-qps",
-                "--parallelism",
+                "--parallelism", "--history-settle-seconds",
             ]),
             value in proptest::prop_oneof![
                 "[0-9]{1,25}(\\.[0-9]{1,3})?(ms|s|m)?",

@@ -54,6 +54,9 @@ pub struct RunConfig {
     pub instance: Option<String>,
     /// How long binds in flight may take to finish after SIGTERM.
     pub shutdown_grace: std::time::Duration,
+    /// How long a counted bind stays named in `countedPods` (see
+    /// [`crate::sticky::history::bounds::SETTLE`], the default).
+    pub history_settle: jiff::SignedDuration,
     /// Owner kinds (group-qualified) followed besides the built-in ones.
     pub owner_kinds: Vec<String>,
     /// The Lease this replica competes for; `None`: it runs alone and leads from the start.
@@ -327,6 +330,7 @@ fn build_scheduler(
             process.metrics.clone(),
         )
         .reading(Arc::new(view.clone()))
+        .settling_after(config.history_settle)
         .gated_by(gate.clone()),
     );
 

@@ -464,6 +464,86 @@ async fn binds_whose_history_write_failed_before_a_crash_are_counted_once_after_
     ns.delete().await
 }
 
+/// The newest time any of `pods` was bound (its `PodScheduled` condition).
+fn newest_bind(pods: &[Pod]) -> Option<jiff::Timestamp> {
+    pods.iter()
+        .filter_map(|p| p.status.as_ref()?.conditions.as_ref())
+        .flatten()
+        .filter(|c| c.type_ == "PodScheduled" && c.status == "True")
+        .filter_map(|c| c.last_transition_time.as_ref().map(|t| t.0))
+        .max()
+}
+
+/// Binds counted long enough ago leave `countedPods` (`countedBefore` vouches for them, here
+/// after 5 s): the binding names only the recent ones. tether is then killed with the history
+/// writes of the newest binds failing, and started again: its reconcile counts exactly those,
+/// and none of the binds `countedPods` no longer names is counted twice. The API server's own
+/// bind times decide, against the test's own count of binds.
+#[tokio::test]
+async fn binds_that_left_counted_pods_are_not_counted_again_after_a_crash() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "settle").await?;
+    let nodes = TestNodes::create(&client, "settle", 3, "32", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let settle = ["--history-settle-seconds", "5"];
+    let mut tether = OwnTether::start_with("settle-1", &proxy, &settle).await?;
+    let ledger = BindLedger::start(&client, &ns.name, "app=web");
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 30, "100m").await?;
+    web.wait_all_bound(30, TIMEOUT).await?;
+    web.assert_history_matches(&ledger, TIMEOUT).await?;
+
+    // The next binds come more than 5 s after the first 30: their write lets those go.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let first = pods.list(&ListParams::default().labels("app=web")).await?;
+    let first_uids: Vec<String> = first.items.iter().filter_map(|p| p.uid()).collect();
+    let newest = newest_bind(&first.items).context("the pods' bind times")?;
+    wait_for("6 s since the last bind", TIMEOUT, || async {
+        Ok((jiff::Timestamp::now() >= newest + jiff::SignedDuration::from_secs(6)).then_some(()))
+    })
+    .await?;
+    web.scale(40).await?;
+    web.wait_all_bound(40, TIMEOUT).await?;
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert!(
+        status.counted_before.is_some(),
+        "countedBefore is set: {status:?}"
+    );
+    assert!(
+        first_uids.iter().all(|u| !status.counted_pods.contains(u)),
+        "the first 30 binds left countedPods: {} listed",
+        status.counted_pods.len()
+    );
+
+    // The next binds' history writes fail, and tether dies before it could write them.
+    let puts = proxy.inject(
+        Matcher::new(Method::PUT, "/stickybindings"),
+        Action::Answer(500),
+        None,
+    );
+    web.scale(50).await?;
+    web.wait_all_bound(50, TIMEOUT).await?;
+    wait_for("tether to try writing the history", TIMEOUT, || async {
+        Ok((puts.hits() > 0).then_some(()))
+    })
+    .await?;
+    tether.kill()?;
+    proxy.remove(&puts);
+    assert_eq!(
+        web.history().await?.schedule_count,
+        40,
+        "the last ten are not written"
+    );
+
+    let tether = OwnTether::start_with("settle-2", &proxy, &settle).await?;
+    let status = web.assert_history_matches(&ledger, TIMEOUT).await?;
+    assert_eq!(status.schedule_count, 50, "{status:?}");
+
+    web.delete_profile()?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
 /// tether is killed (SIGKILL) in the middle of a burst, restarted, and the workload is scaled
 /// up and down around it. Every bind the test saw, before, during and after the crash, is
 /// counted exactly once.

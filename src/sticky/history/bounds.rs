@@ -69,8 +69,8 @@ fn shifted(t: Timestamp, by: SignedDuration) -> Timestamp {
 }
 
 /// Drops from `status.countedPods` the pods that need not be named: those gone, and those bound
-/// before `countedBefore`, which moves to [`SETTLE`] before the newest bind of a pod still
-/// listed (never past `now`, this machine's clock, less [`SETTLE`]: a bind time from a clock
+/// before `countedBefore`, which moves to `settle` ([`SETTLE`] unless configured) before the
+/// newest bind of a pod still listed (never past `now`, this machine's clock, less `settle`: a bind time from a clock
 /// ahead of everyone's moves it no further, and one from a clock behind only keeps more). At
 /// most [`MAX_COUNTED_PODS`] stay: past it, the longest bound go and `countedBefore` moves past
 /// them. Never moves `countedBefore` back. Pure.
@@ -78,6 +78,7 @@ pub fn settle_counted_pods(
     status: &mut StickyBindingStatus,
     seen: impl Fn(&str) -> Seen,
     now: Timestamp,
+    settle: SignedDuration,
 ) {
     let mut listed: Vec<(String, Seen)> = std::mem::take(&mut status.counted_pods)
         .into_iter()
@@ -91,7 +92,7 @@ pub fn settle_counted_pods(
     let newest = listed.iter().filter_map(|(_, s)| s.age_key()).max();
     let mut before = old;
     if let Some(newest) = newest {
-        let candidate = floor_second(shifted(newest.min(now), -SETTLE));
+        let candidate = floor_second(shifted(newest.min(now), -settle));
         before = Some(before.map_or(candidate, |old| old.max(candidate)));
     }
     if let Some(before) = before {
@@ -212,7 +213,7 @@ mod tests {
             "gone" => Seen::Gone,
             _ => Seen::Unbound,
         };
-        settle_counted_pods(&mut s, seen, at(1000));
+        settle_counted_pods(&mut s, seen, at(1000), SETTLE);
         assert_eq!(s.counted_pods, ["recent", "binding"]);
         assert_eq!(
             s.counted_before.map(|t| t.0),
@@ -225,7 +226,7 @@ mod tests {
     fn counted_before_never_goes_back_nor_past_this_clock() {
         let mut s = status(&["a"]);
         s.counted_before = Some(Time(at(500)));
-        settle_counted_pods(&mut s, |_| Seen::BoundAt(at(100)), at(1000));
+        settle_counted_pods(&mut s, |_| Seen::BoundAt(at(100)), at(1000), SETTLE);
         assert_eq!(s.counted_before.map(|t| t.0), Some(at(500)), "not back");
         assert!(s.counted_pods.is_empty(), "bound before it: vouched for");
 
@@ -234,7 +235,7 @@ mod tests {
             "a" => Seen::BoundAt(at(10_000)),
             _ => Seen::BoundAt(at(900)),
         };
-        settle_counted_pods(&mut ahead, seen, at(1000));
+        settle_counted_pods(&mut ahead, seen, at(1000), SETTLE);
         assert_eq!(
             ahead.counted_before.map(|t| t.0),
             Some(shifted(at(1000), -SETTLE)),
@@ -256,7 +257,7 @@ mod tests {
             let i: i64 = uid[1..].parse().expect("index");
             Seen::BoundAt(at(1000 + i / 200))
         };
-        settle_counted_pods(&mut s, bound, at(1100));
+        settle_counted_pods(&mut s, bound, at(1100), SETTLE);
         assert_eq!(s.counted_pods.len(), MAX_COUNTED_PODS);
         let before = s.counted_before.as_ref().map(|t| t.0).expect("set");
         for uid in &uids {

@@ -287,6 +287,7 @@ impl HistoryWriter {
                 gate: WriteGate::alone(),
                 denial: store::Denial::counted_in(denial_metrics),
                 departed: Default::default(),
+                settle: bounds::SETTLE,
             },
             view: HistoryView {
                 index,
@@ -303,6 +304,12 @@ impl HistoryWriter {
     /// (the StickyBinding controller then has nothing to add).
     pub fn reading(mut self, view: Arc<dyn SchedulerView>) -> Self {
         self.store.view = Some(view);
+        self
+    }
+
+    /// Keeps a counted bind named in `countedPods` for `settle` (see [`bounds::SETTLE`]).
+    pub fn settling_after(mut self, settle: jiff::SignedDuration) -> Self {
+        self.store.settle = settle;
         self
     }
 

@@ -129,6 +129,8 @@ pub struct HistoryStore {
     pub gate: WriteGate,
     /// Whether writes are denied for long.
     pub denial: Denial,
+    /// How long a counted bind stays named in `countedPods` ([`bounds::SETTLE`] by default).
+    pub settle: jiff::SignedDuration,
     /// The nodes found gone from the cluster, from when (see [`HistoryStore::gone_for`]).
     pub departed: std::sync::Mutex<std::collections::HashMap<String, tokio::time::Instant>>,
 }
@@ -358,7 +360,7 @@ impl HistoryStore {
                 (Seen::Gone, Some(b)) => b.bound_at.map_or(Seen::Unbound, Seen::BoundAt),
                 (seen, _) => seen,
             };
-            bounds::settle_counted_pods(status, seen, now.0);
+            bounds::settle_counted_pods(status, seen, now.0, self.settle);
         }
         let pinned = binding.spec.node_name.as_deref();
         let latest = status.latest.clone();
