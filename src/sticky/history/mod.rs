@@ -1128,6 +1128,7 @@ mod tests {
         assert_eq!(status.node_count.values().sum::<i64>(), 20_000);
         assert!(status.counted_pods.len() <= crate::api::MAX_COUNTED_PODS);
         let largest = store.largest.load(std::sync::atomic::Ordering::SeqCst);
+        println!("the largest of the binding's writes: {largest} bytes");
         assert!(
             largest < ETCD_LIMIT / 3,
             "the largest write, {largest} bytes, is well under etcd's limit"
