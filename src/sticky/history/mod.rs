@@ -243,7 +243,8 @@ pub struct HistoryWriter {
     workers: std::sync::OnceLock<()>,
 }
 
-/// While it lives, no pod is dropped from any binding's `countedPods`.
+/// While it lives, no deleted pod is dropped from any binding's `countedPods` (but those
+/// `countedBefore` vouches for).
 pub struct PruningPaused(Arc<AtomicUsize>);
 
 impl Drop for PruningPaused {
@@ -320,9 +321,10 @@ impl HistoryWriter {
         self
     }
 
-    /// Keeps every pod in `countedPods` until the guard is dropped. The reconcile of binds
-    /// made before a restart holds it: it decides from the pods bound when it started, and a
-    /// pod deleted since then and dropped from `countedPods` would look never counted to it.
+    /// Keeps every deleted pod in `countedPods` until the guard is dropped (unless
+    /// `countedBefore` passes it). The reconcile of binds made before a restart holds it: it
+    /// decides from the pods bound when it started, and a pod deleted since then and dropped
+    /// from `countedPods` would look never counted to it.
     pub fn pause_pruning(&self) -> PruningPaused {
         self.store.reconciling.fetch_add(1, Ordering::SeqCst);
         PruningPaused(self.store.reconciling.clone())
@@ -948,6 +950,54 @@ mod tests {
         let status = held_status(&store);
         assert_eq!(status.schedule_count, 4);
         assert_eq!(status.counted_pods, ["pod-1", "pod-2", "pod-3"]);
+    }
+
+    /// While the start-up reconcile runs, a deleted pod stays in `countedPods` (the reconcile
+    /// decides from the pods bound when it began), yet a burst meanwhile keeps the list within
+    /// its bound (the API server would refuse a longer one): the oldest binds go, vouched for by
+    /// `countedBefore`, which the reconcile reads too.
+    #[tokio::test]
+    async fn while_a_reconcile_runs_deleted_pods_stay_listed_and_the_list_keeps_its_bound() {
+        let store = empty_store();
+        let view = Arc::new(View::default());
+        let writer = Arc::new(unread_writer(&store).reading(view.clone()));
+        writer.record_bind(&web_pod(0), "n1").await;
+        view.gone.lock().expect("gone").insert("pod-0".into());
+        let paused = writer.pause_pruning();
+        let burst = crate::api::MAX_COUNTED_PODS + 100;
+        let start = jiff::Timestamp::now() - jiff::SignedDuration::from_secs(60);
+        for wave in (1..=burst).collect::<Vec<_>>().chunks(1000) {
+            {
+                let mut bound = view.bound.lock().expect("bound");
+                for i in wave {
+                    let ms = i64::try_from(*i).expect("small");
+                    bound.insert(
+                        format!("pod-{i}"),
+                        start + jiff::SignedDuration::from_millis(ms),
+                    );
+                }
+            }
+            futures::future::join_all(wave.iter().map(|i| {
+                let writer = writer.clone();
+                async move { writer.record_bind(&web_pod(*i), "n1").await }
+            }))
+            .await;
+        }
+        let status = held_status(&store);
+        assert_eq!(status.schedule_count, (burst + 1) as i64);
+        assert!(
+            status.counted_pods.len() <= crate::api::MAX_COUNTED_PODS,
+            "{} listed",
+            status.counted_pods.len()
+        );
+        assert!(status.counted_pods.contains(&"pod-0".to_string()));
+        drop(paused);
+        writer.record_bind(&web_pod(burst + 1), "n1").await;
+        assert!(
+            !held_status(&store)
+                .counted_pods
+                .contains(&"pod-0".to_string())
+        );
     }
 
     fn ready_node(name: &str) -> Arc<Node> {

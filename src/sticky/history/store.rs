@@ -339,9 +339,8 @@ impl HistoryStore {
     }
 
     /// Keeps `status` within its bounds (see [`bounds`]): `countedPods` settled against the
-    /// scheduler's pods (unless a reconcile of binds made before a restart runs, which decides
-    /// from the pods it started with), and `nodeCount` pruned of the nodes long gone, never the
-    /// pin. Without the scheduler's view (unit tests), nothing is dropped.
+    /// scheduler's pods, and `nodeCount` pruned of the nodes long gone, never the pin. Without
+    /// the scheduler's view (unit tests), nothing is dropped.
     fn bound(
         &self,
         binding: &StickyBinding,
@@ -352,16 +351,20 @@ impl HistoryStore {
         let Some(view) = &self.view else {
             return;
         };
-        if !self.pruning_paused() {
-            let batch: std::collections::HashMap<&str, &Bind> =
-                binds.iter().map(|b| (b.pod_uid.as_str(), b)).collect();
-            let seen = |uid: &str| match (view.pod_seen(uid), batch.get(uid)) {
-                // Just counted: the scheduler may not have seen it (or its bind) yet.
-                (Seen::Gone, Some(b)) => b.bound_at.map_or(Seen::Unbound, Seen::BoundAt),
-                (seen, _) => seen,
-            };
-            bounds::settle_counted_pods(status, seen, now.0, self.settle);
-        }
+        // While a reconcile of binds made before a restart runs, a deleted pod stays listed:
+        // the reconcile decides from the pods bound when it began, and a pod neither listed
+        // nor vouched for would look missed. Pods countedBefore passes may still go (the
+        // reconcile reads it too), so the list keeps its bound meanwhile.
+        let paused = self.pruning_paused();
+        let batch: std::collections::HashMap<&str, &Bind> =
+            binds.iter().map(|b| (b.pod_uid.as_str(), b)).collect();
+        let seen = |uid: &str| match (view.pod_seen(uid), batch.get(uid)) {
+            // Just counted: the scheduler may not have seen it (or its bind) yet.
+            (Seen::Gone, Some(b)) => b.bound_at.map_or(Seen::Unbound, Seen::BoundAt),
+            (Seen::Gone, None) if paused => Seen::Unbound,
+            (seen, _) => seen,
+        };
+        bounds::settle_counted_pods(status, seen, now.0, self.settle);
         let pinned = binding.spec.node_name.as_deref();
         let latest = status.latest.clone();
         let keep: Vec<&str> = pinned.into_iter().chain(latest.as_deref()).collect();
