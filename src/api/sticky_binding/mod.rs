@@ -218,7 +218,9 @@ pub struct StickyBindingStatus {
     /// Flux, kpt and Argo CD): `Stalled` is True while the workload is pinned to a node that
     /// does not exist (its message names the field, `spec.nodeName` or `status.latest`: a person
     /// must move or free it), and `Reconciling` is True while the pinned node exists but is not
-    /// Ready (the workload waits for it).
+    /// Ready (the workload waits for it). `HistoryRecorded` is False while the API server
+    /// refuses the status for its size (its message says how many binds were not recorded),
+    /// and True again once a write lands.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,
@@ -279,6 +281,15 @@ pub const REASON_CONSISTENT: &str = "Consistent";
 pub const REASON_WORKLOAD_MISMATCH: &str = "WorkloadMismatch";
 /// `HistoryConsistent=False`: the message names the values that do not agree.
 pub const REASON_ODD_VALUES: &str = "OddValues";
+
+/// The condition type telling whether tether's last history write landed: False while the
+/// API server refuses the status for its size (the binds are not recorded), True again once a
+/// write lands. Set only once a write was refused.
+pub const CONDITION_HISTORY_RECORDED: &str = "HistoryRecorded";
+/// `HistoryRecorded=True`: the last history write landed.
+pub const REASON_RECORDED: &str = "Recorded";
+/// `HistoryRecorded=False`: the API server refused the status as too large.
+pub const REASON_TOO_LARGE: &str = "TooLarge";
 
 impl StickyBindingStatus {
     /// What in these counts does not agree, one phrase each (empty when all does). The API

@@ -1273,16 +1273,20 @@ mod tests {
     }
 
     /// A status too large for the API server (etcd's limit, answered as a 500) is not retried
-    /// for good while binds pile up: the write gives up at once and says so in an event.
+    /// for good while binds pile up: the write gives up at once, and says so in an event and
+    /// in the binding's `HistoryRecorded` condition (written on the status as it stands, which
+    /// fits); the next write that lands sets it True again.
     #[tokio::test(start_paused = true)]
-    async fn a_status_too_large_for_the_api_server_is_not_retried_and_is_told_in_an_event() {
+    async fn a_status_too_large_for_the_api_server_is_not_retried_and_is_told_in_a_condition() {
         let store = empty_store();
-        // Every status write is refused for its size, as etcd refuses a value past its limit.
-        *store.faults.lock().expect("faults") = vec!["too-large"; 50];
         let writer = writer_for(&store);
+        writer.record_bind(&web_pod(0), "n1").await;
+        // The next write with binds is refused for its size, as etcd refuses a value past its
+        // limit.
+        *store.faults.lock().expect("faults") = vec!["too-large"];
         let written = tokio::time::timeout(
             Duration::from_secs(60),
-            writer.record_bind(&web_pod(0), "n1"),
+            writer.record_bind(&web_pod(1), "n1"),
         )
         .await;
         assert!(
@@ -1291,14 +1295,36 @@ mod tests {
         );
         let calls = store.calls.lock().expect("calls").clone();
         let puts = calls.iter().filter(|c| c.starts_with("PUT")).count();
-        assert_eq!(puts, 1, "tried once: {calls:?}");
+        assert_eq!(
+            puts, 3,
+            "the first bind, the refused one, the condition: {calls:?}"
+        );
         assert!(
             calls
                 .iter()
                 .any(|c| c.starts_with("POST /apis/events.k8s.io/v1/namespaces/ns/events")),
             "an event tells: {calls:?}"
         );
-        assert_eq!(held_status(&store).schedule_count, 0);
+        let condition = |status: &StickyBindingStatus| {
+            status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "HistoryRecorded")
+                .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        };
+        let status = held_status(&store);
+        assert_eq!(status.schedule_count, 1, "the refused bind is not recorded");
+        let (said, reason, message) = condition(&status).expect("HistoryRecorded");
+        assert_eq!((said.as_str(), reason.as_str()), ("False", "TooLarge"));
+        assert!(message.starts_with("status: too large"), "{message}");
+
+        writer.record_bind(&web_pod(2), "n1").await;
+        let status = held_status(&store);
+        assert_eq!(status.schedule_count, 2);
+        assert_eq!(
+            condition(&status).map(|(s, r, _)| (s, r)),
+            Some(("True".to_string(), "Recorded".to_string()))
+        );
     }
 
     /// Status writes denied (403) for longer than DENIAL_PERSISTS: the denial is reported

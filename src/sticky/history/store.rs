@@ -13,6 +13,7 @@ use kube::api::{Api, PostParams};
 use super::bounds::{self, Seen};
 use super::{Bind, HistoryError, SchedulerView, count_binds, new_binding};
 use crate::api::sticky_binding::conditions as sticky_binding;
+use crate::api::sticky_binding::{CONDITION_HISTORY_RECORDED, REASON_RECORDED, REASON_TOO_LARGE};
 use crate::api::{Release, StickyBinding};
 use crate::gate::{Write, WriteGate};
 use crate::k8s::api_errors::{self, denied_for_now, maybe_applied, retryable};
@@ -111,6 +112,29 @@ async fn backoff(delay: &mut Duration, error: &kube::Error) {
     }
     *delay = next;
     tokio::time::sleep(now).await;
+}
+
+/// Sets `HistoryRecorded` back to True on a binding whose history a write refused for its
+/// size said False: the write carrying this lands.
+fn recorded_again(binding: &mut StickyBinding) {
+    let generation = binding.metadata.generation;
+    let Some(status) = binding.status.as_mut() else {
+        return;
+    };
+    let refused = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CONDITION_HISTORY_RECORDED && c.status == "False");
+    if refused {
+        crate::api::conditions::set_condition(
+            &mut status.conditions,
+            CONDITION_HISTORY_RECORDED,
+            true,
+            REASON_RECORDED,
+            "",
+            generation,
+        );
+    }
 }
 
 /// Writes batches of binds; see the module.
@@ -297,6 +321,7 @@ impl HistoryStore {
             let mut updated = current.clone();
             updated.status = Some(next);
             self.set_conditions(&mut updated);
+            recorded_again(&mut updated);
             match api
                 .replace_status(&name, &PostParams::default(), &updated)
                 .await
@@ -317,6 +342,8 @@ impl HistoryStore {
                 Err(e) if api_errors::too_large(&e) => {
                     let message = api_errors::message(&e);
                     self.announce_too_large(&current, &message).await;
+                    self.mark_too_large(&api, &current, &message, binds.len())
+                        .await;
                     return Err(HistoryError::TooLarge {
                         namespace,
                         name,
@@ -410,6 +437,44 @@ impl HistoryStore {
             let status = binding.status.get_or_insert_with(Default::default);
             status.conditions = desired.conditions;
             status.observed_generation = generation;
+        }
+    }
+
+    /// Says in the binding's `HistoryRecorded` condition that a write of `binds` binds was
+    /// refused for its size: one write of the status as it stands (which the API server holds,
+    /// so it fits) with the condition. Best effort: the event says it too.
+    async fn mark_too_large(
+        &self,
+        api: &Api<StickyBinding>,
+        binding: &StickyBinding,
+        message: &str,
+        binds: usize,
+    ) {
+        let mut marked = binding.clone();
+        let generation = marked.metadata.generation;
+        let status = marked.status.get_or_insert_with(Default::default);
+        let note = format!(
+            "status: too large for the API server with {binds} more bind(s) ({message}); they are not recorded. Delete this StickyBinding to start its history afresh"
+        );
+        if !crate::api::conditions::set_condition(
+            &mut status.conditions,
+            CONDITION_HISTORY_RECORDED,
+            false,
+            REASON_TOO_LARGE,
+            &note,
+            generation,
+        ) {
+            return;
+        }
+        let name = binding.metadata.name.clone().unwrap_or_default();
+        match api
+            .replace_status(&name, &PostParams::default(), &marked)
+            .await
+        {
+            Ok(written) => self.index.upsert(written),
+            Err(e) => {
+                tracing::warn!(binding = %name, error = %e, "could not set HistoryRecorded=False on a binding too large to write")
+            }
         }
     }
 
