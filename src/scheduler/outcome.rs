@@ -155,7 +155,15 @@ struct Failures {
     order: VecDeque<String>,
     waiting: HashMap<String, FailureReport>,
     writing: HashSet<String>,
+    /// The message of the last condition written to each pod: a pod's copy from an attempt
+    /// made before that write landed says an older one, and is not to be trusted to say the
+    /// report is written already.
+    written: HashMap<String, String>,
 }
+
+/// How many pods [`Failures::written`] remembers before it starts afresh (forgetting only
+/// makes a report trust its pod's copy again).
+const WRITTEN_REMEMBERED: usize = 50_000;
 
 impl Failures {
     /// The oldest report of a pod not being written now.
@@ -260,7 +268,14 @@ impl Reports {
                 continue;
             };
             crate::k8s::budget::get().failures.take().await;
-            self.write_condition(&report).await;
+            let last = locks::lock(&self.failures).written.get(&uid).cloned();
+            if self.write_condition(&report, last.as_deref()).await {
+                let mut failures = locks::lock(&self.failures);
+                if failures.written.len() >= WRITTEN_REMEMBERED {
+                    failures.written.clear();
+                }
+                failures.written.insert(uid.clone(), report.message.clone());
+            }
             self.queue_event(
                 report.pod.object_ref(&()),
                 EventType::Warning,
@@ -373,8 +388,10 @@ impl Reports {
     /// write carries the pod's UID and resourceVersion as preconditions; when the pod changed
     /// since the attempt (tether's own earlier report, a label), it is read again and, still
     /// unbound and the same pod, written with its new version: the newest attempt's report is
-    /// never lost to an older one's write.
-    async fn write_condition(&self, report: &FailureReport) {
+    /// never lost to an older one's write. `last` is the message this writer last wrote to
+    /// the pod: a copy saying another was taken before that write landed, so it cannot tell
+    /// that the report is there already. Returns whether the condition was written.
+    async fn write_condition(&self, report: &FailureReport, last: Option<&str>) -> bool {
         let FailureReport {
             pod,
             reason,
@@ -386,9 +403,10 @@ impl Reports {
         let name = pod.metadata.name.as_deref().unwrap_or_default();
         let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let mut seen = pod.clone();
+        let mut current = last.is_none_or(|last| scheduled_message(pod) == Some(last));
         for _ in 0..CONDITION_WRITE_TRIES {
-            let Some(patch) = condition_patch(&seen, reason, message, nominated) else {
-                return;
+            let Some(patch) = condition_patch(&seen, reason, message, nominated, current) else {
+                return false;
             };
             let written = self
                 .gate
@@ -398,14 +416,14 @@ impl Reports {
                 )
                 .await;
             match written {
-                Ok(Ok(_)) => return,
+                Ok(Ok(_)) => return true,
                 Ok(Err(kube::Error::Api(e))) if e.code == 409 => {
                     let fresh = match api.get_opt(name).await {
                         Ok(Some(fresh)) => fresh,
-                        Ok(None) => return,
+                        Ok(None) => return false,
                         Err(e) => {
                             tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not read the pod again; its report is not written");
-                            return;
+                            return false;
                         }
                     };
                     let same_pod = fresh.metadata.uid == pod.metadata.uid;
@@ -413,47 +431,64 @@ impl Reports {
                         && fresh.metadata.deletion_timestamp.is_none();
                     if !(same_pod && still_pending) {
                         tracing::debug!(pod = %format!("{ns}/{name}"), "the pod was bound, deleted or replaced since it failed; its report is not written");
-                        return;
+                        return false;
                     }
                     seen = fresh;
+                    current = true;
                 }
                 Ok(Err(e)) => {
                     tracing::debug!(pod = %format!("{ns}/{name}"), error = %e, "could not set the PodScheduled condition");
-                    return;
+                    return false;
                 }
                 Err(refused) => {
                     tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the failure's condition is not written");
-                    return;
+                    return false;
                 }
             }
         }
         tracing::debug!(pod = %format!("{ns}/{name}"), "the pod kept changing; its report is not written");
+        false
     }
 }
 
 /// How often a failure report is tried against a pod that keeps changing under it.
 const CONDITION_WRITE_TRIES: usize = 3;
 
+/// The message of the pod's `PodScheduled=False` condition, if it has one.
+fn scheduled_message(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
+        .message
+        .as_deref()
+}
+
 /// The status patch that reports the failure on `pod` as it is now, with its UID and
-/// resourceVersion as preconditions; `None` when the pod says so already.
+/// resourceVersion as preconditions; `None` when the pod says so already (`current`: the copy
+/// can tell, being no older than the last report written to it).
 fn condition_patch(
     pod: &Pod,
     reason: &str,
     message: &str,
     nominated: &NominatedNode,
+    current: bool,
 ) -> Option<serde_json::Value> {
-    let already = pod
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|cs| {
-            cs.iter().any(|c| {
-                c.type_ == "PodScheduled"
-                    && c.status == "False"
-                    && c.reason.as_deref() == Some(reason)
-                    && c.message.as_deref() == Some(message)
-            })
-        });
+    let already = current
+        && pod
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.status == "False"
+                        && c.reason.as_deref() == Some(reason)
+                        && c.message.as_deref() == Some(message)
+                })
+            });
     let current = pod
         .status
         .as_ref()
@@ -621,6 +656,93 @@ mod tests {
                 assert_eq!(versions, ["41", "42"], "written again on the new version");
             }
         }
+    }
+
+    /// An attempt's copy of the pod, taken before the previous report landed, says the pod
+    /// already carries this attempt's message: it is older than that report, which wrote
+    /// another, so the report is written all the same (on the pod as the API server has it).
+    /// Trusting the copy left the condition an attempt behind its event (CI: 26 nodes in the
+    /// condition, 25 in the newest event).
+    #[tokio::test]
+    async fn a_copy_older_than_the_last_report_cannot_say_the_report_is_written() {
+        let server = Arc::new(Mutex::new((42u64, String::new())));
+        let patched = Arc::new(Mutex::new(Vec::<String>::new()));
+        let (held, log) = (server.clone(), patched.clone());
+        let client = stand_in_client(move |method, _path, body| {
+            let mut held = held.lock().expect("pod");
+            let pod_now = |held: &(u64, String)| {
+                let mut pod = PodBuilder::new("p").build();
+                pod.metadata.resource_version = Some(held.0.to_string());
+                pod.status = Some(
+                    serde_json::from_value(serde_json::json!({"conditions": [{
+                        "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                        "message": held.1}]}))
+                    .expect("status"),
+                );
+                serde_json::to_value(pod).expect("json")
+            };
+            match method {
+                "PATCH"
+                    if body["metadata"]["resourceVersion"].as_str()
+                        != Some(held.0.to_string().as_str()) =>
+                {
+                    (
+                        409,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "reason": "Conflict", "code": 409, "message": "the object has been modified"}),
+                    )
+                }
+                "PATCH" => {
+                    let message = body["status"]["conditions"][0]["message"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    log.lock().expect("log").push(message.clone());
+                    *held = (held.0 + 1, message);
+                    (200, pod_now(&held))
+                }
+                "GET" => (200, pod_now(&held)),
+                _ => (201, body),
+            }
+        });
+        let reports = Reports::new(client, None, WriteGate::alone());
+        let copy = |version: &str, message: &str| {
+            let mut pod = PodBuilder::new("p").build();
+            pod.metadata.resource_version = Some(version.into());
+            pod.status = Some(
+                serde_json::from_value(serde_json::json!({"conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": message}]}))
+                .expect("status"),
+            );
+            pod
+        };
+        let wait_for = |count: usize| {
+            let patched = patched.clone();
+            async move {
+                let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+                while patched.lock().expect("log").len() < count {
+                    assert!(tokio::time::Instant::now() < deadline, "not written");
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+        };
+        reports.failed(
+            &copy("42", "0/25 nodes are available"),
+            FailureReason::Unschedulable,
+            "0/26 nodes are available",
+            NominatedNode::Unchanged,
+        );
+        wait_for(1).await;
+        // The next attempt read the pod before that write landed: its copy says 25.
+        reports.failed(
+            &copy("41", "0/25 nodes are available"),
+            FailureReason::Unschedulable,
+            "0/25 nodes are available",
+            NominatedNode::Unchanged,
+        );
+        wait_for(2).await;
+        assert_eq!(server.lock().expect("pod").1, "0/25 nodes are available");
     }
 
     /// The writers stop once the last copy of the reports is gone (the scheduler of a term
