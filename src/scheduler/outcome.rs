@@ -281,7 +281,7 @@ impl Reports {
                 EventType::Warning,
                 "FailedScheduling",
                 "Scheduling",
-                truncate(&report.message, 1000),
+                truncate_note(&report.message),
             );
             locks::lock(&self.failures).writing.remove(&uid);
             // A newer report of this pod may wait behind this one.
@@ -525,15 +525,19 @@ fn condition_patch(
     Some(patch)
 }
 
-fn truncate(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_string();
+/// `note` as kube-scheduler writes it into an event: whole up to [`MAX_NOTE_BYTES`] (the API
+/// server's `NoteLengthLimit`), else its first `MAX_NOTE_BYTES - 4` bytes and ` ...` (fewer when a character would be cut: Go cuts
+/// the bytes, which Rust's strings cannot; every message tether writes is ASCII).
+pub fn truncate_note(note: &str) -> String {
+    const SUFFIX: &str = " ...";
+    if note.len() <= MAX_NOTE_BYTES {
+        return note.to_string();
     }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
+    let mut end = MAX_NOTE_BYTES - SUFFIX.len();
+    while !note.is_char_boundary(end) {
         end -= 1;
     }
-    format!("{}…", &s[..end])
+    format!("{}{SUFFIX}", &note[..end])
 }
 
 #[cfg(test)]
@@ -743,6 +747,26 @@ mod tests {
         );
         wait_for(2).await;
         assert_eq!(server.lock().expect("pod").1, "0/25 nodes are available");
+    }
+
+    /// kube-scheduler's `truncateMessage`: a note of up to 1024 bytes is kept whole; a longer
+    /// one keeps its first 1020 bytes and ends in ` ...`.
+    #[test]
+    fn a_failure_note_is_cut_as_kube_scheduler_cuts_it() {
+        for (len, want) in [(1023, 1023), (1024, 1024), (1025, 1024), (5000, 1024)] {
+            let note = "x".repeat(len);
+            let cut = truncate_note(&note);
+            assert_eq!(cut.len(), want, "{len}");
+            if len > 1024 {
+                assert!(cut.ends_with("x ..."), "{len}");
+                assert_eq!(&cut[..1020], &note[..1020]);
+            } else {
+                assert_eq!(cut, note);
+            }
+        }
+        let wide = format!("{}é{}", "x".repeat(1019), "y".repeat(10));
+        let cut = truncate_note(&wide);
+        assert!(cut.len() <= 1024 && cut.ends_with("x ..."), "{cut}");
     }
 
     /// The writers stop once the last copy of the reports is gone (the scheduler of a term

@@ -232,9 +232,21 @@ pub struct Feasible {
     pub evaluated: usize,
 }
 
-/// Filters nodes in parallel from `start_index` round-robin, until enough feasible nodes are
-/// found (kube-scheduler's findNodesThatPassFilters): how many is counted over `candidates`,
-/// the nodes PreFilter left, and `num_all` (every node of the snapshot) wraps the start index.
+/// How many nodes a Filter worker takes at a time (kube-scheduler's `chunkSizeFor`): the square
+/// root of the nodes, at most an even share per worker, at least one.
+pub fn chunk_size_for(n: usize, parallelism: usize) -> usize {
+    let root = n.isqrt();
+    let share = n / parallelism.max(1) + 1;
+    root.min(share).max(1)
+}
+
+/// Filters nodes from `start_index` round-robin until enough feasible nodes are found, as
+/// kube-scheduler's findNodesThatPassFilters: the workers take chunks of the window in order
+/// from a shared counter ([`chunk_size_for`]), each node is checked in turn, and once the
+/// feasible nodes number [`num_feasible_nodes_to_find`] (one when the profile scores nothing)
+/// no further node is checked. The start then moves on by the nodes processed: the feasible
+/// ones kept and the rejected. How many is counted over `candidates`, the nodes PreFilter left;
+/// `num_all` (every node of the snapshot) wraps the start index.
 fn find_feasible(
     profile: &CompiledProfile,
     state: &CycleState,
@@ -247,33 +259,62 @@ fn find_feasible(
     let nominated = nominated.any().then_some(nominated);
     let n = candidates.len();
     // Counted over the nodes PreFilter left, as upstream's findNodesThatPassFilters.
-    let want = num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score, n).min(n);
+    let want = if profile.score.is_empty() {
+        1
+    } else {
+        num_feasible_nodes_to_find(profile.percentage_of_nodes_to_score, n).min(n)
+    };
     let next_start = start_index.load(Ordering::Relaxed);
-    let start = next_start % n;
+    let start = next_start % n.max(1);
+    let workers = rayon::current_num_threads().max(1);
+    let chunk = chunk_size_for(n, workers);
+    let chunks = n.div_ceil(chunk);
+    let next_chunk = AtomicUsize::new(0);
     let found = AtomicUsize::new(0);
-    let results: Vec<(usize, Option<Status>)> = (0..n)
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let checked: Vec<Vec<(usize, Option<Status>)>> = (0..workers.min(chunks))
         .into_par_iter()
-        .with_min_len(16)
-        .filter_map(|i| {
-            if found.load(Ordering::Relaxed) >= want {
-                return None;
-            }
-            let node = candidates[(start + i) % n];
-            let status = match nominated {
-                None => profile.run_filter(state, pod, node),
-                Some(nominated) => profile.run_filters_with_nominated(state, pod, node, nominated),
-            };
-            if status.is_success() {
-                if found.fetch_add(1, Ordering::Relaxed) >= want {
-                    return None;
+        .map(|_| {
+            let mut mine = Vec::new();
+            loop {
+                let c = next_chunk.fetch_add(1, Ordering::Relaxed);
+                if c >= chunks {
+                    return mine;
                 }
-                Some((i, None))
-            } else {
-                Some((i, Some(status)))
+                for i in c * chunk..((c + 1) * chunk).min(n) {
+                    if stop.load(Ordering::Relaxed) {
+                        return mine;
+                    }
+                    let node = candidates[(start + i) % n];
+                    let status = match nominated {
+                        None => profile.run_filter(state, pod, node),
+                        Some(nominated) => {
+                            profile.run_filters_with_nominated(state, pod, node, nominated)
+                        }
+                    };
+                    if status.is_success() {
+                        if found.fetch_add(1, Ordering::Relaxed) >= want {
+                            // One too many: upstream cancels the search and drops it.
+                            found.fetch_sub(1, Ordering::Relaxed);
+                            stop.store(true, Ordering::Relaxed);
+                            return mine;
+                        }
+                        mine.push((i, None));
+                    } else {
+                        if status.code == Code::Error {
+                            stop.store(true, Ordering::Relaxed);
+                        }
+                        mine.push((i, Some(status)));
+                    }
+                }
             }
         })
         .collect();
-    let evaluated = results.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
+    let mut results: Vec<(usize, Option<Status>)> = checked.into_iter().flatten().collect();
+    // In window order, whichever worker checked them (the order of completion upstream; the
+    // host is drawn at random among the best either way).
+    results.sort_unstable_by_key(|(i, _)| *i);
+    let evaluated = results.len();
     // As upstream's nextStartNodeIndex: advanced by the nodes processed, modulo all nodes.
     start_index.store((next_start + evaluated) % num_all.max(1), Ordering::Relaxed);
     let mut nodes = Vec::with_capacity(want);
@@ -412,6 +453,140 @@ mod tests {
             ),
             other => panic!("want a node, got {other:?}"),
         }
+    }
+
+    /// The feasible nodes (in window order) and the next start of one Filter search of `pod`
+    /// over `nodes` from `start`, on `threads` workers.
+    fn search(
+        profile: &CompiledProfile,
+        nodes: &Snapshot,
+        start: usize,
+        threads: usize,
+    ) -> (Vec<String>, usize, usize) {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .expect("a pool");
+        let pod = PodBuilder::new("p").info();
+        let candidates: Vec<&Arc<NodeInfo>> = nodes.nodes().iter().collect();
+        let start_index = AtomicUsize::new(start);
+        let mut state = CycleState::new();
+        let mut diagnosis = Diagnosis::default();
+        assert!(
+            profile
+                .run_pre_filter(&mut state, &pod, nodes, &mut diagnosis)
+                .is_ok()
+        );
+        let found = pool.install(|| {
+            find_feasible(
+                profile,
+                &state,
+                &pod,
+                &candidates,
+                &start_index,
+                nodes.len(),
+                &NoNominations,
+            )
+        });
+        let names = found.nodes.iter().map(|n| n.name.clone()).collect();
+        (names, found.evaluated, start_index.load(Ordering::Relaxed))
+    }
+
+    /// As kube-scheduler's findNodesThatPassFilters with one worker: the nodes checked are one
+    /// window from the start, up to the feasible nodes wanted; the next search starts where this
+    /// one stopped (rejected nodes count as processed), wrapping round.
+    #[test]
+    fn the_filter_search_checks_one_window_and_moves_on_by_what_it_processed() {
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let nodes = snapshot(
+            (0..300)
+                .map(|i| {
+                    let node = NodeBuilder::new(&format!("n{i:03}"));
+                    if i < 50 {
+                        node.taint("dedicated", "gpu", "NoSchedule")
+                    } else {
+                        node
+                    }
+                })
+                .collect(),
+            vec![],
+        );
+        let want = num_feasible_nodes_to_find(0, 300);
+        assert_eq!(want, 144);
+        let name = |i: usize| format!("n{:03}", i % 300);
+        let (found, evaluated, next) = search(&profile, &nodes, 0, 1);
+        assert_eq!(found, (50..194).map(name).collect::<Vec<_>>());
+        assert_eq!(
+            (evaluated, next),
+            (194, 194),
+            "50 rejected and 144 feasible"
+        );
+        let (found, _, next) = search(&profile, &nodes, 194, 1);
+        assert_eq!(
+            found,
+            (194..300).chain(50..88).map(name).collect::<Vec<_>>(),
+            "round the end and past the tainted nodes"
+        );
+        assert_eq!(next, (194 + 106 + 50 + 38) % 300);
+    }
+
+    /// With several workers the nodes checked still form one window from the start (chunks
+    /// taken in order), give or take the chunks in flight when enough were found: never nodes
+    /// from across the cluster.
+    #[test]
+    fn several_workers_check_one_window_not_slices_of_the_whole() {
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let nodes = snapshot(
+            (0..1000)
+                .map(|i| NodeBuilder::new(&format!("n{i:04}")))
+                .collect(),
+            vec![],
+        );
+        let want = num_feasible_nodes_to_find(0, 1000);
+        let threads = 4;
+        let reach = want + threads * chunk_size_for(1000, threads);
+        for _ in 0..20 {
+            let (found, evaluated, next) = search(&profile, &nodes, 0, threads);
+            assert_eq!(found.len(), want);
+            assert_eq!(
+                (evaluated, next),
+                (want, want),
+                "only the feasible kept count"
+            );
+            for name in &found {
+                let i: usize = name[1..].parse().expect("index");
+                assert!(i < reach, "{name} is outside the window of {reach}");
+            }
+        }
+    }
+
+    /// A profile with no Score plugin takes the first feasible node, as upstream.
+    #[test]
+    fn without_score_plugins_the_first_feasible_node_is_enough() {
+        let mut profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        profile.score.clear();
+        let nodes = snapshot(
+            (0..10)
+                .map(|i| NodeBuilder::new(&format!("n{i}")))
+                .collect(),
+            vec![],
+        );
+        let (found, evaluated, next) = search(&profile, &nodes, 3, 1);
+        assert_eq!((found, evaluated, next), (vec!["n3".to_string()], 1, 4));
+    }
+
+    #[test]
+    fn chunks_are_sized_as_kube_schedulers() {
+        assert_eq!(chunk_size_for(1000, 16), 31, "the square root");
+        assert_eq!(chunk_size_for(100, 16), 7, "an even share, plus one");
+        assert_eq!(chunk_size_for(0, 16), 1);
+        assert_eq!(chunk_size_for(5, 1), 2);
     }
 
     #[test]
