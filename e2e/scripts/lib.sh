@@ -5,8 +5,8 @@ E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO_DIR=$(cd "$E2E_DIR/.." && pwd)
 
 # The pinned versions. Kubernetes comes from e2e/k8s/go.mod; keep these in step with it.
-K8S_VERSION=v1.36.3
-ETCD_VERSION=v3.6.8
+K8S_VERSION=v1.37.2
+ETCD_VERSION=v3.7.0
 KWOK_VERSION=v0.8.0
 
 # Binaries are cached outside the repository so that a fresh clone reuses them.

@@ -200,23 +200,19 @@ impl ClusterState {
         }
         for rs in &mut self.replica_sets {
             kept.apply(&mut rs.metadata);
-            if let Some(template) = rs.spec.as_mut().and_then(|s| s.template.as_mut()) {
+            if let Some(template) = rs.spec.template.as_mut() {
                 compact_template(template, &kept);
             }
         }
         for d in &mut self.deployments {
             kept.apply(&mut d.metadata);
-            if let Some(spec) = d.spec.as_mut() {
-                compact_template(&mut spec.template, &kept);
-            }
+            compact_template(&mut d.spec.template, &kept);
         }
         for ss in &mut self.stateful_sets {
             kept.apply(&mut ss.metadata);
-            if let Some(spec) = ss.spec.as_mut() {
-                compact_template(&mut spec.template, &kept);
-                for claim in spec.volume_claim_templates.iter_mut().flatten() {
-                    kept.apply(&mut claim.metadata);
-                }
+            compact_template(&mut ss.spec.template, &kept);
+            for claim in ss.spec.volume_claim_templates.iter_mut().flatten() {
+                kept.apply(&mut claim.metadata);
             }
         }
         for class in &mut self.storage_classes {

@@ -342,8 +342,9 @@ fn a_snapshot_keeps_what_scheduling_reads_and_no_secret() {
     );
     let template = state.deployments[0]
         .spec
+        .template
+        .metadata
         .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.labels.clone());
     assert_eq!(template.map(|l| l["app"].clone()).as_deref(), Some("web"));
 }

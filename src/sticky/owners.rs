@@ -380,17 +380,17 @@ async fn run_owner_watches_with(
 }
 
 fn replica_set_meta(o: &ReplicaSet) -> OwnerMeta {
-    let replicas = o.spec.as_ref().and_then(|s| s.replicas);
+    let replicas = o.spec.replicas;
     meta_of(&o.metadata, "apps/v1", "ReplicaSet", replicas)
 }
 
 fn deployment_meta(o: &Deployment) -> OwnerMeta {
-    let replicas = o.spec.as_ref().and_then(|s| s.replicas);
+    let replicas = o.spec.replicas;
     meta_of(&o.metadata, "apps/v1", "Deployment", replicas)
 }
 
 fn stateful_set_meta(o: &StatefulSet) -> OwnerMeta {
-    let replicas = o.spec.as_ref().and_then(|s| s.replicas);
+    let replicas = o.spec.replicas;
     meta_of(&o.metadata, "apps/v1", "StatefulSet", replicas)
 }
 

@@ -380,28 +380,13 @@ impl QueueingHints {
                 continue;
             }
             let registrations = plugin.events_to_register().unwrap_or_else(every_event);
-            let node_events = || {
-                registrations
-                    .iter()
-                    .filter(|r| r.event.resource == EventResource::Node)
-            };
-            let adds_nodes = node_events().any(|r| r.event.action.intersects(ActionType::ADD));
-            let taints =
-                node_events().any(|r| r.event.action.intersects(ActionType::UPDATE_NODE_TAINT));
+            // 1.37 no longer adds a node taint change to the events of a plugin that waits for
+            // new nodes: each plugin hears what it registers, no more.
             for r in &registrations {
                 entries.push(HintEntry {
                     event: r.event,
                     plugin: name,
                     hint: r.hint.clone(),
-                });
-            }
-            // As upstream: a plugin that waits for new nodes also hears of nodes whose taints
-            // change or that are uncordoned.
-            if adds_nodes && !taints {
-                entries.push(HintEntry {
-                    event: ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_TAINT),
-                    plugin: name,
-                    hint: None,
                 });
             }
         }
@@ -728,7 +713,7 @@ mod tests {
     }
 
     #[test]
-    fn a_plugin_that_waits_for_nodes_also_hears_of_taint_changes() {
+    fn a_plugin_hears_only_the_events_it_registers() {
         struct NodeWaiter;
         impl Plugin for NodeWaiter {
             fn name(&self) -> &'static str {
@@ -752,7 +737,10 @@ mod tests {
         let pod = PodBuilder::new("p").info();
         let taint = ev(EventResource::Node, ActionType::UPDATE_NODE_TAINT);
         let rejected_by = |name: &'static str| std::collections::BTreeSet::from([name]);
-        assert!(hints.worth_requeuing(&pod, &rejected_by("NodeWaiter"), &taint, None, None));
+        assert!(
+            !hints.worth_requeuing(&pod, &rejected_by("NodeWaiter"), &taint, None, None),
+            "1.37 no longer adds node taint changes to a plugin that waits for new nodes"
+        );
         assert!(
             !hints.worth_requeuing(&pod, &rejected_by("NodeWaiter"), &NODE_ADD, None, None),
             "its hint said Skip"

@@ -133,12 +133,12 @@ fn indexes(selectors: &Arc<WorkloadSelectors>) -> Indexes {
         SelectorsOf {
             selectors: selectors.clone(),
             kind: "ReplicaSet",
-            selector: |o: &ReplicaSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
+            selector: |o: &ReplicaSet| label_selector(Some(&o.spec.selector)),
         },
         SelectorsOf {
             selectors: selectors.clone(),
             kind: "StatefulSet",
-            selector: |o: &StatefulSet| label_selector(o.spec.as_ref().map(|s| &s.selector)),
+            selector: |o: &StatefulSet| label_selector(Some(&o.spec.selector)),
         },
     )
 }

@@ -104,7 +104,9 @@ impl PreScorePlugin for ImageLocality {
             .iter()
             .flatten()
             .chain(&spec.containers);
-        let num_containers = containers.clone().count() as i64;
+        // 1.37 counts every image volume too, towards the threshold the sum is scaled by.
+        let image_volumes = spec.volumes.iter().flatten().filter(|v| v.image.is_some());
+        let num_containers = (containers.clone().count() + image_volumes.count()) as i64;
         // As upstream's sumImageScores: init containers, containers and image volumes.
         let volume_images = spec
             .volumes
@@ -332,7 +334,7 @@ mod tests {
                 Some(vec![48, 0]),
             ),
             (
-                "an image volume counts, without raising the max threshold",
+                "an image volume counts, and raises the max threshold (1.37)",
                 pod(&["gcr.io/250"]).with(|p| {
                     if let Some(spec) = p.spec.as_mut() {
                         spec.volumes.get_or_insert_with(Vec::new).push(Volume {
@@ -349,8 +351,8 @@ mod tests {
                     NodeBuilder::new("node1").image("gcr.io/300:latest", 300 * MB),
                     NodeBuilder::new("node2"),
                 ],
-                // node1: 300MB×1/2 = 150MB → 100×127/977 = 12
-                Some(vec![12, 0]),
+                // node1: 300MB×1/2 = 150MB → 100×127/1977 = 6
+                Some(vec![6, 0]),
             ),
             (
                 "init containers count, and raise the max threshold",

@@ -333,6 +333,7 @@ mod tests {
                     ..Default::default()
                 }],
             },
+            status: None,
         }
     }
 

@@ -167,8 +167,9 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
     [
         scheduling_gates::NAME,
         priority_sort::NAME,
-        node_unschedulable::NAME,
+        // 1.37: NodeName before NodeUnschedulable.
         node_name::NAME,
+        node_unschedulable::NAME,
         taint_toleration::NAME,
         node_affinity::NAME,
         node_ports::NAME,

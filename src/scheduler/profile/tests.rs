@@ -34,8 +34,8 @@ fn the_default_profile_is_kube_schedulers() {
     assert_eq!(
         e.filter,
         [
-            "NodeUnschedulable",
             "NodeName",
+            "NodeUnschedulable",
             "TaintToleration",
             "NodeAffinity",
             "NodePorts",

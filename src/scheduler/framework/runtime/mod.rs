@@ -317,7 +317,10 @@ impl CompiledProfile {
             if status.is_success() {
                 diagnosis.nomination = Some(nomination);
                 code = Code::Success;
+                // The plugin that succeeded has the last word (1.37's DefaultPreemption says
+                // where the pod is going).
                 messages.clear();
+                messages.push(status.message());
                 break;
             }
             messages.push(status.message());

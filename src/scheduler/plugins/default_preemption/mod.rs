@@ -259,10 +259,19 @@ impl PostFilterPlugin for DefaultPreemption {
             );
         };
         let own = priority(&ctx.pod.pod);
+        // 1.37 says where the pod is going, after the filters' reasons.
+        let found = say(
+            Code::Success,
+            format!(
+                "found a potential placement for pod on node {}, preempting {} victims",
+                best.node,
+                best.victims.len()
+            ),
+        );
         let victims = self.evictions.start(best.victims.iter().map(|v| &v.pod));
         if victims.is_empty() {
             // Every victim is already going: nothing to carry out, as upstream.
-            return (Nomination::Node(best.node.clone()), Status::success());
+            return (Nomination::Node(best.node.clone()), found);
         }
         let outranked = ctx
             .nominated
@@ -293,7 +302,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 preemption,
             ));
         }
-        (Nomination::Node(best.node.clone()), Status::success())
+        (Nomination::Node(best.node.clone()), found)
     }
 }
 

@@ -81,8 +81,8 @@ fn a_higher_priority_pod_is_nominated_where_the_least_important_victims_are() {
     assert_eq!(d.nomination, Some(Nomination::Node("n1".into())));
     assert_eq!(
         d.message(),
-        "0/2 nodes are available: 2 Insufficient cpu.",
-        "a nomination adds nothing to the message"
+        "0/2 nodes are available: 2 Insufficient cpu. preemption: found a potential placement for pod on node n1, preempting 1 victims",
+        "1.37 says where the pod is going, and how many pods it evicts for it"
     );
 }
 

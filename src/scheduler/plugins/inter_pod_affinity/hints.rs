@@ -39,6 +39,13 @@ fn selected_by_all(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches(pod, Some(&no_labels)))
 }
 
+/// Whether any term selects `pod` (1.37's hint for anti-affinity: one matching term is enough
+/// to keep the pod out, so one that stops matching may let it in).
+fn selected_by_any(terms: &[AffinityTerm], pod: &PodInfo) -> bool {
+    let no_labels = BTreeMap::new();
+    terms.iter().any(|t| t.matches(pod, Some(&no_labels)))
+}
+
 fn info(pod: &EventObject) -> PodInfo {
     match pod.shared_pod() {
         Some(p) => PodInfo::new(p.clone()),
@@ -68,15 +75,15 @@ fn after_pod_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Event
             let (old, new) = (info(old), info(new));
             events::queue_if(
                 (!selected_by_all(affinity, &old) && selected_by_all(affinity, &new))
-                    || (selected_by_all(anti, &old) && !selected_by_all(anti, &new)),
+                    || (selected_by_any(anti, &old) && !selected_by_any(anti, &new)),
             )
         }
         (None, Some(added)) => events::queue_if(selected_by_all(affinity, &info(added))),
         (Some(deleted), None) => {
             let deleted = info(deleted);
             events::queue_if(
-                selected_by_all(anti, &deleted)
-                    || selected_by_all(&deleted.terms().required_anti_affinity, pod),
+                selected_by_any(anti, &deleted)
+                    || selected_by_any(&deleted.terms().required_anti_affinity, pod),
             )
         }
         (None, None) => Hint::Queue,
@@ -196,5 +203,42 @@ mod tests {
             Hint::Skip
         );
         assert_eq!(after_pod_change(&pod, None, Some(&bound("db"))), Hint::Skip);
+    }
+}
+
+#[cfg(test)]
+mod any_term {
+    use super::*;
+    use crate::scheduler::testing::PodBuilder;
+
+    /// A pod kept out by two anti-affinity terms is retried when a pod matching only one of
+    /// them leaves, as kube-scheduler 1.37 (1.36 wanted every term to match).
+    #[test]
+    fn a_pod_matching_one_anti_affinity_term_leaving_requeues() {
+        let pending = PodBuilder::new("p")
+            .with(|p| {
+                p.spec.get_or_insert_with(Default::default).affinity =
+                    serde_json::from_value(serde_json::json!({"podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"labelSelector": {"matchLabels": {"app": "a"}},
+                             "topologyKey": "kubernetes.io/hostname"},
+                            {"labelSelector": {"matchLabels": {"app": "b"}},
+                             "topologyKey": "kubernetes.io/hostname"}]}}))
+                    .ok();
+            })
+            .info();
+        let running = |labels: &str| {
+            let mut pod = PodBuilder::new("other").label("app", labels).build();
+            pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
+            EventObject::Pod(Arc::new(pod))
+        };
+        assert_eq!(
+            after_pod_change(&pending, Some(&running("a")), None),
+            Hint::Queue
+        );
+        assert_eq!(
+            after_pod_change(&pending, Some(&running("c")), None),
+            Hint::Skip
+        );
     }
 }

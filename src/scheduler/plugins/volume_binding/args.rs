@@ -23,9 +23,11 @@ pub struct VolumeBindingArgs {
     /// How long PreBind waits for the volumes it bound or asked to provision to be bound,
     /// before the pod fails and is retried (0 fails at once).
     pub bind_timeout_seconds: i64,
-    /// Score nodes by how full the static volumes a pod would take leave them: points of
-    /// (utilization, score), utilization increasing. Absent: the plugin does not score, as
-    /// kube-scheduler 1.36 with its StorageCapacityScoring gate off (its default).
+    /// Score nodes by how full the volumes a pod would take (static ones, or provisioned ones
+    /// of a driver that reports CSIStorageCapacity) leave them: points of (utilization,
+    /// score), utilization increasing. Absent or empty: [`default_shape`], so that a node
+    /// scores 100 less the percentage used, as kube-scheduler 1.37 with its
+    /// StorageCapacityScoring gate on (its default).
     pub shape: Option<Vec<ShapePoint>>,
 }
 
@@ -33,9 +35,23 @@ impl Default for VolumeBindingArgs {
     fn default() -> Self {
         VolumeBindingArgs {
             bind_timeout_seconds: DEFAULT_BIND_TIMEOUT_SECONDS,
-            shape: None,
+            shape: Some(default_shape()),
         }
     }
+}
+
+/// kube-scheduler 1.37's default shape: score 10 at 0% used, 0 at 100%.
+pub fn default_shape() -> Vec<ShapePoint> {
+    vec![
+        ShapePoint {
+            utilization: 0,
+            score: 10,
+        },
+        ShapePoint {
+            utilization: 100,
+            score: 0,
+        },
+    ]
 }
 
 /// The longest `bindTimeoutSeconds` tether takes (upstream sets none; near `i64::MAX` the
@@ -43,6 +59,15 @@ impl Default for VolumeBindingArgs {
 pub const MAX_BIND_TIMEOUT_SECONDS: i64 = 86_400;
 
 impl VolumeBindingArgs {
+    /// The args with kube-scheduler's defaults filled in: an absent or empty shape is
+    /// [`default_shape`] (defaulting comes before validation upstream, so `[]` is no error).
+    pub fn defaulted(mut self) -> Self {
+        if self.shape.as_ref().is_none_or(Vec::is_empty) {
+            self.shape = Some(default_shape());
+        }
+        self
+    }
+
     /// Checks the args as kube-scheduler's ValidateVolumeBindingArgs (the shape as with its
     /// StorageCapacityScoring gate on), naming fields under `path`.
     pub fn validate(&self, path: &FieldPath) -> Result<(), FieldErrors> {
@@ -131,11 +156,13 @@ mod tests {
 
     fn check(args: serde_json::Value) -> Result<VolumeBindingArgs, Vec<(String, String)>> {
         let path: FieldPath = "pluginConfig[0].args".into();
-        let args: VolumeBindingArgs = decode_args(Some(&args), &path).map_err(|e| {
-            e.0.into_iter()
-                .map(|f| (f.path, f.message))
-                .collect::<Vec<_>>()
-        })?;
+        let args = decode_args::<VolumeBindingArgs>(Some(&args), &path)
+            .map_err(|e| {
+                e.0.into_iter()
+                    .map(|f| (f.path, f.message))
+                    .collect::<Vec<_>>()
+            })?
+            .defaulted();
         args.validate(&path).map_err(|e| {
             e.0.into_iter()
                 .map(|f| (f.path, f.message))
@@ -164,8 +191,13 @@ mod tests {
         );
         assert!(check(json!({"bindTimeoutSeconds": 86_400})).is_ok());
         assert_eq!(
-            check(json!({"shape": []})).unwrap_err()[0].1,
-            "Required value: at least one point must be specified"
+            check(json!({"shape": []})).expect("defaulted").shape,
+            Some(default_shape()),
+            "an empty shape is defaulted before it is validated, as upstream"
+        );
+        assert_eq!(
+            check(json!({})).expect("defaults").shape,
+            Some(default_shape())
         );
         let errs = check(json!({"shape": [
             {"utilization": 50, "score": 1}, {"utilization": 40, "score": 11}

@@ -9,7 +9,8 @@
 //! - Reserve assumes the choice in the [`StorageIndex`] (a volume's claimRef, a claim's
 //!   selected node) so that the next pods do not take the same volume; Unreserve undoes it.
 //! - PreBind writes the choice and waits for the PV controller to bind ([`binder`]).
-//! - Score (only with the `shape` arg) prefers nodes by how full the chosen volumes leave them.
+//! - Score prefers nodes by how full the chosen volumes leave them (the `shape` arg; by
+//!   default 100 less the percentage used, as kube-scheduler 1.37).
 
 pub mod args;
 pub mod binder;
@@ -492,7 +493,7 @@ pub fn build(
     let storage = handle.storage.clone();
     let client = handle.client.clone();
     let gate = handle.gate.clone();
-    let args: VolumeBindingArgs = decode_args(args, path)?;
+    let args = decode_args::<VolumeBindingArgs>(args, path)?.defaulted();
     args.validate(path)?;
     Ok(Arc::new(VolumeBinding {
         args,

@@ -328,7 +328,7 @@ fn a_reserved_volume_is_not_offered_to_the_next_pod_until_unreserved() {
 }
 
 #[test]
-fn scores_follow_the_shape_only_when_given() {
+fn scores_follow_the_default_shape_as_kube_scheduler_1_37() {
     let storage = storage_with(|s| {
         s.apply(Arc::new(class("local", WAIT_FOR_FIRST_CONSUMER)));
         s.apply(Arc::new(
@@ -339,22 +339,15 @@ fn scores_follow_the_shape_only_when_given() {
         ));
         s.apply(Arc::new(claim("c", "local").build()));
     });
-    let mut p = plugin(&storage);
+    let p = plugin(&storage);
     let pod = PodBuilder::new("p").claim("c").info();
     let nodes = [node("n1"), node("n2")];
     let (mut state, _) = run(&p, &pod, &nodes);
-    assert!(PreScorePlugin::pre_score(&p, &mut state, &pod, &[], &Snapshot::default()).is_skip());
-    p.args.shape = Some(vec![
-        args::ShapePoint {
-            utilization: 0,
-            score: 10,
-        },
-        args::ShapePoint {
-            utilization: 100,
-            score: 0,
-        },
-    ]);
-    let (state, _) = run(&p, &pod, &nodes);
+    assert!(
+        PreScorePlugin::pre_score(&p, &mut state, &pod, &[], &Snapshot::default()).is_success(),
+        "StorageCapacityScoring is on by default in 1.37: no Skip"
+    );
+    assert_eq!(p.args.shape, Some(args::default_shape()));
     let scores: Vec<i64> = nodes
         .iter()
         .map(|n| ScorePlugin::score(&p, &state, &pod, n).expect("score"))
