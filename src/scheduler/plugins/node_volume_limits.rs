@@ -105,6 +105,22 @@ fn collect(
 }
 
 /// The attach limit of each driver on the node.
+/// Whether `driver` may serve a pod on the node of `csi_node`: unless its CSIDriver sets
+/// `preventPodSchedulingIfMissing`, always (a driver tether knows nothing of may not be CSI at
+/// all); else only when the node's CSINode lists it.
+fn driver_installed(
+    stores: &crate::scheduler::informers::storage::Stores,
+    driver: &str,
+    csi_node: Option<&CSINode>,
+) -> bool {
+    let opted_in = stores
+        .csi_drivers
+        .get(driver)
+        .and_then(|d| d.spec.prevent_pod_scheduling_if_missing)
+        .unwrap_or(false);
+    !opted_in || csi_node.is_some_and(|n| n.spec.drivers.iter().any(|d| d.name == driver))
+}
+
 fn limits(csi_node: &CSINode) -> BTreeMap<&str, i64> {
     csi_node
         .spec
@@ -190,7 +206,21 @@ impl FilterPlugin for NodeVolumeLimits {
             Ok(v) => v.clone(),
         };
         let stores = self.storage.read();
-        let Some(csi_node) = stores.csi_nodes.get(&node.name) else {
+        let csi_node = stores.csi_nodes.get(&node.name);
+        // 1.37 (VolumeLimitScaling, beta and on): a driver that asks for it keeps pods off the
+        // nodes it is not installed on.
+        let mut drivers: Vec<&str> = new_volumes.values().map(String::as_str).collect();
+        drivers.sort_unstable();
+        drivers.dedup();
+        if let Some(missing) = drivers
+            .into_iter()
+            .find(|d| !driver_installed(&stores, d, csi_node.map(|n| n.as_ref())))
+        {
+            return Status::unschedulable(format!(
+                "{missing} CSI driver is not installed on the node"
+            ));
+        }
+        let Some(csi_node) = csi_node else {
             return Status::success();
         };
         let limits = limits(csi_node);
@@ -383,5 +413,56 @@ mod tests {
             status.message(),
             "looking up PVC default/nope: persistentvolumeclaim \"nope\" not found"
         );
+    }
+
+    /// 1.37's VolumeLimitScaling: a CSIDriver with `preventPodSchedulingIfMissing` keeps a
+    /// pod with its volume off a node whose CSINode does not list it (or that has none), with
+    /// upstream's words; a driver that does not ask for it is taken on trust.
+    #[test]
+    fn a_driver_that_asks_for_it_keeps_pods_off_nodes_without_it() {
+        use k8s_openapi::api::storage::v1::{CSIDriver, CSIDriverSpec};
+        let storage = Arc::new(StorageIndex::default());
+        storage.apply(Arc::new(csi_volume("pv1", "h1")));
+        storage.apply(Arc::new(claim("c1", "").bound_to("pv1").build()));
+        storage.apply(Arc::new(csi_node("has-it", 5)));
+        let mut elsewhere = csi_node("other-driver", 5);
+        elsewhere.spec.drivers[0].name = "other.example.com".into();
+        storage.apply(Arc::new(elsewhere));
+        let plugin = NodeVolumeLimits {
+            storage: storage.clone(),
+        };
+        let pod = PodBuilder::new("p").claim("c1").info();
+        let run = |node: &str| {
+            let mut state = CycleState::new();
+            let (_, status) =
+                PreFilterPlugin::pre_filter(&plugin, &mut state, &pod, &Snapshot::default());
+            assert!(status.is_success(), "{status:?}");
+            FilterPlugin::filter(&plugin, &state, &pod, &NodeBuilder::new(node).info(vec![]))
+        };
+        assert!(run("other-driver").is_success(), "no CSIDriver: on trust");
+
+        storage.apply(Arc::new(CSIDriver {
+            metadata: ObjectMeta {
+                name: Some("csi.example.com".into()),
+                ..Default::default()
+            },
+            spec: CSIDriverSpec {
+                prevent_pod_scheduling_if_missing: Some(true),
+                ..Default::default()
+            },
+        }));
+        assert!(run("has-it").is_success());
+        for node in ["other-driver", "no-csinode"] {
+            let status = run(node);
+            assert_eq!(
+                status.code,
+                crate::scheduler::framework::Code::Unschedulable,
+                "{node}"
+            );
+            assert_eq!(
+                status.message(),
+                "csi.example.com CSI driver is not installed on the node"
+            );
+        }
     }
 }
