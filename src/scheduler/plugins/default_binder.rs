@@ -65,33 +65,79 @@ impl BindPlugin for DefaultBinder {
             let namespace = pod.metadata.namespace.clone().unwrap_or_default();
             let body = binding_for(pod, node_name);
             let api: Api<Pod> = Api::namespaced(client, &namespace);
-            match api
-                .create_subresource::<Binding, serde_json::Value>(
-                    "binding",
-                    &name,
-                    &PostParams::default(),
-                    &body,
-                )
-                .await
-            {
-                Ok(_) => Status::success(),
-                // No definite answer, or a conflict (the pod is bound, maybe by this very call).
-                Err(e)
-                    if maybe_applied(&e) || matches!(&e, kube::Error::Api(s) if s.code == 409) =>
+            let mut delay = BIND_RETRY_INITIAL;
+            let mut attempt = 1;
+            loop {
+                let error = match api
+                    .create_subresource::<Binding, serde_json::Value>(
+                        "binding",
+                        &name,
+                        &PostParams::default(),
+                        &body,
+                    )
+                    .await
                 {
-                    tracing::debug!(pod = %format!("{namespace}/{name}"), error = %e, "no definite answer to a bind; reading the pod back");
+                    Ok(_) => return Status::success(),
+                    Err(e) => e,
+                };
+                let mut not_bound = !maybe_applied(&error);
+                // No definite answer, or a conflict (the pod is bound, maybe by this very call).
+                if maybe_applied(&error) || matches!(&error, kube::Error::Api(s) if s.code == 409) {
+                    tracing::debug!(pod = %format!("{namespace}/{name}"), error = %error, "no definite answer to a bind; reading the pod back");
                     match read_back(&api, &name, pod.metadata.uid.as_deref()).await {
-                        Some(Some(node)) if node == node_name => Status::success(),
-                        Some(Some(node)) => Status::bound_elsewhere(&node),
-                        _ => {
-                            Status::error(format!("binding {namespace}/{name} to {node_name}: {e}"))
-                        }
+                        Some(Some(node)) if node == node_name => return Status::success(),
+                        Some(Some(node)) => return Status::bound_elsewhere(&node),
+                        Some(None) => not_bound = true,
+                        None => {}
                     }
                 }
-                Err(e) => Status::error(format!("binding {namespace}/{name} to {node_name}: {e}")),
+                // 1.37's BindPod: a bind the API server failed (500, 503) or whose connection
+                // it refused is made again, at most four times in all, 10 ms apart and five
+                // times longer each time.
+                if not_bound && bind_retriable(&error) && attempt < BIND_ATTEMPTS {
+                    tracing::debug!(pod = %format!("{namespace}/{name}"), error = %error, attempt, "the bind failed; making it again");
+                    tokio::time::sleep(jittered(delay)).await;
+                    delay = delay.saturating_mul(5);
+                    attempt += 1;
+                    continue;
+                }
+                return Status::error(format!(
+                    "binding {namespace}/{name} to {node_name}: {error}"
+                ));
             }
         })
     }
+}
+
+/// How many times a bind is made at most when the API server fails it (kube-scheduler 1.37's
+/// `retry.DefaultBackoff`: 4 steps of 10 ms, factor 5, jitter 0.1).
+const BIND_ATTEMPTS: u32 = 4;
+const BIND_RETRY_INITIAL: Duration = Duration::from_millis(10);
+
+/// `delay` with up to 10% more, as client-go's jitter.
+fn jittered(delay: Duration) -> Duration {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    delay.mul_f64(1.0 + f64::from(nanos % 1000) / 10_000.0)
+}
+
+/// Whether a failed bind is made again, as client-go's `Retriable`: an internal error (500),
+/// service unavailable (503), or a refused connection.
+fn bind_retriable(error: &kube::Error) -> bool {
+    if let kube::Error::Api(s) = error {
+        return s.code == 500 || s.code == 503;
+    }
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(error);
+    while let Some(e) = source {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused)
+        {
+            return true;
+        }
+        source = e.source();
+    }
+    false
 }
 
 /// How long a bind without a definite answer waits for the API server to say where the pod is.
@@ -193,6 +239,57 @@ mod tests {
         );
         let refused = bind(binder(403, Some("node-3"))).await;
         assert!(!refused.is_success(), "a definite refusal is not read back");
+    }
+
+    /// A bind the API server failed (500) and did not make is made again, as 1.37's BindPod,
+    /// at most four times in all; a definite refusal (403) is not.
+    #[tokio::test(start_paused = true)]
+    async fn a_bind_the_api_server_failed_is_made_again_up_to_four_times() {
+        for (fail, code, want_posts, want_success) in
+            [(1, 500, 2, true), (10, 500, 4, false), (10, 403, 1, false)]
+        {
+            let posts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let seen = posts.clone();
+            let client = crate::scheduler::testing::stand_in_client(move |method, _path, _sent| {
+                if method == "POST" {
+                    if seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst) < fail {
+                        return (
+                            code,
+                            serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                                "status": "Failure", "reason": "InternalError", "code": code,
+                                "message": "etcd timed out"}),
+                        );
+                    }
+                    return (
+                        201,
+                        serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Success", "code": 201}),
+                    );
+                }
+                // Not bound: the failed bind did not happen.
+                (
+                    200,
+                    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "web", "namespace": "shop", "uid": "u-1"},
+                        "spec": {"containers": []}}),
+                )
+            });
+            let binder = DefaultBinder {
+                client: Some(client),
+            };
+            let pod = PodBuilder::new("web").namespace("shop").uid("u-1").build();
+            let status = BindPlugin::bind(&binder, &CycleState::new(), &pod, "node-3").await;
+            assert_eq!(
+                status.is_success(),
+                want_success,
+                "{fail} × {code}: {status:?}"
+            );
+            assert_eq!(
+                posts.load(std::sync::atomic::Ordering::SeqCst),
+                want_posts,
+                "{fail} × {code}"
+            );
+        }
     }
 
     /// The reads after a lost bind answer 503 three times before the API server says the pod

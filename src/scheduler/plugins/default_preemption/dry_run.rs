@@ -44,7 +44,8 @@ pub fn more_important_first(a: &PodInfo, b: &PodInfo, now: Timestamp) -> Orderin
 }
 
 /// Splits pods (in their order) into those whose eviction some budget does not allow and the
-/// others, counting each eviction against every budget that selects the pod.
+/// others, counting each eviction against the budgets that select the pod, up to the first it
+/// would break (kube-scheduler 1.37's FilterVictimsWithPDBViolation).
 pub fn split_by_budgets(
     pods: &[Arc<PodInfo>],
     budgets: &[Arc<PodDisruptionBudget>],
@@ -88,7 +89,10 @@ pub fn split_by_budgets(
                 }
                 allowed[i] -= 1;
                 if allowed[i] < 0 {
+                    // 1.37: the first budget it would break decides; the budgets after it
+                    // are not counted down for this pod.
                     violates = true;
+                    break;
                 }
             }
         }

@@ -335,3 +335,50 @@ fn a_terminating_pod_is_never_reprieved() {
         "nobody evicted: the room is coming"
     );
 }
+
+/// A pod two budgets select is counted against the first it would break and no further, as
+/// kube-scheduler 1.37: the second budget keeps its allowance for the next pod it selects.
+#[test]
+fn a_pod_is_counted_against_budgets_up_to_the_first_it_would_break() {
+    let budget = |name: &str, app: &str, allowed: i32| {
+        Arc::new(PodDisruptionBudget {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(PodDisruptionBudgetSpec {
+                selector: Some(LabelSelector {
+                    match_expressions: Some(vec![
+                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                            key: "app".into(),
+                            operator: "In".into(),
+                            values: Some(app.split(',').map(String::from).collect()),
+                        },
+                    ]),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            status: Some(PodDisruptionBudgetStatus {
+                disruptions_allowed: Some(allowed),
+                ..Default::default()
+            }),
+        })
+    };
+    // b is selected by both; c by the second only.
+    let budgets = [budget("first", "b", 0), budget("second", "b,c", 1)];
+    let pod = |name: &str| Arc::new(PodBuilder::new(name).label("app", name).info());
+    let (violating, fine) = super::dry_run::split_by_budgets(&[pod("b"), pod("c")], &budgets);
+    let names = |pods: &[Arc<crate::scheduler::framework::pod_info::PodInfo>]| {
+        pods.iter()
+            .map(|p| p.pod.metadata.name.clone().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&violating), ["b"]);
+    assert_eq!(
+        names(&fine),
+        ["c"],
+        "b broke the first budget; the second still allows c"
+    );
+}
