@@ -29,7 +29,9 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 const BACK_WITHIN: Duration = Duration::from_secs(5);
 
 /// The pods in `ns` reported as failing to bind although they are bound: a `FailedScheduling`
-/// event "Binding rejected: …", or a `PodScheduled=False` condition left on a bound pod. (A
+/// event of a failed binding cycle ("running Bind plugin …", "running PreBind plugin …", or
+/// tether's "Binding rejected: …" when it may not bind), or a `PodScheduled=False` condition
+/// left on a bound pod. (A
 /// pod may legitimately have waited before its cycle, e.g. for its owner ReplicaSet to be
 /// known: that event is not a misreport.)
 async fn bound_yet_reported_failed(client: &kube::Client, ns: &str) -> anyhow::Result<Vec<String>> {
@@ -43,9 +45,15 @@ async fn bound_yet_reported_failed(client: &kube::Client, ns: &str) -> anyhow::R
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some("FailedScheduling"))
         .filter(|e| {
-            e.note
-                .as_deref()
-                .is_some_and(|n| n.starts_with("Binding rejected"))
+            e.note.as_deref().is_some_and(|n| {
+                [
+                    "Binding rejected",
+                    "running Bind plugin",
+                    "running PreBind plugin",
+                ]
+                .iter()
+                .any(|p| n.starts_with(p))
+            })
         })
         .filter_map(|e| e.regarding.and_then(|r| r.uid))
         .collect();

@@ -101,6 +101,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     // A Permit plugin's rejection counts as that plugin rejecting the pod; any later failure
     // is an error.
     let mut permit_rejected = false;
+    let mut stage = Stage::Permit;
     let status = async {
         if let Some(PermitWait { verdict, timeout }) = permit {
             let verdict = sched
@@ -112,6 +113,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
                 return verdict;
             }
         }
+        stage = Stage::PreBind;
         sched.queue.permitted(pod_info.uid());
         // PreBind may wait long (VolumeBinding waits for the PV controller, up to its
         // bindTimeoutSeconds): it holds no place among the binding cycles, so pods waiting for
@@ -133,10 +135,12 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         }
         // Not leading (past the renew deadline, or stopping): the pod is left to the next
         // leader. A bind not answered when the term ends is abandoned, never sent late.
+        stage = Stage::Gate;
         let permit = match sched.gate.admit(Write::Bind) {
             Ok(permit) => permit,
             Err(refused) => return Status::error(refused.to_string()),
         };
+        stage = Stage::Bind;
         slot = Some(sched.binds.take_slot());
         let began = Instant::now();
         let status = match permit.fence(profile.run_bind(&state, &pod, &node)).await {
@@ -199,11 +203,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         return;
     }
     sched.lock_cache().forget_pod(pod_info.uid());
-    let message = if status.is_rejected() {
-        status.message()
-    } else {
-        format!("Binding rejected: {}", status.message())
-    };
+    let message = failure_message(stage, &status);
     // Only a Permit plugin's rejection names its plugin for the queue: PreBind and Bind
     // register no events.
     let failure = Failure::after_status(&status, permit_rejected, message);
@@ -216,9 +216,78 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     );
 }
 
+/// Where a binding cycle stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Stage {
+    Permit,
+    PreBind,
+    /// This replica may not bind (it no longer leads, or it stops).
+    Gate,
+    Bind,
+}
+
+/// What a failed binding cycle reports, in kube-scheduler's words: a Permit or PreBind
+/// rejection as a FitError over the one node (`0/1 nodes are available: 1 <reason>.`); an
+/// error wrapped as its framework wraps it (`running PreBind plugin "VolumeBinding": …`,
+/// `running Bind plugin "DefaultBinder": …`, `waiting on permit for pod: …`); a Bind rejection
+/// as it is.
+fn failure_message(stage: Stage, status: &Status) -> String {
+    let message = status.message();
+    let plugin = status.plugin.unwrap_or_default();
+    match (stage, status.is_rejected()) {
+        (Stage::Permit | Stage::PreBind, true) => {
+            let mut reasons: Vec<String> =
+                status.reasons.iter().map(|r| format!("1 {r}")).collect();
+            reasons.sort();
+            format!("0/1 nodes are available: {}.", reasons.join(", "))
+        }
+        (Stage::Bind, true) => message,
+        (Stage::Permit, false) => format!("waiting on permit for pod: {message}"),
+        (Stage::PreBind, false) => format!("running PreBind plugin {plugin:?}: {message}"),
+        (Stage::Bind, false) => format!("running Bind plugin {plugin:?}: {message}"),
+        (Stage::Gate, _) => format!("Binding rejected: {message}"),
+    }
+}
+
 /// The pod as it was assumed: on `node`.
 fn assumed_pod(pod: &Pod, node: &str) -> Arc<Pod> {
     let mut assumed = pod.clone();
     assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
     Arc::new(assumed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::framework::Code;
+
+    /// A failed binding cycle is reported in kube-scheduler's words for each stage.
+    #[test]
+    fn a_failed_binding_cycle_says_where_as_kube_scheduler() {
+        let rejected = Status::new(
+            Code::Unschedulable,
+            "node(s) had volume node affinity conflict",
+        )
+        .with_plugin("VolumeBinding");
+        assert_eq!(
+            failure_message(Stage::PreBind, &rejected),
+            "0/1 nodes are available: 1 node(s) had volume node affinity conflict."
+        );
+        let failed = Status::error("binding volumes: timed out waiting for the condition")
+            .with_plugin("VolumeBinding");
+        assert_eq!(
+            failure_message(Stage::PreBind, &failed),
+            "running PreBind plugin \"VolumeBinding\": binding volumes: timed out waiting for the condition"
+        );
+        let bind = Status::error("pods \"web\" not found").with_plugin("DefaultBinder");
+        assert_eq!(
+            failure_message(Stage::Bind, &bind),
+            "running Bind plugin \"DefaultBinder\": pods \"web\" not found"
+        );
+        let permit = Status::new(Code::Unschedulable, "rejected by the gang").with_plugin("Gang");
+        assert_eq!(
+            failure_message(Stage::Permit, &permit),
+            "0/1 nodes are available: 1 rejected by the gang."
+        );
+    }
 }

@@ -101,9 +101,9 @@ impl BindPlugin for DefaultBinder {
                     attempt += 1;
                     continue;
                 }
-                return Status::error(format!(
-                    "binding {namespace}/{name} to {node_name}: {error}"
-                ));
+                // The API server's own words, as upstream's DefaultBinder returns them.
+                tracing::debug!(pod = %format!("{namespace}/{name}"), node = %node_name, error = %error, "the bind failed");
+                return Status::error(crate::k8s::api_errors::message(&error));
             }
         })
     }
