@@ -90,6 +90,9 @@ struct Entry {
     /// The sequence number of this pod's newest heap entry: older heap entries of the pod
     /// (pushed before an update re-sorted it, or before it moved) are skipped when popped.
     heap_seq: u64,
+    /// Whether the pod has been in activeQ: its first attempt's time is taken then, so the
+    /// time it spent gated is not counted in the SLI (upstream's InitialAttemptTimestamp).
+    activated: bool,
 }
 
 impl Entry {
@@ -114,6 +117,7 @@ impl Entry {
             unserved_after_flight: false,
             full_backoff: false,
             heap_seq: 0,
+            activated: pool != Pool::Gated,
         }
     }
 }
@@ -286,7 +290,13 @@ impl SchedulingQueue {
             }
             Pool::Gated if gate.is_none() => {
                 entry.pool = Pool::Active;
-                entry.info.timestamp = Instant::now();
+                // As upstream, an ungated pod keeps its place (its timestamp is when it was
+                // created, not ungated: Kueue and JobSet create pods gated), and its first
+                // attempt is timed from now.
+                if !entry.activated {
+                    entry.activated = true;
+                    entry.info.initial_attempt_timestamp = Instant::now();
+                }
                 let info = entry.info.clone();
                 self.push(&mut st, info, None);
                 self.incoming("active", POD_UPDATE);

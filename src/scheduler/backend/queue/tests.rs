@@ -221,6 +221,27 @@ fn gated_pods_wait_until_an_update_clears_the_gate() {
     assert_eq!(pop_names(&q, 1), ["gated"]);
 }
 
+/// An ungated pod keeps its place among pods of its priority (created first, it goes first,
+/// as upstream: Kueue and JobSet create pods gated), and its first attempt is timed from when
+/// it was ungated, not created.
+#[test]
+fn an_ungated_pod_keeps_its_place_and_its_wait_starts_when_ungated() {
+    let q = queue();
+    q.add(pod("gated-first", 0), Some("SchedulingGates"));
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    q.add(pod("created-later", 0), None);
+    std::thread::sleep(std::time::Duration::from_millis(2));
+    let ungated_at = std::time::Instant::now();
+    q.update(pod("gated-first", 0), None);
+    let first = q.pop().expect("a pod");
+    assert_eq!(first.pod.name(), "gated-first", "it keeps its place");
+    assert!(
+        first.initial_attempt_timestamp >= ungated_at,
+        "its first attempt is timed from its ungating"
+    );
+    assert!(first.timestamp < ungated_at, "its place is its creation");
+}
+
 #[test]
 fn only_events_a_rejecting_plugin_registered_and_hints_for_move_a_pod() {
     let q = queue();
