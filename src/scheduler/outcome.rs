@@ -454,16 +454,19 @@ impl Reports {
 /// How often a failure report is tried against a pod that keeps changing under it.
 const CONDITION_WRITE_TRIES: usize = 3;
 
-/// The message of the pod's `PodScheduled=False` condition, if it has one.
-fn scheduled_message(pod: &Pod) -> Option<&str> {
+/// The pod's `PodScheduled=False` condition, if it has one.
+fn not_scheduled(pod: &Pod) -> Option<&k8s_openapi::api::core::v1::PodCondition> {
     pod.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == "PodScheduled" && c.status == "False")?
-        .message
-        .as_deref()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+}
+
+/// The message of the pod's `PodScheduled=False` condition, if it has one.
+fn scheduled_message(pod: &Pod) -> Option<&str> {
+    not_scheduled(pod)?.message.as_deref()
 }
 
 /// The status patch that reports the failure on `pod` as it is now, with its UID and
@@ -477,18 +480,9 @@ fn condition_patch(
     current: bool,
 ) -> Option<serde_json::Value> {
     let already = current
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| {
-                cs.iter().any(|c| {
-                    c.type_ == "PodScheduled"
-                        && c.status == "False"
-                        && c.reason.as_deref() == Some(reason)
-                        && c.message.as_deref() == Some(message)
-                })
-            });
+        && not_scheduled(pod).is_some_and(|c| {
+            c.reason.as_deref() == Some(reason) && c.message.as_deref() == Some(message)
+        });
     let current = pod
         .status
         .as_ref()

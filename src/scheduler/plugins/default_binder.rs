@@ -116,10 +116,7 @@ const BIND_RETRY_INITIAL: Duration = Duration::from_millis(10);
 
 /// `delay` with up to 10% more, as client-go's jitter.
 fn jittered(delay: Duration) -> Duration {
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.subsec_nanos());
-    delay.mul_f64(1.0 + f64::from(nanos % 1000) / 10_000.0)
+    delay.mul_f64(rand::random_range(1.0..1.1))
 }
 
 /// Whether a failed bind is made again, as client-go's `Retriable`: an internal error (500),

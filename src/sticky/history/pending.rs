@@ -18,14 +18,12 @@ pub type Key = (String, String);
 pub struct Pending {
     workload: Workload,
     binds: Vec<Bind>,
-    /// The binds of the write in flight.
-    writing_now: Vec<Bind>,
     writing: bool,
-    /// What `binds` and `writing_now` add to the counts, each pod once: what the plugins lay
-    /// on the written status (so a lookup costs the nodes, not the binds).
+    /// What `binds` and the write in flight add to the counts, each pod once: what the
+    /// plugins lay on the written status (so a lookup costs the nodes, not the binds).
     queued: Delta,
     in_flight: Delta,
-    /// The pods in `binds` and `writing_now`.
+    /// The pods in `binds` and in the write in flight.
     uids: HashSet<String>,
 }
 
@@ -84,7 +82,6 @@ impl PendingBinds {
         let entry = pending.entry(key.clone()).or_insert_with(|| Pending {
             workload: workload.clone(),
             binds: Vec::new(),
-            writing_now: Vec::new(),
             writing: false,
             queued: Delta::default(),
             in_flight: Delta::default(),
@@ -110,21 +107,16 @@ impl PendingBinds {
             pending.remove(key);
             return None;
         }
-        entry.writing_now = std::mem::take(&mut entry.binds);
         entry.in_flight = std::mem::take(&mut entry.queued);
-        Some((entry.workload.clone(), entry.writing_now.clone()))
+        Some((entry.workload.clone(), std::mem::take(&mut entry.binds)))
     }
 
     /// The batch in flight for `key` was written (or failed for good).
     pub fn batch_done(&self, key: &Key) {
         if let Some(entry) = locks::lock(&self.pending).get_mut(key) {
-            for bind in entry.writing_now.drain(..) {
-                entry.uids.remove(&bind.pod_uid);
-            }
-            // A pod reported again while its first report was in flight waits once more.
-            for bind in &entry.binds {
-                entry.uids.insert(bind.pod_uid.clone());
-            }
+            // The pods waiting now: those of the next write (a pod reported again while its
+            // first report was in flight among them).
+            entry.uids = entry.binds.iter().map(|b| b.pod_uid.clone()).collect();
             entry.in_flight = Delta::default();
         }
     }
@@ -133,7 +125,7 @@ impl PendingBinds {
     pub fn unwritten(&self, key: &Key) -> Option<Unwritten> {
         let pending = locks::lock(&self.pending);
         let p = pending.get(key)?;
-        if p.binds.is_empty() && p.writing_now.is_empty() {
+        if p.binds.is_empty() && p.in_flight.is_empty() {
             return None;
         }
         Some(Unwritten {

@@ -482,40 +482,38 @@ impl HistoryStore {
     /// server: its history stops there (the binds are counted nowhere) until a person trims
     /// it or frees the workload (deletes the binding).
     async fn announce_too_large(&self, binding: &StickyBinding, message: &str) {
-        use kube::Resource;
         let note = format!(
             "the status is too large to write ({message}): binds are no longer recorded; delete this StickyBinding to start its history afresh"
         );
-        if let Err(e) = self
-            .events
-            .publish(
-                &binding.object_ref(&()),
-                EventType::Warning,
-                "HistoryTooLarge",
-                "Record",
-                note,
-            )
-            .await
-        {
-            tracing::debug!(error = %e, "could not publish the HistoryTooLarge event");
-        }
+        self.warn(binding, "HistoryTooLarge", "Record", note).await;
     }
 
     async fn announce_release(&self, binding: &StickyBinding, from: &str, to: &str) {
-        use kube::Resource;
         let note = format!("node {from} was lost; the workload was released and bound to {to}");
+        self.warn(binding, "Released", "Release", note).await;
+    }
+
+    /// A Warning event on `binding`, best effort.
+    async fn warn(
+        &self,
+        binding: &StickyBinding,
+        reason: &'static str,
+        action: &'static str,
+        note: String,
+    ) {
+        use kube::Resource;
         if let Err(e) = self
             .events
             .publish(
                 &binding.object_ref(&()),
                 EventType::Warning,
-                "Released",
-                "Release",
+                reason,
+                action,
                 note,
             )
             .await
         {
-            tracing::debug!(error = %e, "could not publish the Released event");
+            tracing::debug!(error = %e, reason, "could not publish an event on a StickyBinding");
         }
     }
 }
