@@ -590,6 +590,20 @@ impl OwnTether {
     pub fn readyz(&self) -> anyhow::Result<Option<String>> {
         curl(&format!("http://{}/readyz", self.http))
     }
+
+    /// What `/readyz` says, ready or not (a test's failure names the watches still stale).
+    pub fn readyz_says(&self) -> String {
+        Command::new("curl")
+            .args([
+                "-s",
+                "--max-time",
+                "5",
+                &format!("http://{}/readyz", self.http),
+            ])
+            .output()
+            .map(|out| String::from_utf8_lossy(&out.stdout).into_owned())
+            .unwrap_or_else(|e| format!("(curl failed: {e})"))
+    }
 }
 
 impl Drop for OwnTether {

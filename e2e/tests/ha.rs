@@ -3,6 +3,7 @@
 //! the other stands by and writes nothing; when the leader dies or is cut off, the standby takes
 //! over. `make e2e` runs these alone, after the shared tether has stopped.
 
+use anyhow::Context;
 use std::time::{Duration, Instant};
 
 use http::Method;
@@ -222,7 +223,8 @@ async fn a_leader_cut_off_stands_down_and_the_standby_takes_over() -> anyhow::Re
         Ok(a.readyz()?
             .filter(|body| body.lines().any(|l| l.starts_with("standby"))))
     })
-    .await?;
+    .await
+    .with_context(|| format!("its /readyz says: {}", a.readyz_says()))?;
     assert!(
         a.healthz()?.is_some(),
         "healthy: losing the Lease is no fault"

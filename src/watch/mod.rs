@@ -12,7 +12,8 @@
 //! the client honours before the watch sees a failure. A run of failures is logged once as a
 //! warning when it starts and every [`WARN_EVERY`] attempts after (the others at debug level);
 //! [`Readiness`] says when the watch is current again. From its failure until the index holds
-//! the new list the watch is marked stale in [`Readiness`], and the scheduling loop waits.
+//! the new list the watch is marked stale in [`Readiness`], and the scheduling loop waits. A list
+//! that gets no answer for [`LIST_STALL`] is given up and started over, whatever kept it.
 
 pub mod readiness;
 
@@ -36,6 +37,11 @@ const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
 /// Of a run of failed attempts, the first and every this many after are logged as warnings.
 const WARN_EVERY: u32 = 30;
+/// How long a list may go without a page (or its end) before it is given up and started over.
+/// The client's own read deadline (60 s) should end such a list first; this one holds when it
+/// does not, so one request stuck somewhere in the client cannot keep a watch stale, and
+/// tether unready, for good. A list page of 500 objects takes well under a second.
+const LIST_STALL: Duration = Duration::from_secs(75);
 
 /// `backoff` spread over 75–125 % of itself.
 fn jittered(backoff: Duration) -> Duration {
@@ -95,6 +101,9 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     streaming: bool,
     /// Whether the watch may switch to streaming lists when a list cannot be decoded.
     each_object: bool,
+    /// Whether the watch is listing (from its start until the list's end): each page then has
+    /// [`LIST_STALL`] to come.
+    listing: bool,
 }
 
 /// Watches `api`: yields every event of kube's watcher, starting with a full list (`Init`,
@@ -177,16 +186,37 @@ where
         failures: 0,
         streaming: false,
         each_object,
+        listing: true,
     };
     futures::stream::unfold(state, |mut st| async move {
         if let Some(pause) = st.pause.take() {
             tokio::time::sleep(pause).await;
         }
         loop {
+            if st.stream.is_none() {
+                st.listing = true;
+            }
             let stream = st
                 .stream
                 .get_or_insert_with(|| watcher::watcher(st.api.clone(), st.config.clone()).boxed());
-            match stream.next().await {
+            let next = if st.listing {
+                match tokio::time::timeout(LIST_STALL, stream.next()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        let pause = jittered(st.backoff);
+                        tracing::warn!(watch = %st.what, stalled_for = ?LIST_STALL, retry_in = ?pause, "a list got no answer in time; giving it up and listing again");
+                        st.stream = None;
+                        if let Some(feed) = &st.feed {
+                            feed.stale();
+                        }
+                        tokio::time::sleep(pause).await;
+                        continue;
+                    }
+                }
+            } else {
+                stream.next().await
+            };
+            match next {
                 Some(Ok(mut event)) => {
                     trim(&mut event);
                     match &event {
@@ -198,6 +228,7 @@ where
                         Event::InitDone => {
                             st.backoff = INITIAL_BACKOFF;
                             st.failures = 0;
+                            st.listing = false;
                         }
                         _ => {}
                     }
@@ -372,7 +403,7 @@ fn config() -> watcher::Config {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::{Arc, Mutex};
 
     use super::*;
 
@@ -481,5 +512,64 @@ mod tests {
         let mut init = Event::InitApply(pod);
         trim(&mut init);
         assert!(matches!(init, Event::InitApply(_)));
+    }
+    /// A list that gets no answer at all (a request stuck in the client, past its own read
+    /// deadline) is given up after [`LIST_STALL`] and listed again, so the watch becomes current
+    /// instead of staying stale for good.
+    #[tokio::test(start_paused = true)]
+    async fn a_list_that_gets_no_answer_is_given_up_and_listed_again() {
+        use k8s_openapi::api::core::v1::Namespace;
+        use std::sync::atomic::{AtomicU32, Ordering};
+        let lists = Arc::new(AtomicU32::new(0));
+        let counted = lists.clone();
+        let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                let watching = req.uri().query().unwrap_or_default().contains("watch=true");
+                if !watching && counted.fetch_add(1, Ordering::SeqCst) == 0 {
+                    // The first list: never answered.
+                    futures::future::pending::<()>().await;
+                }
+                let body = if watching {
+                    futures::future::pending::<()>().await;
+                    Vec::new()
+                } else {
+                    serde_json::to_vec(&serde_json::json!({
+                        "apiVersion": "v1", "kind": "NamespaceList",
+                        "metadata": {"resourceVersion": "7"},
+                        "items": [{"metadata": {"name": "team-a"}}],
+                    }))
+                    .expect("json")
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(200)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(body))
+                        .expect("a response"),
+                )
+            }
+        });
+        let client = kube::Client::new(service, "default");
+        let readiness = Readiness::new();
+        let feed = readiness.register("namespaces");
+        let events = watch(
+            Api::<Namespace>::all(client),
+            "namespaces",
+            Some(feed.clone()),
+        );
+        let mut events = std::pin::pin!(events);
+        let mut applied = Vec::new();
+        let started = tokio::time::Instant::now();
+        while let Some(event) = events.next().await {
+            match event.expect("no error is yielded for a stalled list") {
+                Event::InitApply(ns) => applied.push(ns.metadata.name.unwrap_or_default()),
+                Event::InitDone => break,
+                _ => {}
+            }
+        }
+        assert_eq!(applied, ["team-a"]);
+        assert_eq!(lists.load(Ordering::SeqCst), 2, "listed again once");
+        assert!(started.elapsed() >= LIST_STALL);
     }
 }
