@@ -38,6 +38,9 @@ pub enum Write {
     BindingStatus,
     /// A failed attempt's `PodScheduled=False` and `nominatedNodeName`.
     FailureReport,
+    /// The binding cycle's `nominatedNodeName`: the node a pod goes to while PreBind works for
+    /// it or Permit holds it.
+    Nomination,
     /// An events.k8s.io Event.
     Event,
     /// Preemption's `DisruptionTarget` condition and the victim's deletion.
@@ -244,12 +247,13 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
-    const ALL: [Write; 8] = [
+    const ALL: [Write; 9] = [
         Write::Bind,
         Write::History,
         Write::ProfileStatus,
         Write::BindingStatus,
         Write::FailureReport,
+        Write::Nomination,
         Write::Event,
         Write::Eviction,
         Write::VolumeBinding,

@@ -44,10 +44,6 @@ impl ReferenceScheduler {
     }
 
     fn start_configured(name: &str, profiles: &[&str], preempting: bool) -> anyhow::Result<Self> {
-        let bin = kube_scheduler_bin()?;
-        let logs = repo_dir().join(".cluster/logs");
-        std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
-        let config = logs.join(format!("{name}.yaml"));
         let profiles: Vec<serde_json::Value> = profiles
             .iter()
             .map(|p| {
@@ -61,6 +57,16 @@ impl ReferenceScheduler {
                 }
             })
             .collect();
+        Self::start_with(name, profiles)
+    }
+
+    /// Starts kube-scheduler with `profiles` as they are (each a KubeSchedulerProfile: its
+    /// `schedulerName`, `plugins`, `pluginConfig`).
+    pub fn start_with(name: &str, profiles: Vec<serde_json::Value>) -> anyhow::Result<Self> {
+        let bin = kube_scheduler_bin()?;
+        let logs = repo_dir().join(".cluster/logs");
+        std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
+        let config = logs.join(format!("{name}.yaml"));
         let doc = serde_json::json!({
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",

@@ -12,6 +12,7 @@ use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
+use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, VOLUME_OF, apply, apply_profile, client, delete_and_wait_replaced,
     delete_labelled, kubectl_ok, unique_suffix, wait_bound, wait_event, wait_for,
@@ -445,6 +446,16 @@ async fn a_claim_is_provisioned_on_the_node_the_scheduler_chose() -> anyhow::Res
         None,
         "not bound before its volume is"
     );
+    // While its volume is provisioned, the pod says where it goes (kube-scheduler's
+    // NominatedNodeNameForExpectation), for cluster-autoscaler, Karpenter and Kueue to read.
+    assert_eq!(
+        pending
+            .status
+            .and_then(|s| s.nominated_node_name)
+            .as_deref(),
+        Some(selected.as_str()),
+        "nominated to the node its volume is provisioned on while it waits"
+    );
     // The provisioner's part: a volume on the selected node, for this claim.
     let pv = format!("{class}-data");
     apply(json!({
@@ -474,6 +485,161 @@ async fn a_claim_is_provisioned_on_the_node_the_scheduler_chose() -> anyhow::Res
         "the class allows zone-b only"
     );
     assert_eq!(bound_volume(&client, &ns.name, "data").await?, pv);
+    ns.delete().await?;
+    nodes.delete().await?;
+    delete_volumes_of(&class)
+}
+
+/// What a pod shows of its placement: its nominated node, and its `PodScheduled=False`
+/// condition's reason and message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shown {
+    nominated: Option<String>,
+    failed: Option<(String, String)>,
+}
+
+fn shown(pod: &Pod) -> Shown {
+    let status = pod.status.clone().unwrap_or_default();
+    let failed = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        .map(|c| (c.reason.unwrap_or_default(), c.message.unwrap_or_default()));
+    Shown {
+        nominated: status.nominated_node_name,
+        failed,
+    }
+}
+
+/// Side by side with kube-scheduler v1.37.2, both with `bindTimeoutSeconds: 5`: a claim of a
+/// class nobody provisions. While VolumeBinding's PreBind waits, each scheduler shows the
+/// chosen node as the pod's nominated node; when the wait times out, each clears it and
+/// reports the same failure in the same write. Every state each pod passes through is read
+/// from a watch of the API, and from the nomination on they must be the same for both.
+#[tokio::test]
+async fn a_provisioning_that_times_out_shows_as_kube_schedulers() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use std::sync::{Arc, Mutex};
+
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vol-timeout").await?;
+    let nodes = TestNodes::create(&client, "vol-timeout", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (reference, tether) = (
+        format!("vol-timeout-ref-{suffix}"),
+        format!("vol-timeout-tether-{suffix}"),
+    );
+    let args = json!([{"name": "VolumeBinding", "args": {"bindTimeoutSeconds": 5}}]);
+    let _kube = ReferenceScheduler::start_with(
+        "kube-scheduler-vol-timeout",
+        vec![json!({"schedulerName": reference, "pluginConfig": args})],
+    )?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether, "pluginConfig": args}),
+    )
+    .await?;
+    let class = format!("never-{suffix}");
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": class, "labels": {VOLUME_OF: class}},
+        "provisioner": "e2e.tether.dev/never", "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let seen: Arc<Mutex<BTreeMap<String, Vec<Shown>>>> = Arc::default();
+    let record = seen.clone();
+    let watch = tokio::spawn(
+        watcher::watcher(pods.clone(), watcher::Config::default()).for_each(move |event| {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                let name = pod.metadata.name.clone().unwrap_or_default();
+                let now = shown(&pod);
+                let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+                let states = seen.entry(name).or_default();
+                if states.last() != Some(&now) {
+                    states.push(now);
+                }
+            }
+            futures::future::ready(())
+        }),
+    );
+    for scheduler in [&reference, &tether] {
+        let claim = format!("data-{scheduler}");
+        apply(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": ns.name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }))?;
+        let mut spec = json!({"schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "pause"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]});
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("app-{scheduler}"), "namespace": ns.name}, "spec": spec}))?;
+    }
+
+    // Created, nominated while PreBind waits, then failed with the nomination cleared.
+    let states_of = |scheduler: &str| -> Vec<Shown> {
+        seen.lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&format!("app-{scheduler}"))
+            .cloned()
+            .unwrap_or_default()
+    };
+    let node = nodes.names[0].clone();
+    for scheduler in [&reference, &tether] {
+        wait_for(
+            &format!("{scheduler}'s pod to be nominated, then to fail"),
+            Duration::from_secs(60),
+            || async {
+                let states = states_of(scheduler);
+                let nominated = states
+                    .iter()
+                    .position(|s| s.nominated.as_deref() == Some(node.as_str()));
+                Ok(nominated
+                    .and_then(|at| states[at..].iter().find(|s| s.failed.is_some()))
+                    .map(|_| ()))
+            },
+        )
+        .await?;
+    }
+    watch.abort();
+    let (theirs, ours) = (states_of(&reference), states_of(&tether));
+    println!("kube-scheduler's pod: {theirs:#?}\ntether's pod: {ours:#?}");
+    // From the nomination on (the pod's creation may come before the watch's list).
+    let from_nomination = |states: &[Shown]| -> Vec<Shown> {
+        let at = states
+            .iter()
+            .position(|s| s.nominated.is_some())
+            .unwrap_or(states.len());
+        states[at..].iter().take(2).cloned().collect()
+    };
+    let (theirs, ours) = (from_nomination(&theirs), from_nomination(&ours));
+    assert_eq!(
+        ours, theirs,
+        "the same states, in the same order, as kube-scheduler's pod"
+    );
+    assert_eq!(theirs[0].nominated.as_deref(), Some(node.as_str()));
+    assert_eq!(
+        theirs[1],
+        Shown {
+            nominated: None,
+            failed: Some((
+                "SchedulerError".into(),
+                "running PreBind plugin \"VolumeBinding\": binding volumes: context deadline exceeded".into()
+            )),
+        },
+        "the reference itself: the failure clears the nomination in the same write"
+    );
+
+    kubectl_ok(
+        &["delete", "schedulingprofile", &tether, "--ignore-not-found"],
+        None,
+    )?;
     ns.delete().await?;
     nodes.delete().await?;
     delete_volumes_of(&class)

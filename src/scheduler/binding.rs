@@ -13,10 +13,10 @@ use crate::gate::Write;
 use crate::inflight::InFlight;
 use crate::locks;
 use crate::scheduler::cycle::Assumed;
-use crate::scheduler::failure::Failure;
-use crate::scheduler::framework::Status;
+use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime::PermitWait;
+use crate::scheduler::framework::{Code, Status};
 use crate::scheduler::{MAX_BINDS_IN_FLIGHT, Scheduler};
 
 /// The binding cycles under way (for the shutdown's wait), and the places among the
@@ -101,8 +101,22 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     // A Permit plugin's rejection counts as that plugin rejecting the pod; any later failure
     // is an error.
     let mut permit_rejected = false;
-    let mut stage = Stage::Permit;
+    let mut stage = Stage::PreFlight;
+    // Whether this cycle wrote the node as the pod's nomination (cleared again if it fails).
+    let mut nominated = false;
     let status = async {
+        // kube-scheduler's NominatedNodeNameForExpectation (beta, on): when PreBind has work to
+        // do (claims to bind or provision) or Permit holds the pod, the node is written as the
+        // pod's `status.nominatedNodeName` first, so that cluster-autoscaler, Karpenter and
+        // Kueue see where it goes meanwhile. Otherwise the bind follows at once.
+        let pre_flight = profile.run_pre_bind_pre_flights(&state, &pod, &node);
+        if pre_flight.code == Code::Error {
+            return pre_flight;
+        }
+        if pre_flight.is_success() || permit.is_some() {
+            nominated = sched.reports.nominate_binding_node(&pod, &node).await;
+        }
+        stage = Stage::Permit;
         if let Some(PermitWait { verdict, timeout }) = permit {
             let verdict = sched
                 .waiting_pods
@@ -206,7 +220,10 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     let message = failure_message(stage, &status);
     // Only a Permit plugin's rejection names its plugin for the queue: PreBind and Bind
     // register no events.
-    let failure = Failure::after_status(&status, permit_rejected, message);
+    let mut failure = Failure::after_status(&status, permit_rejected, message);
+    if nominated {
+        failure.nomination = NominationOutcome::EndedAfterBindingNode;
+    }
     sched.handle_binding_failure(&queued, &profile, failure);
     // The pod held resources in the cache: pods waiting for them may fit now.
     sched.queue.on_event(
@@ -219,6 +236,8 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
 /// Where a binding cycle stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Stage {
+    /// Asking the PreBind plugins whether they have work (an error is reported as it is).
+    PreFlight,
     Permit,
     PreBind,
     /// This replica may not bind (it no longer leads, or it stops).
@@ -241,7 +260,7 @@ fn failure_message(stage: Stage, status: &Status) -> String {
             reasons.sort();
             format!("0/1 nodes are available: {}.", reasons.join(", "))
         }
-        (Stage::Bind, true) => message,
+        (Stage::Bind, true) | (Stage::PreFlight, _) => message,
         (Stage::Permit, false) => format!("waiting on permit for pod: {message}"),
         (Stage::PreBind, false) => format!("running PreBind plugin {plugin:?}: {message}"),
         (Stage::Bind, false) => format!("running Bind plugin {plugin:?}: {message}"),

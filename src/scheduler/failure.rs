@@ -41,6 +41,9 @@ pub enum NominationOutcome {
     /// The attempt failed other than by PostFilter's say: the nomination ends, here and in the
     /// API, as upstream clears it.
     Ended,
+    /// As `Ended`, after the binding cycle wrote the node it was binding to as the pod's
+    /// nomination: the clear is written even where the pod's copy does not show that node.
+    EndedAfterBindingNode,
 }
 
 impl Failure {
@@ -141,12 +144,14 @@ impl Scheduler {
                 self.nominator.nominate(pod.clone(), &node);
                 NominatedNode::Set(node)
             }
-            NominationOutcome::Ended => {
+            NominationOutcome::Ended | NominationOutcome::EndedAfterBindingNode => {
                 let had = self.nominator.forget(pod.uid());
                 if let Some(gone) = &had {
                     self.room_given_up(gone);
                 }
-                if had.is_some() || nominated_node(&pod.pod).is_some() {
+                if failure.nomination == NominationOutcome::EndedAfterBindingNode {
+                    NominatedNode::ClearBindingNode
+                } else if had.is_some() || nominated_node(&pod.pod).is_some() {
                     NominatedNode::Clear
                 } else {
                     NominatedNode::Unchanged

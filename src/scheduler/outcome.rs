@@ -96,6 +96,9 @@ pub enum NominatedNode {
     Set(String),
     /// Cleared: the nomination ended.
     Clear,
+    /// Cleared: the binding cycle had written the node it bound to, which the pod's copy in
+    /// the report may not show yet, so the clear is written whatever the copy says.
+    ClearBindingNode,
 }
 
 /// Publishes scheduling events and conditions.
@@ -451,6 +454,49 @@ impl Reports {
     }
 }
 
+impl Reports {
+    /// Writes `node` as the pod's `status.nominatedNodeName` (kube-scheduler's
+    /// NominatedNodeNameForExpectation): the binding cycle does before PreBind works for it or
+    /// Permit holds it, so that others see where it goes meanwhile. Nothing is written when
+    /// the pod's copy says so already. The write carries the pod's UID as a precondition; it
+    /// is awaited (a bind never overtakes it) and its failure only logged, as upstream: the
+    /// binding goes on. Returns whether it was written.
+    pub async fn nominate_binding_node(&self, pod: &Pod, node: &str) -> bool {
+        let current = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        if current == Some(node) {
+            return false;
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), ns);
+        let patch = serde_json::json!({
+            "metadata": {"uid": pod.metadata.uid},
+            "status": {"nominatedNodeName": node},
+        });
+        let written = self
+            .gate
+            .write(
+                Write::Nomination,
+                api.patch_status(name, &PatchParams::default(), &Patch::Strategic(&patch)),
+            )
+            .await;
+        match written {
+            Ok(Ok(_)) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(pod = %format!("{ns}/{name}"), node, error = %e, "could not write the nominated node in the binding cycle; binding goes on");
+                false
+            }
+            Err(refused) => {
+                tracing::debug!(pod = %format!("{ns}/{name}"), error = %refused, "the binding cycle's nominated node is not written");
+                false
+            }
+        }
+    }
+}
+
 /// How often a failure report is tried against a pod that keeps changing under it.
 const CONDITION_WRITE_TRIES: usize = 3;
 
@@ -494,6 +540,7 @@ fn condition_patch(
             (current != Some(node.as_str())).then(|| serde_json::json!(node))
         }
         NominatedNode::Clear => current.is_some().then_some(serde_json::Value::Null),
+        NominatedNode::ClearBindingNode => Some(serde_json::Value::Null),
     };
     if already && nominated.is_none() {
         return None;
@@ -538,6 +585,65 @@ pub fn truncate_note(note: &str) -> String {
 mod tests {
     use super::*;
     use crate::scheduler::testing::{PodBuilder, stand_in_client};
+
+    /// The binding cycle writes the node as the pod's nomination (with the pod's UID as a
+    /// precondition) unless the pod says so already; a failure after it writes the clear even
+    /// where the pod's copy does not show the node, while an ordinary clear writes only a change.
+    #[tokio::test]
+    async fn the_binding_node_is_written_as_the_nomination_and_cleared_after_a_failure() {
+        let sent = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let log = sent.clone();
+        let client = stand_in_client(move |method, path, body| {
+            log.lock().expect("log").push(serde_json::json!({
+                "method": method, "path": path, "body": body.clone()}));
+            (200, body)
+        });
+        let reports = Reports::new(client, None, WriteGate::alone());
+        let pod = PodBuilder::new("p").uid("u1").build();
+        assert!(reports.nominate_binding_node(&pod, "n1").await);
+        let mut nominated = pod.clone();
+        nominated
+            .status
+            .get_or_insert_with(Default::default)
+            .nominated_node_name = Some("n1".into());
+        assert!(!reports.nominate_binding_node(&nominated, "n1").await);
+        let sent = sent.lock().expect("log").clone();
+        assert_eq!(sent.len(), 1, "{sent:#?}");
+        assert_eq!(sent[0]["method"], "PATCH");
+        assert!(
+            sent[0]["path"]
+                .as_str()
+                .is_some_and(|p| p.ends_with("/pods/p/status"))
+        );
+        assert_eq!(sent[0]["body"]["status"]["nominatedNodeName"], "n1");
+        assert_eq!(sent[0]["body"]["metadata"]["uid"], "u1");
+
+        let after_binding = condition_patch(
+            &pod,
+            "SchedulerError",
+            "running PreBind plugin \"VolumeBinding\": binding volumes: timed out",
+            &NominatedNode::ClearBindingNode,
+            true,
+        )
+        .expect("a patch");
+        assert_eq!(
+            after_binding["status"]["nominatedNodeName"],
+            serde_json::Value::Null
+        );
+        assert!(
+            after_binding["status"]
+                .as_object()
+                .is_some_and(|s| s.contains_key("nominatedNodeName"))
+        );
+        let ordinary = condition_patch(&pod, "SchedulerError", "m", &NominatedNode::Clear, true)
+            .expect("a patch");
+        assert!(
+            ordinary["status"]
+                .as_object()
+                .is_some_and(|s| !s.contains_key("nominatedNodeName")),
+            "the copy shows no nomination: nothing to clear"
+        );
+    }
 
     /// Two failures of a pod reported before the first is written: one condition write, with
     /// the newer message, the older one's nomination and the pod's resourceVersion as a

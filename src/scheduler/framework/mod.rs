@@ -339,6 +339,15 @@ pub trait PermitPlugin: Send + Sync {
 
 /// Runs in the binding cycle before the bind.
 pub trait PreBindPlugin: Send + Sync {
+    /// Whether PreBind has work to do for the pod on `node_name` (kube-scheduler's
+    /// PreBindPreFlight): Success when it does, Skip when it has none, an error when it cannot
+    /// tell. When any plugin has work, the pod's `status.nominatedNodeName` is written with the
+    /// node first, so that others (cluster-autoscaler, Karpenter, Kueue) see where it goes
+    /// while it waits. A plugin that cannot tell cheaply says Success.
+    fn pre_bind_pre_flight(&self, _state: &CycleState, _pod: &Pod, _node_name: &str) -> Status {
+        Status::success()
+    }
+
     fn pre_bind<'a>(
         &'a self,
         state: &'a CycleState,

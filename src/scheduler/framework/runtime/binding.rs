@@ -85,6 +85,36 @@ impl CompiledProfile {
         }))
     }
 
+    /// Asks every PreBind plugin whether it has work to do for the pod on `node`
+    /// (kube-scheduler's RunPreBindPreFlights): Success when one has, Skip when none has (or
+    /// there is none), the first error wrapped as upstream wraps it (`running PreBindPreFlight
+    /// "VolumeBinding": …`). Any other answer is an error, as upstream.
+    pub fn run_pre_bind_pre_flights(&self, state: &CycleState, pod: &Pod, node: &str) -> Status {
+        let mut verdict = Status::skip();
+        for plugin in &self.pre_bind {
+            let Some(p) = plugin.pre_bind() else { continue };
+            let status = p.pre_bind_pre_flight(state, pod, node);
+            match status.code {
+                Code::Success => verdict = Status::success(),
+                Code::Skip => {}
+                Code::Error => {
+                    return Status::error(format!(
+                        "running PreBindPreFlight {:?}: {}",
+                        plugin.name(),
+                        status.message()
+                    ));
+                }
+                other => {
+                    return Status::error(format!(
+                        "PreBindPreFlight {} returned \"{other:?}\", which is unsupported. It is supposed to return Success, Skip, or Error status",
+                        plugin.name(),
+                    ));
+                }
+            }
+        }
+        verdict
+    }
+
     /// Runs PreBind in order, stopping at the first failure.
     pub async fn run_pre_bind(&self, state: &CycleState, pod: &Pod, node: &str) -> Status {
         for plugin in &self.pre_bind {

@@ -448,6 +448,19 @@ impl ReservePlugin for VolumeBinding {
 }
 
 impl PreBindPlugin for VolumeBinding {
+    /// Work when claims are to be bound or provisioned on the node: Skip when the pod has no
+    /// claims or all are bound, an error when Reserve chose nothing for this node.
+    fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &Pod, node_name: &str) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::skip();
+        };
+        match locks::lock(&s.reserved).as_ref() {
+            None => Status::error(format!("no pod volume found for node {node_name:?}")),
+            Some(reserved) if reserved.is_empty() => Status::skip(),
+            Some(_) => Status::success(),
+        }
+    }
+
     fn pre_bind<'a>(
         &'a self,
         state: &'a CycleState,

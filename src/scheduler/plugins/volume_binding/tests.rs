@@ -354,3 +354,47 @@ fn scores_follow_the_default_shape_as_kube_scheduler_1_37() {
         .collect();
     assert_eq!(scores, [50, 90], "5Gi of 10Gi is 50 % used, of 50Gi 10 %");
 }
+
+/// PreBindPreFlight, as upstream's: work (Success) when Reserve chose claims to bind or
+/// provision on the node, Skip when the pod has no claims or all are bound, an error when
+/// nothing was reserved for the node. Work is what makes the binding cycle write the node as
+/// the pod's nominated node first.
+#[test]
+fn pre_bind_has_work_only_for_claims_to_bind_or_provision() {
+    let storage = storage_with(|s| {
+        s.apply(Arc::new(provisioned("fast")));
+        s.apply(Arc::new(claim("new", "fast").build()));
+        s.apply(Arc::new(
+            volume("pv-1", "10Gi")
+                .on_node("n1")
+                .claimed_by("data")
+                .build(),
+        ));
+        s.apply(Arc::new(claim("data", "").bound_to("pv-1").build()));
+    });
+    let p = plugin(&storage);
+    let pre_flight = |state: &CycleState, pod: &PodInfo| {
+        PreBindPlugin::pre_bind_pre_flight(&p, state, &pod.pod, "n1").code
+    };
+
+    let none = PodBuilder::new("none").info();
+    let (state, _) = run(&p, &none, &[node("n1")]);
+    assert_eq!(pre_flight(&state, &none), Code::Skip, "no claims");
+
+    let bound = PodBuilder::new("bound").claim("data").info();
+    let (mut state, s) = run(&p, &bound, &[node("n1")]);
+    assert!(s[0].is_success(), "{:?}", s[0]);
+    assert!(ReservePlugin::reserve(&p, &mut state, &bound, "n1").is_success());
+    assert_eq!(pre_flight(&state, &bound), Code::Skip, "all bound");
+
+    let new = PodBuilder::new("new").claim("new").info();
+    let (mut state, s) = run(&p, &new, &[node("n1")]);
+    assert!(s[0].is_success(), "{:?}", s[0]);
+    assert_eq!(
+        PreBindPlugin::pre_bind_pre_flight(&p, &state, &new.pod, "n1").message(),
+        "no pod volume found for node \"n1\"",
+        "nothing reserved"
+    );
+    assert!(ReservePlugin::reserve(&p, &mut state, &new, "n1").is_success());
+    assert_eq!(pre_flight(&state, &new), Code::Success, "to provision");
+}
