@@ -13,7 +13,7 @@ use crate::gate::Write;
 use crate::inflight::InFlight;
 use crate::locks;
 use crate::scheduler::cycle::Assumed;
-use crate::scheduler::failure::{Failure, NominationOutcome};
+use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::runtime::PermitWait;
 use crate::scheduler::framework::{Code, Status};
@@ -254,12 +254,7 @@ fn failure_message(stage: Stage, status: &Status) -> String {
     let message = status.message();
     let plugin = status.plugin.unwrap_or_default();
     match (stage, status.is_rejected()) {
-        (Stage::Permit | Stage::PreBind, true) => {
-            let mut reasons: Vec<String> =
-                status.reasons.iter().map(|r| format!("1 {r}")).collect();
-            reasons.sort();
-            format!("0/1 nodes are available: {}.", reasons.join(", "))
-        }
+        (Stage::Permit | Stage::PreBind, true) => one_node_fit_error(status),
         (Stage::Bind, true) | (Stage::PreFlight, _) => message,
         (Stage::Permit, false) => format!("waiting on permit for pod: {message}"),
         (Stage::PreBind, false) => format!("running PreBind plugin {plugin:?}: {message}"),

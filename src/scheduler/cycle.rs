@@ -10,7 +10,7 @@ use rand::Rng;
 
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
-use crate::scheduler::failure::{Failure, NominationOutcome};
+use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::PermitWait;
 use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
@@ -142,8 +142,8 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         sched.metrics.plugin_runs(&state.take_plugin_runs());
         sched.lock_cache().forget_pod(pod.uid());
         return fail(
-            "error",
-            Failure::after_status(&status, true, status.message()),
+            result_label(&status),
+            Failure::after_status(&status, true, search_over_message(&status)),
         );
     }
     let began = Instant::now();
@@ -163,8 +163,8 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             sched.metrics.plugin_runs(&state.take_plugin_runs());
             sched.lock_cache().forget_pod(pod.uid());
             return fail(
-                "unschedulable",
-                Failure::after_status(&status, true, status.message()),
+                result_label(&status),
+                Failure::after_status(&status, true, search_over_message(&status)),
             );
         }
     };
@@ -182,4 +182,25 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         started: start,
         choice,
     });
+}
+
+/// The attempt's result label (`scheduler_schedule_attempts_total`) for a status that ended it
+/// after the search: `unschedulable` for a rejection, `error` otherwise, as upstream.
+fn result_label(status: &Status) -> &'static str {
+    if status.is_rejected() {
+        "unschedulable"
+    } else {
+        "error"
+    }
+}
+
+/// What a Reserve or Permit failure reports: a rejection as a FitError over the one node
+/// (`0/1 nodes are available: 1 <reason>.`), an error as its runner wrapped it (`running
+/// Reserve plugin "X": …`).
+fn search_over_message(status: &Status) -> String {
+    if status.is_rejected() {
+        one_node_fit_error(status)
+    } else {
+        status.message()
+    }
 }

@@ -94,6 +94,15 @@ impl Failure {
     }
 }
 
+/// A rejection after the search (Reserve, Permit, PreBind), as kube-scheduler reports it: a
+/// FitError over the one node chosen, `0/1 nodes are available: 1 <reason>.` (each reason
+/// counted once, in order).
+pub fn one_node_fit_error(status: &Status) -> String {
+    let mut reasons: Vec<String> = status.reasons.iter().map(|r| format!("1 {r}")).collect();
+    reasons.sort();
+    format!("0/1 nodes are available: {}.", reasons.join(", "))
+}
+
 impl Scheduler {
     /// Handles a failed scheduling cycle of `queued` under `profile`: the nomination as
     /// `failure` says, the report handed to the failure writers (see

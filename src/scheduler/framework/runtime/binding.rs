@@ -33,7 +33,15 @@ impl CompiledProfile {
             state.record_plugin(plugin.name(), "Reserve", status.code, clock);
             if !status.is_success() {
                 self.run_unreserve(state, pod, node);
-                return status.with_plugin(plugin.name());
+                if status.is_rejected() {
+                    return status.with_plugin(plugin.name());
+                }
+                return Status::error(format!(
+                    "running Reserve plugin {:?}: {}",
+                    plugin.name(),
+                    status.message()
+                ))
+                .with_plugin(plugin.name());
             }
         }
         Status::success()
@@ -73,7 +81,15 @@ impl CompiledProfile {
                     waiting_on.insert(plugin.name());
                     timeout = timeout.max(t.min(MAX_PERMIT_WAIT));
                 }
-                _ => return Err(status.with_plugin(plugin.name())),
+                _ if status.is_rejected() => return Err(status.with_plugin(plugin.name())),
+                _ => {
+                    return Err(Status::error(format!(
+                        "running Permit plugin {:?}: {}",
+                        plugin.name(),
+                        status.message()
+                    ))
+                    .with_plugin(plugin.name()));
+                }
             }
         }
         if waiting_on.is_empty() {

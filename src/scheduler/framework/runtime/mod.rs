@@ -166,7 +166,14 @@ impl CompiledProfile {
                 continue;
             }
             if !status.is_success() {
-                return Err(PreFilterFailure::Error(status));
+                return Err(PreFilterFailure::Error(
+                    Status::error(format!(
+                        "running PreFilter plugin {:?}: {}",
+                        plugin.name(),
+                        status.message()
+                    ))
+                    .with_plugin(plugin.name()),
+                ));
             }
             if result.node_names.is_some() {
                 narrowing.insert(plugin.name());
@@ -251,6 +258,14 @@ impl CompiledProfile {
             let clock = state.plugin_clock();
             let status = f.filter(state, pod, node);
             state.record_plugin(plugin.name(), "Filter", status.code, clock);
+            if status.code == Code::Error {
+                return Status::error(format!(
+                    "running {:?} filter plugin: {}",
+                    plugin.name(),
+                    status.message()
+                ))
+                .with_plugin(plugin.name());
+            }
             if !status.is_success() {
                 return status.with_plugin(plugin.name());
             }
@@ -365,7 +380,12 @@ impl CompiledProfile {
             if status.is_skip() {
                 state.mark_skip_score(plugin.name());
             } else if !status.is_success() {
-                return status;
+                return Status::error(format!(
+                    "running PreScore plugin {:?}: {}",
+                    plugin.name(),
+                    status.message()
+                ))
+                .with_plugin(plugin.name());
             }
         }
         Status::success()
@@ -401,7 +421,14 @@ impl CompiledProfile {
                     let score = sp.score(state, pod, node);
                     let code = score.as_ref().map_or_else(|s| s.code, |_| Code::Success);
                     state.record_plugin(plugin.name(), "Score", code, clock);
-                    score.map_err(|s| s.with_plugin(plugin.name()))
+                    score.map_err(|s| {
+                        Status::error(format!(
+                            "running Score plugins: plugin {:?} failed with: {}",
+                            plugin.name(),
+                            s.message()
+                        ))
+                        .with_plugin(plugin.name())
+                    })
                 })
                 .collect();
             let raw = raw?;
@@ -417,15 +444,19 @@ impl CompiledProfile {
             let status = sp.normalize_scores(state, pod, &mut scores);
             state.record_plugin(plugin.name(), "ScoreExtensionNormalize", status.code, clock);
             if !status.is_success() {
-                return Err(status.with_plugin(plugin.name()));
+                return Err(Status::error(format!(
+                    "running Normalize on Score plugins: plugin {:?} failed with: {}",
+                    plugin.name(),
+                    status.message()
+                ))
+                .with_plugin(plugin.name()));
             }
             for (total, s) in totals.iter_mut().zip(&scores) {
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
                     return Err(Status::error(format!(
-                        "plugin {} returned an invalid score {} for node {}",
+                        "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
                         plugin.name(),
                         s.score,
-                        s.name
                     ))
                     .with_plugin(plugin.name()));
                 }
@@ -546,6 +577,155 @@ mod tests {
         assert_eq!(
             d.message(),
             "0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had untolerated taint(s)."
+        );
+    }
+    /// A plugin that errs at every point it runs at.
+    struct Erring;
+
+    impl crate::scheduler::framework::Plugin for Erring {
+        fn name(&self) -> &'static str {
+            "Erring"
+        }
+        fn pre_filter(&self) -> Option<&dyn crate::scheduler::framework::PreFilterPlugin> {
+            Some(self)
+        }
+        fn filter(&self) -> Option<&dyn crate::scheduler::framework::FilterPlugin> {
+            Some(self)
+        }
+        fn pre_score(&self) -> Option<&dyn crate::scheduler::framework::PreScorePlugin> {
+            Some(self)
+        }
+        fn score(&self) -> Option<&dyn crate::scheduler::framework::ScorePlugin> {
+            Some(self)
+        }
+        fn reserve(&self) -> Option<&dyn crate::scheduler::framework::ReservePlugin> {
+            Some(self)
+        }
+        fn permit(&self) -> Option<&dyn crate::scheduler::framework::PermitPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::scheduler::framework::PreFilterPlugin for Erring {
+        fn pre_filter(
+            &self,
+            _: &mut CycleState,
+            _: &PodInfo,
+            _: &Snapshot,
+        ) -> (PreFilterResult, Status) {
+            (PreFilterResult::all_nodes(), Status::error("boom"))
+        }
+    }
+    impl crate::scheduler::framework::FilterPlugin for Erring {
+        fn filter(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Status {
+            Status::error("boom")
+        }
+    }
+    impl crate::scheduler::framework::PreScorePlugin for Erring {
+        fn pre_score(
+            &self,
+            _: &mut CycleState,
+            _: &PodInfo,
+            _: &[Arc<NodeInfo>],
+            _: &Snapshot,
+        ) -> Status {
+            Status::error("boom")
+        }
+    }
+    impl crate::scheduler::framework::ScorePlugin for Erring {
+        fn score(&self, _: &CycleState, _: &PodInfo, _: &NodeInfo) -> Result<i64, Status> {
+            Err(Status::error("boom"))
+        }
+    }
+    impl crate::scheduler::framework::ReservePlugin for Erring {
+        fn reserve(&self, _: &mut CycleState, _: &PodInfo, _: &str) -> Status {
+            Status::error("boom")
+        }
+        fn unreserve(&self, _: &CycleState, _: &PodInfo, _: &str) {}
+    }
+    impl crate::scheduler::framework::PermitPlugin for Erring {
+        fn permit(&self, _: &CycleState, _: &PodInfo, _: &str) -> (Status, std::time::Duration) {
+            (Status::error("boom"), std::time::Duration::ZERO)
+        }
+    }
+
+    /// A plugin's error reads as kube-scheduler's framework wraps it at each point
+    /// (framework.go), so a SchedulerError condition says the same as upstream's.
+    #[test]
+    fn plugin_errors_are_wrapped_as_upstreams_framework_wraps_them() {
+        use crate::scheduler::framework::profile::WeightedScore;
+        use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+        let erring: Arc<dyn crate::scheduler::framework::Plugin> = Arc::new(Erring);
+        let profile = CompiledProfile {
+            scheduler_name: "s".into(),
+            source: "test".into(),
+            percentage_of_nodes_to_score: 0,
+            pod_initial_backoff: std::time::Duration::from_secs(1),
+            pod_max_backoff: std::time::Duration::from_secs(10),
+            queue_sort: crate::scheduler::plugins::priority_sort::build(
+                None,
+                &"pluginConfig".into(),
+                &crate::scheduler::plugins::registry::Handle::default(),
+            )
+            .expect("PrioritySort"),
+            pre_enqueue: vec![],
+            pre_filter: vec![erring.clone()],
+            filter: vec![erring.clone()],
+            post_filter: vec![],
+            pre_score: vec![erring.clone()],
+            score: vec![WeightedScore {
+                plugin: erring.clone(),
+                weight: 1,
+            }],
+            reserve: vec![erring.clone()],
+            permit: vec![erring.clone()],
+            pre_bind: vec![],
+            bind: vec![],
+            post_bind: vec![],
+            hints: Arc::default(),
+        };
+        let pod = PodBuilder::new("p").info();
+        let node = Arc::new(NodeBuilder::new("n1").info(vec![]));
+        let mut state = CycleState::new();
+        let snapshot = Snapshot::default();
+        let said = |status: Status| (status.code, status.message());
+        let error = |m: &str| (Code::Error, m.to_string());
+
+        let pre_filter = profile
+            .run_pre_filter_alone(&mut state, &pod, &snapshot)
+            .expect_err("PreFilter errs");
+        assert_eq!(
+            said(pre_filter),
+            error("running PreFilter plugin \"Erring\": boom")
+        );
+        assert_eq!(
+            said(profile.run_filter(&state, &pod, &node)),
+            error("running \"Erring\" filter plugin: boom")
+        );
+        assert_eq!(
+            said(profile.run_pre_score(&mut state, &pod, &[node.clone()], &snapshot)),
+            error("running PreScore plugin \"Erring\": boom")
+        );
+        assert_eq!(
+            said(
+                profile
+                    .run_score(&state, &pod, &[node.clone()], None)
+                    .expect_err("Score errs")
+            ),
+            error("running Score plugins: plugin \"Erring\" failed with: boom")
+        );
+        assert_eq!(
+            said(profile.run_reserve(&mut state, &pod, "n1")),
+            error("running Reserve plugin \"Erring\": boom")
+        );
+        let waiting = crate::scheduler::framework::waiting_pods::WaitingPods::default();
+        assert_eq!(
+            said(
+                profile
+                    .run_permit(&state, &pod, "n1", &waiting)
+                    .expect_err("Permit errs")
+            ),
+            error("running Permit plugin \"Erring\": boom")
         );
     }
 }
