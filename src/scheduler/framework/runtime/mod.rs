@@ -703,13 +703,13 @@ mod tests {
             error("running \"Erring\" filter plugin: boom")
         );
         assert_eq!(
-            said(profile.run_pre_score(&mut state, &pod, &[node.clone()], &snapshot)),
+            said(profile.run_pre_score(&mut state, &pod, std::slice::from_ref(&node), &snapshot)),
             error("running PreScore plugin \"Erring\": boom")
         );
         assert_eq!(
             said(
                 profile
-                    .run_score(&state, &pod, &[node.clone()], None)
+                    .run_score(&state, &pod, std::slice::from_ref(&node), None)
                     .expect_err("Score errs")
             ),
             error("running Score plugins: plugin \"Erring\" failed with: boom")
