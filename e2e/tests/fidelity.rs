@@ -625,3 +625,67 @@ async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Resul
     delete_labelled("storageclass", &n)?;
     Ok(())
 }
+
+/// Pod-level requests with mixed container requests, side by side with kube-scheduler: a pod
+/// asks for 1 CPU at the pod level; one container asks for 1Gi of memory and ten ask for
+/// nothing (the API server sets the pod level's memory to 1Gi). NodeResourcesFit's score in
+/// kube-scheduler v1.37.2 reads the containers alone, with 100m / 200Mi for each request they
+/// leave out: about 3Gi, which fills the small node's 4Gi, so it prefers the node with 64Gi
+/// (and little CPU); BalancedAllocation reads the pod level. Counting the pod level's 1Gi in
+/// Fit's score, the small node would win. Both must put the pod on the same node.
+#[tokio::test]
+async fn a_pod_with_pod_level_requests_lands_where_kube_scheduler_puts_it() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "fidelity-podlevel").await?;
+    let nodes = TestNodes::create(&client, "fidelity-podlevel", 2, "16", |i, node| {
+        let (cpu, memory) = [("16", "4Gi"), ("2600m", "64Gi")][i % 2];
+        for field in ["allocatable", "capacity"] {
+            node["status"][field]["cpu"] = json!(cpu);
+            node["status"][field]["memory"] = json!(memory);
+        }
+    })
+    .await?;
+    let suffix = unique_suffix();
+    let (reference, tether) = (
+        format!("fidelity-podlevel-reference-{suffix}"),
+        format!("fidelity-podlevel-tether-{suffix}"),
+    );
+    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-podlevel", &[&reference])?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
+    let mut containers =
+        vec![json!({"name": "a", "image": "pause", "resources": {"requests": {"memory": "1Gi"}}})];
+    containers.extend((0..10).map(|i| json!({"name": format!("c{i}"), "image": "pause"})));
+    let spec = json!({"resources": {"requests": {"cpu": "1"}}, "containers": containers});
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let run = Run {
+        pods: &pods,
+        nodes: &nodes,
+    };
+    let mut placed = Vec::new();
+    for (name, scheduler) in [("by-reference", &reference), ("by-tether", &tether)] {
+        match run.once(name, scheduler, &json!({}), &spec).await? {
+            Outcome::Bound(node) => placed.push(node),
+            Outcome::Unschedulable(m) => anyhow::bail!("{scheduler} rejected the pod: {m}"),
+        }
+    }
+    println!("kube-scheduler: {}; tether: {}", placed[0], placed[1]);
+    assert_eq!(
+        placed[0], nodes.names[1],
+        "the reference itself prefers the node with room for the defaults"
+    );
+    assert_eq!(
+        placed[1], placed[0],
+        "tether places the pod as kube-scheduler"
+    );
+
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}

@@ -221,10 +221,46 @@ fn is_pod_level_resource(name: &str) -> bool {
 /// zero stays zero. When pod-level requests are set, the defaults apply only to a resource that
 /// neither the pod level nor any container names, as upstream's getNonMissingContainerRequests.
 pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
+    requests_with(
+        pod,
+        if non_zero_defaults {
+            Defaults::WhereNoneNamed
+        } else {
+            Defaults::None
+        },
+    )
+}
+
+/// What the incoming pod requests as NodeResourcesFit scores it (kube-scheduler's
+/// calculatePodResourceRequest with the non-zero defaults): each container that names no CPU or
+/// memory request counts 100m / 200Mi, whatever else names it, and pod-level requests are left
+/// out: kube-scheduler v1.37.2 builds Fit's scorer without the PodLevelResources gate (its
+/// `enablePodLevelResources` is never set there), so its scores read the containers alone.
+/// Matched as the reference behaves, measured side by side; BalancedAllocation and Filter do
+/// read pod-level requests. (A pod's requests counted on its node, [`pod_requests`] with
+/// defaults, leave out the defaults for a resource the pod level or a container names.)
+pub fn pod_requests_scored(pod: &Pod) -> Resource {
+    requests_with(pod, Defaults::EveryContainer)
+}
+
+/// Which containers count the non-zero defaults for a CPU or memory request they do not name.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Defaults {
+    None,
+    /// Every one (without pod-level requests, always so), unless pod-level requests are set
+    /// and the pod level, a container or the overhead names the resource (upstream's
+    /// getNonMissingContainerRequests, for a pod counted on a node).
+    WhereNoneNamed,
+    /// Every one, and pod-level requests left out (upstream's calculatePodResourceRequest in
+    /// Fit's scorer, for the pod being scored).
+    EveryContainer,
+}
+
+fn requests_with(pod: &Pod, defaults: Defaults) -> Resource {
     let Some(spec) = pod.spec.as_ref() else {
         return Resource::default();
     };
-    let pod_level = pod_level_requests(pod);
+    let pod_level = pod_level_requests(pod).filter(|_| defaults != Defaults::EveryContainer);
     let named_anywhere = |name: &str| {
         pod_level.is_some_and(|l| l.contains_key(name))
             || spec
@@ -234,7 +270,11 @@ pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
                 .any(|c| requests_of(c).is_some_and(|l| l.contains_key(name)))
             || spec.overhead.as_ref().is_some_and(|o| o.contains_key(name))
     };
-    let default = |name: &str| non_zero_defaults && (pod_level.is_none() || !named_anywhere(name));
+    let default = |name: &str| match defaults {
+        Defaults::None => false,
+        Defaults::WhereNoneNamed => pod_level.is_none() || !named_anywhere(name),
+        Defaults::EveryContainer => true,
+    };
     let (default_cpu, default_memory) = (default(CPU), default(MEMORY));
     let statuses: HashMap<&str, &ContainerStatus> = pod
         .status
@@ -308,6 +348,13 @@ pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
         }
         if pod_level.contains_key(MEMORY) {
             total.memory = values.memory;
+        }
+        // Huge pages named at the pod level replace the containers' sum too, as upstream's
+        // applyPodLevelResources.
+        for (name, amount) in &values.scalar {
+            if name.starts_with("hugepages-") {
+                total.scalar.insert(name.clone(), *amount);
+            }
         }
     }
     if let Some(overhead) = spec.overhead.as_ref() {
@@ -402,6 +449,53 @@ mod tests {
             non_zero(pod_level("0")),
             (0, DEFAULT_MEMORY_REQUEST),
             "a pod-level zero is a request"
+        );
+    }
+
+    /// The pod being scored (NodeResourcesFit's calculatePodResourceRequest) counts the
+    /// defaults for every container that names no CPU or memory request and, as upstream's Fit
+    /// scorer, no pod-level requests; counted on a node, the same pod reads the pod level and
+    /// leaves out the defaults for a resource a container names. Pod-level huge pages replace
+    /// the containers' sum.
+    #[test]
+    fn the_scored_pod_counts_defaults_per_container_under_pod_level_requests() {
+        let pod = serde_json::from_value::<Pod>(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "resources": {"requests": {"cpu": "1", "hugepages-2Mi": "8Mi"}},
+                "containers": [
+                    {"name": "a", "resources": {"requests": {"memory": "1Gi", "hugepages-2Mi": "2Mi"}}},
+                    {"name": "b", "resources": {"requests": {"hugepages-2Mi": "2Mi"}}},
+                ],
+            },
+        }))
+        .expect("a pod");
+        let gi = 1024 * 1024 * 1024;
+        let scored = pod_requests_scored(&pod);
+        assert_eq!(
+            (scored.milli_cpu, scored.memory),
+            (2 * DEFAULT_MILLI_CPU_REQUEST, gi + DEFAULT_MEMORY_REQUEST),
+            "each container's defaults; the pod level left out, as upstream's Fit scorer"
+        );
+        let counted = pod_requests(&pod, true);
+        assert_eq!(
+            (counted.milli_cpu, counted.memory),
+            (1000, gi),
+            "a container names memory: no default"
+        );
+        for r in [&counted, &pod_requests(&pod, false)] {
+            assert_eq!(
+                r.scalar.get("hugepages-2Mi"),
+                Some(&(8 * 1024 * 1024)),
+                "the pod level's huge pages"
+            );
+        }
+        assert_eq!(scored.scalar.get("hugepages-2Mi"), Some(&(4 * 1024 * 1024)));
+        let plain = PodBuilder::new("p").req_cpu("200m").container().build();
+        assert_eq!(
+            pod_requests_scored(&plain),
+            pod_requests(&plain, true),
+            "without pod-level requests the two agree"
         );
     }
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use super::resource_allocation::{
-    ResourceSpec, allocatable_and_requested, default_resource_specs, pod_request,
+    ResourceSpec, allocatable_and_requested, default_resource_specs, request_of,
 };
 use super::scoring::{
     MAX_CUSTOM_PRIORITY_SCORE, ScoringStrategy, ScoringStrategyType, Strategy, broken_linear,
@@ -406,10 +406,11 @@ impl PreScorePlugin for NodeResourcesFit {
         _nodes: &[Arc<NodeInfo>],
         _snapshot: &Snapshot,
     ) -> Status {
+        let scored = crate::k8s::resource::pod_requests_scored(&pod.pod);
         let pod_requests = self
             .resources
             .iter()
-            .map(|r| pod_request(pod, &r.name, false))
+            .map(|r| request_of(&scored, &r.name))
             .collect();
         state.write(PRE_SCORE_KEY, PreScoreState { pod_requests });
         Status::success()
@@ -422,7 +423,10 @@ impl ScorePlugin for NodeResourcesFit {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(match state.read::<PreScoreState>(PRE_SCORE_KEY) {
             Some(s) => self.score_node(node, |i| s.pod_requests[i]),
-            None => self.score_node(node, |i| pod_request(pod, &self.resources[i].name, false)),
+            None => {
+                let scored = crate::k8s::resource::pod_requests_scored(&pod.pod);
+                self.score_node(node, |i| request_of(&scored, &self.resources[i].name))
+            }
         })
     }
 }

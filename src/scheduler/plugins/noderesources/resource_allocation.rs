@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::k8s::resource::{CPU, EPHEMERAL_STORAGE, MEMORY};
+use crate::k8s::resource::{CPU, EPHEMERAL_STORAGE, MEMORY, Resource};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 
@@ -41,13 +41,19 @@ pub fn default_resource_specs(resources: &mut Vec<ResourceSpec>) {
 }
 
 /// The pod's request of one resource as kube-scheduler's resourceAllocationScorer counts it:
-/// with `use_requested` false, cpu and memory are the non-zero requests.
+/// with `use_requested` false, cpu and memory are the non-zero requests of the pod being
+/// scored (see [`crate::k8s::resource::pod_requests_scored`]). Computes them each time: call
+/// it once per cycle, as PreScore does, or use [`request_of`].
 pub fn pod_request(pod: &PodInfo, name: &str, use_requested: bool) -> i64 {
-    let r = if use_requested {
-        &pod.requests
+    if use_requested {
+        request_of(&pod.requests, name)
     } else {
-        &pod.non_zero_requests
-    };
+        request_of(&crate::k8s::resource::pod_requests_scored(&pod.pod), name)
+    }
+}
+
+/// One resource of `r` by name.
+pub fn request_of(r: &Resource, name: &str) -> i64 {
     match name {
         CPU => r.milli_cpu,
         MEMORY => r.memory,
