@@ -63,23 +63,33 @@ impl ReferenceScheduler {
     /// Starts kube-scheduler with `profiles` as they are (each a KubeSchedulerProfile: its
     /// `schedulerName`, `plugins`, `pluginConfig`).
     pub fn start_with(name: &str, profiles: Vec<serde_json::Value>) -> anyhow::Result<Self> {
+        Self::start_config(name, serde_json::json!({"profiles": profiles}))
+    }
+
+    /// Starts kube-scheduler with `config`'s fields (`profiles`, `parallelism`, …) in its
+    /// KubeSchedulerConfiguration.
+    pub fn start_config(name: &str, config: serde_json::Value) -> anyhow::Result<Self> {
         let bin = kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
-        let config = logs.join(format!("{name}.yaml"));
-        let doc = serde_json::json!({
+        let config_file = logs.join(format!("{name}.yaml"));
+        let mut doc = serde_json::json!({
             "apiVersion": "kubescheduler.config.k8s.io/v1",
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": kubeconfig_path()},
             "leaderElection": {"leaderElect": false},
-            "profiles": profiles,
         });
-        std::fs::write(&config, serde_json::to_string(&doc)?)
-            .with_context(|| format!("writing {}", config.display()))?;
+        if let (Some(doc), Some(fields)) = (doc.as_object_mut(), config.as_object()) {
+            for (k, v) in fields {
+                doc.insert(k.clone(), v.clone());
+            }
+        }
+        std::fs::write(&config_file, serde_json::to_string(&doc)?)
+            .with_context(|| format!("writing {}", config_file.display()))?;
         let log = logs.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(&bin)
-            .arg(format!("--config={}", config.display()))
+            .arg(format!("--config={}", config_file.display()))
             .arg("--secure-port=0")
             .arg("--vmodule=schedule_one=10")
             .stdout(Stdio::null())

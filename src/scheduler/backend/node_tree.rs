@@ -16,13 +16,14 @@ pub struct NodeTree {
     zone_of: HashMap<String, String>,
 }
 
-/// A node's zone key, as upstream's GetZoneKey: `region:\0:zone` from the topology labels (or
-/// their deprecated failure-domain forms); empty when neither is set.
+/// A node's zone key, as upstream's GetZoneKey: `region:\0:zone` from the deprecated
+/// failure-domain labels where a node has them, else from the topology ones (upstream reads the
+/// beta label first); empty when neither is set.
 pub fn zone_key(node: &Node) -> String {
     let labels = node.metadata.labels.as_ref();
-    let label = |key: &str, beta: &str| {
+    let label = |ga: &str, beta: &str| {
         labels
-            .and_then(|l| l.get(key).or_else(|| l.get(beta)))
+            .and_then(|l| l.get(beta).or_else(|| l.get(ga)))
             .cloned()
             .unwrap_or_default()
     };
@@ -114,6 +115,14 @@ mod tests {
             zone_key(&node(&[("failure-domain.beta.kubernetes.io/zone", "old")])),
             ":\0:old",
             "the deprecated label when the GA one is absent"
+        );
+        assert_eq!(
+            zone_key(&node(&[
+                ("topology.kubernetes.io/zone", "new"),
+                ("failure-domain.beta.kubernetes.io/zone", "old")
+            ])),
+            ":\0:old",
+            "the deprecated label first, as upstream's GetZoneKey"
         );
     }
 
