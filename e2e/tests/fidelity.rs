@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TEST_KEY, TestNamespace, TestNodes, VOLUME_OF, apply, apply_profile, client, delete_labelled,
-    kubectl_ok, unique_suffix, wait_for,
+    kubectl_ok, unique_suffix, wait_event, wait_for,
 };
 
 /// Random pods that fit somewhere, and pods that fit nowhere.
@@ -683,6 +683,117 @@ async fn a_pod_with_pod_level_requests_lands_where_kube_scheduler_puts_it() -> a
         placed[1], placed[0],
         "tether places the pod as kube-scheduler"
     );
+
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
+/// A valid extended resource name of exactly `len` bytes (at least 5): a DNS subdomain of
+/// labels up to 62 letters, then `/` and `name`.
+fn resource_of_length(name: char, len: usize) -> String {
+    let prefix_len = len - 2;
+    let mut prefix = String::new();
+    while prefix.len() < prefix_len {
+        if !prefix.is_empty() {
+            prefix.push('.');
+        }
+        let room = (prefix_len - prefix.len()).min(62);
+        // A label never ends the prefix with a dot: keep at least two bytes for the last one.
+        let take = if prefix_len - prefix.len() - room == 1 {
+            room - 1
+        } else {
+            room
+        };
+        prefix.extend(std::iter::repeat_n('x', take));
+    }
+    format!("{prefix}/{name}")
+}
+
+/// FailedScheduling notes around the API server's 1,024-byte limit, side by side with
+/// kube-scheduler: a pod asks for four extended resources no node has, with names long enough
+/// that its message is 1,020 to 1,100 bytes. The condition keeps the whole message; the
+/// event's note is the message up to 1,024 bytes, else its first 1,020 and ` ...`. Both
+/// schedulers must write the same condition and the same note at every length.
+#[tokio::test]
+async fn failure_notes_around_the_length_limit_read_as_kube_schedulers() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "fidelity-notes").await?;
+    let nodes = TestNodes::create(&client, "fidelity-notes", 1, "8", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (reference, tether) = (
+        format!("fidelity-notes-reference-{suffix}"),
+        format!("fidelity-notes-tether-{suffix}"),
+    );
+    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-notes", &[&reference])?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let run = Run {
+        pods: &pods,
+        nodes: &nodes,
+    };
+    // Three names of 240 bytes and one of `last` (a name's domain may have 244 bytes at most).
+    let spec_with = |last: usize| {
+        let mut requests = serde_json::Map::new();
+        for (name, len) in [('a', 240), ('b', 240), ('c', 240), ('d', last)] {
+            requests.insert(resource_of_length(name, len), json!("1"));
+        }
+        json!({"containers": [{"name": "c", "image": "pause",
+            "resources": {"requests": requests.clone(), "limits": requests}}]})
+    };
+    let rejected = |outcome: Outcome, who: &str| match outcome {
+        Outcome::Unschedulable(message) => Ok(message),
+        Outcome::Bound(node) => Err(anyhow::anyhow!("{who} bound the pod to {node}")),
+    };
+    // The message grows byte for byte with the last name: measure it once.
+    let probe = rejected(
+        run.once("probe", &reference, &json!({}), &spec_with(100))
+            .await?,
+        "kube-scheduler",
+    )?;
+    let mut disagreements = Vec::new();
+    for target in [1020usize, 1023, 1024, 1025, 1026, 1100] {
+        let last = 100 + target - probe.len();
+        let spec = spec_with(last);
+        let mut seen = Vec::new();
+        for (who, scheduler) in [("kube-scheduler", &reference), ("tether", &tether)] {
+            let name = format!(
+                "{}-{target}",
+                if who == "tether" { "ours" } else { "theirs" }
+            );
+            let message = rejected(run.once(&name, scheduler, &json!({}), &spec).await?, who)?;
+            let notes = wait_event(
+                &client,
+                &ns.name,
+                &name,
+                "FailedScheduling",
+                Duration::from_secs(30),
+                |_| true,
+            )
+            .await?;
+            seen.push((message, notes.last().cloned().unwrap_or_default()));
+        }
+        let (theirs, ours) = (&seen[0], &seen[1]);
+        assert_eq!(theirs.0.len(), target, "the message hits its length");
+        println!(
+            "{target} bytes: kube-scheduler's note {} bytes, tether's {} bytes",
+            theirs.1.len(),
+            ours.1.len()
+        );
+        if ours != theirs {
+            disagreements.push(format!(
+                "at {target} bytes: kube-scheduler wrote {theirs:?}, tether {ours:?}"
+            ));
+        }
+    }
+    assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 
     drop(kube);
     kubectl_ok(&["delete", "sp", &tether], None)?;
