@@ -27,6 +27,17 @@ pub enum EventType {
     Warning,
 }
 
+/// An event to write: about `regarding` (and `related`), observed at `observed`.
+struct Draft<'a> {
+    regarding: &'a ObjectReference,
+    related: Option<&'a ObjectReference>,
+    type_: EventType,
+    reason: &'a str,
+    action: &'a str,
+    note: String,
+    observed: Timestamp,
+}
+
 /// One event this process wrote: its name, how often it was seen, and when last.
 struct Written {
     name: String,
@@ -95,12 +106,48 @@ impl EventWriter {
         note: String,
         observed: Timestamp,
     ) -> Result<(), kube::Error> {
+        self.publish_draft(Draft {
+            regarding,
+            related: None,
+            type_,
+            reason,
+            action,
+            note,
+            observed,
+        })
+        .await
+    }
+
+    /// As [`EventWriter::publish`], with `related` as the event's related object (the
+    /// preemptor of a `Preempted` event, as upstream's).
+    pub async fn publish_related(
+        &self,
+        regarding: &ObjectReference,
+        related: Option<&ObjectReference>,
+        type_: EventType,
+        reason: &str,
+        action: &str,
+        note: String,
+    ) -> Result<(), kube::Error> {
+        self.publish_draft(Draft {
+            regarding,
+            related,
+            type_,
+            reason,
+            action,
+            note,
+            observed: Timestamp::now(),
+        })
+        .await
+    }
+
+    async fn publish_draft(&self, draft: Draft<'_>) -> Result<(), kube::Error> {
+        let reason = draft.reason;
         let written = self
             .gate
             .write(Write::Event, async {
                 crate::k8s::budget::get().events.take().await;
-                self.publish_once(regarding, type_, reason, action, note, observed)
-                    .await
+                self.publish_once(draft).await
             })
             .await;
         let result = match written {
@@ -128,15 +175,16 @@ impl EventWriter {
     }
 
     /// Writes an event about `regarding`, or counts a repeat of one in its series.
-    async fn publish_once(
-        &self,
-        regarding: &ObjectReference,
-        type_: EventType,
-        reason: &str,
-        action: &str,
-        note: String,
-        observed: Timestamp,
-    ) -> Result<(), kube::Error> {
+    async fn publish_once(&self, draft: Draft<'_>) -> Result<(), kube::Error> {
+        let Draft {
+            regarding,
+            related,
+            type_,
+            reason,
+            action,
+            note,
+            observed,
+        } = draft;
         // An event about a cluster-scoped object (a SchedulingProfile) lives in `default`.
         let ns = regarding
             .namespace
@@ -193,6 +241,7 @@ impl EventWriter {
             action: Some(action.into()),
             note: Some(note),
             regarding: Some(regarding.clone()),
+            related: related.cloned(),
             reporting_controller: Some("tether".into()),
             reporting_instance: Some(self.instance.clone()),
             ..Default::default()

@@ -362,6 +362,7 @@ fn build_scheduler(
         bindings: history.clone(),
         history: Some(history.clone()),
         evictions: Arc::default(),
+        activator: Some(sched.queue.clone()),
     };
     Ok(Parts {
         sched,

@@ -145,8 +145,15 @@ impl Scheduler {
                 .node_of(pod.uid())
                 .map_or(NominatedNode::Unchanged, NominatedNode::Set),
             NominationOutcome::PostFilter(Some(Nomination::Clear)) => {
-                self.nominator.forget(pod.uid());
-                NominatedNode::Clear
+                let had = self.nominator.forget(pod.uid());
+                if let Some(gone) = &had {
+                    self.room_given_up(gone);
+                }
+                if had.is_some() || nominated_node(&pod.pod).is_some() {
+                    NominatedNode::Clear
+                } else {
+                    NominatedNode::Unchanged
+                }
             }
             NominationOutcome::PostFilter(Some(Nomination::Node(node))) => {
                 tracing::info!(pod = %pod.key(), node = %node, "nominated after preemption");

@@ -18,7 +18,7 @@ use crate::scheduler::framework::runtime::{
     Diagnosis, PluginScores, PreFilterFailure, PreFiltered, left_out_status, nominated_node,
 };
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::framework::{Code, CycleState, NodeScore, NominatedPods, Status};
+use crate::scheduler::framework::{Code, CycleState, NodeScore, NominatedPods, Nomination, Status};
 
 /// Below this many nodes every node is filtered (kube-scheduler's minFeasibleNodesToFind).
 pub const MIN_FEASIBLE_NODES_TO_FIND: usize = 100;
@@ -109,8 +109,10 @@ pub fn schedule_pod(
     };
     let num_all = snapshot.len();
     if num_all == 0 {
+        // No nodes: the nomination ends, as upstream's clearNominatedNode.
         return ScheduleResult::Unschedulable(Diagnosis {
             num_all_nodes: 0,
+            nomination: Some(Nomination::Clear),
             ..Default::default()
         });
     }
@@ -189,8 +191,12 @@ pub fn schedule_pod(
         nominated,
     );
     if feasible.is_empty() {
-        let mut plugins: Vec<&'static str> =
-            rejected.iter().filter_map(|(_, s)| s.plugin).collect();
+        // With the plugins PreFilter narrowed the nodes by, as upstream keeps them.
+        let mut plugins: Vec<&'static str> = rejected
+            .iter()
+            .filter_map(|(_, s)| s.plugin)
+            .chain(narrowed_by.iter().copied())
+            .collect();
         plugins.sort_unstable();
         plugins.dedup();
         if let Some((_, err)) = rejected.iter().find(|(_, s)| s.code == Code::Error) {

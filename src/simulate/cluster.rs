@@ -291,6 +291,7 @@ impl ClusterState {
             // No client: nothing is written.
             gate: crate::gate::WriteGate::alone(),
             evictions: Arc::default(),
+            activator: None,
         }
     }
 

@@ -27,13 +27,15 @@ use crate::scheduler::framework::profile::CompiledProfile;
 
 impl Scheduler {
     /// A nominated pod gave up the room kept for it on its node (deleted, or nominated
-    /// elsewhere or nowhere): pods waiting for such room may fit now, as when a pod there is
-    /// deleted (upstream moves them the same way).
+    /// elsewhere or nowhere): pods of its priority or lower waiting for such room may fit now,
+    /// as when a pod there is deleted (upstream moves them the same way; a pod of higher
+    /// priority never left it room).
     pub fn room_given_up(&self, nominated: &PodInfo) {
-        self.queue.on_event(
+        self.queue.on_event_up_to_priority(
             ASSIGNED_POD_DELETE,
             Some(EventObject::Pod(nominated.pod.clone())),
             None,
+            nominated.priority(),
         );
     }
 
@@ -212,7 +214,9 @@ impl EventHandlers {
         );
         if terminating || finished {
             sched.queue.delete(&uid);
-            sched.nominator.forget(&uid);
+            if let Some(gone) = sched.nominator.forget(&uid) {
+                sched.room_given_up(&gone);
+            }
             return;
         }
         let Some(profile) = sched.profiles.get(&scheduler_name) else {

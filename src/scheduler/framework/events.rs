@@ -202,6 +202,9 @@ impl fmt::Display for ClusterEvent {
 
 /// A pod moved out of the unschedulable pool because it stayed there too long.
 pub const UNSCHEDULABLE_TIMEOUT: ClusterEvent = ClusterEvent::wildcard("UnschedulableTimeout");
+/// A plugin asked for a pod to be tried again at once (upstream's ForceActivate: a preemption
+/// whose evictions failed re-activates its preemptor).
+pub const FORCE_ACTIVATE: ClusterEvent = ClusterEvent::wildcard("ForceActivate");
 /// Every pod is retried: the profile that serves them changed.
 pub const PROFILE_CHANGE: ClusterEvent = ClusterEvent::wildcard("ProfileChange");
 pub const ASSIGNED_POD_ADD: ClusterEvent =

@@ -337,6 +337,13 @@ pub trait PermitPlugin: Send + Sync {
     fn permit(&self, state: &CycleState, pod: &PodInfo, node_name: &str) -> (Status, Duration);
 }
 
+/// Tries a pending pod again at once (upstream's framework Handle.Activate): out of the
+/// unschedulable pool or backoffQ into activeQ; a pod in flight is retried as soon as its
+/// attempt fails. The scheduling queue implements it; a plugin reaches it through its handle.
+pub trait PodActivator: Send + Sync {
+    fn activate(&self, pod: &std::sync::Arc<Pod>);
+}
+
 /// Runs in the binding cycle before the bind.
 pub trait PreBindPlugin: Send + Sync {
     /// Whether PreBind has work to do for the pod on `node_name` (kube-scheduler's

@@ -16,9 +16,8 @@ pub const NAME: &str = "PrioritySort";
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PrioritySort;
 
-/// `spec.priority`, 0 when unset, as corev1helpers.PodPriority reads it.
 fn pod_priority(pod: &PodInfo) -> i32 {
-    pod.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
+    pod.priority()
 }
 
 impl Plugin for PrioritySort {

@@ -42,6 +42,9 @@ pub struct Handle {
     /// The evictions DefaultPreemption has decided and the cache does not show yet, shared by
     /// every profile of one scheduler.
     pub evictions: Arc<plugins::default_preemption::evictions::Evictions>,
+    /// Tries a pod again at once (DefaultPreemption's preemptor, when its evictions failed).
+    /// `None` in unit tests.
+    pub activator: Option<Arc<dyn crate::scheduler::framework::PodActivator>>,
 }
 
 impl Default for Handle {
@@ -57,6 +60,7 @@ impl Default for Handle {
             events: None,
             gate: WriteGate::alone(),
             evictions: Arc::default(),
+            activator: None,
         }
     }
 }

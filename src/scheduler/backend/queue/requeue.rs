@@ -3,13 +3,16 @@
 //! isPodWorthRequeuing), events kept while pods are in flight and replayed against a pod whose
 //! attempt fails, and the failed attempt itself (AddUnschedulableIfNotPresent).
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Pod;
 
 use super::backoff::{backoff_duration, backoff_failures, later};
 use super::{ATTEMPT_FAILURE, Entry, Pool, SchedulingQueue, State};
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
-use crate::scheduler::framework::events::{ClusterEvent, EventObject};
+use crate::scheduler::framework::events::{ClusterEvent, EventObject, FORCE_ACTIVATE};
 use crate::scheduler::framework::profile::Backoff;
 
 /// An event recorded while pods were in flight.
@@ -134,6 +137,55 @@ impl SchedulingQueue {
         Self::record(&mut st, event, old, new, None);
     }
 
+    /// As [`SchedulingQueue::on_event`], moving only parked pods of priority `max_priority` or
+    /// lower (upstream's getLEPriorityPreCheck, when a nominated pod gives up its room: a pod
+    /// of higher priority never waited for that room). Pods in flight see the event whatever
+    /// their priority, as upstream's.
+    pub fn on_event_up_to_priority(
+        &self,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+        max_priority: i32,
+    ) {
+        if !event.is_wildcard() && !self.hints.interested_in(&event) {
+            return;
+        }
+        let mut st = self.lock();
+        self.move_parked(&mut st, &event, old.as_ref(), new.as_ref(), |e| {
+            e.info.pod.priority() <= max_priority
+        });
+        Self::record(&mut st, event, old, new, None);
+    }
+
+    /// Tries `pod` again at once (upstream's PriorityQueue.Activate): from the unschedulable
+    /// pool or backoffQ (its backoff skipped) into activeQ; a pod in flight gets the
+    /// ForceActivate event, so that a failure of its attempt sends it to activeQ. A pod in
+    /// activeQ, gated, or unknown to the queue is left as it is.
+    pub fn activate(&self, pod: &Arc<Pod>) {
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+        let mut st = self.lock();
+        match st.entries.get(uid).map(|e| e.pool) {
+            Some(Pool::Unschedulable | Pool::Backoff) => {
+                let Some(entry) = st.entries.get_mut(uid) else {
+                    return;
+                };
+                entry.pool = Pool::Active;
+                let info = entry.info.clone();
+                self.push(&mut st, info, None);
+                self.incoming("active", &FORCE_ACTIVATE.to_string());
+            }
+            Some(Pool::InFlight) => Self::record(
+                &mut st,
+                FORCE_ACTIVATE,
+                None,
+                Some(EventObject::Pod(pod.clone())),
+                Some(uid.to_string()),
+            ),
+            _ => {}
+        }
+    }
+
     /// Moves the parked pods that `event` may help among those `candidate` selects.
     pub(super) fn move_parked(
         &self,
@@ -241,5 +293,11 @@ impl SchedulingQueue {
     #[cfg(test)]
     pub fn requeue_with_backoff(&self, uid: &str, backoff: Backoff) {
         self.add_unschedulable(&[], uid, backoff, None);
+    }
+}
+
+impl crate::scheduler::framework::PodActivator for SchedulingQueue {
+    fn activate(&self, pod: &Arc<Pod>) {
+        SchedulingQueue::activate(self, pod);
     }
 }

@@ -558,3 +558,46 @@ fn a_profile_back_during_an_attempt_serves_its_pod_again() {
         .collect();
     assert_eq!(back, ["orphan"]);
 }
+
+/// A nominated pod giving up its room moves only the parked pods of its priority or lower
+/// (upstream's getLEPriorityPreCheck): a pod of higher priority never waited for that room.
+#[test]
+fn room_given_up_moves_only_pods_of_its_priority_or_lower() {
+    let q = queue();
+    q.add(pod("low", 10), None);
+    q.add(pod("high", 100), None);
+    assert_eq!(pop_names(&q, 2), ["high", "low"]);
+    q.add_unschedulable(&["Fit"], &key("low"), NO_BACKOFF, None);
+    q.add_unschedulable(&["Fit"], &key("high"), NO_BACKOFF, None);
+    q.on_event_up_to_priority(NODE_ADD, None, node("n2"), 50);
+    assert_eq!(q.lengths(), (1, 0, 1, 0), "the high one still waits");
+    assert_eq!(pop_names(&q, 1), ["low"]);
+}
+
+/// Activate (a preemption whose evictions failed) sends a parked pod to activeQ at once,
+/// whatever its backoff; a pod in flight is requeued when its attempt fails instead of
+/// waiting in the unschedulable pool for an event.
+#[test]
+fn an_activated_pod_is_tried_again_at_once() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    let p = q.pop().expect("p");
+    q.add_unschedulable(&["Fit"], &key("p"), LONG_BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 0, 1, 0));
+    q.activate(&p.pod.pod);
+    assert_eq!(pop_names(&q, 1), ["p"], "its backoff skipped");
+
+    q.activate(&p.pod.pod);
+    q.add_unschedulable(&["Fit"], &key("p"), LONG_BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 1, 0, 0),
+        "activated during its attempt: requeued (after its backoff), not parked"
+    );
+    q.activate(&pod("unknown", 0).pod);
+    assert_eq!(
+        q.lengths(),
+        (0, 1, 0, 0),
+        "a pod the queue does not hold is left"
+    );
+}

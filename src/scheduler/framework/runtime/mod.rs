@@ -155,13 +155,15 @@ impl CompiledProfile {
                 state.mark_skip_filter(plugin.name());
                 continue;
             }
+            // The plugins that may requeue the pod, as upstream records them: the rejecting
+            // plugin alone on UnschedulableAndUnresolvable; on Unschedulable the last such
+            // plugin with those that narrowed the nodes; on an empty intersection the latter.
             if status.code == Code::UnschedulableAndUnresolvable {
-                diagnosis.unschedulable_plugins.push(plugin.name());
+                diagnosis.unschedulable_plugins = vec![plugin.name()];
                 diagnosis.pre_filter_status = Some(status);
                 return Err(PreFilterFailure::Rejected);
             }
             if status.code == Code::Unschedulable {
-                diagnosis.unschedulable_plugins.push(plugin.name());
                 rejected_by = Some(status);
                 continue;
             }
@@ -188,12 +190,15 @@ impl CompiledProfile {
                         many.join(" ")
                     ),
                 };
-                diagnosis.unschedulable_plugins.extend(names);
+                diagnosis.unschedulable_plugins = names;
                 diagnosis.pre_filter_status = Some(Status::unresolvable(message));
                 return Err(PreFilterFailure::Rejected);
             }
         }
         if let Some(status) = rejected_by {
+            diagnosis.unschedulable_plugins =
+                narrowing.iter().copied().chain(status.plugin).collect();
+            diagnosis.unschedulable_plugins.dedup();
             diagnosis.pre_filter_status = Some(status);
             return Err(PreFilterFailure::Rejected);
         }
@@ -306,6 +311,8 @@ impl CompiledProfile {
         mut diagnosis: Diagnosis,
     ) -> Diagnosis {
         if self.post_filter.is_empty() {
+            // No plugin to decide: the nomination ends, as upstream's clearNominatedNode.
+            diagnosis.nomination = Some(Nomination::Clear);
             return diagnosis;
         }
         let started = std::time::Instant::now();
@@ -726,6 +733,94 @@ mod tests {
                     .expect_err("Permit errs")
             ),
             error("running Permit plugin \"Erring\": boom")
+        );
+    }
+    /// Without PostFilter plugins a failed attempt ends the pod's nomination, as upstream's
+    /// clearNominatedNode.
+    #[test]
+    fn without_post_filter_plugins_the_nomination_ends() {
+        let profile = crate::scheduler::profile::default_profile(
+            "s",
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("the default profile")
+        .profile;
+        let profile = CompiledProfile {
+            post_filter: vec![],
+            ..profile
+        };
+        let pod = crate::scheduler::testing::PodBuilder::new("p").info();
+        let d = profile.run_post_filter(
+            &mut CycleState::new(),
+            &pod,
+            &Snapshot::default(),
+            &crate::scheduler::backend::nominator::Nominator::default(),
+            Diagnosis::default(),
+        );
+        assert_eq!(d.nomination, Some(Nomination::Clear));
+    }
+    /// A PreFilter plugin that answers `code`.
+    struct Answering(&'static str, Code);
+
+    impl crate::scheduler::framework::Plugin for Answering {
+        fn name(&self) -> &'static str {
+            self.0
+        }
+        fn pre_filter(&self) -> Option<&dyn crate::scheduler::framework::PreFilterPlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::scheduler::framework::PreFilterPlugin for Answering {
+        fn pre_filter(
+            &self,
+            _: &mut CycleState,
+            _: &PodInfo,
+            _: &Snapshot,
+        ) -> (PreFilterResult, Status) {
+            (PreFilterResult::all_nodes(), Status::new(self.1, "no"))
+        }
+    }
+
+    /// The plugins a PreFilter rejection names for the queue, as upstream records them: of
+    /// several Unschedulable answers the last alone; on UnschedulableAndUnresolvable that plugin
+    /// alone.
+    #[test]
+    fn a_pre_filter_rejection_names_the_plugins_upstream_names() {
+        let base = crate::scheduler::profile::default_profile(
+            "s",
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("the default profile")
+        .profile;
+        let with = |plugins: Vec<Arc<dyn crate::scheduler::framework::Plugin>>| {
+            let profile = CompiledProfile {
+                pre_filter: plugins,
+                ..base.clone()
+            };
+            let mut diagnosis = Diagnosis::default();
+            let pod = crate::scheduler::testing::PodBuilder::new("p").info();
+            let _ = profile.run_pre_filter(
+                &mut CycleState::new(),
+                &pod,
+                &Snapshot::default(),
+                &mut diagnosis,
+            );
+            diagnosis.unschedulable_plugins
+        };
+        assert_eq!(
+            with(vec![
+                Arc::new(Answering("A", Code::Unschedulable)),
+                Arc::new(Answering("B", Code::Unschedulable)),
+            ]),
+            ["B"]
+        );
+        assert_eq!(
+            with(vec![
+                Arc::new(Answering("A", Code::Unschedulable)),
+                Arc::new(Answering("B", Code::UnschedulableAndUnresolvable)),
+            ]),
+            ["B"]
         );
     }
 }

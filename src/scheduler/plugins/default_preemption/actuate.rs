@@ -11,6 +11,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 use super::evictions::Evictions;
 use crate::gate::{Write, WriteGate};
 use crate::recorder::{EventType, EventWriter};
+use crate::scheduler::framework::PodActivator;
 
 /// What to do: the preemptor, its node, the victims and the nominations to clear.
 pub struct Preemption {
@@ -32,28 +33,43 @@ fn name_of(pod: &Pod) -> (&str, &str) {
 }
 
 /// Carries `p` out. Failures are logged, and the evictions that failed are forgotten in
-/// `evictions` (a later preemption may pick those pods again): the preemptor is retried by the
-/// events of the pods that do go, or by its backoff.
+/// `evictions` (a later preemption may pick those pods again). When a write failed, the
+/// preemptor is tried again at once through `activator`, as upstream re-activates it: no
+/// victim's deletion may come to move it.
 pub async fn carry_out(
     client: kube::Client,
     events: Option<EventWriter>,
     gate: WriteGate,
     evictions: Arc<Evictions>,
+    activator: Option<Arc<dyn PodActivator>>,
     p: Preemption,
 ) {
     let preemptor = format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1);
     let victims = p.victims.clone();
+    let pod = p.preemptor.clone();
     // Fenced as a whole: when the term ends half-way, the victims not deleted yet are left.
-    if let Err(refused) = gate
+    match gate
         .write(Write::Eviction, actuate(client, events, &evictions, p))
         .await
     {
-        for victim in &victims {
-            evictions.failed(victim);
+        Ok(Failed(false)) => {}
+        Ok(Failed(true)) => {
+            tracing::info!(pod = %preemptor, "a write of the preemption failed; the preemptor is tried again");
+            if let Some(activator) = &activator {
+                activator.activate(&pod);
+            }
         }
-        tracing::info!(pod = %preemptor, error = %refused, "the preemption is not carried out");
+        Err(refused) => {
+            for victim in &victims {
+                evictions.failed(victim);
+            }
+            tracing::info!(pod = %preemptor, error = %refused, "the preemption is not carried out");
+        }
     }
 }
+
+/// Whether a write of the preemption failed (other than on a pod already gone).
+struct Failed(bool);
 
 /// The preemption's writes, in kube-scheduler's order: clear the nominations of the pods it
 /// outranks, then mark and delete each victim.
@@ -62,7 +78,8 @@ async fn actuate(
     events: Option<EventWriter>,
     evictions: &Evictions,
     p: Preemption,
-) {
+) -> Failed {
+    let mut failed = false;
     for pod in &p.outranked {
         let (ns, name) = name_of(pod);
         let patch = serde_json::json!({
@@ -76,6 +93,7 @@ async fn actuate(
             && !is_not_found(&e)
         {
             tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not clear the nomination of a pod of lower priority");
+            failed = true;
         }
     }
     let scheduler = p
@@ -110,6 +128,7 @@ async fn actuate(
             Err(e) => {
                 tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not mark a preemption victim");
                 evictions.failed(victim);
+                failed = true;
                 continue;
             }
             Ok(_) => {}
@@ -126,6 +145,7 @@ async fn actuate(
             Err(e) => {
                 tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "could not delete a preemption victim");
                 evictions.failed(victim);
+                failed = true;
                 continue;
             }
             Ok(_) => {}
@@ -133,9 +153,11 @@ async fn actuate(
         tracing::info!(victim = %format!("{ns}/{name}"), node = %p.node, preemptor = %format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1), "preempted");
         if let Some(events) = &events {
             let note = format!("Preempted by pod {preemptor_uid} on node {}", p.node);
+            // About the victim, related to the preemptor, as upstream's.
             let _ = events
-                .publish(
+                .publish_related(
                     &victim.object_ref(&()),
+                    Some(&p.preemptor.object_ref(&())),
                     EventType::Normal,
                     "Preempted",
                     "Preempting",
@@ -143,5 +165,87 @@ async fn actuate(
                 )
                 .await;
         }
+    }
+    Failed(failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::scheduler::testing::{PodBuilder, stand_in_client};
+
+    #[derive(Default)]
+    struct Activations(Mutex<Vec<String>>);
+
+    impl PodActivator for Activations {
+        fn activate(&self, pod: &Arc<Pod>) {
+            self.0
+                .lock()
+                .expect("activations")
+                .push(pod.metadata.name.clone().unwrap_or_default());
+        }
+    }
+
+    fn running(name: &str) -> Arc<Pod> {
+        Arc::new(PodBuilder::new(name).uid(name).node_name("n1").build())
+    }
+
+    /// A victim's `Preempted` event names the preemptor as its related object, as upstream's;
+    /// a preemption whose eviction failed tries its preemptor again at once (no victim's
+    /// deletion will come to move it), and one that went through does not.
+    #[tokio::test]
+    async fn the_preempted_event_names_the_preemptor_and_a_failed_eviction_reactivates_it() {
+        let sent = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
+        let log = sent.clone();
+        let client = stand_in_client(move |method, path, body| {
+            log.lock().expect("log").push(serde_json::json!({
+                "method": method, "path": path, "body": body.clone()}));
+            match method {
+                "DELETE" if path.ends_with("/pods/stuck") => (
+                    500,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                        "message": "etcd is down", "reason": "InternalError", "code": 500}),
+                ),
+                "DELETE" => (
+                    200,
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Success"}),
+                ),
+                _ => (201, body),
+            }
+        });
+        let activations = Arc::new(Activations::default());
+        let preemptor = Arc::new(PodBuilder::new("vip").uid("vip-uid").priority(1000).build());
+        for (victim, reactivated) in [("low", false), ("stuck", true)] {
+            carry_out(
+                client.clone(),
+                Some(EventWriter::new(client.clone(), None)),
+                WriteGate::alone(),
+                Arc::default(),
+                Some(activations.clone()),
+                Preemption {
+                    preemptor: preemptor.clone(),
+                    node: "n1".into(),
+                    victims: vec![running(victim)],
+                    outranked: vec![],
+                },
+            )
+            .await;
+            let activated = activations.0.lock().expect("activations").clone();
+            assert_eq!(!activated.is_empty(), reactivated, "after {victim}");
+        }
+        let sent = sent.lock().expect("log").clone();
+        let event = sent
+            .iter()
+            .find(|r| {
+                r["method"] == "POST" && r["path"].as_str().is_some_and(|p| p.contains("/events"))
+            })
+            .expect("a Preempted event");
+        assert_eq!(event["body"]["reason"], "Preempted");
+        assert_eq!(event["body"]["note"], "Preempted by pod vip-uid on node n1");
+        assert_eq!(event["body"]["regarding"]["name"], "low");
+        assert_eq!(event["body"]["related"]["name"], "vip");
+        assert_eq!(event["body"]["related"]["uid"], "vip-uid");
     }
 }

@@ -58,6 +58,8 @@ pub struct DefaultPreemption {
     evictions: Arc<Evictions>,
     /// Where evictions run; `None` outside a tokio runtime (unit tests), where they do not.
     runtime: Option<tokio::runtime::Handle>,
+    /// Tries the preemptor again when its evictions fail.
+    activator: Option<Arc<dyn crate::scheduler::framework::PodActivator>>,
 }
 
 impl Plugin for DefaultPreemption {
@@ -299,6 +301,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 self.events.clone(),
                 self.gate.clone(),
                 self.evictions.clone(),
+                self.activator.clone(),
                 preemption,
             ));
         }
@@ -327,5 +330,6 @@ pub fn build(
         gate,
         evictions,
         runtime: tokio::runtime::Handle::try_current().ok(),
+        activator: handle.activator.clone(),
     }))
 }
