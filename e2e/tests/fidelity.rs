@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TEST_KEY, TestNamespace, TestNodes, VOLUME_OF, apply, apply_profile, client, delete_labelled,
-    kubectl_ok, unique_suffix, wait_event, wait_for,
+    kubectl_ok, unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 /// Random pods that fit somewhere, and pods that fit nowhere.
@@ -799,4 +799,192 @@ async fn failure_notes_around_the_length_limit_read_as_kube_schedulers() -> anyh
     kubectl_ok(&["delete", "sp", &tether], None)?;
     ns.delete().await?;
     nodes.delete().await
+}
+
+/// What a pod showed of a preemption, in the order the API's watch saw it: its nominated node,
+/// its `PodScheduled=False` message, its `DisruptionTarget` condition's reason and message, and
+/// whether it was bound.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct PreemptionView {
+    nominated: Option<String>,
+    failed: Option<String>,
+    disruption: Option<(String, String)>,
+    bound: Option<String>,
+}
+
+/// Preemption side by side with kube-scheduler (its DefaultPreemption on, as tether's): two
+/// nodes of 4 CPUs each, full of pods of lower priority (one with pods of 2 CPUs at priorities 0
+/// and 10, the other with four of 1 CPU); a pod of priority 1000 asking for 2 CPUs. Each
+/// scheduler on a copy of its own must choose the same node and the same victim, and write the
+/// same things on the way: the preemptor's nominated node and failure message, the victim's
+/// `DisruptionTarget` condition, its `Preempted` event (related to the preemptor), and the bind.
+#[tokio::test]
+async fn preemption_reads_as_kube_schedulers() -> anyhow::Result<()> {
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+    use std::sync::{Arc, Mutex};
+
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "fidelity-preempt").await?;
+    let suffix = unique_suffix();
+    let prefix = format!("fidelity-preempt-{suffix}");
+    for (name, value) in [("low", 0), ("mid", 10), ("high", 1000)] {
+        apply(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": format!("{prefix}-{name}")}, "value": value}),
+        )?;
+    }
+    let (reference, tether) = (format!("{prefix}-reference"), format!("{prefix}-tether"));
+    let kube =
+        ReferenceScheduler::start_preempting("kube-scheduler-fidelity-preempt", &[&reference])?;
+    apply_profile(&client, &tether, json!({"schedulerName": tether})).await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let seen: Arc<Mutex<BTreeMap<String, Vec<PreemptionView>>>> = Arc::default();
+    let record = seen.clone();
+    let watch = tokio::spawn(
+        watcher::watcher(pods.clone(), watcher::Config::default()).for_each(move |event| {
+            if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event {
+                let status = pod.status.clone().unwrap_or_default();
+                let conditions = status.conditions.unwrap_or_default();
+                let now = PreemptionView {
+                    nominated: status.nominated_node_name,
+                    failed: conditions
+                        .iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                        .and_then(|c| c.message.clone()),
+                    disruption: conditions
+                        .iter()
+                        .find(|c| c.type_ == "DisruptionTarget")
+                        .map(|c| {
+                            (
+                                c.reason.clone().unwrap_or_default(),
+                                c.message.clone().unwrap_or_default(),
+                            )
+                        }),
+                    bound: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+                };
+                let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+                let views = seen
+                    .entry(pod.metadata.name.clone().unwrap_or_default())
+                    .or_default();
+                if views.last() != Some(&now) {
+                    views.push(now);
+                }
+            }
+            futures::future::ready(())
+        }),
+    );
+
+    // Per scheduler: what its preemptor and its victim showed, with its own names replaced.
+    let mut outcomes = Vec::new();
+    for (who, scheduler) in [("theirs", &reference), ("ours", &tether)] {
+        let nodes =
+            TestNodes::create(&client, &format!("preempt-{who}"), 2, "4", |_, _| {}).await?;
+        let normal = |text: &str| {
+            let mut text = text.replace(scheduler.as_str(), "SCHEDULER");
+            for (i, n) in nodes.names.iter().enumerate() {
+                text = text.replace(n.as_str(), &format!("NODE{i}"));
+            }
+            text.replace(&format!("{who}-"), "")
+        };
+        let running = |name: String, class: &str, cpu: &str, node: &str| {
+            let mut spec = json!({"nodeName": node, "priorityClassName": format!("{prefix}-{class}"),
+                "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]});
+            nodes.isolate(&mut spec);
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns.name}, "spec": spec})
+        };
+        apply(running(format!("{who}-a"), "low", "2", &nodes.names[0]))?;
+        apply(running(format!("{who}-b"), "mid", "2", &nodes.names[0]))?;
+        for i in 0..4 {
+            apply(running(format!("{who}-c{i}"), "low", "1", &nodes.names[1]))?;
+        }
+        let mut spec = json!({"schedulerName": scheduler, "priorityClassName": format!("{prefix}-high"),
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "2"}}}]});
+        nodes.isolate(&mut spec);
+        let vip = format!("{who}-vip");
+        apply(
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": vip, "namespace": ns.name}, "spec": spec}),
+        )?;
+        let node = wait_bound(&client, &ns.name, &vip, Duration::from_secs(60)).await?;
+        let alive: Vec<String> = pods
+            .list(&Default::default())
+            .await?
+            .items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .filter(|n| n.starts_with(&format!("{who}-")))
+            .collect();
+        let victims: Vec<String> = ["a", "b", "c0", "c1", "c2", "c3"]
+            .iter()
+            .map(|v| format!("{who}-{v}"))
+            .filter(|v| !alive.contains(v))
+            .collect();
+        let mut events = Vec::new();
+        for victim in &victims {
+            let notes = wait_event(
+                &client,
+                &ns.name,
+                victim,
+                "Preempted",
+                Duration::from_secs(30),
+                |_| true,
+            )
+            .await?;
+            let uid = pods.get(&vip).await?.metadata.uid.unwrap_or_default();
+            events.extend(notes.iter().map(|n| normal(&n.replace(&uid, "UID"))));
+        }
+        let views = |name: &str| -> Vec<String> {
+            seen.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(name)
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .filter(|v| {
+                    v.nominated.is_some()
+                        || v.failed.is_some()
+                        || v.disruption.is_some()
+                        || v.bound.is_some()
+                })
+                .map(|v| normal(&format!("{v:?}")))
+                .collect()
+        };
+        let outcome = (
+            normal(&node),
+            victims.iter().map(|v| normal(v)).collect::<Vec<_>>(),
+            views(&vip),
+            victims.iter().flat_map(|v| views(v)).collect::<Vec<_>>(),
+            events,
+        );
+        println!("{who}: {outcome:#?}");
+        outcomes.push(outcome);
+        pods.delete_collection(
+            &DeleteParams::default().grace_period(0),
+            &Default::default(),
+        )
+        .await?;
+        nodes.delete().await?;
+    }
+    watch.abort();
+    assert_eq!(
+        outcomes[1], outcomes[0],
+        "tether's preemption as kube-scheduler's (node, victims, preemptor, victim, events)"
+    );
+
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    for name in ["low", "mid", "high"] {
+        kubectl_ok(
+            &[
+                "delete",
+                "priorityclass",
+                &format!("{prefix}-{name}"),
+                "--ignore-not-found",
+            ],
+            None,
+        )?;
+    }
+    ns.delete().await
 }
