@@ -988,3 +988,103 @@ async fn preemption_reads_as_kube_schedulers() -> anyhow::Result<()> {
     }
     ns.delete().await
 }
+
+/// A running pod counted as kube-scheduler v1.37.2 counts it, side by side: on a node of 4
+/// CPUs runs a pod asking for 1.5 CPUs in a RuntimeClass with 0.5 CPU of overhead, whose
+/// kubelet-kept pod-level status says 2 CPUs allocated and running (the overhead included).
+/// kube-scheduler counts the larger of spec and status, then the overhead again (2.5 CPUs), so
+/// a pod asking for 1.8 CPUs does not fit; counting the spec (2 CPUs) it would. Both must say
+/// the same.
+#[tokio::test]
+async fn a_running_pods_pod_level_status_counts_as_with_kube_scheduler() -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "fidelity-resize").await?;
+    let nodes = TestNodes::create(&client, "fidelity-resize", 1, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (reference, tether, class) = (
+        format!("fidelity-resize-reference-{suffix}"),
+        format!("fidelity-resize-tether-{suffix}"),
+        format!("fidelity-resize-{suffix}"),
+    );
+    apply(
+        json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": class}, "handler": "e2e", "overhead": {"podFixed": {"cpu": "500m"}}}),
+    )?;
+    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-resize", &[&reference])?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let mut spec = json!({"nodeName": nodes.names[0], "runtimeClassName": class,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1500m"}}}]});
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "running", "namespace": ns.name}, "spec": spec}))?;
+    wait_for(
+        "the running pod to run",
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get("running").await?;
+            Ok((p.status.and_then(|s| s.phase).as_deref() == Some("Running")).then_some(()))
+        },
+    )
+    .await?;
+    // What a 1.37 kubelet keeps in the pod-level status: the pod's requests with its overhead.
+    pods.patch_status(
+        "running",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"allocatedResources": {"cpu": "2"},
+            "resources": {"requests": {"cpu": "2"}}}})),
+    )
+    .await?;
+    wait_for(
+        "the pod-level status to stay",
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get("running").await?;
+            Ok(p.status
+                .and_then(|s| s.allocated_resources)
+                .is_some_and(|a| a.contains_key("cpu"))
+                .then_some(()))
+        },
+    )
+    .await?;
+    let run = Run {
+        pods: &pods,
+        nodes: &nodes,
+    };
+    let spec = json!({"containers": [{"name": "c", "image": "pause",
+        "resources": {"requests": {"cpu": "1800m"}}}]});
+    let mut said = Vec::new();
+    for (name, scheduler) in [("theirs", &reference), ("ours", &tether)] {
+        said.push(match run.once(name, scheduler, &json!({}), &spec).await? {
+            Outcome::Bound(node) => format!("bound to {node}"),
+            Outcome::Unschedulable(m) => format!("rejected: {m}"),
+        });
+    }
+    println!("kube-scheduler {}; tether {}", said[0], said[1]);
+    assert!(
+        said[0].starts_with("rejected: ") && said[0].contains("Insufficient cpu"),
+        "the reference counts the overhead on top of the status: {}",
+        said[0]
+    );
+    assert_eq!(
+        said[1], said[0],
+        "tether counts the running pod as kube-scheduler"
+    );
+
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    kubectl_ok(
+        &["delete", "runtimeclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    Ok(())
+}

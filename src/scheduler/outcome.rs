@@ -306,6 +306,19 @@ impl Reports {
         );
     }
 
+    /// Event `FailedScheduling` (Warning) "skip schedule deleting pod: ns/name", as
+    /// kube-scheduler writes when it pops a pod that is being deleted; nothing else is written.
+    pub fn skipped_deleting(&self, pod: &Pod) {
+        let note = format!("skip schedule deleting pod: {}", crate::k8s::pods::key(pod));
+        self.queue_event(
+            pod.object_ref(&()),
+            EventType::Warning,
+            "FailedScheduling",
+            "Scheduling",
+            note,
+        );
+    }
+
     /// Queues an event. While [`QUEUED_EVENTS`] wait, further ones are dropped, as client-go's
     /// event broadcaster drops events when its queue is full.
     fn queue_event(

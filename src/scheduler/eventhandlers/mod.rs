@@ -213,7 +213,11 @@ impl EventHandlers {
             Some("Succeeded" | "Failed")
         );
         if terminating || finished {
-            sched.queue.delete(&uid);
+            // A pod being deleted is not tried; one that waited to be tried is told so, as
+            // kube-scheduler tells a pod it pops while it is being deleted.
+            if sched.queue.delete(&uid) && terminating {
+                sched.reports.skipped_deleting(&pod);
+            }
             if let Some(gone) = sched.nominator.forget(&uid) {
                 sched.room_given_up(&gone);
             }

@@ -370,16 +370,20 @@ impl SchedulingQueue {
             .collect()
     }
 
-    /// Forgets a pod (deleted, bound by someone else, or no longer ours).
-    pub fn delete(&self, uid: &str) {
+    /// Forgets a pod (deleted, bound by someone else, or no longer ours). Returns whether it
+    /// waited in activeQ or backoffQ, to be tried soon (upstream would pop it and skip it).
+    pub fn delete(&self, uid: &str) -> bool {
         let mut st = self.lock();
-        if let Some(entry) = st.entries.get_mut(uid) {
-            if entry.pool == Pool::InFlight {
-                entry.deleted_while_in_flight = true;
-            } else {
-                Self::remove(&mut st, uid);
-            }
+        let Some(entry) = st.entries.get_mut(uid) else {
+            return false;
+        };
+        let waiting = matches!(entry.pool, Pool::Active | Pool::Backoff);
+        if entry.pool == Pool::InFlight {
+            entry.deleted_while_in_flight = true;
+        } else {
+            Self::remove(&mut st, uid);
         }
+        waiting
     }
 
     /// Removes a pod's entry, ending its flight if it was in flight. Stale heap entries are

@@ -601,3 +601,23 @@ fn an_activated_pod_is_tried_again_at_once() {
         "a pod the queue does not hold is left"
     );
 }
+
+/// Deleting a pod says whether it waited to be tried (activeQ or backoffQ), for the `skip
+/// schedule deleting pod` event upstream writes when it pops such a pod; a parked pod, a gated
+/// one or one the queue never held did not.
+#[test]
+fn a_deleted_pod_says_whether_it_waited_to_be_tried() {
+    let q = queue();
+    q.add(pod("waiting", 0), None);
+    q.add(pod("gated", 0), Some("SchedulingGates"));
+    q.add(pod("parked", 0), None);
+    assert_eq!(pop_names(&q, 1), ["waiting"]);
+    q.add_unschedulable(&["Fit"], &key("waiting"), LONG_BACKOFF, None);
+    assert!(q.delete(&key("parked")), "in activeQ");
+    assert!(
+        !q.delete(&key("waiting")),
+        "parked in the unschedulable pool"
+    );
+    assert!(!q.delete(&key("gated")));
+    assert!(!q.delete(&key("never")));
+}
