@@ -7,8 +7,11 @@ use std::sync::Arc;
 
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
-use crate::scheduler::framework::{CycleState, FilterPlugin, Plugin, Status};
+use crate::scheduler::framework::{
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -33,8 +36,31 @@ impl Plugin for NodeName {
         ))])
     }
 
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+
     fn filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
+    }
+}
+
+/// As kube-scheduler 1.37's: a pod that names its node narrows the search to that node;
+/// otherwise nothing to do (but Filter still runs).
+impl PreFilterPlugin for NodeName {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        match pod.node_name() {
+            Some(node) => (
+                PreFilterResult::nodes([node.to_string()]),
+                Status::success(),
+            ),
+            None => (PreFilterResult::all_nodes(), Status::success()),
+        }
     }
 }
 

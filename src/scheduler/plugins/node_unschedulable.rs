@@ -13,8 +13,11 @@ use k8s_openapi::api::core::v1::{Node, Taint};
 use crate::k8s::taints::tolerates;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
-use crate::scheduler::framework::{CycleState, FilterPlugin, Plugin, Status};
+use crate::scheduler::framework::{
+    CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
 
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -56,6 +59,10 @@ impl Plugin for NodeUnschedulable {
                 Arc::new(after_toleration_added),
             ),
         ])
+    }
+
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
     }
 
     fn filter(&self) -> Option<&dyn FilterPlugin> {
@@ -140,6 +147,20 @@ fn after_toleration_added(
         .flatten()
         .any(|t| tolerates(t, &UNSCHEDULABLE_TAINT));
     events::queue_if(events::is_same_pod(pod, new) && tolerated)
+}
+
+/// As kube-scheduler 1.37's: nothing to do here (it matters only to resizes deferred for
+/// preemption, an alpha feature), so Filter runs as before; listed at PreFilter as upstream lists
+/// it.
+impl PreFilterPlugin for NodeUnschedulable {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        (PreFilterResult::all_nodes(), Status::success())
+    }
 }
 
 #[cfg(test)]

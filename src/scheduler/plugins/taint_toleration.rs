@@ -16,8 +16,8 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreScorePlugin, ScorePlugin,
-    Status,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
+    PreScorePlugin, ScorePlugin, Status,
 };
 
 use crate::scheduler::plugins::helper::{default_normalize_score, expect_no_args};
@@ -73,6 +73,10 @@ impl Plugin for TaintToleration {
                 Arc::new(after_toleration_added),
             ),
         ])
+    }
+
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
     }
 
     fn filter(&self) -> Option<&dyn FilterPlugin> {
@@ -233,6 +237,20 @@ fn after_toleration_added(
     match events::pods(None, new).1 {
         Some(new) => events::queue_if(events::is_same_pod(pod, new)),
         None => Hint::Queue,
+    }
+}
+
+/// As kube-scheduler 1.37's: nothing to do here (it matters only to resizes deferred for
+/// preemption, an alpha feature), so Filter runs as before; listed at PreFilter as upstream lists
+/// it.
+impl PreFilterPlugin for TaintToleration {
+    fn pre_filter(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        (PreFilterResult::all_nodes(), Status::success())
     }
 }
 

@@ -525,3 +525,29 @@ fn a_score_weight_outside_one_to_a_hundred_is_refused_naming_it() {
         );
     }
 }
+
+/// The default profile's PreFilter plugins, in order, as kube-scheduler v1.37.2 expands its
+/// multiPoint set (every default plugin that has a PreFilter; DynamicResources aside, which
+/// tether does not serve yet): 1.37 gave NodeName, NodeUnschedulable and TaintToleration one.
+#[test]
+fn the_default_profile_runs_upstreams_pre_filter_plugins_in_order() {
+    let c = default_profile("d", &Handle::default()).expect("compiles");
+    assert_eq!(
+        c.effective.pre_filter,
+        [
+            "NodeName",
+            "NodeUnschedulable",
+            "TaintToleration",
+            "NodeAffinity",
+            "NodePorts",
+            "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeBinding",
+            "VolumeZone",
+            "PodTopologySpread",
+            "InterPodAffinity",
+            "NodeDeclaredFeatures",
+        ]
+    );
+}
