@@ -109,6 +109,7 @@ async fn above_100_nodes_the_same_pods_land_on_the_same_nodes_as_with_kube_sched
         }
     };
     let mut disagreements = Vec::new();
+    let mut placed = Vec::new();
     for i in 0..PODS {
         let theirs = once(format!("reference-{i}"), reference.clone()).await?;
         let ours = once(format!("tether-{i}"), tether.clone()).await?;
@@ -124,6 +125,12 @@ async fn above_100_nodes_the_same_pods_land_on_the_same_nodes_as_with_kube_sched
         println!(
             "pod {i}: kube-scheduler {theirs}, tether {ours} (best in kube-scheduler's window: {best:?})"
         );
+        assert!(
+            scores.len() < NODES,
+            "kube-scheduler scored {} nodes: only a share is checked above 100",
+            scores.len()
+        );
+        placed.push(ours.clone());
         if !best.contains(&&ours) {
             disagreements.push(format!(
                 "pod {i}: tether chose {ours}, kube-scheduler's window's best were {best:?} (it scored {} nodes)",
@@ -132,6 +139,12 @@ async fn above_100_nodes_the_same_pods_land_on_the_same_nodes_as_with_kube_sched
         }
     }
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
+    placed.sort();
+    placed.dedup();
+    assert!(
+        placed.len() > 1,
+        "the windows moved: tether placed the pods on more than one node"
+    );
 
     drop(own);
     drop(kube);

@@ -237,7 +237,8 @@ pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
 /// out: kube-scheduler v1.37.2 builds Fit's scorer without the PodLevelResources gate (its
 /// `enablePodLevelResources` is never set there), so its scores read the containers alone.
 /// Matched as the reference behaves, measured side by side; BalancedAllocation and Filter do
-/// read pod-level requests. (A pod's requests counted on its node, [`pod_requests`] with
+/// read pod-level requests. (That scorer does not read status resources either; the pod being
+/// scored is pending and has none, so reading them here changes nothing.) (A pod's requests counted on its node, [`pod_requests`] with
 /// defaults, leave out the defaults for a resource the pod level or a container names.)
 pub fn pod_requests_scored(pod: &Pod) -> Resource {
     requests_with(pod, Defaults::EveryContainer)
@@ -393,22 +394,29 @@ fn requests_with(pod: &Pod, defaults: Defaults) -> Resource {
     total.set_max(&allocated);
 
     // Pod-level requests replace the sum for the resources they name (cpu, memory, huge
-    // pages); for a running pod, the larger of them and the pod-level status.
+    // pages), as upstream's PodRequests: while the pod has a pod-level `status.resources`, the
+    // larger of the spec (left out while a resize is infeasible), `status.resources.requests`
+    // and `status.allocatedResources`, for every resource one of them names; else the spec.
     if let Some(pod_level) = pod_level {
-        let mut effective = if infeasible {
-            Resource::default()
+        let has_status_resources = status.is_some_and(|s| s.resources.is_some());
+        let lists: Vec<&ResourceList> = if has_status_resources {
+            [
+                (!infeasible).then_some(pod_level),
+                pod_actuated,
+                pod_allocated,
+            ]
+            .into_iter()
+            .flatten()
+            .collect()
         } else {
-            Resource::from_list(Some(pod_level))
+            vec![pod_level]
         };
-        let mut named: Vec<&str> = pod_level.keys().map(String::as_str).collect();
-        if let Some(running) = pod_actuated {
-            for list in [Some(running), pod_allocated].into_iter().flatten() {
-                effective.set_max(&Resource::from_list(Some(list)));
-                named.extend(list.keys().map(String::as_str));
-            }
+        let mut effective = Resource::default();
+        for list in &lists {
+            effective.set_max(&Resource::from_list(Some(list)));
         }
-        for name in named {
-            match name {
+        for name in lists.iter().flat_map(|l| l.keys()) {
+            match name.as_str() {
                 CPU => total.milli_cpu = effective.milli_cpu,
                 MEMORY => total.memory = effective.memory,
                 huge if huge.starts_with("hugepages-") => {
@@ -606,6 +614,59 @@ mod tests {
         );
         let pending = pod(serde_json::json!({}), Some("250m"));
         assert_eq!(pod_requests(&pending, false).milli_cpu, 3250);
+    }
+
+    /// Pod-level requests of a running pod as upstream's PodRequests reads them: the spec alone
+    /// while the pod has no pod-level `status.resources` (even when a resize is infeasible);
+    /// with one, the larger of the spec (dropped while infeasible), the running and the
+    /// allocated requests, for every resource one of them names.
+    #[test]
+    fn pod_level_requests_of_a_running_pod_follow_its_pod_level_status() {
+        let pod = |status: serde_json::Value| {
+            serde_json::from_value::<Pod>(serde_json::json!({
+                "metadata": {"name": "p"},
+                "spec": {"resources": {"requests": {"cpu": "2"}},
+                         "containers": [{"name": "c", "resources": {"requests": {"memory": "512Mi"}}}]},
+                "status": status,
+            }))
+            .expect("a pod")
+        };
+        let infeasible = serde_json::json!([{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}]);
+        let cpu_mem = |p: &Pod| {
+            let r = pod_requests(p, false);
+            (r.milli_cpu, r.memory)
+        };
+        let mi = 1024 * 1024;
+        assert_eq!(
+            cpu_mem(&pod(serde_json::json!({"conditions": infeasible}))),
+            (2000, 0),
+            "no pod-level status: the pod level's spec, infeasible or not (the containers count \
+             only what their statuses say while the resize is infeasible, here nothing)"
+        );
+        assert_eq!(
+            cpu_mem(&pod(serde_json::json!({
+                "resources": {"requests": {"cpu": "3"}},
+                "allocatedResources": {"cpu": "2500m", "memory": "1Gi"},
+            }))),
+            (3000, 1024 * mi),
+            "the larger of spec, running and allocated, for what any names"
+        );
+        assert_eq!(
+            cpu_mem(&pod(serde_json::json!({
+                "conditions": infeasible,
+                "resources": {"requests": {"cpu": "1"}},
+                "allocatedResources": {"cpu": "1500m"},
+            }))),
+            (1500, 0),
+            "an infeasible resize: the spec left out (the statuses name no memory)"
+        );
+        assert_eq!(
+            cpu_mem(&pod(
+                serde_json::json!({"resources": {}, "allocatedResources": {"cpu": "1"}})
+            )),
+            (2000, 512 * mi),
+            "allocated counts without running requests"
+        );
     }
 
     #[test]

@@ -111,6 +111,10 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         // Kueue see where it goes meanwhile. Otherwise the bind follows at once.
         let pre_flight = profile.run_pre_bind_pre_flights(&state, &pod, &node);
         if pre_flight.code == Code::Error {
+            if permit.is_some() {
+                // Its wait is never taken: the pod leaves the waiting pods here.
+                sched.waiting_pods.forget(pod_info.uid());
+            }
             return pre_flight;
         }
         if pre_flight.is_success() || permit.is_some() {

@@ -561,13 +561,17 @@ mod tests {
         let mut events = std::pin::pin!(events);
         let mut applied = Vec::new();
         let started = tokio::time::Instant::now();
-        while let Some(event) = events.next().await {
-            match event.expect("no error is yielded for a stalled list") {
-                Event::InitApply(ns) => applied.push(ns.metadata.name.unwrap_or_default()),
-                Event::InitDone => break,
-                _ => {}
+        let listed = tokio::time::timeout(LIST_STALL * 4, async {
+            while let Some(event) = events.next().await {
+                match event.expect("no error is yielded for a stalled list") {
+                    Event::InitApply(ns) => applied.push(ns.metadata.name.unwrap_or_default()),
+                    Event::InitDone => break,
+                    _ => {}
+                }
             }
-        }
+        })
+        .await;
+        assert!(listed.is_ok(), "the stalled list was never given up");
         assert_eq!(applied, ["team-a"]);
         assert_eq!(lists.load(Ordering::SeqCst), 2, "listed again once");
         assert!(started.elapsed() >= LIST_STALL);

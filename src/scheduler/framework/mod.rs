@@ -338,8 +338,10 @@ pub trait PermitPlugin: Send + Sync {
 }
 
 /// Tries a pending pod again at once (upstream's framework Handle.Activate): out of the
-/// unschedulable pool or backoffQ into activeQ; a pod in flight is retried as soon as its
-/// attempt fails. The scheduling queue implements it; a plugin reaches it through its handle.
+/// unschedulable pool or backoffQ into activeQ; a pod in flight is requeued when its attempt
+/// fails (to backoffQ while its backoff lasts, as upstream) instead of waiting in the
+/// unschedulable pool for an event. The scheduling queue implements it; a plugin reaches it
+/// through its handle.
 pub trait PodActivator: Send + Sync {
     fn activate(&self, pod: &std::sync::Arc<Pod>);
 }
@@ -350,10 +352,9 @@ pub trait PreBindPlugin: Send + Sync {
     /// PreBindPreFlight): Success when it does, Skip when it has none, an error when it cannot
     /// tell. When any plugin has work, the pod's `status.nominatedNodeName` is written with the
     /// node first, so that others (cluster-autoscaler, Karpenter, Kueue) see where it goes
-    /// while it waits. A plugin that cannot tell cheaply says Success.
-    fn pre_bind_pre_flight(&self, _state: &CycleState, _pod: &Pod, _node_name: &str) -> Status {
-        Status::success()
-    }
+    /// while it waits. Every PreBind plugin answers (no default): a wrong Success costs a
+    /// status write before every bind.
+    fn pre_bind_pre_flight(&self, state: &CycleState, pod: &Pod, node_name: &str) -> Status;
 
     fn pre_bind<'a>(
         &'a self,

@@ -59,6 +59,12 @@ impl WaitingPods {
         }
     }
 
+    /// Forgets a waiting pod whose binding cycle ended before its wait (its PreBind pre-flight
+    /// failed).
+    pub fn forget(&self, uid: &str) {
+        locks::lock(&self.pods).remove(uid);
+    }
+
     /// Waits for the verdict on a pod, at most `timeout`; a timeout rejects it.
     pub async fn wait(
         &self,

@@ -160,8 +160,9 @@ impl SchedulingQueue {
 
     /// Tries `pod` again at once (upstream's PriorityQueue.Activate): from the unschedulable
     /// pool or backoffQ (its backoff skipped) into activeQ; a pod in flight gets the
-    /// ForceActivate event, so that a failure of its attempt sends it to activeQ. A pod in
-    /// activeQ, gated, or unknown to the queue is left as it is.
+    /// ForceActivate event, so that a failure of its attempt requeues it (to backoffQ while
+    /// its backoff lasts, as upstream) rather than parking it. A pod in activeQ, gated, or
+    /// unknown to the queue is left as it is.
     pub fn activate(&self, pod: &Arc<Pod>) {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let mut st = self.lock();
