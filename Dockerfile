@@ -10,6 +10,10 @@ RUN mkdir -p src benches e2e/src \
     && echo 'fn main() {}' > benches/schedule_cycle.rs \
     && cargo build --release --locked --bin tether \
     && rm -rf src benches e2e/src
+# The commit `tether version` reports (no .git in the build context): `make image` passes it.
+ARG TETHER_COMMIT=unknown
+ENV TETHER_COMMIT=$TETHER_COMMIT
+COPY build.rs build.rs
 COPY src src
 COPY benches benches
 COPY e2e/src e2e/src
@@ -17,6 +21,10 @@ RUN touch src/main.rs src/lib.rs && cargo build --release --locked --bin tether
 
 # glibc and CA certificates, nothing else: no shell, no package manager.
 FROM gcr.io/distroless/cc-debian12:nonroot
+ARG TETHER_COMMIT=unknown
+LABEL org.opencontainers.image.title="tether" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.revision="$TETHER_COMMIT"
 COPY --from=build /src/target/release/tether /usr/local/bin/tether
 USER 65532:65532
 EXPOSE 8080 8081

@@ -20,10 +20,10 @@ build: ## build the tether binary
 	$(CARGO) build --release --bin tether
 
 IMAGE ?= tether:latest
-image: ## build the container image $(IMAGE) with docker, podman or buildah (whichever is installed)
-	@if command -v docker >/dev/null 2>&1; then docker build -t $(IMAGE) .; \
-	elif command -v podman >/dev/null 2>&1; then podman build -t $(IMAGE) .; \
-	elif command -v buildah >/dev/null 2>&1; then buildah bud -t $(IMAGE) .; \
+image: ## build the container image $(IMAGE) with docker (when its daemon answers), podman or buildah
+	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then docker build --build-arg TETHER_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .; \
+	elif command -v podman >/dev/null 2>&1; then podman build --build-arg TETHER_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null 2>&1; then buildah bud --build-arg TETHER_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .; \
 	else echo "make image: none of docker, podman or buildah is installed; install one to build $(IMAGE) from the Dockerfile" >&2; exit 1; fi
 
 fmt: ## format the code

@@ -12,9 +12,18 @@ use tracing_subscriber::EnvFilter;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
+/// The version and the commit built from (see build.rs), and the Kubernetes release whose
+/// kube-scheduler tether matches.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("TETHER_COMMIT"),
+    "; schedules as kube-scheduler v1.37.2)"
+);
+
 /// tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.
 #[derive(Parser, Debug)]
-#[command(name = "tether", version, about)]
+#[command(name = "tether", version = VERSION, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -36,6 +45,9 @@ enum Command {
     /// Print the cluster as tether's scheduler sees it (nodes, pods, profiles, bindings, ...)
     /// as JSON, for `tether simulate --snapshot`.
     Snapshot,
+    /// Print tether's version, the commit it was built from, and the kube-scheduler release it
+    /// matches.
+    Version,
 }
 
 #[derive(Args, Debug)]
@@ -49,9 +61,9 @@ struct RunArgs {
     /// Threads running Filter and Score over the nodes (default: one per CPU).
     #[arg(long, env = "TETHER_PARALLELISM")]
     parallelism: Option<usize>,
-    /// Log format: text or json. The level comes from RUST_LOG (default info).
-    #[arg(long, env = "TETHER_LOG_FORMAT", default_value = "text")]
-    log_format: String,
+    /// Log format. The level comes from RUST_LOG (default info).
+    #[arg(long, env = "TETHER_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
     /// This replica's name, recorded on the events it publishes (the pod name in a Deployment).
     #[arg(long, env = "POD_NAME")]
     instance: Option<String>,
@@ -251,13 +263,21 @@ fn log_filter(rust_log: Option<&str>) -> EnvFilter {
     filter
 }
 
-fn init_logging(format: &str) {
+/// How `tether run` writes its log: an unknown value is refused, not read as text.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum LogFormat {
+    /// One human-readable line per event.
+    Text,
+    /// One JSON object per line (for log collectors).
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
     let filter = log_filter(std::env::var("RUST_LOG").ok().as_deref());
     let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
+    match format {
+        LogFormat::Json => builder.json().init(),
+        LogFormat::Text => builder.init(),
     }
 }
 
@@ -352,6 +372,7 @@ fn main() -> anyhow::Result<()> {
             finish(done)?
         }
         Command::Snapshot => finish(client_command(tether::cli::simulate::snapshot()))?,
+        Command::Version => println!("tether {VERSION}"),
         Command::Crd => {
             let yaml = tether::api::crds_yaml().context("serializing the CRDs")?;
             std::io::stdout()
@@ -359,7 +380,7 @@ fn main() -> anyhow::Result<()> {
                 .context("writing the CRDs to stdout")?;
         }
         Command::Run(args) => {
-            init_logging(&args.log_format);
+            init_logging(args.log_format);
             let config = match run_config(*args) {
                 Ok(config) => config,
                 Err(e) => {
@@ -381,6 +402,20 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `tether version` (and `--version`) say the version, the commit built from (git's, or
+    /// `unknown` outside a checkout) and the kube-scheduler release tether matches.
+    #[test]
+    fn version_names_the_release_the_commit_and_the_kube_scheduler_matched() {
+        assert!(matches!(
+            Cli::try_parse_from(["tether", "version"]).map(|c| c.command),
+            Ok(Command::Version)
+        ));
+        assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")));
+        let commit = env!("TETHER_COMMIT");
+        assert!(!commit.is_empty() && VERSION.contains(&format!("commit {commit}")));
+        assert!(VERSION.contains("kube-scheduler v1.37.2"));
+    }
 
     #[test]
     fn durations_read_as_kube_scheduler_flags_take_them() {
@@ -428,6 +463,7 @@ mod tests {
             "--shutdown-grace-seconds",
         );
         refused(&["--events-qps=1e-300"], "--events-qps");
+        refused(&["--log-format=jsn"], "--log-format");
         refused(&["--status-qps=-1"], "--status-qps");
         refused(&["--history-qps=NaN"], "--history-qps");
         refused(

@@ -566,3 +566,62 @@ async fn the_api_server_refuses_impossible_binding_history() -> anyhow::Result<(
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     ns.delete().await
 }
+
+/// Namespace users see and manage their workloads' StickyBindings with the built-in roles:
+/// deploy/rbac.yaml's rules are aggregated into `view` (read) and `edit` (write), never the
+/// status, which is tether's. Asked of the API server as a user bound to each role in one
+/// namespace.
+#[tokio::test]
+async fn namespace_users_see_and_edit_their_stickybindings_through_the_built_in_roles()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "binding-roles").await?;
+    for role in ["view", "edit"] {
+        let binding = serde_json::json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": {"name": format!("alice-{role}"), "namespace": ns.name},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": format!("{role}-user")}]});
+        kubectl_ok(&["apply", "-f", "-"], Some(&binding.to_string()))?;
+    }
+    let can = |user: &str, verb: &str, resource: &str| {
+        // `can-i` answers "yes" (exit 0) or "no" (exit 1); `<resource>/status` asks for the
+        // status subresource (kubectl reads `a/b` as the object named b).
+        let (resource, subresource) = match resource.split_once('/') {
+            Some((r, sub)) => (r, format!("--subresource={sub}")),
+            None => (resource, String::new()),
+        };
+        let mut args = vec![
+            "auth", "can-i", verb, resource, "-n", &ns.name, "--as", user,
+        ];
+        if !subresource.is_empty() {
+            args.push(&subresource);
+        }
+        let out = kubectl(&args, None)?;
+        Ok::<_, anyhow::Error>(out.stdout.trim() == "yes")
+    };
+    // The aggregation controller fills the roles in a moment after deploy/rbac.yaml lands.
+    wait_for(
+        "the view role to read stickybindings",
+        Duration::from_secs(30),
+        || async { Ok(can("view-user", "list", "stickybindings.tether.dev")?.then_some(())) },
+    )
+    .await?;
+    wait_for(
+        "the edit role to write stickybindings",
+        Duration::from_secs(30),
+        || async { Ok(can("edit-user", "patch", "stickybindings.tether.dev")?.then_some(())) },
+    )
+    .await?;
+    assert!(can("view-user", "get", "stickybindings.tether.dev")?);
+    assert!(can("view-user", "watch", "stickybindings.tether.dev")?);
+    assert!(
+        !can("view-user", "patch", "stickybindings.tether.dev")?,
+        "view reads only"
+    );
+    assert!(can("edit-user", "delete", "stickybindings.tether.dev")?);
+    assert!(
+        !can("edit-user", "patch", "stickybindings.tether.dev/status")?,
+        "the status is tether's"
+    );
+    ns.delete().await
+}
