@@ -40,7 +40,9 @@ enum Command {
     Explain(tether::cli::explain::ExplainArgs),
     /// What SchedulingProfile changes would do: judges them as the controller would, then
     /// places the pending pods of each one's schedulerName with it and with the live profile,
-    /// and prints the placements that differ. Exits 1 when a profile would not serve.
+    /// and prints the placements that differ. Exits 0 when no placement would change, 1 when
+    /// some would, 2 when a profile would not serve or the simulation failed (as `kubectl
+    /// diff`).
     Simulate(tether::cli::simulate::SimulateArgs),
     /// Print the cluster as tether's scheduler sees it (nodes, pods, profiles, bindings, ...)
     /// as JSON, for `tether simulate --snapshot`.
@@ -364,12 +366,29 @@ fn main() -> anyhow::Result<()> {
     match cli.command {
         Command::Explain(args) => finish(client_command(tether::cli::explain::run(&args)))?,
         Command::Simulate(args) => {
+            // As `kubectl diff`: 0 when no placement would change, 1 when some would (the
+            // report says which), 2 when a candidate would not serve or the simulation failed.
             use tether::cli::simulate::Outcome;
-            let done = client_command(tether::cli::simulate::run(&args)).and_then(|o| match o {
-                Outcome::Report(text) => Ok(text),
-                Outcome::Rejected(message) => Err(anyhow::anyhow!(message)),
-            });
-            finish(done)?
+            match client_command(tether::cli::simulate::run(&args)) {
+                Ok(Outcome::Report(text, changes)) => {
+                    print(&text)?;
+                    if changes > 0 {
+                        // exit() skips destructors: flush what is buffered first.
+                        std::io::stdout()
+                            .flush()
+                            .context("writing to standard output")?;
+                        std::process::exit(1);
+                    }
+                }
+                Ok(Outcome::Rejected(message)) => {
+                    eprintln!("error: {message}");
+                    std::process::exit(2);
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    std::process::exit(2);
+                }
+            }
         }
         Command::Snapshot => finish(client_command(tether::cli::simulate::snapshot()))?,
         Command::Version => println!("tether {VERSION}"),

@@ -380,18 +380,30 @@ fn simulate(args: &[&str]) -> anyhow::Result<Result<Simulation, String>> {
     let mut all = vec!["simulate", "-o", "json"];
     all.extend_from_slice(args);
     let out = run(&tether_bin(), &all, None)?;
-    if !out.status.success() {
+    // As `kubectl diff`: 0 no change, 1 placements would change, 2 not served or failed.
+    let code = out.status.code();
+    if code == Some(2) {
         return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
-    let mut sims: Vec<Simulation> =
-        serde_json::from_slice(&out.stdout).context("reading simulate's JSON")?;
+    let mut sims: Vec<Simulation> = serde_json::from_slice(&out.stdout).with_context(|| {
+        format!(
+            "reading simulate's JSON (exit {code:?}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
     anyhow::ensure!(sims.len() == 1, "one simulation per candidate: {sims:?}");
+    let changes = sims[0].changes();
+    anyhow::ensure!(
+        code == Some(if changes > 0 { 1 } else { 0 }),
+        "exit {code:?} with {changes} placements changing"
+    );
     Ok(Ok(sims.remove(0)))
 }
 
 /// A switch from LeastAllocated to MostAllocated, simulated on a cluster with pending pods,
 /// predicts the placements the live switch then makes; the same from a snapshot file; a
-/// profile that does not compile exits non-zero naming the field.
+/// profile that does not compile exits 2 naming the field; a simulation that changes
+/// placements exits 1.
 #[tokio::test]
 async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Result<()> {
     let client = client().await?;
@@ -491,7 +503,7 @@ async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Resu
         .map_err(anyhow::Error::msg)?;
     assert_eq!(offline, online);
 
-    // A profile that does not compile: exit status 1, the field named.
+    // A profile that does not compile: exit status 2, the field named.
     let bad = dir.join("bad.yaml");
     let mut wrong = doc.clone();
     wrong["spec"]["plugins"] = json!({"score": {"enabled": [{"name": "NoSuchPlugin"}]}});

@@ -29,8 +29,8 @@ pub struct SimulateArgs {
 
 /// What `tether simulate` ends with.
 pub enum Outcome {
-    /// The candidate serves: the report.
-    Report(String),
+    /// The candidates serve: the report, and how many placements would change.
+    Report(String, usize),
     /// The candidate would not serve: the controller's words.
     Rejected(String),
 }
@@ -113,10 +113,15 @@ pub async fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
                 .collect::<Vec<_>>()
                 .join("\n"),
         ),
-        Ok(sims) if args.output == "json" => {
-            Outcome::Report(serde_json::to_string_pretty(&sims)? + "\n")
+        Ok(sims) => {
+            let changes = sims.iter().map(|s| s.changes()).sum();
+            let text = if args.output == "json" {
+                serde_json::to_string_pretty(&sims)? + "\n"
+            } else {
+                sims.iter().map(render::text).collect::<Vec<_>>().join("\n")
+            };
+            Outcome::Report(text, changes)
         }
-        Ok(sims) => Outcome::Report(sims.iter().map(render::text).collect::<Vec<_>>().join("\n")),
     })
 }
 
