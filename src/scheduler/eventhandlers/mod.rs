@@ -35,7 +35,7 @@ impl Scheduler {
             ASSIGNED_POD_DELETE,
             Some(EventObject::Pod(nominated.pod.clone())),
             None,
-            nominated.priority(),
+            crate::scheduler::framework::runtime::priority(&nominated.pod),
         );
     }
 

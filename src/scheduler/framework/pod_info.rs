@@ -101,11 +101,6 @@ pub struct PodInfo {
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
 impl PodInfo {
-    /// `spec.priority`, 0 when unset, as corev1helpers.PodPriority reads it.
-    pub fn priority(&self) -> i32 {
-        self.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
-    }
-
     pub fn new(pod: Arc<Pod>) -> Self {
         let requests = pod_requests(&pod, false);
         let non_zero_requests = pod_requests(&pod, true);

@@ -16,8 +16,9 @@ pub const NAME: &str = "PrioritySort";
 #[derive(Clone, Copy, Debug, Default)]
 pub struct PrioritySort;
 
+/// `spec.priority`, 0 when unset, as corev1helpers.PodPriority reads it.
 fn pod_priority(pod: &PodInfo) -> i32 {
-    pod.priority()
+    crate::scheduler::framework::runtime::priority(&pod.pod)
 }
 
 impl Plugin for PrioritySort {

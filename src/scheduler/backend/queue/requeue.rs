@@ -14,6 +14,7 @@ use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
 use crate::scheduler::framework::events::{ClusterEvent, EventObject, FORCE_ACTIVATE};
 use crate::scheduler::framework::profile::Backoff;
+use crate::scheduler::framework::runtime::priority;
 
 /// An event recorded while pods were in flight.
 pub(super) struct RecordedEvent {
@@ -129,12 +130,7 @@ impl SchedulingQueue {
         old: Option<EventObject>,
         new: Option<EventObject>,
     ) {
-        if !event.is_wildcard() && !self.hints.interested_in(&event) {
-            return;
-        }
-        let mut st = self.lock();
-        self.move_parked(&mut st, &event, old.as_ref(), new.as_ref(), |_| true);
-        Self::record(&mut st, event, old, new, None);
+        self.on_event_for(event, old, new, |_| true);
     }
 
     /// As [`SchedulingQueue::on_event`], moving only parked pods of priority `max_priority` or
@@ -148,13 +144,25 @@ impl SchedulingQueue {
         new: Option<EventObject>,
         max_priority: i32,
     ) {
+        self.on_event_for(event, old, new, |e| {
+            priority(&e.info.pod.pod) <= max_priority
+        });
+    }
+
+    /// A cluster event: moves the parked pods among those `candidate` selects that it may
+    /// help, and keeps it for the pods in flight. An event no plugin registered does nothing.
+    fn on_event_for(
+        &self,
+        event: ClusterEvent,
+        old: Option<EventObject>,
+        new: Option<EventObject>,
+        candidate: impl Fn(&Entry) -> bool,
+    ) {
         if !event.is_wildcard() && !self.hints.interested_in(&event) {
             return;
         }
         let mut st = self.lock();
-        self.move_parked(&mut st, &event, old.as_ref(), new.as_ref(), |e| {
-            e.info.pod.priority() <= max_priority
-        });
+        self.move_parked(&mut st, &event, old.as_ref(), new.as_ref(), candidate);
         Self::record(&mut st, event, old, new, None);
     }
 
