@@ -215,6 +215,45 @@ fn best(scores: &BTreeMap<String, i64>) -> Vec<String> {
         .collect()
 }
 
+/// kube-scheduler and tether side by side for one test: a kube-scheduler process serving
+/// `<test>-reference-<suffix>` (its log `.cluster/logs/kube-scheduler-<test>.log`) and the
+/// SchedulingProfile `<test>-tether-<suffix>`, both with the default plugins and no PostFilter,
+/// whose words would follow a failure message.
+struct SideBySide {
+    reference: String,
+    tether: String,
+    kube: ReferenceScheduler,
+}
+
+impl SideBySide {
+    async fn start(client: &kube::Client, test: &str) -> anyhow::Result<Self> {
+        let suffix = unique_suffix();
+        let (reference, tether) = (
+            format!("{test}-reference-{suffix}"),
+            format!("{test}-tether-{suffix}"),
+        );
+        let kube = ReferenceScheduler::start(&format!("kube-scheduler-{test}"), &[&reference])?;
+        apply_profile(
+            client,
+            &tether,
+            json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+        )
+        .await?;
+        Ok(SideBySide {
+            reference,
+            tether,
+            kube,
+        })
+    }
+
+    /// Stops kube-scheduler and deletes tether's profile.
+    fn stop(self) -> anyhow::Result<()> {
+        drop(self.kube);
+        kubectl_ok(&["delete", "sp", &self.tether], None)?;
+        Ok(())
+    }
+}
+
 /// The tests here count every node of the cluster in their messages: one at a time.
 static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
@@ -405,19 +444,8 @@ async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Resul
     let ns = TestNamespace::create(&client, "fidelity-vol").await?;
     let n = ns.name.clone();
     let nodes = TestNodes::create(&client, "fidelity-vol", 6, "8", |_, _| {}).await?;
-    let suffix = unique_suffix();
-    let (reference, tether) = (
-        format!("fidelity-vol-reference-{suffix}"),
-        format!("fidelity-vol-tether-{suffix}"),
-    );
-    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-volumes", &[&reference])?;
-    apply_profile(
-        &client,
-        &tether,
-        // As the reference: without PostFilter, whose words would follow the message.
-        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
-    )
-    .await?;
+    let both = SideBySide::start(&client, "fidelity-vol").await?;
+    let (reference, tether) = (&both.reference, &both.tether);
     let now = format!("{n}-now");
     apply(
         json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
@@ -617,8 +645,7 @@ async fn tether_and_kube_scheduler_agree_on_pods_with_volumes() -> anyhow::Resul
     drop(cases);
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 
-    drop(kube);
-    kubectl_ok(&["delete", "sp", &tether], None)?;
+    both.stop()?;
     ns.delete().await?;
     nodes.delete().await?;
     delete_labelled("pv", &n)?;
@@ -646,18 +673,8 @@ async fn a_pod_with_pod_level_requests_lands_where_kube_scheduler_puts_it() -> a
         }
     })
     .await?;
-    let suffix = unique_suffix();
-    let (reference, tether) = (
-        format!("fidelity-podlevel-reference-{suffix}"),
-        format!("fidelity-podlevel-tether-{suffix}"),
-    );
-    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-podlevel", &[&reference])?;
-    apply_profile(
-        &client,
-        &tether,
-        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
-    )
-    .await?;
+    let both = SideBySide::start(&client, "fidelity-podlevel").await?;
+    let (reference, tether) = (&both.reference, &both.tether);
     let mut containers =
         vec![json!({"name": "a", "image": "pause", "resources": {"requests": {"memory": "1Gi"}}})];
     containers.extend((0..10).map(|i| json!({"name": format!("c{i}"), "image": "pause"})));
@@ -684,8 +701,7 @@ async fn a_pod_with_pod_level_requests_lands_where_kube_scheduler_puts_it() -> a
         "tether places the pod as kube-scheduler"
     );
 
-    drop(kube);
-    kubectl_ok(&["delete", "sp", &tether], None)?;
+    both.stop()?;
     ns.delete().await?;
     nodes.delete().await
 }
@@ -722,18 +738,8 @@ async fn failure_notes_around_the_length_limit_read_as_kube_schedulers() -> anyh
     let client = client().await?;
     let ns = TestNamespace::create(&client, "fidelity-notes").await?;
     let nodes = TestNodes::create(&client, "fidelity-notes", 1, "8", |_, _| {}).await?;
-    let suffix = unique_suffix();
-    let (reference, tether) = (
-        format!("fidelity-notes-reference-{suffix}"),
-        format!("fidelity-notes-tether-{suffix}"),
-    );
-    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-notes", &[&reference])?;
-    apply_profile(
-        &client,
-        &tether,
-        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
-    )
-    .await?;
+    let both = SideBySide::start(&client, "fidelity-notes").await?;
+    let (reference, tether) = (&both.reference, &both.tether);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let run = Run {
         pods: &pods,
@@ -754,7 +760,7 @@ async fn failure_notes_around_the_length_limit_read_as_kube_schedulers() -> anyh
     };
     // The message grows byte for byte with the last name: measure it once.
     let probe = rejected(
-        run.once("probe", &reference, &json!({}), &spec_with(100))
+        run.once("probe", reference, &json!({}), &spec_with(100))
             .await?,
         "kube-scheduler",
     )?;
@@ -795,8 +801,7 @@ async fn failure_notes_around_the_length_limit_read_as_kube_schedulers() -> anyh
     }
     assert!(disagreements.is_empty(), "{}", disagreements.join("\n"));
 
-    drop(kube);
-    kubectl_ok(&["delete", "sp", &tether], None)?;
+    both.stop()?;
     ns.delete().await?;
     nodes.delete().await
 }
@@ -1002,23 +1007,13 @@ async fn a_running_pods_pod_level_status_counts_as_with_kube_scheduler() -> anyh
     let client = client().await?;
     let ns = TestNamespace::create(&client, "fidelity-resize").await?;
     let nodes = TestNodes::create(&client, "fidelity-resize", 1, "4", |_, _| {}).await?;
-    let suffix = unique_suffix();
-    let (reference, tether, class) = (
-        format!("fidelity-resize-reference-{suffix}"),
-        format!("fidelity-resize-tether-{suffix}"),
-        format!("fidelity-resize-{suffix}"),
-    );
+    let class = format!("fidelity-resize-{}", unique_suffix());
     apply(
         json!({"apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
         "metadata": {"name": class}, "handler": "e2e", "overhead": {"podFixed": {"cpu": "500m"}}}),
     )?;
-    let kube = ReferenceScheduler::start("kube-scheduler-fidelity-resize", &[&reference])?;
-    apply_profile(
-        &client,
-        &tether,
-        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
-    )
-    .await?;
+    let both = SideBySide::start(&client, "fidelity-resize").await?;
+    let (reference, tether) = (&both.reference, &both.tether);
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let mut spec = json!({"nodeName": nodes.names[0], "runtimeClassName": class,
         "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1500m"}}}]});
@@ -1078,8 +1073,7 @@ async fn a_running_pods_pod_level_status_counts_as_with_kube_scheduler() -> anyh
         "tether counts the running pod as kube-scheduler"
     );
 
-    drop(kube);
-    kubectl_ok(&["delete", "sp", &tether], None)?;
+    both.stop()?;
     ns.delete().await?;
     nodes.delete().await?;
     kubectl_ok(
