@@ -426,6 +426,9 @@ async fn a_vm_stopped_by_a_drain_waits_for_its_cordoned_node_and_says_why() -> a
     vm.start_pending().await?;
     let pod = vm.pod.clone();
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    // The first attempt may come before the restarted VM's VirtualMachineInstance reaches
+    // tether's watch ("waiting for the pod's owner … to be known"); the message to read is the
+    // one about the cordoned node that follows it.
     let message = wait_for(
         "the restarted VM's pod to say why it waits",
         TIMEOUT,
@@ -438,7 +441,8 @@ async fn a_vm_stopped_by_a_drain_waits_for_its_cordoned_node_and_says_why() -> a
                     .into_iter()
                     .flatten()
                     .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                    .and_then(|c| c.message))
+                    .and_then(|c| c.message)
+                    .filter(|m| !m.contains("to be known")))
             }
         },
     )
