@@ -362,7 +362,7 @@ fn build_scheduler(
         bindings: history.clone(),
         history: Some(history.clone()),
         evictions: Arc::default(),
-        activator: Some(sched.queue.clone()),
+        activator: Some(sched.activator()),
     };
     Ok(Parts {
         sched,

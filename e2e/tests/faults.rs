@@ -1221,3 +1221,119 @@ async fn two_thousand_pods_that_fit_nowhere_each_get_their_condition_in_time() -
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A preemptor is not tried again while its preemption is carried out (kube-scheduler v1.37
+/// holds it at PreEnqueue, "waiting for the preemption for this pod to be finished"): the
+/// victim's deletion is held for 3 s, and meanwhile a bound pod elsewhere is deleted, an event
+/// that sends pods waiting for CPU back to be tried. The preemptor is not tried then (a retry
+/// would only find its victim still there, and write "not eligible due to a terminating pod on
+/// the nominated node" over its status); it is bound where its victim was once the victim is
+/// gone. Every state of the preemptor is read from this test's own watch.
+#[tokio::test]
+async fn a_preemptor_is_not_tried_again_while_its_evictions_are_carried_out() -> anyhow::Result<()>
+{
+    use futures::StreamExt;
+    use kube::runtime::watcher;
+
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "preempting").await?;
+    let nodes = TestNodes::create(&client, "preempting", 2, "4", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let mut tether = OwnTether::start("preempting", &proxy).await?;
+    let suffix = unique_suffix();
+    let scheduler = format!("preempting-{suffix}");
+    let (low, high) = (
+        format!("preempting-{suffix}-low"),
+        format!("preempting-{suffix}-high"),
+    );
+    for (class, value) in [(&low, 0), (&high, 1000)] {
+        apply(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+            "metadata": {"name": class}, "value": value}),
+        )?;
+    }
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod = |name: &str, class: &str, cpu: &str, node: Option<&str>| {
+        let mut spec = json!({"schedulerName": scheduler, "priorityClassName": class,
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]});
+        nodes.isolate(&mut spec);
+        if let Some(node) = node {
+            spec["nodeName"] = json!(node);
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns.name}, "spec": spec})
+    };
+    // The victim fills the first node; the second is full of pods as important as the
+    // preemptor (never victims), one of them the bystander deleted later.
+    apply(pod("victim", &low, "4", Some(&nodes.names[0])))?;
+    apply(pod("filler", &high, "3500m", Some(&nodes.names[1])))?;
+    apply(pod("bystander", &high, "500m", Some(&nodes.names[1])))?;
+
+    let messages: Arc<Mutex<Vec<String>>> = Arc::default();
+    let record = messages.clone();
+    let watch = tokio::spawn(
+        watcher::watcher(
+            pods.clone(),
+            watcher::Config::default().fields("metadata.name=vip"),
+        )
+        .for_each(move |event| {
+            if let Ok(watcher::Event::Apply(p) | watcher::Event::InitApply(p)) = event {
+                let message = p
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                    .and_then(|c| c.message);
+                let mut seen = record.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(m) = message
+                    && seen.last() != Some(&m)
+                {
+                    seen.push(m);
+                }
+            }
+            futures::future::ready(())
+        }),
+    );
+    let held = proxy.inject(
+        Matcher::new(
+            Method::DELETE,
+            &format!("/namespaces/{}/pods/victim", ns.name),
+        ),
+        Action::Delay(Duration::from_secs(3)),
+        Some(1),
+    );
+    apply(pod("vip", &high, "4", None))?;
+    wait_for("the victim's deletion to be held", TIMEOUT, || async {
+        Ok((held.hits() == 1).then_some(()))
+    })
+    .await?;
+    pods.delete("bystander", &DeleteParams::default().grace_period(0))
+        .await?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "vip", TIMEOUT).await?;
+    watch.abort();
+    assert_eq!(node, nodes.names[0], "bound where its victim was");
+    let messages = messages.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert_eq!(
+        messages.len(),
+        1,
+        "one failed attempt (the one that preempted), none while its eviction ran: {messages:#?} (tether's log: {})",
+        tether.log.display()
+    );
+    assert!(
+        messages[0].contains("preempting 1 victims"),
+        "{messages:#?}"
+    );
+
+    assert_alive(&mut tether);
+    kubectl_ok(&["delete", "sp", &scheduler], None)?;
+    for class in [&low, &high] {
+        kubectl_ok(
+            &["delete", "priorityclass", class, "--ignore-not-found"],
+            None,
+        )?;
+    }
+    nodes.delete().await?;
+    ns.delete().await
+}

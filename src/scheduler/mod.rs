@@ -138,6 +138,34 @@ pub struct Scheduler {
     this: std::sync::Weak<Scheduler>,
 }
 
+/// The queue's activator, with the cache to tell whether a preemption's victims are gone.
+struct Activator {
+    queue: Arc<SchedulingQueue>,
+    cache: Arc<Mutex<Cache>>,
+}
+
+impl framework::PodActivator for Activator {
+    fn activate(&self, pod: &Arc<Pod>) {
+        self.queue.activate(pod);
+    }
+    fn preempting(&self, uid: &str) {
+        self.queue.preempting(uid);
+    }
+    /// Whether the victims are gone is read from the cache once the hold has ended: the event
+    /// handlers take a deletion out of the cache before they tell the queue, so a deletion
+    /// either moved the pod after the hold or shows as gone here.
+    fn preempted(&self, uid: &str, victims: &[Arc<Pod>]) {
+        self.queue.preempted(uid, || {
+            let cache = locks::lock(&self.cache);
+            victims.iter().all(|v| {
+                cache
+                    .pod(v.metadata.uid.as_deref().unwrap_or_default())
+                    .is_none()
+            })
+        });
+    }
+}
+
 /// Told of a pod found bound that this scheduler did not bind: a bind an earlier tether made
 /// just before a restart or a handover (its answer, or its watch event, came too late for that
 /// tether to count it), or one made by anyone else.
@@ -189,6 +217,15 @@ impl Scheduler {
     /// The cache, locked. Held only for short sections, never across an `.await`.
     pub fn lock_cache(&self) -> MutexGuard<'_, Cache> {
         locks::lock(&self.cache)
+    }
+
+    /// What plugins try pods again through (their handle's activator): the queue, told by the
+    /// cache whether a preemption's victims are gone.
+    pub fn activator(&self) -> Arc<dyn framework::PodActivator> {
+        Arc::new(Activator {
+            queue: self.queue.clone(),
+            cache: self.cache.clone(),
+        })
     }
 
     /// The pods bound now (the watch confirmed them); from this moment on, each pod found bound

@@ -344,6 +344,12 @@ pub trait PermitPlugin: Send + Sync {
 /// through its handle.
 pub trait PodActivator: Send + Sync {
     fn activate(&self, pod: &std::sync::Arc<Pod>);
+    /// The pod's preemption is being carried out: it is not tried again until
+    /// [`PodActivator::preempted`], whatever event comes meanwhile.
+    fn preempting(&self, uid: &str);
+    /// The pod's preemption's writes, which evicted `victims`, ended (done or failed): it
+    /// waits for their deletions, or is moved at once when they are all gone already.
+    fn preempted(&self, uid: &str, victims: &[std::sync::Arc<Pod>]);
 }
 
 /// Runs in the binding cycle before the bind.

@@ -93,6 +93,10 @@ struct Entry {
     /// Whether the pod has been in activeQ: its first attempt's time is taken then, so the
     /// time it spent gated is not counted in the SLI (upstream's InitialAttemptTimestamp).
     activated: bool,
+    /// Its preemption's writes are under way: it stays in the unschedulable pool until they
+    /// end, whatever event comes (upstream's DefaultPreemption PreEnqueue, "waiting for the
+    /// preemption for this pod to be finished").
+    preempting: bool,
 }
 
 impl Entry {
@@ -118,6 +122,7 @@ impl Entry {
             full_backoff: false,
             heap_seq: 0,
             activated: pool != Pool::Gated,
+            preempting: false,
         }
     }
 }

@@ -12,7 +12,9 @@ use super::backoff::{backoff_duration, backoff_failures, later};
 use super::{ATTEMPT_FAILURE, Entry, Pool, SchedulingQueue, State};
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
-use crate::scheduler::framework::events::{ClusterEvent, EventObject, FORCE_ACTIVATE};
+use crate::scheduler::framework::events::{
+    ASSIGNED_POD_DELETE, ClusterEvent, EventObject, FORCE_ACTIVATE,
+};
 use crate::scheduler::framework::profile::Backoff;
 use crate::scheduler::framework::runtime::priority;
 
@@ -71,12 +73,21 @@ impl SchedulingQueue {
 
     /// Moves a pod to activeQ, or to backoffQ while its backoff lasts, because of `event`. Its
     /// timestamp stays: an event moving a pod does not send it behind pods that failed after
-    /// it.
+    /// it. A pod whose preemption's writes are under way stays in the unschedulable pool (the
+    /// event is not kept, as upstream's gate keeps none: its victims' deletions move it).
     pub(super) fn to_active_or_backoff(&self, st: &mut State, key: &str, event: &str) {
         let now = Instant::now();
         let Some(entry) = st.entries.get_mut(key) else {
             return;
         };
+        if entry.preempting {
+            if entry.pool != Pool::Unschedulable {
+                entry.pool = Pool::Unschedulable;
+                st.parked.insert(key.to_string());
+                self.incoming("unschedulable", event);
+            }
+            return;
+        }
         let info = entry.info.clone();
         let until = entry.backoff_until;
         if let Some(until) = until.filter(|_| self.backing_off(until, now)) {
@@ -179,6 +190,9 @@ impl SchedulingQueue {
                 let Some(entry) = st.entries.get_mut(uid) else {
                     return;
                 };
+                if entry.preempting {
+                    return;
+                }
                 entry.pool = Pool::Active;
                 let info = entry.info.clone();
                 self.push(&mut st, info, None);
@@ -192,6 +206,39 @@ impl SchedulingQueue {
                 Some(uid.to_string()),
             ),
             _ => {}
+        }
+    }
+
+    /// The preemption `uid` started is being carried out: until [`SchedulingQueue::preempted`],
+    /// the pod is not tried again (upstream's DefaultPreemption gates it at PreEnqueue while
+    /// its evictions run: a retry then would only find its victims still there, going).
+    pub fn preempting(&self, uid: &str) {
+        if let Some(entry) = self.lock().entries.get_mut(uid) {
+            entry.preempting = true;
+        }
+    }
+
+    /// The preemption's writes for `uid` ended. The pod waits, as any rejected pod, for an event
+    /// that may help it (its victims' deletions, still to come); when `victims_gone` says
+    /// they are all gone already (their deletions came while it was held), none will come,
+    /// so it is moved now as their deletion would have moved it. `victims_gone` is asked after
+    /// the hold ends and outside the queue's lock (it may read the cache, whose lock is taken
+    /// before the queue's): a deletion that arrives in between moves the pod itself.
+    pub fn preempted(&self, uid: &str, victims_gone: impl FnOnce() -> bool) {
+        match self.lock().entries.get_mut(uid) {
+            Some(entry) => entry.preempting = false,
+            None => return,
+        }
+        if !victims_gone() {
+            return;
+        }
+        let mut st = self.lock();
+        if st
+            .entries
+            .get(uid)
+            .is_some_and(|e| e.pool == Pool::Unschedulable && !e.preempting)
+        {
+            self.to_active_or_backoff(&mut st, uid, &ASSIGNED_POD_DELETE.to_string());
         }
     }
 
@@ -308,5 +355,13 @@ impl SchedulingQueue {
 impl crate::scheduler::framework::PodActivator for SchedulingQueue {
     fn activate(&self, pod: &Arc<Pod>) {
         SchedulingQueue::activate(self, pod);
+    }
+    fn preempting(&self, uid: &str) {
+        SchedulingQueue::preempting(self, uid);
+    }
+    /// Without the cache, the queue cannot tell whether the victims are gone: it waits for their
+    /// deletions (the scheduler's activator, which has the cache, tells).
+    fn preempted(&self, uid: &str, _victims: &[Arc<Pod>]) {
+        SchedulingQueue::preempted(self, uid, || false);
     }
 }

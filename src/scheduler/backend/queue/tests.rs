@@ -621,3 +621,53 @@ fn a_deleted_pod_says_whether_it_waited_to_be_tried() {
     assert!(!q.delete(&key("gated")));
     assert!(!q.delete(&key("never")));
 }
+
+/// A preemptor is not tried again while its preemption's writes run, whatever would move it:
+/// an event during its attempt, a later event, an activation (upstream's DefaultPreemption
+/// gates it at PreEnqueue then; a retry would only find its victims still there). When the
+/// writes end it waits for its victims' deletions, or moves at once when they are gone already.
+#[test]
+fn a_preemptor_waits_for_its_preemptions_writes_before_it_is_tried_again() {
+    let q = queue();
+    q.add(pod("vip", 0), None);
+    let vip = q.pop().expect("vip");
+    q.preempting(&key("vip"));
+    q.on_event(NODE_ADD, None, node("n2"));
+    q.add_unschedulable(&["Fit"], &key("vip"), NO_BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 1, 0),
+        "the event during its attempt would have moved it; its preemption runs"
+    );
+    q.on_event(NODE_ADD, None, node("n3"));
+    q.activate(&vip.pod.pod);
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 1, 0),
+        "nor does a later event or an activation"
+    );
+    q.preempted(&key("vip"), || false);
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 1, 0),
+        "its victims' deletions are to come"
+    );
+    q.on_event(NODE_ADD, None, node("n4"));
+    assert_eq!(
+        pop_names(&q, 1),
+        ["vip"],
+        "held no more: an event that helps moves it"
+    );
+
+    q.preempting(&key("vip"));
+    q.add_unschedulable(&["Fit"], &key("vip"), NO_BACKOFF, None);
+    q.preempted(&key("vip"), || true);
+    assert_eq!(
+        pop_names(&q, 1),
+        ["vip"],
+        "its victims went while it was held: no deletion is left to move it"
+    );
+    q.preempted(&key("gone"), || {
+        panic!("not asked for a pod the queue does not hold")
+    });
+}

@@ -33,8 +33,9 @@ fn name_of(pod: &Pod) -> (&str, &str) {
 }
 
 /// Carries `p` out. Failures are logged, and the evictions that failed are forgotten in
-/// `evictions` (a later preemption may pick those pods again). When a write failed, the
-/// preemptor is tried again at once through `activator`, as upstream re-activates it: no
+/// `evictions` (a later preemption may pick those pods again). The preemptor, which the plugin
+/// held back through `activator` when it started the preemption, is let go when the writes
+/// end; when a write failed, it is also tried again at once, as upstream re-activates it: no
 /// victim's deletion may come to move it.
 pub async fn carry_out(
     client: kube::Client,
@@ -48,10 +49,14 @@ pub async fn carry_out(
     let victims = p.victims.clone();
     let pod = p.preemptor.clone();
     // Fenced as a whole: when the term ends half-way, the victims not deleted yet are left.
-    match gate
+    let result = gate
         .write(Write::Eviction, actuate(client, events, &evictions, p))
-        .await
-    {
+        .await;
+    // The writes ended: the preemptor may be tried again (the plugin held it when it began).
+    if let Some(activator) = &activator {
+        activator.preempted(pod.metadata.uid.as_deref().unwrap_or_default(), &victims);
+    }
+    match result {
         Ok(Failed(false)) => {}
         Ok(Failed(true)) => {
             tracing::info!(pod = %preemptor, "a write of the preemption failed; the preemptor is tried again");
@@ -176,15 +181,35 @@ mod tests {
     use super::*;
     use crate::scheduler::testing::{PodBuilder, stand_in_client};
 
+    /// What the preemption asked of the queue, in order: `activate <name>`, `preempted <uid>`.
     #[derive(Default)]
     struct Activations(Mutex<Vec<String>>);
 
-    impl PodActivator for Activations {
-        fn activate(&self, pod: &Arc<Pod>) {
+    impl Activations {
+        fn note(&self, what: String) {
+            self.0.lock().expect("activations").push(what);
+        }
+        fn activated(&self) -> bool {
             self.0
                 .lock()
                 .expect("activations")
-                .push(pod.metadata.name.clone().unwrap_or_default());
+                .iter()
+                .any(|a| a.starts_with("activate"))
+        }
+    }
+
+    impl PodActivator for Activations {
+        fn activate(&self, pod: &Arc<Pod>) {
+            self.note(format!(
+                "activate {}",
+                pod.metadata.name.clone().unwrap_or_default()
+            ));
+        }
+        fn preempting(&self, uid: &str) {
+            self.note(format!("preempting {uid}"));
+        }
+        fn preempted(&self, uid: &str, _victims: &[Arc<Pod>]) {
+            self.note(format!("preempted {uid}"));
         }
     }
 
@@ -194,7 +219,8 @@ mod tests {
 
     /// A victim's `Preempted` event names the preemptor as its related object, as upstream's;
     /// a preemption whose eviction failed tries its preemptor again at once (no victim's
-    /// deletion will come to move it), and one that went through does not.
+    /// deletion will come to move it), and one that went through does not; either lets the
+    /// preemptor go when its writes end.
     #[tokio::test]
     async fn the_preempted_event_names_the_preemptor_and_a_failed_eviction_reactivates_it() {
         let sent = Arc::new(Mutex::new(Vec::<serde_json::Value>::new()));
@@ -232,9 +258,13 @@ mod tests {
                 },
             )
             .await;
-            let activated = activations.0.lock().expect("activations").clone();
-            assert_eq!(!activated.is_empty(), reactivated, "after {victim}");
+            assert_eq!(activations.activated(), reactivated, "after {victim}");
         }
+        assert_eq!(
+            *activations.0.lock().expect("activations"),
+            ["preempted vip-uid", "preempted vip-uid", "activate vip"],
+            "the preemptor is let go after each preemption's writes, before it is re-activated"
+        );
         let sent = sent.lock().expect("log").clone();
         let event = sent
             .iter()

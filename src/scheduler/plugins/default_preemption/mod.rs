@@ -296,6 +296,10 @@ impl PostFilterPlugin for DefaultPreemption {
             "preempting"
         );
         if let (Some(client), Some(runtime)) = (&self.client, &self.runtime) {
+            // Not tried again until the writes end (upstream's PreEnqueue while preempting).
+            if let Some(activator) = &self.activator {
+                activator.preempting(ctx.pod.uid());
+            }
             runtime.spawn(actuate::carry_out(
                 client.clone(),
                 self.events.clone(),
