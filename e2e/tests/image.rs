@@ -1,0 +1,201 @@
+//! tether's image, built here and run against the local control plane: `scripts/image.sh` (what
+//! `make image` runs) builds it FROM scratch with podman, and a container of it schedules a pod.
+//!
+//! How the container runs in a sandbox without CAP_SYS_RESOURCE and with hybrid cgroups: podman
+//! asks the runtime to *raise* RLIMIT_NOFILE and RLIMIT_NPROC to its defaults (1048576), which
+//! only CAP_SYS_RESOURCE may do, so crun and runc both fail; limits at or below the current ones
+//! are always allowed, so the container gets `--ulimit nofile=4096:4096 --ulimit
+//! nproc=4096:4096`. crun refuses hybrid cgroup hierarchies outright; runc with podman's
+//! cgroupfs manager runs there. The image itself is what any cluster runs: only the runtime's
+//! settings differ, never the image (a chroot into its exported filesystem was the fallback,
+//! not needed).
+//!
+//! Runs with the tether-down tests: the container is a second tether, serving every profile.
+
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use anyhow::Context;
+use serde_json::json;
+use tether_e2e::{
+    TestNamespace, TestNodes, apply, apply_profile, client, free_local_addr, kubectl_ok, repo_dir,
+    unique_suffix, wait_bound, wait_for,
+};
+
+const TAG: &str = "localhost/tether:e2e";
+
+/// podman, with the runtime settings this sandbox needs (see the module's comment).
+fn podman() -> Command {
+    let mut cmd = Command::new("podman");
+    cmd.args(["--runtime", "runc", "--cgroup-manager", "cgroupfs"]);
+    cmd
+}
+
+const LIMITS: [&str; 4] = [
+    "--ulimit",
+    "nofile=4096:4096",
+    "--ulimit",
+    "nproc=4096:4096",
+];
+
+fn run(cmd: &mut Command, what: &str) -> anyhow::Result<Output> {
+    let out = cmd.output().with_context(|| format!("running {what}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out)
+}
+
+/// Removes the container when the test ends, passed or failed; its log goes to
+/// `.cluster/logs/tether-image.log` first.
+struct Container(String);
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        if let Ok(out) = podman().args(["logs", &self.0]).output() {
+            let mut log = out.stdout;
+            log.extend_from_slice(&out.stderr);
+            let _ = std::fs::write(repo_dir().join(".cluster/logs/tether-image.log"), log);
+        }
+        let _ = podman().args(["rm", "-f", "-t", "5", &self.0]).output();
+    }
+}
+
+fn curl(url: &str) -> anyhow::Result<Option<String>> {
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "5", url])
+        .output()
+        .context("running curl")?;
+    Ok(out
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+#[tokio::test]
+async fn the_image_builds_from_scratch_and_its_tether_schedules_a_pod() -> anyhow::Result<()> {
+    let repo = repo_dir();
+    run(
+        &mut Command::new(repo.join("e2e/scripts/install-podman.sh")),
+        "e2e/scripts/install-podman.sh",
+    )?;
+    run(
+        Command::new(repo.join("scripts/image.sh"))
+            .arg(TAG)
+            .env("ENGINE", "podman")
+            .current_dir(&repo),
+        "scripts/image.sh",
+    )?;
+
+    // What the image is: user 65532, the commit it was built from, no shell.
+    let commit = String::from_utf8(
+        run(
+            Command::new("git")
+                .args(["rev-parse", "--short=12", "HEAD"])
+                .current_dir(&repo),
+            "git rev-parse",
+        )?
+        .stdout,
+    )?
+    .trim()
+    .to_string();
+    let config: serde_json::Value = serde_json::from_slice(
+        &run(
+            podman().args(["image", "inspect", "--format", "{{json .Config}}", TAG]),
+            "podman image inspect",
+        )?
+        .stdout,
+    )?;
+    assert_eq!(config["User"], "65532:65532", "{config:#}");
+    assert_eq!(
+        config["Labels"]["org.opencontainers.image.revision"], commit,
+        "{config:#}"
+    );
+    let version = run(
+        podman()
+            .args(["run", "--rm"])
+            .args(LIMITS)
+            .args([TAG, "version"]),
+        "tether version in the image",
+    )?;
+    let version = String::from_utf8_lossy(&version.stdout).into_owned();
+    assert!(
+        version.contains(&commit) && version.contains("kube-scheduler v1.37"),
+        "{version}"
+    );
+    let shell = podman()
+        .args(["run", "--rm", "--entrypoint", "/bin/sh"])
+        .args(LIMITS)
+        .args([TAG, "-c", "true"])
+        .output()?;
+    assert!(!shell.status.success(), "the image has no shell");
+
+    // Run it as the tether ServiceAccount (the kubeconfig tether-up.sh wrote), on the host's
+    // network, where the API server listens on 127.0.0.1.
+    let kubeconfig = repo.join(".cluster/tether.kubeconfig");
+    anyhow::ensure!(
+        kubeconfig.exists(),
+        "{} is missing: tether-up.sh writes it",
+        kubeconfig.display()
+    );
+    let (metrics, health) = (free_local_addr()?, free_local_addr()?);
+    let suffix = unique_suffix();
+    let name = format!("tether-e2e-image-{suffix}");
+    let started = run(
+        podman()
+            .args(["run", "-d", "--name", &name, "--network", "host"])
+            .args(LIMITS)
+            .arg("-v")
+            .arg(format!(
+                "{}:/etc/tether/kubeconfig:ro",
+                kubeconfig.display()
+            ))
+            .args(["-e", "KUBECONFIG=/etc/tether/kubeconfig"])
+            .args(["-e", "RUST_LOG=info,tether=debug"])
+            .args([TAG, "run", "--instance", "tether-image", "--http-addr"])
+            .arg(metrics.to_string())
+            .arg("--health-addr")
+            .arg(health.to_string()),
+        "podman run",
+    )?;
+    let _container = Container(name.clone());
+    anyhow::ensure!(
+        !started.stdout.is_empty(),
+        "podman run printed no container ID"
+    );
+    wait_for(
+        "the image's tether to be ready",
+        Duration::from_secs(90),
+        || {
+            let url = format!("http://{health}/readyz");
+            async move { Ok(curl(&url)?.filter(|body| body.starts_with("ok"))) }
+        },
+    )
+    .await?;
+
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "image").await?;
+    let nodes = TestNodes::create(&client, "image", 2, "4", |_, _| {}).await?;
+    let scheduler = format!("image-{suffix}");
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let mut spec = json!({"schedulerName": scheduler,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}]});
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "scheduled", "namespace": ns.name}, "spec": spec}))?;
+    let node = wait_bound(&client, &ns.name, "scheduled", Duration::from_secs(60)).await?;
+    assert!(nodes.names.contains(&node), "bound to {node}");
+    let scraped = curl(&format!("http://{metrics}/metrics"))?.unwrap_or_default();
+    assert!(
+        scraped.contains("scheduler_schedule_attempts_total"),
+        "the container's /metrics answers"
+    );
+
+    kubectl_ok(&["delete", "sp", &scheduler], None)?;
+    nodes.delete().await?;
+    ns.delete().await
+}
