@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check k8s-bins cluster cluster-down e2e test demo soak bench
+.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e test demo soak bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -20,11 +20,8 @@ build: ## build the tether binary
 	$(CARGO) build --release --bin tether
 
 IMAGE ?= tether:latest
-image: ## build the container image $(IMAGE) with docker (when its daemon answers), podman or buildah
-	@if command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then docker build --build-arg TETHER_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .; \
-	elif command -v podman >/dev/null 2>&1; then podman build --build-arg TETHER_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .; \
-	elif command -v buildah >/dev/null 2>&1; then buildah bud --build-arg TETHER_COMMIT=$$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown) -t $(IMAGE) .; \
-	else echo "make image: none of docker, podman or buildah is installed; install one to build $(IMAGE) from the Dockerfile" >&2; exit 1; fi
+image: ## build the container image $(IMAGE) FROM scratch (scripts/image.sh: docker when its daemon answers, podman or buildah; no registry needed)
+	scripts/image.sh $(IMAGE)
 
 fmt: ## format the code
 	$(CARGO) fmt --all
@@ -41,15 +38,26 @@ unit: ## unit tests (includes the crds/ drift check), the layers of src/, and th
 fuzz: ## the generated-input properties (tests/properties.rs), 200,000 cases each (about a minute each)
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --release --test properties
 
-crds: ## regenerate crds/ (and its copy in deploy/crds/) from src/api
+crds: ## regenerate crds/ (and its copies in deploy/crds/ and charts/tether/crds/) from src/api
 	$(CARGO) run --quiet --bin tether -- crd > crds/tether.dev.yaml
 	cp crds/tether.dev.yaml deploy/crds/tether.dev.yaml
+	cp crds/tether.dev.yaml charts/tether/crds/tether.dev.yaml
 
 crds-check: ## fail when crds/ is stale
 	$(CARGO) test --lib api::tests::crds_directory_is_up_to_date
 
+monitoring-check: ## promtool (built once into the cache) checks deploy/monitoring/alerts.yaml and runs its tests; the chart's copy must match
+	e2e/scripts/monitoring.sh check
+
+monitoring-sync: ## write charts/tether/files/alerts.yaml from deploy/monitoring/alerts.yaml
+	e2e/scripts/monitoring.sh sync
+
+chart-check: k8s-bins ## fail when charts/tether and deploy/ hold different objects, or helm lint fails (no cluster needed)
+	$(CARGO) test -p tether-e2e --test chart -- --skip on_the_cluster
+
 k8s-bins: ## build (or reuse) the cached Kubernetes binaries
 	e2e/scripts/build-k8s.sh
+	e2e/scripts/build-helm.sh
 
 cluster: ## start the local control plane (NODES=3), kubeconfig in .cluster/kubeconfig
 	NODES=$(NODES) e2e/scripts/cluster-up.sh
@@ -63,11 +71,14 @@ cluster-down: ## stop the local control plane and remove its state
 # tether of its own behind a proxy and restarts kube-apiserver, and ha.rs runs two replicas of
 # its own behind a Lease, sampling.rs a tether of its own that must start afresh (its window
 # begins at the first node), and bench.rs (a small run of the bench) starts schedulers of its own,
-# so they run last, alone, one test at a time.
-E2E_SHARED := $(filter-out faults ha sampling fidelity explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+# so they run last, alone, one test at a time. So do image.rs (it runs tether from the image
+# scripts/image.sh builds) and chart.rs (it installs a tether of its own with Helm: charts/tether,
+# helm from e2e/scripts/build-helm.sh).
+E2E_SHARED := $(filter-out faults ha sampling image chart fidelity explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
+	e2e/scripts/build-helm.sh
 	e2e/scripts/tether-up.sh
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
 	if [ $$status -eq 0 ]; then \
@@ -78,7 +89,7 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	fi; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
-	$(CARGO) test -p tether-e2e --test faults --test ha --test sampling -- --test-threads=1 || { \
+	$(CARGO) test -p tether-e2e --test faults --test ha --test sampling --test image --test chart -- --test-threads=1 || { \
 	  echo "the fault and HA tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
 	TETHER_BIN=$(CURDIR)/target/debug/tether $(CARGO) test -p tether-e2e --test bench -- --test-threads=1 --nocapture
 
@@ -115,7 +126,7 @@ soak: ## 30 min of churn on 200 nodes against a release build (SOAK_MINUTES, SOA
 	exit $$status
 
 # `make test` starts its own cluster when none is running and stops it afterwards.
-test: fmt-check lint unit crds-check ## everything CI runs: fmt, clippy, unit, crds drift, e2e
+test: fmt-check lint unit crds-check monitoring-check ## everything CI runs: fmt, clippy, unit, crds drift, the alerts' tests, e2e
 	@set -e; started=false; \
 	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
 	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \

@@ -50,6 +50,9 @@ enum Command {
     /// Print tether's version, the commit it was built from, and the kube-scheduler release it
     /// matches.
     Version,
+    /// Print a completion script for `shell` (bash, zsh, fish, elvish or powershell), e.g.
+    /// `source <(tether completion bash)`.
+    Completion { shell: clap_complete::Shell },
 }
 
 #[derive(Args, Debug)]
@@ -104,7 +107,8 @@ struct RunArgs {
         default_value = "tether"
     )]
     leader_elect_resource_name: String,
-    /// The Lease's namespace (default: this pod's namespace, else tether-system).
+    /// The Lease's namespace (default: this pod's namespace, else tether-system). A profile's
+    /// namespaceSelector never selects it: tether's own pods do not wait for tether.
     #[arg(long, env = "POD_NAMESPACE", default_value = "tether-system")]
     leader_elect_resource_namespace: String,
     /// Events written per second at most (0: no limit); binds are never limited.
@@ -358,12 +362,19 @@ fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
         },
         instance: args.instance,
         owner_kinds: args.owner_kinds,
+        namespace: args.leader_elect_resource_namespace,
     })
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     match cli.command {
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tether", &mut out);
+            print(&String::from_utf8_lossy(&out))?;
+        }
         Command::Explain(args) => finish(client_command(tether::cli::explain::run(&args)))?,
         Command::Simulate(args) => {
             // As `kubectl diff`: 0 when no placement would change, 1 when some would (the
@@ -421,6 +432,46 @@ fn main() -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `tether completion bash` prints a script bash reads without error, completing the
+    /// subcommands and their flags; the other shells get theirs.
+    #[test]
+    fn completion_scripts_cover_the_commands_and_bash_reads_its_own() {
+        use clap::CommandFactory;
+        let script = |shell| {
+            let mut out = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "tether", &mut out);
+            String::from_utf8(out).expect("a completion script is text")
+        };
+        let bash = script(clap_complete::Shell::Bash);
+        for word in [
+            "explain",
+            "simulate",
+            "completion",
+            "--leader-elect",
+            "--token-file",
+        ] {
+            assert!(bash.contains(word), "bash completion lacks {word}");
+        }
+        let mut check = std::process::Command::new("bash")
+            .arg("-n")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("bash runs");
+        check
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(bash.as_bytes())
+            .expect("the script is written");
+        assert!(
+            check.wait().expect("bash ends").success(),
+            "bash -n refused the script"
+        );
+        for shell in [clap_complete::Shell::Zsh, clap_complete::Shell::Fish] {
+            assert!(script(shell).contains("simulate"), "{shell}");
+        }
+    }
 
     /// `tether version` (and `--version`) say the version, the commit built from (git's, or
     /// `unknown` outside a checkout) and the kube-scheduler release tether matches.

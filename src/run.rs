@@ -63,6 +63,9 @@ pub struct RunConfig {
     pub lease: Option<LeaseConfig>,
     /// The rate limits of bookkeeping writes (binds have none).
     pub budget: crate::k8s::budget::Budget,
+    /// The namespace tether runs in (its pods are never sent to a profile by a
+    /// namespaceSelector).
+    pub namespace: String,
 }
 
 /// How a session ended.
@@ -79,9 +82,9 @@ enum Ended {
 /// what the next needs, completely, before anything runs. A session whose term is over gives
 /// way to a new one.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
-    let client = connect(&config).await?;
-    start_filter_pool(config.parallelism)?;
     let (process, mut died) = Process::new(&config)?;
+    let client = connect(&config, &process.metrics).await?;
+    start_filter_pool(config.parallelism)?;
     let election = start_leader_election(&config, &client, &process);
     let tasks = serve_endpoints(&config, &client, &process).await?;
     let mut signal = std::pin::pin!(shutdown_signal());
@@ -281,11 +284,12 @@ struct Parts {
     budgets: Arc<DisruptionBudgets>,
 }
 
-async fn connect(config: &RunConfig) -> anyhow::Result<kube::Client> {
+/// The API client, its requests counted in the process's metrics.
+async fn connect(config: &RunConfig, metrics: &Metrics) -> anyhow::Result<kube::Client> {
     let kube_config = kube::Config::infer()
         .await
         .context("reading the kubeconfig or in-cluster config")?;
-    let client = crate::k8s::client::build(kube_config)?;
+    let client = crate::k8s::client::build_counted(kube_config, &metrics.api_requests())?;
     crate::k8s::budget::set(config.budget.clone());
     Ok(client)
 }
@@ -363,6 +367,7 @@ fn build_scheduler(
         history: Some(history.clone()),
         evictions: Arc::default(),
         activator: Some(sched.activator()),
+        metrics: Some(process.metrics.clone()),
     };
     Ok(Parts {
         sched,
@@ -461,6 +466,7 @@ async fn start_watches_and_controllers(
                 config.instance.clone(),
                 gate.clone(),
                 readiness,
+                config.namespace.clone(),
             ),
         )),
     ]

@@ -16,6 +16,17 @@ if [[ ! -x "$BIN_DIR/kstatus" || "$(cat "$BIN_DIR/.kstatus-stamp" 2>/dev/null)" 
   echo "$kstatus_want" >"$BIN_DIR/.kstatus-stamp"
 fi
 
+# argocd-health (an Argo CD health check run with gopher-lua, Argo CD's Lua engine) likewise.
+argocd_want=$(cat "$E2E_DIR/argocd-health/go.mod" "$E2E_DIR/argocd-health/go.sum" "$E2E_DIR/argocd-health/main.go" | sha256sum | cut -d' ' -f1)
+if [[ ! -x "$BIN_DIR/argocd-health" || "$(cat "$BIN_DIR/.argocd-health-stamp" 2>/dev/null)" != "$argocd_want" ]]; then
+  command -v go >/dev/null || die "go is not installed; the e2e helpers are built from Go modules"
+  mkdir -p "$BIN_DIR"
+  log "building the argocd-health helper into $BIN_DIR"
+  (cd "$E2E_DIR/argocd-health" && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$BIN_DIR/argocd-health" .) \
+    || die "the argocd-health helper did not build"
+  echo "$argocd_want" >"$BIN_DIR/.argocd-health-stamp"
+fi
+
 stamp_want=$( (cat "$E2E_DIR/k8s/go.mod" "$E2E_DIR/k8s/go.sum"; echo "$KWOK_VERSION") | sha256sum | cut -d' ' -f1)
 if [[ -f "$BIN_DIR/.stamp" && "$(cat "$BIN_DIR/.stamp")" == "$stamp_want" ]]; then
   log "binaries for Kubernetes $K8S_VERSION already cached in $BIN_DIR"

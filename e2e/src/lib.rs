@@ -208,6 +208,65 @@ pub fn kstatus(object: &str) -> anyhow::Result<String> {
     Ok(out.stdout.trim().to_string())
 }
 
+/// The documents of a YAML stream (empty ones skipped), with YAML 1.2's booleans only (a value
+/// such as `n` or `off` stays a string).
+pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options(text, options).context("parsing YAML")?;
+    Ok(documents.into_iter().filter(|d| !d.is_null()).collect())
+}
+
+/// Argo CD's health verdict of `object` (its JSON), with the health check deploy/argocd ships
+/// for `kind` (SchedulingProfile or StickyBinding): "Healthy", "Progressing", "Degraded"…, then
+/// a space and the check's message. Runs the check as Argo CD does (gopher-lua), through the
+/// helper built beside the cached kubectl (e2e/argocd-health).
+pub fn argocd_health(kind: &str, object: &str) -> anyhow::Result<String> {
+    let kubectl = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
+        anyhow!("TETHER_KUBECTL is not set: run the end-to-end tests through `make e2e`")
+    })?;
+    let bin = PathBuf::from(kubectl).with_file_name("argocd-health");
+    let patch_path = repo_dir().join("deploy/argocd/argocd-cm-patch.yaml");
+    let patch = yaml_documents(
+        &std::fs::read_to_string(&patch_path)
+            .with_context(|| format!("reading {}", patch_path.display()))?,
+    )
+    .with_context(|| format!("{} is not YAML", patch_path.display()))?
+    .into_iter()
+    .next()
+    .unwrap_or_default();
+    let key = format!("resource.customizations.health.tether.dev_{kind}");
+    let script = patch["data"][&key]
+        .as_str()
+        .ok_or_else(|| anyhow!("{} has no {key}", patch_path.display()))?;
+    let script_path =
+        std::env::temp_dir().join(format!("tether-argocd-{kind}-{}.lua", unique_suffix()));
+    std::fs::write(&script_path, script).context("writing the health check")?;
+    let mut child = Command::new(&bin)
+        .arg(&script_path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    if let Some(mut pipe) = child.stdin.take() {
+        use std::io::Write;
+        pipe.write_all(object.as_bytes())
+            .context("writing argocd-health's stdin")?;
+    }
+    let out = Kubectl::from(
+        child
+            .wait_with_output()
+            .context("waiting for argocd-health")?,
+    );
+    let _ = std::fs::remove_file(&script_path);
+    if !out.success {
+        bail!("argocd-health failed: {}", out.stderr);
+    }
+    Ok(out.stdout.trim().to_string())
+}
+
 /// Applies one object given as JSON with `kubectl apply`.
 pub fn apply(doc: serde_json::Value) -> anyhow::Result<()> {
     kubectl_ok(&["apply", "-f", "-"], Some(&serde_json::to_string(&doc)?))?;

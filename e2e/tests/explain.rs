@@ -454,8 +454,8 @@ async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Resu
         &candidate,
         format!(
             "{}---\n{}",
-            serde_yaml::to_string(&other)?,
-            serde_yaml::to_string(&doc)?
+            serde_saphyr::to_string(&other)?,
+            serde_saphyr::to_string(&doc)?
         ),
     )?;
     let file = candidate.to_string_lossy().into_owned();
@@ -507,7 +507,7 @@ async fn simulate_predicts_what_a_scoring_strategy_switch_does() -> anyhow::Resu
     let bad = dir.join("bad.yaml");
     let mut wrong = doc.clone();
     wrong["spec"]["plugins"] = json!({"score": {"enabled": [{"name": "NoSuchPlugin"}]}});
-    std::fs::write(&bad, serde_yaml::to_string(&wrong)?)?;
+    std::fs::write(&bad, serde_saphyr::to_string(&wrong)?)?;
     let refused = simulate(&["-f", &bad.to_string_lossy()])?.expect_err("does not compile");
     assert!(
         refused.contains("InvalidSpec") && refused.contains("spec.plugins.score.enabled[0].name"),

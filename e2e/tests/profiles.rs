@@ -10,8 +10,8 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use tether::api::SchedulingProfile;
 use tether_e2e::{
-    TestNamespace, TestNodes, client, kstatus, kubectl_ok, tether_metric, unique_suffix,
-    wait_bound, wait_event, wait_for,
+    TestNamespace, TestNodes, argocd_health, client, kstatus, kubectl_ok, tether_metric,
+    unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -376,9 +376,15 @@ async fn gitops_tools_read_profiles_as_current_in_progress_or_failed() -> anyhow
     let of_profile = || -> anyhow::Result<String> {
         kstatus(&kubectl_ok(&["get", "sp", &profile, "-o", "json"], None)?)
     };
+    // Argo CD's verdict with deploy/argocd's health check, beside kstatus' at every step.
+    let argocd = |object: &str| argocd_health("SchedulingProfile", object);
+    let argocd_now = || -> anyhow::Result<String> {
+        argocd(&kubectl_ok(&["get", "sp", &profile, "-o", "json"], None)?)
+    };
     apply_profile(&profile, fit_only(&scheduler, "LeastAllocated"))?;
     wait_ready(&client, &profile, true).await?;
     assert!(of_profile()?.starts_with("Current"), "{}", of_profile()?);
+    assert!(argocd_now()?.starts_with("Healthy"), "{}", argocd_now()?);
 
     // The object as the edit left it, before tether could have seen it.
     let edit = |spec: Value| -> anyhow::Result<String> {
@@ -402,6 +408,11 @@ async fn gitops_tools_read_profiles_as_current_in_progress_or_failed() -> anyhow
         "{}",
         kstatus(&edited)?
     );
+    assert!(
+        argocd(&edited)?.starts_with("Progressing"),
+        "{}",
+        argocd(&edited)?
+    );
     wait_ready(&client, &profile, true).await?;
     assert!(of_profile()?.starts_with("Current"), "{}", of_profile()?);
 
@@ -418,6 +429,11 @@ async fn gitops_tools_read_profiles_as_current_in_progress_or_failed() -> anyhow
     assert!(
         verdict.starts_with("Failed") && verdict.contains("NoSuchPlugin"),
         "an invalid profile fails with the field named: {verdict}"
+    );
+    let health = argocd_now()?;
+    assert!(
+        health.starts_with("Degraded") && health.contains("NoSuchPlugin"),
+        "Argo CD shows it Degraded with the field named: {health}"
     );
 
     edit(fit_only(&scheduler, "LeastAllocated"))?;

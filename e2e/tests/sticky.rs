@@ -15,8 +15,9 @@ use kube::api::{
 use serde_json::{Value, json};
 use tether::api::{StickyBinding, StickyBindingStatus};
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, delete_and_wait_replaced, kstatus,
-    kubectl_ok, tether_metric, unique_suffix, wait_bound, wait_event, wait_for,
+    TestNamespace, TestNodes, apply, apply_profile, argocd_health, client,
+    delete_and_wait_replaced, kstatus, kubectl_ok, tether_metric, unique_suffix, wait_bound,
+    wait_event, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
@@ -244,7 +245,11 @@ async fn a_vm_always_returns_to_its_node() -> anyhow::Result<()> {
     let recorded = tether_metric(r#"tether_history_writes_total{result="recorded"}"#)?;
     assert!(recorded.unwrap_or(0.0) >= 6.0, "recorded: {recorded:?}");
     let failed = tether_metric(r#"tether_history_writes_total{result="failed"}"#)?;
-    assert_eq!(failed, None, "no history write failed");
+    assert_eq!(
+        failed,
+        Some(0.0),
+        "no history write failed (the counter starts at 0)"
+    );
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;
@@ -471,6 +476,25 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         verdict.contains("status.latest") && verdict.contains(&first),
         "{verdict}"
     );
+    let binding_json = || {
+        kubectl_ok(
+            &[
+                "get",
+                "sb",
+                "virtualmachine-vm",
+                "-n",
+                &ns.name,
+                "-o",
+                "json",
+            ],
+            None,
+        )
+    };
+    let health = argocd_health("StickyBinding", &binding_json()?)?;
+    assert!(
+        health.starts_with("Degraded") && health.contains("status.latest"),
+        "Argo CD, with deploy/argocd's health check, shows it Degraded: {health}"
+    );
 
     // A person moves the VM: the waiting pod goes to the new pin. Until tether has checked the
     // new pin the binding is in progress, then Current.
@@ -494,6 +518,8 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         "{}",
         kstatus(&moved)?
     );
+    let health = argocd_health("StickyBinding", &moved)?;
+    assert!(health.starts_with("Progressing"), "{health}");
     assert_eq!(wait_bound(&client, &ns.name, &pod, TIMEOUT).await?, other);
     let status = wait_count(&client, &ns.name, "virtualmachine-vm", 2)
         .await?
@@ -504,6 +530,8 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
         Ok(Some(of_binding()?).filter(|v| v.starts_with("Current")))
     })
     .await?;
+    let health = argocd_health("StickyBinding", &binding_json()?)?;
+    assert!(health.starts_with("Healthy"), "{health}");
 
     kubectl_ok(&["delete", "sp", &name], None)?;
     nodes.delete().await?;

@@ -28,11 +28,11 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
 }
 
 /// The CRDs as one multi-document YAML stream, as `tether crd` prints it and `crds/` stores it.
-pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
+pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     let mut out = String::new();
     for crd in crds() {
         out.push_str("---\n");
-        out.push_str(&serde_yaml::to_string(&crd)?);
+        out.push_str(&serde_saphyr::to_string(&crd)?);
     }
     Ok(out)
 }

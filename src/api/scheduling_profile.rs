@@ -1,6 +1,6 @@
 //! SchedulingProfile: one kube-scheduler profile, kept in the cluster instead of a config file.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -71,6 +71,19 @@ pub struct SchedulingProfileSpec {
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[schemars(length(max = 64))]
     pub plugin_config: Vec<PluginConfig>,
+
+    /// The namespaces whose pods this profile schedules without their naming it: a pod created
+    /// in a namespace whose labels match, with no scheduler of its own (`spec.schedulerName`
+    /// unset, hence `default-scheduler`) and no `spec.nodeName`, gets this profile's
+    /// schedulerName when the API server admits it. tether keeps a MutatingAdmissionPolicy and
+    /// its binding, both named `tether-profile-<profile name>`, in step with this field while
+    /// the profile is Ready (an invalid change leaves them as they were), and removes them when
+    /// the field is unset or the profile deleted; the `NamespaceDefaulting` condition says
+    /// whether they are in force. tether's own namespace is never selected. An empty selector
+    /// (`{}`) matches every namespace. Pods that exist already are not changed. Unset (the
+    /// default): pods reach the profile only by naming its schedulerName.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
 }
 
 fn default_initial_backoff() -> i64 {
@@ -187,10 +200,12 @@ pub struct SchedulingProfileStatus {
     pub observed_generation: Option<i64>,
     /// `Ready` is True while the profile serves its schedulerName with the current spec. When the
     /// current spec is invalid it is False, its message names the field, and the last good
-    /// version of the profile keeps serving. Following kstatus (read by Flux, kpt and Argo CD),
-    /// `Stalled` is True with the same reason and message while the current spec cannot be
-    /// served (InvalidSpec, QueueSortMismatch, SchedulerNameConflict), and `Reconciling` is False
-    /// once tether has judged the current generation.
+    /// version of the profile keeps serving. Following kstatus (read by Flux and kpt; Argo CD with
+    /// tether's health check), `Stalled` is True with the same reason and message while the
+    /// current spec cannot be served (InvalidSpec, QueueSortMismatch, SchedulerNameConflict),
+    /// and `Reconciling` is False once tether has judged the current generation. With
+    /// `spec.namespaceSelector`, `NamespaceDefaulting` says whether its MutatingAdmissionPolicy
+    /// is in force (InForce) or why not (WriteFailed).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,

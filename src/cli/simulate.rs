@@ -5,7 +5,6 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use serde::Deserialize;
 
 use crate::api::SchedulingProfile;
 use crate::simulate::{self, ClusterState, render};
@@ -47,15 +46,14 @@ fn read_candidates(path: &PathBuf) -> anyhow::Result<Vec<SchedulingProfile>> {
     } else {
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?
     };
+    // YAML 1.2's booleans only (`true`/`false`): a value such as `n` or `off` stays a string.
+    let mut options = serde_saphyr::Options::default();
+    options.strict_booleans = true;
+    let documents: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple_with_options(&text, options)
+            .with_context(|| format!("{} is not YAML or JSON", path.display()))?;
     let mut profiles = Vec::new();
-    for (i, document) in serde_yaml::Deserializer::from_str(&text).enumerate() {
-        let value = serde_yaml::Value::deserialize(document).with_context(|| {
-            format!(
-                "document {} of {} is not YAML or JSON",
-                i + 1,
-                path.display()
-            )
-        })?;
+    for (i, value) in documents.into_iter().enumerate() {
         if value.is_null() {
             continue;
         }
@@ -71,7 +69,7 @@ fn read_candidates(path: &PathBuf) -> anyhow::Result<Vec<SchedulingProfile>> {
             );
             continue;
         }
-        let profile: SchedulingProfile = serde_yaml::from_value(value).with_context(|| {
+        let profile: SchedulingProfile = serde_json::from_value(value).with_context(|| {
             format!(
                 "document {} of {} is not a valid SchedulingProfile",
                 i + 1,

@@ -2,6 +2,7 @@
 //! status the same way: conditions built by [`crate::api::conditions::set_condition`], the
 //! status written by server-side apply through [`apply_status`].
 
+pub mod admission;
 pub mod scheduling_profile;
 pub mod sticky_binding;
 

@@ -7,7 +7,7 @@
 //! plugins) by server-side apply where it changed, and an Event when its verdict changes. A
 //! deleted profile simply leaves the set.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,6 +18,7 @@ use kube::runtime::reflector::Store;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 
+use super::admission;
 use crate::api::conditions::set_condition;
 use crate::api::{SchedulingProfile, SchedulingProfileStatus};
 use crate::gate::{Write, WriteGate};
@@ -34,6 +35,10 @@ const RESYNC: Duration = Duration::from_secs(300);
 /// Errors of one reconcile, each naming the profile.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    #[error(
+        "bringing the admission policy of SchedulingProfile {name}'s namespaceSelector in step (its NamespaceDefaulting condition says why not)"
+    )]
+    Admission { name: String },
     #[error("writing the status of SchedulingProfile {name}: {source}")]
     Status {
         name: String,
@@ -55,6 +60,8 @@ struct Context {
     /// Only a leader writes status and events; a standby compiles and serves profiles in
     /// memory, and reconciles them all again when it starts leading.
     gate: WriteGate,
+    /// The namespace tether runs in: a namespaceSelector never sends its pods to a profile.
+    own_namespace: String,
 }
 
 impl Context {
@@ -66,13 +73,20 @@ impl Context {
         self.scheduler.apply_profiles(decision.serving);
         let mut verdicts = decision.verdicts;
         locks::lock(&self.announced).retain(|name, _| verdicts.contains_key(name));
-        profiles
+        let decided: Vec<_> = profiles
             .into_iter()
             .filter_map(|p| {
                 let verdict = verdicts.remove(&p.name_any())?;
                 Some((p, verdict))
             })
-            .collect()
+            .collect();
+        self.scheduler
+            .metrics
+            .set_schedulingprofiles_ready(decided.iter().map(|(p, v)| {
+                let name = p.metadata.name.as_deref().unwrap_or_default();
+                (name, p.spec.scheduler_name.as_str(), v.ready)
+            }));
+        decided
     }
 
     /// One reconcile of the set: decide, serve, then (leading) write what changed. A failed
@@ -87,9 +101,51 @@ impl Context {
         let Ok(permit) = self.gate.admit(Write::ProfileStatus) else {
             return Ok(());
         };
+        // The namespaces the Ready profiles select, in force through admission first: their
+        // conditions say how that went.
+        let ready: BTreeMap<String, _> = decided
+            .iter()
+            .filter(|(_, v)| v.ready)
+            .map(|(p, _)| (p.name_any(), admission::desired(p, &self.own_namespace)))
+            .collect();
+        let kept: BTreeSet<String> = decided
+            .iter()
+            .filter(|(_, v)| !v.ready)
+            .map(|(p, _)| p.name_any())
+            .collect();
+        let defaulting = match permit
+            .fence(admission::sync(&self.client, &ready, &kept))
+            .await
+        {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "the admission policies of the profiles' namespaceSelectors could not be brought in step; retrying");
+                ready
+                    .iter()
+                    .map(|(name, objects)| {
+                        let said = match objects {
+                            Some(_) => admission::Defaulting::Failed(e.to_string()),
+                            None => admission::Defaulting::Off,
+                        };
+                        (name.clone(), said)
+                    })
+                    .collect()
+            }
+            // The term ended: the next leader writes what is left.
+            Err(_) => return Ok(()),
+        };
         let mut failed = None;
         for (profile, verdict) in decided {
-            let status = status_for(&profile, &verdict, denied.as_deref());
+            let said = defaulting
+                .get(&profile.name_any())
+                .cloned()
+                .unwrap_or(admission::Defaulting::Unchanged);
+            if matches!(said, admission::Defaulting::Failed(_)) {
+                failed.get_or_insert(Error::Admission {
+                    name: profile.name_any(),
+                });
+            }
+            let status = status_for(&profile, &verdict, denied.as_deref(), &said);
             if profile.status.as_ref() == Some(&status) {
                 self.announce(&profile, &verdict).await;
                 continue;
@@ -158,12 +214,44 @@ impl Context {
 /// The status that says `verdict`. A profile that records history (PlacementRecorder runs
 /// at PostBind) also says whether its writes land: `HistoryWritable=False, Denied` while
 /// `history_denied` (the API server's message) holds.
+/// A profile with a namespaceSelector says whether it is in force in `NamespaceDefaulting`
+/// (`defaulting`; without a selector the condition goes, and a profile not Ready keeps it).
 pub fn status_for(
     profile: &SchedulingProfile,
     verdict: &Verdict,
     history_denied: Option<&str>,
+    defaulting: &admission::Defaulting,
 ) -> SchedulingProfileStatus {
     let mut status = profile.status.clone().unwrap_or_default();
+    match defaulting {
+        admission::Defaulting::Off => status
+            .conditions
+            .retain(|c| c.type_ != "NamespaceDefaulting"),
+        admission::Defaulting::Unchanged => {}
+        admission::Defaulting::InForce(policy) => {
+            set_condition(
+                &mut status.conditions,
+                "NamespaceDefaulting",
+                true,
+                "InForce",
+                &format!(
+                    "pods created without a scheduler of their own in the namespaces namespaceSelector selects get schedulerName {} (MutatingAdmissionPolicy {policy})",
+                    profile.spec.scheduler_name
+                ),
+                verdict.generation,
+            );
+        }
+        admission::Defaulting::Failed(why) => {
+            set_condition(
+                &mut status.conditions,
+                "NamespaceDefaulting",
+                false,
+                "WriteFailed",
+                why,
+                verdict.generation,
+            );
+        }
+    }
     status.observed_generation = verdict.generation;
     set_condition(
         &mut status.conditions,
@@ -244,6 +332,7 @@ pub fn run(
     instance: Option<String>,
     gate: WriteGate,
     readiness: &Arc<Readiness>,
+    own_namespace: String,
 ) -> impl Future<Output = ()> + Send + 'static {
     let feed = readiness.register("schedulingprofiles");
     async move {
@@ -258,6 +347,7 @@ pub fn run(
             set: Mutex::new(ProfileSet::default()),
             announced: Mutex::new(HashMap::new()),
             gate: gate.clone(),
+            own_namespace,
         });
         let changed = Arc::new(tokio::sync::Notify::new());
 
@@ -347,16 +437,29 @@ mod tests {
             serde_json::from_value(serde_json::json!({"schedulerName": "s"})).expect("a spec");
         let profile = SchedulingProfile::new("p", spec);
         let records = verdict(&["PlacementRecorder"]);
-        let denied = status_for(&profile, &records, Some("forbidden"));
+        let denied = status_for(
+            &profile,
+            &records,
+            Some("forbidden"),
+            &admission::Defaulting::Off,
+        );
         assert_eq!(
             condition(&denied, "HistoryWritable"),
             Some(("False".into(), "Denied".into()))
         );
         assert_eq!(
-            condition(&status_for(&profile, &records, None), "HistoryWritable"),
+            condition(
+                &status_for(&profile, &records, None, &admission::Defaulting::Off),
+                "HistoryWritable"
+            ),
             Some(("True".into(), "Writable".into()))
         );
-        let plain = status_for(&profile, &verdict(&[]), Some("forbidden"));
+        let plain = status_for(
+            &profile,
+            &verdict(&[]),
+            Some("forbidden"),
+            &admission::Defaulting::Off,
+        );
         assert_eq!(condition(&plain, "HistoryWritable"), None);
     }
 }

@@ -17,7 +17,7 @@ use axum::routing::get;
 
 use crate::leader::Leadership;
 use crate::scheduler::Scheduler;
-use crate::scheduler::metrics::Metrics;
+use crate::scheduler::metrics::{Metrics, PendingQueue};
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
@@ -135,6 +135,7 @@ async fn serve_metrics(
     if let Some(readiness) = state.serving.readiness() {
         state.metrics.set_watches_current(&readiness.by_watch());
     }
+    refresh_queue_metrics(&state);
     (
         [(
             axum::http::header::CONTENT_TYPE,
@@ -142,6 +143,34 @@ async fn serve_metrics(
         )],
         state.metrics.encode(),
     )
+}
+
+/// The queue's gauges as the queue is now: the leader's; a standby's are 0 (the pods pending
+/// are the leader's to schedule, and a replica that stopped leading keeps no stale figures).
+fn refresh_queue_metrics(state: &HttpState) {
+    let summary = state
+        .serving
+        .sched()
+        .filter(|_| state.leadership.is_leading())
+        .map(|sched| sched.queue.summary())
+        .unwrap_or_default();
+    let now = std::time::Instant::now();
+    let queues: Vec<PendingQueue<'_>> = summary
+        .pools
+        .iter()
+        .map(|(queue, pods, oldest)| PendingQueue {
+            queue,
+            pods: *pods,
+            oldest: oldest.map(|since| now.saturating_duration_since(since)),
+        })
+        .collect();
+    state.metrics.set_queue(
+        &queues,
+        summary
+            .rejected_by
+            .iter()
+            .map(|(plugin, scheduler, pods)| (*plugin, scheduler.as_str(), *pods)),
+    );
 }
 
 async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {

@@ -24,6 +24,8 @@ use tower::BoxError;
 use tower::buffer::BufferLayer;
 use tower::retry::{Policy, RetryLayer};
 
+use super::client_metrics::{RequestMetrics, host_label};
+
 /// The first retry waits this long; each next one twice as long (with jitter), up to
 /// [`RETRY_MAX_DELAY`].
 const RETRY_FIRST_DELAY: Duration = Duration::from_millis(50);
@@ -34,7 +36,23 @@ const RETRIES: u32 = 5;
 const QUEUED_REQUESTS: usize = 1024;
 
 /// A client for `config` with tether's timeouts and retry policy.
-pub fn build(mut config: kube::Config) -> anyhow::Result<kube::Client> {
+pub fn build(config: kube::Config) -> anyhow::Result<kube::Client> {
+    build_with(config, None)
+}
+
+/// [`build`], counting its requests in `metrics` (client-go's `rest_client_*`; see
+/// [`super::client_metrics`]).
+pub fn build_counted(
+    config: kube::Config,
+    metrics: &RequestMetrics,
+) -> anyhow::Result<kube::Client> {
+    build_with(config, Some(metrics))
+}
+
+fn build_with(
+    mut config: kube::Config,
+    metrics: Option<&RequestMetrics>,
+) -> anyhow::Result<kube::Client> {
     // Every request has a deadline: a connection that went half-open is given up within a
     // minute (watch requests are renewed every 50 s, so a silent minute means a dead one).
     config.connect_timeout = Some(Duration::from_secs(10));
@@ -43,12 +61,22 @@ pub fn build(mut config: kube::Config) -> anyhow::Result<kube::Client> {
     config.reset_reader_on_write = true;
     config.default_retry = false;
     let policy = CappedRetry::new()?;
+    let host = host_label(&config.cluster_url);
     let builder = ClientBuilder::try_from(config).context("connecting to the API server")?;
     // The retry layer clones the service it wraps; a buffer makes the boxed one clonable.
-    Ok(builder
-        .with_layer(&BufferLayer::new(QUEUED_REQUESTS))
-        .with_layer(&RetryLayer::new(policy))
-        .build())
+    // Counted, each try is counted inside the retries and each request timed outside them.
+    Ok(match metrics {
+        None => builder
+            .with_layer(&BufferLayer::new(QUEUED_REQUESTS))
+            .with_layer(&RetryLayer::new(policy))
+            .build(),
+        Some(metrics) => builder
+            .with_layer(&metrics.count_tries(&host))
+            .with_layer(&BufferLayer::new(QUEUED_REQUESTS))
+            .with_layer(&RetryLayer::new(policy))
+            .with_layer(&metrics.time_requests(&host))
+            .build(),
+    })
 }
 
 /// kube's retry policy (429, 503 and 504; jittered exponential backoff) with the server's
@@ -137,6 +165,58 @@ mod tests {
 
         assert!(answer.is_err(), "the 503 reaches the caller");
         assert_eq!(tries.load(Ordering::SeqCst), 1 + RETRIES as usize);
+    }
+
+    /// Counted, a request the API server answers 503 every time is six tries of one request:
+    /// six `rest_client_requests_total` with its code and one latency, retries included; a
+    /// watch is one try and no latency, as client-go counts them.
+    #[tokio::test]
+    async fn a_counted_client_counts_every_try_and_times_each_request_once() {
+        let app = axum::Router::new()
+            .route(
+                "/version",
+                axum::routing::get(|| async {
+                    (axum::http::StatusCode::SERVICE_UNAVAILABLE, "busy")
+                }),
+            )
+            .route("/api/v1/pods", axum::routing::get(|| async { "" }));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("an address");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let metrics = RequestMetrics::default();
+        let config = kube::Config::new(format!("http://{addr}").parse().expect("a url"));
+        let client = build_counted(config, &metrics).expect("a client");
+
+        assert!(client.apiserver_version().await.is_err());
+        let watch = Request::get("/api/v1/pods?watch=true&resourceVersion=0")
+            .body(Vec::new())
+            .expect("a request");
+        client
+            .request_text(watch)
+            .await
+            .expect("the watch answered");
+
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register("rest_client_requests", "", metrics.requests.clone());
+        registry.register(
+            "rest_client_request_duration_seconds",
+            "",
+            metrics.latency.clone(),
+        );
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).expect("encoded");
+        for line in [
+            format!(r#"rest_client_requests_total{{code="503",method="GET",host="{addr}"}} 6"#),
+            format!(r#"rest_client_requests_total{{code="200",method="GET",host="{addr}"}} 1"#),
+            format!(r#"rest_client_request_duration_seconds_count{{verb="GET",host="{addr}"}} 1"#),
+            format!(
+                r#"rest_client_request_duration_seconds_bucket{{le="0.005",verb="GET",host="{addr}"}} 0"#
+            ),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 
     /// A restarting API server's `Retry-After: 5` is waited one second at most, and longer

@@ -4,6 +4,7 @@
 pub mod api_errors;
 pub mod budget;
 pub mod client;
+pub mod client_metrics;
 pub mod labels;
 pub mod names;
 pub mod node_selector;

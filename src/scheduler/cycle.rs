@@ -101,6 +101,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         &sched.start_index,
         &nominated,
     );
+    sched.metrics.scheduling_algorithm(start.elapsed());
     for (point, code, took) in state.take_timings() {
         sched
             .metrics

@@ -1,5 +1,10 @@
-//! Prometheus metrics of the scheduler, named after kube-scheduler's where one exists.
+//! Prometheus metrics of the scheduler, named after kube-scheduler's where one exists; the
+//! process's own (`process.rs`) and the API client's (`k8s::client_metrics`) beside them.
 
+mod process;
+
+use std::collections::HashSet;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -8,6 +13,16 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::k8s::client_metrics::RequestMetrics;
+use crate::locks;
+
+pub use self::process::ProcessCollector;
+
+/// An integer gauge.
+type IntGauge = Gauge<i64, std::sync::atomic::AtomicI64>;
+/// A gauge of seconds.
+type SecondsGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct AttemptLabels {
@@ -45,6 +60,41 @@ pub struct QueueLabels {
     pub queue: String,
 }
 
+/// The labels of `tether_schedulingprofile_ready`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SchedulingProfileLabels {
+    /// The SchedulingProfile's name.
+    pub schedulingprofile: String,
+    /// The schedulerName its spec names (what the other metrics call `profile`).
+    pub profile: String,
+}
+
+/// The labels of `tether_build_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    pub version: &'static str,
+    pub commit: &'static str,
+}
+
+/// The labels of kube-scheduler's `scheduler_unschedulable_pods`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct UnschedulableLabels {
+    /// A plugin that rejected the pods (or holds them at PreEnqueue).
+    pub plugin: String,
+    /// Their schedulerName.
+    pub profile: String,
+}
+
+/// One sub-queue as the queue reports it at scrape time.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PendingQueue<'a> {
+    /// active, backoff, unschedulable or gated.
+    pub queue: &'a str,
+    pub pods: usize,
+    /// How long its longest-waiting pod has waited since it entered the queue.
+    pub oldest: Option<Duration>,
+}
+
 /// The scheduler's metrics; cheap to update from any thread.
 pub struct Metrics {
     pub registry: Registry,
@@ -56,7 +106,13 @@ pub struct Metrics {
     history_writes: Family<HistoryLabels, Counter>,
     events_dropped: Counter,
     profiles_serving: Family<ProfileLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    /// `tether_schedulingprofile_ready{schedulingprofile,profile}`, and the label sets it
+    /// holds now (a deleted profile's leaves).
+    profiles_ready: Family<SchedulingProfileLabels, IntGauge>,
+    profiles_ready_now: Mutex<HashSet<SchedulingProfileLabels>>,
     pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
+    /// `tether_oldest_pending_pod_seconds{queue}`.
+    oldest_pending: Family<QueueLabels, SecondsGauge>,
     pub cache_nodes: Gauge<i64, std::sync::atomic::AtomicI64>,
     pub cache_pods: Gauge<i64, std::sync::atomic::AtomicI64>,
     lease_unreachable: Gauge<i64, std::sync::atomic::AtomicI64>,
@@ -66,6 +122,8 @@ pub struct Metrics {
     room_holds_ended: Family<HoldEndLabels, Counter>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     upstream: Upstream,
+    /// client-go's request metrics of tether's API client.
+    api_requests: RequestMetrics,
 }
 
 /// kube-scheduler's own metrics, with its names, labels and bucket boundaries, so that the
@@ -89,6 +147,18 @@ struct Upstream {
     /// `scheduler_plugin_execution_duration_seconds{plugin,extension_point,status}`, for a
     /// sample of the scheduling cycles.
     plugin_execution: Family<PluginLabels, Histogram>,
+    /// `scheduler_unschedulable_pods{plugin,profile}`: pods waiting in the queue after a
+    /// rejection, counted under every plugin that rejected them; a label set once seen stays,
+    /// at 0 when no pod waits for it, as upstream's gauge.
+    unschedulable_pods: Family<UnschedulableLabels, IntGauge>,
+    unschedulable_seen: Mutex<HashSet<UnschedulableLabels>>,
+    /// `scheduler_preemption_attempts_total`: every run of DefaultPreemption's PostFilter.
+    preemption_attempts: Counter,
+    /// `scheduler_preemption_victims`: the victims of each preemption decided.
+    preemption_victims: Histogram,
+    /// `scheduler_scheduling_algorithm_duration_seconds`: from the start of the cycle to the
+    /// end of the search for a node (PostFilter included).
+    algorithm_duration: Histogram,
 }
 
 /// The labels of kube-scheduler's incoming pods counter.
@@ -120,6 +190,11 @@ pub struct ExtensionPointLabels {
     pub extension_point: String,
     pub status: String,
     pub profile: String,
+}
+
+/// kube-scheduler's: 1, 2, 4… 64 victims.
+fn victim_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 7))
 }
 
 fn extension_point_buckets() -> Histogram {
@@ -180,7 +255,44 @@ impl Default for Metrics {
             ),
             queue_incoming: Family::default(),
             plugin_execution: Family::new_with_constructor(plugin_buckets as fn() -> Histogram),
+            unschedulable_pods: Family::default(),
+            unschedulable_seen: Mutex::default(),
+            preemption_attempts: Counter::default(),
+            preemption_victims: victim_buckets(),
+            algorithm_duration: attempt_buckets(),
         };
+        root.register(
+            "scheduler_unschedulable_pods",
+            "The number of unschedulable pods broken down by plugin name. A pod will increment the gauge for all plugins that caused it to not schedule and so this metric have meaning only when broken down by plugin.",
+            upstream.unschedulable_pods.clone(),
+        );
+        root.register(
+            "scheduler_preemption_attempts",
+            "Total preemption attempts in the cluster till now",
+            upstream.preemption_attempts.clone(),
+        );
+        root.register(
+            "scheduler_preemption_victims",
+            "Number of selected preemption victims",
+            upstream.preemption_victims.clone(),
+        );
+        root.register(
+            "scheduler_scheduling_algorithm_duration_seconds",
+            "Scheduling algorithm latency in seconds",
+            upstream.algorithm_duration.clone(),
+        );
+        root.register_collector(Box::new(ProcessCollector));
+        let api_requests = RequestMetrics::default();
+        root.register(
+            "rest_client_requests",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            api_requests.requests.clone(),
+        );
+        root.register(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            api_requests.latency.clone(),
+        );
         root.register(
             "scheduler_queue_incoming_pods",
             "Number of pods added to scheduling queues by event and queue type.",
@@ -225,21 +337,58 @@ impl Default for Metrics {
         let bind_duration =
             Family::<ProfileLabels, Histogram>::new_with_constructor(buckets as fn() -> Histogram);
         let history_writes = Family::<HistoryLabels, Counter>::default();
+        // At 0 from the start: a rate or an alert sees the first failure.
+        for result in ["recorded", "duplicate", "failed"] {
+            history_writes
+                .get_or_create(&HistoryLabels {
+                    result: result.into(),
+                })
+                .inc_by(0);
+        }
         let events_dropped = Counter::default();
         let profiles_serving = Family::default();
+        let profiles_ready = Family::default();
         let pending_pods = Family::default();
+        let oldest_pending = Family::default();
         let cache_nodes = Gauge::default();
         let cache_pods = Gauge::default();
         let lease_unreachable = Gauge::default();
         let watch_current = Family::default();
         let history_denied = Gauge::default();
         let room_holds = Gauge::default();
+        let build_info = Family::<BuildLabels, IntGauge>::default();
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+                commit: env!("TETHER_COMMIT"),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the version and commit tether was built from",
+            build_info,
+        );
+        registry.register(
+            "schedulingprofile_ready",
+            "1 while a SchedulingProfile's Ready condition is True (its generation serves), 0 while it is False",
+            profiles_ready.clone(),
+        );
+        registry.register(
+            "oldest_pending_pod_seconds",
+            "How long the longest-waiting pod of each sub-queue has waited since it entered the queue (on the replica that leads; 0 on a standby)",
+            oldest_pending.clone(),
+        );
         registry.register(
             "room_holds",
             "Rooms held now for pinned workloads whose pod left their pin (StickyNode holdRoomSeconds)",
             room_holds.clone(),
         );
         let room_holds_ended = Family::<HoldEndLabels, Counter>::default();
+        for how in ["claimed", "expired"] {
+            room_holds_ended
+                .get_or_create(&HoldEndLabels { how })
+                .inc_by(0);
+        }
         registry.register(
             "room_holds_ended",
             "Room holds ended, by how: claimed (the workload's pod was bound again) or expired",
@@ -321,7 +470,10 @@ impl Default for Metrics {
             history_writes,
             events_dropped,
             profiles_serving,
+            profiles_ready,
+            profiles_ready_now: Mutex::default(),
             pending_pods,
+            oldest_pending,
             cache_nodes,
             cache_pods,
             lease_unreachable,
@@ -331,6 +483,7 @@ impl Default for Metrics {
             room_holds_ended,
             leading,
             upstream,
+            api_requests,
         }
     }
 }
@@ -379,16 +532,100 @@ impl Metrics {
         }
     }
 
-    /// Whether a profile serves `scheduler` now; a name no longer served leaves the metric.
+    /// Whether a profile serves `scheduler` now; a name no longer served leaves the metric. A
+    /// name served starts its bind counters at 0, so that a rate or an alert sees its first
+    /// bind and its first failure.
     pub fn profile_serving(&self, scheduler: &str, serving: bool) {
         let labels = ProfileLabels {
             profile: scheduler.into(),
         };
         if serving {
             self.profiles_serving.get_or_create(&labels).set(1);
+            self.binds.get_or_create(&labels).inc_by(0);
+            self.bind_failures.get_or_create(&labels).inc_by(0);
         } else {
             self.profiles_serving.remove(&labels);
         }
+    }
+
+    /// Every SchedulingProfile now, as (name, schedulerName, Ready): the profiles not named
+    /// leave the metric.
+    pub fn set_schedulingprofiles_ready<'a>(
+        &self,
+        profiles: impl IntoIterator<Item = (&'a str, &'a str, bool)>,
+    ) {
+        let mut now = HashSet::new();
+        for (name, scheduler, ready) in profiles {
+            let labels = SchedulingProfileLabels {
+                schedulingprofile: name.into(),
+                profile: scheduler.into(),
+            };
+            self.profiles_ready
+                .get_or_create(&labels)
+                .set(i64::from(ready));
+            now.insert(labels);
+        }
+        let mut before = locks::lock(&self.profiles_ready_now);
+        for gone in before.difference(&now) {
+            self.profiles_ready.remove(gone);
+        }
+        *before = now;
+    }
+
+    /// What the queue holds now, read when `/metrics` is scraped: each sub-queue's pods and
+    /// its oldest pod's wait (tether's `pending_pods` and `oldest_pending_pod_seconds`,
+    /// kube-scheduler's `scheduler_pending_pods`), and the pods waiting after a rejection by
+    /// (plugin, schedulerName) (`scheduler_unschedulable_pods`; pairs not named are 0).
+    pub fn set_queue<'a>(
+        &self,
+        queues: &[PendingQueue<'_>],
+        rejected: impl IntoIterator<Item = (&'a str, &'a str, usize)>,
+    ) {
+        for pending in queues {
+            self.set_pending(pending.queue, pending.pods);
+            self.oldest_pending
+                .get_or_create(&QueueLabels {
+                    queue: pending.queue.into(),
+                })
+                .set(pending.oldest.map_or(0.0, |d| d.as_secs_f64()));
+        }
+        let mut seen = locks::lock(&self.upstream.unschedulable_seen);
+        let mut now = HashSet::new();
+        for (plugin, profile, pods) in rejected {
+            let labels = UnschedulableLabels {
+                plugin: plugin.into(),
+                profile: profile.into(),
+            };
+            self.upstream
+                .unschedulable_pods
+                .get_or_create(&labels)
+                .set(i64::try_from(pods).unwrap_or(i64::MAX));
+            now.insert(labels);
+        }
+        for gone in seen.difference(&now) {
+            self.upstream.unschedulable_pods.get_or_create(gone).set(0);
+        }
+        seen.extend(now);
+    }
+
+    /// DefaultPreemption's PostFilter ran (kube-scheduler counts every run); `victims`: how
+    /// many pods the preemption it decided evicts, when it decided one.
+    pub fn preemption_attempt(&self, victims: Option<usize>) {
+        self.upstream.preemption_attempts.inc();
+        if let Some(victims) = victims {
+            self.upstream.preemption_victims.observe(victims as f64);
+        }
+    }
+
+    /// The search for a node (Filter, Score, PostFilter) ended `took` after the cycle began.
+    pub fn scheduling_algorithm(&self, took: Duration) {
+        self.upstream.algorithm_duration.observe(took.as_secs_f64());
+    }
+
+    /// The API client's request metrics (client-go's `rest_client_*`), registered here: a
+    /// client built with [`crate::k8s::client::build_counted`] counts into them.
+    pub fn api_requests(&self) -> RequestMetrics {
+        self.api_requests.clone()
     }
 
     /// One bind reported to a StickyBinding: `recorded`, `duplicate` or `failed`.
@@ -613,6 +850,120 @@ mod tests {
             .filter(|l| l.starts_with("scheduler_plugin_execution_duration_seconds_bucket{"))
             .count();
         assert_eq!(plugin_bounds, 21, "20 bounds from 0.01 ms by 1.5, and +Inf");
+    }
+
+    /// The metrics kube-scheduler's and client-go's dashboards read beside those above, with
+    /// their names, labels and buckets; the build, and counters that start at 0.
+    #[test]
+    fn the_added_upstream_metrics_keep_their_names_labels_and_buckets() {
+        let m = Metrics::default();
+        m.scheduling_algorithm(Duration::from_millis(3));
+        m.preemption_attempt(None);
+        m.preemption_attempt(Some(3));
+        m.api_requests()
+            .requests
+            .get_or_create(&crate::k8s::client_metrics::RequestLabels {
+                code: "201".into(),
+                method: "POST".into(),
+                host: "10.0.0.1:443".into(),
+            })
+            .inc();
+        m.profile_serving("p", true);
+        let text = m.encode();
+        let version = env!("CARGO_PKG_VERSION");
+        let commit = env!("TETHER_COMMIT");
+        for line in [
+            "scheduler_scheduling_algorithm_duration_seconds_count 1".to_string(),
+            "scheduler_preemption_attempts_total 2".into(),
+            "scheduler_preemption_victims_count 1".into(),
+            "scheduler_preemption_victims_sum 3.0".into(),
+            r#"rest_client_requests_total{code="201",method="POST",host="10.0.0.1:443"} 1"#.into(),
+            format!(r#"tether_build_info{{version="{version}",commit="{commit}"}} 1"#),
+            r#"tether_history_writes_total{result="failed"} 0"#.into(),
+            r#"tether_binds_total{profile="p"} 0"#.into(),
+            r#"tether_bind_failures_total{profile="p"} 0"#.into(),
+            "# TYPE process_cpu_seconds counter".into(),
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        let buckets = |name: &str| {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}_bucket{{")))
+                .count()
+        };
+        // ExponentialBuckets(0.001, 2, 15) and (1, 2, 7), plus +Inf.
+        assert_eq!(
+            buckets("scheduler_scheduling_algorithm_duration_seconds"),
+            16
+        );
+        assert_eq!(buckets("scheduler_preemption_victims"), 8);
+        assert!(text.contains(r#"scheduler_preemption_victims_bucket{le="64.0"} 1"#));
+    }
+
+    /// A profile's readiness follows the controller's verdicts; a deleted profile leaves.
+    #[test]
+    fn schedulingprofile_readiness_follows_the_set() {
+        let m = Metrics::default();
+        m.set_schedulingprofiles_ready([("a", "sched-a", true), ("b", "sched-b", false)]);
+        let text = m.encode();
+        assert!(text.contains(
+            r#"tether_schedulingprofile_ready{schedulingprofile="a",profile="sched-a"} 1"#
+        ));
+        assert!(text.contains(
+            r#"tether_schedulingprofile_ready{schedulingprofile="b",profile="sched-b"} 0"#
+        ));
+        m.set_schedulingprofiles_ready([("b", "sched-b", true)]);
+        let text = m.encode();
+        assert!(!text.contains(r#"schedulingprofile="a""#), "{text}");
+        assert!(text.contains(
+            r#"tether_schedulingprofile_ready{schedulingprofile="b",profile="sched-b"} 1"#
+        ));
+    }
+
+    /// The queue's figures at scrape time: each sub-queue's pods and oldest wait, and the
+    /// rejections by plugin; a (plugin, profile) no pod waits for any more reads 0, as
+    /// kube-scheduler's gauge, and is not dropped.
+    #[test]
+    fn the_queue_figures_are_set_and_a_rejection_gone_reads_zero() {
+        let m = Metrics::default();
+        let queues = |unschedulable: usize, oldest: Option<Duration>| {
+            vec![
+                PendingQueue {
+                    queue: "active",
+                    pods: 0,
+                    oldest: None,
+                },
+                PendingQueue {
+                    queue: "unschedulable",
+                    pods: unschedulable,
+                    oldest,
+                },
+            ]
+        };
+        m.set_queue(
+            &queues(3, Some(Duration::from_millis(1500))),
+            [("NodeResourcesFit", "p", 3), ("TaintToleration", "p", 1)],
+        );
+        let text = m.encode();
+        for line in [
+            r#"scheduler_pending_pods{queue="unschedulable"} 3"#,
+            r#"tether_pending_pods{queue="unschedulable"} 3"#,
+            r#"tether_oldest_pending_pod_seconds{queue="unschedulable"} 1.5"#,
+            r#"tether_oldest_pending_pod_seconds{queue="active"} 0.0"#,
+            r#"scheduler_unschedulable_pods{plugin="NodeResourcesFit",profile="p"} 3"#,
+            r#"scheduler_unschedulable_pods{plugin="TaintToleration",profile="p"} 1"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
+        m.set_queue(&queues(1, None), [("NodeResourcesFit", "p", 1)]);
+        let text = m.encode();
+        for line in [
+            r#"scheduler_unschedulable_pods{plugin="NodeResourcesFit",profile="p"} 1"#,
+            r#"scheduler_unschedulable_pods{plugin="TaintToleration",profile="p"} 0"#,
+            r#"tether_oldest_pending_pod_seconds{queue="unschedulable"} 0.0"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+        }
     }
 
     /// kube-scheduler's cap: no series per attempt count beyond 15.

@@ -292,6 +292,7 @@ impl ClusterState {
             gate: crate::gate::WriteGate::alone(),
             evictions: Arc::default(),
             activator: None,
+            metrics: None,
         }
     }
 

@@ -45,6 +45,9 @@ pub struct Handle {
     /// Tries a pod again at once (DefaultPreemption's preemptor, when its evictions failed).
     /// `None` in unit tests.
     pub activator: Option<Arc<dyn crate::scheduler::framework::PodActivator>>,
+    /// Where plugins count kube-scheduler's metrics of their own (DefaultPreemption's attempts
+    /// and victims). `None` in unit tests and simulations.
+    pub metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
 }
 
 impl Default for Handle {
@@ -61,6 +64,7 @@ impl Default for Handle {
             gate: WriteGate::alone(),
             evictions: Arc::default(),
             activator: None,
+            metrics: None,
         }
     }
 }

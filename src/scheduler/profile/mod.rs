@@ -89,6 +89,11 @@ fn check_numbers(spec: &SchedulingProfileSpec, errs: &mut FieldErrors) {
             }
         }
     }
+    if let Err(e) =
+        crate::k8s::labels::Selector::from_label_selector(spec.namespace_selector.as_ref())
+    {
+        errs.push("namespaceSelector", e.to_string());
+    }
     if spec.scheduler_name == "default-scheduler" {
         errs.push(
             "schedulerName",
@@ -399,6 +404,7 @@ pub fn default_profile(scheduler_name: &str, handle: &Handle) -> Result<Compiled
         pod_max_backoff_seconds: 10,
         plugins: None,
         plugin_config: Vec::new(),
+        namespace_selector: None,
     };
     compile(&spec, "built-in default", handle)
 }

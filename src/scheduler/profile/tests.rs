@@ -11,6 +11,7 @@ fn spec(plugins: Option<Plugins>, plugin_config: Vec<PluginConfig>) -> Schedulin
         pod_max_backoff_seconds: 10,
         plugins,
         plugin_config,
+        namespace_selector: None,
     }
 }
 
@@ -334,6 +335,7 @@ mod multi_point {
             pod_max_backoff_seconds: 10,
             plugins: Some(plugins),
             plugin_config: Vec::new(),
+            namespace_selector: None,
         }
     }
 

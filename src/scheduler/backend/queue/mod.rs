@@ -148,6 +148,31 @@ struct State {
     closed: bool,
 }
 
+/// What the queue holds, counted in one pass for the metrics read when `/metrics` is scraped.
+#[derive(Debug)]
+pub struct Summary {
+    /// Each sub-queue (active, backoff, unschedulable, gated): its pods, and when the one that
+    /// has waited longest entered the queue.
+    pub pools: [(&'static str, usize, Option<Instant>); 4],
+    /// Pods waiting after a rejection, in any sub-queue, by each plugin that rejected them (or
+    /// holds them at PreEnqueue) and their schedulerName: (plugin, schedulerName, pods).
+    pub rejected_by: Vec<(&'static str, String, usize)>,
+}
+
+impl Default for Summary {
+    fn default() -> Self {
+        Summary {
+            pools: [
+                ("active", 0, None),
+                ("backoff", 0, None),
+                ("unschedulable", 0, None),
+                ("gated", 0, None),
+            ],
+            rejected_by: Vec::new(),
+        }
+    }
+}
+
 /// The queue shared by the watch tasks (add, update, delete, events) and the scheduling loop (pop).
 pub struct SchedulingQueue {
     state: Mutex<State>,
@@ -559,6 +584,41 @@ impl SchedulingQueue {
             }
         }
         counts
+    }
+
+    /// The queue's [`Summary`] now (pods in flight, assumed or unserved are not in it).
+    pub fn summary(&self) -> Summary {
+        let st = self.lock();
+        let mut summary = Summary::default();
+        let mut rejected: HashMap<(&'static str, &str), usize> = HashMap::new();
+        for entry in st.entries.values() {
+            let slot = match entry.pool {
+                Pool::Active => 0,
+                Pool::Backoff => 1,
+                Pool::Unschedulable => 2,
+                Pool::Gated => 3,
+                Pool::InFlight | Pool::Assumed | Pool::Unserved => continue,
+            };
+            let (_, count, oldest) = &mut summary.pools[slot];
+            *count += 1;
+            let since = entry.info.initial_attempt_timestamp;
+            if oldest.is_none_or(|o| since < o) {
+                *oldest = Some(since);
+            }
+            let scheduler = pods::scheduler_name(&entry.info.pod.pod);
+            let info = &entry.info;
+            let gate = info
+                .gated_by
+                .filter(|g| !info.unschedulable_plugins.contains(g));
+            for plugin in info.unschedulable_plugins.iter().copied().chain(gate) {
+                *rejected.entry((plugin, scheduler)).or_default() += 1;
+            }
+        }
+        summary.rejected_by = rejected
+            .into_iter()
+            .map(|((plugin, scheduler), n)| (plugin, scheduler.to_string(), n))
+            .collect();
+        summary
     }
 
     /// Whether the pod is pending for a profile (in any pool but the unserved one).

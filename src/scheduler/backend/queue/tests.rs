@@ -671,3 +671,60 @@ fn a_preemptor_waits_for_its_preemptions_writes_before_it_is_tried_again() {
         panic!("not asked for a pod the queue does not hold")
     });
 }
+
+/// The summary `/metrics` reads: each sub-queue's pods, and the pods waiting after a rejection
+/// by plugin and schedulerName (a scheduling gate counts as its plugin's), counted until popped
+/// again as kube-scheduler counts them; a pod in flight is in neither.
+#[test]
+fn the_summary_counts_each_sub_queue_and_the_rejections_by_plugin() {
+    let q = queue();
+    q.add(pod("gated", 0), Some("SchedulingGates"));
+    for name in ["a", "b", "in-flight"] {
+        q.add(pod(name, 0), None);
+    }
+    assert_eq!(pop_names(&q, 3), ["a", "b", "in-flight"]);
+    q.add_unschedulable(&["Fit"], &key("a"), NO_BACKOFF, None);
+    q.add_unschedulable(&["Fit", "Affinity"], &key("b"), NO_BACKOFF, None);
+
+    let scheduler = pods::scheduler_name(&pod("x", 0).pod).to_string();
+    let rejected = |summary: Summary| {
+        let mut r = summary.rejected_by;
+        r.sort();
+        r
+    };
+    let summary = q.summary();
+    let counts: Vec<_> = summary.pools.iter().map(|(q, n, _)| (*q, *n)).collect();
+    assert_eq!(
+        counts,
+        [
+            ("active", 0),
+            ("backoff", 0),
+            ("unschedulable", 2),
+            ("gated", 1)
+        ]
+    );
+    assert!(summary.pools[0].2.is_none(), "no pod, no oldest");
+    assert!(summary.pools[2].2.is_some_and(|t| t <= Instant::now()));
+    assert_eq!(
+        rejected(summary),
+        [
+            ("Affinity", scheduler.clone(), 1),
+            ("Fit", scheduler.clone(), 2),
+            ("SchedulingGates", scheduler.clone(), 1),
+        ]
+    );
+
+    // A node moves both to activeQ: they still count until they are tried again.
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.summary().pools[0].1, 2);
+    assert_eq!(rejected(q.summary()).len(), 3);
+    assert_eq!(pop_names(&q, 1), ["a"]);
+    assert_eq!(
+        rejected(q.summary()),
+        [
+            ("Affinity", scheduler.clone(), 1),
+            ("Fit", scheduler.clone(), 1),
+            ("SchedulingGates", scheduler, 1),
+        ]
+    );
+}

@@ -60,6 +60,8 @@ pub struct DefaultPreemption {
     runtime: Option<tokio::runtime::Handle>,
     /// Tries the preemptor again when its evictions fail.
     activator: Option<Arc<dyn crate::scheduler::framework::PodActivator>>,
+    /// Counts the attempts and victims (kube-scheduler's preemption metrics).
+    metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
 }
 
 impl Plugin for DefaultPreemption {
@@ -218,7 +220,26 @@ impl DefaultPreemption {
 }
 
 impl PostFilterPlugin for DefaultPreemption {
+    /// Every run counts as a preemption attempt, and a preemption decided observes its
+    /// victims, as kube-scheduler's metrics count them.
     fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
+        let mut victims = None;
+        let verdict = self.preempt(ctx, &mut victims);
+        if let Some(metrics) = &self.metrics {
+            metrics.preemption_attempt(victims);
+        }
+        verdict
+    }
+}
+
+impl DefaultPreemption {
+    /// The PostFilter's decision; `victims` is set to the chosen node's victims when it
+    /// preempts.
+    fn preempt(
+        &self,
+        ctx: &PostFilterContext<'_>,
+        victims: &mut Option<usize>,
+    ) -> (Nomination, Status) {
         let say = |code, message: String| Status::new(code, format!("preemption: {message}"));
         if let Some(why) = not_eligible(ctx, &self.evictions) {
             return (Nomination::Keep, say(Code::Unschedulable, why.to_string()));
@@ -260,6 +281,7 @@ impl PostFilterPlugin for DefaultPreemption {
                 ),
             );
         };
+        *victims = Some(best.victims.len());
         let own = priority(&ctx.pod.pod);
         // 1.37 says where the pod is going, after the filters' reasons.
         let found = say(
@@ -335,5 +357,6 @@ pub fn build(
         evictions,
         runtime: tokio::runtime::Handle::try_current().ok(),
         activator: handle.activator.clone(),
+        metrics: handle.metrics.clone(),
     }))
 }

@@ -382,3 +382,39 @@ fn a_pod_is_counted_against_budgets_up_to_the_first_it_would_break() {
         "b broke the first budget; the second still allows c"
     );
 }
+
+/// kube-scheduler's preemption metrics: every run of the PostFilter is an attempt (one that
+/// may not preempt too), and a preemption decided observes its victims.
+#[test]
+fn attempts_and_victims_are_counted_as_kube_scheduler_counts_them() {
+    let metrics = Arc::new(crate::scheduler::metrics::Metrics::default());
+    let handle = Handle {
+        metrics: Some(metrics.clone()),
+        ..Handle::default()
+    };
+    let decided = attempt(
+        &handle,
+        &full(),
+        PodBuilder::new("vip").req_cpu("2").priority(1000),
+    );
+    assert_eq!(decided.nomination, Some(Nomination::Node("n1".into())));
+    attempt(
+        &handle,
+        &full(),
+        PodBuilder::new("polite")
+            .req_cpu("2")
+            .priority(1000)
+            .with(|p| {
+                p.spec.get_or_insert_default().preemption_policy = Some("Never".into());
+            }),
+    );
+    let text = metrics.encode();
+    for line in [
+        "scheduler_preemption_attempts_total 2",
+        "scheduler_preemption_victims_count 1",
+        "scheduler_preemption_victims_sum 1.0",
+        r#"scheduler_preemption_victims_bucket{le="1.0"} 1"#,
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
+    }
+}
