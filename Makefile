@@ -38,13 +38,14 @@ unit: ## unit tests (includes the crds/ drift check), the layers of src/, and th
 fuzz: ## the generated-input properties (tests/properties.rs), 200,000 cases each (about a minute each)
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --release --test properties
 
-crds: ## regenerate crds/ (and its copies in deploy/crds/ and charts/tether/crds/) from src/api
+crds: ## regenerate crds/ (and its copies in deploy/crds/ and charts/tether/crds/) and docs/reference.md from src/api
 	$(CARGO) run --quiet --bin tether -- crd > crds/tether.dev.yaml
+	$(CARGO) run --quiet --bin tether -- crd --reference > docs/reference.md
 	cp crds/tether.dev.yaml deploy/crds/tether.dev.yaml
 	cp crds/tether.dev.yaml charts/tether/crds/tether.dev.yaml
 
-crds-check: ## fail when crds/ is stale
-	$(CARGO) test --lib api::tests::crds_directory_is_up_to_date
+crds-check: ## fail when crds/ (or a copy) or docs/reference.md is stale
+	$(CARGO) test --lib api::tests::crds_directory_is_up_to_date api::tests::the_api_reference_is_up_to_date
 
 monitoring-check: ## promtool (built once into the cache) checks deploy/monitoring/alerts.yaml and runs its tests; the chart's copy must match
 	e2e/scripts/monitoring.sh check

@@ -34,7 +34,11 @@ enum Command {
     /// Run the scheduler against the cluster of the current kubeconfig (or in-cluster config).
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions of tether.dev as YAML, for `kubectl apply -f -`.
-    Crd,
+    Crd {
+        /// Print the API reference (Markdown, docs/reference.md) instead.
+        #[arg(long)]
+        reference: bool,
+    },
     /// Why a pod went where it went, or why it is pending: asks the running leader to run the
     /// pod's profile again, dry, and prints every filter verdict and score.
     Explain(tether::cli::explain::ExplainArgs),
@@ -403,7 +407,8 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Snapshot => finish(client_command(tether::cli::simulate::snapshot()))?,
         Command::Version => println!("tether {VERSION}"),
-        Command::Crd => {
+        Command::Crd { reference: true } => print(&tether::api::reference_markdown())?,
+        Command::Crd { reference: false } => {
             let yaml = tether::api::crds_yaml().context("serializing the CRDs")?;
             std::io::stdout()
                 .write_all(yaml.as_bytes())

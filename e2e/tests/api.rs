@@ -318,7 +318,7 @@ async fn a_deployment_for_an_unserved_scheduler_gets_a_pending_pod_from_the_repl
     ns.delete().await
 }
 
-/// The README's install command, exactly as written, works on the cluster: the API server
+/// The install command docs/install.md gives, exactly as written, works on the cluster: the API server
 /// accepts deploy/ in a server-side dry run, kubectl's built-in kustomize applies it (CRDs
 /// included), it runs two replicas behind a Lease with a PodDisruptionBudget, its
 /// ServiceAccount may do what tether does and nothing else asked about (no Secrets, no

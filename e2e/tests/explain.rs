@@ -715,7 +715,7 @@ async fn room_held_for_a_pinned_workload_waits_for_it_then_is_released() -> anyh
     ns.delete().await
 }
 
-/// `tether snapshot` writes a file the README says to commit: no secret a workload carries
+/// `tether snapshot` writes a file docs/operate.md says to commit: no secret a workload carries
 /// reaches it. A Deployment applied with kubectl (which keeps a copy of it in an annotation)
 /// carries a canary in its template's environment, arguments, command, probe headers and
 /// annotations, and in its own annotations; its pod carries them too. The file names the

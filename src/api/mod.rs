@@ -3,6 +3,7 @@
 //! Doc comments on these types become the text of `kubectl explain`; they are written for users.
 
 pub mod conditions;
+pub mod reference;
 pub mod scheduling_profile;
 mod schema;
 pub mod sticky_binding;
@@ -37,6 +38,11 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
     Ok(out)
 }
 
+/// The API reference (docs/reference.md) of the CRDs, as `tether crd --reference` prints it.
+pub fn reference_markdown() -> String {
+    reference::markdown(&crds())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -56,12 +62,26 @@ mod tests {
                 "deploy/crds/tether.dev.yaml",
                 include_str!("../../deploy/crds/tether.dev.yaml"),
             ),
+            (
+                "charts/tether/crds/tether.dev.yaml",
+                include_str!("../../charts/tether/crds/tether.dev.yaml"),
+            ),
         ] {
             assert!(
                 want == have,
                 "{path} is stale: run `make crds` and commit the result"
             );
         }
+    }
+
+    /// docs/reference.md is generated from the same types: a change to them must regenerate it
+    /// (`make crds`).
+    #[test]
+    fn the_api_reference_is_up_to_date() {
+        assert!(
+            reference_markdown() == include_str!("../../docs/reference.md"),
+            "docs/reference.md is stale: run `make crds` and commit the result"
+        );
     }
 
     #[test]
