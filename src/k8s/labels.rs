@@ -1,4 +1,11 @@
 //! Label selectors, as `metav1.LabelSelector` and node selector terms match labels.
+//!
+//! Not kube's `Selector` (`kube::core::Selector`), on purpose: it differs from
+//! `metav1.LabelSelectorAsSelector` where scheduling decisions and messages depend on it. It
+//! accepts `In`/`NotIn` with an empty `values` (then matching nothing, or everything) where the
+//! API machinery refuses the selector; it has no selector that matches nothing (a nil selector
+//! in affinity terms and spread constraints); and its errors do not say which key and operator
+//! are at fault, which a profile's `Ready=False` message must name.
 
 use std::collections::BTreeMap;
 
