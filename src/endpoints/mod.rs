@@ -147,7 +147,22 @@ async fn serve_metrics(
 
 /// The queue's gauges as the queue is now: the leader's; a standby's are 0 (the pods pending
 /// are the leader's to schedule, and a replica that stopped leading keeps no stale figures).
+/// Also the cache's sizes. Read when scraped, never per scheduling cycle: counting the queue
+/// walks every pending pod under its lock.
 fn refresh_queue_metrics(state: &HttpState) {
+    if let Some(sched) = state.serving.sched() {
+        let cache = sched.lock_cache();
+        let (nodes, pods) = (cache.node_count(), cache.pod_count());
+        drop(cache);
+        state
+            .metrics
+            .cache_nodes
+            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
+        state
+            .metrics
+            .cache_pods
+            .set(i64::try_from(pods).unwrap_or(i64::MAX));
+    }
     let summary = state
         .serving
         .sched()

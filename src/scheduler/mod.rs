@@ -325,23 +325,7 @@ impl Scheduler {
                 return;
             }
             cycle::schedule_one(self, queued);
-            self.update_gauges();
             self.binds.wait_for_room(|| self.queue.is_closed());
         }
-    }
-
-    fn update_gauges(&self) {
-        let (active, backoff, unschedulable, gated) = self.queue.lengths();
-        for (name, n) in [
-            ("active", active),
-            ("backoff", backoff),
-            ("unschedulable", unschedulable),
-            ("gated", gated),
-        ] {
-            self.metrics.set_pending(name, n);
-        }
-        let cache = self.lock_cache();
-        self.metrics.cache_nodes.set(cache.node_count() as i64);
-        self.metrics.cache_pods.set(cache.pod_count() as i64);
     }
 }
