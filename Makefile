@@ -45,7 +45,7 @@ crds: ## regenerate crds/ (and its copies in deploy/crds/ and charts/tether/crds
 	cp crds/tether.dev.yaml charts/tether/crds/tether.dev.yaml
 
 crds-check: ## fail when crds/ (or a copy) or docs/reference.md is stale
-	$(CARGO) test --lib api::tests::crds_directory_is_up_to_date api::tests::the_api_reference_is_up_to_date
+	$(CARGO) test --lib -- api::tests::crds_directory_is_up_to_date api::tests::the_api_reference_is_up_to_date
 
 monitoring-check: ## promtool (built once into the cache) checks deploy/monitoring/alerts.yaml and runs its tests; the chart's copy must match
 	e2e/scripts/monitoring.sh check
