@@ -614,7 +614,7 @@ impl Drop for OwnTether {
 }
 
 /// The body of a GET, or None when it did not answer 200.
-fn curl(url: &str) -> anyhow::Result<Option<String>> {
+pub fn curl(url: &str) -> anyhow::Result<Option<String>> {
     let out = Command::new("curl")
         .args(["-sf", "--max-time", "5", url])
         .output()

@@ -182,15 +182,15 @@ pub fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> anyhow::Result<String> 
     Ok(out.stdout)
 }
 
-/// The kstatus verdict of `object` (its JSON), as Flux and kpt compute it: "Current",
-/// "InProgress", "Failed"…, then a space and kstatus' message. Runs the helper built beside the
-/// cached kubectl (e2e/kstatus, sigs.k8s.io/cli-utils).
-pub fn kstatus(object: &str) -> anyhow::Result<String> {
+/// Runs the helper `name` built beside the cached kubectl (e2e/kstatus, e2e/argocd-health)
+/// with `args`, `object` on its stdin; what it printed, trimmed.
+fn run_helper(name: &str, args: &[&std::ffi::OsStr], object: &str) -> anyhow::Result<String> {
     let kubectl = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
         anyhow!("TETHER_KUBECTL is not set: run the end-to-end tests through `make e2e`")
     })?;
-    let bin = PathBuf::from(kubectl).with_file_name("kstatus");
+    let bin = PathBuf::from(kubectl).with_file_name(name);
     let mut child = Command::new(&bin)
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -199,13 +199,24 @@ pub fn kstatus(object: &str) -> anyhow::Result<String> {
     if let Some(mut pipe) = child.stdin.take() {
         use std::io::Write;
         pipe.write_all(object.as_bytes())
-            .context("writing kstatus' stdin")?;
+            .with_context(|| format!("writing {name}'s stdin"))?;
     }
-    let out = Kubectl::from(child.wait_with_output().context("waiting for kstatus")?);
+    let out = Kubectl::from(
+        child
+            .wait_with_output()
+            .with_context(|| format!("waiting for {name}"))?,
+    );
     if !out.success {
-        bail!("kstatus failed: {}", out.stderr);
+        bail!("{name} failed: {}", out.stderr);
     }
     Ok(out.stdout.trim().to_string())
+}
+
+/// The kstatus verdict of `object` (its JSON), as Flux and kpt compute it: "Current",
+/// "InProgress", "Failed"…, then a space and kstatus' message. Runs the helper built beside the
+/// cached kubectl (e2e/kstatus, sigs.k8s.io/cli-utils).
+pub fn kstatus(object: &str) -> anyhow::Result<String> {
+    run_helper("kstatus", &[], object)
 }
 
 /// The documents of a YAML stream (empty ones skipped), with YAML 1.2's booleans only (a value
@@ -223,10 +234,6 @@ pub fn yaml_documents(text: &str) -> anyhow::Result<Vec<serde_json::Value>> {
 /// a space and the check's message. Runs the check as Argo CD does (gopher-lua), through the
 /// helper built beside the cached kubectl (e2e/argocd-health).
 pub fn argocd_health(kind: &str, object: &str) -> anyhow::Result<String> {
-    let kubectl = std::env::var_os("TETHER_KUBECTL").ok_or_else(|| {
-        anyhow!("TETHER_KUBECTL is not set: run the end-to-end tests through `make e2e`")
-    })?;
-    let bin = PathBuf::from(kubectl).with_file_name("argocd-health");
     let patch_path = repo_dir().join("deploy/argocd/argocd-cm-patch.yaml");
     let patch = yaml_documents(
         &std::fs::read_to_string(&patch_path)
@@ -243,28 +250,9 @@ pub fn argocd_health(kind: &str, object: &str) -> anyhow::Result<String> {
     let script_path =
         std::env::temp_dir().join(format!("tether-argocd-{kind}-{}.lua", unique_suffix()));
     std::fs::write(&script_path, script).context("writing the health check")?;
-    let mut child = Command::new(&bin)
-        .arg(&script_path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("starting {}", bin.display()))?;
-    if let Some(mut pipe) = child.stdin.take() {
-        use std::io::Write;
-        pipe.write_all(object.as_bytes())
-            .context("writing argocd-health's stdin")?;
-    }
-    let out = Kubectl::from(
-        child
-            .wait_with_output()
-            .context("waiting for argocd-health")?,
-    );
+    let verdict = run_helper("argocd-health", &[script_path.as_os_str()], object);
     let _ = std::fs::remove_file(&script_path);
-    if !out.success {
-        bail!("argocd-health failed: {}", out.stderr);
-    }
-    Ok(out.stdout.trim().to_string())
+    verdict
 }
 
 /// Applies one object given as JSON with `kubectl apply`.

@@ -582,6 +582,38 @@ impl Drop for Release {
     }
 }
 
+/// The objects a release makes besides its Deployment, as (kind, name, namespaced): what the
+/// install must make and the uninstall must delete.
+fn release_objects(fullname: &str, profile: &str) -> Vec<(&'static str, String, bool)> {
+    vec![
+        ("serviceaccount", fullname.to_string(), true),
+        ("clusterrole", fullname.to_string(), false),
+        ("clusterrolebinding", fullname.to_string(), false),
+        (
+            "clusterrolebinding",
+            format!("{fullname}-auth-delegator"),
+            false,
+        ),
+        ("role", format!("{fullname}-leader-election"), true),
+        ("rolebinding", format!("{fullname}-leader-election"), true),
+        ("clusterrole", format!("{fullname}-explainer"), false),
+        (
+            "clusterrole",
+            format!("{fullname}-stickybindings-view"),
+            false,
+        ),
+        (
+            "clusterrole",
+            format!("{fullname}-stickybindings-edit"),
+            false,
+        ),
+        ("poddisruptionbudget", fullname.to_string(), true),
+        ("service", format!("{fullname}-metrics"), true),
+        ("networkpolicy", fullname.to_string(), true),
+        ("schedulingprofile", profile.to_string(), false),
+    ]
+}
+
 /// The chart on the local control plane: the API server accepts its rendering (dry run),
 /// `helm install` makes it in a fresh namespace as a release of another name than deploy/'s
 /// (the CRDs already exist: `--skip-crds`), `helm upgrade` changes the Deployment, and `helm
@@ -674,33 +706,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
         field("/metadata/labels/app.kubernetes.io~1managed-by").await?,
         "Helm"
     );
-    for (kind, name, namespaced) in [
-        ("serviceaccount", fullname.clone(), true),
-        ("clusterrole", fullname.clone(), false),
-        ("clusterrolebinding", fullname.clone(), false),
-        (
-            "clusterrolebinding",
-            format!("{fullname}-auth-delegator"),
-            false,
-        ),
-        ("role", format!("{fullname}-leader-election"), true),
-        ("rolebinding", format!("{fullname}-leader-election"), true),
-        ("clusterrole", format!("{fullname}-explainer"), false),
-        (
-            "clusterrole",
-            format!("{fullname}-stickybindings-view"),
-            false,
-        ),
-        (
-            "clusterrole",
-            format!("{fullname}-stickybindings-edit"),
-            false,
-        ),
-        ("poddisruptionbudget", fullname.clone(), true),
-        ("service", format!("{fullname}-metrics"), true),
-        ("networkpolicy", fullname.clone(), true),
-        ("schedulingprofile", profile.clone(), false),
-    ] {
+    for (kind, name, namespaced) in release_objects(&fullname, &profile) {
         let namespace = namespaced.then_some(ns.name.as_str());
         assert!(
             exists(kind, &name, namespace)?,
@@ -814,32 +820,11 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
     installed.uninstalled = true;
     wait_for("the release's objects deleted", TIMEOUT, || async {
         let mut left = Vec::new();
-        for (kind, name, namespaced) in [
-            ("deployment", fullname.clone(), true),
-            ("serviceaccount", fullname.clone(), true),
-            ("clusterrole", fullname.clone(), false),
-            ("clusterrolebinding", fullname.clone(), false),
-            (
-                "clusterrolebinding",
-                format!("{fullname}-auth-delegator"),
-                false,
-            ),
-            ("role", format!("{fullname}-leader-election"), true),
-            (
-                "clusterrole",
-                format!("{fullname}-stickybindings-view"),
-                false,
-            ),
-            (
-                "clusterrole",
-                format!("{fullname}-stickybindings-edit"),
-                false,
-            ),
-            ("poddisruptionbudget", fullname.clone(), true),
-            ("service", format!("{fullname}-metrics"), true),
-            ("networkpolicy", fullname.clone(), true),
-            ("schedulingprofile", profile.clone(), false),
-        ] {
+        // Everything the install made (the explainer role went at the upgrade already).
+        let made = release_objects(&fullname, &profile);
+        for (kind, name, namespaced) in
+            std::iter::once(("deployment", fullname.clone(), true)).chain(made)
+        {
             if exists(kind, &name, namespaced.then_some(ns.name.as_str()))? {
                 left.push(format!("{kind} {name}"));
             }

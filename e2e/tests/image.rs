@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use serde_json::json;
+use tether_e2e::faults::curl;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, free_local_addr, kubectl_ok, repo_dir,
     unique_suffix, wait_bound, wait_for,
@@ -63,17 +64,6 @@ impl Drop for Container {
         }
         let _ = podman().args(["rm", "-f", "-t", "5", &self.0]).output();
     }
-}
-
-fn curl(url: &str) -> anyhow::Result<Option<String>> {
-    let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", url])
-        .output()
-        .context("running curl")?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
 }
 
 #[tokio::test]

@@ -373,14 +373,11 @@ async fn gitops_tools_read_profiles_as_current_in_progress_or_failed() -> anyhow
     let client = client().await?;
     let profile = format!("gitops-{}", unique_suffix());
     let scheduler = format!("{profile}-sched");
-    let of_profile = || -> anyhow::Result<String> {
-        kstatus(&kubectl_ok(&["get", "sp", &profile, "-o", "json"], None)?)
-    };
+    let profile_json = || kubectl_ok(&["get", "sp", &profile, "-o", "json"], None);
+    let of_profile = || -> anyhow::Result<String> { kstatus(&profile_json()?) };
     // Argo CD's verdict with deploy/argocd's health check, beside kstatus' at every step.
     let argocd = |object: &str| argocd_health("SchedulingProfile", object);
-    let argocd_now = || -> anyhow::Result<String> {
-        argocd(&kubectl_ok(&["get", "sp", &profile, "-o", "json"], None)?)
-    };
+    let argocd_now = || -> anyhow::Result<String> { argocd(&profile_json()?) };
     apply_profile(&profile, fit_only(&scheduler, "LeastAllocated"))?;
     wait_ready(&client, &profile, true).await?;
     assert!(of_profile()?.starts_with("Current"), "{}", of_profile()?);

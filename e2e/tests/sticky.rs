@@ -454,28 +454,6 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
     );
     assert_eq!(pods.get(&pod).await?.spec.and_then(|s| s.node_name), None);
     // GitOps tools (kstatus) read the stuck binding as Failed, naming the field that pins it.
-    let of_binding = || {
-        kstatus(&kubectl_ok(
-            &[
-                "get",
-                "sb",
-                "virtualmachine-vm",
-                "-n",
-                &ns.name,
-                "-o",
-                "json",
-            ],
-            None,
-        )?)
-    };
-    let verdict = wait_for("the binding Failed", TIMEOUT, || async {
-        Ok(Some(of_binding()?).filter(|v| v.starts_with("Failed")))
-    })
-    .await?;
-    assert!(
-        verdict.contains("status.latest") && verdict.contains(&first),
-        "{verdict}"
-    );
     let binding_json = || {
         kubectl_ok(
             &[
@@ -490,6 +468,15 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
             None,
         )
     };
+    let of_binding = || kstatus(&binding_json()?);
+    let verdict = wait_for("the binding Failed", TIMEOUT, || async {
+        Ok(Some(of_binding()?).filter(|v| v.starts_with("Failed")))
+    })
+    .await?;
+    assert!(
+        verdict.contains("status.latest") && verdict.contains(&first),
+        "{verdict}"
+    );
     let health = argocd_health("StickyBinding", &binding_json()?)?;
     assert!(
         health.starts_with("Degraded") && health.contains("status.latest"),
