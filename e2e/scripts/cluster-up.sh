@@ -120,7 +120,8 @@ main() {
     --manage-all-nodes=false \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --cidr 10.244.0.0/16 --node-ip 127.0.0.1 --node-lease-duration-seconds 40 \
-    --server-address "127.0.0.1:$KWOK_PORT"
+    --server-address "127.0.0.1:$KWOK_PORT" --node-port "$KWOK_PORT" \
+    --tls-cert-file "$PKI_DIR/kwok.crt" --tls-private-key-file "$PKI_DIR/kwok.key"
   wait_healthy kwok curl -sf --max-time 2 "http://127.0.0.1:$KWOK_PORT/healthz"
 
   apply_nodes

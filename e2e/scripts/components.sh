@@ -66,6 +66,7 @@ start_apiserver() {
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
     --tls-cert-file "$PKI_DIR/apiserver.crt" --tls-private-key-file "$PKI_DIR/apiserver.key" \
     --client-ca-file "$PKI_DIR/ca.crt" \
+    --kubelet-certificate-authority "$PKI_DIR/ca.crt" --kubelet-preferred-address-types InternalIP \
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Generates the local control plane's credentials into $PKI_DIR: a CA, the API server's serving
-# certificate, client certificates for the admin and kube-controller-manager, and the service
-# account signing key pair. Sourced by cluster-up.sh.
+# certificate, kwok's serving certificate (it plays every node's kubelet, which the API server
+# reaches for port-forward and checks against the CA), client certificates for the admin and
+# kube-controller-manager, and the service account signing key pair. Sourced by cluster-up.sh.
 
 pki_client_cert() { # name CN O
   local name=$1 cn=$2 org=$3
@@ -23,6 +24,15 @@ pki_generate() {
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
 subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+EXT
+) 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/kwok.key" -out "$PKI_DIR/kwok.csr" \
+    -subj "/CN=kwok-kubelet" 2>/dev/null
+  openssl x509 -req -in "$PKI_DIR/kwok.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
+    -CAcreateserial -days 365 -out "$PKI_DIR/kwok.crt" -extfile <(cat <<EXT
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost
 EXT
 ) 2>/dev/null
   pki_client_cert admin kubernetes-admin system:masters

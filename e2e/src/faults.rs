@@ -462,6 +462,25 @@ fn tether_kubeconfig() -> anyhow::Result<(String, SocketAddr)> {
     Ok((text, addr))
 }
 
+/// A kubeconfig for the local cluster (tether-up.sh's, with its CA) that authenticates with
+/// `token` instead of the tether ServiceAccount's.
+pub fn kubeconfig_with_token(token: &str) -> anyhow::Result<String> {
+    let (text, _) = tether_kubeconfig()?;
+    let mut replaced = false;
+    let lines: Vec<String> = text
+        .lines()
+        .map(|line| match line.split_once("user: {token: ") {
+            Some((indent, _)) => {
+                replaced = true;
+                format!("{indent}user: {{token: {token}}}")
+            }
+            None => line.to_string(),
+        })
+        .collect();
+    anyhow::ensure!(replaced, "no token line in tether's kubeconfig");
+    Ok(lines.join("\n") + "\n")
+}
+
 /// A tether process of the test's own, talking to the API server through a [`Proxy`] as the
 /// tether ServiceAccount. Stopped when dropped; logs to `.cluster/logs/tether-<name>.log`.
 pub struct OwnTether {
@@ -481,6 +500,16 @@ impl OwnTether {
 
     /// As [`OwnTether::start`], with `args` added to `tether run`'s.
     pub async fn start_with(name: &str, proxy: &Proxy, args: &[&str]) -> anyhow::Result<Self> {
+        Self::start_at(name, proxy, args, crate::free_local_addr()?).await
+    }
+
+    /// As [`OwnTether::start_with`], serving `/metrics` and `/explain` at `metrics`.
+    pub async fn start_at(
+        name: &str,
+        proxy: &Proxy,
+        args: &[&str],
+        metrics: SocketAddr,
+    ) -> anyhow::Result<Self> {
         let (text, upstream) = tether_kubeconfig()?;
         let kubeconfig = repo_dir().join(format!(".cluster/tether-{name}.kubeconfig"));
         std::fs::write(
@@ -491,7 +520,7 @@ impl OwnTether {
             ),
         )
         .context("writing the proxied kubeconfig")?;
-        let (metrics, http) = (crate::free_local_addr()?, crate::free_local_addr()?);
+        let http = crate::free_local_addr()?;
         let bin = crate::tether_bin();
         let log = repo_dir().join(format!(".cluster/logs/tether-{name}.log"));
         let out = std::fs::File::create(&log).context("creating the tether log")?;

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use http::Method;
 use serde_json::json;
-use tether_e2e::faults::{Action, Fault, Matcher, OwnTether, Proxy};
+use tether_e2e::faults::{Action, Fault, Matcher, OwnTether, Proxy, kubeconfig_with_token};
 use tether_e2e::ground_truth::{
     BindLedger, HistoryWorkload, assert_within_allocatable, within_allocatable,
 };
@@ -705,4 +705,247 @@ async fn a_leader_held_past_its_term_writes_nothing_after_it() -> anyhow::Result
         None,
     )?;
     Ok(())
+}
+
+/// The address kwok forwards the port 8080 of the pod `tether-system/<pod>` to, as
+/// e2e/kwok/stages.yaml (kwok's configuration) says.
+fn kwok_forward(pod: &str) -> anyhow::Result<std::net::SocketAddr> {
+    let path = tether_e2e::repo_dir().join("e2e/kwok/stages.yaml");
+    let text = std::fs::read_to_string(&path)?;
+    for doc in tether_e2e::yaml_documents(&text)? {
+        let names = &doc["spec"]["selector"]["matchNames"];
+        if doc["kind"] == "ClusterPortForward"
+            && names.as_array().is_some_and(|n| n.iter().any(|n| n == pod))
+        {
+            let target = &doc["spec"]["forwards"][0]["target"];
+            return Ok(format!(
+                "{}:{}",
+                target["address"].as_str().unwrap_or_default(),
+                target["port"]
+            )
+            .parse()?);
+        }
+    }
+    anyhow::bail!("{} forwards no port of {pod}", path.display())
+}
+
+/// `tether explain <pod> --token-file <token>` with `kubeconfig` and no `--endpoint`, as a
+/// person runs it: explain finds the leader itself. Its stdout, or its stderr as the error.
+/// Awaited, not waited on: the replicas' proxies run on the test's runtime, and the leader
+/// checks the caller's token through its proxy while explain waits for the answer.
+async fn explain_found(
+    kubeconfig: &std::path::Path,
+    token: &std::path::Path,
+    pod: &str,
+) -> anyhow::Result<Result<String, String>> {
+    let out = tokio::process::Command::new(tether_e2e::tether_bin())
+        .args(["explain", pod, "--token-file"])
+        .arg(token)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("TETHER_ENDPOINT")
+        .env_remove("TETHER_TOKEN_FILE")
+        .output()
+        .await?;
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    Ok(if out.status.success() {
+        Ok(stdout)
+    } else {
+        Err(stderr)
+    })
+}
+
+/// `tether explain` without `--endpoint` finds the leader by its Lease and reaches it through
+/// the API server's port-forward to the leader's pod, as the person it serves: a ServiceAccount
+/// holding only deploy/'s `tether-explainer` roles (the ClusterRole for what tether checks, the
+/// Role in tether-system for the Lease and the forward). kwok plays the kubelet: the pods that
+/// stand for the two replicas are forwarded to their `--http-addr`. The standby answers 503, so
+/// an answer proves the leader was reached; after the leader shuts down the next call reaches
+/// the new one; with no replica left, explain says none leads.
+#[tokio::test]
+async fn explain_finds_the_leader_by_its_lease() -> anyhow::Result<()> {
+    let client = client().await?;
+    fresh_lease()?;
+    let ns = TestNamespace::create(&client, "ha-explain").await?;
+    let nodes = TestNodes::create(&client, "ha-explain", 2, "16", |_, _| {}).await?;
+    let [proxy_a, proxy_b] = [Proxy::start().await?, Proxy::start().await?];
+    // The replicas' pods, on a fake node: their names are the replicas' identities.
+    let pods = ["tether-leader-a", "tether-leader-b"];
+    for pod in pods {
+        kubectl_ok(
+            &[
+                "-n",
+                "tether-system",
+                "delete",
+                "pod",
+                pod,
+                "--ignore-not-found",
+            ],
+            None,
+        )?;
+        apply(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod, "namespace": "tether-system"},
+            "spec": {
+                "nodeName": nodes.names[0],
+                // tether-system enforces the restricted Pod Security Standard.
+                "securityContext": {"runAsNonRoot": true, "runAsUser": 65532,
+                    "seccompProfile": {"type": "RuntimeDefault"}},
+                "containers": [{"name": "tether", "image": "tether",
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "securityContext": {"allowPrivilegeEscalation": false,
+                        "capabilities": {"drop": ["ALL"]}}}],
+            },
+        }))?;
+    }
+    let mut a = OwnTether::start_at(
+        "leader-a",
+        &proxy_a,
+        &["--leader-elect"],
+        kwok_forward(pods[0])?,
+    )
+    .await?;
+    until_leads(&a, TIMEOUT).await?;
+    let mut b = OwnTether::start_at(
+        "leader-b",
+        &proxy_b,
+        &["--leader-elect"],
+        kwok_forward(pods[1])?,
+    )
+    .await?;
+    let web = HistoryWorkload::create(&client, &ns.name, &nodes, "web", 1, "100m").await?;
+    web.wait_all_bound(1, TIMEOUT).await?;
+    let listed = kubectl_ok(
+        &[
+            "-n",
+            &ns.name,
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[0].metadata.name} {.items[0].spec.nodeName}",
+        ],
+        None,
+    )?;
+    let (pod, node) = listed.split_once(' ').context("the workload's pod")?;
+    let pod = format!("{}/{pod}", ns.name);
+
+    // The person: a ServiceAccount with the explainer ClusterRole, a kubeconfig of its own and a
+    // token for tether's audience.
+    let subject = format!("--serviceaccount={}:alice", ns.name);
+    kubectl_ok(&["-n", &ns.name, "create", "serviceaccount", "alice"], None)?;
+    let binding = format!("{}-alice", ns.name);
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &binding,
+            "--clusterrole=tether-explainer",
+            &subject,
+        ],
+        None,
+    )?;
+    let dir = tether_e2e::repo_dir().join(format!(".cluster/{}", ns.name));
+    std::fs::create_dir_all(&dir)?;
+    let (kubeconfig, token) = (dir.join("kubeconfig"), dir.join("token"));
+    let api_token = kubectl_ok(&["-n", &ns.name, "create", "token", "alice"], None)?;
+    std::fs::write(&kubeconfig, kubeconfig_with_token(api_token.trim())?)?;
+    let tether_token = kubectl_ok(
+        &[
+            "-n",
+            &ns.name,
+            "create",
+            "token",
+            "alice",
+            "--audience",
+            "tether",
+        ],
+        None,
+    )?;
+    std::fs::write(&token, tether_token.trim())?;
+
+    // Without the Role in tether-system, the Lease is out of reach, and explain says so.
+    let refused = explain_found(&kubeconfig, &token, &pod)
+        .await?
+        .expect_err("explain needs the Role");
+    assert!(
+        refused.contains("reading the Lease tether-system/tether") && refused.contains("forbidden"),
+        "{refused}"
+    );
+    kubectl_ok(
+        &[
+            "-n",
+            "tether-system",
+            "create",
+            "rolebinding",
+            &binding,
+            "--role=tether-explainer",
+            &subject,
+        ],
+        None,
+    )?;
+
+    // The leader answers, whoever it is. RBAC may take a moment to reach the authorizer's cache.
+    let explained = async |what: &str| {
+        let waited = wait_for(what, TIMEOUT, || async {
+            Ok(explain_found(&kubeconfig, &token, &pod).await?.ok())
+        })
+        .await;
+        match waited {
+            Ok(answer) => Ok(answer),
+            Err(e) => match explain_found(&kubeconfig, &token, &pod).await {
+                Ok(Err(said)) => Err(e.context(format!("explain's last words: {said}"))),
+                _ => Err(e),
+            },
+        }
+    };
+    let first = explained("explain to reach the first leader").await?;
+    assert!(first.contains(&format!("Bound to {node}")), "{first}");
+
+    assert!(
+        a.terminate(Duration::from_secs(30)).await?,
+        "the leader exits 0 (log: {})",
+        a.log.display()
+    );
+    until_leads(&b, TIMEOUT).await?;
+    let second = explained("explain to reach the new leader").await?;
+    assert!(second.contains(&format!("Bound to {node}")), "{second}");
+
+    // No replica left: the Lease is released, and explain says nobody leads.
+    assert!(
+        b.terminate(Duration::from_secs(30)).await?,
+        "the new leader exits 0 (log: {})",
+        b.log.display()
+    );
+    let none = explain_found(&kubeconfig, &token, &pod)
+        .await?
+        .expect_err("nobody leads");
+    assert!(
+        none.contains("no replica of tether holds the Lease tether-system/tether"),
+        "{none}"
+    );
+
+    kubectl_ok(
+        &["-n", "tether-system", "delete", "rolebinding", &binding],
+        None,
+    )?;
+    kubectl_ok(&["delete", "clusterrolebinding", &binding], None)?;
+    for pod in pods {
+        kubectl_ok(
+            &[
+                "-n",
+                "tether-system",
+                "delete",
+                "pod",
+                pod,
+                "--ignore-not-found",
+            ],
+            None,
+        )?;
+    }
+    std::fs::remove_dir_all(&dir)?;
+    web.delete_profile()?;
+    nodes.delete().await?;
+    ns.delete().await
 }

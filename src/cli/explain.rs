@@ -3,6 +3,7 @@
 
 use anyhow::Context;
 
+use super::leader;
 use crate::scheduler::explain::{Explanation, render};
 
 /// Where to ask and how to print.
@@ -23,12 +24,27 @@ pub struct ExplainArgs {
 /// How to reach the leader's `--http-addr`.
 #[derive(clap::Args, Debug)]
 pub struct Endpoint {
-    /// The leader's HTTP endpoint. In a cluster: `kubectl -n tether-system port-forward
-    /// pod/<the tether Lease's holder> 8080`, then the default.
-    #[arg(long, env = "TETHER_ENDPOINT", default_value = "http://127.0.0.1:8080")]
-    pub endpoint: String,
+    /// The leader's HTTP endpoint, when you reach it yourself (`http://127.0.0.1:8080` behind
+    /// your own port-forward, or an https address). Without it, explain finds the leader: the
+    /// holder of the Lease --leader-lease, reached through the API server's port-forward to its
+    /// pod (your kubeconfig's credentials serve for that; you need get on the Lease and on
+    /// pods, and get and create on pods/portforward in tether's namespace: the Role tether-explainer
+    /// there grants them).
+    #[arg(long, env = "TETHER_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// tether's Lease, as namespace/name: its holder is the leader.
+    #[arg(
+        long,
+        env = "TETHER_LEADER_LEASE",
+        default_value = "tether-system/tether"
+    )]
+    pub leader_lease: String,
+    /// The port of the leader's --http-addr in its pod; by default its container port named
+    /// `http`, else 8080.
+    #[arg(long)]
+    pub leader_port: Option<u16>,
     /// A file holding the bearer token to send: a token bound to the audience `tether`, so
-    /// that no credential for the API server leaves your machine (`kubectl create token
+    /// that no credential for the API server reaches tether (`kubectl create token
     /// <serviceaccount> --audience tether --duration 1h > token`). tether refuses any other.
     #[arg(long, env = "TETHER_TOKEN_FILE")]
     pub token_file: Option<std::path::PathBuf>,
@@ -37,63 +53,126 @@ pub struct Endpoint {
     pub insecure_skip_tls_verify: bool,
 }
 
+/// The way to the leader: an address given, or the Lease's holder through a port-forward.
+pub enum Route {
+    Direct {
+        url: String,
+        client: kube::Client,
+    },
+    Forward {
+        leader: Box<leader::Leader>,
+        authorization: http::HeaderValue,
+    },
+}
+
 impl Endpoint {
-    /// A client for the endpoint, carrying the caller's token; and the kubeconfig's namespace.
-    pub async fn client(&self) -> anyhow::Result<(kube::Client, String)> {
-        let url: http::Uri = self
-            .endpoint
-            .parse()
-            .with_context(|| format!("--endpoint {:?} is not a URL", self.endpoint))?;
-        // A token sent in the clear could be read and replayed against tether.
-        let host = url.host().unwrap_or_default();
-        let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1");
-        anyhow::ensure!(
-            url.scheme_str() != Some("http") || loopback,
-            "refusing to send a token over plain HTTP to {host}: use https://, or `kubectl port-forward` and http://127.0.0.1"
-        );
-        // The kubeconfig gives the default namespace only: none of its credentials is sent.
-        let namespace = kube::Config::infer()
-            .await
-            .map(|c| c.default_namespace)
-            .unwrap_or_else(|_| "default".into());
-        let mut config = kube::Config::new(url);
-        config.accept_invalid_certs = self.insecure_skip_tls_verify;
+    /// The `Authorization` header carrying the token of --token-file.
+    fn authorization(&self) -> anyhow::Result<http::HeaderValue> {
         let path = self.token_file.as_ref().context(
             "no --token-file (or TETHER_TOKEN_FILE): tether takes only a token bound to the audience \"tether\"; create one with kubectl create token <serviceaccount> --audience tether > token",
         )?;
         let token = std::fs::read_to_string(path)
             .with_context(|| format!("reading the token in {}", path.display()))?;
-        let value = http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
-            .with_context(|| format!("{} holds characters no header may", path.display()))?;
-        config.headers.push((http::header::AUTHORIZATION, value));
-        let client = kube::Client::try_from(config).context("building the HTTP client")?;
-        Ok((client, namespace))
+        http::HeaderValue::from_str(&format!("Bearer {}", token.trim()))
+            .with_context(|| format!("{} holds characters no header may", path.display()))
     }
 
-    /// GETs `path` from the endpoint; a refusal becomes an error with the endpoint's words.
-    pub async fn get(&self, client: &kube::Client, path: &str) -> anyhow::Result<String> {
-        let request = http::Request::get(path)
-            .body(Vec::new())
-            .context("building the request")?;
-        match client.request_text(request).await {
-            Ok(body) => Ok(body),
-            Err(kube::Error::Api(status)) => Err(anyhow::anyhow!(
-                "{} answered {}: {}",
-                self.endpoint,
-                status.code,
-                status.message
-            )),
-            Err(e) => Err(anyhow::anyhow!(e).context(format!(
-                "asking {} (is tether's --http-addr reachable there?)",
-                self.endpoint
-            ))),
+    /// A client for `url`, carrying the caller's token and nothing else.
+    fn direct(&self, url: &str, authorization: http::HeaderValue) -> anyhow::Result<Route> {
+        let uri: http::Uri = url
+            .parse()
+            .with_context(|| format!("--endpoint {url:?} is not a URL"))?;
+        // A token sent in the clear could be read and replayed against tether.
+        let host = uri.host().unwrap_or_default();
+        let loopback = matches!(host, "localhost" | "127.0.0.1" | "[::1]" | "::1");
+        anyhow::ensure!(
+            uri.scheme_str() != Some("http") || loopback,
+            "refusing to send a token over plain HTTP to {host}: use https://, or leave out --endpoint to reach the leader through the API server"
+        );
+        let mut config = kube::Config::new(uri);
+        config.accept_invalid_certs = self.insecure_skip_tls_verify;
+        config
+            .headers
+            .push((http::header::AUTHORIZATION, authorization));
+        let client = kube::Client::try_from(config).context("building the HTTP client")?;
+        Ok(Route::Direct {
+            url: url.to_string(),
+            client,
+        })
+    }
+
+    /// The route to the leader and the kubeconfig's namespace.
+    pub async fn route(&self) -> anyhow::Result<(Route, String)> {
+        let authorization = self.authorization()?;
+        if let Some(url) = &self.endpoint {
+            // The kubeconfig gives the default namespace only: none of its credentials is sent.
+            let namespace = kube::Config::infer()
+                .await
+                .map(|c| c.default_namespace)
+                .unwrap_or_else(|_| "default".into());
+            return Ok((self.direct(url, authorization)?, namespace));
+        }
+        let config = kube::Config::infer().await.context(
+            "reading your kubeconfig, to find the leader through the API server (or pass --endpoint)",
+        )?;
+        let namespace = config.default_namespace.clone();
+        let client = kube::Client::try_from(config).context("building the API server's client")?;
+        let leader = leader::find(&client, &self.leader_lease, self.leader_port).await?;
+        Ok((
+            Route::Forward {
+                leader: Box::new(leader),
+                authorization,
+            },
+            namespace,
+        ))
+    }
+
+    /// GETs `path` from the leader; a refusal becomes an error with the leader's words.
+    pub async fn get(route: &Route, path: &str) -> anyhow::Result<String> {
+        match route {
+            Route::Direct { url, client } => {
+                let request = http::Request::get(path)
+                    .body(Vec::new())
+                    .context("building the request")?;
+                match client.request_text(request).await {
+                    Ok(body) => Ok(body),
+                    Err(kube::Error::Api(status)) => Err(anyhow::anyhow!(
+                        "{url} answered {}: {}",
+                        status.code,
+                        status.message
+                    )),
+                    Err(e) => Err(anyhow::anyhow!(e).context(format!(
+                        "asking {url} (is tether's --http-addr reachable there?)"
+                    ))),
+                }
+            }
+            Route::Forward {
+                leader,
+                authorization,
+            } => {
+                let answer = leader.get(path, authorization).await?;
+                if answer.status.is_success() {
+                    return Ok(answer.body);
+                }
+                // tether refuses with a Status object; anything else is shown as it came.
+                let message = serde_json::from_str::<serde_json::Value>(&answer.body)
+                    .ok()
+                    .and_then(|v| v.get("message")?.as_str().map(String::from))
+                    .unwrap_or(answer.body);
+                Err(anyhow::anyhow!(
+                    "the leader, pod {}, answered {}: {}",
+                    leader.pod,
+                    answer.status.as_u16(),
+                    message.trim()
+                ))
+            }
         }
     }
 }
 
 /// Runs `tether explain`; the text to print.
 pub async fn run(args: &ExplainArgs) -> anyhow::Result<String> {
-    let (client, default_namespace) = args.endpoint.client().await?;
+    let (route, default_namespace) = args.endpoint.route().await?;
     let (namespace, name) = match args.pod.split_once('/') {
         Some((ns, name)) => (ns.to_string(), name.to_string()),
         None => (
@@ -106,10 +185,7 @@ pub async fn run(args: &ExplainArgs) -> anyhow::Result<String> {
         "{:?} is not a pod: give namespace/name",
         args.pod
     );
-    let body = args
-        .endpoint
-        .get(&client, &format!("/explain/{namespace}/{name}"))
-        .await?;
+    let body = Endpoint::get(&route, &format!("/explain/{namespace}/{name}")).await?;
     let explanation: Explanation =
         serde_json::from_str(&body).context("reading the endpoint's answer")?;
     Ok(match args.output.as_str() {

@@ -3,4 +3,5 @@
 //! simulate` and `tether snapshot`. They read; none writes to the cluster.
 
 pub mod explain;
+pub mod leader;
 pub mod simulate;
