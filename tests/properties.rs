@@ -202,8 +202,13 @@ proptest! {
     ) {
         if let Ok(terms) = Terms::parse(&ns) {
             let _ = terms.matches(&name, &l);
-            let _ = terms.pinned_names();
         }
+        let lenient = Terms::lenient(&ns);
+        // A term that parses alone matches alike among terms that do not.
+        if Terms::parse(&ns).is_ok_and(|t| t.matches(&name, &l)) {
+            prop_assert!(lenient.matches(&name, &l));
+        }
+        let _ = tether::k8s::node_selector::pinned_names(&ns);
         let pod = Pod {
             spec: Some(PodSpec {
                 node_selector: Some(node_selector),
@@ -218,9 +223,9 @@ proptest! {
             }),
             ..Default::default()
         };
-        if let Ok(required) = RequiredNodeAffinity::from_pod(&pod) {
-            let _ = required.matches_labels(&name, &l);
-        }
+        let required = RequiredNodeAffinity::from_pod(&pod);
+        let _ = required.matches_labels(&name, &l);
+        let _ = required.try_matches(&name, &l);
     }
 
     #[test]

@@ -38,6 +38,12 @@ fn is_qualified_name_part(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'-' | b'_' | b'.'))
 }
 
+/// Whether `s` is a label value: empty, or at most 63 alphanumerics, '-', '_' or '.',
+/// alphanumeric at both ends.
+pub fn is_label_value(s: &str) -> bool {
+    s.is_empty() || is_qualified_name_part(s)
+}
+
 /// Whether `s` is a DNS-1123 subdomain of at most `max_len` characters.
 pub fn is_dns1123_subdomain(s: &str, max_len: usize) -> bool {
     !s.is_empty()

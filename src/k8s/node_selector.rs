@@ -1,12 +1,18 @@
 //! Node selection as a pod states it: `spec.nodeSelector` and node affinity terms
 //! (matchExpressions over labels, matchFields over `metadata.name`, In/NotIn/Exists/
 //! DoesNotExist/Gt/Lt), matched as kube-scheduler's component-helpers match them.
+//!
+//! A pod's required terms are parsed term by term, as upstream's LazyErrorNodeSelector: a
+//! term that does not parse (an invalid label value, which the API server lets through) matches
+//! no node, and the other terms still count.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
     Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
 };
+
+use super::names;
 
 /// One requirement on a node label or field.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,8 +36,12 @@ pub enum NodeSelectorError {
     NotAnInteger { key: String, value: String },
     #[error("{key}: {operator:?} is not a valid node selector operator here")]
     InvalidOperator { key: String, operator: String },
-    #[error("{key}: matchFields supports only metadata.name")]
-    UnsupportedField { key: String },
+    #[error("{key}: values must be empty for operator {operator}")]
+    UnexpectedValues { key: String, operator: String },
+    #[error("{key}: the key is not a qualified name: {why}")]
+    InvalidKey { key: String, why: String },
+    #[error("{key}: {value:?} is not a valid label value")]
+    InvalidValue { key: String, value: String },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,6 +67,34 @@ impl Requirement {
                 }),
             }
         };
+        if field {
+            // A field requirement (upstream's nodeSelectorRequirementsAsFieldSelector): In or
+            // NotIn with exactly one value, on any key (only metadata.name has a value).
+            let op = match (r.operator.as_str(), values.as_slice()) {
+                ("In", [_]) => Op::In(values),
+                ("NotIn", [_]) => Op::NotIn(values),
+                ("In" | "NotIn", _) => {
+                    return Err(NodeSelectorError::NeedsOneValue {
+                        key: key(),
+                        operator: operator(),
+                    });
+                }
+                _ => {
+                    return Err(NodeSelectorError::InvalidOperator {
+                        key: key(),
+                        operator: operator(),
+                    });
+                }
+            };
+            return Ok(Requirement { key: key(), op });
+        }
+        // A label requirement, checked as apimachinery's labels.NewRequirement.
+        if let Err(why) = names::check_qualified_name(&r.key) {
+            return Err(NodeSelectorError::InvalidKey {
+                key: key(),
+                why: why.to_string(),
+            });
+        }
         let op = match r.operator.as_str() {
             "In" | "NotIn" if values.is_empty() => {
                 return Err(NodeSelectorError::MissingValues {
@@ -64,12 +102,18 @@ impl Requirement {
                     operator: operator(),
                 });
             }
-            "In" => Op::In(values),
-            "NotIn" => Op::NotIn(values),
-            "Exists" if !field => Op::Exists,
-            "DoesNotExist" if !field => Op::DoesNotExist,
-            "Gt" if !field => Op::Gt(single_int(&values)?),
-            "Lt" if !field => Op::Lt(single_int(&values)?),
+            "Exists" | "DoesNotExist" if !values.is_empty() => {
+                return Err(NodeSelectorError::UnexpectedValues {
+                    key: key(),
+                    operator: operator(),
+                });
+            }
+            "In" => Op::In(values.clone()),
+            "NotIn" => Op::NotIn(values.clone()),
+            "Exists" => Op::Exists,
+            "DoesNotExist" => Op::DoesNotExist,
+            "Gt" => Op::Gt(single_int(&values)?),
+            "Lt" => Op::Lt(single_int(&values)?),
             _ => {
                 return Err(NodeSelectorError::InvalidOperator {
                     key: key(),
@@ -77,13 +121,13 @@ impl Requirement {
                 });
             }
         };
-        if field && r.key != "metadata.name" {
-            return Err(NodeSelectorError::UnsupportedField { key: key() });
+        if let Some(bad) = values.iter().find(|v| !names::is_label_value(v)) {
+            return Err(NodeSelectorError::InvalidValue {
+                key: key(),
+                value: bad.clone(),
+            });
         }
-        Ok(Requirement {
-            key: r.key.clone(),
-            op,
-        })
+        Ok(Requirement { key: key(), op })
     }
 
     fn matches(&self, value: Option<&str>) -> bool {
@@ -101,11 +145,13 @@ impl Requirement {
     }
 }
 
-/// A node selector term: all its requirements must hold. A term with none matches no node.
+/// A node selector term: all its requirements must hold. A term with none matches no node,
+/// and so does one that did not parse (kept as its error, as upstream keeps it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Term {
     labels: Vec<Requirement>,
     fields: Vec<Requirement>,
+    error: Option<NodeSelectorError>,
 }
 
 impl Term {
@@ -122,25 +168,38 @@ impl Term {
             .flatten()
             .map(|r| Requirement::parse(r, true))
             .collect::<Result<_, _>>()?;
-        Ok(Term { labels, fields })
+        Ok(Term {
+            labels,
+            fields,
+            error: None,
+        })
+    }
+
+    /// The term, or one that matches nothing when it does not parse.
+    fn lenient(term: &NodeSelectorTerm) -> Self {
+        Term::parse(term).unwrap_or_else(|e| Term {
+            labels: Vec::new(),
+            fields: Vec::new(),
+            error: Some(e),
+        })
     }
 
     pub fn matches(&self, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
-        if self.labels.is_empty() && self.fields.is_empty() {
+        if self.error.is_some() || (self.labels.is_empty() && self.fields.is_empty()) {
             return false;
         }
         self.labels
             .iter()
             .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
-            && self.fields.iter().all(|r| r.matches(Some(node_name)))
-    }
-
-    /// The node names this term allows, when it pins them with `metadata.name In (...)`.
-    fn pinned_names(&self) -> Option<Vec<String>> {
-        self.fields.iter().find_map(|r| match &r.op {
-            Op::In(names) => Some(names.clone()),
-            _ => None,
-        })
+            && self.fields.iter().all(|r| {
+                // Nodes have one field, metadata.name; another key's value is empty.
+                let value = if r.key == "metadata.name" {
+                    node_name
+                } else {
+                    ""
+                };
+                r.matches(Some(value))
+            })
     }
 }
 
@@ -149,6 +208,7 @@ impl Term {
 pub struct Terms(Vec<Term>);
 
 impl Terms {
+    /// Every term must parse (a profile's addedAffinity, checked when the profile is).
     pub fn parse(selector: &NodeSelector) -> Result<Self, NodeSelectorError> {
         selector
             .node_selector_terms
@@ -158,19 +218,49 @@ impl Terms {
             .map(Terms)
     }
 
+    /// Term by term: one that does not parse matches no node, the others still do (a pod's
+    /// required affinity, as upstream's LazyErrorNodeSelector).
+    pub fn lenient(selector: &NodeSelector) -> Self {
+        Terms(
+            selector
+                .node_selector_terms
+                .iter()
+                .map(Term::lenient)
+                .collect(),
+        )
+    }
+
     pub fn matches(&self, node_name: &str, labels: &BTreeMap<String, String>) -> bool {
         self.0.iter().any(|t| t.matches(node_name, labels))
     }
 
-    /// The only node names these terms can match, when every term pins names with
-    /// `metadata.name In`: the union of those names. `None` when any term leaves it open.
-    pub fn pinned_names(&self) -> Option<Vec<String>> {
-        let mut all = Vec::new();
-        for t in &self.0 {
-            all.extend(t.pinned_names()?);
-        }
-        Some(all)
+    /// Why the terms that did not parse did not, if any did not.
+    pub fn errors(&self) -> impl Iterator<Item = &NodeSelectorError> {
+        self.0.iter().filter_map(|t| t.error.as_ref())
     }
+}
+
+/// The only node names `selector` can match, read from its terms as upstream's NodeAffinity
+/// PreFilter reads them: a term's `metadata.name In` requirements intersected, the terms'
+/// names united; `None` when a term names none (any node may match it). An empty set means the
+/// terms conflict and no node can match.
+pub fn pinned_names(selector: &NodeSelector) -> Option<std::collections::BTreeSet<String>> {
+    use std::collections::BTreeSet;
+    let mut all = BTreeSet::new();
+    for term in &selector.node_selector_terms {
+        let mut names: Option<BTreeSet<String>> = None;
+        for r in term.match_fields.iter().flatten() {
+            if r.key == "metadata.name" && r.operator == "In" {
+                let these: BTreeSet<String> = r.values.iter().flatten().cloned().collect();
+                names = Some(match names {
+                    None => these,
+                    Some(before) => before.intersection(&these).cloned().collect(),
+                });
+            }
+        }
+        all.extend(names?);
+    }
+    Some(all)
 }
 
 /// What a pod requires of its node: `spec.nodeSelector` and the required node affinity.
@@ -182,8 +272,8 @@ pub struct RequiredNodeAffinity {
 }
 
 impl RequiredNodeAffinity {
-    /// Reads the pod's requirements; an invalid term is an error that names it.
-    pub fn from_pod(pod: &Pod) -> Result<Self, NodeSelectorError> {
+    /// Reads the pod's requirements; a required term that does not parse matches no node.
+    pub fn from_pod(pod: &Pod) -> Self {
         let spec = pod.spec.as_ref();
         let node_selector = spec
             .and_then(|s| s.node_selector.clone())
@@ -195,16 +285,36 @@ impl RequiredNodeAffinity {
                 na.required_during_scheduling_ignored_during_execution
                     .as_ref()
             })
-            .map(Terms::parse)
-            .transpose()?;
-        Ok(RequiredNodeAffinity {
+            .map(Terms::lenient);
+        RequiredNodeAffinity {
             node_selector,
             required,
-        })
+        }
     }
 
     pub fn is_empty(&self) -> bool {
         self.node_selector.is_empty() && self.required.is_none()
+    }
+
+    /// As upstream's RequiredNodeAffinity.Match: whether the node matches, and an error when
+    /// its labels match the nodeSelector, no required term matches, and a term did not parse.
+    pub fn try_matches(
+        &self,
+        node_name: &str,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<bool, &NodeSelectorError> {
+        if !self
+            .node_selector
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+        {
+            return Ok(false);
+        }
+        match &self.required {
+            None => Ok(true),
+            Some(terms) if terms.matches(node_name, labels) => Ok(true),
+            Some(terms) => terms.errors().next().map_or(Ok(false), Err),
+        }
     }
 
     pub fn required_terms(&self) -> Option<&Terms> {
@@ -355,43 +465,103 @@ mod tests {
             ),
         ];
         for (name, pod, want) in cases {
-            let affinity = RequiredNodeAffinity::from_pod(&pod).expect(name);
+            let affinity = RequiredNodeAffinity::from_pod(&pod);
             assert_eq!(affinity.matches(&node), want, "{name}");
         }
     }
 
+    /// upstream's TestNodeAffinity "Pod with an invalid value in Affinity term won't be
+    /// scheduled onto the node", and its LazyErrorNodeSelector: a term that does not parse
+    /// (here for what apimachinery's labels.NewRequirement refuses) matches no node, whatever
+    /// the node's labels, while the pod's other terms still count.
     #[test]
-    fn invalid_terms_are_errors() {
+    fn a_term_that_does_not_parse_matches_no_node_and_the_others_still_count() {
+        let node = NodeBuilder::new("n1")
+            .label("foo", "bar")
+            .label("gpus", "4")
+            .build();
         let bad = [
-            with_terms(vec![expr_term(vec![req("zone", "Near", &["a"])])]),
-            with_terms(vec![expr_term(vec![req("gpus", "Gt", &["x"])])]),
-            with_terms(vec![expr_term(vec![req("gpus", "Gt", &["1", "2"])])]),
+            req("foo", "NotIn", &["invalid value: ___@#$%^"]),
+            req("foo", "Near", &["a"]),
+            req("gpus", "Gt", &["x"]),
+            req("gpus", "Gt", &["1", "2"]),
+            req("foo", "Exists", &["bar"]),
+            req("-foo", "DoesNotExist", &[]),
+        ];
+        let good = req("gpus", "In", &["4"]);
+        for r in bad {
+            let alone = with_terms(vec![expr_term(vec![r.clone()])]);
+            let affinity = RequiredNodeAffinity::from_pod(&alone);
+            assert!(!affinity.matches(&node), "{r:?} alone matches nothing");
+            assert_eq!(
+                affinity.required_terms().map(|t| t.errors().count()),
+                Some(1),
+                "{r:?}"
+            );
+            let beside = with_terms(vec![
+                expr_term(vec![r.clone()]),
+                expr_term(vec![good.clone()]),
+            ]);
+            assert!(
+                RequiredNodeAffinity::from_pod(&beside).matches(&node),
+                "{r:?} beside a term that matches"
+            );
+        }
+        // matchFields: In or NotIn with one value, on any key; only metadata.name has a value.
+        let fields = |r: NodeSelectorRequirement| {
             with_terms(vec![NodeSelectorTerm {
                 match_expressions: None,
-                match_fields: Some(vec![req("metadata.uid", "In", &["x"])]),
-            }]),
-        ];
-        for pod in bad {
-            assert!(RequiredNodeAffinity::from_pod(&pod).is_err());
+                match_fields: Some(vec![r]),
+            }])
+        };
+        for (r, want) in [
+            (req("metadata.name", "In", &["n1", "n2"]), false),
+            (req("metadata.name", "Exists", &[]), false),
+            (req("metadata.uid", "In", &["x"]), false),
+            (req("metadata.uid", "NotIn", &["x"]), true),
+            (req("metadata.name", "NotIn", &["n2"]), true),
+        ] {
+            let got = RequiredNodeAffinity::from_pod(&fields(r.clone())).matches(&node);
+            assert_eq!(got, want, "{r:?}");
         }
     }
 
+    /// upstream's NodeAffinity PreFilter: a term's `metadata.name In` requirements intersect,
+    /// the terms' names unite, a term without one leaves every node open.
     #[test]
     fn pinned_names_come_from_match_fields() {
-        let pod = with_terms(vec![NodeSelectorTerm {
-            match_expressions: None,
-            match_fields: Some(vec![req("metadata.name", "In", &["n1", "n2"])]),
-        }]);
-        let affinity = RequiredNodeAffinity::from_pod(&pod).expect("valid");
+        let names = |terms: Vec<Vec<NodeSelectorRequirement>>| {
+            pinned_names(&NodeSelector {
+                node_selector_terms: terms
+                    .into_iter()
+                    .map(|f| NodeSelectorTerm {
+                        match_expressions: None,
+                        match_fields: Some(f),
+                    })
+                    .collect(),
+            })
+            .map(|s| s.into_iter().collect::<Vec<_>>())
+        };
+        let name_in = |v: &[&str]| req("metadata.name", "In", v);
         assert_eq!(
-            affinity.required_terms().and_then(Terms::pinned_names),
+            names(vec![vec![name_in(&["n1", "n2"])]]),
             Some(vec!["n1".into(), "n2".into()])
         );
-        let open = with_terms(vec![expr_term(vec![req("zone", "In", &["a"])])]);
-        let affinity = RequiredNodeAffinity::from_pod(&open).expect("valid");
         assert_eq!(
-            affinity.required_terms().and_then(Terms::pinned_names),
-            None
+            names(vec![vec![name_in(&["n1", "n2"]), name_in(&["n2", "n3"])]]),
+            Some(vec!["n2".into()]),
+            "ANDed within a term"
         );
+        assert_eq!(
+            names(vec![vec![name_in(&["n1"])], vec![name_in(&["n3"])]]),
+            Some(vec!["n1".into(), "n3".into()]),
+            "ORed across terms"
+        );
+        assert_eq!(
+            names(vec![vec![name_in(&["n1"]), name_in(&["n2"])]]),
+            Some(vec![]),
+            "conflicting"
+        );
+        assert_eq!(names(vec![vec![name_in(&["n1"])], vec![]]), None);
     }
 }

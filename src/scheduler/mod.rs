@@ -271,14 +271,20 @@ impl Scheduler {
             let Some(profile) = self.profiles.get(name) else {
                 continue;
             };
-            for info in self.queue.take_unserved(name) {
-                if !self.lock_cache().is_assumed(info.uid()) {
-                    self.enqueue(info, &profile);
-                }
-            }
+            self.serve_unserved(name, &profile);
         }
         if changed {
             self.queue.on_event(PROFILE_CHANGE, None, None);
+        }
+    }
+
+    /// Queues the pods of `scheduler_name` that waited in the unserved pool, now that `profile`
+    /// serves them. Whoever calls it first takes them; a pod is never queued twice.
+    pub fn serve_unserved(&self, scheduler_name: &str, profile: &Arc<CompiledProfile>) {
+        for info in self.queue.take_unserved(scheduler_name) {
+            if !self.lock_cache().is_assumed(info.uid()) {
+                self.enqueue(info, profile);
+            }
         }
     }
 

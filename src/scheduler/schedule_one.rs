@@ -436,9 +436,10 @@ mod tests {
         let pod = PodBuilder::new("p")
             .with(|p| {
                 p.spec.get_or_insert_with(Default::default).affinity = serde_json::from_value(
+                    // One term per node: a field requirement takes exactly one value.
                     serde_json::json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution":
-                        {"nodeSelectorTerms": [{"matchFields": [
-                            {"key": "metadata.name", "operator": "In", "values": names}]}]}}}),
+                        {"nodeSelectorTerms": names.iter().map(|n| serde_json::json!({"matchFields": [
+                            {"key": "metadata.name", "operator": "In", "values": [n]}]})).collect::<Vec<_>>()}}}),
                 )
                 .ok();
             })

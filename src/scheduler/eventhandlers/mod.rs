@@ -224,17 +224,27 @@ impl EventHandlers {
             return;
         }
         let Some(profile) = sched.profiles.get(&scheduler_name) else {
-            // Not ours (yet): kept in the queue's unserved pool, queued as soon as a profile
-            // for it appears.
-            sched
-                .queue
-                .add_unserved(Arc::new(PodInfo::new(Arc::new(pod))));
+            Self::wait_for_profile(sched, pod, &scheduler_name);
             return;
         };
         if sched.lock_cache().is_assumed(&uid) {
             return;
         }
         sched.enqueue(Arc::new(PodInfo::new(Arc::new(pod))), &profile);
+    }
+
+    /// A pending pod no profile serves (yet): kept in the queue's unserved pool, queued as soon
+    /// as a profile for it appears. A profile that appeared since the caller looked may have
+    /// taken the unserved pods before this one joined them: then the pod is served here (the
+    /// profile is published before its unserved pods are taken, so one of the two sees the
+    /// other and the pod is never left behind).
+    fn wait_for_profile(sched: &Scheduler, pod: Pod, scheduler_name: &str) {
+        sched
+            .queue
+            .add_unserved(Arc::new(PodInfo::new(Arc::new(pod))));
+        if let Some(profile) = sched.profiles.get(scheduler_name) {
+            sched.serve_unserved(scheduler_name, &profile);
+        }
     }
 
     /// A pod deleted. A pod that held resources (bound, or assumed by us) frees them.
@@ -454,6 +464,33 @@ mod tests {
                 gate: crate::gate::WriteGate::alone(),
             },
         )
+    }
+
+    /// The race a pod of a profile being published meets: its handler found no profile, then
+    /// the profile was published and its unserved pods taken, then the pod joined the unserved
+    /// pool. It is queued all the same (before, it waited for good: a bench lost one pod of 60).
+    #[tokio::test]
+    async fn a_pod_that_missed_its_profile_by_a_moment_is_queued() {
+        use crate::scheduler::plugins::registry::Handle;
+        use crate::scheduler::profile::default_profile;
+        let sched = scheduler();
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("profile")
+            .profile;
+        sched.apply_profiles(std::collections::HashMap::from([(
+            "tether-scheduler".to_string(),
+            Arc::new(profile),
+        )]));
+        let pod = PodBuilder::new("late")
+            .uid("late")
+            .scheduler_name("tether-scheduler")
+            .build();
+        EventHandlers::wait_for_profile(&sched, pod, "tether-scheduler");
+        assert_eq!(
+            sched.queue.lengths(),
+            (1, 0, 0, 0),
+            "queued, not left unserved"
+        );
     }
 
     fn bound(name: &str, node: &str) -> Pod {

@@ -88,9 +88,14 @@ impl SchedulingQueue {
         }
         if now.duration_since(st.last_leftover_flush) >= LEFTOVER_FLUSH_INTERVAL {
             st.last_leftover_flush = now;
-            self.move_parked(st, &UNSCHEDULABLE_TIMEOUT, None, None, |e| {
+            let moved = self.move_parked(st, &UNSCHEDULABLE_TIMEOUT, None, None, |e| {
                 now.duration_since(e.info.timestamp) > MAX_IN_UNSCHEDULABLE
             });
+            // As any event that moved pods, it is kept for the pods in flight: one rejected
+            // now is tried again after its backoff instead of waiting five minutes more.
+            if moved > 0 {
+                Self::record(st, UNSCHEDULABLE_TIMEOUT, None, None, None);
+            }
         }
     }
 }

@@ -180,8 +180,8 @@ impl SchedulingQueue {
     /// Tries `pod` again at once (upstream's PriorityQueue.Activate): from the unschedulable
     /// pool or backoffQ (its backoff skipped) into activeQ; a pod in flight gets the
     /// ForceActivate event, so that a failure of its attempt requeues it (to backoffQ while
-    /// its backoff lasts, as upstream) rather than parking it. A pod in activeQ, gated, or
-    /// unknown to the queue is left as it is.
+    /// its backoff lasts, as upstream) rather than parking it, and so does an assumed pod not
+    /// yet past Permit. A pod in activeQ, gated, or unknown to the queue is left as it is.
     pub fn activate(&self, pod: &Arc<Pod>) {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let mut st = self.lock();
@@ -198,13 +198,22 @@ impl SchedulingQueue {
                 self.push(&mut st, info, None);
                 self.incoming("active", &FORCE_ACTIVATE.to_string());
             }
-            Some(Pool::InFlight) => Self::record(
-                &mut st,
-                FORCE_ACTIVATE,
-                None,
-                Some(EventObject::Pod(pod.clone())),
-                Some(uid.to_string()),
-            ),
+            // In flight, or assumed and not yet past Permit (upstream's Done comes after
+            // Permit): a rejection still to come would otherwise park it.
+            Some(Pool::InFlight | Pool::Assumed)
+                if st
+                    .entries
+                    .get(uid)
+                    .is_some_and(|e| e.in_flight_from.is_some()) =>
+            {
+                Self::record(
+                    &mut st,
+                    FORCE_ACTIVATE,
+                    None,
+                    Some(EventObject::Pod(pod.clone())),
+                    Some(uid.to_string()),
+                )
+            }
             _ => {}
         }
     }

@@ -602,6 +602,109 @@ fn an_activated_pod_is_tried_again_at_once() {
     );
 }
 
+/// upstream's TestPriorityQueue_Activate, "in-flight": a pod waiting at Permit is still in
+/// flight there (Done comes after Permit), so an activation then requeues it when Permit
+/// rejects it; once past Permit, an activation has nothing to act on.
+#[test]
+fn an_assumed_pod_activated_before_permit_is_requeued_when_permit_rejects_it() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    let p = q.pop().expect("p");
+    q.done(&key("p"));
+    q.activate(&p.pod.pod);
+    q.add_unschedulable(&["Fit"], &key("p"), LONG_BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 1, 0, 0),
+        "activated at Permit: requeued (after its backoff), not parked"
+    );
+
+    q.add(pod("q", 0), None);
+    let other = q.pop().expect("q");
+    q.done(&key("q"));
+    q.permitted(&key("q"));
+    q.add(pod("r", 0), None);
+    q.pop().expect("r, in flight");
+    q.activate(&other.pod.pod);
+    assert_eq!(q.kept_events(), 0, "past Permit, nothing is kept for it");
+}
+
+/// Backdates the last leftover flush and the timestamps of `aged` past
+/// [`MAX_IN_UNSCHEDULABLE`], so that the next pop flushes them.
+fn age(q: &SchedulingQueue, aged: &[&str]) {
+    let long_ago = |d: Duration| {
+        Instant::now()
+            .checked_sub(d)
+            .expect("the clock reaches back")
+    };
+    let mut st = q.lock();
+    st.last_leftover_flush = long_ago(LEFTOVER_FLUSH_INTERVAL);
+    for name in aged {
+        st.entries
+            .get_mut(&key(name))
+            .expect("queued")
+            .info
+            .timestamp = long_ago(MAX_IN_UNSCHEDULABLE + Duration::from_secs(1));
+    }
+}
+
+/// upstream's TestHighPriorityFlushUnschedulableEntitiesLeftover: pods parked for more than
+/// five minutes are tried again whatever their hints say, by priority; younger ones stay.
+#[test]
+fn pods_parked_five_minutes_are_tried_again_by_priority_whatever_their_hints() {
+    let q = queue();
+    for (name, priority) in [("mid", 100), ("young", 0), ("high", 1000)] {
+        q.add(pod(name, priority), None);
+    }
+    for _ in 0..3 {
+        let p = q.pop().expect("a pod");
+        q.add_unschedulable(&["Affinity"], p.pod.uid(), NO_BACKOFF, None);
+    }
+    assert_eq!(q.lengths(), (0, 0, 3, 0));
+    age(&q, &["mid", "high"]);
+    assert_eq!(pop_names(&q, 2), ["high", "mid"]);
+    assert_eq!(q.lengths(), (0, 0, 1, 0), "the young pod waits on");
+}
+
+/// upstream's flush moves pods as any event does, and keeps the event for the pods in flight:
+/// one rejected after the flush is retried (after its backoff), not parked for five more
+/// minutes.
+#[test]
+fn a_pod_in_flight_when_the_leftover_flush_moves_pods_is_requeued_not_parked() {
+    let q = queue();
+    q.add(pod("old", 0), None);
+    let old = q.pop().expect("old");
+    q.add_unschedulable(&["Affinity"], old.pod.uid(), NO_BACKOFF, None);
+    q.add(pod("x", 0), None);
+    q.pop().expect("x, in flight from now on");
+    age(&q, &["old"]);
+    {
+        let mut st = q.lock();
+        q.flush(&mut st);
+    }
+    assert_eq!(q.lengths(), (1, 0, 0, 0), "the flush moved the old pod");
+    q.add_unschedulable(&["Affinity"], &key("x"), LONG_BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (1, 1, 0, 0),
+        "x was in flight when the flush moved pods: it backs off, not parks"
+    );
+}
+
+/// upstream's TestHighPriorityBackoff: a pod in activeQ goes before one backing off, whatever
+/// their priorities.
+#[test]
+fn active_q_goes_before_a_higher_priority_pod_backing_off() {
+    let q = queue();
+    q.add(pod("high", 1000), None);
+    q.pop().expect("high");
+    q.on_event(NODE_ADD, None, node("n2"));
+    q.add_unschedulable(&["Fit"], &key("high"), LONG_BACKOFF, None);
+    q.add(pod("low", 0), None);
+    assert_eq!(q.lengths(), (1, 1, 0, 0));
+    assert_eq!(pop_names(&q, 1), ["low"]);
+}
+
 /// Deleting a pod says whether it waited to be tried (activeQ or backoffQ), for the `skip
 /// schedule deleting pod` event upstream writes when it pops such a pod; a parked pod, a gated
 /// one or one the queue never held did not.

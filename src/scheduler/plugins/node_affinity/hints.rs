@@ -42,11 +42,12 @@ fn after_node_change(
     if added_required.is_some_and(|t| !t.matches(node_name(new), &labels(new))) {
         return Hint::Skip;
     }
-    let Ok(required) = RequiredNodeAffinity::from_pod(&pod.pod) else {
-        return Hint::Queue;
-    };
-    if !required.matches_labels(node_name(new), &labels(new)) {
-        return Hint::Skip;
+    let required = RequiredNodeAffinity::from_pod(&pod.pod);
+    match required.try_matches(node_name(new), &labels(new)) {
+        Ok(true) => {}
+        Ok(false) => return Hint::Skip,
+        // As upstream: a term that did not parse makes the match an error, which queues.
+        Err(_) => return Hint::Queue,
     }
     match old {
         None => Hint::Queue,
@@ -79,5 +80,49 @@ mod tests {
         assert_eq!(hint(&b, &a), Hint::Queue, "relabelled to match");
         assert_eq!(hint(&a, &a), Hint::Skip, "matched before: nothing new");
         assert_eq!(hint(&a, &b), Hint::Skip);
+    }
+
+    /// upstream's isSchedulableAfterNodeChange: when no required term matches the node and one
+    /// did not parse, the match is an error, and an error queues the pod; a node the
+    /// nodeSelector already rules out is skipped.
+    #[test]
+    fn a_term_that_does_not_parse_queues_the_pod_for_a_node_no_other_term_matches() {
+        use k8s_openapi::api::core::v1::{
+            Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+        };
+        let term = |key: &str, op: &str, value: &str| NodeSelectorTerm {
+            match_expressions: Some(vec![NodeSelectorRequirement {
+                key: key.into(),
+                operator: op.into(),
+                values: Some(vec![value.into()]),
+            }]),
+            match_fields: None,
+        };
+        let pod = PodBuilder::new("p")
+            .node_selector("zone", "b")
+            .affinity(Affinity {
+                node_affinity: Some(NodeAffinity {
+                    required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                        node_selector_terms: vec![
+                            term("zone", "In", "not a value!"),
+                            term("zone", "In", "c"),
+                        ],
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            })
+            .info();
+        let hint = |new: &Option<EventObject>| after_node_change(None, &pod, None, new.as_ref());
+        assert_eq!(
+            hint(&node("b")),
+            Hint::Queue,
+            "no term matches, one is broken"
+        );
+        assert_eq!(
+            hint(&node("a")),
+            Hint::Skip,
+            "the nodeSelector rules it out"
+        );
     }
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{NodeSelectorTerm, PreferredSchedulingTerm};
 use serde::{Deserialize, Serialize};
 
-use crate::k8s::node_selector::{NodeSelectorError, RequiredNodeAffinity, Term, Terms};
+use crate::k8s::node_selector::{self, NodeSelectorError, RequiredNodeAffinity, Term, Terms};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -32,6 +32,9 @@ pub const DEFAULT_WEIGHT: i32 = 2;
 /// A node does not match the pod's nodeSelector or required node affinity (upstream's
 /// ErrReasonPod).
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
+/// Every required term pins node names and no name is in all of one term's lists (upstream's
+/// errReasonConflict).
+pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
 /// A node does not match the profile's addedAffinity (upstream's errReasonEnforced).
 pub const ERR_REASON_ENFORCED: &str = "node(s) didn't match scheduler-enforced node affinity";
 
@@ -212,32 +215,36 @@ impl Plugin for NodeAffinity {
 
 impl PreFilterPlugin for NodeAffinity {
     /// Parses the pod's requirements once. Skip when neither the pod nor addedAffinity requires
-    /// anything; narrows the nodes when every required term pins `metadata.name In (...)`.
+    /// anything; narrows the nodes when every required term pins `metadata.name In (...)`, and
+    /// rejects the pod when those names conflict.
     fn pre_filter(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let required = match RequiredNodeAffinity::from_pod(&pod.pod) {
-            Ok(r) => r,
-            Err(e) => {
-                return (
-                    PreFilterResult::all_nodes(),
-                    Status::unresolvable(format!("invalid required node affinity: {e}")),
-                );
-            }
-        };
+        let required = RequiredNodeAffinity::from_pod(&pod.pod);
         if required.is_empty() && self.added_required.is_none() {
             return (PreFilterResult::all_nodes(), Status::skip());
         }
-        // No terms at all pins nothing (and matches no node); leave that to Filter.
-        let pinned = required
-            .required_terms()
-            .and_then(Terms::pinned_names)
-            .filter(|names| !names.is_empty());
         state.write(PRE_FILTER_STATE_KEY, required);
+        let pinned = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            })
+            .filter(|selector| !selector.node_selector_terms.is_empty())
+            .and_then(node_selector::pinned_names);
         match pinned {
+            Some(names) if names.is_empty() => (
+                PreFilterResult::all_nodes(),
+                Status::unresolvable(ERR_REASON_CONFLICT),
+            ),
             Some(names) => (PreFilterResult::nodes(names), Status::success()),
             None => (PreFilterResult::all_nodes(), Status::success()),
         }
@@ -255,12 +262,7 @@ impl FilterPlugin for NodeAffinity {
         let matched = match state.read::<RequiredNodeAffinity>(PRE_FILTER_STATE_KEY) {
             Some(required) => required.matches_labels(&node.name, labels),
             // PreFilter did not run: parse here, as upstream falls back to.
-            None => match RequiredNodeAffinity::from_pod(&pod.pod) {
-                Ok(required) => required.matches_labels(&node.name, labels),
-                Err(e) => {
-                    return Status::unresolvable(format!("invalid required node affinity: {e}"));
-                }
-            },
+            None => RequiredNodeAffinity::from_pod(&pod.pod).matches_labels(&node.name, labels),
         };
         if matched {
             Status::success()

@@ -79,7 +79,8 @@ enum Pre {
     Skip,
     All,
     Nodes(&'static [&'static str]),
-    Invalid,
+    /// Unresolvable: the terms' node names conflict.
+    Conflict,
 }
 
 /// (name, args, pod, node, PreFilter, Filter: `None` = success, `Some(reason)`).
@@ -325,11 +326,43 @@ fn pre_filter_and_filter_as_kube_scheduler() {
             None,
         ),
         (
-            "an invalid operator is unresolvable",
+            // upstream's "Pod with an invalid value in Affinity term won't be scheduled onto
+            // the node": the term does not parse, so it matches no node; not an error.
+            "an invalid label value matches no node",
             None,
-            requiring(vec![exprs(vec![req("foo", "Near", &["bar"])])]),
+            requiring(vec![exprs(vec![req(
+                "foo",
+                "NotIn",
+                &["invalid value: ___@#$%^"],
+            )])]),
+            NodeBuilder::new("node1").label("foo", "bar"),
+            Pre::All,
+            Some(ERR_REASON_POD),
+        ),
+        (
+            "a term that does not parse leaves the others to match",
+            None,
+            requiring(vec![
+                exprs(vec![req("foo", "Near", &["bar"])]),
+                exprs(vec![req("foo", "In", &["bar"])]),
+            ]),
+            NodeBuilder::new("node1").label("foo", "bar"),
+            Pre::All,
+            None,
+        ),
+        (
+            // upstream's "Pod with two conflicting mach field requirements"
+            "node names that conflict within a term reject the pod at PreFilter",
+            None,
+            requiring(vec![NodeSelectorTerm {
+                match_expressions: None,
+                match_fields: Some(vec![
+                    req("metadata.name", "In", &["node1"]),
+                    req("metadata.name", "In", &["node2"]),
+                ]),
+            }]),
             NodeBuilder::new("node1"),
-            Pre::Invalid,
+            Pre::Conflict,
             None,
         ),
         (
@@ -381,9 +414,9 @@ fn pre_filter_and_filter_as_kube_scheduler() {
                 assert!(status.is_skip(), "{name}: {status}");
                 continue;
             }
-            Pre::Invalid => {
+            Pre::Conflict => {
                 assert_eq!(status.code, Code::UnschedulableAndUnresolvable, "{name}");
-                assert!(status.message().contains("Near"), "{name}: {status}");
+                assert_eq!(status.message(), ERR_REASON_CONFLICT, "{name}");
                 continue;
             }
             Pre::All => {
@@ -560,13 +593,15 @@ fn args_validation_names_the_field() {
             ],
         ),
         (
-            "preferred term with an unsupported field",
+            // A field requirement takes one value; its key may be any (only metadata.name
+            // has a value on a node), as upstream's field selector parses it.
+            "preferred field requirement of two values",
             json!({"addedAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 1, "preference": {"matchExpressions": [
-                    {"key": "zone", "operator": "Exists"}
-                ]}},
                 {"weight": 1, "preference": {"matchFields": [
                     {"key": "metadata.uid", "operator": "In", "values": ["x"]}
+                ]}},
+                {"weight": 1, "preference": {"matchFields": [
+                    {"key": "metadata.name", "operator": "In", "values": ["x", "y"]}
                 ]}}
             ]}}),
             vec![

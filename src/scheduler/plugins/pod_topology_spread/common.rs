@@ -62,8 +62,8 @@ impl Constraint {
 
 /// Decides which nodes' pods count for a constraint (nodeAffinityPolicy, nodeTaintsPolicy).
 pub(super) struct Inclusion<'a> {
-    /// `None` when the pod's node affinity does not parse: then it matches no node.
-    pub(super) affinity: Option<RequiredNodeAffinity>,
+    /// A required term that does not parse matches no node (upstream ignores the error).
+    pub(super) affinity: RequiredNodeAffinity,
     pub(super) tolerations: &'a [Toleration],
 }
 
@@ -71,7 +71,7 @@ impl<'a> Inclusion<'a> {
     pub(super) fn new(pod: &'a PodInfo) -> Self {
         let spec = pod.pod.spec.as_ref();
         Inclusion {
-            affinity: RequiredNodeAffinity::from_pod(&pod.pod).ok(),
+            affinity: RequiredNodeAffinity::from_pod(&pod.pod),
             tolerations: spec
                 .and_then(|s| s.tolerations.as_deref())
                 .unwrap_or_default(),
@@ -81,10 +81,8 @@ impl<'a> Inclusion<'a> {
     pub(super) fn includes(&self, c: &Constraint, node: &NodeInfo) -> bool {
         // An empty affinity matches every node; checking that first spares reading the node.
         if c.honor_node_affinity
-            && !self
-                .affinity
-                .as_ref()
-                .is_some_and(|a| a.is_empty() || a.matches_labels(&node.name, node.labels()))
+            && !(self.affinity.is_empty()
+                || self.affinity.matches_labels(&node.name, node.labels()))
         {
             return false;
         }

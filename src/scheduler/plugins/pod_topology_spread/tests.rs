@@ -169,6 +169,31 @@ fn want_codes(want: &[(&str, Code)]) -> Vec<(String, Code)> {
     want.iter().map(|(n, c)| (n.to_string(), *c)).collect()
 }
 
+/// Required node affinity of two terms: one that does not parse (an invalid label value), and
+/// `env In (prod)`.
+fn broken_and_prod() -> k8s_openapi::api::core::v1::Affinity {
+    use k8s_openapi::api::core::v1::{
+        Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+    };
+    let term = |value: &str| NodeSelectorTerm {
+        match_expressions: Some(vec![NodeSelectorRequirement {
+            key: "env".into(),
+            operator: "In".into(),
+            values: Some(vec![value.into()]),
+        }]),
+        match_fields: None,
+    };
+    Affinity {
+        node_affinity: Some(NodeAffinity {
+            required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                node_selector_terms: vec![term("prod?"), term("prod")],
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 #[test]
 fn filter_enforces_hard_constraints() {
     let honor = |mut c: TopologySpreadConstraint, affinity: &str, taints: &str| {
@@ -337,6 +362,14 @@ fn filter_enforces_hard_constraints() {
             envs(),
             pods(vec![matching("node-a", 1), matching("node-x", 1)]),
             &[("node-a", OK), ("node-x", OK), ("node-z", OK)],
+        ),
+        (
+            // upstream ignores a term's parse error: the term counts no node, the others do.
+            "nodeAffinityPolicy Honor: a required term that does not parse counts no node",
+            incoming(vec![hard("zone")]).affinity(broken_and_prod()),
+            envs(),
+            pods(vec![matching("node-a", 2), matching("node-x", 1)]),
+            &[("node-a", UNSCHED), ("node-x", OK), ("node-z", OK)],
         ),
         (
             "nodeAffinityPolicy Ignore: every node is a domain",
