@@ -11,6 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use super::*;
 use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::NoNominations;
+use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::profile::default_profile;
@@ -129,6 +130,228 @@ fn victims_are_the_fewest_and_least_important_that_make_room() {
         victims,
         ["b5", "a0"],
         "two CPUs from the least important; 2000 is never a victim"
+    );
+}
+
+/// A budget in `default` over pods whose `app` is one of `apps` (comma-separated), allowing
+/// `allowed` disruptions.
+fn budget(name: &str, apps: &str, allowed: i32) -> Arc<PodDisruptionBudget> {
+    Arc::new(PodDisruptionBudget {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        spec: Some(PodDisruptionBudgetSpec {
+            selector: Some(LabelSelector {
+                match_expressions: Some(vec![
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
+                        key: "app".into(),
+                        operator: "In".into(),
+                        values: Some(apps.split(',').map(String::from).collect()),
+                    },
+                ]),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+        status: Some(PodDisruptionBudgetStatus {
+            disruptions_allowed: Some(allowed),
+            ..Default::default()
+        }),
+    })
+}
+
+/// The victims DefaultPreemption's dry run picks on `node` for `pod` (none: not a candidate).
+fn victims_on(snap: &Snapshot, pod: &PodInfo, node: &str) -> Vec<String> {
+    candidate_on(snap, pod, node, &[])
+        .map(|c| c.victims.iter().map(|v| v.name().to_string()).collect())
+        .unwrap_or_default()
+}
+
+/// The candidate DefaultPreemption's dry run makes of `node` for `pod` under `budgets`.
+fn candidate_on(
+    snap: &Snapshot,
+    pod: &PodInfo,
+    node: &str,
+    budgets: &[Arc<PodDisruptionBudget>],
+) -> Option<Candidate> {
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let mut state = CycleState::new();
+    // A PreFilter that rejects the pod outright leaves nothing to preempt for; the dry run
+    // re-runs the PreFilters on each trial snapshot.
+    let _ = profile.run_pre_filter_alone(&mut state, pod, snap);
+    let diagnosis = Diagnosis::default();
+    let ctx = PostFilterContext {
+        profile: &profile,
+        state: &state,
+        pod,
+        snapshot: snap,
+        diagnosis: &diagnosis,
+        nominated: &NoNominations,
+    };
+    let dry = DryRun {
+        ctx: &ctx,
+        budgets,
+        fresh_pre_filter: true,
+        now: Timestamp::now(),
+        evictions: &Evictions::default(),
+    };
+    dry.select_victims(snap.get(node).expect("the node")).ok()
+}
+
+/// upstream's TestSelectVictimsOnNode, the PDB rows: a victim that breaks no budget is taken
+/// before a less important one that would, and when every way breaks one, the least important.
+#[test]
+fn victims_on_a_node_spare_budgets_as_upstream() {
+    let budgets = [budget("foo", "foo", 0)];
+    let on_node = |pods: Vec<k8s_openapi::api::core::v1::Pod>| {
+        snapshot(
+            vec![NodeBuilder::new("n1").allocatable("cpu", "500m")],
+            pods,
+        )
+    };
+    let victim = |name: &str, priority: i32, app: Option<&str>| {
+        let pod = PodBuilder::new(name)
+            .node_name("n1")
+            .priority(priority)
+            .req_cpu("200m");
+        match app {
+            Some(app) => pod.label("app", app),
+            None => pod,
+        }
+        .build()
+    };
+    let p = PodBuilder::new("p").priority(1000).req_cpu("300m").info();
+    let names = |c: &Candidate| {
+        c.victims
+            .iter()
+            .map(|v| v.name().to_string())
+            .collect::<Vec<_>>()
+    };
+
+    let snap = on_node(vec![
+        victim("victim-pdb", 0, Some("foo")),
+        victim("victim-no-pdb", 100, None),
+    ]);
+    let c = candidate_on(&snap, &p, "n1", &budgets).expect("a candidate");
+    assert_eq!(
+        (names(&c), c.pdb_violations),
+        (vec!["victim-no-pdb".to_string()], 0)
+    );
+
+    let snap = on_node(vec![
+        victim("v1", 0, Some("foo")),
+        victim("v2", 100, Some("foo")),
+    ]);
+    let c = candidate_on(&snap, &p, "n1", &budgets).expect("a candidate");
+    assert_eq!((names(&c), c.pdb_violations), (vec!["v1".to_string()], 1));
+}
+
+/// A pod labelled `foo` of `priority` on `node`.
+fn foo_pod(name: &str, node: &str, priority: i32) -> PodBuilder {
+    PodBuilder::new(name)
+        .label("foo", "")
+        .node_name(node)
+        .priority(priority)
+}
+
+/// upstream's TestDryRunPreemption "preemption to resolve pod topology spread filter
+/// failure": removing a pod must lower the skew it counts in, which the dry run sees by
+/// running PodTopologySpread's PreFilter again on the node without it.
+#[test]
+fn preemption_resolves_a_topology_spread_failure_as_upstream() {
+    let spread = |key: &str| -> k8s_openapi::api::core::v1::TopologySpreadConstraint {
+        serde_json::from_value(serde_json::json!({
+            "maxSkew": 1, "topologyKey": key, "whenUnsatisfiable": "DoNotSchedule",
+            "labelSelector": {"matchExpressions": [{"key": "foo", "operator": "Exists"}]}
+        }))
+        .expect("a constraint")
+    };
+    let node = |name: &str, zone: &str| {
+        NodeBuilder::new(name)
+            .label("hostname", name)
+            .label("zone", zone)
+    };
+    let snap = snapshot(
+        vec![
+            node("node-a", "zone1"),
+            node("node-b", "zone1"),
+            node("node-x", "zone2"),
+        ],
+        vec![
+            foo_pod("pod-a1", "node-a", 100).build(),
+            foo_pod("pod-a2", "node-a", 0).build(),
+            foo_pod("pod-b1", "node-b", 0).build(),
+            foo_pod("pod-x1", "node-x", 1000).build(),
+            foo_pod("pod-x2", "node-x", 1000).build(),
+        ],
+    );
+    let p = PodBuilder::new("p")
+        .label("foo", "")
+        .priority(1000)
+        .spread(spread("zone"))
+        .spread(spread("hostname"))
+        .info();
+    assert_eq!(
+        victims_on(&snap, &p, "node-a"),
+        ["pod-a2"],
+        "pod-a1 is reprieved"
+    );
+    assert_eq!(victims_on(&snap, &p, "node-b"), ["pod-b1"]);
+    assert!(
+        victims_on(&snap, &p, "node-x").is_empty(),
+        "no victim on node-x"
+    );
+}
+
+/// upstream's TestDryRunPreemption "pod with anti-affinity is preempted": the pod whose own
+/// anti-affinity keeps the preemptor off its node goes; the others stay.
+#[test]
+fn preemption_removes_the_pod_whose_anti_affinity_blocks_as_upstream() {
+    let anti: k8s_openapi::api::core::v1::Affinity = serde_json::from_value(serde_json::json!({
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [{
+            "labelSelector": {"matchExpressions": [{"key": "foo", "operator": "Exists"}]},
+            "topologyKey": "hostname"
+        }]}
+    }))
+    .expect("an affinity");
+    let node = |name: &str| NodeBuilder::new(name).label("hostname", name);
+    let snap = snapshot(
+        vec![node("node1"), node("node2")],
+        vec![
+            foo_pod("p1.1", "node1", 0)
+                .req_cpu("100m")
+                .affinity(anti)
+                .build(),
+            PodBuilder::new("p1.2")
+                .node_name("node1")
+                .priority(100)
+                .req_cpu("100m")
+                .build(),
+            PodBuilder::new("p1.3")
+                .node_name("node1")
+                .priority(1000)
+                .req_cpu("100m")
+                .build(),
+            PodBuilder::new("p2")
+                .node_name("node2")
+                .priority(1000)
+                .req_cpu("100m")
+                .build(),
+        ],
+    );
+    let p = PodBuilder::new("p")
+        .label("foo", "")
+        .priority(1000)
+        .req_cpu("100m")
+        .info();
+    assert_eq!(
+        victims_on(&snap, &p, "node1"),
+        ["p1.1"],
+        "p1.2 is reprieved"
     );
 }
 
@@ -257,6 +480,126 @@ fn candidates_are_picked_in_upstreams_order() {
     );
 }
 
+/// upstream's TestSelectBestCandidate, criteria three to five: the preemptor asks for the
+/// whole node, so every pod on a node is a victim; each row names the node upstream picks.
+/// Start times are nanoseconds since the epoch (upstream's epochTimeN).
+#[test]
+fn candidates_are_picked_as_upstreams_select_best_candidate_table() {
+    use k8s_openapi::api::core::v1::PodStatus;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    const NEG: i32 = -100;
+    const LOW: i32 = 0;
+    const MID: i32 = 100;
+    const HIGH: i32 = 1000;
+    let now = Timestamp::now();
+    let victim = |name: String, priority: i32, start: i64| {
+        let at = Timestamp::from_nanosecond(i128::from(start)).expect("a time");
+        Arc::new(
+            PodBuilder::new(&name)
+                .priority(priority)
+                .with(|p| {
+                    p.status = Some(PodStatus {
+                        start_time: Some(Time(at)),
+                        ..Default::default()
+                    })
+                })
+                .info(),
+        )
+    };
+    // (node, [(priority, start)]) for each node; victims most important first, as found.
+    let candidates = |nodes: &[(&str, &[(i32, i64)])]| -> Vec<Candidate> {
+        nodes
+            .iter()
+            .map(|(node, pods)| {
+                let mut victims: Vec<_> = pods
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (p, t))| victim(format!("{node}-{i}"), *p, *t))
+                    .collect();
+                victims.sort_by(|a, b| dry_run::more_important_first(a, b, now));
+                Candidate {
+                    node: (*node).into(),
+                    victims,
+                    pdb_violations: 0,
+                }
+            })
+            .collect()
+    };
+    let rows: [(&str, Vec<Candidate>, &str); 7] = [
+        (
+            "when highest priorities are the same, minimum sum of priorities is picked",
+            candidates(&[
+                ("node1", &[(MID, 0), (MID, 0)]),
+                ("node2", &[(MID, 0), (LOW, 0)]),
+                ("node3", &[(MID, 0), (MID, 0)]),
+            ]),
+            "node2",
+        ),
+        (
+            "sum of adjusted priorities is considered",
+            candidates(&[
+                ("node1", &[(MID, 0), (NEG, 0), (NEG, 0)]),
+                ("node2", &[(MID, 0), (NEG, 0)]),
+                ("node3", &[(MID, 0), (NEG, 0), (LOW, 0)]),
+            ]),
+            "node2",
+        ),
+        (
+            "when highest priority and sum are the same, minimum number of pods is picked",
+            candidates(&[
+                ("node1", &[(MID, 0), (NEG, 0), (MID, 0), (NEG, 0)]),
+                ("node2", &[(MID, 0), (NEG, 0)]),
+                ("node3", &[(MID, 0), (NEG, 0), (LOW, 0)]),
+            ]),
+            "node2",
+        ),
+        (
+            "non-overlapping lowest high priority, sum priorities, and number of pods",
+            candidates(&[
+                ("node1", &[(MID, 0), (LOW, 0), (LOW, 0)]),
+                ("node2", &[(HIGH, 0)]),
+                ("node3", &[(MID, 0), (LOW, 0), (LOW, 0), (LOW, 0)]),
+                ("node4", &[(MID, 0), (MID, 0), (MID, 0), (NEG, 0)]),
+            ]),
+            "node1",
+        ),
+        (
+            "same priority, same number of victims, different start time for each node's pod",
+            candidates(&[
+                ("node1", &[(MID, 2), (MID, 2)]),
+                ("node2", &[(MID, 3), (MID, 3)]),
+                ("node3", &[(MID, 1), (MID, 1)]),
+            ]),
+            "node2",
+        ),
+        (
+            "same priority, same number of victims, different start time for all pods",
+            candidates(&[
+                ("node1", &[(MID, 4), (MID, 2)]),
+                ("node2", &[(MID, 5), (MID, 1)]),
+                ("node3", &[(MID, 3), (MID, 6)]),
+            ]),
+            "node3",
+        ),
+        (
+            "different priority, same number of victims, different start time for all pods",
+            candidates(&[
+                ("node1", &[(LOW, 4), (MID, 2)]),
+                ("node2", &[(MID, 6), (LOW, 1)]),
+                ("node3", &[(LOW, 3), (MID, 5)]),
+            ]),
+            "node2",
+        ),
+    ];
+    for (name, cands, want) in rows {
+        assert_eq!(
+            dry_run::pick(&cands, now).map(|c| c.node.as_str()),
+            Some(want),
+            "{name}"
+        );
+    }
+}
+
 /// One 4-CPU node full of four 1-CPU pods of priority 0.
 fn one_full_node() -> Snapshot {
     snapshot(
@@ -340,32 +683,6 @@ fn a_terminating_pod_is_never_reprieved() {
 /// kube-scheduler 1.37: the second budget keeps its allowance for the next pod it selects.
 #[test]
 fn a_pod_is_counted_against_budgets_up_to_the_first_it_would_break() {
-    let budget = |name: &str, app: &str, allowed: i32| {
-        Arc::new(PodDisruptionBudget {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                namespace: Some("default".into()),
-                ..Default::default()
-            },
-            spec: Some(PodDisruptionBudgetSpec {
-                selector: Some(LabelSelector {
-                    match_expressions: Some(vec![
-                        k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement {
-                            key: "app".into(),
-                            operator: "In".into(),
-                            values: Some(app.split(',').map(String::from).collect()),
-                        },
-                    ]),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }),
-            status: Some(PodDisruptionBudgetStatus {
-                disruptions_allowed: Some(allowed),
-                ..Default::default()
-            }),
-        })
-    };
     // b is selected by both; c by the second only.
     let budgets = [budget("first", "b", 0), budget("second", "b,c", 1)];
     let pod = |name: &str| Arc::new(PodBuilder::new(name).label("app", name).info());

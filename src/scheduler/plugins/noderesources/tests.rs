@@ -186,6 +186,103 @@ fn filter_checks_every_requested_resource_as_kube_scheduler() {
     }
 }
 
+/// upstream's TestEnoughRequests with pod-level resources (PodLevelResources, beta and on): the
+/// pod-level requests stand for the containers' sum where they are given. The node is
+/// upstream's: 10m CPU, 20 bytes, 32 pods, 5 example.com/aaa, 20 bytes of ephemeral storage
+/// and 5 bytes of hugepages-2Mi.
+#[test]
+fn pod_level_requests_are_filtered_as_kube_scheduler() {
+    use Code::{Unschedulable, UnschedulableAndUnresolvable as Unresolvable};
+    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    let requests = |r: &[(&str, &str)]| ResourceRequirements {
+        requests: Some(
+            r.iter()
+                .map(|(k, v)| (k.to_string(), Quantity(v.to_string())))
+                .collect(),
+        ),
+        ..Default::default()
+    };
+    let pod_level = |b: PodBuilder, r: &[(&str, &str)]| {
+        let r = requests(r);
+        b.with(move |p| p.spec.get_or_insert_with(Default::default).resources = Some(r.clone()))
+    };
+    let upstream_node = |pods: Vec<PodBuilder>| {
+        [
+            ("cpu", "10m"),
+            ("memory", "20"),
+            ("pods", "32"),
+            ("example.com/aaa", "5"),
+            ("ephemeral-storage", "20"),
+            ("hugepages-2Mi", "5"),
+        ]
+        .iter()
+        .fold(NodeBuilder::new("n"), |b, (r, q)| b.allocatable(r, q))
+        .info(pods.into_iter().map(PodBuilder::build).collect())
+    };
+    let cases = [
+        (
+            "both pod-level and container-level resources fit",
+            pod_level(pod("p", "1m", "1"), &[("cpu", "1m"), ("memory", "2")]),
+            upstream_node(vec![pod("e", "5m", "5")]),
+            Status::success(),
+        ),
+        (
+            "pod-level cpu resource not fit",
+            pod_level(pod("p", "1m", "1"), &[("cpu", "7m"), ("memory", "2")]),
+            upstream_node(vec![pod("e", "5m", "5")]),
+            rejected(Unschedulable, &["Insufficient cpu"]),
+        ),
+        (
+            "pod-level memory resource not fit",
+            pod_level(pod("p", "1m", "1"), &[("cpu", "3m"), ("memory", "2")]),
+            upstream_node(vec![pod("e", "5m", "19")]),
+            rejected(Unschedulable, &["Insufficient memory"]),
+        ),
+        (
+            "pod-level hugepages resource fit",
+            pod_level(
+                PodBuilder::new("p"),
+                &[("cpu", "3m"), ("memory", "2"), ("hugepages-2Mi", "5")],
+            ),
+            upstream_node(vec![]),
+            Status::success(),
+        ),
+        (
+            "both pod-level and container-level hugepages resource fit",
+            pod_level(
+                pod("p", "1m", "1").req("hugepages-2Mi", "3"),
+                &[("cpu", "3m"), ("memory", "2"), ("hugepages-2Mi", "5")],
+            ),
+            upstream_node(vec![]),
+            Status::success(),
+        ),
+        (
+            "pod-level hugepages resource not fit",
+            pod_level(PodBuilder::new("p"), &[("hugepages-2Mi", "10")]),
+            upstream_node(vec![]),
+            rejected(Unresolvable, &["Insufficient hugepages-2Mi"]),
+        ),
+        (
+            "one pod-level cpu resource fits and all init and non-init containers resources fit",
+            pod_level(pod("p", "1m", "1"), &[("cpu", "3m"), ("memory", "2")]).with(|p| {
+                p.spec.get_or_insert_with(Default::default).init_containers =
+                    Some(vec![Container {
+                        name: "init".into(),
+                        resources: Some(requests(&[("cpu", "1m"), ("memory", "1")])),
+                        ..Default::default()
+                    }])
+            }),
+            upstream_node(vec![pod("e", "5m", "19")]),
+            rejected(Unschedulable, &["Insufficient memory"]),
+        ),
+    ];
+    let fit = plugin(NodeResourcesFitArgs::default());
+    for (name, pod, node, want) in cases {
+        assert_eq!(filter(&fit, pod, &node), want, "{name}");
+    }
+}
+
 #[test]
 fn filter_skips_ignored_extended_resources_only() {
     let args = |resources: &[&str], groups: &[&str]| NodeResourcesFitArgs {
