@@ -13,28 +13,22 @@ pki_client_cert() { # name CN O
     -extfile <(printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null
 }
 
+pki_server_cert() { # name CN subjectAltNames
+  local name=$1 cn=$2 sans=$3
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/$name.key" -out "$PKI_DIR/$name.csr" \
+    -subj "/CN=$cn" 2>/dev/null
+  openssl x509 -req -in "$PKI_DIR/$name.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
+    -CAcreateserial -days 365 -out "$PKI_DIR/$name.crt" \
+    -extfile <(printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' "$sans") 2>/dev/null
+}
+
 pki_generate() {
   mkdir -p "$PKI_DIR"
   openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/ca.key" -out "$PKI_DIR/ca.crt" \
     -days 365 -subj "/CN=tether-local-ca" 2>/dev/null
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/apiserver.key" -out "$PKI_DIR/apiserver.csr" \
-    -subj "/CN=kube-apiserver" 2>/dev/null
-  openssl x509 -req -in "$PKI_DIR/apiserver.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
-    -CAcreateserial -days 365 -out "$PKI_DIR/apiserver.crt" -extfile <(cat <<EXT
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
-EXT
-) 2>/dev/null
-  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/kwok.key" -out "$PKI_DIR/kwok.csr" \
-    -subj "/CN=kwok-kubelet" 2>/dev/null
-  openssl x509 -req -in "$PKI_DIR/kwok.csr" -CA "$PKI_DIR/ca.crt" -CAkey "$PKI_DIR/ca.key" \
-    -CAcreateserial -days 365 -out "$PKI_DIR/kwok.crt" -extfile <(cat <<EXT
-keyUsage=critical,digitalSignature,keyEncipherment
-extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,DNS:localhost
-EXT
-) 2>/dev/null
+  pki_server_cert apiserver kube-apiserver \
+    IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+  pki_server_cert kwok kwok-kubelet IP:127.0.0.1,DNS:localhost
   pki_client_cert admin kubernetes-admin system:masters
   pki_client_cert controller-manager system:kube-controller-manager system:kube-controller-manager
   openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null

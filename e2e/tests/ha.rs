@@ -729,6 +729,18 @@ fn kwok_forward(pod: &str) -> anyhow::Result<std::net::SocketAddr> {
     anyhow::bail!("{} forwards no port of {pod}", path.display())
 }
 
+fn delete_pod_in_tether_system(pod: &str) -> anyhow::Result<()> {
+    let args = [
+        "-n",
+        "tether-system",
+        "delete",
+        "pod",
+        pod,
+        "--ignore-not-found",
+    ];
+    kubectl_ok(&args, None).map(|_| ())
+}
+
 /// `tether explain <pod> --token-file <token>` with `kubeconfig` and no `--endpoint`, as a
 /// person runs it: explain finds the leader itself. Its stdout, or its stderr as the error.
 /// Awaited, not waited on: the replicas' proxies run on the test's runtime, and the leader
@@ -772,17 +784,7 @@ async fn explain_finds_the_leader_by_its_lease() -> anyhow::Result<()> {
     // The replicas' pods, on a fake node: their names are the replicas' identities.
     let pods = ["tether-leader-a", "tether-leader-b"];
     for pod in pods {
-        kubectl_ok(
-            &[
-                "-n",
-                "tether-system",
-                "delete",
-                "pod",
-                pod,
-                "--ignore-not-found",
-            ],
-            None,
-        )?;
+        delete_pod_in_tether_system(pod)?;
         apply(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod, "namespace": "tether-system"},
@@ -932,17 +934,7 @@ async fn explain_finds_the_leader_by_its_lease() -> anyhow::Result<()> {
     )?;
     kubectl_ok(&["delete", "clusterrolebinding", &binding], None)?;
     for pod in pods {
-        kubectl_ok(
-            &[
-                "-n",
-                "tether-system",
-                "delete",
-                "pod",
-                pod,
-                "--ignore-not-found",
-            ],
-            None,
-        )?;
+        delete_pod_in_tether_system(pod)?;
     }
     std::fs::remove_dir_all(&dir)?;
     web.delete_profile()?;
