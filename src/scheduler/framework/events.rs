@@ -582,6 +582,32 @@ pub fn nodes<'a>(
     )
 }
 
+/// The nodes of a node event when they are nodes: the new one, and the old one if any.
+/// `None` when the new object is missing or either is of another kind (the hint then queues,
+/// as upstream's hints do on the error they return).
+pub fn node_change<'a>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Option<(Option<&'a Node>, &'a Node)> {
+    let new = new?.node()?;
+    match old {
+        None => Some((None, new)),
+        Some(old) => Some((Some(old.node()?), new)),
+    }
+}
+
+/// The new pod of a pod update when both objects are pods (`None` otherwise, as
+/// [`node_change`]).
+pub fn pod_update<'a>(
+    old: Option<&'a EventObject>,
+    new: Option<&'a EventObject>,
+) -> Option<&'a Pod> {
+    if old.is_some_and(|o| o.pod().is_none()) {
+        return None;
+    }
+    new?.pod()
+}
+
 /// Whether `other` is the pod `pod` itself.
 pub fn is_same_pod(pod: &PodInfo, other: &Pod) -> bool {
     other.metadata.uid.as_deref() == Some(pod.uid())

@@ -125,18 +125,19 @@ fn cordoned(node: &Node) -> bool {
 
 /// A schedulable node was added, or a node was uncordoned.
 fn after_node_change(_pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
-    let (old, new) = events::nodes(old, new);
-    let Some(new) = new else { return Hint::Queue };
+    let Some((old, new)) = events::node_change(old, new) else {
+        return Hint::Queue;
+    };
     events::queue_if(!cordoned(new) && old.is_none_or(cordoned))
 }
 
 /// The pod itself now tolerates cordoned nodes.
 fn after_toleration_added(
     pod: &PodInfo,
-    _old: Option<&EventObject>,
+    old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Hint {
-    let Some(new) = events::pods(None, new).1 else {
+    let Some(new) = events::pod_update(old, new) else {
         return Hint::Queue;
     };
     let tolerated = new
@@ -250,6 +251,144 @@ mod tests {
                 Code::UnschedulableAndUnresolvable,
                 ERR_REASON_UNKNOWN_CONDITION
             )
+        );
+    }
+
+    /// A node with `spec.unschedulable` set to `unschedulable`, as upstream's `&v1.Node{..}`.
+    fn node(unschedulable: bool) -> NodeBuilder {
+        NodeBuilder::new("n").with(|n| {
+            n.spec.get_or_insert_with(Default::default).unschedulable = Some(unschedulable);
+        })
+    }
+
+    fn node_event(node: NodeBuilder) -> Option<EventObject> {
+        Some(EventObject::Node(Arc::new(node.build())))
+    }
+
+    /// An event object of the wrong kind for a node hint (upstream's `"not-a-node"`).
+    fn not_a_node() -> Option<EventObject> {
+        Some(EventObject::Pod(Arc::new(
+            PodBuilder::new("not-a-node").build(),
+        )))
+    }
+
+    /// Upstream `TestIsSchedulableAfterNodeChange` (nodeunschedulable), every row but
+    /// "error-wrong-old-object" (its own test below): (name, old node, new node, hint). The
+    /// pending pod is upstream's empty `&v1.Pod{}`.
+    #[test]
+    fn upstream_is_schedulable_after_node_change() {
+        let not_ready = |n: NodeBuilder| n.taint("node.kubernetes.io/not-ready", "", "NoExecute");
+        let rows = [
+            ("error-wrong-new-object", None, not_a_node(), Hint::Queue),
+            (
+                "skip-queue-on-unschedulable-node-added",
+                None,
+                node_event(node(true)),
+                Hint::Skip,
+            ),
+            (
+                "queue-on-schedulable-node-added",
+                None,
+                node_event(node(false)),
+                Hint::Queue,
+            ),
+            (
+                "skip-unrelated-change-unschedulable-true",
+                node_event(node(true)),
+                node_event(not_ready(node(true))),
+                Hint::Skip,
+            ),
+            (
+                "skip-unrelated-change-unschedulable-false",
+                node_event(node(false)),
+                node_event(not_ready(node(false))),
+                Hint::Skip,
+            ),
+            (
+                "queue-on-unschedulable-field-change",
+                node_event(node(true)),
+                node_event(node(false)),
+                Hint::Queue,
+            ),
+        ];
+        let pod = PodBuilder::new("p").info();
+        for (name, old, new, want) in rows {
+            assert_eq!(
+                after_node_change(&pod, old.as_ref(), new.as_ref()),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `TestIsSchedulableAfterNodeChange` (nodeunschedulable) "error-wrong-old-object":
+    /// an old object that is not a node is an error upstream, so the pod is queued (tether's
+    /// `HintFn` documents the same rule), even though the new node is unschedulable.
+    #[test]
+    fn upstream_is_schedulable_after_node_change_wrong_old_object() {
+        assert_eq!(
+            after_node_change(
+                &PodBuilder::new("p").info(),
+                not_a_node().as_ref(),
+                node_event(node(true)).as_ref()
+            ),
+            Hint::Queue,
+            "error-wrong-old-object"
+        );
+    }
+
+    /// Upstream `TestIsSchedulableAfterPodTolerationChange`, every row but
+    /// "error-wrong-old-object" (its own test below): (name, pending pod, old pod, new pod,
+    /// hint). Upstream's `Toleration(key)` is the key with operator Exists and no effect.
+    #[test]
+    fn upstream_is_schedulable_after_pod_toleration_change() {
+        let pod = || PodBuilder::new("p").uid("uid");
+        let event = |p: PodBuilder| Some(EventObject::Pod(Arc::new(p.build())));
+        let not_a_pod = Some(EventObject::Node(Arc::new(Node::default())));
+        let rows = [
+            (
+                "error-wrong-new-object",
+                PodBuilder::new("p"),
+                None,
+                not_a_pod,
+                Hint::Queue,
+            ),
+            (
+                "queue-when-the-unsched-pod-gets-toleration",
+                pod(),
+                event(pod()),
+                event(pod().toleration("node.kubernetes.io/unschedulable", "Exists", "", "")),
+                Hint::Queue,
+            ),
+            (
+                "skip-when-the-unsched-pod-gets-unrelated-toleration",
+                pod(),
+                event(pod()),
+                event(pod().toleration("unrelated-key", "Exists", "", "")),
+                Hint::Skip,
+            ),
+        ];
+        for (name, pending, old, new, want) in rows {
+            assert_eq!(
+                after_toleration_added(&pending.info(), old.as_ref(), new.as_ref()),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `TestIsSchedulableAfterPodTolerationChange` "error-wrong-old-object": the pod
+    /// (`&v1.Pod{}`) is queued because the old object is not a pod, which upstream treats as an
+    /// error (tether's `HintFn` documents the same rule).
+    #[test]
+    fn upstream_is_schedulable_after_pod_toleration_change_wrong_old_object() {
+        let empty = || Arc::new(k8s_openapi::api::core::v1::Pod::default());
+        let not_a_pod = EventObject::Node(Arc::new(Node::default()));
+        let new = EventObject::Pod(empty());
+        assert_eq!(
+            after_toleration_added(&PodInfo::new(empty()), Some(&not_a_pod), Some(&new)),
+            Hint::Queue,
+            "error-wrong-old-object"
         );
     }
 }

@@ -222,8 +222,9 @@ fn untolerated(pod: &PodInfo, node: &Node) -> bool {
 
 /// A node added, or whose taints changed, that the pod now tolerates.
 fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
-    let (old, new) = events::nodes(old, new);
-    let Some(new) = new else { return Hint::Queue };
+    let Some((old, new)) = events::node_change(old, new) else {
+        return Hint::Queue;
+    };
     let was = old.is_none_or(|old| untolerated(pod, old));
     events::queue_if(was && !untolerated(pod, new))
 }
@@ -231,10 +232,10 @@ fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
 /// The pod itself got a toleration.
 fn after_toleration_added(
     pod: &PodInfo,
-    _old: Option<&EventObject>,
+    old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Hint {
-    match events::pods(None, new).1 {
+    match events::pod_update(old, new) {
         Some(new) => events::queue_if(events::is_same_pod(pod, new)),
         None => Hint::Queue,
     }
@@ -483,5 +484,118 @@ mod tests {
             &NodeBuilder::new("n").info(vec![]),
         );
         assert_eq!(got.map_err(|s| s.code), Err(Code::Error));
+    }
+
+    /// Upstream's `podWithTolerations("pod1", {dedicated Equal user2 NoSchedule})`.
+    fn tolerating_user2() -> PodBuilder {
+        PodBuilder::new("pod1").toleration("dedicated", "Equal", "user2", "NoSchedule")
+    }
+
+    /// Upstream's `nodeWithTaints("nodeA", ..)`: one `dedicated=<value>:NoSchedule` taint a value.
+    fn node_a(values: &[&str]) -> Option<EventObject> {
+        let node = values.iter().fold(NodeBuilder::new("nodeA"), |n, v| {
+            n.taint("dedicated", v, "NoSchedule")
+        });
+        Some(EventObject::Node(Arc::new(node.build())))
+    }
+
+    /// An event object of the wrong kind for a node hint (upstream's `"not-a-node"`).
+    fn not_a_node() -> Option<EventObject> {
+        Some(EventObject::Pod(Arc::new(
+            PodBuilder::new("not-a-node").build(),
+        )))
+    }
+
+    /// Upstream `TestIsSchedulableAfterNodeChange` (tainttoleration), every row but
+    /// "backoff-wrong-old-object" (its own test below): (name, pod, old node, new node, hint).
+    /// Upstream's pod is nil in the "backoff" rows; here it has no tolerations.
+    #[test]
+    fn upstream_is_schedulable_after_node_change() {
+        let rows = [
+            (
+                "backoff-wrong-new-object",
+                PodBuilder::new("pod1"),
+                None,
+                not_a_node(),
+                Hint::Queue,
+            ),
+            (
+                "skip-queue-on-untoleratedtaint-node-added",
+                tolerating_user2(),
+                None,
+                node_a(&["user1"]),
+                Hint::Skip,
+            ),
+            (
+                "queue-on-toleratedtaint-node-added",
+                tolerating_user2(),
+                None,
+                node_a(&["user2"]),
+                Hint::Queue,
+            ),
+            (
+                "skip-unrelated-change",
+                tolerating_user2(),
+                node_a(&["user1"]),
+                node_a(&["user1", "user3"]),
+                Hint::Skip,
+            ),
+            (
+                "queue-on-taint-change",
+                tolerating_user2(),
+                node_a(&["user1"]),
+                node_a(&["user2"]),
+                Hint::Queue,
+            ),
+        ];
+        for (name, pod, old, new, want) in rows {
+            assert_eq!(
+                after_node_change(&pod.info(), old.as_ref(), new.as_ref()),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `TestIsSchedulableAfterNodeChange` (tainttoleration) "backoff-wrong-old-object":
+    /// an old object that is not a node is an error upstream, so the pod is queued (tether's
+    /// `HintFn` documents the same rule), even though the new node's taint is not tolerated.
+    #[test]
+    fn upstream_is_schedulable_after_node_change_wrong_old_object() {
+        assert_eq!(
+            after_node_change(
+                &PodBuilder::new("pod1").info(),
+                not_a_node().as_ref(),
+                node_a(&["user1"]).as_ref()
+            ),
+            Hint::Queue,
+            "backoff-wrong-old-object"
+        );
+    }
+
+    /// Upstream `Test_isSchedulableAfterTargetPodTolerationChange`, "queue-on-toleration-added".
+    /// Upstream registers the hint for the target pod only; tether's hint checks that the
+    /// updated pod is the pending one by uid, so all three share `PodBuilder`'s uid.
+    #[test]
+    fn upstream_is_schedulable_after_target_pod_toleration_change() {
+        let pod = || PodBuilder::new("pod-1").namespace("ns-1");
+        let old = EventObject::Pod(Arc::new(pod().build()));
+        let new = EventObject::Pod(Arc::new(
+            pod()
+                .with(|p| {
+                    p.spec.get_or_insert_with(Default::default).tolerations =
+                        Some(vec![Toleration {
+                            key: Some("foo".into()),
+                            effect: Some("NoSchedule".into()),
+                            ..Default::default()
+                        }]);
+                })
+                .build(),
+        ));
+        assert_eq!(
+            after_toleration_added(&pod().info(), Some(&old), Some(&new)),
+            Hint::Queue,
+            "queue-on-toleration-added"
+        );
     }
 }

@@ -831,3 +831,504 @@ fn the_summary_counts_each_sub_queue_and_the_rejections_by_plugin() {
         ]
     );
 }
+
+/// upstream's wildcard event that retries every parked pod (a leftover flush, a fake clock's
+/// `MoveAllToActiveOrBackoffQueue(EventUnschedulableTimeout)`).
+const TIMEOUT: ClusterEvent = crate::scheduler::framework::events::UNSCHEDULABLE_TIMEOUT;
+
+/// An instant `d` before now.
+fn long_ago(d: Duration) -> Instant {
+    Instant::now()
+        .checked_sub(d)
+        .expect("the clock reaches back")
+}
+
+/// Ends every backoff now, as upstream's tests step their fake clock past it: the deadlines in
+/// both backoffQ heaps and in the entries are moved before the current window.
+fn expire_backoffs(q: &SchedulingQueue) {
+    let past = long_ago(Duration::from_secs(2));
+    let mut guard = q.lock();
+    let st = &mut *guard;
+    for heap in [&mut st.backoff, &mut st.error_backoff] {
+        let mut entries = std::mem::take(&mut *heap).into_vec();
+        for entry in &mut entries {
+            entry.until = past;
+        }
+        heap.extend(entries);
+    }
+    for entry in st.entries.values_mut() {
+        if entry.backoff_until.is_some() {
+            entry.backoff_until = Some(past);
+        }
+    }
+}
+
+/// Sets a parked pod's backoff deadline (what an event moving it reads).
+fn set_backoff_until(q: &SchedulingQueue, name: &str, until: Instant) {
+    q.lock()
+        .entries
+        .get_mut(&key(name))
+        .expect("queued")
+        .backoff_until = Some(until);
+}
+
+/// Sets a waiting pod's timestamp (its place among pods of its priority once it is pushed).
+fn set_timestamp(q: &SchedulingQueue, name: &str, at: Instant) {
+    q.lock()
+        .entries
+        .get_mut(&key(name))
+        .expect("queued")
+        .info
+        .timestamp = at;
+}
+
+/// Runs the backoff flush a waiting `pop` runs.
+fn flush(q: &SchedulingQueue) {
+    let mut st = q.lock();
+    q.flush(&mut st);
+}
+
+/// upstream's TestBackoffQueueOrdering, "Pods with the same window are ordered by priority if
+/// PopFromBackoffQ is enabled" (popBackoff uses the same order): with activeQ empty, backoffQ is
+/// popped by the window its backoff ends in first, then by QueueSort (priority, then the older
+/// timestamp) within a window; a high priority does not beat an earlier window.
+#[test]
+fn backoff_q_pops_the_earliest_window_first_then_by_priority_within_a_window() {
+    let q = queue();
+    for (name, priority) in [("a", 1), ("b", 2), ("c", 1), ("d", 5), ("e", 1)] {
+        q.add(pod(name, priority), None);
+    }
+    for _ in 0..5 {
+        let p = q.pop().expect("a pod");
+        q.add_unschedulable(&["Fit"], p.pod.uid(), LONG_BACKOFF, None);
+    }
+    assert_eq!(q.lengths(), (0, 0, 5, 0));
+    let w = q.align(Instant::now() + Duration::from_secs(60));
+    let window = Duration::from_secs(1);
+    for (name, until) in [
+        ("a", w),
+        ("b", w),
+        ("e", w),
+        ("c", w - window),
+        ("d", w + window),
+    ] {
+        set_backoff_until(&q, name, until);
+    }
+    let base = long_ago(Duration::from_secs(1));
+    set_timestamp(&q, "a", base);
+    set_timestamp(&q, "e", base + Duration::from_millis(1));
+    set_timestamp(&q, "b", base + Duration::from_millis(2));
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 5, 0, 0), "all back off");
+    assert_eq!(pop_names(&q, 5), ["c", "b", "a", "e", "d"]);
+}
+
+/// upstream's TestPriorityQueue_Update, "when updating a pod in unschedulableEntities, if its
+/// backoff timer has not yet expired, it moves to backoffQ" and "... if its backoff timer has
+/// expired, it moves to activeQ": an update a rejecting plugin's hint says may help moves a
+/// parked pod, with its newest object, to backoffQ while it backs off, else to activeQ.
+#[test]
+fn an_update_that_may_help_a_parked_pod_moves_it_to_backoff_or_active_by_its_backoff() {
+    let web = || Arc::new(PodBuilder::new("p").label("app", "web").info());
+
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    q.add_unschedulable(&["Affinity"], &key("p"), LONG_BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 0, 1, 0));
+    q.update(web(), None);
+    assert_eq!(q.lengths(), (0, 1, 0, 0), "still backing off: backoffQ");
+    let popped = q.pop().expect("popped from backoffQ, activeQ being empty");
+    assert_eq!(
+        popped.pod.labels().get("app").map(String::as_str),
+        Some("web")
+    );
+
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    q.add_unschedulable(&["Affinity"], &key("p"), LONG_BACKOFF, None);
+    set_backoff_until(&q, "p", long_ago(Duration::from_secs(2)));
+    q.update(web(), None);
+    assert_eq!(q.lengths(), (1, 0, 0, 0), "backoff over: activeQ");
+    let popped = q.pop().expect("p");
+    assert_eq!(
+        popped.pod.labels().get("app").map(String::as_str),
+        Some("web")
+    );
+}
+
+/// upstream's TestPriorityQueue_Update, "when updating a pod in unschedulableEntities, if the
+/// scheduling hint returns QueueSkip, it remains in unschedulableEntities": the pod stays
+/// parked, but with the newest object, which a later event moves.
+#[test]
+fn an_update_that_cannot_help_a_parked_pod_leaves_it_parked_with_its_newest_object() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    q.add_unschedulable(&["Affinity"], &key("p"), NO_BACKOFF, None);
+    q.update(
+        Arc::new(PodBuilder::new("p").label("app", "db").info()),
+        None,
+    );
+    assert_eq!(q.lengths(), (0, 0, 1, 0), "the hint skips it");
+    q.on_event(ASSIGNED_POD_ADD, None, bound("web-0", "web"));
+    let popped = q.pop().expect("moved by the pod it waited for");
+    assert_eq!(
+        popped.pod.labels().get("app").map(String::as_str),
+        Some("db"),
+        "the update was kept"
+    );
+}
+
+/// upstream's TestPriorityQueue_Update, "When updating a pod that is in backoff queue and is
+/// still backing off, it will be updated in backoff queue": an update does not promote it to
+/// activeQ, and the object popped after its backoff is the newest.
+#[test]
+fn an_update_of_a_pod_backing_off_keeps_it_in_backoff_q_with_its_newest_object() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.pop().expect("p");
+    q.add_unschedulable(&["Fit"], &key("p"), LONG_BACKOFF, None);
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 1, 0, 0));
+    q.add(pod("other", 0), None);
+    let annotated = PodBuilder::new("p").annotation("foo", "test").info();
+    q.update(Arc::new(annotated), None);
+    assert_eq!(q.lengths(), (1, 1, 0, 0), "still in backoffQ");
+    assert_eq!(pop_names(&q, 1), ["other"], "activeQ goes first");
+    let popped = q.pop().expect("p, from backoffQ");
+    assert_eq!(popped.pod.name(), "p");
+    let foo = popped
+        .pod
+        .pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("foo"))
+        .map(String::as_str);
+    assert_eq!(foo, Some("test"));
+    assert_eq!(q.lengths(), (0, 0, 0, 0));
+}
+
+/// upstream's TestPriorityQueue_Update, "Update pod that didn't exist in the queue" (activeQ)
+/// and "Update gated pod that didn't exist in the queue" (held by its gate).
+#[test]
+fn an_update_of_a_pod_the_queue_does_not_hold_adds_it() {
+    let q = queue();
+    q.update(pod("new", 0), None);
+    q.update(pod("g", 0), Some("SchedulingGates"));
+    assert_eq!(q.lengths(), (1, 0, 0, 1));
+    assert_eq!(pop_names(&q, 1), ["new"]);
+    assert_eq!(q.lengths(), (0, 0, 0, 1), "the gated pod waits");
+}
+
+/// upstream's TestPriorityQueue_Activate, "pod in backoffQ" (a pod with no rejecting plugin, so
+/// in the error backoffQ) and the same for a rejected pod: the backoff is skipped, and the pod's
+/// old backoffQ heap entry never sends it anywhere again once it is elsewhere.
+#[test]
+fn an_activated_pod_backing_off_skips_its_backoff_and_its_old_entry_is_ignored() {
+    // Rejected, in backoffQ.
+    let q = queue();
+    q.add(pod("p", 0), None);
+    let p = q.pop().expect("p");
+    q.add_unschedulable(&["Fit"], &key("p"), LONG_BACKOFF, None);
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 1, 0, 0));
+    q.activate(&p.pod.pod);
+    assert_eq!(q.lengths(), (1, 0, 0, 0), "its backoff skipped");
+    assert_eq!(pop_names(&q, 1), ["p"]);
+    q.add_unschedulable(&["Affinity"], &key("p"), LONG_BACKOFF, None);
+    q.add(pod("other", 0), None);
+    assert_eq!(pop_names(&q, 1), ["other"]);
+    q.add_unschedulable(&["Fit"], &key("other"), LONG_BACKOFF, None);
+    // Its backoff ends after p's old heap entry's, which is popped first and must be skipped.
+    set_backoff_until(&q, "other", Instant::now() + Duration::from_secs(3600));
+    q.on_event(NODE_ADD, None, node("n3"));
+    assert_eq!(q.lengths(), (0, 1, 1, 0));
+    assert_eq!(pop_names(&q, 1), ["other"], "p's old entry is not popped");
+    assert_eq!(q.lengths(), (0, 0, 1, 0), "p still waits for its event");
+
+    // Failed with an error, in the error backoffQ.
+    let q = queue();
+    q.add(pod("p", 0), None);
+    let p = q.pop().expect("p");
+    q.requeue_with_backoff(&key("p"), LONG_BACKOFF);
+    assert_eq!(q.lengths(), (0, 1, 0, 0));
+    q.activate(&p.pod.pod);
+    assert_eq!(q.lengths(), (1, 0, 0, 0), "its backoff skipped");
+    assert_eq!(pop_names(&q, 1), ["p"]);
+    q.add_unschedulable(&["Affinity"], &key("p"), LONG_BACKOFF, None);
+    expire_backoffs(&q);
+    flush(&q);
+    assert_eq!(
+        q.lengths(),
+        (0, 0, 1, 0),
+        "the flush skips p's old entry: p still waits for its event"
+    );
+}
+
+/// upstream's TestPriorityQueue_Activate, "pod already in activeQ": nothing changes, and the pod
+/// is popped once.
+#[test]
+fn activating_a_pod_in_active_q_changes_nothing() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.activate(&pod("p", 0).pod);
+    assert_eq!(q.lengths(), (1, 0, 0, 0));
+    assert_eq!(pop_names(&q, 1), ["p"]);
+    assert_eq!(q.lengths(), (0, 0, 0, 0), "popped once");
+}
+
+/// upstream's Test_InFlightPods, "One intermediate Pod registered in inFlightPods is enqueued
+/// back to activeQ": a pod landing in the middle keeps the events the earlier pod in flight
+/// still needs; a pod replays only the events since its own pop.
+#[test]
+fn events_are_kept_for_earlier_pods_in_flight_and_replayed_only_from_each_pods_pop() {
+    let q = queue();
+    for name in ["p1", "p2", "p3"] {
+        q.add(pod(name, 0), None);
+    }
+    assert_eq!(q.pop().expect("p1").pod.name(), "p1");
+    q.on_event(NODE_ADD, None, node("n1"));
+    assert_eq!(q.pop().expect("p2").pod.name(), "p2");
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.pop().expect("p3").pod.name(), "p3");
+    q.on_event(ASSIGNED_POD_ADD, None, bound("db-0", "db"));
+    assert_eq!(q.kept_events(), 3);
+
+    q.requeue_with_backoff(&key("p2"), LONG_BACKOFF);
+    assert_eq!(q.lengths(), (0, 1, 0, 0), "an error backs off");
+    assert_eq!(q.kept_events(), 3, "p1 still needs every event");
+
+    q.add_unschedulable(&["Fit"], &key("p3"), LONG_BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 1, 1, 0),
+        "p3 is parked: the nodes came before its pop"
+    );
+    q.add_unschedulable(&["Fit"], &key("p1"), LONG_BACKOFF, None);
+    assert_eq!(
+        q.lengths(),
+        (0, 2, 1, 0),
+        "p1 backs off: a node came during its attempt"
+    );
+    assert_eq!(q.kept_events(), 0, "no pod in flight keeps no events");
+}
+
+/// upstream's Test_isPodWorthRequeuing, "return Skip when the event is wildcard, but the wildcard
+/// targets a different pod", and TestPriorityQueue_Activate, "pod not in
+/// unschedulableEntities/backoffQ and not in-flight": activating one pod in flight requeues that
+/// pod alone when it fails; another pod in flight is parked.
+#[test]
+fn activating_one_pod_in_flight_does_not_requeue_another() {
+    let q = queue();
+    q.add(pod("a", 0), None);
+    q.add(pod("b", 0), None);
+    let a = q.pop().expect("a");
+    assert_eq!(a.pod.name(), "a");
+    q.pop().expect("b");
+    q.activate(&a.pod.pod);
+    q.add_unschedulable(&["Fit"], &key("b"), LONG_BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 0, 1, 0), "b is parked");
+    q.add_unschedulable(&["Fit"], &key("a"), LONG_BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 1, 1, 0), "a is requeued");
+}
+
+/// upstream's TestPriorityQueue_MoveAllToActiveOrBackoffQueueWithQueueingHint, "Queue queues pod
+/// to activeQ if Pod is not backing off", and the last block of
+/// TestPriorityQueue_MoveAllToActiveOrBackoffQueue: an event that helps a pod whose backoff has
+/// ended sends it straight to activeQ, where its failure time puts it ahead of pods added later;
+/// a pod the event cannot help stays, whatever its backoff.
+#[test]
+fn an_event_moves_a_pod_whose_backoff_ended_straight_to_active_q() {
+    let q = queue();
+    q.add(pod("p", 0), None);
+    q.add(pod("stuck", 0), None);
+    assert_eq!(pop_names(&q, 2), ["p", "stuck"]);
+    q.add_unschedulable(&["Fit"], &key("p"), BACKOFF, None);
+    q.add_unschedulable(&["Affinity"], &key("stuck"), BACKOFF, None);
+    let past = long_ago(Duration::from_secs(2));
+    set_backoff_until(&q, "p", past);
+    set_backoff_until(&q, "stuck", past);
+    set_timestamp(&q, "p", long_ago(Duration::from_secs(1)));
+    q.add(pod("later", 0), None);
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (2, 0, 1, 0), "p in activeQ, not backoffQ");
+    assert_eq!(pop_names(&q, 2), ["p", "later"]);
+    assert_eq!(q.lengths(), (0, 0, 1, 0), "stuck waits for its event");
+}
+
+/// upstream's TestPodTimestamp, "add one pod to BackoffQ and move it to activeQ": a pod whose
+/// backoff ends keeps its timestamp, so it goes before a pod added after its failure.
+#[test]
+fn a_pod_whose_backoff_ends_keeps_its_place_before_pods_added_after_its_failure() {
+    let q = queue();
+    q.add(pod("p1", 0), None);
+    q.pop().expect("p1");
+    q.requeue_with_backoff(&key("p1"), BACKOFF);
+    set_timestamp(&q, "p1", long_ago(Duration::from_secs(1)));
+    q.add(pod("p2", 0), None);
+    expire_backoffs(&q);
+    assert_eq!(pop_names(&q, 2), ["p1", "p2"]);
+}
+
+/// upstream's TestPodFailedSchedulingMultipleTimesDoesNotBlockNewerPod: a pod that fails again
+/// goes behind a pod of its priority added during its attempt.
+#[test]
+fn a_pod_failing_again_does_not_block_a_newer_pod() {
+    let q = queue();
+    q.add(pod("unschedulable", 1000), None);
+    q.pop().expect("unschedulable");
+    q.add_unschedulable(&["Fit"], &key("unschedulable"), NO_BACKOFF, None);
+    q.on_event(TIMEOUT, None, None);
+    assert_eq!(pop_names(&q, 1), ["unschedulable"]);
+    q.add(pod("newer", 1000), None);
+    q.add_unschedulable(&["Fit"], &key("unschedulable"), NO_BACKOFF, None);
+    q.on_event(TIMEOUT, None, None);
+    assert_eq!(q.lengths(), (2, 0, 0, 0));
+    assert_eq!(pop_names(&q, 1), ["newer"]);
+}
+
+/// upstream's TestRecentlyTriedPodsGoBack: a pod retried after a failure is popped after the
+/// pods of its priority that waited all along.
+#[test]
+fn a_recently_tried_pod_goes_behind_the_pods_that_waited() {
+    let q = queue();
+    for i in 0..5 {
+        q.add(pod(&format!("p{i}"), 1000), None);
+    }
+    let tried = q.pop().expect("a pod");
+    assert_eq!(tried.pod.name(), "p0");
+    q.add_unschedulable(&["Fit"], &key("p0"), NO_BACKOFF, None);
+    q.on_event(TIMEOUT, None, None);
+    assert_eq!(pop_names(&q, 5), ["p1", "p2", "p3", "p4", "p0"]);
+}
+
+/// upstream's TestPriorityQueue_AddUnschedulablePodIfNotPresent_Backoff, with Test_InFlightPods'
+/// "events before popping Pod are ignored when Pod is enqueued back to queue": a wildcard event
+/// while nine pods are in flight sends each of them to backoffQ when it fails, whatever its
+/// hints; a pod popped after the event does not see it.
+#[test]
+fn a_wildcard_event_during_many_attempts_sends_every_rejected_pod_to_backoff() {
+    let q = queue();
+    for i in 0..10 {
+        q.add(pod(&format!("p{i}"), i), None);
+    }
+    let want: Vec<String> = (1..10).rev().map(|i| format!("p{i}")).collect();
+    assert_eq!(pop_names(&q, 9), want);
+    q.on_event(TIMEOUT, None, None);
+    assert_eq!(pop_names(&q, 1), ["p0"]);
+    for i in 1..10 {
+        q.add_unschedulable(&["Affinity"], &key(&format!("p{i}")), LONG_BACKOFF, None);
+    }
+    assert_eq!(q.lengths(), (0, 9, 0, 0), "all nine back off");
+    assert_eq!(q.kept_events(), 0, "p0 was popped after the event");
+    q.add_unschedulable(&["Affinity"], &key("p0"), LONG_BACKOFF, None);
+    assert_eq!(q.lengths(), (0, 9, 1, 0), "p0 is parked");
+}
+
+/// upstream's TestPriorityQueue_Delete, "Delete pod from activeQ", "Delete pod from backoffQ",
+/// "Delete pod from unschedulablePods" and "Delete non-existing pod": a deleted pod is never
+/// popped nor moved again, and the other pods stay poppable.
+#[test]
+fn a_deleted_pod_is_never_popped_and_the_others_stay() {
+    // From activeQ.
+    let q = queue();
+    q.add(pod("a", 10), None);
+    q.add(pod("b", 0), None);
+    assert!(q.delete(&key("a")));
+    assert_eq!(pop_names(&q, 1), ["b"]);
+    assert_eq!(q.lengths(), (0, 0, 0, 0));
+    assert!(!q.contains(&key("a")));
+
+    // From backoffQ: its heap entry, ending first, is skipped.
+    let q = queue();
+    q.add(pod("a", 0), None);
+    q.add(pod("c", 0), None);
+    assert_eq!(pop_names(&q, 2), ["a", "c"]);
+    q.add_unschedulable(&["Fit"], &key("a"), LONG_BACKOFF, None);
+    q.add_unschedulable(&["Fit"], &key("c"), LONG_BACKOFF, None);
+    set_backoff_until(&q, "c", Instant::now() + Duration::from_secs(3600));
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 2, 0, 0));
+    assert!(q.delete(&key("a")));
+    q.add(pod("b", 0), None);
+    assert_eq!(pop_names(&q, 2), ["b", "c"]);
+    assert_eq!(q.lengths(), (0, 0, 0, 0));
+
+    // From the error backoffQ: its backoff ending moves nothing.
+    let q = queue();
+    q.add(pod("e", 0), None);
+    q.pop().expect("e");
+    q.requeue_with_backoff(&key("e"), LONG_BACKOFF);
+    assert!(q.delete(&key("e")));
+    expire_backoffs(&q);
+    flush(&q);
+    assert_eq!(q.lengths(), (0, 0, 0, 0));
+    assert!(!q.contains(&key("e")));
+
+    // From the unschedulable pool: an event that would have moved it moves nothing.
+    let q = queue();
+    q.add(pod("u", 0), None);
+    q.pop().expect("u");
+    q.add_unschedulable(&["Affinity"], &key("u"), NO_BACKOFF, None);
+    assert!(!q.delete(&key("u")));
+    q.on_event(ASSIGNED_POD_ADD, None, bound("web-0", "web"));
+    assert_eq!(q.lengths(), (0, 0, 0, 0));
+    assert!(!q.contains(&key("u")));
+
+    // A pod the queue does not hold.
+    let q = queue();
+    q.add(pod("x", 0), None);
+    assert!(!q.delete(&key("never")));
+    assert_eq!(q.lengths(), (1, 0, 0, 0));
+    assert_eq!(pop_names(&q, 1), ["x"]);
+}
+
+/// upstream's TestBackOffFlow (PopFromBackoffQ enabled, 1 s initial and 10 s maximum backoff):
+/// each attempt is counted, the backoff doubles with each rejection up to the maximum
+/// (1, 2, 4, 8, 10, 10, 10 s, ending on a window), an early flush leaves the pod in backoffQ,
+/// and a flush after its backoff moves it to activeQ.
+#[test]
+fn repeated_rejections_back_off_one_two_four_eight_then_ten_seconds() {
+    let backoff = Backoff {
+        initial: Duration::from_secs(1),
+        max: Duration::from_secs(10),
+    };
+    let q = queue();
+    q.add(pod("p", 0), None);
+    for (attempt, secs) in (1u32..).zip([1u64, 2, 4, 8, 10, 10, 10]) {
+        let p = q.pop().expect("p");
+        assert_eq!(p.attempts, attempt);
+        let want = Duration::from_secs(secs);
+        let t = Instant::now();
+        q.add_unschedulable(&["Fit"], &key("p"), backoff, None);
+        let t2 = Instant::now();
+        let until = q
+            .lock()
+            .entries
+            .get(&key("p"))
+            .expect("queued")
+            .backoff_until;
+        assert!(
+            until == Some(q.align(t + want)) || until == Some(q.align(t2 + want)),
+            "attempt {attempt}: the backoff is {secs}s, ending on a window"
+        );
+        q.on_event(TIMEOUT, None, None);
+        assert_eq!(q.lengths(), (0, 1, 0, 0), "attempt {attempt}: in backoffQ");
+        flush(&q);
+        assert_eq!(
+            q.lengths(),
+            (0, 1, 0, 0),
+            "attempt {attempt}: still backing off after an early flush"
+        );
+        expire_backoffs(&q);
+        flush(&q);
+        assert_eq!(
+            q.lengths(),
+            (1, 0, 0, 0),
+            "attempt {attempt}: out of backoffQ once its backoff ended"
+        );
+    }
+}

@@ -128,9 +128,12 @@ fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::testing::NodeBuilder;
     use crate::scheduler::testing::PodBuilder;
+    use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodAffinityTerm, PodAntiAffinity};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
 
     fn term(app: &str) -> PodAffinityTerm {
         PodAffinityTerm {
@@ -203,6 +206,456 @@ mod tests {
             Hint::Skip
         );
         assert_eq!(after_pod_change(&pod, None, Some(&bound("db"))), Hint::Skip);
+    }
+
+    /// The values of upstream's `PodAffinityIn("service", ..)` selectors.
+    const SERVICES: &[&str] = &["securityscan", "value2"];
+
+    /// A selector with one expression, as upstream's `MakeLabelSelector().In(..)` / `.Exists(..)`.
+    fn selector(key: &str, operator: &str, values: &[&str]) -> LabelSelector {
+        LabelSelector {
+            match_expressions: Some(vec![LabelSelectorRequirement {
+                key: key.into(),
+                operator: operator.into(),
+                values: (!values.is_empty())
+                    .then(|| values.iter().map(|v| v.to_string()).collect()),
+            }]),
+            ..Default::default()
+        }
+    }
+
+    /// Upstream's `st.MakePod()` inter-pod affinity helpers: each call appends one required term
+    /// (`PodAffinityWithRequiredReq` / `PodAntiAffinityWithRequiredReq`).
+    trait RequiredTerms: Sized {
+        fn required_term(self, anti: bool, topology_key: &str, selector: LabelSelector) -> Self;
+
+        fn affinity_in(self, key: &str, topology_key: &str, values: &[&str]) -> Self {
+            self.required_term(false, topology_key, selector(key, "In", values))
+        }
+
+        fn affinity_exists(self, key: &str, topology_key: &str) -> Self {
+            self.required_term(false, topology_key, selector(key, "Exists", &[]))
+        }
+
+        fn anti_affinity_in(self, key: &str, topology_key: &str, values: &[&str]) -> Self {
+            self.required_term(true, topology_key, selector(key, "In", values))
+        }
+    }
+
+    impl RequiredTerms for PodBuilder {
+        fn required_term(self, anti: bool, topology_key: &str, selector: LabelSelector) -> Self {
+            let term = PodAffinityTerm {
+                label_selector: Some(selector),
+                topology_key: topology_key.into(),
+                ..Default::default()
+            };
+            self.with(|p| {
+                let affinity = p
+                    .spec
+                    .get_or_insert_with(Default::default)
+                    .affinity
+                    .get_or_insert_with(Default::default);
+                let terms = if anti {
+                    affinity
+                        .pod_anti_affinity
+                        .get_or_insert_with(Default::default)
+                        .required_during_scheduling_ignored_during_execution
+                        .get_or_insert_with(Vec::new)
+                } else {
+                    affinity
+                        .pod_affinity
+                        .get_or_insert_with(Default::default)
+                        .required_during_scheduling_ignored_during_execution
+                        .get_or_insert_with(Vec::new)
+                };
+                terms.push(term);
+            })
+        }
+    }
+
+    /// Upstream's target pod `st.MakePod().UID("p").Name("p")`.
+    fn target() -> PodBuilder {
+        PodBuilder::new("p").uid("p")
+    }
+
+    /// Upstream's `st.MakePod().UID("other")`: not placed.
+    fn other() -> PodBuilder {
+        PodBuilder::new("other").uid("other")
+    }
+
+    /// Upstream's `st.MakePod().UID("other").Node("fake-node")`.
+    fn other_on_fake_node() -> PodBuilder {
+        other().node_name("fake-node")
+    }
+
+    /// Upstream's `.NominatedNodeName("fake-node")`.
+    fn nominated(pod: PodBuilder) -> PodBuilder {
+        pod.with(|p| {
+            p.status = Some(PodStatus {
+                nominated_node_name: Some("fake-node".into()),
+                ..Default::default()
+            });
+        })
+    }
+
+    fn pod_event(pod: Option<PodBuilder>) -> Option<EventObject> {
+        pod.map(|p| EventObject::Pod(Arc::new(p.build())))
+    }
+
+    /// Upstream `Test_isSchedulableAfterAssignedPodChange` (interpodaffinity/plugin_test.go),
+    /// every row: (name, target pod, old pod, new pod, hint).
+    #[test]
+    fn upstream_is_schedulable_after_assigned_pod_change() {
+        let affinity = || target().affinity_in("service", "region", SERVICES);
+        let anti = || target().anti_affinity_in("service", "region", SERVICES);
+        let two_affinity_terms = || {
+            target()
+                .affinity_exists("aaa", "hostname")
+                .affinity_exists("bbb", "hostname")
+        };
+        let two_anti_terms = || {
+            target()
+                .anti_affinity_in("service", "region", &["securityscan"])
+                .anti_affinity_in("app", "region", &["web"])
+        };
+        let rows = [
+            (
+                "add a pod which matches the pod affinity",
+                affinity(),
+                None,
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Hint::Queue,
+            ),
+            (
+                "add an un-scheduled pod",
+                affinity(),
+                None,
+                Some(other().label("service", "securityscan")),
+                Hint::Skip,
+            ),
+            (
+                "add a pod which doesn't match the pod affinity",
+                affinity(),
+                None,
+                Some(other_on_fake_node().label("aaa", "a")),
+                Hint::Skip,
+            ),
+            (
+                "update a pod from non-match to match pod affinity",
+                affinity(),
+                Some(other_on_fake_node().label("aaa", "a")),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Hint::Queue,
+            ),
+            (
+                "the updating pod matches target pod's affinity both before and after label changes",
+                affinity(),
+                Some(other_on_fake_node().label("service", "value2")),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Hint::Skip,
+            ),
+            (
+                "update an un-scheduled pod",
+                affinity(),
+                Some(other().label("aaa", "a")),
+                Some(other().label("service", "securityscan")),
+                Hint::Skip,
+            ),
+            (
+                "update a pod from match to non-match the pod affinity",
+                affinity(),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Some(other_on_fake_node().label("aaa", "a")),
+                Hint::Skip,
+            ),
+            (
+                "update a pod from match to non-match pod's affinity - multiple terms case",
+                two_affinity_terms(),
+                Some(other_on_fake_node().label("aaa", "a")),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Hint::Skip,
+            ),
+            (
+                "update a pod from non-match to match pod's affinity - multiple terms case",
+                two_affinity_terms(),
+                Some(other_on_fake_node().label("aaa", "a")),
+                Some(other_on_fake_node().label("aaa", "").label("bbb", "")),
+                Hint::Queue,
+            ),
+            (
+                "modify pod label to change it from satisfying pod anti-affinity to not satisfying anti-affinity",
+                anti(),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Some(other_on_fake_node().label("service", "aaaa")),
+                Hint::Queue,
+            ),
+            (
+                "modify pod label to change it from not satisfying pod anti-affinity to satisfying anti-affinity",
+                anti(),
+                Some(other_on_fake_node().label("service", "bbb")),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                Hint::Skip,
+            ),
+            (
+                "delete a pod which doesn't match pod's anti-affinity",
+                anti(),
+                Some(other_on_fake_node().label("aaa", "a")),
+                None,
+                Hint::Skip,
+            ),
+            (
+                "delete a pod which matches pod's anti-affinity",
+                anti(),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                None,
+                Hint::Queue,
+            ),
+            (
+                "delete a pod with anti-affinity that matches pending pod",
+                PodBuilder::new("p").label("service", "securityscan"),
+                Some(
+                    PodBuilder::new("deleted")
+                        .node_name("fake-node")
+                        .anti_affinity_in("service", "region", SERVICES),
+                ),
+                None,
+                Hint::Queue,
+            ),
+            (
+                "delete a pod with anti-affinity that doesn't match pending pod",
+                PodBuilder::new("p").label("service", "foo"),
+                Some(
+                    PodBuilder::new("deleted")
+                        .node_name("fake-node")
+                        .anti_affinity_in("service", "region", SERVICES),
+                ),
+                None,
+                Hint::Skip,
+            ),
+            (
+                "delete a pod which doesn't match pending pod's anti-affinity and has anti-affinity that doesn't match pending pod",
+                PodBuilder::new("p")
+                    .anti_affinity_in("service", "region", SERVICES)
+                    .label("service", "foo"),
+                Some(
+                    PodBuilder::new("deleted")
+                        .node_name("fake-node")
+                        .anti_affinity_in("service", "region", SERVICES)
+                        .label("service", "foo"),
+                ),
+                None,
+                Hint::Skip,
+            ),
+            (
+                "delete a nominated pod which doesn't match pod's anti-affinity",
+                PodBuilder::new("p").anti_affinity_in("service", "region", SERVICES),
+                Some(nominated(PodBuilder::new("deleted").label("aaa", "a"))),
+                None,
+                Hint::Skip,
+            ),
+            (
+                "delete a nominated pod which matches pod's anti-affinity",
+                PodBuilder::new("p").anti_affinity_in("service", "region", SERVICES),
+                Some(nominated(
+                    PodBuilder::new("deleted").label("service", "securityscan"),
+                )),
+                None,
+                Hint::Queue,
+            ),
+            (
+                "modify pod label to change it from matching only one of target pod's anti-affinity terms to matching none",
+                two_anti_terms(),
+                Some(
+                    other_on_fake_node()
+                        .label("service", "securityscan")
+                        .label("app", "bar"),
+                ),
+                Some(
+                    other_on_fake_node()
+                        .label("service", "foo")
+                        .label("app", "bar"),
+                ),
+                Hint::Queue,
+            ),
+            (
+                "modify pod label but it still matches one of target pod's anti-affinity terms",
+                two_anti_terms(),
+                Some(
+                    other_on_fake_node()
+                        .label("service", "securityscan")
+                        .label("app", "bar"),
+                ),
+                Some(
+                    other_on_fake_node()
+                        .label("service", "foo")
+                        .label("app", "web"),
+                ),
+                Hint::Skip,
+            ),
+            (
+                "delete a pod which matches only one of target pod's anti-affinity terms",
+                two_anti_terms(),
+                Some(other_on_fake_node().label("service", "securityscan")),
+                None,
+                Hint::Queue,
+            ),
+            (
+                "delete a pod with anti-affinity that matches pending pod on only one term",
+                PodBuilder::new("p").label("service", "securityscan"),
+                Some(
+                    other_on_fake_node()
+                        .anti_affinity_in("service", "region", &["securityscan"])
+                        .anti_affinity_in("app", "region", &["web"]),
+                ),
+                None,
+                Hint::Queue,
+            ),
+        ];
+        assert_eq!(rows.len(), 22, "every upstream row");
+        for (name, pod, old, new, want) in rows {
+            let (old, new) = (pod_event(old), pod_event(new));
+            assert_eq!(
+                after_pod_change(&pod.info(), old.as_ref(), new.as_ref()),
+                want,
+                "{name}"
+            );
+        }
+    }
+
+    /// Upstream `Test_isSchedulableAfterTargetPodUpdateLabel`: the pending pod's own label
+    /// update requeues it (tether folds that hint into `after_pod_change`, by uid).
+    #[test]
+    fn upstream_is_schedulable_after_target_pod_update_label() {
+        let pod = target().label("foo", "baz");
+        let old = EventObject::Pod(Arc::new(pod.clone().build()));
+        let new = EventObject::Pod(Arc::new(pod.clone().build()));
+        assert_eq!(
+            after_pod_change(&pod.info(), Some(&old), Some(&new)),
+            Hint::Queue
+        );
+    }
+
+    /// Upstream `Test_isSchedulableAfterNodeChange` (interpodaffinity/plugin_test.go), every
+    /// row: (name, pending pod, old node, new node, hint). tether's `NodeBuilder` also labels
+    /// each node `kubernetes.io/hostname`, which no term here keys on.
+    #[test]
+    fn upstream_is_schedulable_after_node_change() {
+        let affinity = |topology_key: &str| {
+            PodBuilder::new("p").affinity_in("service", topology_key, SERVICES)
+        };
+        let anti = || {
+            PodBuilder::new("p").required_term(
+                true,
+                "zone",
+                LabelSelector {
+                    match_labels: Some([("another".to_string(), "label".to_string())].into()),
+                    ..Default::default()
+                },
+            )
+        };
+        let node = || NodeBuilder::new("node-a");
+        let rows = [
+            // affinity
+            (
+                "add a new node with matched pod affinity topologyKey",
+                affinity("zone"),
+                None,
+                node().label("zone", "zone1"),
+                Hint::Queue,
+            ),
+            (
+                "add a new node without matched topologyKey",
+                affinity("region"),
+                None,
+                node().label("zone", "zone1"),
+                Hint::Skip,
+            ),
+            (
+                "update node label but not topologyKey",
+                affinity("zone"),
+                Some(node().label("aaa", "a")),
+                node().label("aaa", "b"),
+                Hint::Skip,
+            ),
+            (
+                "update node label that isn't related to the pod affinity",
+                affinity("zone"),
+                Some(node().label("zone", "zone1")),
+                node()
+                    .label("zone", "zone1")
+                    .label("unrelated-label", "unrelated"),
+                Hint::Skip,
+            ),
+            (
+                "update node with different affinity topologyKey value",
+                affinity("zone"),
+                Some(node().label("zone", "zone1")),
+                node().label("zone", "zone2"),
+                Hint::Queue,
+            ),
+            (
+                "update node to have the affinity topology label",
+                affinity("zone"),
+                Some(node().label("aaa", "a")),
+                node().label("zone", "zone1"),
+                Hint::Queue,
+            ),
+            // anti-affinity
+            (
+                "add a new node with matched pod anti-affinity topologyKey",
+                anti(),
+                None,
+                node().label("zone", "zone1"),
+                Hint::Queue,
+            ),
+            (
+                "add a new node without matched pod anti-affinity topologyKey",
+                anti(),
+                None,
+                node(),
+                Hint::Queue,
+            ),
+            (
+                "update node label that isn't related to the pod anti-affinity",
+                anti(),
+                Some(node().label("zone", "zone1")),
+                node()
+                    .label("zone", "zone1")
+                    .label("unrelated-label", "unrelated"),
+                Hint::Skip,
+            ),
+            (
+                "update node with different anti-affinity topologyKey value",
+                anti(),
+                Some(node().label("zone", "zone1")),
+                node().label("zone", "zone2"),
+                Hint::Queue,
+            ),
+            (
+                "update node to have the anti-affinity topology label",
+                anti(),
+                Some(node().label("aaa", "a")),
+                node().label("zone", "zone1"),
+                Hint::Skip,
+            ),
+            (
+                "update node label not to have anti-affinity topology label",
+                anti(),
+                Some(node().label("zone", "zone1")),
+                node().label("aaa", "a"),
+                Hint::Queue,
+            ),
+        ];
+        assert_eq!(rows.len(), 12, "every upstream row");
+        for (name, pod, old, new, want) in rows {
+            let old = old.map(|n| EventObject::Node(Arc::new(n.build())));
+            let new = EventObject::Node(Arc::new(new.build()));
+            assert_eq!(
+                after_node_change(&pod.info(), old.as_ref(), Some(&new)),
+                want,
+                "{name}"
+            );
+        }
     }
 }
 
