@@ -47,6 +47,9 @@ pub enum Write {
     Eviction,
     /// VolumeBinding's PreBind writes (a volume's `claimRef`, a claim's `selected-node`).
     VolumeBinding,
+    /// DynamicResources' writes: a claim's allocation and reservation (PreBind), the pod's
+    /// reservation taken back (Unreserve), a claim deallocated (PostFilter).
+    DynamicResources,
 }
 
 /// Why a write was refused or abandoned.
@@ -247,7 +250,7 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
-    const ALL: [Write; 9] = [
+    const ALL: [Write; 10] = [
         Write::Bind,
         Write::History,
         Write::ProfileStatus,
@@ -257,6 +260,7 @@ mod tests {
         Write::Event,
         Write::Eviction,
         Write::VolumeBinding,
+        Write::DynamicResources,
     ];
 
     #[test]

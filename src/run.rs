@@ -23,6 +23,7 @@ use crate::leader::{self, Leadership, LeaseConfig};
 use crate::recorder::EventWriter;
 use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::eventhandlers::{self, EventHandlers};
+use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::{self, DisruptionBudgets};
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
@@ -281,6 +282,7 @@ struct Parts {
     owners: Arc<OwnerCache>,
     bindings: Arc<BindingIndex>,
     storage: Arc<StorageIndex>,
+    devices: Arc<DeviceIndex>,
     budgets: Arc<DisruptionBudgets>,
 }
 
@@ -313,6 +315,7 @@ fn build_scheduler(
     let owners = Arc::new(OwnerCache::with_kinds(config.owner_kinds.clone()));
     let bindings = Arc::new(BindingIndex::default());
     let storage = Arc::new(StorageIndex::default());
+    let devices = Arc::new(DeviceIndex::default());
     let budgets = Arc::new(DisruptionBudgets::default());
 
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
@@ -355,6 +358,7 @@ fn build_scheduler(
     let handle = Handle {
         client: Some(client.clone()),
         storage: storage.clone(),
+        devices: devices.clone(),
         budgets: budgets.clone(),
         events: Some(
             EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
@@ -377,6 +381,7 @@ fn build_scheduler(
         owners,
         bindings,
         storage,
+        devices,
         budgets,
     })
 }
@@ -409,6 +414,15 @@ async fn start_watches_and_controllers(
             "the storage watches",
             eventhandlers::storage::run_watches(
                 parts.storage.clone(),
+                parts.sched.clone(),
+                client.clone(),
+                readiness,
+            ),
+        )),
+        tokio::spawn(fatal.forever(
+            "the DRA watches",
+            eventhandlers::storage::run_device_watches(
+                parts.devices.clone(),
                 parts.sched.clone(),
                 client.clone(),
                 readiness,

@@ -286,6 +286,7 @@ impl ClusterState {
             bindings,
             history: None,
             storage,
+            devices: Arc::new(crate::scheduler::informers::devices::DeviceIndex::default()),
             budgets: Arc::new(DisruptionBudgets::default()),
             events: None,
             // No client: nothing is written.

@@ -1,6 +1,7 @@
-//! The watches of storage objects: each change goes into the [`StorageIndex`] and, as a cluster
-//! event, to the queue (a volume bound, a class added, a CSINode's limit raised may make a
-//! rejected pod schedulable).
+//! The watches of storage and device objects: each change goes into its index (the
+//! [`StorageIndex`], the [`DeviceIndex`]) and, as a cluster event, to the queue (a volume bound,
+//! a class added, a CSINode's limit raised, a ResourceSlice published, a claim deallocated may
+//! make a rejected pod schedulable).
 
 use std::collections::HashSet;
 use std::fmt::Debug;
@@ -8,6 +9,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
 };
@@ -17,16 +19,19 @@ use serde::de::DeserializeOwned;
 use crate::k8s::volumes::version_of;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::events::{ActionType, ClusterEvent, StorageObject};
-use crate::scheduler::informers::storage::{StorageIndex, Stored};
+use crate::scheduler::framework::needs::{DRA_PLUGINS, VOLUME_PLUGINS};
+use crate::scheduler::informers::Keeps;
+use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::informers::storage::StorageIndex;
 use crate::watch::{self, Index, Readiness};
 
-/// Feeds one kind of storage object into the index and its changes to the queue.
-pub struct StorageFeed {
-    pub index: Arc<StorageIndex>,
+/// Feeds watched objects into an index and their changes to the queue.
+pub struct Feed<I> {
+    pub index: Arc<I>,
     pub sched: Arc<Scheduler>,
 }
 
-impl StorageFeed {
+impl<I> Feed<I> {
     fn tell<K: StorageObject>(&self, action: ActionType, old: Option<Arc<K>>, new: Option<Arc<K>>) {
         self.sched.queue.on_event(
             ClusterEvent::new(K::RESOURCE, action),
@@ -40,9 +45,10 @@ fn key_of<K: kube::Resource>(obj: &K) -> (Option<String>, Option<String>) {
     (obj.meta().namespace.clone(), obj.meta().name.clone())
 }
 
-impl<K> Index<K> for StorageFeed
+impl<K, I> Index<K> for Feed<I>
 where
-    K: Stored + StorageObject + kube::Resource,
+    K: StorageObject + kube::Resource,
+    I: Keeps<K>,
 {
     fn apply(&self, obj: K) {
         let obj = Arc::new(obj);
@@ -71,7 +77,7 @@ where
 
     /// A re-list: what changed meanwhile is told as adds, updates and deletes.
     fn reset(&self, objs: Vec<K>) {
-        let before = self.index.all::<K>();
+        let before = Keeps::<K>::all(self.index.as_ref());
         let objs: Vec<Arc<K>> = objs.into_iter().map(Arc::new).collect();
         let seen: HashSet<_> = objs.iter().map(|o| key_of(o.as_ref())).collect();
         let olds: Vec<Option<Arc<K>>> = objs
@@ -97,15 +103,16 @@ where
     }
 }
 
-fn run_one<K>(
-    feed: Arc<StorageFeed>,
+fn run_one<K, I>(
+    feed: Arc<Feed<I>>,
     client: kube::Client,
     what: &'static str,
+    plugins: &'static [&'static str],
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static
 where
-    K: Stored
-        + StorageObject
+    I: Keeps<K>,
+    K: StorageObject
         + kube::Resource<DynamicType = ()>
         + Clone
         + Debug
@@ -114,10 +121,7 @@ where
         + Sync
         + 'static,
 {
-    let registered = readiness.register_for(
-        what,
-        crate::watch::Need::Plugins(crate::scheduler::framework::needs::VOLUME_PLUGINS),
-    );
+    let registered = readiness.register_for(what, crate::watch::Need::Plugins(plugins));
     async move {
         watch::run(Api::<K>::all(client), what, Some(registered), feed.as_ref()).await;
     }
@@ -131,28 +135,60 @@ pub fn run_watches(
     client: kube::Client,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let feed = Arc::new(StorageFeed { index, sched });
+    let feed = Arc::new(Feed { index, sched });
+    let v = VOLUME_PLUGINS;
     let watches = (
-        run_one::<PersistentVolume>(feed.clone(), client.clone(), "persistentvolumes", readiness),
-        run_one::<PersistentVolumeClaim>(
+        run_one::<PersistentVolume, _>(
+            feed.clone(),
+            client.clone(),
+            "persistentvolumes",
+            v,
+            readiness,
+        ),
+        run_one::<PersistentVolumeClaim, _>(
             feed.clone(),
             client.clone(),
             "persistentvolumeclaims",
+            v,
             readiness,
         ),
-        run_one::<StorageClass>(feed.clone(), client.clone(), "storageclasses", readiness),
-        run_one::<CSINode>(feed.clone(), client.clone(), "csinodes", readiness),
-        run_one::<CSIDriver>(feed.clone(), client.clone(), "csidrivers", readiness),
-        run_one::<CSIStorageCapacity>(
+        run_one::<StorageClass, _>(feed.clone(), client.clone(), "storageclasses", v, readiness),
+        run_one::<CSINode, _>(feed.clone(), client.clone(), "csinodes", v, readiness),
+        run_one::<CSIDriver, _>(feed.clone(), client.clone(), "csidrivers", v, readiness),
+        run_one::<CSIStorageCapacity, _>(
             feed.clone(),
             client.clone(),
             "csistoragecapacities",
+            v,
             readiness,
         ),
-        run_one::<VolumeAttachment>(feed, client, "volumeattachments", readiness),
+        run_one::<VolumeAttachment, _>(feed, client, "volumeattachments", v, readiness),
     );
     async move {
         let (a, b, c, d, e, f, g) = watches;
         tokio::join!(a, b, c, d, e, f, g);
+    }
+}
+
+/// The DRA watches (ResourceSlices, DeviceClasses, ResourceClaims, DeviceTaintRules),
+/// registered in `readiness` now for DynamicResources alone; the returned future runs them
+/// until the process stops.
+pub fn run_device_watches(
+    index: Arc<DeviceIndex>,
+    sched: Arc<Scheduler>,
+    client: kube::Client,
+    readiness: &Arc<Readiness>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let feed = Arc::new(Feed { index, sched });
+    let d = DRA_PLUGINS;
+    let watches = (
+        run_one::<ResourceSlice, _>(feed.clone(), client.clone(), "resourceslices", d, readiness),
+        run_one::<DeviceClass, _>(feed.clone(), client.clone(), "deviceclasses", d, readiness),
+        run_one::<ResourceClaim, _>(feed.clone(), client.clone(), "resourceclaims", d, readiness),
+        run_one::<DeviceTaintRule, _>(feed, client, "devicetaintrules", d, readiness),
+    );
+    async move {
+        let (a, b, c, d) = watches;
+        tokio::join!(a, b, c, d);
     }
 }

@@ -10,6 +10,7 @@ use std::ops::BitOr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
 };
@@ -38,6 +39,10 @@ pub enum EventResource {
     CSIDriver,
     CSIStorageCapacity,
     VolumeAttachment,
+    ResourceClaim,
+    ResourceSlice,
+    DeviceClass,
+    DeviceTaintRule,
     /// Every resource (only with [`ActionType::ALL`]: an event that moves every pod).
     WildCard,
 }
@@ -57,6 +62,10 @@ impl EventResource {
             EventResource::CSIDriver => "CSIDriver",
             EventResource::CSIStorageCapacity => "CSIStorageCapacity",
             EventResource::VolumeAttachment => "VolumeAttachment",
+            EventResource::ResourceClaim => "ResourceClaim",
+            EventResource::ResourceSlice => "ResourceSlice",
+            EventResource::DeviceClass => "DeviceClass",
+            EventResource::DeviceTaintRule => "DeviceTaintRule",
             EventResource::WildCard => "*",
         }
     }
@@ -229,6 +238,10 @@ pub enum EventObject {
     CSIDriver(Arc<CSIDriver>),
     CSIStorageCapacity(Arc<CSIStorageCapacity>),
     VolumeAttachment(Arc<VolumeAttachment>),
+    ResourceClaim(Arc<ResourceClaim>),
+    ResourceSlice(Arc<ResourceSlice>),
+    DeviceClass(Arc<DeviceClass>),
+    DeviceTaintRule(Arc<DeviceTaintRule>),
 }
 
 impl EventObject {
@@ -263,7 +276,7 @@ impl EventObject {
     }
 }
 
-/// The storage kinds an event can be about: how each is wrapped, and the resource it names.
+/// The storage and device kinds an event can be about: how each is wrapped, and the resource it names.
 pub trait StorageObject: Sized {
     const RESOURCE: EventResource;
     fn wrap(obj: Arc<Self>) -> EventObject;
@@ -294,6 +307,10 @@ storage_object!(CSINode);
 storage_object!(CSIDriver);
 storage_object!(CSIStorageCapacity);
 storage_object!(VolumeAttachment);
+storage_object!(ResourceClaim);
+storage_object!(ResourceSlice);
+storage_object!(DeviceClass);
+storage_object!(DeviceTaintRule);
 
 /// The objects of a storage event, before and after.
 pub fn objects<'a, K: StorageObject>(
@@ -639,6 +656,9 @@ pub trait HintSource: Send + Sync {
     fn hints(&self, scheduler_name: &str) -> Option<Arc<QueueingHints>>;
     /// Whether any profile registered an event covering `event`.
     fn interested_in(&self, event: &ClusterEvent) -> bool;
+    /// Runs the PreEnqueue plugins of the profile that serves a schedulerName: the plugin
+    /// that still holds `pod` back, if any (`None` too when no profile serves the name).
+    fn pre_enqueue(&self, scheduler_name: &str, pod: &PodInfo) -> Option<&'static str>;
 }
 
 #[cfg(test)]

@@ -12,6 +12,9 @@ pub const VOLUME_PLUGINS: &[&str] = &[
     "NodeVolumeLimits",
 ];
 
+/// The DRA watches (ResourceSlices, DeviceClasses, ResourceClaims, DeviceTaintRules).
+pub const DRA_PLUGINS: &[&str] = &["DynamicResources"];
+
 /// The PodDisruptionBudget watch: victims are chosen against the budgets.
 pub const PREEMPTION_PLUGINS: &[&str] = &["DefaultPreemption"];
 

@@ -204,4 +204,13 @@ impl HintSource for ProfileRegistry {
     fn interested_in(&self, event: &ClusterEvent) -> bool {
         self.read().values().any(|p| p.hints.interested_in(event))
     }
+
+    fn pre_enqueue(
+        &self,
+        scheduler_name: &str,
+        pod: &crate::scheduler::framework::pod_info::PodInfo,
+    ) -> Option<&'static str> {
+        self.get(scheduler_name)
+            .and_then(|p| p.run_pre_enqueue(pod))
+    }
 }

@@ -1,9 +1,24 @@
 //! Watch-fed indexes of the cluster that plugins read besides the snapshot, as kube-scheduler's
 //! plugins read informers' listers through the framework handle: the storage objects (volumes,
-//! claims, classes, CSI objects, with the assume cache over volumes and claims), the
+//! claims, classes, CSI objects, with the assume cache over volumes and claims), the DRA objects
+//! (ResourceSlices, DeviceClasses, ResourceClaims with their in-flight allocations), the
 //! PodDisruptionBudgets preemption weighs, and the workload selectors of PodTopologySpread's
 //! default constraints. They know the framework's contracts and nothing above them.
 
+use std::sync::Arc;
+
+pub mod devices;
 pub mod disruption_budgets;
 pub mod selectors;
 pub mod storage;
+
+/// An index that keeps watched objects of kind `K`: what a watch feeding it needs.
+pub trait Keeps<K>: Send + Sync + 'static {
+    fn apply(&self, obj: Arc<K>);
+    fn delete(&self, obj: &K);
+    fn reset(&self, objs: Vec<Arc<K>>);
+    /// The object the index holds under `obj`'s key (before a change), as watched.
+    fn current(&self, obj: &K) -> Option<Arc<K>>;
+    /// Every object of the kind, as watched.
+    fn all(&self) -> Vec<Arc<K>>;
+}

@@ -17,6 +17,7 @@ use k8s_openapi::api::storage::v1::{
 };
 use kube::Resource;
 
+use super::Keeps;
 use crate::k8s::volumes::{self, version_of};
 
 /// Why an assumption could not be made.
@@ -41,7 +42,7 @@ pub struct Assumable<T> {
 }
 
 impl<T: Resource> Assumable<T> {
-    fn new(kind: &'static str) -> Self {
+    pub(crate) fn new(kind: &'static str) -> Self {
         Assumable {
             kind,
             watched: HashMap::new(),
@@ -63,7 +64,7 @@ impl<T: Resource> Assumable<T> {
         self.watched.get(key)
     }
 
-    fn apply(&mut self, key: String, obj: Arc<T>) {
+    pub(crate) fn apply(&mut self, key: String, obj: Arc<T>) {
         let version = version_of(obj.meta());
         if let Some(old) = self.watched.get(&key)
             && version_of(old.meta()) > version
@@ -80,12 +81,12 @@ impl<T: Resource> Assumable<T> {
         self.watched.insert(key, obj);
     }
 
-    fn delete(&mut self, key: &str) {
+    pub(crate) fn delete(&mut self, key: &str) {
         self.watched.remove(key);
         self.assumed.remove(key);
     }
 
-    fn reset(&mut self, objs: impl IntoIterator<Item = (String, Arc<T>)>) {
+    pub(crate) fn reset(&mut self, objs: impl IntoIterator<Item = (String, Arc<T>)>) {
         let fresh: HashMap<String, Arc<T>> = objs.into_iter().collect();
         self.assumed.retain(|k, a| {
             fresh
@@ -97,7 +98,7 @@ impl<T: Resource> Assumable<T> {
 
     /// Serves `obj` for `key` until the watch sends a newer version. The watched object must
     /// exist at the version `obj` was made from.
-    fn assume(&mut self, key: &str, obj: Arc<T>) -> Result<(), AssumeError> {
+    pub(crate) fn assume(&mut self, key: &str, obj: Arc<T>) -> Result<(), AssumeError> {
         let Some(watched) = self.watched.get(key) else {
             return Err(AssumeError::NotFound {
                 kind: self.kind,
@@ -117,7 +118,7 @@ impl<T: Resource> Assumable<T> {
     }
 
     /// Drops the assumption for `key` if it is still the one made at `version`.
-    fn restore(&mut self, key: &str, version: u64) {
+    pub(crate) fn restore(&mut self, key: &str, version: u64) {
         if self
             .assumed
             .get(key)
@@ -125,6 +126,11 @@ impl<T: Resource> Assumable<T> {
         {
             self.assumed.remove(key);
         }
+    }
+
+    /// Every object as the API server last sent it.
+    pub fn watched_values(&self) -> impl Iterator<Item = &Arc<T>> {
+        self.watched.values()
     }
 
     pub fn values(&self) -> impl Iterator<Item = &Arc<T>> {
@@ -308,6 +314,24 @@ impl StorageIndex {
     /// Every object of this kind the index holds.
     pub fn all<K: Stored>(&self) -> Vec<Arc<K>> {
         K::all(&self.read())
+    }
+}
+
+impl<K: Stored> Keeps<K> for StorageIndex {
+    fn apply(&self, obj: Arc<K>) {
+        StorageIndex::apply(self, obj);
+    }
+    fn delete(&self, obj: &K) {
+        StorageIndex::delete(self, obj);
+    }
+    fn reset(&self, objs: Vec<Arc<K>>) {
+        StorageIndex::reset(self, objs);
+    }
+    fn current(&self, obj: &K) -> Option<Arc<K>> {
+        StorageIndex::current(self, obj)
+    }
+    fn all(&self) -> Vec<Arc<K>> {
+        StorageIndex::all(self)
     }
 }
 

@@ -8,6 +8,7 @@ use crate::gate::WriteGate;
 use crate::recorder::EventWriter;
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
+use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins;
@@ -32,6 +33,9 @@ pub struct Handle {
     pub history: Option<Arc<HistoryWriter>>,
     /// Volumes, claims, classes and CSI objects from watches, for the volume plugins.
     pub storage: Arc<StorageIndex>,
+    /// ResourceSlices, DeviceClasses, ResourceClaims and DeviceTaintRules from watches, for
+    /// DynamicResources.
+    pub devices: Arc<DeviceIndex>,
     /// PodDisruptionBudgets from a watch, for DefaultPreemption.
     pub budgets: Arc<DisruptionBudgets>,
     /// Writes events (DefaultPreemption's `Preempted`). `None` in unit tests.
@@ -59,6 +63,7 @@ impl Default for Handle {
             bindings: Arc::new(BindingIndex::default()),
             history: None,
             storage: Arc::new(StorageIndex::default()),
+            devices: Arc::new(DeviceIndex::default()),
             budgets: Arc::new(DisruptionBudgets::default()),
             events: None,
             gate: WriteGate::alone(),
@@ -85,7 +90,7 @@ pub struct Registration {
 pub fn registry() -> Vec<Registration> {
     use plugins::sticky::{placement_history, placement_recorder, sticky_node};
     use plugins::*;
-    let rows: [(&'static str, Factory, i32); 22] = [
+    let rows: [(&'static str, Factory, i32); 23] = [
         (priority_sort::NAME, priority_sort::build, 0),
         (scheduling_gates::NAME, scheduling_gates::build, 0),
         (node_unschedulable::NAME, node_unschedulable::build, 0),
@@ -123,6 +128,11 @@ pub fn registry() -> Vec<Registration> {
             inter_pod_affinity::NAME,
             inter_pod_affinity::build,
             inter_pod_affinity::DEFAULT_WEIGHT,
+        ),
+        (
+            dynamic_resources::NAME,
+            dynamic_resources::build,
+            dynamic_resources::DEFAULT_WEIGHT,
         ),
         (default_preemption::NAME, default_preemption::build, 0),
         (
@@ -169,6 +179,7 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         noderesources::fit::NAME,
         pod_topology_spread::NAME,
         inter_pod_affinity::NAME,
+        dynamic_resources::NAME,
         noderesources::balanced_allocation::NAME,
         image_locality::NAME,
     ];
@@ -188,6 +199,7 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         volume_zone::NAME,
         pod_topology_spread::NAME,
         inter_pod_affinity::NAME,
+        dynamic_resources::NAME,
         default_preemption::NAME,
         noderesources::balanced_allocation::NAME,
         image_locality::NAME,

@@ -31,7 +31,7 @@ fn the_default_profile_is_kube_schedulers() {
     let c = default_profile("tether-scheduler", &Handle::default()).expect("compiles");
     let e = c.effective;
     assert_eq!(e.queue_sort, ["PrioritySort"]);
-    assert_eq!(e.pre_enqueue, ["SchedulingGates"]);
+    assert_eq!(e.pre_enqueue, ["SchedulingGates", "DynamicResources"]);
     assert_eq!(
         e.filter,
         [
@@ -47,12 +47,13 @@ fn the_default_profile_is_kube_schedulers() {
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "DynamicResources",
             "NodeDeclaredFeatures"
         ]
     );
-    assert_eq!(e.reserve, ["VolumeBinding"]);
-    assert_eq!(e.post_filter, ["DefaultPreemption"]);
-    assert_eq!(e.pre_bind, ["VolumeBinding"]);
+    assert_eq!(e.reserve, ["VolumeBinding", "DynamicResources"]);
+    assert_eq!(e.post_filter, ["DynamicResources", "DefaultPreemption"]);
+    assert_eq!(e.pre_bind, ["VolumeBinding", "DynamicResources"]);
     let score: Vec<(&str, i32)> = e
         .score
         .iter()
@@ -67,6 +68,7 @@ fn the_default_profile_is_kube_schedulers() {
             ("VolumeBinding", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
+            ("DynamicResources", 2),
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1)
         ]
@@ -529,8 +531,8 @@ fn a_score_weight_outside_one_to_a_hundred_is_refused_naming_it() {
 }
 
 /// The default profile's PreFilter plugins, in order, as kube-scheduler v1.37.2 expands its
-/// multiPoint set (every default plugin that has a PreFilter; DynamicResources aside, which
-/// tether does not serve yet): 1.37 gave NodeName, NodeUnschedulable and TaintToleration one.
+/// multiPoint set (every default plugin that has a PreFilter): 1.37 gave NodeName,
+/// NodeUnschedulable and TaintToleration one.
 #[test]
 fn the_default_profile_runs_upstreams_pre_filter_plugins_in_order() {
     let c = default_profile("d", &Handle::default()).expect("compiles");
@@ -549,6 +551,7 @@ fn the_default_profile_runs_upstreams_pre_filter_plugins_in_order() {
             "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity",
+            "DynamicResources",
             "NodeDeclaredFeatures",
         ]
     );

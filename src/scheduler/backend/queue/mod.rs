@@ -145,6 +145,9 @@ struct State {
     /// The keys of the pods in the unschedulable pool (and of some that left it since; they are
     /// dropped when the pool is next looked at).
     parked: std::collections::HashSet<String>,
+    /// The keys of the pods PreEnqueue holds back (and of some that left since, dropped as
+    /// for `parked`).
+    gated: std::collections::HashSet<String>,
     closed: bool,
 }
 
@@ -201,6 +204,7 @@ impl SchedulingQueue {
                 in_flight_starts: BTreeMap::new(),
                 last_leftover_flush: now,
                 parked: std::collections::HashSet::new(),
+                gated: std::collections::HashSet::new(),
                 closed: false,
             }),
             ready: Condvar::new(),
@@ -252,6 +256,24 @@ impl SchedulingQueue {
         self.ready.notify_one();
     }
 
+    /// A pod PreEnqueue held back goes to activeQ. As upstream, it keeps its place (its
+    /// timestamp is when it was created, not ungated: Kueue and JobSet create pods gated), and
+    /// its first attempt is timed from now.
+    fn ungate(&self, st: &mut State, key: &str, label: &str) {
+        let Some(entry) = st.entries.get_mut(key) else {
+            return;
+        };
+        entry.pool = Pool::Active;
+        entry.info.gated_by = None;
+        if !entry.activated {
+            entry.activated = true;
+            entry.info.initial_attempt_timestamp = Instant::now();
+        }
+        let info = entry.info.clone();
+        self.push(st, info, None);
+        self.incoming("active", label);
+    }
+
     /// Adds a new pending pod. `gate` is the PreEnqueue plugin holding it, if any.
     pub fn add(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
         let key = pod.uid().to_string();
@@ -276,6 +298,9 @@ impl SchedulingQueue {
         };
         let entry = Entry::new(pod, pool, gate);
         let info = entry.info.clone();
+        if pool == Pool::Gated {
+            st.gated.insert(key.clone());
+        }
         st.entries.insert(key, entry);
         if pool == Pool::Active {
             self.push(&mut st, info, None);
@@ -319,17 +344,7 @@ impl SchedulingQueue {
                 self.push(&mut st, info, Some(until.unwrap_or(self.epoch)));
             }
             Pool::Gated if gate.is_none() => {
-                entry.pool = Pool::Active;
-                // As upstream, an ungated pod keeps its place (its timestamp is when it was
-                // created, not ungated: Kueue and JobSet create pods gated), and its first
-                // attempt is timed from now.
-                if !entry.activated {
-                    entry.activated = true;
-                    entry.info.initial_attempt_timestamp = Instant::now();
-                }
-                let info = entry.info.clone();
-                self.push(&mut st, info, None);
-                self.incoming("active", POD_UPDATE);
+                self.ungate(&mut st, &key, POD_UPDATE);
             }
             Pool::Unschedulable => {
                 let info = entry.info.clone();

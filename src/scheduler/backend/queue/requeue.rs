@@ -3,6 +3,7 @@
 //! isPodWorthRequeuing), events kept while pods are in flight and replayed against a pod whose
 //! attempt fails, and the failed attempt itself (AddUnschedulableIfNotPresent).
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -174,7 +175,54 @@ impl SchedulingQueue {
         }
         let mut st = self.lock();
         self.move_parked(&mut st, &event, old.as_ref(), new.as_ref(), candidate);
+        self.move_gated(&mut st, &event, old.as_ref(), new.as_ref());
         Self::record(&mut st, event, old, new, None);
+    }
+
+    /// The pods PreEnqueue holds back whose gating plugin registered `event` and hints that it
+    /// may help (a claim a pod waits for was created): PreEnqueue is asked again, and a pod
+    /// nothing holds any more goes to activeQ, as upstream moves the gated pods of its
+    /// unschedulable pool. SchedulingGates registers no event: its pods wait for their update.
+    fn move_gated(
+        &self,
+        st: &mut State,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) {
+        if st.gated.is_empty() {
+            return;
+        }
+        let entries = &st.entries;
+        st.gated
+            .retain(|k| entries.get(k).is_some_and(|e| e.pool == Pool::Gated));
+        let keys: Vec<String> = st
+            .gated
+            .iter()
+            .filter_map(|k| st.entries.get(k).map(|e| (k, e)))
+            .filter(|(_, e)| {
+                let Some(gate) = e.info.gated_by else {
+                    return false;
+                };
+                let name = pods::scheduler_name(&e.info.pod.pod);
+                self.hints.hints(name).is_some_and(|h| {
+                    h.worth_requeuing(&e.info.pod, &BTreeSet::from([gate]), event, old, new)
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let label = event.to_string();
+        for key in keys {
+            let Some(entry) = st.entries.get_mut(&key) else {
+                continue;
+            };
+            let name = pods::scheduler_name(&entry.info.pod.pod).to_string();
+            let gate = self.hints.pre_enqueue(&name, &entry.info.pod);
+            entry.info.gated_by = gate;
+            if gate.is_none() {
+                self.ungate(st, &key, &label);
+            }
+        }
     }
 
     /// Tries `pod` again at once (upstream's PriorityQueue.Activate): from the unschedulable

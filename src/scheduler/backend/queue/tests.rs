@@ -23,8 +23,11 @@ impl Plugin for Rejector {
     }
 }
 
-/// Every profile has the same hints: those of the plugins given.
+/// Every profile has the same hints: those of the plugins given. PreEnqueue holds the pods
+/// named in [`HELD`] back, by the plugin "Fit".
 struct Hints(Arc<QueueingHints>);
+
+static HELD: std::sync::Mutex<Vec<&'static str>> = std::sync::Mutex::new(Vec::new());
 
 impl HintSource for Hints {
     fn hints(&self, _scheduler_name: &str) -> Option<Arc<QueueingHints>> {
@@ -32,6 +35,10 @@ impl HintSource for Hints {
     }
     fn interested_in(&self, event: &ClusterEvent) -> bool {
         self.0.interested_in(event)
+    }
+    fn pre_enqueue(&self, _scheduler_name: &str, pod: &PodInfo) -> Option<&'static str> {
+        let held = HELD.lock().unwrap_or_else(|e| e.into_inner());
+        held.contains(&pod.name()).then_some("Fit")
     }
 }
 
@@ -219,6 +226,24 @@ fn gated_pods_wait_until_an_update_clears_the_gate() {
     assert_eq!(q.lengths(), (0, 0, 0, 1), "events do not move gated pods");
     q.update(pod("gated", 0), None);
     assert_eq!(pop_names(&q, 1), ["gated"]);
+}
+
+/// A pod a PreEnqueue plugin with events holds back (DynamicResources while its claim is
+/// missing) is asked again on an event that plugin registered and hints, and goes to activeQ
+/// once nothing holds it; an event it did not register moves nothing.
+#[test]
+fn a_pod_held_by_a_plugin_with_events_is_asked_again_on_them() {
+    let q = queue();
+    HELD.lock().unwrap().push("held-by-fit");
+    q.add(pod("held-by-fit", 0), Some("Fit"));
+    q.on_event(NODE_ADD, None, node("n2"));
+    assert_eq!(q.lengths(), (0, 0, 0, 1), "still held: it stays gated");
+    HELD.lock().unwrap().retain(|n| *n != "held-by-fit");
+    q.on_event(ASSIGNED_POD_ADD, None, bound("other", "db"));
+    assert_eq!(q.lengths(), (0, 0, 0, 1), "Fit registered no bound pod");
+    q.on_event(NODE_ADD, None, node("n3"));
+    assert_eq!(q.lengths(), (1, 0, 0, 0), "asked again, nothing holds it");
+    assert_eq!(pop_names(&q, 1), ["held-by-fit"]);
 }
 
 /// An ungated pod keeps its place among pods of its priority (created first, it goes first,

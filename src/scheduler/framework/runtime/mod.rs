@@ -345,7 +345,13 @@ impl CompiledProfile {
                 messages.push(status.message());
                 break;
             }
-            messages.push(status.message());
+            if status.is_rejected() {
+                // Its reasons, as upstream appends them: a rejection without any (as
+                // DynamicResources' for a pod without claims) adds nothing.
+                messages.extend(status.reasons.iter().cloned());
+            } else {
+                messages.push(status.message());
+            }
             if !status.is_rejected() {
                 // An error decides nothing of the nomination.
                 code = status.code;

@@ -1,0 +1,291 @@
+//! The objects of Dynamic Resource Allocation that DynamicResources reads, fed by watches:
+//! ResourceSlices (the devices drivers publish), DeviceClasses, ResourceClaims and
+//! DeviceTaintRules.
+//!
+//! An allocation that Reserve made is *in flight* (by claim UID) until the watch brings the
+//! claim with an allocation of its own (PreBind's write coming back), or until Unreserve drops
+//! it: every scheduling cycle in between counts its devices as taken, as upstream's in-flight
+//! allocations and assume cache do together.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
+use kube::Resource;
+
+use super::Keeps;
+use super::storage::Assumable;
+use crate::k8s::volumes::{claim_key, version_of};
+
+/// Everything the index holds, read under one lock.
+#[derive(Debug)]
+pub struct Devices {
+    /// By name.
+    pub slices: BTreeMap<String, Arc<ResourceSlice>>,
+    pub classes: HashMap<String, Arc<DeviceClass>>,
+    /// By `ns/name`.
+    pub claims: Assumable<ResourceClaim>,
+    pub taint_rules: BTreeMap<String, Arc<DeviceTaintRule>>,
+    /// Claims allocated at Reserve and not yet written, by UID.
+    in_flight: HashMap<String, Arc<ResourceClaim>>,
+}
+
+impl Default for Devices {
+    fn default() -> Self {
+        Devices {
+            slices: BTreeMap::new(),
+            classes: HashMap::new(),
+            claims: Assumable::new("resourceclaims"),
+            taint_rules: BTreeMap::new(),
+            in_flight: HashMap::new(),
+        }
+    }
+}
+
+impl Devices {
+    /// The claim `name` in `namespace` as the API server has it (an allocation in flight is
+    /// not in it: see [`Devices::in_flight`]).
+    pub fn claim(&self, namespace: &str, name: &str) -> Option<&Arc<ResourceClaim>> {
+        self.claims.get(&claim_key(namespace, name))
+    }
+
+    /// Every claim as the scheduler sees it, in-flight allocations included (each claim once).
+    pub fn all_claims(&self) -> impl Iterator<Item = &Arc<ResourceClaim>> {
+        self.claims.values().map(|c| {
+            let uid = c.metadata.uid.as_deref().unwrap_or_default();
+            self.in_flight.get(uid).unwrap_or(c)
+        })
+    }
+
+    /// Whether an allocation for the claim with this UID is in flight.
+    pub fn in_flight(&self, uid: &str) -> bool {
+        self.in_flight.contains_key(uid)
+    }
+}
+
+/// The DRA objects, with a counter bumped on every change (PreBind waits on it for binding
+/// conditions).
+pub struct DeviceIndex {
+    devices: RwLock<Devices>,
+    changed: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for DeviceIndex {
+    fn default() -> Self {
+        DeviceIndex {
+            devices: RwLock::new(Devices::default()),
+            changed: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl std::fmt::Debug for DeviceIndex {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DeviceIndex")
+    }
+}
+
+impl DeviceIndex {
+    pub fn read(&self) -> RwLockReadGuard<'_, Devices> {
+        self.devices.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Devices> {
+        self.devices.write().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A receiver that sees every change from now on.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
+    }
+
+    fn bump(&self) {
+        self.changed.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Counts `claim` (with the allocation Reserve chose) as allocated until
+    /// [`DeviceIndex::forget_in_flight`].
+    pub fn set_in_flight(&self, claim: Arc<ResourceClaim>) {
+        let uid = claim.metadata.uid.clone().unwrap_or_default();
+        self.write().in_flight.insert(uid, claim);
+        self.bump();
+    }
+
+    /// Ends the in-flight allocation of the claim with this UID (Unreserve).
+    pub fn forget_in_flight(&self, uid: &str) {
+        if self.write().in_flight.remove(uid).is_some() {
+            self.bump();
+        }
+    }
+}
+
+fn claim_key_of(claim: &ResourceClaim) -> String {
+    claim_key(
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+        claim.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+fn name_of<K: Resource>(obj: &K) -> String {
+    obj.meta().name.clone().unwrap_or_default()
+}
+
+/// A kind of object the device index holds: where it goes in [`Devices`].
+pub trait DeviceStored: Resource + Sized + Send + Sync + 'static {
+    fn apply(devices: &mut Devices, obj: Arc<Self>);
+    fn delete(devices: &mut Devices, obj: &Self);
+    fn reset(devices: &mut Devices, objs: Vec<Arc<Self>>);
+    fn current(devices: &Devices, obj: &Self) -> Option<Arc<Self>>;
+    fn all(devices: &Devices) -> Vec<Arc<Self>>;
+}
+
+impl<K: DeviceStored> Keeps<K> for DeviceIndex {
+    fn apply(&self, obj: Arc<K>) {
+        K::apply(&mut self.write(), obj);
+        self.bump();
+    }
+    fn delete(&self, obj: &K) {
+        K::delete(&mut self.write(), obj);
+        self.bump();
+    }
+    fn reset(&self, objs: Vec<Arc<K>>) {
+        K::reset(&mut self.write(), objs);
+        self.bump();
+    }
+    fn current(&self, obj: &K) -> Option<Arc<K>> {
+        K::current(&self.read(), obj)
+    }
+    fn all(&self) -> Vec<Arc<K>> {
+        K::all(&self.read())
+    }
+}
+
+impl DeviceStored for ResourceClaim {
+    fn apply(devices: &mut Devices, obj: Arc<Self>) {
+        // The watch has the claim as written: an in-flight allocation of it is over once the
+        // watched claim shows an allocation of its own.
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        if obj.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
+            devices.in_flight.remove(&uid);
+        }
+        devices.claims.apply(claim_key_of(&obj), obj);
+    }
+    fn delete(devices: &mut Devices, obj: &Self) {
+        if let Some(uid) = obj.metadata.uid.as_deref() {
+            devices.in_flight.remove(uid);
+        }
+        devices.claims.delete(&claim_key_of(obj));
+    }
+    fn reset(devices: &mut Devices, objs: Vec<Arc<Self>>) {
+        for o in &objs {
+            if o.status.as_ref().is_some_and(|s| s.allocation.is_some())
+                && let Some(uid) = o.metadata.uid.as_deref()
+            {
+                devices.in_flight.remove(uid);
+            }
+        }
+        devices
+            .claims
+            .reset(objs.into_iter().map(|o| (claim_key_of(&o), o)));
+    }
+    fn current(devices: &Devices, obj: &Self) -> Option<Arc<Self>> {
+        devices.claims.watched(&claim_key_of(obj)).cloned()
+    }
+    fn all(devices: &Devices) -> Vec<Arc<Self>> {
+        devices.claims.watched_values().cloned().collect()
+    }
+}
+
+/// The kinds kept in a plain map by name.
+macro_rules! plain_store {
+    ($kind:ty, $field:ident) => {
+        impl DeviceStored for $kind {
+            fn apply(devices: &mut Devices, obj: Arc<Self>) {
+                let key = name_of(obj.as_ref());
+                if devices
+                    .$field
+                    .get(&key)
+                    .is_some_and(|old| version_of(old.meta()) > version_of(obj.meta()))
+                {
+                    return;
+                }
+                devices.$field.insert(key, obj);
+            }
+            fn delete(devices: &mut Devices, obj: &Self) {
+                devices.$field.remove(&name_of(obj));
+            }
+            fn reset(devices: &mut Devices, objs: Vec<Arc<Self>>) {
+                devices.$field = objs.into_iter().map(|o| (name_of(o.as_ref()), o)).collect();
+            }
+            fn current(devices: &Devices, obj: &Self) -> Option<Arc<Self>> {
+                devices.$field.get(&name_of(obj)).cloned()
+            }
+            fn all(devices: &Devices) -> Vec<Arc<Self>> {
+                devices.$field.values().cloned().collect()
+            }
+        }
+    };
+}
+
+plain_store!(ResourceSlice, slices);
+plain_store!(DeviceClass, classes);
+plain_store!(DeviceTaintRule, taint_rules);
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::resource::v1::{
+        AllocationResult, ResourceClaimSpec, ResourceClaimStatus,
+    };
+    use kube::api::ObjectMeta;
+
+    use super::*;
+
+    fn claim(version: &str, allocated: bool) -> Arc<ResourceClaim> {
+        Arc::new(ResourceClaim {
+            metadata: ObjectMeta {
+                name: Some("gpu".into()),
+                namespace: Some("ns".into()),
+                uid: Some("u1".into()),
+                resource_version: Some(version.into()),
+                ..Default::default()
+            },
+            spec: Some(ResourceClaimSpec::default()),
+            status: allocated.then(|| ResourceClaimStatus {
+                allocation: Some(AllocationResult::default()),
+                ..Default::default()
+            }),
+        })
+    }
+
+    /// Whether the claim's devices count as taken, as the allocator's input reads them.
+    fn allocated(index: &DeviceIndex) -> bool {
+        index
+            .read()
+            .all_claims()
+            .any(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
+    }
+
+    #[test]
+    fn an_in_flight_allocation_is_seen_until_the_watch_brings_the_written_claim() {
+        let index = DeviceIndex::default();
+        Keeps::apply(&index, claim("1", false));
+        assert!(!allocated(&index));
+        index.set_in_flight(claim("1", true));
+        assert!(allocated(&index), "Reserve's allocation counts at once");
+        // Another update of the claim (not the allocation) keeps the in-flight one.
+        Keeps::apply(&index, claim("2", false));
+        assert!(
+            allocated(&index),
+            "an unrelated update does not free the devices"
+        );
+        index.forget_in_flight("u1");
+        assert!(!allocated(&index), "Unreserve frees them");
+        index.set_in_flight(claim("2", true));
+        Keeps::apply(&index, claim("3", true));
+        assert!(
+            !index.read().in_flight("u1"),
+            "the written allocation ends the flight"
+        );
+        assert!(allocated(&index));
+    }
+}

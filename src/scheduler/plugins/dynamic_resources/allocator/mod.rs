@@ -1,0 +1,541 @@
+//! The allocator of structured parameters: which devices of the ResourceSlices a node sees
+//! satisfy a pod's claims, as kube-scheduler v1.37.2's allocator with its default features
+//! (the "incubating" one of k8s.io/dynamic-resource-allocation).
+//!
+//! - Pools: the slices of the node (`nodeName`), those whose `nodeSelector` matches it, those
+//!   for `allNodes`, and those that choose per device (`perDeviceNodeSelection`); of each pool
+//!   only the newest generation counts, a pool missing slices of it is *incomplete*, one with a
+//!   device named twice is *invalid*. Pools are tried by driver and name, pools with binding
+//!   conditions last; devices in the order of their slices (by name) and of the slice.
+//! - Search: requests claim after claim, depth first; within a request the devices are
+//!   chosen as combinations (each next device after the last one chosen); `firstAvailable`
+//!   tries its subrequests in order; `allocationMode: All` takes every selectable device (and
+//!   fails on none); at most 32 devices a claim.
+//! - A device must be free (not allocated to another claim, nor chosen in this search, unless
+//!   the request has `adminAccess`), match its class's and the request's CEL selectors, have its
+//!   `NoSchedule`/`NoExecute` taints tolerated, leave its pool's shared counters
+//!   non-negative, and keep the claim's `matchAttribute` / `distinctAttribute` constraints.
+//! - The result per claim: the devices by request (`req` or `req/sub`), the class and claim
+//!   configuration that applies, and the node selector the claim is available on.
+//!
+//! Not yet served: consumable capacity (a request with `capacity.requests` is refused with
+//! an error naming it, and a device that allows multiple allocations is given to one claim at a
+//! time, never over-committed).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, Device, DeviceAllocationConfiguration, DeviceAllocationResult,
+    DeviceAttribute, DeviceClass, DeviceConstraint, DeviceRequestAllocationResult, DeviceTaint,
+    DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
+};
+
+mod pools;
+mod result;
+mod search;
+#[cfg(test)]
+mod tests;
+
+use self::search::{ConstraintState, Search};
+use super::cel::{DeviceView, Selector};
+use super::claims;
+use crate::k8s::node_selector::Terms;
+use crate::k8s::quantity;
+use crate::locks;
+
+/// At most this many devices in one claim's allocation (upstream's AllocationResultsMaxSize).
+pub const MAX_DEVICES_PER_CLAIM: usize = 32;
+
+/// One device: its driver, pool and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// The devices other claims hold (upstream's allocated state): those allocated in the API or
+/// in flight, admin-access allocations aside.
+#[derive(Clone, Debug, Default)]
+pub struct Allocated {
+    pub devices: HashSet<DeviceId>,
+}
+
+impl Allocated {
+    /// The devices of every allocated claim.
+    pub fn of<'a>(claims: impl Iterator<Item = &'a Arc<ResourceClaim>>) -> Self {
+        let mut devices = HashSet::new();
+        for c in claims {
+            let results = c
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref());
+            for r in results.into_iter().flatten() {
+                if r.admin_access == Some(true) {
+                    continue;
+                }
+                devices.insert(DeviceId {
+                    driver: r.driver.clone(),
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                });
+            }
+        }
+        Allocated { devices }
+    }
+}
+
+/// Why allocation on a node failed other than by finding no devices.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// The node cannot be used now (upstream's ErrFailedAllocationOnNode): the pod is
+    /// unschedulable there.
+    #[error("{0}")]
+    OnNode(String),
+    /// Anything else (a CEL error, a request that cannot be served): the attempt fails.
+    #[error("{0}")]
+    Fatal(String),
+}
+
+/// A node as the allocator reads it.
+pub struct NodeView<'a> {
+    pub name: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+}
+
+/// A (sub)request as the search sees it.
+struct Want {
+    /// `req` or `req/sub`: the name in the result and in constraints.
+    name: String,
+    /// The (sub)request's own name, for messages.
+    own_name: String,
+    /// The top-level request's name.
+    parent: String,
+    class: Arc<DeviceClass>,
+    class_selectors: Vec<Result<Selector, String>>,
+    selectors: Vec<Result<Selector, String>>,
+    all: bool,
+    count: usize,
+    admin: bool,
+    tolerations: Option<Vec<DeviceToleration>>,
+}
+
+/// One request of a claim: a single want, or the alternatives of `firstAvailable`.
+struct Request {
+    wants: Vec<Want>,
+    first_available: bool,
+}
+
+struct ClaimPlan {
+    claim: Arc<ResourceClaim>,
+    key: String,
+    requests: Vec<Request>,
+    constraints: Vec<DeviceConstraint>,
+}
+
+/// The allocator for one pod's claims, built once per scheduling cycle (PreFilter) and asked
+/// node by node (Filter, in parallel).
+pub struct Allocator {
+    plans: Vec<ClaimPlan>,
+    slices: Vec<Arc<ResourceSlice>>,
+    taint_rules: Vec<Arc<DeviceTaintRule>>,
+    allocated: Allocated,
+    /// Whether a device matches a want: by (device, claim, request, want).
+    selectable: Mutex<HashMap<(DeviceId, usize, usize, usize), bool>>,
+}
+
+/// A device the node sees, in search order.
+struct Candidate<'a> {
+    id: DeviceId,
+    pool: usize,
+    slice: &'a ResourceSlice,
+    device: &'a Device,
+    taints: Vec<DeviceTaint>,
+}
+
+struct Pool<'a> {
+    driver: String,
+    name: String,
+    slices: Vec<&'a ResourceSlice>,
+    incomplete: bool,
+    invalid: bool,
+    binding: bool,
+    /// Counter set → counter → what is left (milli-units), after allocated devices.
+    counters: BTreeMap<String, BTreeMap<String, i128>>,
+}
+
+fn compile_all(
+    selectors: Option<&Vec<k8s_openapi::api::resource::v1::DeviceSelector>>,
+) -> Vec<Result<Selector, String>> {
+    selectors
+        .into_iter()
+        .flatten()
+        .map(|s| match &s.cel {
+            Some(c) => Selector::compile(&c.expression).map_err(|e| e.to_string()),
+            None => Err("CEL expression empty (unsupported selector type?)".to_string()),
+        })
+        .collect()
+}
+
+impl Allocator {
+    /// Plans the claims to allocate against the classes; `Err` is what upstream reports as the
+    /// attempt's error (a missing class, a request tether cannot serve).
+    pub fn new(
+        claims_to_allocate: Vec<Arc<ResourceClaim>>,
+        classes: &HashMap<String, Arc<DeviceClass>>,
+        slices: Vec<Arc<ResourceSlice>>,
+        taint_rules: Vec<Arc<DeviceTaintRule>>,
+        allocated: Allocated,
+    ) -> Result<Self, String> {
+        let mut plans = Vec::new();
+        for claim in claims_to_allocate {
+            let key = claims::key(&claim);
+            let devices = claim
+                .spec
+                .as_ref()
+                .and_then(|s| s.devices.clone())
+                .unwrap_or_default();
+            let mut requests = Vec::new();
+            let mut min_total = 0usize;
+            for r in devices.requests.iter().flatten() {
+                let mut wants = Vec::new();
+                let first_available = r.first_available.as_ref().is_some_and(|f| !f.is_empty());
+                if let Some(e) = &r.exactly {
+                    if e.capacity
+                        .as_ref()
+                        .is_some_and(|c| c.requests.as_ref().is_some_and(|r| !r.is_empty()))
+                    {
+                        return Err(format!(
+                            "claim {key}, request {}: has capacity requests, which tether does not allocate yet",
+                            r.name
+                        ));
+                    }
+                    wants.push(want(
+                        &key,
+                        &r.name,
+                        None,
+                        &e.device_class_name,
+                        e.selectors.as_ref(),
+                        e.allocation_mode.as_deref(),
+                        e.count,
+                        e.admin_access == Some(true),
+                        e.tolerations.clone(),
+                        classes,
+                    )?);
+                } else if first_available {
+                    for s in r.first_available.iter().flatten() {
+                        if s.capacity
+                            .as_ref()
+                            .is_some_and(|c| c.requests.as_ref().is_some_and(|r| !r.is_empty()))
+                        {
+                            return Err(format!(
+                                "claim {key}, subrequest {}: has capacity requests, which tether does not allocate yet",
+                                s.name
+                            ));
+                        }
+                        wants.push(want(
+                            &key,
+                            &r.name,
+                            Some(&s.name),
+                            &s.device_class_name,
+                            s.selectors.as_ref(),
+                            s.allocation_mode.as_deref(),
+                            s.count,
+                            false,
+                            s.tolerations.clone(),
+                            classes,
+                        )?);
+                    }
+                } else {
+                    return Err(format!(
+                        "claim {key}, request {}: unknown request type",
+                        r.name
+                    ));
+                }
+                let min = wants
+                    .iter()
+                    .filter(|w| !w.all)
+                    .map(|w| w.count)
+                    .min()
+                    .unwrap_or(0);
+                if min > MAX_DEVICES_PER_CLAIM.saturating_sub(min_total) {
+                    return Err(format!(
+                        "claim {key}, request {}: adding {min} devices exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}, with {min_total} already accounted for",
+                        r.name
+                    ));
+                }
+                min_total = min_total.saturating_add(min);
+                requests.push(Request {
+                    wants,
+                    first_available,
+                });
+            }
+            let constraints = devices.constraints.unwrap_or_default();
+            for (i, c) in constraints.iter().enumerate() {
+                if c.match_attribute.is_none() && c.distinct_attribute.is_none() {
+                    return Err(format!(
+                        "claim {key}, constraint #{i}: empty constraint (unsupported constraint type?)"
+                    ));
+                }
+            }
+            plans.push(ClaimPlan {
+                claim,
+                key,
+                requests,
+                constraints,
+            });
+        }
+        Ok(Allocator {
+            plans,
+            slices,
+            taint_rules,
+            allocated,
+            selectable: Mutex::default(),
+        })
+    }
+
+    /// The allocation of every claim on `node`, in the claims' order, or `None` when the
+    /// devices the node sees cannot satisfy them.
+    pub fn allocate(
+        &self,
+        node: &NodeView<'_>,
+    ) -> Result<Option<Vec<AllocationResult>>, AllocateError> {
+        let pools = self.pools(node)?;
+        let candidates = self.candidates(&pools, node)?;
+        let mut search = Search {
+            alloc: self,
+            node,
+            pools,
+            candidates: &candidates,
+            picked: HashMap::new(),
+            results: vec![Vec::new(); self.plans.len()],
+            constraint_state: self
+                .plans
+                .iter()
+                .map(|p| {
+                    p.constraints
+                        .iter()
+                        .map(|_| ConstraintState::default())
+                        .collect()
+                })
+                .collect(),
+            chosen: vec![Vec::new(); self.plans.len()],
+            all_devices: HashMap::new(),
+        };
+        // The devices of `All` wants, per (claim, request, want).
+        let mut all_devices: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();
+        for (ci, plan) in self.plans.iter().enumerate() {
+            for (ri, req) in plan.requests.iter().enumerate() {
+                for (wi, w) in req.wants.iter().enumerate() {
+                    if !w.all {
+                        continue;
+                    }
+                    for p in &search.pools {
+                        let pool_id = format!("{}/{}", p.driver, p.name);
+                        if p.incomplete {
+                            return Err(AllocateError::Fatal(format!(
+                                "claim {}, request {}: asks for all devices, but resource pool {pool_id} is currently being updated",
+                                plan.key, w.own_name
+                            )));
+                        }
+                        if p.invalid {
+                            return Err(AllocateError::Fatal(format!(
+                                "claim {}, request {}: asks for all devices, but resource pool {pool_id} is currently invalid",
+                                plan.key, w.own_name
+                            )));
+                        }
+                    }
+                    let mut found = Vec::new();
+                    for (i, c) in candidates.iter().enumerate() {
+                        if self.is_selectable(c, node, ci, ri, wi)? {
+                            found.push(i);
+                        }
+                    }
+                    all_devices.insert((ci, ri, wi), found);
+                }
+            }
+        }
+        search.all_devices = all_devices;
+        let ok = search.claim_step(0, 0)?;
+        if !ok {
+            if search.pools.iter().any(|p| p.invalid) {
+                return Err(AllocateError::OnNode(
+                    "invalid resource pools were encountered".into(),
+                ));
+            }
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for (ci, plan) in self.plans.iter().enumerate() {
+            out.push(self.result(
+                plan,
+                &search.results[ci],
+                &search.chosen[ci],
+                &candidates,
+                node,
+            )?);
+        }
+        Ok(Some(out))
+    }
+
+    /// Whether the candidate matches want `wi` of request `ri` of claim `ci`: the class's
+    /// selectors, then the request's, then the device's own node selection.
+    fn is_selectable(
+        &self,
+        c: &Candidate<'_>,
+        node: &NodeView<'_>,
+        ci: usize,
+        ri: usize,
+        wi: usize,
+    ) -> Result<bool, AllocateError> {
+        let memo_key = (c.id.clone(), ci, ri, wi);
+        if let Some(&v) = locks::lock(&self.selectable).get(&memo_key) {
+            return Ok(v);
+        }
+        let plan = &self.plans[ci];
+        let w = &plan.requests[ri].wants[wi];
+        let empty_attrs = BTreeMap::new();
+        let empty_caps = BTreeMap::new();
+        let view = DeviceView {
+            driver: &c.slice.spec.driver,
+            attributes: c.device.attributes.as_ref().unwrap_or(&empty_attrs),
+            capacity: c.device.capacity.as_ref().unwrap_or(&empty_caps),
+            allow_multiple_allocations: c.device.allow_multiple_allocations,
+        };
+        let class_name = w.class.metadata.name.as_deref().unwrap_or_default();
+        let mut ok = true;
+        for (i, s) in w.class_selectors.iter().enumerate() {
+            let s = s.as_ref().map_err(|e| {
+                AllocateError::Fatal(format!(
+                    "class {class_name}: selector #{i}: CEL compile error: {e}"
+                ))
+            })?;
+            if !s.matches(&view).map_err(|e| {
+                AllocateError::Fatal(format!(
+                    "class {class_name}: selector #{i} on device {}: CEL runtime error: {e}",
+                    c.id
+                ))
+            })? {
+                ok = false;
+                break;
+            }
+        }
+        if ok {
+            for (i, s) in w.selectors.iter().enumerate() {
+                let s = s.as_ref().map_err(|e| {
+                    AllocateError::Fatal(format!(
+                        "claim {}: selector #{i}: CEL compile error: {e}",
+                        plan.key
+                    ))
+                })?;
+                if !s.matches(&view).map_err(|e| {
+                    AllocateError::Fatal(format!(
+                        "claim {}: selector #{i} on device {}: CEL runtime error: {e}",
+                        plan.key, c.id
+                    ))
+                })? {
+                    ok = false;
+                    break;
+                }
+            }
+        }
+        if ok && c.slice.spec.per_device_node_selection == Some(true) {
+            ok = node_matches(
+                c.device.node_name.as_deref(),
+                c.device.all_nodes,
+                c.device.node_selector.as_ref(),
+                node,
+            )
+            .map_err(AllocateError::Fatal)?;
+        }
+        locks::lock(&self.selectable).insert(memo_key, ok);
+        Ok(ok)
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn want(
+    claim: &str,
+    parent: &str,
+    sub: Option<&str>,
+    class_name: &str,
+    selectors: Option<&Vec<k8s_openapi::api::resource::v1::DeviceSelector>>,
+    mode: Option<&str>,
+    count: Option<i64>,
+    admin: bool,
+    tolerations: Option<Vec<DeviceToleration>>,
+    classes: &HashMap<String, Arc<DeviceClass>>,
+) -> Result<Want, String> {
+    let own_name = sub.unwrap_or(parent).to_string();
+    if class_name.is_empty() {
+        return Err(format!(
+            "claim {claim}, request {own_name}: missing device class name (unsupported request type?)"
+        ));
+    }
+    let Some(class) = classes.get(class_name) else {
+        return Err(format!(
+            "claim {claim}, request {own_name}: could not retrieve device class {class_name}: deviceclass.resource.k8s.io \"{class_name}\" not found"
+        ));
+    };
+    let (all, count) = match mode.unwrap_or("ExactCount") {
+        "ExactCount" => {
+            let n = count.unwrap_or(1);
+            let n = usize::try_from(n).map_err(|_| {
+                format!("claim {claim}, request {own_name}: exact count {n} is too large")
+            })?;
+            (false, n)
+        }
+        "All" => (true, 0),
+        other => {
+            return Err(format!(
+                "claim {claim}, request {own_name}: unsupported count mode {other}"
+            ));
+        }
+    };
+    Ok(Want {
+        name: match sub {
+            Some(s) => format!("{parent}/{s}"),
+            None => parent.to_string(),
+        },
+        own_name,
+        parent: parent.to_string(),
+        class_selectors: compile_all(class.spec.as_ref().and_then(|s| s.selectors.as_ref())),
+        selectors: compile_all(selectors),
+        class: class.clone(),
+        all,
+        count,
+        admin,
+        tolerations,
+    })
+}
+
+/// Whether a slice's (or device's) node selection takes `node`.
+fn node_matches(
+    name: Option<&str>,
+    all_nodes: Option<bool>,
+    selector: Option<&NodeSelector>,
+    node: &NodeView<'_>,
+) -> Result<bool, String> {
+    if let Some(n) = name.filter(|n| !n.is_empty()) {
+        return Ok(n == node.name);
+    }
+    if all_nodes == Some(true) {
+        return Ok(true);
+    }
+    if let Some(selector) = selector {
+        let terms = Terms::parse(selector)
+            .map_err(|e| format!("failed to parse node selector {selector:?}: {e}"))?;
+        return Ok(terms.matches(node.name, node.labels));
+    }
+    Ok(false)
+}

@@ -1,0 +1,226 @@
+//! The pools a node sees and their devices in search order, with what their shared counters
+//! leave.
+
+use super::*;
+
+impl Allocator {
+    /// The pools the node sees, in search order.
+    pub(super) fn pools<'a>(&'a self, node: &NodeView<'_>) -> Result<Vec<Pool<'a>>, AllocateError> {
+        let mut by_pool: BTreeMap<(String, String), (i64, Vec<&'a ResourceSlice>)> =
+            BTreeMap::new();
+        for s in &self.slices {
+            let spec = &s.spec;
+            let relevant = if spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
+                || spec.all_nodes == Some(true)
+                || spec.node_selector.is_some()
+            {
+                node_matches(spec.node_name.as_deref(), spec.all_nodes, spec.node_selector.as_ref(), node)
+                    .map_err(|e| AllocateError::Fatal(format!(
+                        "gather pool information: failed to perform node selection for slice {}: {e}",
+                        s.metadata.name.as_deref().unwrap_or_default()
+                    )))?
+            } else if spec.per_device_node_selection == Some(true) {
+                let mut any = false;
+                for d in spec.devices.iter().flatten() {
+                    if node_matches(d.node_name.as_deref(), d.all_nodes, d.node_selector.as_ref(), node)
+                        .map_err(|e| AllocateError::Fatal(format!(
+                            "gather pool information: failed to perform node selection for device {} in slice {}: {e}",
+                            d.name,
+                            s.metadata.name.as_deref().unwrap_or_default()
+                        )))?
+                    {
+                        any = true;
+                        break;
+                    }
+                }
+                any
+            } else {
+                false
+            };
+            if !relevant {
+                continue;
+            }
+            let key = (spec.driver.clone(), spec.pool.name.clone());
+            let entry = by_pool
+                .entry(key)
+                .or_insert((spec.pool.generation, Vec::new()));
+            if spec.pool.generation < entry.0 {
+                continue;
+            }
+            if spec.pool.generation > entry.0 {
+                *entry = (spec.pool.generation, Vec::new());
+            }
+            entry.1.push(s);
+        }
+        let mut pools = Vec::new();
+        for ((driver, name), (generation, mut slices)) in by_pool {
+            let all_of_pool: Vec<&ResourceSlice> = self
+                .slices
+                .iter()
+                .map(Arc::as_ref)
+                .filter(|s| s.spec.driver == driver && s.spec.pool.name == name)
+                .collect();
+            if all_of_pool
+                .iter()
+                .any(|s| s.spec.pool.generation > generation)
+            {
+                continue; // obsolete: a newer generation is being published
+            }
+            let want = slices
+                .first()
+                .map(|s| s.spec.pool.resource_slice_count)
+                .unwrap_or(0);
+            let of_generation: Vec<&ResourceSlice> = all_of_pool
+                .iter()
+                .copied()
+                .filter(|s| s.spec.pool.generation == generation)
+                .collect();
+            let incomplete = i64::try_from(of_generation.len()).unwrap_or(i64::MAX) != want;
+            slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            let mut names = HashSet::new();
+            let mut invalid = false;
+            for s in slices.iter().filter(|s| s.spec.shared_counters.is_none()) {
+                for d in s.spec.devices.iter().flatten() {
+                    if !names.insert(d.name.as_str()) {
+                        invalid = true;
+                    }
+                }
+            }
+            let counters = pool_counters(
+                &driver,
+                &name,
+                &of_generation,
+                &self.allocated,
+                &mut invalid,
+            );
+            let binding = slices
+                .iter()
+                .flat_map(|s| s.spec.devices.iter().flatten())
+                .any(|d| d.binding_conditions.as_ref().is_some_and(|b| !b.is_empty()));
+            pools.push(Pool {
+                driver,
+                name,
+                slices: if incomplete { Vec::new() } else { slices },
+                incomplete,
+                invalid,
+                binding,
+                counters,
+            });
+        }
+        // Pools without binding conditions first, each group by driver and name (stable).
+        pools.sort_by_key(|p| p.binding);
+        Ok(pools)
+    }
+
+    /// Every device of usable pools that the node sees, in search order.
+    pub(super) fn candidates<'a>(
+        &'a self,
+        pools: &[Pool<'a>],
+        node: &NodeView<'_>,
+    ) -> Result<Vec<Candidate<'a>>, AllocateError> {
+        let mut out = Vec::new();
+        for (pi, p) in pools.iter().enumerate() {
+            if p.incomplete || p.invalid {
+                continue;
+            }
+            for s in &p.slices {
+                if s.spec.shared_counters.is_some() {
+                    continue;
+                }
+                for d in s.spec.devices.iter().flatten() {
+                    if s.spec.per_device_node_selection == Some(true)
+                        && !node_matches(
+                            d.node_name.as_deref(),
+                            d.all_nodes,
+                            d.node_selector.as_ref(),
+                            node,
+                        )
+                        .map_err(AllocateError::Fatal)?
+                    {
+                        continue;
+                    }
+                    let id = DeviceId {
+                        driver: p.driver.clone(),
+                        pool: p.name.clone(),
+                        device: d.name.clone(),
+                    };
+                    let mut taints = d.taints.clone().unwrap_or_default();
+                    for rule in &self.taint_rules {
+                        let sel = rule.spec.device_selector.as_ref();
+                        let hit = sel.is_none_or(|sel| {
+                            sel.driver.as_ref().is_none_or(|v| *v == id.driver)
+                                && sel.pool.as_ref().is_none_or(|v| *v == id.pool)
+                                && sel.device.as_ref().is_none_or(|v| *v == id.device)
+                        });
+                        if hit {
+                            taints.push(rule.spec.taint.clone());
+                        }
+                    }
+                    out.push(Candidate {
+                        id,
+                        pool: pi,
+                        slice: s,
+                        device: d,
+                        taints,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// What a pool's counter sets leave (milli-units) once its allocated devices took theirs.
+fn pool_counters(
+    driver: &str,
+    pool: &str,
+    slices: &[&ResourceSlice],
+    allocated: &Allocated,
+    invalid: &mut bool,
+) -> BTreeMap<String, BTreeMap<String, i128>> {
+    let mut sets: BTreeMap<String, BTreeMap<String, i128>> = BTreeMap::new();
+    for s in slices {
+        for set in s.spec.shared_counters.iter().flatten() {
+            if sets.contains_key(&set.name) {
+                *invalid = true;
+            }
+            let counters = set
+                .counters
+                .iter()
+                .map(|(k, c)| (k.clone(), milli(&c.value.0)))
+                .collect();
+            sets.insert(set.name.clone(), counters);
+        }
+    }
+    for s in slices {
+        for d in s.spec.devices.iter().flatten() {
+            let id = DeviceId {
+                driver: driver.to_string(),
+                pool: pool.to_string(),
+                device: d.name.clone(),
+            };
+            for consumption in d.consumes_counters.iter().flatten() {
+                let Some(set) = sets.get_mut(&consumption.counter_set) else {
+                    *invalid = true;
+                    continue;
+                };
+                for (name, c) in &consumption.counters {
+                    match set.get_mut(name) {
+                        None => *invalid = true,
+                        Some(left) if allocated.devices.contains(&id) => {
+                            *left = left.saturating_sub(milli(&c.value.0));
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+    }
+    sets
+}
+
+/// A quantity in milli-units, exactly where it is representable (a malformed quantity counts
+/// as zero: the API server validates them).
+pub(super) fn milli(q: &str) -> i128 {
+    quantity::parse_milli(q).map(i128::from).unwrap_or(0)
+}

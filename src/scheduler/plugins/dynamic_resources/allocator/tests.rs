@@ -1,0 +1,1048 @@
+//! Rows of upstream's allocator test table (k8s.io/dynamic-resource-allocation's
+//! allocatortesting), by their names there: node `node-1` with labels `region=region-1` and
+//! `planet=earth`, classes selecting their driver by CEL, slices of generation 1 and one slice
+//! a pool unless a row says otherwise.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, CELDeviceSelector, Counter, CounterSet, Device, DeviceAttribute,
+    DeviceCapacity, DeviceClaim, DeviceClass, DeviceClassSpec, DeviceConstraint,
+    DeviceCounterConsumption, DeviceRequest, DeviceSelector, DeviceSubRequest, DeviceTaint,
+    DeviceToleration, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool,
+    ResourceSlice, ResourceSliceSpec,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use kube::api::ObjectMeta;
+
+use super::result::local;
+use super::*;
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: None,
+        ..Default::default()
+    }
+}
+
+fn cel(expr: &str) -> DeviceSelector {
+    DeviceSelector {
+        cel: Some(CELDeviceSelector {
+            expression: expr.into(),
+        }),
+    }
+}
+
+fn class(name: &str, driver: &str) -> (String, Arc<DeviceClass>) {
+    (
+        name.into(),
+        Arc::new(DeviceClass {
+            metadata: meta(name),
+            spec: Some(DeviceClassSpec {
+                selectors: Some(vec![cel(&format!("device.driver == \"{driver}\""))]),
+                ..Default::default()
+            }),
+        }),
+    )
+}
+
+fn classes() -> HashMap<String, Arc<DeviceClass>> {
+    [class("class-a", "driver-a"), class("class-b", "driver-b")]
+        .into_iter()
+        .collect()
+}
+
+fn device(name: &str) -> Device {
+    Device {
+        name: name.into(),
+        ..Default::default()
+    }
+}
+
+fn with_attr(mut d: Device, key: &str, attr: DeviceAttribute) -> Device {
+    d.attributes
+        .get_or_insert_default()
+        .insert(key.into(), attr);
+    d
+}
+
+fn with_memory(mut d: Device, q: &str) -> Device {
+    d.capacity.get_or_insert_default().insert(
+        "memory".into(),
+        DeviceCapacity {
+            value: Quantity(q.into()),
+            request_policy: None,
+        },
+    );
+    d
+}
+
+fn string_attr(v: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        string: Some(v.into()),
+        ..Default::default()
+    }
+}
+
+fn version_attr(v: &str) -> DeviceAttribute {
+    DeviceAttribute {
+        version: Some(v.into()),
+        ..Default::default()
+    }
+}
+
+fn int_attr(v: i64) -> DeviceAttribute {
+    DeviceAttribute {
+        int: Some(v),
+        ..Default::default()
+    }
+}
+
+struct SliceSpec {
+    name: String,
+    driver: String,
+    pool: String,
+    generation: i64,
+    count: i64,
+    node: Option<String>,
+    all_nodes: bool,
+    selector: Option<NodeSelector>,
+    devices: Vec<Device>,
+    counters: Option<Vec<CounterSet>>,
+}
+
+fn slice(name: &str, node: &str, pool: &str, driver: &str, devices: Vec<Device>) -> SliceSpec {
+    SliceSpec {
+        name: name.into(),
+        driver: driver.into(),
+        pool: pool.into(),
+        generation: 1,
+        count: 1,
+        node: (!node.is_empty()).then(|| node.into()),
+        all_nodes: false,
+        selector: None,
+        devices,
+        counters: None,
+    }
+}
+
+impl SliceSpec {
+    fn build(self) -> Arc<ResourceSlice> {
+        Arc::new(ResourceSlice {
+            metadata: meta(&self.name),
+            spec: ResourceSliceSpec {
+                driver: self.driver,
+                pool: ResourcePool {
+                    name: self.pool,
+                    generation: self.generation,
+                    resource_slice_count: self.count,
+                },
+                node_name: self.node,
+                all_nodes: self.all_nodes.then_some(true),
+                node_selector: self.selector,
+                devices: Some(self.devices),
+                shared_counters: self.counters,
+                ..Default::default()
+            },
+        })
+    }
+}
+
+fn exact(name: &str, class: &str, count: i64) -> DeviceRequest {
+    DeviceRequest {
+        name: name.into(),
+        exactly: Some(ExactDeviceRequest {
+            device_class_name: class.into(),
+            count: Some(count),
+            allocation_mode: Some("ExactCount".into()),
+            ..Default::default()
+        }),
+        first_available: None,
+    }
+}
+
+fn all_of(name: &str, class: &str) -> DeviceRequest {
+    DeviceRequest {
+        name: name.into(),
+        exactly: Some(ExactDeviceRequest {
+            device_class_name: class.into(),
+            allocation_mode: Some("All".into()),
+            ..Default::default()
+        }),
+        first_available: None,
+    }
+}
+
+fn selecting(mut r: DeviceRequest, expr: &str) -> DeviceRequest {
+    if let Some(e) = r.exactly.as_mut() {
+        e.selectors.get_or_insert_default().push(cel(expr));
+    }
+    r
+}
+
+fn sub(name: &str, class: &str, count: i64, expr: Option<&str>) -> DeviceSubRequest {
+    DeviceSubRequest {
+        name: name.into(),
+        device_class_name: class.into(),
+        count: Some(count),
+        allocation_mode: Some("ExactCount".into()),
+        selectors: expr.map(|e| vec![cel(e)]),
+        ..Default::default()
+    }
+}
+
+fn first_available(name: &str, subs: Vec<DeviceSubRequest>) -> DeviceRequest {
+    DeviceRequest {
+        name: name.into(),
+        exactly: None,
+        first_available: Some(subs),
+    }
+}
+
+fn claim(
+    name: &str,
+    requests: Vec<DeviceRequest>,
+    constraints: Vec<DeviceConstraint>,
+) -> Arc<ResourceClaim> {
+    Arc::new(ResourceClaim {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            uid: Some(format!("uid-{name}")),
+            ..Default::default()
+        },
+        spec: Some(ResourceClaimSpec {
+            devices: Some(DeviceClaim {
+                requests: Some(requests),
+                constraints: (!constraints.is_empty()).then_some(constraints),
+                config: None,
+            }),
+        }),
+        status: None,
+    })
+}
+
+fn match_attribute(attr: &str, requests: &[&str]) -> DeviceConstraint {
+    DeviceConstraint {
+        match_attribute: Some(attr.into()),
+        requests: (!requests.is_empty()).then(|| requests.iter().map(|r| r.to_string()).collect()),
+        ..Default::default()
+    }
+}
+
+fn node_1_labels() -> BTreeMap<String, String> {
+    [("region", "region-1"), ("planet", "earth")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn run(
+    claims: Vec<Arc<ResourceClaim>>,
+    slices: Vec<SliceSpec>,
+    allocated: &[(&str, &str, &str)],
+    node: &str,
+) -> Result<Option<Vec<AllocationResult>>, String> {
+    let allocated = Allocated {
+        devices: allocated
+            .iter()
+            .map(|(d, p, n)| DeviceId {
+                driver: d.to_string(),
+                pool: p.to_string(),
+                device: n.to_string(),
+            })
+            .collect(),
+    };
+    let allocator = Allocator::new(
+        claims,
+        &classes(),
+        slices.into_iter().map(SliceSpec::build).collect(),
+        Vec::new(),
+        allocated,
+    )?;
+    let labels = node_1_labels();
+    allocator
+        .allocate(&NodeView {
+            name: node,
+            labels: &labels,
+        })
+        .map_err(|e| match e {
+            AllocateError::OnNode(m) => format!("on node: {m}"),
+            AllocateError::Fatal(m) => m,
+        })
+}
+
+/// (request, driver/pool/device) of each claim's results.
+fn picked(found: &[AllocationResult]) -> Vec<Vec<(String, String)>> {
+    found
+        .iter()
+        .map(|a| {
+            a.devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| {
+                    (
+                        r.request.clone(),
+                        format!("{}/{}/{}", r.driver, r.pool, r.device),
+                    )
+                })
+                .collect()
+        })
+        .collect()
+}
+
+fn picks(rows: &[&[(&str, &str)]]) -> Vec<Vec<(String, String)>> {
+    rows.iter()
+        .map(|c| {
+            c.iter()
+                .map(|(r, d)| (r.to_string(), d.to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn simple() {
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[("req-0", "driver-a/pool-1/device-1")]])
+    );
+    assert_eq!(
+        found[0].node_selector,
+        Some(local("node-1")),
+        "a node-local device"
+    );
+}
+
+#[test]
+fn other_node() {
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+        vec![
+            slice(
+                "slice-1",
+                "node-1",
+                "pool-1",
+                "driver-b",
+                vec![device("device-1")],
+            ),
+            slice(
+                "slice-2",
+                "node-2",
+                "pool-2",
+                "driver-a",
+                vec![device("device-1")],
+            ),
+        ],
+        &[],
+        "node-2",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[("req-0", "driver-a/pool-2/device-1")]])
+    );
+    assert_eq!(found[0].node_selector, Some(local("node-2")));
+}
+
+#[test]
+fn small_and_large_backtrack_claims() {
+    let at_least =
+        |q: &str| format!("device.capacity[\"driver-a\"].memory.compareTo(quantity(\"{q}\")) >= 0");
+    let found = run(
+        vec![
+            claim(
+                "claim-0",
+                vec![selecting(exact("req-0", "class-a", 1), &at_least("1Gi"))],
+                vec![],
+            ),
+            claim(
+                "claim-1",
+                vec![selecting(exact("req-0", "class-a", 1), &at_least("2Gi"))],
+                vec![],
+            ),
+        ],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                with_memory(device("device-2"), "2Gi"),
+                with_memory(device("device-1"), "1Gi"),
+            ],
+        )],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[
+            &[("req-0", "driver-a/pool-1/device-1")],
+            &[("req-0", "driver-a/pool-1/device-2")],
+        ]),
+        "the first claim gives up the large device when the second needs it"
+    );
+}
+
+#[test]
+fn obsolete_slice() {
+    let mut old = slice(
+        "slice-1",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    old.count = 2;
+    let mut new = slice(
+        "slice-2",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    new.count = 2;
+    new.generation = 2;
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+        vec![old, new],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Ok(None),
+        "the new generation is incomplete, the old one obsolete"
+    );
+}
+
+#[test]
+fn duplicate_slice() {
+    let mut a = slice(
+        "slice-1",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    a.count = 2;
+    let mut b = slice(
+        "slice-2",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    b.count = 2;
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+        vec![a, b],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Err("on node: invalid resource pools were encountered".into())
+    );
+}
+
+#[test]
+fn no_classes() {
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-c", 1)], vec![])],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )],
+        &[],
+        "node-1",
+    );
+    let err = found.expect_err("a missing class is an error");
+    assert!(
+        err.contains("could not retrieve device class class-c"),
+        "{err}"
+    );
+}
+
+#[test]
+fn all_devices_many() {
+    let found = run(
+        vec![claim("claim-0", vec![all_of("req-0", "class-a")], vec![])],
+        vec![
+            slice(
+                "slice-1",
+                "node-1",
+                "pool-1",
+                "driver-a",
+                vec![device("device-1")],
+            ),
+            slice(
+                "slice-2",
+                "node-1",
+                "pool-2",
+                "driver-a",
+                vec![device("device-1")],
+            ),
+        ],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[
+            ("req-0", "driver-a/pool-1/device-1"),
+            ("req-0", "driver-a/pool-2/device-1"),
+        ]])
+    );
+}
+
+#[test]
+fn all_devices_of_the_incomplete_pool() {
+    let mut s = slice(
+        "slice-1",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    s.count = 2;
+    let found = run(
+        vec![claim("claim-0", vec![all_of("req-0", "class-a")], vec![])],
+        vec![s],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Err("claim default/claim-0, request req-0: asks for all devices, but resource pool driver-a/pool-1 is currently being updated".into())
+    );
+}
+
+#[test]
+fn all_devices_no_solution_and_some_allocated() {
+    let one = || {
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )]
+    };
+    let found = run(
+        vec![
+            claim("claim-1", vec![exact("req-0", "class-a", 1)], vec![]),
+            claim("claim-0", vec![all_of("req-0", "class-a")], vec![]),
+        ],
+        one(),
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Ok(None),
+        "All needs every device, and one is taken by the first claim"
+    );
+    let found = run(
+        vec![claim("claim-0", vec![all_of("req-0", "class-a")], vec![])],
+        one(),
+        &[("driver-a", "pool-1", "device-1")],
+        "node-1",
+    );
+    assert_eq!(found, Ok(None), "All cannot take an allocated device");
+    let found = run(
+        vec![claim("claim-0", vec![all_of("req-0", "class-a")], vec![])],
+        vec![slice("slice-1", "node-1", "pool-1", "driver-a", vec![])],
+        &[],
+        "node-1",
+    );
+    assert_eq!(found, Ok(None), "All with no device never succeeds");
+}
+
+#[test]
+fn many_network_attached_devices() {
+    let term = |exprs: Vec<(&str, &str)>, fields: Vec<(&str, &str)>| NodeSelector {
+        node_selector_terms: vec![NodeSelectorTerm {
+            match_expressions: (!exprs.is_empty()).then(|| {
+                exprs
+                    .iter()
+                    .map(|(k, v)| NodeSelectorRequirement {
+                        key: k.to_string(),
+                        operator: "In".into(),
+                        values: Some(vec![v.to_string()]),
+                    })
+                    .collect()
+            }),
+            match_fields: (!fields.is_empty()).then(|| {
+                fields
+                    .iter()
+                    .map(|(k, v)| NodeSelectorRequirement {
+                        key: k.to_string(),
+                        operator: "In".into(),
+                        values: Some(vec![v.to_string()]),
+                    })
+                    .collect()
+            }),
+        }],
+    };
+    let mut a = slice(
+        "slice-1",
+        "",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    a.selector = Some(term(vec![("region", "region-1")], vec![]));
+    let mut b = slice(
+        "slice-2",
+        "",
+        "pool-2",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    b.all_nodes = true;
+    let mut c = slice(
+        "slice-3",
+        "",
+        "pool-3",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    c.selector = Some(term(vec![("planet", "earth")], vec![]));
+    let mut d = slice(
+        "slice-4",
+        "",
+        "pool-4",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    d.selector = Some(term(vec![], vec![("metadata.name", "node-1")]));
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 4)], vec![])],
+        vec![a, b, c, d],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(picked(&found)[0].len(), 4);
+    assert_eq!(
+        found[0].node_selector,
+        Some(term(
+            vec![("region", "region-1"), ("planet", "earth")],
+            vec![("metadata.name", "node-1")]
+        )),
+        "the slices' terms merged into one"
+    );
+}
+
+#[test]
+fn separate_claims_share_device_admin_access() {
+    let admin = || {
+        let mut r = exact("req-0", "class-a", 1);
+        if let Some(e) = r.exactly.as_mut() {
+            e.admin_access = Some(true);
+        }
+        r
+    };
+    let found = run(
+        vec![
+            claim("claim-0", vec![admin()], vec![]),
+            claim("claim-1", vec![admin()], vec![]),
+        ],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )],
+        &[("driver-a", "pool-1", "device-1")],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[
+            &[("req-0", "driver-a/pool-1/device-1")],
+            &[("req-0", "driver-a/pool-1/device-1")],
+        ]),
+        "admin access reaches a device others hold"
+    );
+    assert!(found.iter().all(|a| {
+        a.devices
+            .iter()
+            .flat_map(|d| d.results.iter().flatten())
+            .all(|r| r.admin_access == Some(true))
+    }));
+}
+
+#[test]
+fn with_constraint_for_request_retry() {
+    let d = |n: &str, version: &str, s: &str| {
+        with_attr(
+            with_attr(device(n), "driverVersion", version_attr(version)),
+            "stringAttribute",
+            string_attr(s),
+        )
+    };
+    let found = run(
+        vec![claim(
+            "claim-0",
+            vec![exact("req-0", "class-a", 1), exact("req-1", "class-a", 1)],
+            vec![
+                match_attribute("driver-a/driverVersion", &["req-0"]),
+                match_attribute("driver-a/stringAttribute", &[]),
+            ],
+        )],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                d("device-1", "1.0.0", "a"),
+                d("device-2", "2.0.0", "b"),
+                d("device-3", "3.0.0", "b"),
+            ],
+        )],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[
+            ("req-0", "driver-a/pool-1/device-2"),
+            ("req-1", "driver-a/pool-1/device-3"),
+        ]])
+    );
+}
+
+#[test]
+fn with_constraint_not_matching_int_attribute_all_devices() {
+    let found = run(
+        vec![claim(
+            "claim-0",
+            vec![all_of("req-0", "class-a")],
+            vec![match_attribute("driver-a/numa", &[])],
+        )],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                with_attr(device("device-1"), "numa", int_attr(1)),
+                with_attr(device("device-2"), "numa", int_attr(2)),
+            ],
+        )],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Err("claim default/claim-0, request req-0: cannot add device driver-a/pool-1/device-2 because a claim constraint would not be satisfied".into())
+    );
+}
+
+#[test]
+fn prioritized_list_with_backtracking() {
+    let at_least =
+        |q: &str| format!("device.capacity[\"driver-a\"].memory.compareTo(quantity(\"{q}\")) >= 0");
+    let found = run(
+        vec![claim(
+            "claim-0",
+            vec![
+                first_available(
+                    "req-0",
+                    vec![
+                        sub("subReq-0", "class-a", 1, Some(&at_least("8Gi"))),
+                        sub("subReq-1", "class-a", 1, Some(&at_least("4Gi"))),
+                    ],
+                ),
+                selecting(exact("req-1", "class-a", 1), &at_least("8Gi")),
+            ],
+            vec![],
+        )],
+        vec![
+            slice(
+                "slice-1",
+                "node-1",
+                "pool-1",
+                "driver-a",
+                vec![with_memory(device("device-1"), "8Gi")],
+            ),
+            slice(
+                "slice-2",
+                "node-1",
+                "pool-2",
+                "driver-a",
+                vec![with_memory(device("device-2"), "4Gi")],
+            ),
+        ],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[
+            ("req-0/subReq-1", "driver-a/pool-2/device-2"),
+            ("req-1", "driver-a/pool-1/device-1"),
+        ]])
+    );
+}
+
+#[test]
+fn exact_count_sum_exceeds_claim_limit() {
+    let found = run(
+        vec![claim(
+            "claim-0",
+            vec![exact("req-0", "class-a", 20), exact("req-1", "class-a", 20)],
+            vec![],
+        )],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Err("claim default/claim-0, request req-1: adding 20 devices exceeds the claim limit of 32, with 20 already accounted for".into())
+    );
+}
+
+/// A GPU of 8Gi published whole and as two halves, all three drawing on one counter set.
+fn partitioned_gpu() -> Vec<SliceSpec> {
+    let consuming = |n: &str, q: &str| Device {
+        consumes_counters: Some(vec![DeviceCounterConsumption {
+            counter_set: "gpu-0".into(),
+            counters: [(
+                "memory".to_string(),
+                Counter {
+                    value: Quantity(q.into()),
+                },
+            )]
+            .into(),
+            compatibility_groups: None,
+        }]),
+        ..with_memory(device(n), q)
+    };
+    let mut counters = slice("slice-0", "node-1", "pool-1", "driver-a", vec![]);
+    counters.counters = Some(vec![CounterSet {
+        name: "gpu-0".into(),
+        counters: [(
+            "memory".to_string(),
+            Counter {
+                value: Quantity("8Gi".into()),
+            },
+        )]
+        .into(),
+    }]);
+    counters.count = 2;
+    let mut devices = slice(
+        "slice-1",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![
+            consuming("whole", "8Gi"),
+            consuming("half-0", "4Gi"),
+            consuming("half-1", "4Gi"),
+        ],
+    );
+    devices.count = 2;
+    vec![counters, devices]
+}
+
+#[test]
+fn partitionable_devices_consume_a_shared_counter_set() {
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 2)], vec![])],
+        partitioned_gpu(),
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[
+            ("req-0", "driver-a/pool-1/half-0"),
+            ("req-0", "driver-a/pool-1/half-1"),
+        ]]),
+        "the whole GPU and a half together would pass the counter"
+    );
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+        partitioned_gpu(),
+        &[("driver-a", "pool-1", "half-0")],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[("req-0", "driver-a/pool-1/half-1")]]),
+        "an allocated half leaves too little for the whole GPU"
+    );
+}
+
+#[test]
+fn tainted_two_devices_tolerated() {
+    let tainted = |n: &str, effect: &str, value: &str| Device {
+        taints: Some(vec![DeviceTaint {
+            key: "example.com/taint".into(),
+            value: Some(value.into()),
+            effect: effect.into(),
+            time_added: None,
+        }]),
+        ..device(n)
+    };
+    let toleration = DeviceToleration {
+        key: Some("example.com/taint".into()),
+        operator: Some("Equal".into()),
+        value: Some("value-2".into()),
+        effect: Some("NoExecute".into()),
+        toleration_seconds: None,
+    };
+    let mut r = exact("req-0", "class-a", 1);
+    if let Some(e) = r.exactly.as_mut() {
+        e.tolerations = Some(vec![toleration.clone()]);
+    }
+    let found = run(
+        vec![claim("claim-0", vec![r], vec![])],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                tainted("device-1", "NoSchedule", "value-1"),
+                tainted("device-2", "NoExecute", "value-2"),
+            ],
+        )],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[("req-0", "driver-a/pool-1/device-2")]])
+    );
+    let tolerations = found[0]
+        .devices
+        .as_ref()
+        .and_then(|d| d.results.as_ref())
+        .and_then(|r| r[0].tolerations.clone());
+    assert_eq!(
+        tolerations,
+        Some(vec![toleration]),
+        "the request's tolerations go with the result"
+    );
+}
+
+#[test]
+fn check_combinations_with_backtracking() {
+    let typed = |n: &str, t: &str| with_attr(device(n), "type", string_attr(t));
+    let found = run(
+        vec![claim(
+            "claim-0",
+            vec![
+                exact("req-1", "class-a", 2),
+                selecting(
+                    exact("req-2", "class-a", 1),
+                    "device.attributes[\"driver-a\"].type == \"X\"",
+                ),
+            ],
+            vec![],
+        )],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                typed("device-1", "X"),
+                typed("device-2", "Y"),
+                typed("device-3", "Y"),
+            ],
+        )],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[
+            ("req-1", "driver-a/pool-1/device-2"),
+            ("req-1", "driver-a/pool-1/device-3"),
+            ("req-2", "driver-a/pool-1/device-1"),
+        ]])
+    );
+}
+
+#[test]
+fn a_cel_runtime_error_fails_the_attempt() {
+    let found = run(
+        vec![claim(
+            "claim-0",
+            vec![selecting(
+                exact("req-0", "class-a", 1),
+                "device.attributes[\"driver-a\"].missing == 1",
+            )],
+            vec![],
+        )],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )],
+        &[],
+        "node-1",
+    );
+    let err = found.expect_err("a missing attribute is a runtime error, not false");
+    assert!(
+        err.starts_with("claim default/claim-0: selector #0 on device driver-a/pool-1/device-1: CEL runtime error:"),
+        "{err}"
+    );
+}

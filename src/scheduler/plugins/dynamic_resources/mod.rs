@@ -1,0 +1,687 @@
+//! DynamicResources: a pod's ResourceClaims decide where it can run, and where it runs decides
+//! which devices its unallocated claims get, as kube-scheduler v1.37.2's DynamicResources
+//! plugin with its default feature gates.
+//!
+//! - PreEnqueue keeps a pod out of the active queue until every claim it names exists (a
+//!   template's claim is named in its status by kube-controller-manager) ([`claims`]).
+//! - PreFilter reads the claims: allocated ones limit the nodes to their allocation's node
+//!   selector; unallocated ones get an [`allocator::Allocator`] over every ResourceSlice, with
+//!   the devices other claims hold (in the API or in flight) counted as taken.
+//! - Filter allocates on each node and keeps the result; Score prefers nodes where
+//!   `firstAvailable` got an earlier choice.
+//! - Reserve puts the node's allocation in flight, so the next pod does not take the same
+//!   devices before the API has it; Unreserve takes it back (and the pod's reservation, if
+//!   PreBind wrote it).
+//! - PreBind writes each claim's finalizer, `status.allocation` and the pod in
+//!   `status.reservedFor`.
+//! - PostFilter, when no node fits, deallocates one claim that was allocated for nobody else
+//!   and was not available on some node, so that the next attempt may allocate it elsewhere.
+
+pub mod allocator;
+pub mod cel;
+pub mod claims;
+pub mod hints;
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, PostParams};
+
+use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
+use crate::gate::{Write, WriteGate};
+use crate::k8s::api_errors;
+use crate::k8s::node_selector::Terms;
+use crate::locks;
+use crate::scheduler::framework::events::Registration;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
+use crate::scheduler::framework::{
+    Code, CycleState, FilterPlugin, Nomination, Plugin, PostFilterContext, PostFilterPlugin,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
+    Status,
+};
+use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::plugins::helper::{default_normalize_score, expect_no_args};
+use crate::scheduler::plugins::registry::Handle;
+
+pub const NAME: &str = "DynamicResources";
+/// kube-scheduler's weight for DynamicResources' score.
+pub const DEFAULT_WEIGHT: i32 = 2;
+
+const STATE_KEY: &str = "DynamicResources";
+/// How many times PreBind reads a claim again after a conflict (client-go's DefaultRetry).
+const CONFLICT_RETRIES: usize = 5;
+/// The most choices a `firstAvailable` request has (upstream's FirstAvailableDeviceRequestMaxSize).
+const FIRST_AVAILABLE_MAX: i64 = 8;
+
+/// The plugin: the DRA objects it reads, and the client PreBind and PostFilter write with.
+pub struct DynamicResources {
+    devices: Arc<DeviceIndex>,
+    client: Option<kube::Client>,
+    gate: WriteGate,
+    /// Where PostFilter's deallocation runs; `None` outside a tokio runtime (unit tests).
+    runtime: Option<tokio::runtime::Handle>,
+}
+
+/// What the cycle learnt of the pod's claims, and what each node and the reservation chose.
+struct State {
+    claims: Vec<Arc<ResourceClaim>>,
+    /// Per claim: the nodes an allocated claim is available on (`None`: any).
+    available_on: Vec<Option<Terms>>,
+    allocator: Option<Allocator>,
+    /// Per node: the allocation of each unallocated claim, in the claims' order.
+    by_node: Mutex<HashMap<String, Vec<AllocationResult>>>,
+    /// Claims found not available on some node (PostFilter may deallocate one).
+    unavailable: Mutex<BTreeSet<usize>>,
+    /// The claims with the allocation Reserve chose, as PreBind writes them.
+    reserved: Mutex<Vec<Arc<ResourceClaim>>>,
+}
+
+impl State {
+    fn to_allocate(&self) -> impl Iterator<Item = (usize, &Arc<ResourceClaim>)> {
+        self.claims
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| !claims::allocated(c))
+    }
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        Some(hints::registrations(&self.devices))
+    }
+    fn pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+    fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+    fn reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+    fn pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl PreEnqueuePlugin for DynamicResources {
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        if !claims::has_claims(&pod.pod) {
+            return Status::success();
+        }
+        match claims::pod_claims(&self.devices.read(), &pod.pod) {
+            Ok(_) => Status::success(),
+            Err(why) => Status::unresolvable(why),
+        }
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    fn pre_filter(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        _snapshot: &Snapshot,
+    ) -> (PreFilterResult, Status) {
+        let all = PreFilterResult::all_nodes();
+        let mut s = State {
+            claims: Vec::new(),
+            available_on: Vec::new(),
+            allocator: None,
+            by_node: Mutex::default(),
+            unavailable: Mutex::default(),
+            reserved: Mutex::default(),
+        };
+        if !claims::has_claims(&pod.pod) {
+            state.write(STATE_KEY, s);
+            return (all, Status::skip());
+        }
+        let devices = self.devices.read();
+        let found = match claims::pod_claims(&devices, &pod.pod) {
+            Ok(found) => found,
+            Err(why) => {
+                drop(devices);
+                state.write(STATE_KEY, s);
+                return (all, Status::unresolvable(why));
+            }
+        };
+        if found.is_empty() {
+            drop(devices);
+            state.write(STATE_KEY, s);
+            return (all, Status::skip());
+        }
+        let mut to_allocate = Vec::new();
+        let mut verdict = Status::success();
+        for claim in &found {
+            let on = claim
+                .status
+                .as_ref()
+                .and_then(|st| st.allocation.as_ref())
+                .and_then(|a| a.node_selector.as_ref())
+                .map(Terms::lenient);
+            s.available_on.push(on);
+            if claims::allocated(claim) {
+                continue;
+            }
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            if devices.in_flight(uid) {
+                verdict = Status::unresolvable(format!(
+                    "resource claim {} is in the process of being allocated",
+                    claims::key(claim)
+                ));
+                break;
+            }
+            if let Some(problem) = class_problem(&devices, claim) {
+                verdict = problem;
+                break;
+            }
+            to_allocate.push(claim.clone());
+        }
+        if verdict.is_success() && !to_allocate.is_empty() {
+            let allocated = Allocated::of(devices.all_claims());
+            let slices = devices.slices.values().cloned().collect();
+            let rules = devices.taint_rules.values().cloned().collect();
+            match Allocator::new(to_allocate, &devices.classes, slices, rules, allocated) {
+                Ok(a) => s.allocator = Some(a),
+                Err(e) => verdict = Status::error(e),
+            }
+        }
+        drop(devices);
+        s.claims = found;
+        state.write(STATE_KEY, s);
+        (all, verdict)
+    }
+}
+
+/// A request whose class is missing or unnamed (upstream's validateDeviceClass).
+fn class_problem(
+    devices: &crate::scheduler::informers::devices::Devices,
+    claim: &ResourceClaim,
+) -> Option<Status> {
+    let check = |name: &str, class: &str| -> Option<Status> {
+        if class.is_empty() {
+            return Some(Status::error(format!(
+                "request {name}: unsupported request type"
+            )));
+        }
+        (!devices.classes.contains_key(class)).then(|| {
+            Status::unresolvable(format!(
+                "request {name}: device class {class} does not exist"
+            ))
+        })
+    };
+    for r in claim
+        .spec
+        .iter()
+        .flat_map(|s| s.devices.iter())
+        .flat_map(|d| d.requests.iter().flatten())
+    {
+        if let Some(e) = &r.exactly {
+            if let Some(p) = check(&r.name, &e.device_class_name) {
+                return Some(p);
+            }
+        } else if let Some(subs) = r.first_available.as_ref().filter(|f| !f.is_empty()) {
+            for sub in subs {
+                if let Some(p) = check(&format!("{}/{}", r.name, sub.name), &sub.device_class_name)
+                {
+                    return Some(p);
+                }
+            }
+        } else {
+            return Some(Status::unresolvable(format!(
+                "resource claim {}, request {}: unknown request type",
+                claims::key(claim),
+                r.name
+            )));
+        }
+    }
+    None
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
+        };
+        if s.claims.is_empty() {
+            return Status::success();
+        }
+        let labels = node.labels();
+        let unavailable: Vec<usize> = s
+            .available_on
+            .iter()
+            .enumerate()
+            .filter(|(_, on)| on.as_ref().is_some_and(|t| !t.matches(&node.name, labels)))
+            .map(|(i, _)| i)
+            .collect();
+        let mut allocations = None;
+        if let Some(allocator) = &s.allocator {
+            let view = NodeView {
+                name: &node.name,
+                labels,
+            };
+            match allocator.allocate(&view) {
+                Ok(Some(found)) => allocations = Some(found),
+                Ok(None) => return Status::unresolvable("cannot allocate all claims"),
+                Err(AllocateError::OnNode(why)) => return Status::unresolvable(why),
+                Err(AllocateError::Fatal(why)) => return Status::error(why),
+            }
+        }
+        if !unavailable.is_empty() {
+            locks::lock(&s.unavailable).extend(unavailable);
+            return Status::unresolvable("resourceclaim not available on the node");
+        }
+        if let Some(found) = allocations {
+            locks::lock(&s.by_node).insert(node.name.clone(), found);
+        }
+        Status::success()
+    }
+}
+
+impl ScorePlugin for DynamicResources {
+    /// 8 less the index of the subrequest `firstAvailable` took, summed over the requests.
+    fn score(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Err(Status::error(format!(
+                "cannot read {STATE_KEY:?} from cycleState"
+            )));
+        };
+        let by_node = locks::lock(&s.by_node);
+        let Some(found) = by_node.get(&node.name) else {
+            return Ok(0);
+        };
+        let mut fresh = found.iter();
+        let mut score = 0i64;
+        for claim in &s.claims {
+            let allocation = match claim.status.as_ref().and_then(|st| st.allocation.as_ref()) {
+                Some(a) => a,
+                None => match fresh.next() {
+                    Some(a) => a,
+                    None => {
+                        return Err(Status::error(format!(
+                            "number of allocations {} is smaller than number of claims needing allocation",
+                            found.len()
+                        )));
+                    }
+                },
+            };
+            let chosen: BTreeSet<&str> = allocation
+                .devices
+                .iter()
+                .flat_map(|d| d.results.iter().flatten())
+                .map(|r| r.request.as_str())
+                .filter(|r| r.contains('/'))
+                .collect();
+            for r in claim
+                .spec
+                .iter()
+                .flat_map(|s| s.devices.iter())
+                .flat_map(|d| d.requests.iter().flatten())
+            {
+                for (j, sub) in r.first_available.iter().flatten().enumerate() {
+                    if chosen.contains(format!("{}/{}", r.name, sub.name).as_str()) {
+                        score +=
+                            FIRST_AVAILABLE_MAX - i64::try_from(j).unwrap_or(FIRST_AVAILABLE_MAX);
+                    }
+                }
+            }
+        }
+        Ok(score)
+    }
+
+    fn normalize_scores(
+        &self,
+        _state: &CycleState,
+        _pod: &PodInfo,
+        scores: &mut [crate::scheduler::framework::NodeScore],
+    ) -> Status {
+        default_normalize_score(crate::scheduler::framework::MAX_NODE_SCORE, false, scores);
+        Status::success()
+    }
+}
+
+impl ReservePlugin for DynamicResources {
+    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node_name: &str) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::success();
+        };
+        let to_allocate: Vec<(usize, Arc<ResourceClaim>)> =
+            s.to_allocate().map(|(i, c)| (i, c.clone())).collect();
+        if to_allocate.is_empty() || s.allocator.is_none() {
+            return Status::success();
+        }
+        let Some(found) = locks::lock(&s.by_node).get(node_name).cloned() else {
+            return Status::error("claim allocation not found for node");
+        };
+        if found.len() != to_allocate.len() {
+            return Status::error(format!(
+                "internal error, have {} allocations, {} claims to allocate, want {} claims",
+                found.len(),
+                to_allocate.len(),
+                to_allocate.len()
+            ));
+        }
+        let mut reserved = Vec::new();
+        for ((_, claim), allocation) in to_allocate.into_iter().zip(found) {
+            let mut c = (*claim).clone();
+            let finalizers = c.metadata.finalizers.get_or_insert_default();
+            if !finalizers.iter().any(|f| f == claims::FINALIZER) {
+                finalizers.push(claims::FINALIZER.into());
+            }
+            c.status.get_or_insert_default().allocation = Some(allocation);
+            let c = Arc::new(c);
+            self.devices.set_in_flight(c.clone());
+            reserved.push(c);
+        }
+        *locks::lock(&s.reserved) = reserved;
+        Status::success()
+    }
+
+    fn unreserve(&self, state: &CycleState, pod: &PodInfo, _node_name: &str) {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return;
+        };
+        for c in locks::lock(&s.reserved).drain(..) {
+            self.devices
+                .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
+        }
+        // A reservation PreBind may have written for the pod: take it back.
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return;
+        };
+        let written: Vec<Arc<ResourceClaim>> = {
+            let devices = self.devices.read();
+            s.claims
+                .iter()
+                .filter_map(|c| {
+                    devices.claim(
+                        c.metadata.namespace.as_deref().unwrap_or_default(),
+                        c.metadata.name.as_deref().unwrap_or_default(),
+                    )
+                })
+                .filter(|c| claims::allocated(c) && claims::reserved_for(c, &pod.pod))
+                .cloned()
+                .collect()
+        };
+        for claim in written {
+            runtime.spawn(unreserve_claim(
+                client.clone(),
+                self.gate.clone(),
+                claim,
+                pod.pod.metadata.uid.clone().unwrap_or_default(),
+            ));
+        }
+    }
+}
+
+/// Removes the pod from a claim's `status.reservedFor` (a strategic merge patch, as upstream).
+async fn unreserve_claim(
+    client: kube::Client,
+    gate: WriteGate,
+    claim: Arc<ResourceClaim>,
+    pod_uid: String,
+) {
+    let api: Api<ResourceClaim> = Api::namespaced(
+        client,
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({
+        "metadata": {"uid": claim.metadata.uid},
+        "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]},
+    });
+    let done = gate
+        .write(Write::DynamicResources, async {
+            api.patch_status(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Strategic(&patch),
+            )
+            .await
+        })
+        .await;
+    match done {
+        Ok(Ok(_)) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(claim = %claims::key(&claim), error = %api_errors::message(&e), "removing the pod's reservation failed")
+        }
+        Err(refused) => {
+            tracing::info!(claim = %claims::key(&claim), %refused, "not removing the pod's reservation")
+        }
+    }
+}
+
+impl PostFilterPlugin for DynamicResources {
+    fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
+        let Some(s) = ctx.state.read::<State>(STATE_KEY) else {
+            return (
+                Nomination::Keep,
+                Status::error(format!("cannot read {STATE_KEY:?} from cycleState")),
+            );
+        };
+        let nothing = || {
+            (
+                Nomination::Keep,
+                Status::with_reasons(Code::Unschedulable, Vec::new()),
+            )
+        };
+        if s.claims.is_empty() {
+            return nothing();
+        }
+        let pod_uid = ctx.pod.uid();
+        let candidate = locks::lock(&s.unavailable).iter().find_map(|&i| {
+            let claim = s.claims.get(i)?;
+            let reserved = claim
+                .status
+                .as_ref()
+                .and_then(|st| st.reserved_for.as_ref())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let free = reserved.is_empty() || (reserved.len() == 1 && reserved[0].uid == pod_uid);
+            free.then(|| claim.clone())
+        });
+        let Some(claim) = candidate else {
+            return nothing();
+        };
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return nothing();
+        };
+        let mut freed = (*claim).clone();
+        if let Some(st) = freed.status.as_mut() {
+            st.reserved_for = None;
+            st.allocation = None;
+            st.devices = None;
+        }
+        let api: Api<ResourceClaim> = Api::namespaced(
+            client.clone(),
+            freed.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = freed.metadata.name.clone().unwrap_or_default();
+        let written = runtime.block_on(self.gate.write(Write::DynamicResources, async {
+            api.replace_status(&name, &PostParams::default(), &freed)
+                .await
+        }));
+        match written {
+            Ok(Ok(_)) => (
+                Nomination::Keep,
+                Status::unschedulable("deallocation of ResourceClaim completed"),
+            ),
+            Ok(Err(e)) => (Nomination::Keep, Status::error(api_errors::message(&e))),
+            Err(refused) => (Nomination::Keep, Status::error(refused.to_string())),
+        }
+    }
+}
+
+impl PreBindPlugin for DynamicResources {
+    fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &Pod, _node_name: &str) -> Status {
+        match state.read::<State>(STATE_KEY) {
+            Some(s) if !s.claims.is_empty() => Status::success(),
+            _ => Status::skip(),
+        }
+    }
+
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        _node_name: &'a str,
+    ) -> BoxFuture<'a, Status> {
+        Box::pin(async move {
+            let Some(s) = state.read::<State>(STATE_KEY) else {
+                return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
+            };
+            if s.claims.is_empty() {
+                return Status::success();
+            }
+            let Some(client) = &self.client else {
+                return Status::error("DynamicResources has no API client");
+            };
+            let reserved = locks::lock(&s.reserved).clone();
+            for claim in &s.claims {
+                if claims::reserved_for(claim, pod) {
+                    continue;
+                }
+                let allocation = reserved
+                    .iter()
+                    .find(|r| r.metadata.uid == claim.metadata.uid)
+                    .and_then(|r| r.status.as_ref())
+                    .and_then(|st| st.allocation.clone());
+                let bound = self
+                    .gate
+                    .write(
+                        Write::DynamicResources,
+                        bind_claim(client, claim.clone(), allocation, pod),
+                    )
+                    .await;
+                match bound {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => return Status::error(e),
+                    Err(refused) => return Status::error(refused.to_string()),
+                }
+            }
+            Status::success()
+        })
+    }
+}
+
+/// Writes one claim's allocation (when Reserve chose one) and the pod's reservation, reading
+/// the claim again after a conflict, as upstream's bindClaim.
+async fn bind_claim(
+    client: &kube::Client,
+    cached: Arc<ResourceClaim>,
+    allocation: Option<AllocationResult>,
+    pod: &Pod,
+) -> Result<(), String> {
+    let key = claims::key(&cached);
+    let api: Api<ResourceClaim> = Api::namespaced(
+        client.clone(),
+        cached.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let name = cached.metadata.name.clone().unwrap_or_default();
+    let mut claim = (*cached).clone();
+    for attempt in 0..=CONFLICT_RETRIES {
+        if attempt > 0 {
+            claim = api.get(&name).await.map_err(|e| {
+                format!(
+                    "get updated claim {key} after conflict: {}",
+                    api_errors::message(&e)
+                )
+            })?;
+        }
+        if claim.metadata.deletion_timestamp.is_some() {
+            return Err(format!("claim {key} got deleted in the meantime"));
+        }
+        if let Some(allocation) = &allocation {
+            if claims::allocated(&claim) {
+                return Err(format!(
+                    "claim {key} got allocated elsewhere in the meantime"
+                ));
+            }
+            let finalizers = claim.metadata.finalizers.get_or_insert_default();
+            if !finalizers.iter().any(|f| f == claims::FINALIZER) {
+                finalizers.push(claims::FINALIZER.into());
+                match api.replace(&name, &PostParams::default(), &claim).await {
+                    Ok(updated) => claim = updated,
+                    Err(e) if api_errors::conflict_or_throttled(&e) => continue,
+                    Err(e) => {
+                        return Err(format!(
+                            "add finalizer to claim {key}: {}",
+                            api_errors::message(&e)
+                        ));
+                    }
+                }
+            }
+            claim.status.get_or_insert_default().allocation = Some(allocation.clone());
+        }
+        let status = claim.status.get_or_insert_default();
+        status
+            .reserved_for
+            .get_or_insert_default()
+            .push(claims::consumer(pod));
+        match status.allocation.as_mut() {
+            None => {
+                return Err(format!(
+                    "claim {key} got deallocated elsewhere in the meantime"
+                ));
+            }
+            Some(a) if a.allocation_timestamp.is_none() => {
+                a.allocation_timestamp = Some(Time(jiff::Timestamp::now()));
+            }
+            Some(_) => {}
+        }
+        match api
+            .replace_status(&name, &PostParams::default(), &claim)
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(e) if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES => {
+                continue;
+            }
+            Err(e) => {
+                let what = if allocation.is_some() {
+                    "add allocation and reservation to"
+                } else {
+                    "add reservation to"
+                };
+                return Err(format!("{what} claim {key}: {}", api_errors::message(&e)));
+            }
+        }
+    }
+    Err(format!(
+        "add reservation to claim {key}: too many conflicts"
+    ))
+}
+
+/// Builds the plugin (it takes no args, as upstream's filterTimeout and bindingTimeout are not
+/// served yet).
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+    handle: &Handle,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(DynamicResources {
+        devices: handle.devices.clone(),
+        client: handle.client.clone(),
+        gate: handle.gate.clone(),
+        runtime: tokio::runtime::Handle::try_current().ok(),
+    }))
+}
