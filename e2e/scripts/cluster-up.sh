@@ -134,7 +134,8 @@ main() {
 # The controllers the tests rely on: workloads, garbage collection, namespaces, service accounts,
 # node lifecycle (taints and evictions when a node stops reporting), and the volume controllers
 # VolumeBinding works with (the PV binder binds what the scheduler chose; the protection
-# controllers keep claims in use from going away; generic ephemeral volumes get their claims).
+# controllers keep claims in use from going away; generic ephemeral volumes get their claims), and
+# the ResourceClaim controller DynamicResources works with (claims from templates, deallocation).
 KCM_CONTROLLERS=(
   deployment-controller replicaset-controller statefulset-controller job-controller
   cronjob-controller daemonset-controller garbage-collector-controller namespace-controller
@@ -142,7 +143,7 @@ KCM_CONTROLLERS=(
   pod-garbage-collector-controller root-ca-certificate-publisher-controller
   taint-eviction-controller clusterrole-aggregation-controller endpointslice-controller
   ttl-after-finished-controller disruption-controller
-  persistentvolume-binder-controller persistentvolume-protection-controller
+  persistentvolume-binder-controller persistentvolume-protection-controller resourceclaim-controller
   persistentvolumeclaim-protection-controller ephemeral-volume-controller
 )
 

@@ -1,5 +1,6 @@
 //! Kubernetes resource quantities ("100m", "1.5Gi", "2e3") as integers, rounded up as
-//! apimachinery's `Quantity.Value()` and `MilliValue()` round.
+//! apimachinery's `Quantity.Value()` and `MilliValue()` round, or as the exact fraction they
+//! denote.
 
 /// A quantity that does not parse, named.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -24,8 +25,11 @@ fn ceil_div(num: i128, den: i128) -> i64 {
     q.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
-/// The quantity as an exact fraction `num / den`, `den > 0`.
-fn parse_ratio(input: &str) -> Result<(i128, i128), QuantityError> {
+/// Parses a quantity into the exact fraction `num / den` of its unit, nothing rounded: `num`
+/// carries the sign and `den` is a power of ten (1 for whole numbers and binary suffixes), so
+/// `1.5Gi` is `(15 * 2^30, 10)` and `1n` is `(1, 10^9)`. More than 30 digits, an exponent
+/// beyond ±30, or a fraction past `i128` is an error naming the input, as malformed input is.
+pub fn parse_ratio(input: &str) -> Result<(i128, i128), QuantityError> {
     let bad = || QuantityError(input.to_string());
     let s = input.trim();
     let (negative, s) = match s.as_bytes().first() {
@@ -116,6 +120,23 @@ mod tests {
             assert_eq!(parse_milli(input), Ok(milli), "{input} milli");
             assert_eq!(parse_value(input), Ok(value), "{input} value");
         }
+    }
+
+    #[test]
+    fn ratios_are_exact() {
+        let cases = [
+            ("1n", 1, 1_000_000_000),
+            ("2n", 2, 1_000_000_000),
+            ("1.0001", 10_001, 10_000),
+            ("-1.5Gi", -15 * (1 << 30), 10),
+            ("1e-30", 1, 10i128.pow(30)),
+            ("250u", 250, 1_000_000),
+            ("12e3", 12_000, 1),
+        ];
+        for (input, num, den) in cases {
+            assert_eq!(parse_ratio(input), Ok((num, den)), "{input}");
+        }
+        assert!(parse_ratio("1e-31").is_err());
     }
 
     #[test]

@@ -1,0 +1,431 @@
+//! DynamicResources on the local control plane, side by side with kube-scheduler v1.37.2: the
+//! test publishes the ResourceSlices a DRA driver would (kwok nodes have no driver), a
+//! DeviceClass selecting the driver by CEL, and pods whose claims kube-controller-manager
+//! makes from ResourceClaimTemplates. Each pod goes first through kube-scheduler, then (its
+//! claim deleted, its devices free again) through tether: both must choose the same node and
+//! the same devices, device by device, and write the same allocation; a pod no node can serve
+//! must get the same message.
+//!
+//! One test at a time: the failure message counts every node of the cluster.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use kube::api::{Api, DeleteParams, PostParams};
+use serde_json::{Value, json};
+use tether_e2e::reference::ReferenceScheduler;
+use tether_e2e::{
+    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
+};
+
+static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// A driver of the test's own, its class, and slices on its nodes: node 0 has two `a100` and
+/// two `h100` GPUs (NUMA 0, 0, 1, 1), node 1 one `a100`.
+struct Devices {
+    driver: String,
+    class: String,
+    slices: Vec<String>,
+}
+
+impl Devices {
+    fn publish(nodes: &TestNodes) -> anyhow::Result<Self> {
+        let suffix = unique_suffix();
+        let driver = format!("gpu-{suffix}.example.com");
+        let class = format!("gpu-{suffix}");
+        apply(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+            "metadata": {"name": class},
+            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
+        }))?;
+        let gpu = |name: &str, model: &str, numa: i64, memory: &str| {
+            json!({
+                "name": name,
+                "attributes": {"model": {"string": model}, "numa": {"int": numa},
+                               "driverVersion": {"version": "1.2.3"}},
+                "capacity": {"memory": {"value": memory}},
+            })
+        };
+        let layouts = [
+            vec![
+                gpu("gpu-0", "a100", 0, "40Gi"),
+                gpu("gpu-1", "a100", 0, "40Gi"),
+                gpu("gpu-2", "h100", 1, "80Gi"),
+                gpu("gpu-3", "h100", 1, "80Gi"),
+            ],
+            vec![gpu("gpu-0", "a100", 0, "40Gi")],
+        ];
+        let mut slices = Vec::new();
+        for (node, devices) in nodes.names.iter().zip(layouts) {
+            let name = format!("{node}-{suffix}");
+            apply(json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {
+                    "driver": driver, "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                    "devices": devices,
+                },
+            }))?;
+            slices.push(name);
+        }
+        Ok(Devices {
+            driver,
+            class,
+            slices,
+        })
+    }
+
+    fn delete(self) -> anyhow::Result<()> {
+        for s in &self.slices {
+            kubectl_ok(&["delete", "resourceslice", s, "--ignore-not-found"], None)?;
+        }
+        kubectl_ok(
+            &["delete", "deviceclass", &self.class, "--ignore-not-found"],
+            None,
+        )?;
+        Ok(())
+    }
+}
+
+/// What a scheduler made of one pod: its node and its claim's allocation (request, device,
+/// in order), or its failure message.
+#[derive(Debug, PartialEq)]
+enum Outcome {
+    Bound {
+        node: String,
+        devices: Vec<(String, String)>,
+        node_selector: Option<Value>,
+    },
+    Unschedulable(String),
+}
+
+/// One pod with one claim from a template (`devices` is the template's `spec.devices`).
+struct Case {
+    name: &'static str,
+    devices: Value,
+}
+
+async fn run_once(
+    client: &kube::Client,
+    ns: &str,
+    nodes: &TestNodes,
+    scheduler: &str,
+    case: &Case,
+) -> anyhow::Result<Outcome> {
+    let template = format!("{}-{scheduler}", case.name);
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": template, "namespace": ns},
+        "spec": {"spec": {"devices": case.devices}},
+    }))?;
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
+    });
+    nodes.isolate(&mut spec);
+    let pod_name = format!(
+        "{}-{}",
+        case.name,
+        if scheduler.contains("reference") {
+            "ref"
+        } else {
+            "tether"
+        }
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name}, "spec": spec,
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let outcome = wait_for(
+        &format!("{scheduler} to place or reject {pod_name}"),
+        Duration::from_secs(60),
+        || {
+            let (pods, claims, pod_name) = (pods.clone(), claims.clone(), pod_name.clone());
+            async move {
+                let pod = pods.get(&pod_name).await?;
+                if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    let claim_name = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.resource_claim_statuses.as_ref())
+                        .and_then(|s| s.first())
+                        .and_then(|s| s.resource_claim_name.clone())
+                        .ok_or_else(|| anyhow::anyhow!("a bound pod without its claim"))?;
+                    let claim = claims.get(&claim_name).await?;
+                    let status = claim.status.clone().unwrap_or_default();
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    anyhow::ensure!(
+                        status.reserved_for.iter().flatten().any(|r| r.uid == uid),
+                        "the bound pod's claim is not reserved for it: {status:?}"
+                    );
+                    anyhow::ensure!(
+                        claim
+                            .metadata
+                            .finalizers
+                            .iter()
+                            .flatten()
+                            .any(|f| f == "resource.kubernetes.io/delete-protection"),
+                        "the allocated claim has no delete-protection finalizer"
+                    );
+                    let allocation = status
+                        .allocation
+                        .ok_or_else(|| anyhow::anyhow!("a bound pod's claim is not allocated"))?;
+                    let devices = allocation
+                        .devices
+                        .iter()
+                        .flat_map(|d| d.results.iter().flatten())
+                        .map(|r| (r.request.clone(), format!("{}/{}", r.pool, r.device)))
+                        .collect();
+                    return Ok(Some(Outcome::Bound {
+                        node,
+                        devices,
+                        node_selector: allocation
+                            .node_selector
+                            .map(serde_json::to_value)
+                            .transpose()?,
+                    }));
+                }
+                let rejected = pod
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| {
+                        c.type_ == "PodScheduled"
+                            && c.status == "False"
+                            && c.reason.as_deref() == Some("Unschedulable")
+                    })
+                    .and_then(|c| c.message);
+                Ok(rejected.map(Outcome::Unschedulable))
+            }
+        },
+    )
+    .await?;
+    // The pod goes, and with it (kube-controller-manager deallocates and deletes it) its
+    // claim: the devices are free for the next scheduler.
+    pods.delete(&pod_name, &DeleteParams::default().grace_period(0))
+        .await?;
+    wait_for(
+        &format!("{pod_name} and its claim gone"),
+        Duration::from_secs(60),
+        || {
+            let (pods, claims, pod_name) = (pods.clone(), claims.clone(), pod_name.clone());
+            async move {
+                let pod_gone = pods.get_opt(&pod_name).await?.is_none();
+                let claims_left = claims
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|c| {
+                        c.metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.name == pod_name)
+                    })
+                    .count();
+                Ok((pod_gone && claims_left == 0).then_some(()))
+            }
+        },
+    )
+    .await?;
+    kubectl_ok(
+        &["delete", "resourceclaimtemplate", &template, "-n", ns],
+        None,
+    )?;
+    Ok(outcome)
+}
+
+/// Pods with GPU claims land where kube-scheduler puts them and get the devices it gives them,
+/// device by device; a claim no node can serve reads the same.
+#[tokio::test]
+async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra").await?;
+    // Node 1 has half the CPUs: where both nodes can serve a claim, both schedulers prefer
+    // node 0 (no tie to break at random).
+    let nodes = TestNodes::create(&client, "dra", 2, "16", |i, node| {
+        if i == 1 {
+            for field in ["allocatable", "capacity"] {
+                node["status"][field]["cpu"] = json!("8");
+            }
+        }
+    })
+    .await?;
+    let devices = Devices::publish(&nodes)?;
+    let suffix = unique_suffix();
+    let (reference, tether) = (
+        format!("dra-reference-{suffix}"),
+        format!("dra-tether-{suffix}"),
+    );
+    let kube = ReferenceScheduler::start("kube-scheduler-dra", &[&reference])?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
+    let class = devices.class.as_str();
+    let model = |m: &str| format!("device.attributes[\"{}\"].model == \"{m}\"", devices.driver);
+    let cases = [
+        Case {
+            name: "one",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}),
+        },
+        Case {
+            name: "two-h100",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": class, "count": 2,
+                "selectors": [{"cel": {"expression": model("h100")}}]}}]}),
+        },
+        Case {
+            name: "prioritized",
+            devices: json!({"requests": [{"name": "gpu", "firstAvailable": [
+                {"name": "three-h100", "deviceClassName": class, "count": 3,
+                 "selectors": [{"cel": {"expression": model("h100")}}]},
+                {"name": "one-a100", "deviceClassName": class,
+                 "selectors": [{"cel": {"expression": model("a100")}}]}]}]}),
+        },
+        Case {
+            name: "same-numa",
+            devices: json!({
+                "requests": [
+                    {"name": "a", "exactly": {"deviceClassName": class}},
+                    {"name": "b", "exactly": {"deviceClassName": class}}],
+                "constraints": [{"matchAttribute": format!("{}/numa", devices.driver)}]}),
+        },
+        Case {
+            name: "all",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": class, "allocationMode": "All",
+                "selectors": [{"cel": {"expression": model("a100")}}]}}]}),
+        },
+        Case {
+            name: "memory",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": class,
+                "selectors": [{"cel": {"expression": format!(
+                    "device.capacity[\"{}\"].memory.compareTo(quantity(\"64Gi\")) >= 0", devices.driver)}}]}}]}),
+        },
+        Case {
+            name: "too-many",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": class, "count": 5}}]}),
+        },
+    ];
+    let mut differ = Vec::new();
+    for case in &cases {
+        let by_reference = run_once(&client, &ns.name, &nodes, &reference, case).await?;
+        let by_tether = run_once(&client, &ns.name, &nodes, &tether, case).await?;
+        println!(
+            "{}: kube-scheduler {by_reference:?}; tether {by_tether:?}",
+            case.name
+        );
+        if by_reference != by_tether {
+            differ.push(format!(
+                "{}:\n  kube-scheduler: {by_reference:?}\n  tether:         {by_tether:?}",
+                case.name
+            ));
+        }
+    }
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    assert!(
+        differ.is_empty(),
+        "tether allocated otherwise than kube-scheduler:\n{}",
+        differ.join("\n")
+    );
+    devices.delete()?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
+/// A pod whose claim does not exist yet waits (PreEnqueue, as upstream: it is not tried, and
+/// nothing is written on it), and is scheduled once the claim is created; a second pod sharing
+/// the claim by name goes to the node its allocation is on, and the claim is reserved for both.
+#[tokio::test]
+async fn a_pod_waits_for_its_claim_and_a_shared_claim_keeps_its_node() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-wait").await?;
+    let nodes = TestNodes::create(&client, "dra-wait", 2, "16", |_, _| {}).await?;
+    let devices = Devices::publish(&nodes)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod_with_claim = |name: &str| -> anyhow::Result<Pod> {
+        let mut spec = json!({
+            "schedulerName": "tether-scheduler",
+            "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "shared"}],
+        });
+        nodes.isolate(&mut spec);
+        Ok(serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec,
+        }))?)
+    };
+    pods.create(&PostParams::default(), &pod_with_claim("first")?)
+        .await?;
+    // No condition while it waits at PreEnqueue: wait a little for a wrong write to show.
+    let waited = wait_for("first to be tried", Duration::from_secs(3), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get("first").await?;
+            let tried = p.spec.as_ref().and_then(|s| s.node_name.as_ref()).is_some()
+                || p.status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|c| c.type_ == "PodScheduled");
+            Ok(tried.then_some(()))
+        }
+    })
+    .await;
+    assert!(waited.is_err(), "a pod whose claim is missing is not tried");
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "shared", "namespace": ns.name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": devices.class,
+            "selectors": [{"cel": {"expression": format!("device.attributes[\"{}\"].model == \"h100\"", devices.driver)}}]}}]}},
+    }))?;
+    let first = tether_e2e::wait_bound(&client, &ns.name, "first", Duration::from_secs(60)).await?;
+    assert_eq!(first, nodes.names[0], "only node 0 has an h100");
+    pods.create(&PostParams::default(), &pod_with_claim("second")?)
+        .await?;
+    let second =
+        tether_e2e::wait_bound(&client, &ns.name, "second", Duration::from_secs(60)).await?;
+    assert_eq!(
+        second, first,
+        "a shared claim's pods go where its devices are"
+    );
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let reserved: BTreeMap<String, String> = claims
+        .get("shared")
+        .await?
+        .status
+        .and_then(|s| s.reserved_for)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| (r.name, r.resource))
+        .collect();
+    assert_eq!(
+        reserved,
+        BTreeMap::from([
+            ("first".to_string(), "pods".to_string()),
+            ("second".to_string(), "pods".to_string())
+        ]),
+        "the claim is reserved for both pods"
+    );
+    pods.delete("first", &DeleteParams::default().grace_period(0))
+        .await?;
+    pods.delete("second", &DeleteParams::default().grace_period(0))
+        .await?;
+    ns.delete().await?;
+    devices.delete()?;
+    nodes.delete().await
+}
