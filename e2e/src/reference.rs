@@ -30,8 +30,9 @@ pub struct ReferenceScheduler {
 
 impl ReferenceScheduler {
     /// Starts kube-scheduler with one profile per schedulerName in `profiles`: kube-scheduler's
-    /// default plugins without the PostFilter ones, DefaultPreemption and DynamicResources
-    /// (tether has neither yet; each appends its own words to a failure message). Leader election and serving are off; the log goes to
+    /// default plugins without the PostFilter ones, DefaultPreemption and DynamicResources (each
+    /// appends its own words to a failure message; a test comparing messages turns them off in
+    /// tether's profile too). Leader election and serving are off; the log goes to
     /// `.cluster/logs/<name>.log`.
     pub fn start(name: &str, profiles: &[&str]) -> anyhow::Result<Self> {
         Self::start_configured(name, profiles, false)

@@ -429,3 +429,118 @@ async fn a_pod_waits_for_its_claim_and_a_shared_claim_keeps_its_node() -> anyhow
     devices.delete()?;
     nodes.delete().await
 }
+
+/// A device with binding conditions (a driver attaching it first): tether allocates it, names
+/// the node in the pod's `nominatedNodeName` and waits in PreBind, without binding the pod,
+/// until the driver reports the condition true in the claim's status; then the pod is bound
+/// there. A failure condition instead fails the binding cycle.
+#[tokio::test]
+async fn a_device_with_binding_conditions_is_waited_for() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-conditions").await?;
+    let nodes = TestNodes::create(&client, "dra-conditions", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let driver = format!("fabric-{suffix}.example.com");
+    let class = format!("fabric-{suffix}");
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
+    }))?;
+    let slice = format!("fabric-{suffix}");
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": slice},
+        "spec": {
+            "driver": driver, "nodeName": nodes.names[0],
+            "pool": {"name": "fabric", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0", "bindingConditions": ["Attached"],
+                         "bindingFailureConditions": ["AttachFailed"]}],
+        },
+    }))?;
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "attached", "namespace": ns.name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}},
+    }))?;
+    let mut spec = json!({
+        "schedulerName": "tether-scheduler",
+        "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "attached"}],
+    });
+    nodes.isolate(&mut spec);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waits"}, "spec": spec,
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    // Allocated and reserved, the node nominated, the pod not bound.
+    wait_for(
+        "the claim allocated and the node nominated",
+        Duration::from_secs(60),
+        || {
+            let (pods, claims) = (pods.clone(), claims.clone());
+            async move {
+                let claim = claims.get("attached").await?;
+                let allocated = claim
+                    .status
+                    .as_ref()
+                    .is_some_and(|s| s.allocation.is_some());
+                let pod = pods.get("waits").await?;
+                let nominated = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.nominated_node_name.clone());
+                Ok((allocated && nominated.is_some()).then_some(nominated))
+            }
+        },
+    )
+    .await?;
+    let pod = pods.get("waits").await?;
+    assert_eq!(
+        pod.status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref()),
+        Some(nodes.names[0].as_str()),
+        "the node is nominated while the device is prepared"
+    );
+    // The binding cycle waits: the pod stays unbound while the condition is not reported.
+    let early = tether_e2e::wait_bound(&client, &ns.name, "waits", Duration::from_secs(3)).await;
+    assert!(early.is_err(), "bound before its device was attached");
+    let device_status = |attached: &str| {
+        json!({"status": {"devices": [{
+            "driver": driver, "pool": "fabric", "device": "gpu-0",
+            "conditions": [{"type": "Attached", "status": attached, "reason": "Driver",
+                            "message": "attached", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}})
+    };
+    kubectl_ok(
+        &[
+            "patch",
+            "resourceclaim",
+            "attached",
+            "-n",
+            &ns.name,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &device_status("True").to_string(),
+        ],
+        None,
+    )?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "waits", Duration::from_secs(60)).await?;
+    assert_eq!(node, nodes.names[0]);
+    pods.delete("waits", &DeleteParams::default().grace_period(0))
+        .await?;
+    ns.delete().await?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}

@@ -1,7 +1,9 @@
 //! The scheduling queue, as kube-scheduler's PriorityQueue: `activeQ` ordered by the QueueSort
 //! plugin, `backoffQ` for pods that failed recently, the unschedulable pool for pods that wait
-//! for a cluster event, and the gated set for pods held by PreEnqueue (scheduling gates). Pods
-//! are known by UID: a pod deleted and created again under its name is another pod.
+//! for a cluster event, and the gated set for pods held by PreEnqueue (scheduling gates,
+//! DynamicResources while a claim is missing: asked again on the pod's updates and on the
+//! events the holding plugin registered). Pods are known by UID: a pod deleted and created
+//! again under its name is another pod.
 //!
 //! A cluster event moves a pod out of the unschedulable pool only when one of the plugins that
 //! rejected it registered the event and its queueing hint says the change may help

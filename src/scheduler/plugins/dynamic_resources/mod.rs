@@ -13,11 +13,13 @@
 //!   devices before the API has it; Unreserve takes it back (and the pod's reservation, if
 //!   PreBind wrote it).
 //! - PreBind writes each claim's finalizer, `status.allocation` and the pod in
-//!   `status.reservedFor`.
+//!   `status.reservedFor`, then waits for the devices' binding conditions, if any
+//!   ([`binding`]).
 //! - PostFilter, when no node fits, deallocates one claim that was allocated for nobody else
 //!   and was not available on some node, so that the next attempt may allocate it elsewhere.
 
 pub mod allocator;
+pub mod binding;
 pub mod cel;
 pub mod claims;
 pub mod hints;
@@ -65,6 +67,8 @@ pub struct DynamicResources {
     devices: Arc<DeviceIndex>,
     client: Option<kube::Client>,
     gate: WriteGate,
+    /// Writes `BindingConditionsPending`. `None` in unit tests.
+    events: Option<crate::recorder::EventWriter>,
     /// Where PostFilter's deallocation runs; `None` outside a tokio runtime (unit tests).
     runtime: Option<tokio::runtime::Handle>,
 }
@@ -211,6 +215,16 @@ impl PreFilterPlugin for DynamicResources {
     }
 }
 
+/// Whether an allocated claim's devices failed their binding conditions, or did not meet them
+/// in time: the claim is not available anywhere until PostFilter deallocates it.
+fn binding_failed(claim: &ResourceClaim) -> bool {
+    claims::allocated(claim)
+        && match binding::ready_for_binding(claim) {
+            Err(_) => true,
+            Ok(ready) => !ready && binding::timed_out(claim, binding::BINDING_TIMEOUT),
+        }
+}
+
 /// A request whose class is missing or unnamed (upstream's validateDeviceClass).
 fn class_problem(
     devices: &crate::scheduler::informers::devices::Devices,
@@ -269,7 +283,10 @@ impl FilterPlugin for DynamicResources {
             .available_on
             .iter()
             .enumerate()
-            .filter(|(_, on)| on.as_ref().is_some_and(|t| !t.matches(&node.name, labels)))
+            .filter(|&(i, on)| {
+                on.as_ref().is_some_and(|t| !t.matches(&node.name, labels))
+                    || s.claims.get(i).is_some_and(|c| binding_failed(c))
+            })
             .map(|(i, _)| i)
             .collect();
         let mut allocations = None;
@@ -542,7 +559,7 @@ impl PreBindPlugin for DynamicResources {
         &'a self,
         state: &'a CycleState,
         pod: &'a Pod,
-        _node_name: &'a str,
+        node_name: &'a str,
     ) -> BoxFuture<'a, Status> {
         Box::pin(async move {
             let Some(s) = state.read::<State>(STATE_KEY) else {
@@ -577,7 +594,37 @@ impl PreBindPlugin for DynamicResources {
                     Err(refused) => return Status::error(refused.to_string()),
                 }
             }
-            Status::success()
+            let waits = s.claims.iter().any(|c| binding::has_binding_conditions(c))
+                || reserved.iter().any(|c| binding::has_binding_conditions(c));
+            if !waits {
+                return Status::success();
+            }
+            if let Some(events) = &self.events {
+                use kube::Resource;
+                let _ = events
+                    .publish(
+                        &pod.object_ref(&()),
+                        crate::recorder::EventType::Normal,
+                        "BindingConditionsPending",
+                        "Scheduling",
+                        format!("waiting for binding conditions for device on node {node_name}"),
+                    )
+                    .await;
+            }
+            let keys: Vec<(String, String)> = s
+                .claims
+                .iter()
+                .map(|c| {
+                    (
+                        c.metadata.namespace.clone().unwrap_or_default(),
+                        c.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            match binding::wait_until_ready(&self.devices, &keys, binding::BINDING_TIMEOUT).await {
+                Ok(()) => Status::success(),
+                Err(e) => Status::error(e),
+            }
         })
     }
 }
@@ -682,6 +729,7 @@ pub fn build(
         devices: handle.devices.clone(),
         client: handle.client.clone(),
         gate: handle.gate.clone(),
+        events: handle.events.clone(),
         runtime: tokio::runtime::Handle::try_current().ok(),
     }))
 }

@@ -287,7 +287,8 @@ mod tests {
     const GPU: &str = "nvidia.com/gpu";
 
     /// kube-scheduler v1.36's TestNodeResourcesBalancedAllocation, row by row (its DRA rows
-    /// aside: tether has no DRA), each node as (allocatable cpu, memory, extra, pods on it).
+    /// aside: they count extended resources backed by DRA, which tether does not serve yet),
+    /// each node as (allocatable cpu, memory, extra, pods on it).
     #[test]
     fn scores_the_change_in_balance_as_kube_scheduler_1_36() {
         let cpu_mem = || plugin(&["cpu", "memory"]);
