@@ -778,3 +778,98 @@ async fn a_snapshot_holds_no_secret_a_workload_carries() -> anyhow::Result<()> {
     assert_eq!(requests.get("cpu").map(|q| q.0.as_str()), Some("123m"));
     ns.delete().await
 }
+
+/// "Why is my GPU pod pending": explain names, for the node that has the driver's devices,
+/// the request and each device that does not serve it and why (taken by another claim, a
+/// selector false, a taint not tolerated), where the pod's condition only says `cannot
+/// allocate all claims`.
+#[tokio::test]
+async fn explain_names_the_devices_a_claim_cannot_have_and_why() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "explain-dra").await?;
+    let nodes = TestNodes::create(&client, "explain-dra", 1, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let driver = format!("gpu-{suffix}.example.com");
+    let class = format!("gpu-{suffix}");
+    tether_e2e::apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
+    }))?;
+    let slice = format!("explain-{suffix}");
+    tether_e2e::apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": slice},
+        "spec": {"driver": driver, "nodeName": nodes.names[0],
+                 "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [
+                    {"name": "gpu-0", "attributes": {"model": {"string": "a100"}}},
+                    {"name": "gpu-1", "attributes": {"model": {"string": "h100"}},
+                     "taints": [{"key": "example.com/broken", "value": "fan", "effect": "NoSchedule"}]}]},
+    }))?;
+    let selector = format!("device.attributes[\"{driver}\"].model == \"h100\"");
+    tether_e2e::apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "h100", "namespace": ns.name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {
+            "deviceClassName": class, "selectors": [{"cel": {"expression": selector}}]}}]}},
+    }))?;
+    make_pod(
+        &client,
+        &ns.name,
+        "trainer",
+        "100m",
+        &nodes,
+        "tether-scheduler",
+        json!({"resourceClaims": [{"name": "gpu", "resourceClaimName": "h100"}]}),
+    )
+    .await?;
+    wait_for("trainer rejected", BIND_TIMEOUT, || {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+        async move {
+            let p = pods.get("trainer").await?;
+            Ok(p.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| {
+                    c.type_ == "PodScheduled"
+                        && c.message
+                            .as_deref()
+                            .is_some_and(|m| m.contains("cannot allocate all claims"))
+                })
+                .then_some(()))
+        }
+    })
+    .await?;
+    let reader = service_account_token(&ns.name, "reader", Grant::Explainer)?;
+    let e = explain_json(&format!("{}/trainer", ns.name), &reader)?;
+    revoke(&ns.name, "reader")?;
+    let blocker = e
+        .blocked
+        .iter()
+        .find(|b| b.reason == "cannot allocate all claims")
+        .with_context(|| format!("no DynamicResources blocker: {e:#?}"))?;
+    assert_eq!(blocker.nodes, [nodes.names[0].clone()]);
+    let remedy = blocker.remedies.join("\n");
+    let claim = format!("{}/h100", ns.name);
+    for want in [
+        format!("claim {claim}, request gpu wants 1 device(s) of class {class}: no device fits"),
+        format!("gpu-0 does not match the request's selector #0 ({selector})"),
+        "gpu-1 has the taint example.com/broken=fan:NoSchedule the request does not tolerate"
+            .to_string(),
+    ] {
+        assert!(
+            remedy.contains(&want),
+            "explain says {remedy:?}, not {want:?}"
+        );
+    }
+    ns.delete().await?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}

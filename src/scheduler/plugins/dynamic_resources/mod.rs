@@ -311,6 +311,36 @@ impl FilterPlugin for DynamicResources {
         }
         Status::success()
     }
+
+    /// For `tether explain`: which allocated claims the node cannot reach or whose devices
+    /// failed their binding conditions, and, device by device, why the node's devices do not
+    /// satisfy the claims to allocate.
+    fn remedy(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+        let s = state.read::<State>(STATE_KEY)?;
+        let labels = node.labels();
+        let mut why = Vec::new();
+        for (claim, on) in s.claims.iter().zip(&s.available_on) {
+            if on.as_ref().is_some_and(|t| !t.matches(&node.name, labels)) {
+                why.push(format!(
+                    "claim {} is allocated to devices {} cannot reach (its allocation's node selector); it is deallocated once no pod uses it",
+                    claims::key(claim),
+                    node.name
+                ));
+            } else if binding_failed(claim) {
+                why.push(format!(
+                    "claim {}: its devices failed their binding conditions or did not meet them in time; it is deallocated to be allocated again",
+                    claims::key(claim)
+                ));
+            }
+        }
+        if let Some(allocator) = &s.allocator {
+            why.push(allocator.explain(&NodeView {
+                name: &node.name,
+                labels,
+            }));
+        }
+        (!why.is_empty()).then(|| why.join("; "))
+    }
 }
 
 impl ScorePlugin for DynamicResources {

@@ -32,6 +32,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
 };
 
+mod explain;
 mod pools;
 mod result;
 mod search;
@@ -404,14 +405,7 @@ impl Allocator {
         }
         let plan = &self.plans[ci];
         let w = &plan.requests[ri].wants[wi];
-        let empty_attrs = BTreeMap::new();
-        let empty_caps = BTreeMap::new();
-        let view = DeviceView {
-            driver: &c.slice.spec.driver,
-            attributes: c.device.attributes.as_ref().unwrap_or(&empty_attrs),
-            capacity: c.device.capacity.as_ref().unwrap_or(&empty_caps),
-            allow_multiple_allocations: c.device.allow_multiple_allocations,
-        };
+        let view = device_view(c);
         let class_name = w.class.metadata.name.as_deref().unwrap_or_default();
         let mut ok = true;
         for (i, s) in w.class_selectors.iter().enumerate() {
@@ -517,6 +511,21 @@ fn want(
         admin,
         tolerations,
     })
+}
+
+static NO_ATTRIBUTES: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceAttribute> =
+    BTreeMap::new();
+static NO_CAPACITY: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceCapacity> =
+    BTreeMap::new();
+
+/// The device as its CEL selectors see it.
+fn device_view<'a>(c: &'a Candidate<'_>) -> DeviceView<'a> {
+    DeviceView {
+        driver: &c.slice.spec.driver,
+        attributes: c.device.attributes.as_ref().unwrap_or(&NO_ATTRIBUTES),
+        capacity: c.device.capacity.as_ref().unwrap_or(&NO_CAPACITY),
+        allow_multiple_allocations: c.device.allow_multiple_allocations,
+    }
 }
 
 /// Whether a slice's (or device's) node selection takes `node`.

@@ -179,14 +179,12 @@ impl<'s, 'a> Search<'s, 'a> {
             return Ok(false);
         }
         // Taints: NoSchedule and NoExecute must be tolerated.
-        for t in &cand.taints {
-            if t.effect != "NoSchedule" && t.effect != "NoExecute" {
-                continue;
-            }
-            let tolerated = w.tolerations.iter().flatten().any(|tol| tolerates(tol, t));
-            if !tolerated {
-                return Ok(false);
-            }
+        if !cand
+            .taints
+            .iter()
+            .all(|t| tolerates_all(w.tolerations.as_deref(), t))
+        {
+            return Ok(false);
         }
         // Counters.
         let consumptions = cand.device.consumes_counters.clone().unwrap_or_default();
@@ -349,4 +347,14 @@ pub fn tolerates(tol: &DeviceToleration, taint: &DeviceTaint) -> bool {
         }
         _ => false,
     }
+}
+
+/// Whether a taint leaves the device usable by a request with `tolerations`: only
+/// `NoSchedule` and `NoExecute` taints must be tolerated.
+pub(super) fn tolerates_all(tolerations: Option<&[DeviceToleration]>, taint: &DeviceTaint) -> bool {
+    (taint.effect != "NoSchedule" && taint.effect != "NoExecute")
+        || tolerations
+            .into_iter()
+            .flatten()
+            .any(|tol| tolerates(tol, taint))
 }

@@ -1046,3 +1046,75 @@ fn a_cel_runtime_error_fails_the_attempt() {
         "{err}"
     );
 }
+
+/// `tether explain`'s words for a node: device by device, why each does not serve the request.
+#[test]
+fn a_node_is_explained_device_by_device() {
+    let tainted = Device {
+        taints: Some(vec![DeviceTaint {
+            key: "example.com/broken".into(),
+            value: Some("fan".into()),
+            effect: "NoSchedule".into(),
+            time_added: None,
+        }]),
+        ..with_attr(device("gpu-3"), "model", string_attr("h100"))
+    };
+    let allocator = Allocator::new(
+        vec![claim(
+            "claim-0",
+            vec![selecting(
+                exact("gpu", "class-a", 2),
+                "device.attributes[\"driver-a\"].model == \"h100\"",
+            )],
+            vec![],
+        )],
+        &classes(),
+        vec![
+            slice(
+                "slice-1",
+                "node-1",
+                "pool-1",
+                "driver-a",
+                vec![
+                    with_attr(device("gpu-0"), "model", string_attr("a100")),
+                    with_attr(device("gpu-1"), "model", string_attr("h100")),
+                    with_attr(device("gpu-2"), "model", string_attr("h100")),
+                    tainted,
+                ],
+            )
+            .build(),
+            slice(
+                "slice-2",
+                "node-1",
+                "pool-2",
+                "driver-b",
+                vec![device("other")],
+            )
+            .build(),
+        ],
+        Vec::new(),
+        Allocated {
+            devices: [DeviceId {
+                driver: "driver-a".into(),
+                pool: "pool-1".into(),
+                device: "gpu-2".into(),
+            }]
+            .into(),
+        },
+    )
+    .expect("planned");
+    let labels = node_1_labels();
+    let node = NodeView {
+        name: "node-1",
+        labels: &labels,
+    };
+    assert_eq!(allocator.allocate(&node), Ok(None));
+    assert_eq!(
+        allocator.explain(&node),
+        "claim default/claim-0, request gpu wants 2 device(s) of class class-a: 1 fit (gpu-1), 1 short; \
+         gpu-0 does not match the request's selector #0 (device.attributes[\"driver-a\"].model == \"h100\"); \
+         gpu-2 is allocated to another claim; \
+         gpu-3 has the taint example.com/broken=fan:NoSchedule the request does not tolerate; \
+         other does not match the class's selector #0 (device.driver == \"driver-a\")"
+    );
+}
