@@ -98,7 +98,8 @@ BENCH_NODES ?= 500
 BENCH_PODS ?= 5000
 BENCH_RATE ?= 100
 BENCH_READY_NODES ?= 5000
-bench: ## kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), and each one's start on BENCH_READY_NODES nodes; writes BENCHMARKS.md and target/bench/results.json
+bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), and each one's start on BENCH_READY_NODES nodes; writes BENCHMARKS.md and target/bench/results.json
+	$(CARGO) bench --bench schedule_cycle --bench dra_cycle
 	$(CARGO) build --release --bin tether
 	$(MAKE) --no-print-directory k8s-bins
 	@set -e; started=false; \

@@ -261,6 +261,35 @@ pub fn apply(doc: serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A DeviceClass `class` that selects the devices of `driver` by CEL, as a DRA driver ships.
+pub fn device_class(class: &str, driver: &str) -> anyhow::Result<()> {
+    apply(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
+    }))
+}
+
+/// The ResourceSlice `name` a DRA driver `driver` would publish for `node`: the pool `pool`
+/// (generation 1, one slice) with `devices` (their JSON).
+pub fn resource_slice(
+    name: &str,
+    driver: &str,
+    node: &str,
+    pool: &str,
+    devices: serde_json::Value,
+) -> anyhow::Result<()> {
+    apply(serde_json::json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver, "nodeName": node,
+            "pool": {"name": pool, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }))
+}
+
 /// Applies the SchedulingProfile `name` with `spec` and waits until tether reports it Ready
 /// for this generation.
 pub async fn apply_profile(

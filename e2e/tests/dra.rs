@@ -17,7 +17,8 @@ use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
+    TestNamespace, TestNodes, apply, apply_profile, client, device_class, kubectl_ok,
+    resource_slice, unique_suffix, wait_for,
 };
 
 static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -35,11 +36,7 @@ impl Devices {
         let suffix = unique_suffix();
         let driver = format!("gpu-{suffix}.example.com");
         let class = format!("gpu-{suffix}");
-        apply(json!({
-            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-            "metadata": {"name": class},
-            "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
-        }))?;
+        device_class(&class, &driver)?;
         let gpu = |name: &str, model: &str, numa: i64, memory: &str| {
             json!({
                 "name": name,
@@ -60,15 +57,7 @@ impl Devices {
         let mut slices = Vec::new();
         for (node, devices) in nodes.names.iter().zip(layouts) {
             let name = format!("{node}-{suffix}");
-            apply(json!({
-                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-                "metadata": {"name": name},
-                "spec": {
-                    "driver": driver, "nodeName": node,
-                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-                    "devices": devices,
-                },
-            }))?;
+            resource_slice(&name, &driver, node, node, json!(devices))?;
             slices.push(name);
         }
         Ok(Devices {
@@ -443,22 +432,16 @@ async fn a_device_with_binding_conditions_is_waited_for() -> anyhow::Result<()> 
     let suffix = unique_suffix();
     let driver = format!("fabric-{suffix}.example.com");
     let class = format!("fabric-{suffix}");
-    apply(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
-        "metadata": {"name": class},
-        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
-    }))?;
+    device_class(&class, &driver)?;
     let slice = format!("fabric-{suffix}");
-    apply(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
-        "metadata": {"name": slice},
-        "spec": {
-            "driver": driver, "nodeName": nodes.names[0],
-            "pool": {"name": "fabric", "generation": 1, "resourceSliceCount": 1},
-            "devices": [{"name": "gpu-0", "bindingConditions": ["Attached"],
-                         "bindingFailureConditions": ["AttachFailed"]}],
-        },
-    }))?;
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "fabric",
+        json!([{"name": "gpu-0", "bindingConditions": ["Attached"],
+                "bindingFailureConditions": ["AttachFailed"]}]),
+    )?;
     apply(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
         "metadata": {"name": "attached", "namespace": ns.name},

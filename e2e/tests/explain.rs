@@ -791,20 +791,18 @@ async fn explain_names_the_devices_a_claim_cannot_have_and_why() -> anyhow::Resu
     let suffix = unique_suffix();
     let driver = format!("gpu-{suffix}.example.com");
     let class = format!("gpu-{suffix}");
-    tether_e2e::apply(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": class},
-        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
-    }))?;
+    tether_e2e::device_class(&class, &driver)?;
     let slice = format!("explain-{suffix}");
-    tether_e2e::apply(json!({
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": slice},
-        "spec": {"driver": driver, "nodeName": nodes.names[0],
-                 "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1},
-                 "devices": [
-                    {"name": "gpu-0", "attributes": {"model": {"string": "a100"}}},
-                    {"name": "gpu-1", "attributes": {"model": {"string": "h100"}},
-                     "taints": [{"key": "example.com/broken", "value": "fan", "effect": "NoSchedule"}]}]},
-    }))?;
+    tether_e2e::resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "p",
+        json!([
+            {"name": "gpu-0", "attributes": {"model": {"string": "a100"}}},
+            {"name": "gpu-1", "attributes": {"model": {"string": "h100"}},
+             "taints": [{"key": "example.com/broken", "value": "fan", "effect": "NoSchedule"}]}]),
+    )?;
     let selector = format!("device.attributes[\"{driver}\"].model == \"h100\"");
     tether_e2e::apply(json!({
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",

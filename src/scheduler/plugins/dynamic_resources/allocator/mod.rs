@@ -148,7 +148,12 @@ struct ClaimPlan {
 /// node by node (Filter, in parallel).
 pub struct Allocator {
     plans: Vec<ClaimPlan>,
-    slices: Vec<Arc<ResourceSlice>>,
+    /// The slices that name a node, by node; the others (a node selector, all nodes, per
+    /// device), which every node looks at; every slice of a pool, by (driver, pool): a node
+    /// reads its own and the shared ones, not the whole cluster's.
+    slices_on_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
+    shared_slices: Vec<Arc<ResourceSlice>>,
+    slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
     taint_rules: Vec<Arc<DeviceTaintRule>>,
     allocated: Allocated,
     /// Whether a device matches a want: by (device, claim, request, want).
@@ -296,9 +301,24 @@ impl Allocator {
                 constraints,
             });
         }
+        let mut slices_on_node: HashMap<String, Vec<Arc<ResourceSlice>>> = HashMap::new();
+        let mut shared_slices = Vec::new();
+        let mut slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>> = HashMap::new();
+        for s in slices {
+            slices_of_pool
+                .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
+                .or_default()
+                .push(s.clone());
+            match s.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                Some(node) => slices_on_node.entry(node.to_string()).or_default().push(s),
+                None => shared_slices.push(s),
+            }
+        }
         Ok(Allocator {
             plans,
-            slices,
+            slices_on_node,
+            shared_slices,
+            slices_of_pool,
             taint_rules,
             allocated,
             selectable: Mutex::default(),

@@ -8,7 +8,8 @@ impl Allocator {
     pub(super) fn pools<'a>(&'a self, node: &NodeView<'_>) -> Result<Vec<Pool<'a>>, AllocateError> {
         let mut by_pool: BTreeMap<(String, String), (i64, Vec<&'a ResourceSlice>)> =
             BTreeMap::new();
-        for s in &self.slices {
+        let on_node = self.slices_on_node.get(node.name).into_iter().flatten();
+        for s in on_node.chain(&self.shared_slices) {
             let spec = &s.spec;
             let relevant = if spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
                 || spec.all_nodes == Some(true)
@@ -55,10 +56,11 @@ impl Allocator {
         let mut pools = Vec::new();
         for ((driver, name), (generation, mut slices)) in by_pool {
             let all_of_pool: Vec<&ResourceSlice> = self
-                .slices
-                .iter()
+                .slices_of_pool
+                .get(&(driver.clone(), name.clone()))
+                .into_iter()
+                .flatten()
                 .map(Arc::as_ref)
-                .filter(|s| s.spec.driver == driver && s.spec.pool.name == name)
                 .collect();
             if all_of_pool
                 .iter()
