@@ -35,7 +35,7 @@ fn node(i: usize) -> Node {
 }
 
 fn slice(i: usize) -> ResourceSlice {
-    let model = if i % 2 == 0 { "h100" } else { "a100" };
+    let model = if i.is_multiple_of(2) { "h100" } else { "a100" };
     let devices: Vec<serde_json::Value> = (0..DEVICES_PER_NODE)
         .map(|d| {
             serde_json::json!({
