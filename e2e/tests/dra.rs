@@ -24,10 +24,13 @@ use tether_e2e::{
 static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A driver of the test's own, its class, and slices on its nodes: node 0 has two `a100` and
-/// two `h100` GPUs (NUMA 0, 0, 1, 1), node 1 one `a100`.
+/// two `h100` GPUs (NUMA 0, 0, 1, 1) and a `t4` tainted `example.com/broken=fan:NoSchedule`,
+/// node 1 one `a100`. A second driver (class `part-…`) publishes on node 0 one partitionable
+/// GPU of 8Gi: whole, or as two halves, all three drawing on one shared counter.
 struct Devices {
     driver: String,
     class: String,
+    partitioned_class: String,
     slices: Vec<String>,
 }
 
@@ -45,12 +48,16 @@ impl Devices {
                 "capacity": {"memory": {"value": memory}},
             })
         };
+        let mut tainted = gpu("gpu-4", "t4", 1, "16Gi");
+        tainted["taints"] =
+            json!([{"key": "example.com/broken", "value": "fan", "effect": "NoSchedule"}]);
         let layouts = [
             vec![
                 gpu("gpu-0", "a100", 0, "40Gi"),
                 gpu("gpu-1", "a100", 0, "40Gi"),
                 gpu("gpu-2", "h100", 1, "80Gi"),
                 gpu("gpu-3", "h100", 1, "80Gi"),
+                tainted,
             ],
             vec![gpu("gpu-0", "a100", 0, "40Gi")],
         ];
@@ -60,9 +67,42 @@ impl Devices {
             resource_slice(&name, &driver, node, node, json!(devices))?;
             slices.push(name);
         }
+        // The partitionable GPU: a pool of two slices, the counter set and the devices.
+        let part_driver = format!("part-{suffix}.example.com");
+        let partitioned_class = format!("part-{suffix}");
+        device_class(&partitioned_class, &part_driver)?;
+        let node = &nodes.names[0];
+        let consuming = |name: &str, memory: &str| {
+            json!({"name": name, "capacity": {"memory": {"value": memory}},
+                   "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": memory}}}]})
+        };
+        for (name, spec) in [
+            (
+                format!("{node}-{suffix}-counters"),
+                json!({"sharedCounters": [{"name": "gpu-0", "counters": {"memory": {"value": "8Gi"}}}]}),
+            ),
+            (
+                format!("{node}-{suffix}-partitions"),
+                json!({"devices": [consuming("whole", "8Gi"), consuming("half-0", "4Gi"),
+                                   consuming("half-1", "4Gi")]}),
+            ),
+        ] {
+            let mut slice = json!({
+                "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+                "metadata": {"name": name},
+                "spec": {"driver": part_driver, "nodeName": node,
+                         "pool": {"name": "partitioned", "generation": 1, "resourceSliceCount": 2}},
+            });
+            if let (Some(into), Some(from)) = (slice["spec"].as_object_mut(), spec.as_object()) {
+                into.extend(from.clone());
+            }
+            apply(slice)?;
+            slices.push(name);
+        }
         Ok(Devices {
             driver,
             class,
+            partitioned_class,
             slices,
         })
     }
@@ -71,10 +111,12 @@ impl Devices {
         for s in &self.slices {
             kubectl_ok(&["delete", "resourceslice", s, "--ignore-not-found"], None)?;
         }
-        kubectl_ok(
-            &["delete", "deviceclass", &self.class, "--ignore-not-found"],
-            None,
-        )?;
+        for class in [&self.class, &self.partitioned_class] {
+            kubectl_ok(
+                &["delete", "deviceclass", class, "--ignore-not-found"],
+                None,
+            )?;
+        }
         Ok(())
     }
 }
@@ -302,6 +344,22 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
             devices: json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": class,
                 "selectors": [{"cel": {"expression": format!(
                     "device.capacity[\"{}\"].memory.compareTo(quantity(\"64Gi\")) >= 0", devices.driver)}}]}}]}),
+        },
+        Case {
+            name: "t4-untolerated",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": class,
+                "selectors": [{"cel": {"expression": model("t4")}}]}}]}),
+        },
+        Case {
+            name: "t4-tolerated",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {"deviceClassName": class,
+                "selectors": [{"cel": {"expression": model("t4")}}],
+                "tolerations": [{"key": "example.com/broken", "operator": "Exists", "effect": "NoSchedule"}]}}]}),
+        },
+        Case {
+            name: "two-partitions",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": devices.partitioned_class, "count": 2}}]}),
         },
         Case {
             name: "too-many",
