@@ -19,6 +19,7 @@
 //!   and was not available on some node, so that the next attempt may allocate it elsewhere.
 
 pub mod allocator;
+pub mod args;
 pub mod binding;
 pub mod cel;
 pub mod claims;
@@ -42,14 +43,14 @@ use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     Code, CycleState, FilterPlugin, Nomination, Plugin, PostFilterContext, PostFilterPlugin,
     PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
     Status,
 };
 use crate::scheduler::informers::devices::DeviceIndex;
-use crate::scheduler::plugins::helper::{default_normalize_score, expect_no_args};
+use crate::scheduler::plugins::helper::default_normalize_score;
 use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "DynamicResources";
@@ -64,6 +65,7 @@ const FIRST_AVAILABLE_MAX: i64 = 8;
 
 /// The plugin: the DRA objects it reads, and the client PreBind and PostFilter write with.
 pub struct DynamicResources {
+    timeouts: args::Timeouts,
     devices: Arc<DeviceIndex>,
     client: Option<kube::Client>,
     gate: WriteGate,
@@ -217,11 +219,11 @@ impl PreFilterPlugin for DynamicResources {
 
 /// Whether an allocated claim's devices failed their binding conditions, or did not meet them
 /// in time: the claim is not available anywhere until PostFilter deallocates it.
-fn binding_failed(claim: &ResourceClaim) -> bool {
+fn binding_failed(claim: &ResourceClaim, timeout: std::time::Duration) -> bool {
     claims::allocated(claim)
         && match binding::ready_for_binding(claim) {
             Err(_) => true,
-            Ok(ready) => !ready && binding::timed_out(claim, binding::BINDING_TIMEOUT),
+            Ok(ready) => !ready && binding::timed_out(claim, timeout),
         }
 }
 
@@ -285,7 +287,9 @@ impl FilterPlugin for DynamicResources {
             .enumerate()
             .filter(|&(i, on)| {
                 on.as_ref().is_some_and(|t| !t.matches(&node.name, labels))
-                    || s.claims.get(i).is_some_and(|c| binding_failed(c))
+                    || s.claims
+                        .get(i)
+                        .is_some_and(|c| binding_failed(c, self.timeouts.binding))
             })
             .map(|(i, _)| i)
             .collect();
@@ -295,11 +299,18 @@ impl FilterPlugin for DynamicResources {
                 name: &node.name,
                 labels,
             };
-            match allocator.allocate(&view) {
+            let deadline = self.timeouts.filter.map(|t| std::time::Instant::now() + t);
+            match allocator.allocate(&view, deadline) {
                 Ok(Some(found)) => allocations = Some(found),
                 Ok(None) => return Status::unresolvable("cannot allocate all claims"),
                 Err(AllocateError::OnNode(why)) => return Status::unresolvable(why),
                 Err(AllocateError::Fatal(why)) => return Status::error(why),
+                Err(AllocateError::TimedOut) => {
+                    return Status::error(format!(
+                        "node {}: timed out trying to allocate devices",
+                        node.name
+                    ));
+                }
             }
         }
         if !unavailable.is_empty() {
@@ -326,7 +337,7 @@ impl FilterPlugin for DynamicResources {
                     claims::key(claim),
                     node.name
                 ));
-            } else if binding_failed(claim) {
+            } else if binding_failed(claim, self.timeouts.binding) {
                 why.push(format!(
                     "claim {}: its devices failed their binding conditions or did not meet them in time; it is deallocated to be allocated again",
                     claims::key(claim)
@@ -651,7 +662,7 @@ impl PreBindPlugin for DynamicResources {
                     )
                 })
                 .collect();
-            match binding::wait_until_ready(&self.devices, &keys, binding::BINDING_TIMEOUT).await {
+            match binding::wait_until_ready(&self.devices, &keys, self.timeouts.binding).await {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),
             }
@@ -747,15 +758,15 @@ async fn bind_claim(
     ))
 }
 
-/// Builds the plugin (it takes no args, as upstream's filterTimeout and bindingTimeout are not
-/// served yet).
+/// Builds the plugin from its args.
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
     handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
-    expect_no_args(NAME, args, path)?;
+    let timeouts = decode_args::<args::DynamicResourcesArgs>(args, path)?.validate(path)?;
     Ok(Arc::new(DynamicResources {
+        timeouts,
         devices: handle.devices.clone(),
         client: handle.client.clone(),
         gate: handle.gate.clone(),

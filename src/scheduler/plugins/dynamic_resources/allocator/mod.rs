@@ -106,6 +106,9 @@ pub enum AllocateError {
     /// Anything else (a CEL error, a request that cannot be served): the attempt fails.
     #[error("{0}")]
     Fatal(String),
+    /// The search ran past its deadline (the plugin's `filterTimeout`).
+    #[error("timed out")]
+    TimedOut,
 }
 
 /// A node as the allocator reads it.
@@ -330,6 +333,7 @@ impl Allocator {
     pub fn allocate(
         &self,
         node: &NodeView<'_>,
+        deadline: Option<std::time::Instant>,
     ) -> Result<Option<Vec<AllocationResult>>, AllocateError> {
         let pools = self.pools(node)?;
         let candidates = self.candidates(&pools, node)?;
@@ -352,6 +356,7 @@ impl Allocator {
                 .collect(),
             chosen: vec![Vec::new(); self.plans.len()],
             all_devices: HashMap::new(),
+            deadline,
         };
         // The devices of `All` wants, per (claim, request, want).
         let mut all_devices: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();

@@ -68,6 +68,8 @@ pub(super) struct Search<'s, 'a> {
     /// Per claim, the (request, want) chosen for each request so far.
     pub(super) chosen: Vec<Vec<(usize, usize)>>,
     pub(super) all_devices: HashMap<(usize, usize, usize), Vec<usize>>,
+    /// When the search gives up (the plugin's filterTimeout), checked before each device.
+    pub(super) deadline: Option<std::time::Instant>,
 }
 
 impl<'s, 'a> Search<'s, 'a> {
@@ -137,6 +139,12 @@ impl<'s, 'a> Search<'s, 'a> {
             return Ok(false);
         }
         for c in start..self.candidates.len() {
+            if self
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
+            {
+                return Err(AllocateError::TimedOut);
+            }
             let cand = &self.candidates[c];
             let in_use = if w.admin {
                 self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci))

@@ -265,13 +265,17 @@ fn run(
     )?;
     let labels = node_1_labels();
     allocator
-        .allocate(&NodeView {
-            name: node,
-            labels: &labels,
-        })
+        .allocate(
+            &NodeView {
+                name: node,
+                labels: &labels,
+            },
+            None,
+        )
         .map_err(|e| match e {
             AllocateError::OnNode(m) => format!("on node: {m}"),
             AllocateError::Fatal(m) => m,
+            AllocateError::TimedOut => "timed out".into(),
         })
 }
 
@@ -1108,7 +1112,7 @@ fn a_node_is_explained_device_by_device() {
         name: "node-1",
         labels: &labels,
     };
-    assert_eq!(allocator.allocate(&node), Ok(None));
+    assert_eq!(allocator.allocate(&node, None), Ok(None));
     assert_eq!(
         allocator.explain(&node),
         "claim default/claim-0, request gpu wants 2 device(s) of class class-a: 1 fit (gpu-1), 1 short; \
@@ -1117,4 +1121,36 @@ fn a_node_is_explained_device_by_device() {
          gpu-3 has the taint example.com/broken=fan:NoSchedule the request does not tolerate; \
          other does not match the class's selector #0 (device.driver == \"driver-a\")"
     );
+}
+
+/// The search gives up past its deadline (the plugin's filterTimeout), as upstream's Filter.
+#[test]
+fn a_search_past_its_deadline_gives_up() {
+    let allocator = Allocator::new(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+        &classes(),
+        vec![
+            slice(
+                "slice-1",
+                "node-1",
+                "pool-1",
+                "driver-a",
+                vec![device("device-1")],
+            )
+            .build(),
+        ],
+        Vec::new(),
+        Allocated::default(),
+    )
+    .expect("planned");
+    let labels = node_1_labels();
+    let node = NodeView {
+        name: "node-1",
+        labels: &labels,
+    };
+    assert_eq!(
+        allocator.allocate(&node, Some(std::time::Instant::now())),
+        Err(AllocateError::TimedOut)
+    );
+    assert!(matches!(allocator.allocate(&node, None), Ok(Some(_))));
 }
