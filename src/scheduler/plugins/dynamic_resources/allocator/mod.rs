@@ -40,7 +40,7 @@ mod search;
 mod tests;
 
 use self::search::{ConstraintState, Search};
-use super::cel::{DeviceView, Selector};
+use super::cel::{DeviceView, Prepared, Selector};
 use super::claims;
 use crate::k8s::node_selector::Terms;
 use crate::k8s::quantity;
@@ -431,6 +431,17 @@ impl Allocator {
         let plan = &self.plans[ci];
         let w = &plan.requests[ri].wants[wi];
         let view = device_view(c);
+        // The device's CEL variable, built for the first selector and kept for the others.
+        let mut prepared: Option<Prepared<'_>> = None;
+        let mut matches = |s: &Selector| -> Result<bool, super::cel::CelError> {
+            if prepared.is_none() {
+                prepared = Some(Prepared::new(&view)?);
+            }
+            match &prepared {
+                Some(p) => s.matches_prepared(p),
+                None => Ok(false),
+            }
+        };
         let class_name = w.class.metadata.name.as_deref().unwrap_or_default();
         let mut ok = true;
         for (i, s) in w.class_selectors.iter().enumerate() {
@@ -439,7 +450,7 @@ impl Allocator {
                     "class {class_name}: selector #{i}: CEL compile error: {e}"
                 ))
             })?;
-            if !s.matches(&view).map_err(|e| {
+            if !matches(s).map_err(|e| {
                 AllocateError::Fatal(format!(
                     "class {class_name}: selector #{i} on device {}: CEL runtime error: {e}",
                     c.id
@@ -457,7 +468,7 @@ impl Allocator {
                         plan.key
                     ))
                 })?;
-                if !s.matches(&view).map_err(|e| {
+                if !matches(s).map_err(|e| {
                     AllocateError::Fatal(format!(
                         "claim {}: selector #{i} on device {}: CEL runtime error: {e}",
                         plan.key, c.id

@@ -204,18 +204,36 @@ impl Selector {
     /// capacity is converted first (one that cannot be is an error even if the expression does
     /// not use it), and a result that is not a bool is an error.
     pub fn matches(&self, device: &DeviceView<'_>) -> Result<bool, CelError> {
-        let env = environment()?;
-        let value = device_value(device)?;
-        let mut context = Context::with_env(Arc::clone(env));
-        context.add_variable_as_val(DEVICE_VAR, Box::new(value));
-        let result =
-            Value::resolve_val(self.program.expression(), &context).map_err(runtime_error)?;
+        self.matches_prepared(&Prepared::new(device)?)
+    }
+
+    /// As [`Selector::matches`], on a device whose `device` variable is built already: the
+    /// allocator asks a device the class's selectors and then the request's.
+    pub fn matches_prepared(&self, device: &Prepared<'_>) -> Result<bool, CelError> {
+        let result = Value::resolve_val(self.program.expression(), &device.context)
+            .map_err(runtime_error)?;
         match result.downcast_ref::<CelBool>() {
             Some(matched) => Ok(*matched.inner()),
             None => Err(CelError::NotBool {
                 found: result.get_type().name().to_owned(),
             }),
         }
+    }
+}
+
+/// A device's `device` variable, built once (its attributes typed, its capacities parsed) for
+/// every selector asked about it.
+pub struct Prepared<'a> {
+    context: Context<'a, 'a>,
+}
+
+impl<'a> Prepared<'a> {
+    pub fn new(device: &DeviceView<'a>) -> Result<Self, CelError> {
+        let env = environment()?;
+        let value = device_value(device)?;
+        let mut context = Context::with_env(Arc::clone(env));
+        context.add_variable_as_val(DEVICE_VAR, Box::new(value));
+        Ok(Prepared { context })
     }
 }
 
