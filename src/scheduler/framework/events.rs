@@ -390,6 +390,12 @@ impl fmt::Debug for QueueingHints {
 }
 
 impl QueueingHints {
+    /// Whether `plugin` registered any event: its PreEnqueue verdict may change without the
+    /// pod changing (DynamicResources' claim created), where SchedulingGates' cannot.
+    pub fn registers(&self, plugin: &str) -> bool {
+        self.entries.iter().any(|e| e.plugin == plugin)
+    }
+
     /// The hints of `plugins` (each once, in order).
     pub fn build<'a>(plugins: impl IntoIterator<Item = &'a Arc<dyn Plugin>>) -> Self {
         let mut entries = Vec::new();

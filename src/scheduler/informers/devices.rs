@@ -164,11 +164,19 @@ impl DeviceStored for ResourceClaim {
     fn apply(devices: &mut Devices, obj: Arc<Self>) {
         // The watch has the claim as written: an in-flight allocation of it is over once the
         // watched claim shows an allocation of its own.
+        let key = claim_key_of(&obj);
+        let stale = devices
+            .claims
+            .watched(&key)
+            .is_some_and(|old| version_of(old.meta()) > version_of(obj.meta()));
+        if stale {
+            return;
+        }
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         if obj.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
             devices.in_flight.remove(&uid);
         }
-        devices.claims.apply(claim_key_of(&obj), obj);
+        devices.claims.apply(key, obj);
     }
     fn delete(devices: &mut Devices, obj: &Self) {
         if let Some(uid) = obj.metadata.uid.as_deref() {

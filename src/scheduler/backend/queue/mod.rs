@@ -276,10 +276,25 @@ impl SchedulingQueue {
         self.incoming("active", label);
     }
 
+    /// The plugin holding `pod` back, asked again under the queue's lock when it registers
+    /// events: the caller ran PreEnqueue before taking the lock, and an event that would have
+    /// freed the pod (its claim created) may have passed in between, finding the pod not yet
+    /// queued. Events are handled under the same lock, so one of the two sees the other.
+    fn gate_now(&self, pod: &PodInfo, gate: Option<&'static str>) -> Option<&'static str> {
+        let plugin = gate?;
+        let name = pods::scheduler_name(&pod.pod);
+        if self.hints.hints(name).is_some_and(|h| h.registers(plugin)) {
+            self.hints.pre_enqueue(name, pod)
+        } else {
+            Some(plugin)
+        }
+    }
+
     /// Adds a new pending pod. `gate` is the PreEnqueue plugin holding it, if any.
     pub fn add(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
         let key = pod.uid().to_string();
         let mut st = self.lock();
+        let gate = self.gate_now(&pod, gate);
         if st
             .entries
             .get(&key)
@@ -320,6 +335,7 @@ impl SchedulingQueue {
     pub fn update(&self, pod: Arc<PodInfo>, gate: Option<&'static str>) {
         let key = pod.uid().to_string();
         let mut st = self.lock();
+        let gate = self.gate_now(&pod, gate);
         let Some(entry) = st.entries.get_mut(&key) else {
             drop(st);
             self.add(pod, gate);

@@ -244,6 +244,14 @@ fn a_pod_held_by_a_plugin_with_events_is_asked_again_on_them() {
     q.on_event(NODE_ADD, None, node("n3"));
     assert_eq!(q.lengths(), (1, 0, 0, 0), "asked again, nothing holds it");
     assert_eq!(pop_names(&q, 1), ["held-by-fit"]);
+    // PreEnqueue ran before the queue's lock was taken and held the pod; the event that frees
+    // it passed before the pod was queued: the queue asks again as it adds it.
+    q.add(pod("freed-meanwhile", 0), Some("Fit"));
+    assert_eq!(
+        q.lengths(),
+        (1, 0, 0, 0),
+        "not left gated on a stale answer"
+    );
 }
 
 /// An ungated pod keeps its place among pods of its priority (created first, it goes first,

@@ -126,6 +126,10 @@ pub fn go_duration(text: &str) -> Result<Duration, String> {
     if negative && nanos > 0 {
         return Err("must be zero or positive".into());
     }
+    // Go's durations are i64 nanoseconds: about 292 years at the most.
+    if nanos > u128::from(i64::MAX.unsigned_abs()) {
+        return Err("duration out of range".into());
+    }
     let secs = u64::try_from(nanos / 1_000_000_000).map_err(|_| "duration out of range")?;
     let sub = u32::try_from(nanos % 1_000_000_000).map_err(|_| "duration out of range")?;
     Ok(Duration::new(secs, sub))
@@ -147,6 +151,11 @@ mod tests {
             ("10", Err("missing unit in duration".to_string())),
             ("10d", Err("unknown unit \"d\" in duration".to_string())),
             ("-1s", Err("must be zero or positive".to_string())),
+            (
+                "3000000000000000h",
+                Err("duration out of range".to_string()),
+            ),
+            ("2562047h", Ok(Duration::from_secs(2_562_047 * 3600))),
             ("", Err("not a duration".to_string())),
         ] {
             assert_eq!(go_duration(text), want, "{text:?}");

@@ -112,7 +112,10 @@ pub async fn wait_until_ready(
     keys: &[(String, String)],
     timeout: Duration,
 ) -> Result<(), String> {
-    let deadline = Instant::now() + timeout;
+    // A timeout too long to add to now (the args cap it far below) waits as long as it can.
+    let deadline = Instant::now()
+        .checked_add(timeout)
+        .unwrap_or_else(|| Instant::now() + Duration::from_secs(86_400 * 365));
     let mut changed = devices.subscribe();
     loop {
         changed.borrow_and_update();

@@ -58,8 +58,11 @@ pub const NAME: &str = "DynamicResources";
 pub const DEFAULT_WEIGHT: i32 = 2;
 
 const STATE_KEY: &str = "DynamicResources";
-/// How many times PreBind reads a claim again after a conflict (client-go's DefaultRetry).
-const CONFLICT_RETRIES: usize = 5;
+/// How many times PreBind reads a claim again after a conflict: five attempts in all, 10 ms
+/// apart, as client-go's DefaultRetry.
+const CONFLICT_RETRIES: usize = 4;
+/// How long PostFilter waits for a deallocation's write.
+const DEALLOCATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The most choices a `firstAvailable` request has (upstream's FirstAvailableDeviceRequestMaxSize).
 const FIRST_AVAILABLE_MAX: i64 = 8;
 
@@ -87,6 +90,10 @@ struct State {
     unavailable: Mutex<BTreeSet<usize>>,
     /// The claims with the allocation Reserve chose, as PreBind writes them.
     reserved: Mutex<Vec<Arc<ResourceClaim>>>,
+    /// The claims PreBind wrote, as the API server returned them: their allocation stays in
+    /// flight until the watch brings it (an Unreserve after the write does not free the
+    /// devices, which stay allocated), and Unreserve takes the pod's reservation back from them.
+    written: Mutex<Vec<Arc<ResourceClaim>>>,
 }
 
 impl State {
@@ -155,6 +162,7 @@ impl PreFilterPlugin for DynamicResources {
             by_node: Mutex::default(),
             unavailable: Mutex::default(),
             reserved: Mutex::default(),
+            written: Mutex::default(),
         };
         if !claims::has_claims(&pod.pod) {
             state.write(STATE_KEY, s);
@@ -299,7 +307,10 @@ impl FilterPlugin for DynamicResources {
                 name: &node.name,
                 labels,
             };
-            let deadline = self.timeouts.filter.map(|t| std::time::Instant::now() + t);
+            let deadline = self
+                .timeouts
+                .filter
+                .and_then(|t| std::time::Instant::now().checked_add(t));
             match allocator.allocate(&view, deadline) {
                 Ok(Some(found)) => allocations = Some(found),
                 Ok(None) => return Status::unresolvable("cannot allocate all claims"),
@@ -457,29 +468,23 @@ impl ReservePlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return;
         };
+        let written = std::mem::take(&mut *locks::lock(&s.written));
         for c in locks::lock(&s.reserved).drain(..) {
-            self.devices
-                .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
+            // An allocation PreBind wrote stays allocated: its devices stay taken until the
+            // watch shows it. One never written is dropped.
+            if !written.iter().any(|w| w.metadata.uid == c.metadata.uid) {
+                self.devices
+                    .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
+            }
         }
-        // A reservation PreBind may have written for the pod: take it back.
+        // The reservations PreBind wrote for the pod: take them back.
         let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
             return;
         };
-        let written: Vec<Arc<ResourceClaim>> = {
-            let devices = self.devices.read();
-            s.claims
-                .iter()
-                .filter_map(|c| {
-                    devices.claim(
-                        c.metadata.namespace.as_deref().unwrap_or_default(),
-                        c.metadata.name.as_deref().unwrap_or_default(),
-                    )
-                })
-                .filter(|c| claims::allocated(c) && claims::reserved_for(c, &pod.pod))
-                .cloned()
-                .collect()
-        };
-        for claim in written {
+        for claim in written
+            .into_iter()
+            .filter(|c| claims::reserved_for(c, &pod.pod))
+        {
             runtime.spawn(unreserve_claim(
                 client.clone(),
                 self.gate.clone(),
@@ -573,17 +578,29 @@ impl PostFilterPlugin for DynamicResources {
             freed.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let name = freed.metadata.name.clone().unwrap_or_default();
-        let written = runtime.block_on(self.gate.write(Write::DynamicResources, async {
-            api.replace_status(&name, &PostParams::default(), &freed)
-                .await
-        }));
+        // One write, on the scheduling thread as upstream's, bounded: a slow API server
+        // delays this pod's failure, not every pod's cycle for the client's read timeout.
+        let written = runtime.block_on(tokio::time::timeout(
+            DEALLOCATION_TIMEOUT,
+            self.gate.write(Write::DynamicResources, async {
+                api.replace_status(&name, &PostParams::default(), &freed)
+                    .await
+            }),
+        ));
         match written {
-            Ok(Ok(_)) => (
+            Ok(Ok(Ok(_))) => (
                 Nomination::Keep,
                 Status::unschedulable("deallocation of ResourceClaim completed"),
             ),
-            Ok(Err(e)) => (Nomination::Keep, Status::error(api_errors::message(&e))),
-            Err(refused) => (Nomination::Keep, Status::error(refused.to_string())),
+            Ok(Ok(Err(e))) => (Nomination::Keep, Status::error(api_errors::message(&e))),
+            Ok(Err(refused)) => (Nomination::Keep, Status::error(refused.to_string())),
+            Err(_) => (
+                Nomination::Keep,
+                Status::error(format!(
+                    "deallocating ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
+                    claims::key(&claim)
+                )),
+            ),
         }
     }
 }
@@ -630,7 +647,7 @@ impl PreBindPlugin for DynamicResources {
                     )
                     .await;
                 match bound {
-                    Ok(Ok(())) => {}
+                    Ok(Ok(written)) => locks::lock(&s.written).push(Arc::new(written)),
                     Ok(Err(e)) => return Status::error(e),
                     Err(refused) => return Status::error(refused.to_string()),
                 }
@@ -677,7 +694,7 @@ async fn bind_claim(
     cached: Arc<ResourceClaim>,
     allocation: Option<AllocationResult>,
     pod: &Pod,
-) -> Result<(), String> {
+) -> Result<ResourceClaim, String> {
     let key = claims::key(&cached);
     let api: Api<ResourceClaim> = Api::namespaced(
         client.clone(),
@@ -687,6 +704,7 @@ async fn bind_claim(
     let mut claim = (*cached).clone();
     for attempt in 0..=CONFLICT_RETRIES {
         if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
             claim = api.get(&name).await.map_err(|e| {
                 format!(
                     "get updated claim {key} after conflict: {}",
@@ -708,7 +726,11 @@ async fn bind_claim(
                 finalizers.push(claims::FINALIZER.into());
                 match api.replace(&name, &PostParams::default(), &claim).await {
                     Ok(updated) => claim = updated,
-                    Err(e) if api_errors::conflict_or_throttled(&e) => continue,
+                    Err(e)
+                        if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES =>
+                    {
+                        continue;
+                    }
                     Err(e) => {
                         return Err(format!(
                             "add finalizer to claim {key}: {}",
@@ -739,7 +761,7 @@ async fn bind_claim(
             .replace_status(&name, &PostParams::default(), &claim)
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(written) => return Ok(written),
             Err(e) if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES => {
                 continue;
             }

@@ -147,6 +147,9 @@ struct ClaimPlan {
     constraints: Vec<DeviceConstraint>,
 }
 
+/// A device (with its slice's name) and a want (claim, request, want by index).
+type SelectableKey = (DeviceId, String, usize, usize, usize);
+
 /// The allocator for one pod's claims, built once per scheduling cycle (PreFilter) and asked
 /// node by node (Filter, in parallel).
 pub struct Allocator {
@@ -159,8 +162,10 @@ pub struct Allocator {
     slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
     taint_rules: Vec<Arc<DeviceTaintRule>>,
     allocated: Allocated,
-    /// Whether a device matches a want: by (device, claim, request, want).
-    selectable: Mutex<HashMap<(DeviceId, usize, usize, usize), bool>>,
+    /// Whether a device matches a want: by (device, its slice, claim, request, want). The
+    /// slice is in the key because a pool's slices on different nodes may name their devices
+    /// alike.
+    selectable: Mutex<HashMap<SelectableKey, bool>>,
 }
 
 /// A device the node sees, in search order.
@@ -179,7 +184,7 @@ struct Pool<'a> {
     incomplete: bool,
     invalid: bool,
     binding: bool,
-    /// Counter set → counter → what is left (milli-units), after allocated devices.
+    /// Counter set → counter → what is left (nano-units), after allocated devices.
     counters: BTreeMap<String, BTreeMap<String, i128>>,
 }
 
@@ -391,6 +396,37 @@ impl Allocator {
                 }
             }
         }
+        // The claim limit, now that `All` requests count the devices the node has for them.
+        for (ci, plan) in self.plans.iter().enumerate() {
+            let mut total = 0usize;
+            for (ri, req) in plan.requests.iter().enumerate() {
+                let min = req
+                    .wants
+                    .iter()
+                    .enumerate()
+                    .map(|(wi, w)| {
+                        if w.all {
+                            all_devices.get(&(ci, ri, wi)).map_or(0, Vec::len)
+                        } else {
+                            w.count
+                        }
+                    })
+                    .min()
+                    .unwrap_or(0);
+                if min > MAX_DEVICES_PER_CLAIM.saturating_sub(total) {
+                    let name = req
+                        .wants
+                        .first()
+                        .map(|w| w.parent.as_str())
+                        .unwrap_or_default();
+                    return Err(AllocateError::Fatal(format!(
+                        "claim {}, request {name}: adding {min} devices exceeds the claim limit of {MAX_DEVICES_PER_CLAIM}, with {total} already accounted for",
+                        plan.key
+                    )));
+                }
+                total = total.saturating_add(min);
+            }
+        }
         search.all_devices = all_devices;
         let ok = search.claim_step(0, 0)?;
         if !ok {
@@ -424,7 +460,13 @@ impl Allocator {
         ri: usize,
         wi: usize,
     ) -> Result<bool, AllocateError> {
-        let memo_key = (c.id.clone(), ci, ri, wi);
+        let memo_key = (
+            c.id.clone(),
+            c.slice.metadata.name.clone().unwrap_or_default(),
+            ci,
+            ri,
+            wi,
+        );
         if let Some(&v) = locks::lock(&self.selectable).get(&memo_key) {
             return Ok(v);
         }

@@ -55,29 +55,37 @@ impl Allocator {
         }
         let mut pools = Vec::new();
         for ((driver, name), (generation, mut slices)) in by_pool {
-            let all_of_pool: Vec<&ResourceSlice> = self
-                .slices_of_pool
-                .get(&(driver.clone(), name.clone()))
-                .into_iter()
-                .flatten()
-                .map(Arc::as_ref)
-                .collect();
-            if all_of_pool
-                .iter()
-                .any(|s| s.spec.pool.generation > generation)
-            {
-                continue; // obsolete: a newer generation is being published
-            }
             let want = slices
                 .first()
                 .map(|s| s.spec.pool.resource_slice_count)
                 .unwrap_or(0);
-            let of_generation: Vec<&ResourceSlice> = all_of_pool
-                .iter()
-                .copied()
-                .filter(|s| s.spec.pool.generation == generation)
-                .collect();
-            let incomplete = i64::try_from(of_generation.len()).unwrap_or(i64::MAX) != want;
+            let count = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+            // The node's own slices make the whole pool: used as they are, whatever else is
+            // being published. Otherwise the cluster's slices of the pool decide: a newer
+            // generation makes this one obsolete (dropped), too few slices incomplete.
+            let (incomplete, counted): (bool, Vec<&ResourceSlice>) = if count(slices.len()) == want
+            {
+                (false, slices.clone())
+            } else {
+                let all_of_pool: Vec<&ResourceSlice> = self
+                    .slices_of_pool
+                    .get(&(driver.clone(), name.clone()))
+                    .into_iter()
+                    .flatten()
+                    .map(Arc::as_ref)
+                    .collect();
+                if all_of_pool
+                    .iter()
+                    .any(|s| s.spec.pool.generation > generation)
+                {
+                    continue;
+                }
+                let of_generation: Vec<&ResourceSlice> = all_of_pool
+                    .into_iter()
+                    .filter(|s| s.spec.pool.generation == generation)
+                    .collect();
+                (count(of_generation.len()) != want, of_generation)
+            };
             slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
             let mut names = HashSet::new();
             let mut invalid = false;
@@ -88,13 +96,7 @@ impl Allocator {
                     }
                 }
             }
-            let counters = pool_counters(
-                &driver,
-                &name,
-                &of_generation,
-                &self.allocated,
-                &mut invalid,
-            );
+            let counters = pool_counters(&driver, &name, &counted, &self.allocated, &mut invalid);
             let binding = slices
                 .iter()
                 .flat_map(|s| s.spec.devices.iter().flatten())
@@ -172,7 +174,7 @@ impl Allocator {
     }
 }
 
-/// What a pool's counter sets leave (milli-units) once its allocated devices took theirs.
+/// What a pool's counter sets leave (nano-units) once its allocated devices took theirs.
 fn pool_counters(
     driver: &str,
     pool: &str,
@@ -189,7 +191,7 @@ fn pool_counters(
             let counters = set
                 .counters
                 .iter()
-                .map(|(k, c)| (k.clone(), milli(&c.value.0)))
+                .map(|(k, c)| (k.clone(), counter_amount(&c.value.0)))
                 .collect();
             sets.insert(set.name.clone(), counters);
         }
@@ -210,7 +212,7 @@ fn pool_counters(
                     match set.get_mut(name) {
                         None => *invalid = true,
                         Some(left) if allocated.devices.contains(&id) => {
-                            *left = left.saturating_sub(milli(&c.value.0));
+                            *left = left.saturating_sub(consumed(&c.value.0));
                         }
                         Some(_) => {}
                     }
@@ -221,8 +223,30 @@ fn pool_counters(
     sets
 }
 
-/// A quantity in milli-units, exactly where it is representable (a malformed quantity counts
-/// as zero: the API server validates them).
-pub(super) fn milli(q: &str) -> i128 {
-    quantity::parse_milli(q).map(i128::from).unwrap_or(0)
+/// What a counter holds, in nano-units (a malformed quantity holds nothing).
+pub(super) fn counter_amount(q: &str) -> i128 {
+    nanos(q).unwrap_or(0)
+}
+
+/// What a device consumes of a counter, in nano-units; a malformed quantity (the API server
+/// validates them) consumes more than any counter holds, so the device never fits.
+pub(super) fn consumed(q: &str) -> i128 {
+    nanos(q).unwrap_or(UNFITTING)
+}
+
+/// More than any counter holds, and far enough from `i128::MAX` that taking it and giving it
+/// back is exact.
+const UNFITTING: i128 = 1_000_000_000_000_000_000_000_000_000_000;
+
+/// A quantity in nano-units, exactly as resource.Quantity keeps it (rounded up to a nano),
+/// capped at [`UNFITTING`].
+fn nanos(q: &str) -> Option<i128> {
+    let (num, den) = quantity::parse_ratio(q).ok()?;
+    let scaled = if den <= 1_000_000_000 {
+        num.checked_mul(1_000_000_000 / den)?
+    } else {
+        let per = den / 1_000_000_000;
+        num.div_euclid(per) + i128::from(num.rem_euclid(per) != 0)
+    };
+    Some(scaled.min(UNFITTING))
 }

@@ -1,7 +1,7 @@
 //! The depth-first search over the devices a node sees, as upstream's allocateOne and
 //! allocateDevice.
 
-use super::pools::milli;
+use super::pools::consumed;
 use super::*;
 
 /// The device a want took, by candidate index.
@@ -201,7 +201,7 @@ impl<'s, 'a> Search<'s, 'a> {
         let mut over = false;
         for consumption in &consumptions {
             for (name, q) in &consumption.counters {
-                let need = milli(&q.value.0);
+                let need = consumed(&q.value.0);
                 if let Some(left) = pool
                     .counters
                     .get_mut(&consumption.counter_set)
@@ -308,7 +308,7 @@ impl<'s, 'a> Search<'s, 'a> {
                 taken.push((
                     consumption.counter_set.clone(),
                     name.clone(),
-                    milli(&q.value.0),
+                    consumed(&q.value.0),
                 ));
             }
         }

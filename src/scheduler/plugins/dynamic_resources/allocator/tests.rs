@@ -1154,3 +1154,67 @@ fn a_search_past_its_deadline_gives_up() {
     );
     assert!(matches!(allocator.allocate(&node, None), Ok(Some(_))));
 }
+
+/// Counters are compared exactly (to the nano, as resource.Quantity), not rounded to a milli:
+/// 1001µ holds one device of 1000µ, not two.
+#[test]
+fn counters_are_exact_below_a_milli() {
+    let consuming = |n: &str| Device {
+        consumes_counters: Some(vec![DeviceCounterConsumption {
+            counter_set: "set".into(),
+            counters: [(
+                "memory".to_string(),
+                Counter {
+                    value: Quantity("1000u".into()),
+                },
+            )]
+            .into(),
+            compatibility_groups: None,
+        }]),
+        ..device(n)
+    };
+    let mut counters = slice("slice-0", "node-1", "pool-1", "driver-a", vec![]);
+    counters.counters = Some(vec![CounterSet {
+        name: "set".into(),
+        counters: [(
+            "memory".to_string(),
+            Counter {
+                value: Quantity("1001u".into()),
+            },
+        )]
+        .into(),
+    }]);
+    counters.count = 2;
+    let mut devices = slice(
+        "slice-1",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![consuming("a"), consuming("b")],
+    );
+    devices.count = 2;
+    let found = run(
+        vec![claim("claim-0", vec![exact("req-0", "class-a", 2)], vec![])],
+        vec![counters, devices],
+        &[],
+        "node-1",
+    );
+    assert_eq!(found, Ok(None), "two devices of 1000µ overcommit 1001µ");
+}
+
+/// `All` over more devices than a claim may hold fails the attempt, as upstream's limit on
+/// every request.
+#[test]
+fn all_devices_beyond_the_claim_limit() {
+    let many: Vec<Device> = (0..33).map(|i| device(&format!("device-{i}"))).collect();
+    let found = run(
+        vec![claim("claim-0", vec![all_of("req-0", "class-a")], vec![])],
+        vec![slice("slice-1", "node-1", "pool-1", "driver-a", many)],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Err("claim default/claim-0, request req-0: adding 33 devices exceeds the claim limit of 32, with 0 already accounted for".into())
+    );
+}
