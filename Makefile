@@ -66,8 +66,8 @@ cluster: ## start the local control plane (NODES=3), kubeconfig in .cluster/kube
 cluster-down: ## stop the local control plane and remove its state
 	e2e/scripts/cluster-down.sh
 
-# The e2e test files that share the tether `make e2e` starts. fidelity.rs compares tether with
-# kube-scheduler on a cluster no other test changes, so it runs alone after them; so does
+# The e2e test files that share the tether `make e2e` starts. fidelity.rs and dra.rs compare
+# tether with kube-scheduler on a cluster no other test changes, so they run alone after them; so does
 # explain.rs (it compares counts over the whole cluster and predicts from a snapshot). faults.rs runs a
 # tether of its own behind a proxy and restarts kube-apiserver, and ha.rs runs two replicas of
 # its own behind a Lease, sampling.rs a tether of its own that must start afresh (its window
@@ -75,7 +75,7 @@ cluster-down: ## stop the local control plane and remove its state
 # so they run last, alone, one test at a time. So do image.rs (it runs tether from the image
 # scripts/image.sh builds) and chart.rs (it installs a tether of its own with Helm: charts/tether,
 # helm from e2e/scripts/build-helm.sh).
-E2E_SHARED := $(filter-out faults ha sampling image chart fidelity explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+E2E_SHARED := $(filter-out faults ha sampling image chart fidelity dra explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -83,7 +83,7 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	e2e/scripts/tether-up.sh
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
 	if [ $$status -eq 0 ]; then \
-	  $(CARGO) test -p tether-e2e --test fidelity -- --nocapture || status=$$?; \
+	  $(CARGO) test -p tether-e2e --test fidelity --test dra -- --nocapture --test-threads=1 || status=$$?; \
 	fi; \
 	if [ $$status -eq 0 ]; then \
 	  $(CARGO) test -p tether-e2e --test explain -- --test-threads=1 || status=$$?; \
