@@ -25,7 +25,7 @@ static ALONE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// A driver of the test's own, its class, and slices on its nodes: node 0 has two `a100` and
 /// two `h100` GPUs (NUMA 0, 0, 1, 1) and a `t4` tainted `example.com/broken=fan:NoSchedule`,
-/// node 1 one `a100`. A second driver (class `part-…`) publishes on node 0 one partitionable
+/// node 1 an `a100` and a `v100`. A second driver (class `part-…`) publishes on node 0 one partitionable
 /// GPU of 8Gi: whole, or as two halves, all three drawing on one shared counter.
 struct Devices {
     driver: String,
@@ -59,7 +59,10 @@ impl Devices {
                 gpu("gpu-3", "h100", 1, "80Gi"),
                 tainted,
             ],
-            vec![gpu("gpu-0", "a100", 0, "40Gi")],
+            vec![
+                gpu("gpu-0", "a100", 0, "40Gi"),
+                gpu("gpu-1", "v100", 0, "32Gi"),
+            ],
         ];
         let mut slices = Vec::new();
         for (node, devices) in nodes.names.iter().zip(layouts) {
@@ -211,7 +214,14 @@ async fn run_once(
                         .devices
                         .iter()
                         .flat_map(|d| d.results.iter().flatten())
-                        .map(|r| (r.request.clone(), format!("{}/{}", r.pool, r.device)))
+                        .map(|r| {
+                            let admin = if r.admin_access == Some(true) {
+                                " (admin)"
+                            } else {
+                                ""
+                            };
+                            (r.request.clone(), format!("{}/{}{admin}", r.pool, r.device))
+                        })
                         .collect();
                     return Ok(Some(Outcome::Bound {
                         node,
@@ -281,6 +291,16 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
     let _alone = ALONE.lock().await;
     let client = client().await?;
     let ns = TestNamespace::create(&client, "dra").await?;
+    // Admin access is for namespaces an administrator marked so.
+    kubectl_ok(
+        &[
+            "label",
+            "namespace",
+            &ns.name,
+            "resource.kubernetes.io/admin-access=true",
+        ],
+        None,
+    )?;
     // Node 1 has half the CPUs: where both nodes can serve a claim, both schedulers prefer
     // node 0 (no tie to break at random).
     let nodes = TestNodes::create(&client, "dra", 2, "16", |i, node| {
@@ -360,6 +380,28 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
             name: "two-partitions",
             devices: json!({"requests": [{"name": "gpu", "exactly": {
                 "deviceClassName": devices.partitioned_class, "count": 2}}]}),
+        },
+        Case {
+            // Node 1 serves the first choice, node 0 only the second: Score decides.
+            name: "first-choice-elsewhere",
+            devices: json!({"requests": [{"name": "gpu", "firstAvailable": [
+                {"name": "v100", "deviceClassName": class,
+                 "selectors": [{"cel": {"expression": model("v100")}}]},
+                {"name": "h100", "deviceClassName": class,
+                 "selectors": [{"cel": {"expression": model("h100")}}]}]}]}),
+        },
+        Case {
+            name: "distinct-numa",
+            devices: json!({
+                "requests": [
+                    {"name": "a", "exactly": {"deviceClassName": class}},
+                    {"name": "b", "exactly": {"deviceClassName": class}}],
+                "constraints": [{"distinctAttribute": format!("{}/numa", devices.driver)}]}),
+        },
+        Case {
+            name: "admin",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": class, "adminAccess": true}}]}),
         },
         Case {
             name: "too-many",
