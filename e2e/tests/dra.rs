@@ -31,6 +31,9 @@ struct Devices {
     driver: String,
     class: String,
     partitioned_class: String,
+    /// A NIC of 100Gi bandwidth on node 0, shared (it allows multiple allocations), shares
+    /// rounded up to 10Gi steps.
+    nic_class: String,
     slices: Vec<String>,
 }
 
@@ -102,10 +105,26 @@ impl Devices {
             apply(slice)?;
             slices.push(name);
         }
+        let nic_driver = format!("nic-{suffix}.example.com");
+        let nic_class = format!("nic-{suffix}");
+        device_class(&nic_class, &nic_driver)?;
+        let nic_slice = format!("{node}-{suffix}-nics");
+        resource_slice(
+            &nic_slice,
+            &nic_driver,
+            node,
+            "nics",
+            json!([{"name": "nic-0", "allowMultipleAllocations": true,
+                    "capacity": {"bandwidth": {"value": "100Gi", "requestPolicy": {
+                        "default": "10Gi",
+                        "validRange": {"min": "10Gi", "step": "10Gi"}}}}}]),
+        )?;
+        slices.push(nic_slice);
         Ok(Devices {
             driver,
             class,
             partitioned_class,
+            nic_class,
             slices,
         })
     }
@@ -114,7 +133,7 @@ impl Devices {
         for s in &self.slices {
             kubectl_ok(&["delete", "resourceslice", s, "--ignore-not-found"], None)?;
         }
-        for class in [&self.class, &self.partitioned_class] {
+        for class in [&self.class, &self.partitioned_class, &self.nic_class] {
             kubectl_ok(
                 &["delete", "deviceclass", class, "--ignore-not-found"],
                 None,
@@ -220,7 +239,26 @@ async fn run_once(
                             } else {
                                 ""
                             };
-                            (r.request.clone(), format!("{}/{}{admin}", r.pool, r.device))
+                            let consumed: Vec<String> = r
+                                .consumed_capacity
+                                .iter()
+                                .flatten()
+                                .map(|(k, q)| format!(" {k}={}", q.0))
+                                .collect();
+                            let share = if r.share_id.is_some() {
+                                " (shared)"
+                            } else {
+                                ""
+                            };
+                            (
+                                r.request.clone(),
+                                format!(
+                                    "{}/{}{admin}{share}{}",
+                                    r.pool,
+                                    r.device,
+                                    consumed.concat()
+                                ),
+                            )
                         })
                         .collect();
                     return Ok(Some(Outcome::Bound {
@@ -402,6 +440,12 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
             name: "admin",
             devices: json!({"requests": [{"name": "gpu", "exactly": {
                 "deviceClassName": class, "adminAccess": true}}]}),
+        },
+        Case {
+            name: "bandwidth-share",
+            devices: json!({"requests": [{"name": "net", "exactly": {
+                "deviceClassName": devices.nic_class,
+                "capacity": {"requests": {"bandwidth": "25Gi"}}}}]}),
         },
         Case {
             name: "too-many",

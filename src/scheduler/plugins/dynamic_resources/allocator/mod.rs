@@ -18,9 +18,9 @@
 //! - The result per claim: the devices by request (`req` or `req/sub`), the class and claim
 //!   configuration that applies, and the node selector the claim is available on.
 //!
-//! Not yet served: consumable capacity (a request with `capacity.requests` is refused with
-//! an error naming it, and a device that allows multiple allocations is given to one claim at a
-//! time, never over-committed).
+//! - Consumable capacity: a device that allows multiple allocations is shared, each claim
+//!   consuming part of its capacities ([`capacity`]), its result carrying a share ID and what it
+//!   consumed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -32,6 +32,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
 };
 
+mod capacity;
 mod explain;
 mod pools;
 mod result;
@@ -67,13 +68,18 @@ impl std::fmt::Display for DeviceId {
 /// in flight, admin-access allocations aside.
 #[derive(Clone, Debug, Default)]
 pub struct Allocated {
+    /// Devices allocated whole.
     pub devices: HashSet<DeviceId>,
+    /// Devices with at least one share, and what their shares consume of each capacity
+    /// (nano-units).
+    pub shared: HashMap<DeviceId, BTreeMap<String, i128>>,
 }
 
 impl Allocated {
     /// The devices of every allocated claim.
     pub fn of<'a>(claims: impl Iterator<Item = &'a Arc<ResourceClaim>>) -> Self {
         let mut devices = HashSet::new();
+        let mut shared: HashMap<DeviceId, BTreeMap<String, i128>> = HashMap::new();
         for c in claims {
             let results = c
                 .status
@@ -85,14 +91,24 @@ impl Allocated {
                 if r.admin_access == Some(true) {
                     continue;
                 }
-                devices.insert(DeviceId {
+                let id = DeviceId {
                     driver: r.driver.clone(),
                     pool: r.pool.clone(),
                     device: r.device.clone(),
-                });
+                };
+                if r.share_id.is_none() {
+                    devices.insert(id);
+                    continue;
+                }
+                let held = shared.entry(id).or_default();
+                for (name, q) in r.consumed_capacity.iter().flatten() {
+                    let n = pools::consumed(&q.0);
+                    let e = held.entry(name.clone()).or_default();
+                    *e = e.saturating_add(n);
+                }
             }
         }
-        Allocated { devices }
+        Allocated { devices, shared }
     }
 }
 
@@ -132,6 +148,8 @@ struct Want {
     count: usize,
     admin: bool,
     tolerations: Option<Vec<DeviceToleration>>,
+    /// What the request asks of the device's capacities, by name (quantities).
+    capacity: BTreeMap<String, String>,
 }
 
 /// One request of a claim: a single want, or the alternatives of `firstAvailable`.
@@ -225,15 +243,6 @@ impl Allocator {
                 let mut wants = Vec::new();
                 let first_available = r.first_available.as_ref().is_some_and(|f| !f.is_empty());
                 if let Some(e) = &r.exactly {
-                    if e.capacity
-                        .as_ref()
-                        .is_some_and(|c| c.requests.as_ref().is_some_and(|r| !r.is_empty()))
-                    {
-                        return Err(format!(
-                            "claim {key}, request {}: has capacity requests, which tether does not allocate yet",
-                            r.name
-                        ));
-                    }
                     wants.push(want(
                         &key,
                         &r.name,
@@ -244,19 +253,11 @@ impl Allocator {
                         e.count,
                         e.admin_access == Some(true),
                         e.tolerations.clone(),
+                        capacity_requests(e.capacity.as_ref()),
                         classes,
                     )?);
                 } else if first_available {
                     for s in r.first_available.iter().flatten() {
-                        if s.capacity
-                            .as_ref()
-                            .is_some_and(|c| c.requests.as_ref().is_some_and(|r| !r.is_empty()))
-                        {
-                            return Err(format!(
-                                "claim {key}, subrequest {}: has capacity requests, which tether does not allocate yet",
-                                s.name
-                            ));
-                        }
                         wants.push(want(
                             &key,
                             &r.name,
@@ -267,6 +268,7 @@ impl Allocator {
                             s.count,
                             false,
                             s.tolerations.clone(),
+                            capacity_requests(s.capacity.as_ref()),
                             classes,
                         )?);
                     }
@@ -362,6 +364,7 @@ impl Allocator {
             chosen: vec![Vec::new(); self.plans.len()],
             all_devices: HashMap::new(),
             deadline,
+            allocating: HashMap::new(),
         };
         // The devices of `All` wants, per (claim, request, want).
         let mut all_devices: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();
@@ -546,6 +549,7 @@ fn want(
     count: Option<i64>,
     admin: bool,
     tolerations: Option<Vec<DeviceToleration>>,
+    capacity: BTreeMap<String, String>,
     classes: &HashMap<String, Arc<DeviceClass>>,
 ) -> Result<Want, String> {
     let own_name = sub.unwrap_or(parent).to_string();
@@ -588,7 +592,17 @@ fn want(
         count,
         admin,
         tolerations,
+        capacity,
     })
+}
+
+/// A request's `capacity.requests`, as quantity strings by capacity name.
+fn capacity_requests(
+    c: Option<&k8s_openapi::api::resource::v1::CapacityRequirements>,
+) -> BTreeMap<String, String> {
+    c.and_then(|c| c.requests.as_ref())
+        .map(|r| r.iter().map(|(k, q)| (k.clone(), q.0.clone())).collect())
+        .unwrap_or_default()
 }
 
 static NO_ATTRIBUTES: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceAttribute> =

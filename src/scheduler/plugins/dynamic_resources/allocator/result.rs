@@ -1,6 +1,8 @@
 //! A claim's AllocationResult from the devices the search chose: the devices by request,
 //! the configuration that applies, and where the claim is available.
 
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+
 use super::search::Pick;
 use super::*;
 
@@ -27,6 +29,17 @@ impl Allocator {
                 tolerations: w.tolerations.clone(),
                 binding_conditions: c.device.binding_conditions.clone(),
                 binding_failure_conditions: c.device.binding_failure_conditions.clone(),
+                share_id: p.share.as_ref().map(|s| s.id.clone()),
+                consumed_capacity: p
+                    .share
+                    .as_ref()
+                    .filter(|s| !s.consumed.is_empty())
+                    .map(|s| {
+                        s.consumed
+                            .iter()
+                            .map(|(k, a)| (k.clone(), Quantity(a.text.clone())))
+                            .collect()
+                    }),
                 ..Default::default()
             });
         }

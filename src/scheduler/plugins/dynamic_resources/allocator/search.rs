@@ -1,6 +1,7 @@
 //! The depth-first search over the devices a node sees, as upstream's allocateOne and
 //! allocateDevice.
 
+use super::capacity;
 use super::pools::consumed;
 use super::*;
 
@@ -10,6 +11,35 @@ pub(super) struct Pick {
     pub(super) request: usize,
     pub(super) want: usize,
     pub(super) candidate: usize,
+    /// What the pick took of its pool's shared counters, to give back when undone.
+    pub(super) counters: Vec<(String, String, i128)>,
+    /// A share of a device that allows multiple allocations: its ID and what it consumes.
+    pub(super) share: Option<Share>,
+}
+
+/// One claim's share of a device that allows multiple allocations.
+#[derive(Clone, Debug)]
+pub(super) struct Share {
+    pub(super) id: String,
+    pub(super) consumed: BTreeMap<String, capacity::Amount>,
+    /// Whether this share made the device's entry among those being allocated.
+    created: bool,
+}
+
+/// A random version-4 UUID, as upstream names a share.
+fn share_id() -> String {
+    let mut b: [u8; 16] = rand::random();
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
 }
 
 #[derive(Clone, Debug, Default)]
@@ -70,6 +100,8 @@ pub(super) struct Search<'s, 'a> {
     pub(super) all_devices: HashMap<(usize, usize, usize), Vec<usize>>,
     /// When the search gives up (the plugin's filterTimeout), checked before each device.
     pub(super) deadline: Option<std::time::Instant>,
+    /// What the shares chosen in this search consume of each device's capacities.
+    pub(super) allocating: HashMap<DeviceId, BTreeMap<String, i128>>,
 }
 
 impl<'s, 'a> Search<'s, 'a> {
@@ -146,8 +178,9 @@ impl<'s, 'a> Search<'s, 'a> {
                 return Err(AllocateError::TimedOut);
             }
             let cand = &self.candidates[c];
+            let multi = cand.device.allow_multiple_allocations == Some(true);
             let in_use = if w.admin {
-                self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci))
+                !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci))
             } else {
                 alloc.allocated.devices.contains(&cand.id) || self.picked.contains_key(&cand.id)
             };
@@ -178,7 +211,8 @@ impl<'s, 'a> Search<'s, 'a> {
         let plan = &alloc.plans[ci];
         let w = &plan.requests[ri].wants[wi];
         let cand = &self.candidates[c];
-        if w.admin && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci)) {
+        let multi = cand.device.allow_multiple_allocations == Some(true);
+        if w.admin && !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci)) {
             return Ok(false);
         }
         if !w.admin
@@ -194,8 +228,36 @@ impl<'s, 'a> Search<'s, 'a> {
         {
             return Ok(false);
         }
-        // Counters.
-        let consumptions = cand.device.consumes_counters.clone().unwrap_or_default();
+        // Capacity: what the request consumes must fit beside the device's shares.
+        let no_capacity = BTreeMap::new();
+        let caps = cand.device.capacity.as_ref().unwrap_or(&no_capacity);
+        let share_consumed = match capacity::consumed(&w.capacity, caps) {
+            Err(e) => {
+                return Err(AllocateError::Fatal(format!(
+                    "claim {}, request {}: checking capacity for device {}: {e}",
+                    plan.key, w.own_name, cand.id
+                )));
+            }
+            Ok(None) => return Ok(false),
+            Ok(Some(consumed)) => consumed,
+        };
+        if !capacity::fits(
+            &share_consumed,
+            caps,
+            alloc.allocated.shared.get(&cand.id),
+            self.allocating.get(&cand.id),
+        ) {
+            return Ok(false);
+        }
+        // Counters, unless a share of the device already took them.
+        let already_shared = multi
+            && (alloc.allocated.shared.contains_key(&cand.id)
+                || self.allocating.contains_key(&cand.id));
+        let consumptions = if already_shared {
+            Vec::new()
+        } else {
+            cand.device.consumes_counters.clone().unwrap_or_default()
+        };
         let pool = &mut self.pools[cand.pool];
         let mut taken: Vec<(String, String, i128)> = Vec::new();
         let mut over = false;
@@ -270,11 +332,28 @@ impl<'s, 'a> Search<'s, 'a> {
             }
             return Ok(false);
         }
-        self.picked.entry(cand.id.clone()).or_default().push(ci);
+        let share = if multi {
+            let created = !self.allocating.contains_key(&cand.id);
+            let held = self.allocating.entry(cand.id.clone()).or_default();
+            for (name, amount) in &share_consumed {
+                let e = held.entry(name.clone()).or_default();
+                *e = e.saturating_add(amount.nanos);
+            }
+            Some(Share {
+                id: share_id(),
+                consumed: share_consumed,
+                created,
+            })
+        } else {
+            self.picked.entry(cand.id.clone()).or_default().push(ci);
+            None
+        };
         self.results[ci].push(Pick {
             request: ri,
             want: wi,
             candidate: c,
+            counters: taken,
+            share,
         });
         Ok(true)
     }
@@ -287,10 +366,26 @@ impl<'s, 'a> Search<'s, 'a> {
         let plan = &self.alloc.plans[ci];
         let w = &plan.requests[pick.request].wants[pick.want];
         let cand = &self.candidates[c];
-        if let Some(by) = self.picked.get_mut(&cand.id) {
-            by.pop();
-            if by.is_empty() {
-                self.picked.remove(&cand.id);
+        match &pick.share {
+            None => {
+                if let Some(by) = self.picked.get_mut(&cand.id) {
+                    by.pop();
+                    if by.is_empty() {
+                        self.picked.remove(&cand.id);
+                    }
+                }
+            }
+            Some(share) if share.created => {
+                self.allocating.remove(&cand.id);
+            }
+            Some(share) => {
+                if let Some(held) = self.allocating.get_mut(&cand.id) {
+                    for (name, amount) in &share.consumed {
+                        if let Some(e) = held.get_mut(name) {
+                            *e = e.saturating_sub(amount.nanos);
+                        }
+                    }
+                }
             }
         }
         for (k, constraint) in plan.constraints.iter().enumerate().rev() {
@@ -302,17 +397,7 @@ impl<'s, 'a> Search<'s, 'a> {
                 undo_constraint(&mut self.constraint_state[ci][k], constraint);
             }
         }
-        let mut taken = Vec::new();
-        for consumption in cand.device.consumes_counters.iter().flatten() {
-            for (name, q) in &consumption.counters {
-                taken.push((
-                    consumption.counter_set.clone(),
-                    name.clone(),
-                    consumed(&q.value.0),
-                ));
-            }
-        }
-        give_back(&mut self.pools[cand.pool], &taken);
+        give_back(&mut self.pools[cand.pool], &pick.counters);
     }
 }
 

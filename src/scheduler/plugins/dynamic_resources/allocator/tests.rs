@@ -247,6 +247,7 @@ fn run(
     node: &str,
 ) -> Result<Option<Vec<AllocationResult>>, String> {
     let allocated = Allocated {
+        shared: HashMap::new(),
         devices: allocated
             .iter()
             .map(|(d, p, n)| DeviceId {
@@ -1098,6 +1099,7 @@ fn a_node_is_explained_device_by_device() {
         ],
         Vec::new(),
         Allocated {
+            shared: HashMap::new(),
             devices: [DeviceId {
                 driver: "driver-a".into(),
                 pool: "pool-1".into(),
@@ -1217,4 +1219,90 @@ fn all_devices_beyond_the_claim_limit() {
         found,
         Err("claim default/claim-0, request req-0: adding 33 devices exceeds the claim limit of 32, with 0 already accounted for".into())
     );
+}
+
+/// A NIC of 100Gi bandwidth that allows multiple allocations, shares rounded up to 10Gi steps.
+fn shared_nic() -> Vec<SliceSpec> {
+    use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, CapacityRequestPolicyRange};
+    let nic = Device {
+        allow_multiple_allocations: Some(true),
+        capacity: Some(
+            [(
+                "bandwidth".to_string(),
+                DeviceCapacity {
+                    value: Quantity("100Gi".into()),
+                    request_policy: Some(CapacityRequestPolicy {
+                        default: None,
+                        valid_range: Some(CapacityRequestPolicyRange {
+                            min: Quantity("10Gi".into()),
+                            step: Some(Quantity("10Gi".into())),
+                            max: None,
+                        }),
+                        valid_values: None,
+                    }),
+                },
+            )]
+            .into(),
+        ),
+        ..device("nic-0")
+    };
+    vec![slice("slice-1", "node-1", "pool-1", "driver-a", vec![nic])]
+}
+
+fn bandwidth(name: &str, q: &str) -> Arc<ResourceClaim> {
+    let mut r = exact("net", "class-a", 1);
+    if let Some(e) = r.exactly.as_mut() {
+        e.capacity = Some(k8s_openapi::api::resource::v1::CapacityRequirements {
+            requests: Some([("bandwidth".to_string(), Quantity(q.into()))].into()),
+        });
+    }
+    claim(name, vec![r], vec![])
+}
+
+/// Consumable capacity: claims share a device that allows multiple allocations, each
+/// consuming its request rounded up to the policy's step, with a share ID of its own, while
+/// the shares fit in the capacity.
+#[test]
+fn claims_share_a_device_while_its_capacity_holds() {
+    let found = run(
+        vec![bandwidth("claim-0", "25Gi"), bandwidth("claim-1", "25Gi")],
+        shared_nic(),
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[
+            &[("net", "driver-a/pool-1/nic-0")],
+            &[("net", "driver-a/pool-1/nic-0")]
+        ])
+    );
+    let results: Vec<_> = found
+        .iter()
+        .flat_map(|a| a.devices.iter().flat_map(|d| d.results.iter().flatten()))
+        .collect();
+    for r in &results {
+        assert_eq!(
+            r.consumed_capacity,
+            Some([("bandwidth".to_string(), Quantity("30Gi".into()))].into()),
+            "25Gi rounded up to the next 10Gi step"
+        );
+    }
+    assert!(
+        results[0].share_id.is_some() && results[0].share_id != results[1].share_id,
+        "each share has its own ID"
+    );
+    let found = run(
+        vec![
+            bandwidth("claim-0", "30Gi"),
+            bandwidth("claim-1", "30Gi"),
+            bandwidth("claim-2", "50Gi"),
+        ],
+        shared_nic(),
+        &[],
+        "node-1",
+    );
+    assert_eq!(found, Ok(None), "30 + 30 + 50 is more than 100");
 }
