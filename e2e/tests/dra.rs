@@ -671,3 +671,139 @@ async fn a_device_with_binding_conditions_is_waited_for() -> anyhow::Result<()> 
     )?;
     nodes.delete().await
 }
+
+fn kubevirt(kind: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("kubevirt.io", "v1", kind))
+}
+
+fn controller_ref(kind: &str, name: &str, uid: &str) -> Value {
+    json!([{"apiVersion": "kubevirt.io/v1", "kind": kind, "name": name, "uid": uid,
+            "controller": true, "blockOwnerDeletion": true}])
+}
+
+/// A sticky VM with a GPU: a KubeVirt-style VM (this test playing virt-controller: a VMI owned
+/// by the VM, a launcher pod owned by the VMI) whose launcher names a ResourceClaim for one
+/// GPU, on a profile with StickyNode. Its first start takes a node and a device there; each of
+/// four restarts brings it back to that node (StickyNode's pin) and that device (the allocator
+/// takes the node's devices in one order), StickyNode and DynamicResources agreeing.
+#[tokio::test]
+async fn a_sticky_vm_with_a_gpu_returns_to_its_node_and_its_device() -> anyhow::Result<()> {
+    use kube::api::DynamicObject;
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-vm").await?;
+    let nodes = TestNodes::create(&client, "dra-vm", 3, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let driver = format!("vmgpu-{suffix}.example.com");
+    let class = format!("vmgpu-{suffix}");
+    device_class(&class, &driver)?;
+    let mut slices = Vec::new();
+    for node in &nodes.names {
+        let slice = format!("{node}-{suffix}");
+        resource_slice(
+            &slice,
+            &driver,
+            node,
+            node,
+            json!([{"name": "gpu-0"}, {"name": "gpu-1"}]),
+        )?;
+        slices.push(slice);
+    }
+    let name = format!("dra-vm-{suffix}");
+    let scheduler = format!("{name}-sched");
+    apply_profile(
+        &client,
+        &name,
+        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}}),
+    )
+    .await?;
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "vm-gpu", "namespace": ns.name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}},
+    }))?;
+    let vms: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), &ns.name, &kubevirt("VirtualMachine"));
+    let vmis: Api<DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns.name,
+        &kubevirt("VirtualMachineInstance"),
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let vm = vms
+        .create(
+            &PostParams::default(),
+            &DynamicObject::new("vm", &kubevirt("VirtualMachine")),
+        )
+        .await?;
+    let vm_uid = vm.metadata.uid.unwrap_or_default();
+    let mut first: Option<(String, String)> = None;
+    for start in 0..5 {
+        let mut vmi = DynamicObject::new("vm", &kubevirt("VirtualMachineInstance"));
+        vmi.metadata.owner_references =
+            serde_json::from_value(controller_ref("VirtualMachine", "vm", &vm_uid))?;
+        let vmi = vmis.create(&PostParams::default(), &vmi).await?;
+        let mut spec = json!({"schedulerName": scheduler,
+            "containers": [{"name": "compute", "image": "virt-launcher",
+                            "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "vm-gpu"}]});
+        nodes.isolate(&mut spec);
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "virt-launcher-vm-", "namespace": ns.name,
+                         "ownerReferences": controller_ref("VirtualMachineInstance", "vm",
+                             vmi.metadata.uid.as_deref().unwrap_or_default())},
+            "spec": spec,
+        }))?;
+        let pod = pods.create(&PostParams::default(), &pod).await?;
+        let pod_name = pod.metadata.name.unwrap_or_default();
+        let node =
+            tether_e2e::wait_bound(&client, &ns.name, &pod_name, Duration::from_secs(60)).await?;
+        let device = claims
+            .get("vm-gpu")
+            .await?
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .and_then(|r| r.first().map(|r| format!("{}/{}", r.pool, r.device)))
+            .ok_or_else(|| {
+                anyhow::anyhow!("start {start}: the bound VM's claim is not allocated")
+            })?;
+        assert!(
+            device.starts_with(&format!("{node}/")),
+            "start {start}: {device} is not on {node}"
+        );
+        match &first {
+            None => first = Some((node, device)),
+            Some(f) => assert_eq!(
+                f,
+                &(node, device),
+                "start {start}: the VM moved or lost its GPU"
+            ),
+        }
+        pods.delete(&pod_name, &DeleteParams::default().grace_period(0))
+            .await?;
+        vmis.delete("vm", &DeleteParams::default()).await?;
+        wait_for("the VM stopped", Duration::from_secs(60), || {
+            let (pods, vmis, pod_name) = (pods.clone(), vmis.clone(), pod_name.clone());
+            async move {
+                Ok((pods.get_opt(&pod_name).await?.is_none()
+                    && vmis.get_opt("vm").await?.is_none())
+                .then_some(()))
+            }
+        })
+        .await?;
+    }
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    ns.delete().await?;
+    for s in &slices {
+        kubectl_ok(&["delete", "resourceslice", s, "--ignore-not-found"], None)?;
+    }
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
