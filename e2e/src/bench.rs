@@ -17,7 +17,8 @@ use anyhow::{Context, anyhow, bail};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
-use kube::core::{ApiResource, GroupVersionKind};
+
+use crate::kubevirt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -147,10 +148,6 @@ pub struct RunResult {
 pub struct Bench {
     client: kube::Client,
     pub nodes: TestNodes,
-}
-
-fn kubevirt(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
 }
 
 impl Bench {

@@ -261,6 +261,18 @@ pub fn apply(doc: serde_json::Value) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The API resource of a KubeVirt kind (`kubevirt.io/v1`), whose CRDs the local control
+/// plane serves (the e2e plays virt-controller).
+pub fn kubevirt(kind: &str) -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("kubevirt.io", "v1", kind))
+}
+
+/// The `ownerReferences` of an object `kind`/`name` (UID `uid`) controls.
+pub fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> serde_json::Value {
+    serde_json::json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid,
+                        "controller": true, "blockOwnerDeletion": true}])
+}
+
 /// A DeviceClass `class` that selects the devices of `driver` by CEL, as a DRA driver ships.
 pub fn device_class(class: &str, driver: &str) -> anyhow::Result<()> {
     apply(serde_json::json!({

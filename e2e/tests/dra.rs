@@ -15,6 +15,8 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::api::{Api, DeleteParams, PostParams};
 use serde_json::{Value, json};
+use tether_e2e::controller_ref;
+use tether_e2e::kubevirt;
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, device_class, kubectl_ok,
@@ -672,15 +674,6 @@ async fn a_device_with_binding_conditions_is_waited_for() -> anyhow::Result<()> 
     nodes.delete().await
 }
 
-fn kubevirt(kind: &str) -> kube::api::ApiResource {
-    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("kubevirt.io", "v1", kind))
-}
-
-fn controller_ref(kind: &str, name: &str, uid: &str) -> Value {
-    json!([{"apiVersion": "kubevirt.io/v1", "kind": kind, "name": name, "uid": uid,
-            "controller": true, "blockOwnerDeletion": true}])
-}
-
 /// A sticky VM with a GPU: a KubeVirt-style VM (this test playing virt-controller: a VMI owned
 /// by the VM, a launcher pod owned by the VMI) whose launcher names a ResourceClaim for one
 /// GPU, on a profile with StickyNode. Its first start takes a node and a device there; each of
@@ -741,8 +734,12 @@ async fn a_sticky_vm_with_a_gpu_returns_to_its_node_and_its_device() -> anyhow::
     let mut first: Option<(String, String)> = None;
     for start in 0..5 {
         let mut vmi = DynamicObject::new("vm", &kubevirt("VirtualMachineInstance"));
-        vmi.metadata.owner_references =
-            serde_json::from_value(controller_ref("VirtualMachine", "vm", &vm_uid))?;
+        vmi.metadata.owner_references = serde_json::from_value(controller_ref(
+            "kubevirt.io/v1",
+            "VirtualMachine",
+            "vm",
+            &vm_uid,
+        ))?;
         let vmi = vmis.create(&PostParams::default(), &vmi).await?;
         let mut spec = json!({"schedulerName": scheduler,
             "containers": [{"name": "compute", "image": "virt-launcher",
@@ -752,7 +749,7 @@ async fn a_sticky_vm_with_a_gpu_returns_to_its_node_and_its_device() -> anyhow::
         let pod: Pod = serde_json::from_value(json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {"generateName": "virt-launcher-vm-", "namespace": ns.name,
-                         "ownerReferences": controller_ref("VirtualMachineInstance", "vm",
+                         "ownerReferences": controller_ref("kubevirt.io/v1", "VirtualMachineInstance", "vm",
                              vmi.metadata.uid.as_deref().unwrap_or_default())},
             "spec": spec,
         }))?;

@@ -16,6 +16,7 @@ use serde_json::json;
 use tether::api::StickyBinding;
 use tether_e2e::faults::{Action, Matcher, OwnTether, Proxy, Stop, restart};
 use tether_e2e::ground_truth::{BindLedger, HistoryWorkload, assert_within_allocatable};
+use tether_e2e::kubevirt;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
 };
@@ -847,10 +848,6 @@ async fn binds_never_wait_behind_the_events_budget() -> anyhow::Result<()> {
     drop(tether);
     nodes.delete().await?;
     ns.delete().await
-}
-
-fn kubevirt(kind: &str) -> kube::api::ApiResource {
-    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk("kubevirt.io", "v1", kind))
 }
 
 /// Plays virt-controller for VM `vm`: the VirtualMachine, its VMI and the VMI's launcher pod

@@ -13,21 +13,16 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use tether::api::StickyBinding;
+use tether_e2e::kubevirt;
 use tether_e2e::{
     TestNamespace, TestNodes, apply_profile, client, kubectl, kubectl_ok, unique_suffix,
     wait_bound, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-fn kubevirt(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
-}
 
 /// A migration a target pod is made for: its UID and name, and the nodeSelector it adds.
 struct Migration<'a> {

@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::json;
+use tether_e2e::kubevirt;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_bound,
     wait_event, wait_for,
@@ -59,10 +58,6 @@ impl Drop for Priorities {
             );
         }
     }
-}
-
-fn kubevirt(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
 }
 
 fn owner(kind: &str, uid: &str) -> serde_json::Value {

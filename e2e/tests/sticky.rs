@@ -14,6 +14,8 @@ use kube::api::{
 };
 use serde_json::{Value, json};
 use tether::api::{StickyBinding, StickyBindingStatus};
+use tether_e2e::controller_ref;
+use tether_e2e::kubevirt;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, argocd_health, client,
     delete_and_wait_replaced, kstatus, kubectl_ok, tether_metric, unique_suffix, wait_bound,
@@ -84,14 +86,6 @@ async fn wait_recorded(
         "{status:?}"
     );
     Ok(status)
-}
-
-fn kubevirt(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
-}
-
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
-    json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}])
 }
 
 /// Creates the VirtualMachine `name`; returns its UID.

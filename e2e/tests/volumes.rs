@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
 use serde_json::{Value, json};
+use tether_e2e::controller_ref;
+use tether_e2e::kubevirt;
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, VOLUME_OF, apply, apply_profile, client, delete_and_wait_replaced,
@@ -150,14 +152,6 @@ async fn a_statefulset_on_local_volumes_binds_each_claim_on_its_pods_node() -> a
     ns.delete().await?;
     nodes.delete().await?;
     delete_volumes_of(&class)
-}
-
-fn kubevirt(kind: &str) -> ApiResource {
-    ApiResource::from_gvk(&GroupVersionKind::gvk("kubevirt.io", "v1", kind))
-}
-
-fn controller_ref(api_version: &str, kind: &str, name: &str, uid: &str) -> Value {
-    json!([{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}])
 }
 
 /// A KubeVirt-style VM whose disk is a claim on a local `WaitForFirstConsumer` class: its
