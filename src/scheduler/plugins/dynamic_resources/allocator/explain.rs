@@ -40,7 +40,7 @@ impl Allocator {
                     let mut fit = Vec::new();
                     let mut not = Vec::new();
                     for c in &candidates {
-                        match self.why_not(c, node, &pools, ci, ri, wi) {
+                        match self.why_not(c, &pools, ci, ri, wi) {
                             None => fit.push(c.id.device.clone()),
                             Some(why) => not.push(format!("{} {why}", c.id.device)),
                         }
@@ -81,7 +81,6 @@ impl Allocator {
     fn why_not(
         &self,
         c: &Candidate<'_>,
-        node: &NodeView<'_>,
         pools: &[Pool<'_>],
         ci: usize,
         ri: usize,
@@ -91,7 +90,7 @@ impl Allocator {
         if !w.admin && self.allocated.devices.contains(&c.id) {
             return Some("is allocated to another claim".into());
         }
-        match self.is_selectable(c, node, ci, ri, wi) {
+        match self.is_selectable(c, ci, ri, wi) {
             Err(e) => return Some(format!("cannot be evaluated: {e}")),
             Ok(false) => {
                 return Some(match self.failing_selector(c, ci, ri, wi) {

@@ -165,8 +165,10 @@ struct ClaimPlan {
     constraints: Vec<DeviceConstraint>,
 }
 
-/// A device (with its slice's name) and a want (claim, request, want by index).
-type SelectableKey = (DeviceId, String, usize, usize, usize);
+/// A device, by the address of its `Device` in a slice the allocator holds (so stable and
+/// never shared by two devices while the allocator lives, and no allocation per lookup), and
+/// a want (claim, request, want by index).
+type SelectableKey = (usize, usize, usize, usize);
 
 /// The allocator for one pod's claims, built once per scheduling cycle (PreFilter) and asked
 /// node by node (Filter, in parallel).
@@ -346,7 +348,6 @@ impl Allocator {
         let candidates = self.candidates(&pools, node)?;
         let mut search = Search {
             alloc: self,
-            node,
             pools,
             candidates: &candidates,
             picked: HashMap::new(),
@@ -391,7 +392,7 @@ impl Allocator {
                     }
                     let mut found = Vec::new();
                     for (i, c) in candidates.iter().enumerate() {
-                        if self.is_selectable(c, node, ci, ri, wi)? {
+                        if self.is_selectable(c, ci, ri, wi)? {
                             found.push(i);
                         }
                     }
@@ -454,22 +455,16 @@ impl Allocator {
     }
 
     /// Whether the candidate matches want `wi` of request `ri` of claim `ci`: the class's
-    /// selectors, then the request's, then the device's own node selection.
+    /// selectors, then the request's. A device selected per node is a candidate only on the
+    /// nodes it names ([`Allocator::candidates`]), so the verdict holds on every node.
     fn is_selectable(
         &self,
         c: &Candidate<'_>,
-        node: &NodeView<'_>,
         ci: usize,
         ri: usize,
         wi: usize,
     ) -> Result<bool, AllocateError> {
-        let memo_key = (
-            c.id.clone(),
-            c.slice.metadata.name.clone().unwrap_or_default(),
-            ci,
-            ri,
-            wi,
-        );
+        let memo_key = (std::ptr::from_ref(c.device) as usize, ci, ri, wi);
         if let Some(&v) = locks::lock(&self.selectable).get(&memo_key) {
             return Ok(v);
         }
@@ -523,15 +518,6 @@ impl Allocator {
                     break;
                 }
             }
-        }
-        if ok && c.slice.spec.per_device_node_selection == Some(true) {
-            ok = node_matches(
-                c.device.node_name.as_deref(),
-                c.device.all_nodes,
-                c.device.node_selector.as_ref(),
-                node,
-            )
-            .map_err(AllocateError::Fatal)?;
         }
         locks::lock(&self.selectable).insert(memo_key, ok);
         Ok(ok)

@@ -87,7 +87,6 @@ fn lookup_attribute(device: &Device, driver: &str, fqn: &str) -> Option<AttrValu
 
 pub(super) struct Search<'s, 'a> {
     pub(super) alloc: &'a Allocator,
-    pub(super) node: &'s NodeView<'s>,
     pub(super) pools: Vec<Pool<'a>>,
     pub(super) candidates: &'s [Candidate<'a>],
     /// Devices taken in this search (not by admin access... as upstream, those too), by the
@@ -184,7 +183,7 @@ impl<'s, 'a> Search<'s, 'a> {
             } else {
                 alloc.allocated.devices.contains(&cand.id) || self.picked.contains_key(&cand.id)
             };
-            if in_use || !alloc.is_selectable(cand, self.node, ci, ri, wi)? {
+            if in_use || !alloc.is_selectable(cand, ci, ri, wi)? {
                 continue;
             }
             if !self.add(ci, ri, wi, c, false)? {
