@@ -24,6 +24,7 @@ pub mod binding;
 pub mod cel;
 pub mod claims;
 pub mod hints;
+mod writes;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -31,10 +32,10 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
 use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
+use self::writes::{bind_claim, unreserve_claim};
 use crate::gate::{Write, WriteGate};
 use crate::k8s::api_errors;
 use crate::k8s::node_selector::Terms;
@@ -58,9 +59,6 @@ pub const NAME: &str = "DynamicResources";
 pub const DEFAULT_WEIGHT: i32 = 2;
 
 const STATE_KEY: &str = "DynamicResources";
-/// How many times PreBind reads a claim again after a conflict: five attempts in all, 10 ms
-/// apart, as client-go's DefaultRetry.
-const CONFLICT_RETRIES: usize = 4;
 /// How long PostFilter waits for a deallocation's write.
 const DEALLOCATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 /// The most choices a `firstAvailable` request has (upstream's FirstAvailableDeviceRequestMaxSize).
@@ -495,43 +493,6 @@ impl ReservePlugin for DynamicResources {
     }
 }
 
-/// Removes the pod from a claim's `status.reservedFor` (a strategic merge patch, as upstream).
-async fn unreserve_claim(
-    client: kube::Client,
-    gate: WriteGate,
-    claim: Arc<ResourceClaim>,
-    pod_uid: String,
-) {
-    let api: Api<ResourceClaim> = Api::namespaced(
-        client,
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    let name = claim.metadata.name.clone().unwrap_or_default();
-    let patch = serde_json::json!({
-        "metadata": {"uid": claim.metadata.uid},
-        "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]},
-    });
-    let done = gate
-        .write(Write::DynamicResources, async {
-            api.patch_status(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&patch),
-            )
-            .await
-        })
-        .await;
-    match done {
-        Ok(Ok(_)) => {}
-        Ok(Err(e)) => {
-            tracing::warn!(claim = %claims::key(&claim), error = %api_errors::message(&e), "removing the pod's reservation failed")
-        }
-        Err(refused) => {
-            tracing::info!(claim = %claims::key(&claim), %refused, "not removing the pod's reservation")
-        }
-    }
-}
-
 impl PostFilterPlugin for DynamicResources {
     fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
         let Some(s) = ctx.state.read::<State>(STATE_KEY) else {
@@ -685,99 +646,6 @@ impl PreBindPlugin for DynamicResources {
             }
         })
     }
-}
-
-/// Writes one claim's allocation (when Reserve chose one) and the pod's reservation, reading
-/// the claim again after a conflict, as upstream's bindClaim.
-async fn bind_claim(
-    client: &kube::Client,
-    cached: Arc<ResourceClaim>,
-    allocation: Option<AllocationResult>,
-    pod: &Pod,
-) -> Result<ResourceClaim, String> {
-    let key = claims::key(&cached);
-    let api: Api<ResourceClaim> = Api::namespaced(
-        client.clone(),
-        cached.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    let name = cached.metadata.name.clone().unwrap_or_default();
-    let mut claim = (*cached).clone();
-    for attempt in 0..=CONFLICT_RETRIES {
-        if attempt > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            claim = api.get(&name).await.map_err(|e| {
-                format!(
-                    "get updated claim {key} after conflict: {}",
-                    api_errors::message(&e)
-                )
-            })?;
-        }
-        if claim.metadata.deletion_timestamp.is_some() {
-            return Err(format!("claim {key} got deleted in the meantime"));
-        }
-        if let Some(allocation) = &allocation {
-            if claims::allocated(&claim) {
-                return Err(format!(
-                    "claim {key} got allocated elsewhere in the meantime"
-                ));
-            }
-            let finalizers = claim.metadata.finalizers.get_or_insert_default();
-            if !finalizers.iter().any(|f| f == claims::FINALIZER) {
-                finalizers.push(claims::FINALIZER.into());
-                match api.replace(&name, &PostParams::default(), &claim).await {
-                    Ok(updated) => claim = updated,
-                    Err(e)
-                        if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES =>
-                    {
-                        continue;
-                    }
-                    Err(e) => {
-                        return Err(format!(
-                            "add finalizer to claim {key}: {}",
-                            api_errors::message(&e)
-                        ));
-                    }
-                }
-            }
-            claim.status.get_or_insert_default().allocation = Some(allocation.clone());
-        }
-        let status = claim.status.get_or_insert_default();
-        status
-            .reserved_for
-            .get_or_insert_default()
-            .push(claims::consumer(pod));
-        match status.allocation.as_mut() {
-            None => {
-                return Err(format!(
-                    "claim {key} got deallocated elsewhere in the meantime"
-                ));
-            }
-            Some(a) if a.allocation_timestamp.is_none() => {
-                a.allocation_timestamp = Some(Time(jiff::Timestamp::now()));
-            }
-            Some(_) => {}
-        }
-        match api
-            .replace_status(&name, &PostParams::default(), &claim)
-            .await
-        {
-            Ok(written) => return Ok(written),
-            Err(e) if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES => {
-                continue;
-            }
-            Err(e) => {
-                let what = if allocation.is_some() {
-                    "add allocation and reservation to"
-                } else {
-                    "add reservation to"
-                };
-                return Err(format!("{what} claim {key}: {}", api_errors::message(&e)));
-            }
-        }
-    }
-    Err(format!(
-        "add reservation to claim {key}: too many conflicts"
-    ))
 }
 
 /// Builds the plugin from its args.
