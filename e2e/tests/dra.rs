@@ -481,6 +481,305 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
     nodes.delete().await
 }
 
+/// One pod of the extended-resource cases: its containers (init and regular), and the node
+/// it must run on, if the case picks one.
+struct ExtendedCase {
+    name: &'static str,
+    init_containers: Value,
+    containers: Value,
+    on_node: Option<usize>,
+}
+
+/// What a scheduler made of a pod asking for an extended resource: its node and, where DRA
+/// served it, the claim's devices by request and the pod's mappings (container, resource,
+/// request); or its failure message.
+#[derive(Debug, PartialEq)]
+enum ExtendedOutcome {
+    Bound {
+        node: String,
+        devices: Vec<(String, String)>,
+        mappings: Vec<(String, String, String)>,
+    },
+    Unschedulable(String),
+}
+
+async fn run_extended(
+    client: &kube::Client,
+    ns: &str,
+    nodes: &TestNodes,
+    scheduler: &str,
+    case: &ExtendedCase,
+) -> anyhow::Result<ExtendedOutcome> {
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "initContainers": case.init_containers,
+        "containers": case.containers,
+    });
+    nodes.isolate(&mut spec);
+    if let Some(i) = case.on_node {
+        spec["nodeSelector"]["kubernetes.io/hostname"] = json!(nodes.names[i]);
+    }
+    let pod_name = format!(
+        "{}-{}",
+        case.name,
+        if scheduler.contains("reference") {
+            "ref"
+        } else {
+            "tether"
+        }
+    );
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name}, "spec": spec,
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), ns);
+    let outcome = wait_for(
+        &format!("{scheduler} to place or reject {pod_name}"),
+        Duration::from_secs(60),
+        || {
+            let (pods, claims, pod_name) = (pods.clone(), claims.clone(), pod_name.clone());
+            async move {
+                let pod = pods.get(&pod_name).await?;
+                if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                    let uid = pod.metadata.uid.clone().unwrap_or_default();
+                    let owned: Vec<ResourceClaim> = claims
+                        .list(&Default::default())
+                        .await?
+                        .items
+                        .into_iter()
+                        .filter(|c| {
+                            c.metadata
+                                .owner_references
+                                .iter()
+                                .flatten()
+                                .any(|o| o.uid == uid)
+                        })
+                        .collect();
+                    let status = pod
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.extended_resource_claim_status.clone());
+                    let Some(status) = status else {
+                        // Served by the node's allocatable (a device plugin): no claim.
+                        anyhow::ensure!(
+                            owned.is_empty(),
+                            "a claim without the pod's status naming it: {owned:?}"
+                        );
+                        return Ok(Some(ExtendedOutcome::Bound {
+                            node,
+                            devices: Vec::new(),
+                            mappings: Vec::new(),
+                        }));
+                    };
+                    let claim = claims.get(&status.resource_claim_name).await?;
+                    anyhow::ensure!(
+                        claim
+                            .metadata
+                            .annotations
+                            .as_ref()
+                            .and_then(|a| a.get("resource.kubernetes.io/extended-resource-claim"))
+                            .map(String::as_str)
+                            == Some("true"),
+                        "the extended resources' claim is not annotated as such"
+                    );
+                    anyhow::ensure!(
+                        claim
+                            .metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.uid == uid && o.controller == Some(true)),
+                        "the extended resources' claim is not controlled by the pod"
+                    );
+                    let cs = claim.status.clone().unwrap_or_default();
+                    anyhow::ensure!(
+                        cs.reserved_for.iter().flatten().any(|r| r.uid == uid),
+                        "the claim is not reserved for the pod: {cs:?}"
+                    );
+                    let allocation = cs
+                        .allocation
+                        .ok_or_else(|| anyhow::anyhow!("the claim is not allocated"))?;
+                    let devices = allocation
+                        .devices
+                        .iter()
+                        .flat_map(|d| d.results.iter().flatten())
+                        .map(|r| (r.request.clone(), format!("{}/{}", r.pool, r.device)))
+                        .collect();
+                    let mappings = status
+                        .request_mappings
+                        .into_iter()
+                        .map(|m| (m.container_name, m.resource_name, m.request_name))
+                        .collect();
+                    return Ok(Some(ExtendedOutcome::Bound {
+                        node,
+                        devices,
+                        mappings,
+                    }));
+                }
+                let rejected = pod
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| {
+                        c.type_ == "PodScheduled"
+                            && c.status == "False"
+                            && c.reason.as_deref() == Some("Unschedulable")
+                    })
+                    .and_then(|c| c.message);
+                Ok(rejected.map(ExtendedOutcome::Unschedulable))
+            }
+        },
+    )
+    .await?;
+    pods.delete(&pod_name, &DeleteParams::default().grace_period(0))
+        .await?;
+    wait_for(
+        &format!("{pod_name} and its claim gone"),
+        Duration::from_secs(60),
+        || {
+            let (pods, claims, pod_name) = (pods.clone(), claims.clone(), pod_name.clone());
+            async move {
+                let pod_gone = pods.get_opt(&pod_name).await?.is_none();
+                let claims_left = claims
+                    .list(&Default::default())
+                    .await?
+                    .items
+                    .into_iter()
+                    .filter(|c| {
+                        c.metadata
+                            .owner_references
+                            .iter()
+                            .flatten()
+                            .any(|o| o.name == pod_name)
+                    })
+                    .count();
+                Ok((pod_gone && claims_left == 0).then_some(()))
+            }
+        },
+    )
+    .await?;
+    Ok(outcome)
+}
+
+/// Extended resources a DeviceClass serves (`extendedResourceName`, or the class's implicit
+/// name): where the node's allocatable lacks the resource, both schedulers make the pod a
+/// claim, allocate it the same devices under the same request names, and record the same
+/// mappings in the pod's status; a node whose device plugin has the resource serves it without
+/// a claim; a request nobody can serve reads the same.
+#[tokio::test]
+async fn extended_resources_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-ext").await?;
+    let suffix = unique_suffix();
+    let resource = format!("example.com/gpu-{suffix}");
+    // Node 0 has two GPUs through DRA and none in its allocatable; node 1, with half the
+    // CPUs (so node 0 scores higher where both serve), one through a device plugin.
+    let plugin_resource = resource.clone();
+    let nodes = TestNodes::create(&client, "dra-ext", 2, "16", move |i, node| {
+        if i == 1 {
+            for field in ["allocatable", "capacity"] {
+                node["status"][field]["cpu"] = json!("8");
+                node["status"][field][plugin_resource.as_str()] = json!("1");
+            }
+        }
+    })
+    .await?;
+    let driver = format!("ext-{suffix}.example.com");
+    let class = format!("ext-{suffix}");
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}],
+                 "extendedResourceName": resource},
+    }))?;
+    let slice = format!("{}-{suffix}", nodes.names[0]);
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        &nodes.names[0],
+        json!([{"name": "gpu-0"}, {"name": "gpu-1"}]),
+    )?;
+    let reference = format!("dra-ext-reference-{suffix}");
+    let tether = format!("dra-ext-tether-{suffix}");
+    let kube = ReferenceScheduler::start("kube-scheduler-dra-ext", &[&reference])?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
+    )
+    .await?;
+    let asks = |name: &str, what: &str, n: &str| json!({"name": name, "image": "pause", "resources": {"requests": {what: n}, "limits": {what: n}}});
+    let implicit = format!("deviceclass.resource.kubernetes.io/{class}");
+    let cases = [
+        ExtendedCase {
+            name: "one",
+            init_containers: json!([]),
+            containers: json!([asks("c", &resource, "1")]),
+            on_node: None,
+        },
+        ExtendedCase {
+            name: "two",
+            init_containers: json!([]),
+            containers: json!([asks("a", &resource, "1"), asks("b", &resource, "1")]),
+            on_node: None,
+        },
+        ExtendedCase {
+            name: "device-plugin",
+            init_containers: json!([]),
+            containers: json!([asks("c", &resource, "1")]),
+            on_node: Some(1),
+        },
+        ExtendedCase {
+            name: "implicit",
+            init_containers: json!([]),
+            containers: json!([asks("c", &implicit, "1")]),
+            on_node: None,
+        },
+        ExtendedCase {
+            name: "init",
+            init_containers: json!([asks("setup", &resource, "2")]),
+            containers: json!([asks("c", &resource, "1")]),
+            on_node: None,
+        },
+        ExtendedCase {
+            name: "too-many",
+            init_containers: json!([]),
+            containers: json!([asks("c", &resource, "3")]),
+            on_node: None,
+        },
+    ];
+    let mut differ = Vec::new();
+    for case in &cases {
+        let by_reference = run_extended(&client, &ns.name, &nodes, &reference, case).await?;
+        let by_tether = run_extended(&client, &ns.name, &nodes, &tether, case).await?;
+        println!(
+            "{}: kube-scheduler {by_reference:?}; tether {by_tether:?}",
+            case.name
+        );
+        if by_reference != by_tether {
+            differ.push(format!(
+                "{}:\n  kube-scheduler: {by_reference:?}\n  tether:         {by_tether:?}",
+                case.name
+            ));
+        }
+    }
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    assert!(
+        differ.is_empty(),
+        "tether served extended resources otherwise than kube-scheduler:\n{}",
+        differ.join("\n")
+    );
+    kubectl_ok(&["delete", "resourceslice", &slice], None)?;
+    kubectl_ok(&["delete", "deviceclass", &class], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
 /// A pod whose claim does not exist yet waits (PreEnqueue, as upstream: it is not tried, and
 /// nothing is written on it), and is scheduled once the claim is created; a second pod sharing
 /// the claim by name goes to the node its allocation is on, and the claim is reserved for both.

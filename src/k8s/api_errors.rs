@@ -18,6 +18,11 @@ pub fn conflict_or_throttled(error: &kube::Error) -> bool {
     matches!(error, kube::Error::Api(e) if e.code == 409 || e.code == 429)
 }
 
+/// Whether the object is not there (404).
+pub fn not_found(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(e) if e.code == 404)
+}
+
 /// Whether the API server denied the request for now: 401 or 403, unless the namespace is
 /// being deleted. A kube-apiserver that has just restarted denies requests until its authorizer
 /// has caught up; a denial that lasts (RBAC taken away) keeps being retried, slowly, and logged.

@@ -17,6 +17,18 @@ use super::Keeps;
 use super::storage::Assumable;
 use crate::k8s::volumes::{claim_key, version_of};
 
+/// The prefix of the extended resource name every DeviceClass serves without saying so.
+pub const IMPLICIT_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
+
+/// The annotation on the claim the scheduler creates for a pod's extended resources.
+pub const EXTENDED_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
+
+/// Whether an extended resource may be served by DRA (upstream's IsDRAExtendedResourceName):
+/// an extended resource name, or a class's implicit one.
+pub fn is_dra_extended_resource_name(name: &str) -> bool {
+    crate::k8s::names::is_extended_resource_name(name) || name.starts_with(IMPLICIT_CLASS_PREFIX)
+}
+
 /// Everything the index holds, read under one lock.
 #[derive(Debug)]
 pub struct Devices {
@@ -49,11 +61,66 @@ impl Devices {
         self.claims.get(&claim_key(namespace, name))
     }
 
-    /// Every claim as the scheduler sees it, in-flight allocations included (each claim once).
+    /// Every claim as the scheduler sees it, in-flight allocations included (each claim once),
+    /// also those of claims the API does not have yet (an extended resource's claim between
+    /// Reserve and its creation in PreBind).
     pub fn all_claims(&self) -> impl Iterator<Item = &Arc<ResourceClaim>> {
-        self.claims.values().map(|c| {
+        let watched = self.claims.values().map(|c| {
             let uid = c.metadata.uid.as_deref().unwrap_or_default();
             self.in_flight.get(uid).unwrap_or(c)
+        });
+        let unwritten = self.in_flight.values().filter(|c| {
+            self.claims
+                .get(&claim_key_of(c))
+                .is_none_or(|w| w.metadata.uid != c.metadata.uid)
+        });
+        watched.chain(unwritten)
+    }
+
+    /// The DeviceClass that serves an extended resource (upstream's DeviceClassResolver): the
+    /// class named by the implicit `deviceclass.resource.kubernetes.io/<class>`, or the one
+    /// whose `spec.extendedResourceName` is the resource; of several such classes the newest
+    /// (a migration from one class to another), then the first by name.
+    pub fn class_for_resource(&self, resource: &str) -> Option<&Arc<DeviceClass>> {
+        if let Some(class) = resource.strip_prefix(IMPLICIT_CLASS_PREFIX) {
+            return self.classes.get(class);
+        }
+        self.classes
+            .values()
+            .filter(|c| {
+                c.spec
+                    .as_ref()
+                    .and_then(|s| s.extended_resource_name.as_deref())
+                    == Some(resource)
+            })
+            .max_by(|a, b| {
+                let created = |c: &DeviceClass| c.metadata.creation_timestamp.as_ref().map(|t| t.0);
+                created(a)
+                    .cmp(&created(b))
+                    .then_with(|| b.metadata.name.cmp(&a.metadata.name))
+            })
+    }
+
+    /// The claim the scheduler created for a pod's extended resources in an earlier attempt:
+    /// annotated as such and controlled by the pod.
+    pub fn extended_claim_of(
+        &self,
+        namespace: &str,
+        pod_name: &str,
+        pod_uid: &str,
+    ) -> Option<&Arc<ResourceClaim>> {
+        self.claims.values().find(|c| {
+            c.metadata.namespace.as_deref() == Some(namespace)
+                && c.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(EXTENDED_CLAIM_ANNOTATION))
+                    .is_some_and(|v| v == "true")
+                && c.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|r| r.controller == Some(true) && r.name == pod_name && r.uid == pod_uid)
         })
     }
 

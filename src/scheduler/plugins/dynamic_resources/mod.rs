@@ -17,12 +17,15 @@
 //!   ([`binding`]).
 //! - PostFilter, when no node fits, deallocates one claim that was allocated for nobody else
 //!   and was not available on some node, so that the next attempt may allocate it elsewhere.
+//! - Extended resources a DeviceClass serves get a claim of their own, made by the scheduler
+//!   on the node chosen ([`extended`]).
 
 pub mod allocator;
 pub mod args;
 pub mod binding;
 pub mod cel;
 pub mod claims;
+pub mod extended;
 pub mod hints;
 mod writes;
 
@@ -30,12 +33,15 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{ContainerExtendedResourceRequest, Pod};
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use kube::api::{Api, PostParams};
 
 use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
-use self::writes::{bind_claim, unreserve_claim};
+use self::extended::Extended;
+use self::writes::{
+    bind_claim, create_claim, delete_claim, patch_extended_status, unreserve_claim,
+};
 use crate::gate::{Write, WriteGate};
 use crate::k8s::api_errors;
 use crate::k8s::node_selector::Terms;
@@ -76,14 +82,48 @@ pub struct DynamicResources {
     runtime: Option<tokio::runtime::Handle>,
 }
 
+/// The claim of a pod's extended resources as a set of nodes needs it (those whose
+/// allocatable lacks the same resources), with the allocator for it and the pod's other claims.
+struct Variant {
+    allocator: Allocator,
+    claim: Arc<ResourceClaim>,
+    mappings: Vec<ContainerExtendedResourceRequest>,
+}
+
+/// What a variant's allocator is built from: the pod's claims to allocate and the cluster's
+/// devices as PreFilter read them.
+struct Inputs {
+    to_allocate: Vec<Arc<ResourceClaim>>,
+    classes: HashMap<String, Arc<k8s_openapi::api::resource::v1::DeviceClass>>,
+    slices: Vec<Arc<k8s_openapi::api::resource::v1::ResourceSlice>>,
+    rules: Vec<Arc<k8s_openapi::api::resource::v1::DeviceTaintRule>>,
+    allocated: Allocated,
+}
+
 /// What the cycle learnt of the pod's claims, and what each node and the reservation chose.
+#[derive(Default)]
 struct State {
+    /// The claims the pod names (the extended resources' claim is in `extended`).
     claims: Vec<Arc<ResourceClaim>>,
     /// Per claim: the nodes an allocated claim is available on (`None`: any).
     available_on: Vec<Option<Terms>>,
     allocator: Option<Allocator>,
-    /// Per node: the allocation of each unallocated claim, in the claims' order.
+    /// Per node: the allocation of each unallocated claim, in the claims' order, then that of
+    /// the extended resources' claim where the node needs one.
     by_node: Mutex<HashMap<String, Vec<AllocationResult>>>,
+    /// The pod's extended resources a class serves.
+    extended: Option<Extended>,
+    /// Set with `extended`: what a variant is built from.
+    inputs: Option<Inputs>,
+    /// The extended resources' claim and its allocator, by the resources a node leaves to DRA.
+    variants: Mutex<HashMap<BTreeSet<String>, Arc<Variant>>>,
+    /// Per node that needs it: the variant of the extended resources' claim.
+    extended_by_node: Mutex<HashMap<String, Arc<Variant>>>,
+    /// The extended resources' claim with the allocation Reserve chose, and its mappings.
+    reserved_extended: Mutex<Option<(Arc<ResourceClaim>, Vec<ContainerExtendedResourceRequest>)>>,
+    /// The extended resources' claim as PreBind created it, and whether its allocation was
+    /// written (then it stays in flight until the watch brings it or its deletion).
+    created_extended: Mutex<Option<(Arc<ResourceClaim>, bool)>>,
     /// Claims found not available on some node (PostFilter may deallocate one).
     unavailable: Mutex<BTreeSet<usize>>,
     /// The claims with the allocation Reserve chose, as PreBind writes them.
@@ -153,16 +193,9 @@ impl PreFilterPlugin for DynamicResources {
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
         let all = PreFilterResult::all_nodes();
-        let mut s = State {
-            claims: Vec::new(),
-            available_on: Vec::new(),
-            allocator: None,
-            by_node: Mutex::default(),
-            unavailable: Mutex::default(),
-            reserved: Mutex::default(),
-            written: Mutex::default(),
-        };
-        if !claims::has_claims(&pod.pod) {
+        let mut s = State::default();
+        let has_extended = !pod.requests.scalar.is_empty();
+        if !claims::has_claims(&pod.pod) && !has_extended {
             state.write(STATE_KEY, s);
             return (all, Status::skip());
         }
@@ -175,7 +208,10 @@ impl PreFilterPlugin for DynamicResources {
                 return (all, Status::unresolvable(why));
             }
         };
-        if found.is_empty() {
+        s.extended = has_extended
+            .then(|| extended::pre_filter(&devices, pod))
+            .flatten();
+        if found.is_empty() && s.extended.is_none() {
             drop(devices);
             state.write(STATE_KEY, s);
             return (all, Status::skip());
@@ -207,13 +243,24 @@ impl PreFilterPlugin for DynamicResources {
             }
             to_allocate.push(claim.clone());
         }
-        if verdict.is_success() && !to_allocate.is_empty() {
+        if verdict.is_success() && (!to_allocate.is_empty() || s.extended.is_some()) {
             let allocated = Allocated::of(devices.all_claims());
-            let slices = devices.slices.values().cloned().collect();
-            let rules = devices.taint_rules.values().cloned().collect();
-            match Allocator::new(to_allocate, &devices.classes, slices, rules, allocated) {
-                Ok(a) => s.allocator = Some(a),
-                Err(e) => verdict = Status::error(e),
+            let slices: Vec<_> = devices.slices.values().cloned().collect();
+            let rules: Vec<_> = devices.taint_rules.values().cloned().collect();
+            if s.extended.is_some() {
+                s.inputs = Some(Inputs {
+                    to_allocate: to_allocate.clone(),
+                    classes: devices.classes.clone(),
+                    slices: slices.clone(),
+                    rules: rules.clone(),
+                    allocated: allocated.clone(),
+                });
+            }
+            if !to_allocate.is_empty() {
+                match Allocator::new(to_allocate, &devices.classes, slices, rules, allocated) {
+                    Ok(a) => s.allocator = Some(a),
+                    Err(e) => verdict = Status::error(e),
+                }
             }
         }
         drop(devices);
@@ -278,12 +325,65 @@ fn class_problem(
     None
 }
 
+impl DynamicResources {
+    /// The extended resources' claim for nodes that leave `to_dra` to DRA, with its
+    /// allocator: built once per cycle for each such set (nodes mostly agree, so once).
+    fn variant(
+        &self,
+        s: &State,
+        ext: &Extended,
+        pod: &PodInfo,
+        to_dra: BTreeSet<String>,
+    ) -> Result<Arc<Variant>, String> {
+        if let Some(v) = locks::lock(&s.variants).get(&to_dra) {
+            return Ok(v.clone());
+        }
+        let Some(inputs) = &s.inputs else {
+            return Err("DynamicResources: no allocator inputs for extended resources".into());
+        };
+        let (claim, mappings) = extended::node_claim(ext, &pod.pod, &to_dra);
+        let claim = Arc::new(claim);
+        let mut to_allocate = inputs.to_allocate.clone();
+        to_allocate.push(claim.clone());
+        let allocator = Allocator::new(
+            to_allocate,
+            &inputs.classes,
+            inputs.slices.clone(),
+            inputs.rules.clone(),
+            inputs.allocated.clone(),
+        )?;
+        let v = Arc::new(Variant {
+            allocator,
+            claim,
+            mappings,
+        });
+        // Two Filters may build the same variant at once: the first one kept wins.
+        Ok(locks::lock(&s.variants).entry(to_dra).or_insert(v).clone())
+    }
+}
+
 impl FilterPlugin for DynamicResources {
-    fn filter(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Status {
+    fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
         };
-        if s.claims.is_empty() {
+        let mut variant = None;
+        if let Some(ext) = &s.extended {
+            if ext.stale() {
+                return Status::unresolvable("cannot schedule extended resource claim");
+            }
+            let to_dra = match extended::on_node(ext, node) {
+                Ok(to_dra) => to_dra,
+                Err(why) => return Status::unresolvable(why),
+            };
+            if !to_dra.is_empty() {
+                match self.variant(s, ext, pod, to_dra) {
+                    Ok(v) => variant = Some(v),
+                    Err(e) => return Status::error(e),
+                }
+            }
+        }
+        if s.claims.is_empty() && variant.is_none() {
             return Status::success();
         }
         let labels = node.labels();
@@ -300,7 +400,11 @@ impl FilterPlugin for DynamicResources {
             .map(|(i, _)| i)
             .collect();
         let mut allocations = None;
-        if let Some(allocator) = &s.allocator {
+        let allocator = match &variant {
+            Some(v) => Some(&v.allocator),
+            None => s.allocator.as_ref(),
+        };
+        if let Some(allocator) = allocator {
             let view = NodeView {
                 name: &node.name,
                 labels,
@@ -329,13 +433,16 @@ impl FilterPlugin for DynamicResources {
         if let Some(found) = allocations {
             locks::lock(&s.by_node).insert(node.name.clone(), found);
         }
+        if let Some(v) = variant {
+            locks::lock(&s.extended_by_node).insert(node.name.clone(), v);
+        }
         Status::success()
     }
 
     /// For `tether explain`: which allocated claims the node cannot reach or whose devices
     /// failed their binding conditions, and, device by device, why the node's devices do not
     /// satisfy the claims to allocate.
-    fn remedy(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
+    fn remedy(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let s = state.read::<State>(STATE_KEY)?;
         let labels = node.labels();
         let mut why = Vec::new();
@@ -353,7 +460,34 @@ impl FilterPlugin for DynamicResources {
                 ));
             }
         }
-        if let Some(allocator) = &s.allocator {
+        let variant = s.extended.as_ref().and_then(|ext| {
+            if ext.stale() {
+                why.push(format!(
+                    "the claim {} made for the pod's extended resources in an earlier attempt is deleted first, then the pod tried again",
+                    claims::key(&ext.claim)
+                ));
+            }
+            match extended::on_node(ext, node) {
+                Err(_) => why.push(format!(
+                    "{} has none of {} in its allocatable, and no DeviceClass serves it",
+                    node.name,
+                    ext.requested
+                        .keys()
+                        .filter(|r| !ext.resources.contains_key(*r))
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )),
+                Ok(to_dra) if !to_dra.is_empty() => return self.variant(s, ext, pod, to_dra).ok(),
+                Ok(_) => {}
+            }
+            None
+        });
+        let allocator = match &variant {
+            Some(v) => Some(&v.allocator),
+            None => s.allocator.as_ref(),
+        };
+        if let Some(allocator) = allocator {
             why.push(allocator.explain(&NodeView {
                 name: &node.name,
                 labels,
@@ -430,14 +564,22 @@ impl ReservePlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::success();
         };
-        let to_allocate: Vec<(usize, Arc<ResourceClaim>)> =
-            s.to_allocate().map(|(i, c)| (i, c.clone())).collect();
-        if to_allocate.is_empty() || s.allocator.is_none() {
+        let mut to_allocate: Vec<Arc<ResourceClaim>> =
+            s.to_allocate().map(|(_, c)| c.clone()).collect();
+        if s.allocator.is_none() {
+            to_allocate.clear();
+        }
+        let variant = locks::lock(&s.extended_by_node).get(node_name).cloned();
+        if to_allocate.is_empty() && variant.is_none() {
             return Status::success();
         }
         let Some(found) = locks::lock(&s.by_node).get(node_name).cloned() else {
             return Status::error("claim allocation not found for node");
         };
+        let users = to_allocate.len();
+        if let Some(v) = &variant {
+            to_allocate.push(v.claim.clone());
+        }
         if found.len() != to_allocate.len() {
             return Status::error(format!(
                 "internal error, have {} allocations, {} claims to allocate, want {} claims",
@@ -447,7 +589,7 @@ impl ReservePlugin for DynamicResources {
             ));
         }
         let mut reserved = Vec::new();
-        for ((_, claim), allocation) in to_allocate.into_iter().zip(found) {
+        for (i, (claim, allocation)) in to_allocate.into_iter().zip(found).enumerate() {
             let mut c = (*claim).clone();
             let finalizers = c.metadata.finalizers.get_or_insert_default();
             if !finalizers.iter().any(|f| f == claims::FINALIZER) {
@@ -456,7 +598,11 @@ impl ReservePlugin for DynamicResources {
             c.status.get_or_insert_default().allocation = Some(allocation);
             let c = Arc::new(c);
             self.devices.set_in_flight(c.clone());
-            reserved.push(c);
+            if i < users {
+                reserved.push(c);
+            } else if let Some(v) = &variant {
+                *locks::lock(&s.reserved_extended) = Some((c, v.mappings.clone()));
+            }
         }
         *locks::lock(&s.reserved) = reserved;
         Status::success()
@@ -467,6 +613,35 @@ impl ReservePlugin for DynamicResources {
             return;
         };
         let written = std::mem::take(&mut *locks::lock(&s.written));
+        // The extended resources' claim: its in-memory allocation dropped; the claim, once
+        // created, deleted (its allocation, if written, stays in flight until the watch shows
+        // the claim gone).
+        if let Some((c, _)) = locks::lock(&s.reserved_extended).take() {
+            self.devices
+                .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
+        }
+        let created = locks::lock(&s.created_extended).take();
+        if let Some((c, allocation_written)) = &created
+            && !allocation_written
+        {
+            self.devices
+                .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
+        }
+        if let (Some((claim, _)), Some(client), Some(runtime)) =
+            (created, &self.client, &self.runtime)
+        {
+            let (client, gate) = (client.clone(), self.gate.clone());
+            runtime.spawn(async move {
+                let deleted = gate
+                    .write(Write::DynamicResources, delete_claim(&client, &claim))
+                    .await;
+                match deleted {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => tracing::warn!(claim = %claims::key(&claim), error = %e, "deleting the extended resources' claim failed"),
+                    Err(refused) => tracing::info!(claim = %claims::key(&claim), %refused, "not deleting the extended resources' claim"),
+                }
+            });
+        }
         for c in locks::lock(&s.reserved).drain(..) {
             // An allocation PreBind wrote stays allocated: its devices stay taken until the
             // watch shows it. One never written is dropped.
@@ -507,7 +682,7 @@ impl PostFilterPlugin for DynamicResources {
                 Status::with_reasons(Code::Unschedulable, Vec::new()),
             )
         };
-        if s.claims.is_empty() {
+        if s.claims.is_empty() && s.extended.is_none() {
             return nothing();
         }
         let pod_uid = ctx.pod.uid();
@@ -523,7 +698,10 @@ impl PostFilterPlugin for DynamicResources {
             free.then(|| claim.clone())
         });
         let Some(claim) = candidate else {
-            return nothing();
+            return match s.extended.as_ref().filter(|e| e.stale()) {
+                Some(ext) => self.delete_stale(&ext.claim),
+                None => nothing(),
+            };
         };
         let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
             return nothing();
@@ -566,10 +744,97 @@ impl PostFilterPlugin for DynamicResources {
     }
 }
 
+impl DynamicResources {
+    /// Deletes the extended resources' claim an earlier attempt made (PostFilter), bounded as
+    /// a deallocation is.
+    fn delete_stale(&self, claim: &ResourceClaim) -> (Nomination, Status) {
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return (
+                Nomination::Keep,
+                Status::with_reasons(Code::Unschedulable, Vec::new()),
+            );
+        };
+        let done = runtime.block_on(tokio::time::timeout(
+            DEALLOCATION_TIMEOUT,
+            self.gate
+                .write(Write::DynamicResources, delete_claim(client, claim)),
+        ));
+        match done {
+            Ok(Ok(Ok(()))) => (
+                Nomination::Keep,
+                Status::unschedulable("deletion of ResourceClaim completed"),
+            ),
+            Ok(Ok(Err(e))) => (Nomination::Keep, Status::error(e)),
+            Ok(Err(refused)) => (Nomination::Keep, Status::error(refused.to_string())),
+            Err(_) => (
+                Nomination::Keep,
+                Status::error(format!(
+                    "deleting ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
+                    claims::key(claim)
+                )),
+            ),
+        }
+    }
+
+    /// PreBind for the extended resources' claim: created on the API server, its allocation
+    /// and the pod's reservation written, the pod's status told which claim and requests serve
+    /// its resources. The claim's in-flight allocation moves to the UID the API server gave.
+    async fn bind_extended(
+        &self,
+        s: &State,
+        client: &kube::Client,
+        pod: &Pod,
+        claim: Arc<ResourceClaim>,
+        mappings: &[ContainerExtendedResourceRequest],
+    ) -> Result<Arc<ResourceClaim>, String> {
+        let allocation = claim.status.as_ref().and_then(|st| st.allocation.clone());
+        let created = match self
+            .gate
+            .write(Write::DynamicResources, create_claim(client, &claim))
+            .await
+        {
+            Ok(r) => Arc::new(r?),
+            Err(refused) => return Err(refused.to_string()),
+        };
+        let mut in_flight = (*created).clone();
+        in_flight.metadata.finalizers = claim.metadata.finalizers.clone();
+        in_flight.status.get_or_insert_default().allocation = allocation.clone();
+        self.devices.set_in_flight(Arc::new(in_flight));
+        self.devices
+            .forget_in_flight(claim.metadata.uid.as_deref().unwrap_or_default());
+        *locks::lock(&s.created_extended) = Some((created.clone(), false));
+        let written = match self
+            .gate
+            .write(
+                Write::DynamicResources,
+                bind_claim(client, created.clone(), allocation, pod),
+            )
+            .await
+        {
+            Ok(r) => Arc::new(r?),
+            Err(refused) => return Err(refused.to_string()),
+        };
+        *locks::lock(&s.created_extended) = Some((written.clone(), true));
+        let name = written.metadata.name.clone().unwrap_or_default();
+        match self
+            .gate
+            .write(
+                Write::DynamicResources,
+                patch_extended_status(client, pod, &name, mappings),
+            )
+            .await
+        {
+            Ok(r) => r?,
+            Err(refused) => return Err(refused.to_string()),
+        }
+        Ok(written)
+    }
+}
+
 impl PreBindPlugin for DynamicResources {
     fn pre_bind_pre_flight(&self, state: &CycleState, _pod: &Pod, _node_name: &str) -> Status {
         match state.read::<State>(STATE_KEY) {
-            Some(s) if !s.claims.is_empty() => Status::success(),
+            Some(s) if !s.claims.is_empty() || s.extended.is_some() => Status::success(),
             _ => Status::skip(),
         }
     }
@@ -584,7 +849,7 @@ impl PreBindPlugin for DynamicResources {
             let Some(s) = state.read::<State>(STATE_KEY) else {
                 return Status::error(format!("cannot read {STATE_KEY:?} from cycleState"));
             };
-            if s.claims.is_empty() {
+            if s.claims.is_empty() && s.extended.is_none() {
                 return Status::success();
             }
             let Some(client) = &self.client else {
@@ -613,7 +878,30 @@ impl PreBindPlugin for DynamicResources {
                     Err(refused) => return Status::error(refused.to_string()),
                 }
             }
-            let waits = s.claims.iter().any(|c| binding::has_binding_conditions(c))
+            let mut keys: Vec<(String, String)> = s
+                .claims
+                .iter()
+                .map(|c| {
+                    (
+                        c.metadata.namespace.clone().unwrap_or_default(),
+                        c.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let reserved_extended = locks::lock(&s.reserved_extended).clone();
+            let mut extended_waits = false;
+            if let Some((claim, mappings)) = reserved_extended {
+                extended_waits = binding::has_binding_conditions(&claim);
+                match self.bind_extended(s, client, pod, claim, &mappings).await {
+                    Ok(written) => keys.push((
+                        written.metadata.namespace.clone().unwrap_or_default(),
+                        written.metadata.name.clone().unwrap_or_default(),
+                    )),
+                    Err(e) => return Status::error(e),
+                }
+            }
+            let waits = extended_waits
+                || s.claims.iter().any(|c| binding::has_binding_conditions(c))
                 || reserved.iter().any(|c| binding::has_binding_conditions(c));
             if !waits {
                 return Status::success();
@@ -630,16 +918,6 @@ impl PreBindPlugin for DynamicResources {
                     )
                     .await;
             }
-            let keys: Vec<(String, String)> = s
-                .claims
-                .iter()
-                .map(|c| {
-                    (
-                        c.metadata.namespace.clone().unwrap_or_default(),
-                        c.metadata.name.clone().unwrap_or_default(),
-                    )
-                })
-                .collect();
             match binding::wait_until_ready(&self.devices, &keys, self.timeouts.binding).await {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),

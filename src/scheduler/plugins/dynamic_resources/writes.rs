@@ -145,3 +145,118 @@ pub(super) async fn bind_claim(
         "add reservation to claim {key}: too many conflicts"
     ))
 }
+
+/// Creates the claim for a pod's extended resources (the node's variant Filter made, its
+/// in-memory name and UID cleared for the API server to generate).
+pub(super) async fn create_claim(
+    client: &kube::Client,
+    claim: &ResourceClaim,
+) -> Result<ResourceClaim, String> {
+    let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+    let mut fresh = claim.clone();
+    fresh.metadata.name = None;
+    fresh.metadata.uid = None;
+    fresh.status = None;
+    let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
+    api.create(&PostParams::default(), &fresh)
+        .await
+        .map_err(|e| {
+            format!(
+                "create claim for extended resources {namespace}/: {}",
+                api_errors::message(&e)
+            )
+        })
+}
+
+/// Deletes a claim the scheduler created (an extended resource's), its finalizer removed
+/// first so that the deletion is not held, reading the claim again after a conflict.
+pub(super) async fn delete_claim(
+    client: &kube::Client,
+    claim: &ResourceClaim,
+) -> Result<(), String> {
+    let key = claims::key(claim);
+    let api: Api<ResourceClaim> = Api::namespaced(
+        client.clone(),
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let name = claim.metadata.name.clone().unwrap_or_default();
+    let mut current = claim.clone();
+    for attempt in 0..=CONFLICT_RETRIES {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            current = match api.get(&name).await {
+                Ok(c) => c,
+                Err(e) if api_errors::not_found(&e) => return Ok(()),
+                Err(e) => {
+                    return Err(format!(
+                        "get resourceclaim {key}: {}",
+                        api_errors::message(&e)
+                    ));
+                }
+            };
+        }
+        let finalizers = current.metadata.finalizers.get_or_insert_default();
+        let before = finalizers.len();
+        finalizers.retain(|f| f != claims::FINALIZER);
+        if finalizers.len() == before {
+            break;
+        }
+        match api.replace(&name, &PostParams::default(), &current).await {
+            Ok(_) => break,
+            Err(e) if api_errors::not_found(&e) => return Ok(()),
+            Err(e) if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES => {}
+            Err(e) => {
+                return Err(format!(
+                    "update resourceclaim {key}: {}",
+                    api_errors::message(&e)
+                ));
+            }
+        }
+    }
+    match api.delete(&name, &Default::default()).await {
+        Ok(_) => Ok(()),
+        Err(e) if api_errors::not_found(&e) => Ok(()),
+        Err(e) => Err(format!(
+            "delete resourceclaim {key}: {}",
+            api_errors::message(&e)
+        )),
+    }
+}
+
+/// Records in the pod's status which claim holds its extended resources and which of the
+/// claim's requests serves each container's resource.
+pub(super) async fn patch_extended_status(
+    client: &kube::Client,
+    pod: &Pod,
+    claim_name: &str,
+    mappings: &[k8s_openapi::api::core::v1::ContainerExtendedResourceRequest],
+) -> Result<(), String> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = pod.metadata.name.as_deref().unwrap_or_default();
+    if mappings.is_empty() {
+        return Err(format!(
+            "nil or empty request mappings, no update of pod {namespace}/{name} ExtendedResourceClaimStatus"
+        ));
+    }
+    let api: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let patch = serde_json::json!({
+        "metadata": {"uid": pod.metadata.uid},
+        "status": {"extendedResourceClaimStatus": {
+            "requestMappings": mappings,
+            "resourceClaimName": claim_name,
+        }},
+    });
+    api.patch_status(
+        name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(&patch),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|e| {
+        format!(
+            "update pod {namespace}/{name} ExtendedResourceClaimStatus: {}",
+            api_errors::message(&e)
+        )
+    })
+}

@@ -1,6 +1,9 @@
 //! NodeResourcesFit: keeps a pod off nodes without room for its requests, and ranks the nodes
 //! that have room by how much of them would be allocated (LeastAllocated, MostAllocated or
 //! RequestedToCapacityRatio, see [`super::scoring`]), as kube-scheduler's plugin of that name.
+//!
+//! An extended resource a DeviceClass serves (DRA's extended resources) is not checked on a
+//! node whose allocatable lacks it: DynamicResources allocates devices for it there.
 
 use std::borrow::Cow;
 use std::collections::HashSet;
@@ -26,6 +29,7 @@ use crate::scheduler::framework::{
     Code, CycleState, FilterPlugin, MAX_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::informers::devices::{DeviceIndex, is_dra_extended_resource_name};
 use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "NodeResourcesFit";
@@ -98,12 +102,14 @@ impl NodeResourcesFitArgs {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    _handle: &Handle,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let mut args: NodeResourcesFitArgs = decode_args(args, path)?;
     default_resource_specs(&mut args.scoring_strategy.resources);
     args.validate(path)?;
-    Ok(Arc::new(NodeResourcesFit::from_validated(args)))
+    let mut plugin = NodeResourcesFit::from_validated(args);
+    plugin.devices = Some(handle.devices.clone());
+    Ok(Arc::new(plugin))
 }
 
 /// The plugin: its ignored resources and its scoring strategy.
@@ -112,11 +118,15 @@ pub struct NodeResourcesFit {
     ignored_resource_groups: HashSet<String>,
     resources: Vec<ResourceSpec>,
     strategy: Strategy,
+    /// The DeviceClasses, for the extended resources they serve.
+    devices: Option<Arc<DeviceIndex>>,
 }
 
-/// What PreFilter computes for Filter: the requests to check, ignored resources left out.
+/// What PreFilter computes for Filter: the requests to check, ignored resources left out, and
+/// the requested extended resources a DeviceClass serves.
 struct PreFilterState {
     requests: Resource,
+    by_dra: Vec<String>,
 }
 
 /// What PreScore computes for Score: the pod's request of each scored resource, in order.
@@ -149,7 +159,29 @@ impl NodeResourcesFit {
             ignored_resource_groups: args.ignored_resource_groups.into_iter().collect(),
             resources: args.scoring_strategy.resources,
             strategy,
+            devices: None,
         }
+    }
+
+    /// The requested extended resources a DeviceClass serves (upstream's
+    /// shouldDelegateResourceToDRA, the class half of it).
+    fn served_by_dra(&self, requests: &Resource) -> Vec<String> {
+        let Some(devices) = &self.devices else {
+            return Vec::new();
+        };
+        let mut names = requests
+            .scalar
+            .iter()
+            .filter(|(name, v)| **v != 0 && is_dra_extended_resource_name(name))
+            .peekable();
+        if names.peek().is_none() {
+            return Vec::new();
+        }
+        let devices = devices.read();
+        names
+            .filter(|(name, _)| devices.class_for_resource(name).is_some())
+            .map(|(name, _)| name.clone())
+            .collect()
     }
 
     /// Whether Filter leaves this resource unchecked: an extended resource listed in
@@ -169,12 +201,20 @@ impl NodeResourcesFit {
         requests
     }
 
-    /// The requests Filter checks: PreFilter's, or computed here when PreFilter did not run
-    /// (as upstream falls back to).
-    fn requests<'a>(&self, state: &'a CycleState, pod: &PodInfo) -> Cow<'a, Resource> {
+    /// The requests Filter checks and those a DeviceClass serves: PreFilter's, or computed
+    /// here when PreFilter did not run (as upstream falls back to).
+    fn requests<'a>(
+        &self,
+        state: &'a CycleState,
+        pod: &PodInfo,
+    ) -> (Cow<'a, Resource>, Cow<'a, [String]>) {
         match state.read::<PreFilterState>(PRE_FILTER_KEY) {
-            Some(s) => Cow::Borrowed(&s.requests),
-            None => Cow::Owned(self.filter_requests(pod)),
+            Some(s) => (Cow::Borrowed(&s.requests), Cow::Borrowed(&s.by_dra[..])),
+            None => {
+                let requests = self.filter_requests(pod);
+                let by_dra = self.served_by_dra(&requests);
+                (Cow::Owned(requests), Cow::Owned(by_dra))
+            }
         }
     }
 
@@ -245,7 +285,8 @@ impl PreFilterPlugin for NodeResourcesFit {
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
         let requests = self.filter_requests(pod);
-        state.write(PRE_FILTER_KEY, PreFilterState { requests });
+        let by_dra = self.served_by_dra(&requests);
+        state.write(PRE_FILTER_KEY, PreFilterState { requests, by_dra });
         (PreFilterResult::all_nodes(), Status::success())
     }
 }
@@ -256,13 +297,14 @@ impl FilterPlugin for NodeResourcesFit {
     /// UnschedulableAndUnresolvable when a request exceeds what the node has in all, since no
     /// preemption could make room.
     fn filter(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        fits_request(&self.requests(state, pod), node)
+        let (requests, by_dra) = self.requests(state, pod);
+        fits_request(&requests, &by_dra, node)
     }
 
     /// How much of each short resource would have to be freed on the node, or that no
     /// eviction makes room when the request exceeds the node's whole allocatable amount.
     fn remedy(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
-        let requests = self.requests(state, pod);
+        let (requests, by_dra) = self.requests(state, pod);
         let mut needs: Vec<String> = Vec::new();
         if too_many_pods(node) {
             needs.push(format!(
@@ -270,7 +312,7 @@ impl FilterPlugin for NodeResourcesFit {
                 node.name, node.allocatable.allowed_pod_number
             ));
         }
-        for s in shortages(&requests, node) {
+        for s in shortages(&requests, &by_dra, node) {
             let show = |v: i64| amount(s.resource, v);
             needs.push(if s.beyond_node {
                 format!(
@@ -322,13 +364,14 @@ fn amount(resource: &str, value: i64) -> String {
     value.to_string()
 }
 
-/// Whether `requests` fit on the node, as kube-scheduler's fitsRequest.
-fn fits_request(requests: &Resource, node: &NodeInfo) -> Status {
+/// Whether `requests` fit on the node, as kube-scheduler's fitsRequest; `by_dra` are the
+/// extended resources DRA serves where the node's allocatable lacks them.
+fn fits_request(requests: &Resource, by_dra: &[String], node: &NodeInfo) -> Status {
     let mut reasons: Vec<String> = Vec::new();
     if too_many_pods(node) {
         reasons.push("Too many pods".into());
     }
-    let short = shortages(requests, node);
+    let short = shortages(requests, by_dra, node);
     let unresolvable = short.iter().any(|s| s.beyond_node);
     reasons.extend(short.iter().map(|s| format!("Insufficient {}", s.resource)));
     match (reasons.is_empty(), unresolvable) {
@@ -354,8 +397,10 @@ struct Shortage<'a> {
 }
 
 /// Every requested resource the node has too little of: cpu, memory and ephemeral-storage
-/// first, then the scalar resources in name order (the order of fitsRequest's reasons).
-fn shortages<'a>(requests: &'a Resource, node: &NodeInfo) -> Vec<Shortage<'a>> {
+/// first, then the scalar resources in name order (the order of fitsRequest's reasons). An
+/// extended resource in `by_dra` that the node's allocatable lacks is DynamicResources' to
+/// check, not this plugin's.
+fn shortages<'a>(requests: &'a Resource, by_dra: &[String], node: &NodeInfo) -> Vec<Shortage<'a>> {
     let (allocatable, used) = (&node.allocatable, &node.requested);
     let native = [
         (
@@ -372,10 +417,13 @@ fn shortages<'a>(requests: &'a Resource, node: &NodeInfo) -> Vec<Shortage<'a>> {
             used.ephemeral_storage,
         ),
     ];
-    let scalar = requests.scalar.iter().map(|(name, &want)| {
+    let scalar = requests.scalar.iter().filter_map(|(name, &want)| {
         let alloc = allocatable.scalar.get(name).copied().unwrap_or(0);
+        if alloc <= 0 && by_dra.contains(name) {
+            return None;
+        }
         let in_use = used.scalar.get(name).copied().unwrap_or(0);
-        (name.as_str(), want, alloc, in_use)
+        Some((name.as_str(), want, alloc, in_use))
     });
     native
         .into_iter()

@@ -1,16 +1,18 @@
 //! NodeResourcesFit's queueing hints: a pod deleted or scaled down (it freed resources), a
 //! node added that has room for the pod, or a node whose allocatable grew in a resource the pod
-//! requests.
+//! requests; a DeviceClass added or changed that serves an extended resource the pod requests.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::resource::v1::DeviceClass;
 
 use crate::k8s::resource::{self, Resource};
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::informers::devices::IMPLICIT_CLASS_PREFIX;
 
 /// The events that can make a pod NodeResourcesFit rejected schedulable.
 pub fn registrations() -> Vec<Registration> {
@@ -29,7 +31,45 @@ pub fn registrations() -> Vec<Registration> {
             ),
             Arc::new(after_node_change),
         ),
+        Registration::new(
+            ClusterEvent::new(
+                EventResource::DeviceClass,
+                ActionType::ADD | ActionType::UPDATE,
+            ),
+            Arc::new(after_device_class_change),
+        ),
     ]
+}
+
+/// upstream's isSchedulableAfterDeviceClassEvent: a class added whose implicit name the pod
+/// requests, or a class whose `extendedResourceName` changed to one the pod requests.
+fn after_device_class_change(
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    let (old, new) = events::objects::<DeviceClass>(old, new);
+    let Some(new) = new else { return Hint::Queue };
+    let named = |c: &DeviceClass| {
+        c.spec
+            .as_ref()
+            .and_then(|s| s.extended_resource_name.clone())
+    };
+    let requests = resource::pod_requests(&pod.pod, false);
+    match old {
+        Some(old) if named(old) == named(new) => return Hint::Skip,
+        Some(_) => {}
+        None => {
+            let implicit = format!(
+                "{IMPLICIT_CLASS_PREFIX}{}",
+                new.metadata.name.as_deref().unwrap_or_default()
+            );
+            if requests.scalar.contains_key(&implicit) {
+                return Hint::Queue;
+            }
+        }
+    }
+    events::queue_if(named(new).is_some_and(|n| requests.scalar.contains_key(&n)))
 }
 
 /// A bound (or nominated) pod deleted; the pod itself, or a bound pod, requesting less of a
