@@ -973,6 +973,236 @@ async fn a_device_with_binding_conditions_is_waited_for() -> anyhow::Result<()> 
     nodes.delete().await
 }
 
+/// A device whose driver reports a binding failure condition: PreBind gives up on it, Filter
+/// then finds the claim unavailable everywhere, PostFilter deallocates it, and the next attempt
+/// allocates it afresh (a new allocation time, the failure gone with the old status), as
+/// upstream recovers; the pod is bound once the new attempt's condition is met.
+#[tokio::test]
+async fn a_device_that_fails_its_binding_conditions_is_allocated_again() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-failed").await?;
+    let nodes = TestNodes::create(&client, "dra-failed", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let driver = format!("fabric-{suffix}.example.com");
+    let class = format!("fabric-{suffix}");
+    device_class(&class, &driver)?;
+    let slice = format!("fabric-{suffix}");
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "fabric",
+        json!([{"name": "gpu-0", "bindingConditions": ["Attached"],
+                "bindingFailureConditions": ["AttachFailed"]}]),
+    )?;
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "flaky", "namespace": ns.name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}},
+    }))?;
+    let mut spec = json!({
+        "schedulerName": "tether-scheduler",
+        "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "flaky"}],
+    });
+    nodes.isolate(&mut spec);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "retries"}, "spec": spec,
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let allocated_at = |claim: &ResourceClaim| {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.allocation_timestamp.clone())
+    };
+    let first = wait_for("the claim allocated", Duration::from_secs(60), || {
+        let claims = claims.clone();
+        async move { Ok(allocated_at(&claims.get("flaky").await?)) }
+    })
+    .await?;
+    let condition = |kind: &str| {
+        json!({"status": {"devices": [{
+            "driver": driver, "pool": "fabric", "device": "gpu-0",
+            "conditions": [{"type": kind, "status": "True", "reason": "Driver",
+                            "message": kind, "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}})
+    };
+    let report = |kind: &str| {
+        kubectl_ok(
+            &[
+                "patch",
+                "resourceclaim",
+                "flaky",
+                "-n",
+                &ns.name,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                &condition(kind).to_string(),
+            ],
+            None,
+        )
+    };
+    report("AttachFailed")?;
+    // Deallocated and allocated again: a later allocation, without the failure.
+    wait_for("the claim allocated again", Duration::from_secs(60), || {
+        let (claims, first) = (claims.clone(), first.clone());
+        async move {
+            let claim = claims.get("flaky").await?;
+            let failed = claim
+                .status
+                .as_ref()
+                .and_then(|s| s.devices.as_ref())
+                .is_some_and(|d| !d.is_empty());
+            Ok(allocated_at(&claim)
+                .filter(|at| *at != first && !failed)
+                .map(|_| ()))
+        }
+    })
+    .await?;
+    assert!(
+        pods.get("retries")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .is_none(),
+        "bound although its device failed"
+    );
+    report("Attached")?;
+    let node =
+        tether_e2e::wait_bound(&client, &ns.name, "retries", Duration::from_secs(60)).await?;
+    assert_eq!(node, nodes.names[0]);
+    pods.delete("retries", &DeleteParams::default().grace_period(0))
+        .await?;
+    ns.delete().await?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
+
+/// The claim an earlier attempt made for a pod's extended resources (a scheduler stopped
+/// between PreBind and the bind) is not trusted: no node passes while it exists, PostFilter
+/// deletes it, and the pod is scheduled with a claim made anew, as upstream.
+#[tokio::test]
+async fn an_extended_resource_claim_left_by_an_earlier_attempt_is_made_anew() -> anyhow::Result<()>
+{
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-stale").await?;
+    let nodes = TestNodes::create(&client, "dra-stale", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let resource = format!("example.com/gpu-{suffix}");
+    let driver = format!("stale-{suffix}.example.com");
+    let class = format!("stale-{suffix}");
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}],
+                 "extendedResourceName": resource},
+    }))?;
+    let slice = format!("stale-{suffix}");
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "gpus",
+        json!([{"name": "gpu-0"}]),
+    )?;
+    // The pod held by a gate while the test plays the earlier attempt.
+    let mut spec = json!({
+        "schedulerName": "tether-scheduler",
+        "schedulingGates": [{"name": "example.com/earlier-attempt"}],
+        "containers": [{"name": "c", "image": "pause",
+                        "resources": {"requests": {&resource: "1"}, "limits": {&resource: "1"}}}],
+    });
+    nodes.isolate(&mut spec);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "again"}, "spec": spec,
+    }))?;
+    let pod = pods.create(&PostParams::default(), &pod).await?;
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let stale: ResourceClaim = serde_json::from_value(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "again-extended-resources-old", "namespace": ns.name,
+                     "annotations": {"resource.kubernetes.io/extended-resource-claim": "true"},
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": "again",
+                                          "uid": uid, "controller": true}]},
+        "spec": {"devices": {"requests": [{"name": "container-0-request-0",
+                 "exactly": {"deviceClassName": class, "count": 1}}]}},
+    }))?;
+    let mut stale = claims.create(&PostParams::default(), &stale).await?;
+    let stale_uid = stale.metadata.uid.clone().unwrap_or_default();
+    stale.status = Some(serde_json::from_value(json!({
+        "allocation": {"devices": {"results": [{"request": "container-0-request-0",
+            "driver": driver, "pool": "gpus", "device": "gpu-0"}]}},
+    }))?);
+    claims
+        .replace_status(
+            "again-extended-resources-old",
+            &PostParams::default(),
+            &stale,
+        )
+        .await?;
+    kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "again",
+            "-n",
+            &ns.name,
+            "--type=json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/schedulingGates"}]"#,
+        ],
+        None,
+    )?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "again", Duration::from_secs(60)).await?;
+    assert_eq!(node, nodes.names[0]);
+    assert!(
+        claims
+            .get_opt("again-extended-resources-old")
+            .await?
+            .is_none_or(|c| c.metadata.uid.as_deref() != Some(stale_uid.as_str())),
+        "the earlier attempt's claim is still there"
+    );
+    let bound = pods.get("again").await?;
+    let name = bound
+        .status
+        .and_then(|s| s.extended_resource_claim_status)
+        .map(|s| s.resource_claim_name)
+        .ok_or_else(|| anyhow::anyhow!("the bound pod's status names no claim"))?;
+    let claim = claims.get(&name).await?;
+    assert_ne!(claim.metadata.uid.as_deref(), Some(stale_uid.as_str()));
+    assert!(
+        claim.status.and_then(|s| s.allocation).is_some(),
+        "the new claim is not allocated"
+    );
+    pods.delete("again", &DeleteParams::default().grace_period(0))
+        .await?;
+    ns.delete().await?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
+
 /// A sticky VM with a GPU: a KubeVirt-style VM (this test playing virt-controller: a VMI owned
 /// by the VM, a launcher pod owned by the VMI) whose launcher names a ResourceClaim for one
 /// GPU, on a profile with StickyNode. Its first start takes a node and a device there; each of

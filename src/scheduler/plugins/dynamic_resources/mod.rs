@@ -668,6 +668,15 @@ impl ReservePlugin for DynamicResources {
     }
 }
 
+/// Runs a PostFilter write from the scheduling thread (outside the runtime), bounded by
+/// [`DEALLOCATION_TIMEOUT`]: the timer is made inside the runtime, which alone can make one.
+fn bounded<F: std::future::Future>(
+    runtime: &tokio::runtime::Handle,
+    write: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    runtime.block_on(async { tokio::time::timeout(DEALLOCATION_TIMEOUT, write).await })
+}
+
 impl PostFilterPlugin for DynamicResources {
     fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
         let Some(s) = ctx.state.read::<State>(STATE_KEY) else {
@@ -719,13 +728,13 @@ impl PostFilterPlugin for DynamicResources {
         let name = freed.metadata.name.clone().unwrap_or_default();
         // One write, on the scheduling thread as upstream's, bounded: a slow API server
         // delays this pod's failure, not every pod's cycle for the client's read timeout.
-        let written = runtime.block_on(tokio::time::timeout(
-            DEALLOCATION_TIMEOUT,
+        let written = bounded(
+            runtime,
             self.gate.write(Write::DynamicResources, async {
                 api.replace_status(&name, &PostParams::default(), &freed)
                     .await
             }),
-        ));
+        );
         match written {
             Ok(Ok(Ok(_))) => (
                 Nomination::Keep,
@@ -754,11 +763,11 @@ impl DynamicResources {
                 Status::with_reasons(Code::Unschedulable, Vec::new()),
             );
         };
-        let done = runtime.block_on(tokio::time::timeout(
-            DEALLOCATION_TIMEOUT,
+        let done = bounded(
+            runtime,
             self.gate
                 .write(Write::DynamicResources, delete_claim(client, claim)),
-        ));
+        );
         match done {
             Ok(Ok(Ok(()))) => (
                 Nomination::Keep,
@@ -941,4 +950,23 @@ pub fn build(
         events: handle.events.clone(),
         runtime: tokio::runtime::Handle::try_current().ok(),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    /// PostFilter runs on the scheduling thread, outside the runtime: its bounded write must
+    /// not need the runtime's context to be made (it once panicked the scheduling loop).
+    #[test]
+    fn a_post_filter_write_is_bounded_from_outside_the_runtime() {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        let handle = rt.handle().clone();
+        let done = std::thread::spawn(move || super::bounded(&handle, async { 7 }))
+            .join()
+            .expect("no panic on the scheduling thread");
+        assert_eq!(done.ok(), Some(7));
+    }
 }
