@@ -340,6 +340,65 @@ mod tests {
             .any(|c| c.status.as_ref().is_some_and(|s| s.allocation.is_some()))
     }
 
+    /// upstream's ExtendedResourceCache: the implicit name, or the class naming the resource;
+    /// of two, the newer, then the first by name.
+    #[test]
+    fn the_class_serving_an_extended_resource_is_the_newest_naming_it() {
+        use k8s_openapi::api::resource::v1::DeviceClassSpec;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let class = |name: &str, serves: &str, created: i64| {
+            Arc::new(DeviceClass {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    creation_timestamp: Some(Time(
+                        jiff::Timestamp::from_second(created).expect("a time"),
+                    )),
+                    ..Default::default()
+                },
+                spec: Some(DeviceClassSpec {
+                    extended_resource_name: Some(serves.into()),
+                    ..Default::default()
+                }),
+            })
+        };
+        let index = DeviceIndex::default();
+        for c in [
+            class("old", "example.com/gpu", 100),
+            class("new-b", "example.com/gpu", 200),
+            class("new-a", "example.com/gpu", 200),
+            class("other", "example.com/fpga", 300),
+        ] {
+            Keeps::apply(&index, c);
+        }
+        let devices = index.read();
+        let name = |r: &str| {
+            devices
+                .class_for_resource(r)
+                .and_then(|c| c.metadata.name.clone())
+        };
+        assert_eq!(name("example.com/gpu").as_deref(), Some("new-a"));
+        assert_eq!(
+            name("deviceclass.resource.kubernetes.io/old").as_deref(),
+            Some("old")
+        );
+        assert_eq!(name("deviceclass.resource.kubernetes.io/missing"), None);
+        assert_eq!(name("example.com/nic"), None);
+    }
+
+    /// An allocation for a claim the API does not have yet (an extended resource's, between
+    /// Reserve and PreBind's create) counts as taken too.
+    #[test]
+    fn an_unwritten_claims_allocation_counts() {
+        let index = DeviceIndex::default();
+        let mut c = (*claim("1", true)).clone();
+        c.metadata.name = Some("<extended-resources>".into());
+        c.metadata.uid = Some("pod/extended-resources".into());
+        index.set_in_flight(Arc::new(c));
+        assert!(allocated(&index));
+        index.forget_in_flight("pod/extended-resources");
+        assert!(!allocated(&index));
+    }
+
     #[test]
     fn an_in_flight_allocation_is_seen_until_the_watch_brings_the_written_claim() {
         let index = DeviceIndex::default();

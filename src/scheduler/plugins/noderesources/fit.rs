@@ -107,9 +107,9 @@ pub fn build(
     let mut args: NodeResourcesFitArgs = decode_args(args, path)?;
     default_resource_specs(&mut args.scoring_strategy.resources);
     args.validate(path)?;
-    let mut plugin = NodeResourcesFit::from_validated(args);
-    plugin.devices = Some(handle.devices.clone());
-    Ok(Arc::new(plugin))
+    Ok(Arc::new(
+        NodeResourcesFit::from_validated(args).with_devices(handle.devices.clone()),
+    ))
 }
 
 /// The plugin: its ignored resources and its scoring strategy.
@@ -161,6 +161,12 @@ impl NodeResourcesFit {
             strategy,
             devices: None,
         }
+    }
+
+    /// The plugin reading DeviceClasses from `devices` (for the extended resources they serve).
+    pub(super) fn with_devices(mut self, devices: Arc<DeviceIndex>) -> Self {
+        self.devices = Some(devices);
+        self
     }
 
     /// The requested extended resources a DeviceClass serves (upstream's

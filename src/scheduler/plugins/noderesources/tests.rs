@@ -283,6 +283,61 @@ fn pod_level_requests_are_filtered_as_kube_scheduler() {
     }
 }
 
+/// An extended resource a DeviceClass serves is left to DynamicResources on a node whose
+/// allocatable lacks it, and checked as before on a node that has it (a device plugin's).
+#[test]
+fn filter_leaves_extended_resources_a_device_class_serves_to_dra() {
+    use crate::scheduler::informers::Keeps;
+    use crate::scheduler::informers::devices::DeviceIndex;
+    use k8s_openapi::api::resource::v1::{DeviceClass, DeviceClassSpec};
+    let devices = std::sync::Arc::new(DeviceIndex::default());
+    let class = |name: &str, serves: Option<&str>| {
+        std::sync::Arc::new(DeviceClass {
+            metadata: kube::api::ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            spec: Some(DeviceClassSpec {
+                extended_resource_name: serves.map(str::to_string),
+                ..Default::default()
+            }),
+        })
+    };
+    Keeps::apply(&*devices, class("gpus", Some(GPU)));
+    Keeps::apply(&*devices, class("fpgas", None));
+    let fit = plugin(NodeResourcesFitArgs::default()).with_devices(devices);
+    let unresolvable = |r: &str| rejected(Code::UnschedulableAndUnresolvable, &[r]);
+    let cases = [
+        (
+            "served by a class, none allocatable: DRA's",
+            pod("p", "", "").req(GPU, "2"),
+            node(&[], vec![]),
+            Status::success(),
+        ),
+        (
+            "the implicit name of a class: DRA's",
+            pod("p", "", "").req("deviceclass.resource.kubernetes.io/fpgas", "1"),
+            node(&[], vec![]),
+            Status::success(),
+        ),
+        (
+            "a device plugin's node: checked",
+            pod("p", "", "").req(GPU, "2"),
+            node(&[(GPU, "1")], vec![]),
+            unresolvable("Insufficient example.com/gpu"),
+        ),
+        (
+            "no class serves it: checked",
+            pod("p", "", "").req("example.com/fpga", "1"),
+            node(&[], vec![]),
+            unresolvable("Insufficient example.com/fpga"),
+        ),
+    ];
+    for (name, pod, node, want) in cases {
+        assert_eq!(filter(&fit, pod, &node), want, "{name}");
+    }
+}
+
 #[test]
 fn filter_skips_ignored_extended_resources_only() {
     let args = |resources: &[&str], groups: &[&str]| NodeResourcesFitArgs {
