@@ -1203,6 +1203,110 @@ async fn an_extended_resource_claim_left_by_an_earlier_attempt_is_made_anew() ->
     nodes.delete().await
 }
 
+/// Preemption counts devices: a pod whose claim needs the node's only GPU, held by a pod of
+/// lower priority, evicts that pod, and gets the GPU once the victim's claim is gone. (Here
+/// tether goes beyond kube-scheduler v1.37.2, whose DynamicResources makes such a node
+/// unresolvable, so that it never preempts for devices.)
+#[tokio::test]
+async fn a_pod_preempts_a_lower_priority_pod_for_its_device() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-preempt").await?;
+    let nodes = TestNodes::create(&client, "dra-preempt", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let driver = format!("one-{suffix}.example.com");
+    let class = format!("one-{suffix}");
+    device_class(&class, &driver)?;
+    let slice = format!("one-{suffix}");
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "gpus",
+        json!([{"name": "gpu-0"}]),
+    )?;
+    for (name, value) in [("low", 0), ("high", 1000)] {
+        apply(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": format!("dra-{name}-{suffix}")}, "value": value}),
+        )?;
+    }
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "gpu", "namespace": ns.name},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}}},
+    }))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let create = |name: &'static str| {
+        let mut spec = json!({
+            "schedulerName": "tether-scheduler",
+            "priorityClassName": format!("dra-{name}-{suffix}"),
+            "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "gpu"}],
+        });
+        nodes.isolate(&mut spec);
+        let pods = pods.clone();
+        async move {
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec,
+            }))?;
+            pods.create(&PostParams::default(), &pod).await?;
+            anyhow::Ok(())
+        }
+    };
+    create("low").await?;
+    tether_e2e::wait_bound(&client, &ns.name, "low", Duration::from_secs(60)).await?;
+    let low_uid = pods.get("low").await?.metadata.uid.unwrap_or_default();
+    create("high").await?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "high", Duration::from_secs(90)).await?;
+    assert_eq!(node, nodes.names[0]);
+    assert!(
+        pods.get_opt("low")
+            .await?
+            .is_none_or(|p| p.metadata.uid.as_deref() != Some(low_uid.as_str())
+                || p.metadata.deletion_timestamp.is_some()),
+        "the lower-priority pod was not evicted"
+    );
+    let high = pods.get("high").await?;
+    let claim_name = high
+        .status
+        .and_then(|s| s.resource_claim_statuses)
+        .and_then(|s| s.into_iter().next())
+        .and_then(|s| s.resource_claim_name)
+        .ok_or_else(|| anyhow::anyhow!("the bound pod names no claim"))?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let devices: Vec<String> = claims
+        .get(&claim_name)
+        .await?
+        .status
+        .and_then(|s| s.allocation)
+        .and_then(|a| a.devices)
+        .and_then(|d| d.results)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|r| r.device)
+        .collect();
+    assert_eq!(devices, vec!["gpu-0".to_string()]);
+    pods.delete("high", &DeleteParams::default().grace_period(0))
+        .await?;
+    ns.delete().await?;
+    for name in ["low", "high"] {
+        kubectl_ok(
+            &["delete", "priorityclass", &format!("dra-{name}-{suffix}")],
+            None,
+        )?;
+    }
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
+
 /// A sticky VM with a GPU: a KubeVirt-style VM (this test playing virt-controller: a VMI owned
 /// by the VM, a launcher pod owned by the VMI) whose launcher names a ResourceClaim for one
 /// GPU, on a profile with StickyNode. Its first start takes a node and a device there; each of

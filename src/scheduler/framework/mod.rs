@@ -177,6 +177,13 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// Whether the plugin's Filter frees something of the pods a preemption dry run takes off
+    /// a node that the node's pods do not show (DynamicResources: the devices of their
+    /// claims): the dry run then tells its Filter which pods it took off ([`RemovedPods`]).
+    fn filter_reads_removed_pods(&self) -> bool {
+        false
+    }
+
     /// The cluster events that can make a pod this plugin rejected schedulable, each with a
     /// hint that looks at the change (upstream's EnqueueExtensions). `None`: the plugin does
     /// not say, and every change of every kind requeues the pods it rejected.
@@ -184,6 +191,14 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
 }
+
+/// The pods (by UID) a preemption dry run has taken off the node its Filters are asked about,
+/// in the cycle state under [`REMOVED_PODS_KEY`] for the plugins that
+/// [`Plugin::filter_reads_removed_pods`].
+#[derive(Clone, Debug, Default)]
+pub struct RemovedPods(pub std::collections::HashSet<String>);
+
+pub const REMOVED_PODS_KEY: &str = "preemption/removed-pods";
 
 /// The workload a pod holds room for.
 #[derive(Clone, Debug, PartialEq, Eq)]

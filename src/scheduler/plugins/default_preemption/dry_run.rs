@@ -4,6 +4,7 @@
 //! back are the victims.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -14,7 +15,7 @@ use crate::k8s::labels::Selector;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::runtime::priority;
-use crate::scheduler::framework::{PostFilterContext, Status};
+use crate::scheduler::framework::{PostFilterContext, REMOVED_PODS_KEY, RemovedPods, Status};
 
 pub const ERR_NO_VICTIMS: &str = "No preemption victims found for incoming pod";
 
@@ -112,22 +113,34 @@ pub struct DryRun<'a> {
     /// Whether the PreFilters that read other pods must run again on the changed node (the
     /// profile has such a plugin); else the cycle's PreFilter state holds.
     pub fresh_pre_filter: bool,
+    /// Whether a Filter frees what the pods taken off a node held beyond the node (the
+    /// profile runs such a plugin): the dry run then tells it which pods it took off.
+    pub removed_pods_matter: bool,
     pub now: Timestamp,
     /// The evictions already decided: a going pod is a victim, never reprieved.
     pub evictions: &'a super::evictions::Evictions,
 }
 
 impl DryRun<'_> {
-    /// Whether the pod fits on `node` as it is in the dry run.
-    fn fits(&self, node: &NodeInfo) -> Status {
+    /// Whether the pod fits on `node` as it is in the dry run, `removed` (UIDs) taken off it.
+    fn fits(&self, node: &NodeInfo, removed: &HashSet<String>) -> Status {
         let ctx = self.ctx;
-        if !self.fresh_pre_filter {
+        let tell = self.removed_pods_matter && !removed.is_empty();
+        if !self.fresh_pre_filter && !tell {
             return ctx
                 .profile
                 .run_filters_with_nominated(ctx.state, ctx.pod, node, ctx.nominated);
         }
-        let snapshot = ctx.snapshot.with_node(node.clone());
         let mut state = ctx.state.clone();
+        if tell {
+            state.write(REMOVED_PODS_KEY, RemovedPods(removed.clone()));
+        }
+        if !self.fresh_pre_filter {
+            return ctx
+                .profile
+                .run_filters_with_nominated(&state, ctx.pod, node, ctx.nominated);
+        }
+        let snapshot = ctx.snapshot.with_node(node.clone());
         match ctx
             .profile
             .rerun_pod_reading_pre_filters(&mut state, ctx.pod, &snapshot)
@@ -152,10 +165,12 @@ impl DryRun<'_> {
             return Err(Status::unresolvable(ERR_NO_VICTIMS));
         }
         let mut trial = node.clone();
+        let mut removed: HashSet<String> = HashSet::new();
         for v in &potential {
             trial.remove_pod(v.uid());
+            removed.insert(v.uid().to_string());
         }
-        let status = self.fits(&trial);
+        let status = self.fits(&trial, &removed);
         if !status.is_success() {
             return Err(status);
         }
@@ -172,10 +187,12 @@ impl DryRun<'_> {
         for (group, protected) in [(&violating, true), (&fine, false)] {
             for pod in group {
                 trial.add_pod(pod.clone());
-                if self.fits(&trial).is_success() {
+                removed.remove(pod.uid());
+                if self.fits(&trial, &removed).is_success() {
                     continue;
                 }
                 trial.remove_pod(pod.uid());
+                removed.insert(pod.uid().to_string());
                 victims.push(pod.clone());
                 if protected {
                     pdb_violations += 1;

@@ -183,6 +183,11 @@ impl DefaultPreemption {
                 .pre_filter
                 .iter()
                 .any(|p| p.pre_filter_reads_pods()),
+            removed_pods_matter: ctx
+                .profile
+                .filter
+                .iter()
+                .any(|p| p.filter_reads_removed_pods()),
             now,
             evictions: &self.evictions,
         };

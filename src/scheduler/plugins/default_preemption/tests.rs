@@ -119,6 +119,7 @@ fn victims_are_the_fewest_and_least_important_that_make_room() {
         ctx: &ctx,
         budgets: &[],
         fresh_pre_filter: true,
+        removed_pods_matter: true,
         now: Timestamp::now(),
         evictions: &Evictions::default(),
     };
@@ -196,6 +197,7 @@ fn candidate_on(
         ctx: &ctx,
         budgets,
         fresh_pre_filter: true,
+        removed_pods_matter: true,
         now: Timestamp::now(),
         evictions: &Evictions::default(),
     };

@@ -53,8 +53,8 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
     Code, CycleState, FilterPlugin, Nomination, Plugin, PostFilterContext, PostFilterPlugin,
-    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, ScorePlugin,
-    Status,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, REMOVED_PODS_KEY,
+    RemovedPods, ReservePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::plugins::helper::default_normalize_score;
@@ -90,10 +90,13 @@ struct Variant {
     mappings: Vec<ContainerExtendedResourceRequest>,
 }
 
-/// What a variant's allocator is built from: the pod's claims to allocate and the cluster's
-/// devices as PreFilter read them.
+/// What an allocator other than PreFilter's is built from (a variant's, or one with the
+/// devices of the pods a preemption dry run took off a node freed): the pod's claims to
+/// allocate and the cluster's devices and claims as PreFilter read them.
 struct Inputs {
     to_allocate: Vec<Arc<ResourceClaim>>,
+    /// Every claim (in-flight allocations included).
+    everyone: Vec<Arc<ResourceClaim>>,
     classes: HashMap<String, Arc<k8s_openapi::api::resource::v1::DeviceClass>>,
     slices: Vec<Arc<k8s_openapi::api::resource::v1::ResourceSlice>>,
     rules: Vec<Arc<k8s_openapi::api::resource::v1::DeviceTaintRule>>,
@@ -113,7 +116,7 @@ struct State {
     by_node: Mutex<HashMap<String, Vec<AllocationResult>>>,
     /// The pod's extended resources a class serves.
     extended: Option<Extended>,
-    /// Set with `extended`: what a variant is built from.
+    /// Set when there is anything to allocate: what other allocators are built from.
     inputs: Option<Inputs>,
     /// The extended resources' claim and its allocator, by the resources a node leaves to DRA.
     variants: Mutex<HashMap<BTreeSet<String>, Arc<Variant>>>,
@@ -158,6 +161,10 @@ impl Plugin for DynamicResources {
     }
     fn filter(&self) -> Option<&dyn FilterPlugin> {
         Some(self)
+    }
+    /// A preemption dry run frees the devices of the claims only its removed pods use.
+    fn filter_reads_removed_pods(&self) -> bool {
+        true
     }
     fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
         Some(self)
@@ -244,18 +251,18 @@ impl PreFilterPlugin for DynamicResources {
             to_allocate.push(claim.clone());
         }
         if verdict.is_success() && (!to_allocate.is_empty() || s.extended.is_some()) {
-            let allocated = Allocated::of(devices.all_claims());
+            let everyone: Vec<_> = devices.all_claims().cloned().collect();
+            let allocated = Allocated::of(everyone.iter());
             let slices: Vec<_> = devices.slices.values().cloned().collect();
             let rules: Vec<_> = devices.taint_rules.values().cloned().collect();
-            if s.extended.is_some() {
-                s.inputs = Some(Inputs {
-                    to_allocate: to_allocate.clone(),
-                    classes: devices.classes.clone(),
-                    slices: slices.clone(),
-                    rules: rules.clone(),
-                    allocated: allocated.clone(),
-                });
-            }
+            s.inputs = Some(Inputs {
+                to_allocate: to_allocate.clone(),
+                everyone,
+                classes: devices.classes.clone(),
+                slices: slices.clone(),
+                rules: rules.clone(),
+                allocated: allocated.clone(),
+            });
             if !to_allocate.is_empty() {
                 match Allocator::new(to_allocate, &devices.classes, slices, rules, allocated) {
                     Ok(a) => s.allocator = Some(a),
@@ -323,6 +330,49 @@ fn class_problem(
         }
     }
     None
+}
+
+/// Whether a pod uses ResourceClaims (its own, or its extended resources').
+fn holds_claims(pod: &Pod) -> bool {
+    claims::has_claims(pod)
+        || pod
+            .status
+            .as_ref()
+            .is_some_and(|s| s.extended_resource_claim_status.is_some())
+}
+
+/// In a preemption dry run: an allocator that counts as free the devices of the claims that
+/// only `removed` pods use, or `None` when their removal frees no claim.
+fn freed_allocator(
+    s: &State,
+    removed: &std::collections::HashSet<String>,
+    variant: Option<&Variant>,
+) -> Result<Option<Allocator>, String> {
+    let Some(inputs) = &s.inputs else {
+        return Ok(None);
+    };
+    let frees = |c: &ResourceClaim| {
+        let users = c
+            .status
+            .as_ref()
+            .filter(|st| st.allocation.is_some())
+            .and_then(|st| st.reserved_for.as_deref())
+            .unwrap_or_default();
+        !users.is_empty() && users.iter().all(|u| removed.contains(&u.uid))
+    };
+    if !inputs.everyone.iter().any(|c| frees(c)) {
+        return Ok(None);
+    }
+    let mut to_allocate = inputs.to_allocate.clone();
+    to_allocate.extend(variant.map(|v| v.claim.clone()));
+    Allocator::new(
+        to_allocate,
+        &inputs.classes,
+        inputs.slices.clone(),
+        inputs.rules.clone(),
+        Allocated::of(inputs.everyone.iter().filter(|c| !frees(c))),
+    )
+    .map(Some)
 }
 
 impl DynamicResources {
@@ -400,9 +450,17 @@ impl FilterPlugin for DynamicResources {
             .map(|(i, _)| i)
             .collect();
         let mut allocations = None;
-        let allocator = match &variant {
-            Some(v) => Some(&v.allocator),
-            None => s.allocator.as_ref(),
+        let freed = match state.read::<RemovedPods>(REMOVED_PODS_KEY) {
+            Some(removed) => match freed_allocator(s, &removed.0, variant.as_deref()) {
+                Ok(a) => a,
+                Err(e) => return Status::error(e),
+            },
+            None => None,
+        };
+        let allocator = match (&freed, &variant) {
+            (Some(a), _) => Some(a),
+            (None, Some(v)) => Some(&v.allocator),
+            (None, None) => s.allocator.as_ref(),
         };
         if let Some(allocator) = allocator {
             let view = NodeView {
@@ -415,6 +473,11 @@ impl FilterPlugin for DynamicResources {
                 .and_then(|t| std::time::Instant::now().checked_add(t));
             match allocator.allocate(&view, deadline) {
                 Ok(Some(found)) => allocations = Some(found),
+                // Evicting the node's pods that hold claims may free devices (preemption
+                // counts them); without such pods nothing on the node can help.
+                Ok(None) if node.pods.iter().any(|p| holds_claims(&p.pod)) => {
+                    return Status::unschedulable("cannot allocate all claims");
+                }
                 Ok(None) => return Status::unresolvable("cannot allocate all claims"),
                 Err(AllocateError::OnNode(why)) => return Status::unresolvable(why),
                 Err(AllocateError::Fatal(why)) => return Status::error(why),
