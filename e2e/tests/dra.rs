@@ -1090,6 +1090,130 @@ async fn a_device_that_fails_its_binding_conditions_is_allocated_again() -> anyh
     nodes.delete().await
 }
 
+/// A device whose binding conditions are not met within the profile's `bindingTimeout` (2s
+/// here): PreBind gives up, Filter finds the claim timed out everywhere, PostFilter
+/// deallocates it and the next attempt allocates it afresh; the pod is bound once the driver
+/// reports the condition in time.
+#[tokio::test]
+async fn a_device_whose_binding_conditions_time_out_is_allocated_again() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-timeout").await?;
+    let nodes = TestNodes::create(&client, "dra-timeout", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let profile = format!("dra-timeout-{suffix}");
+    apply_profile(
+        &client,
+        &profile,
+        json!({"schedulerName": profile,
+               "pluginConfig": [{"name": "DynamicResources", "args": {"bindingTimeout": "2s"}}]}),
+    )
+    .await?;
+    let driver = format!("slow-{suffix}.example.com");
+    let class = format!("slow-{suffix}");
+    device_class(&class, &driver)?;
+    let slice = format!("slow-{suffix}");
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "slow",
+        json!([{"name": "gpu-0", "bindingConditions": ["Attached"],
+                "bindingFailureConditions": ["AttachFailed"]}]),
+    )?;
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "slow", "namespace": ns.name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}]}},
+    }))?;
+    let mut spec = json!({
+        "schedulerName": profile,
+        "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "slow"}],
+    });
+    nodes.isolate(&mut spec);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "patient"}, "spec": spec,
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let allocated_at = |claim: &ResourceClaim| {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.allocation_timestamp.clone())
+    };
+    let first = wait_for("the claim allocated", Duration::from_secs(60), || {
+        let claims = claims.clone();
+        async move { Ok(allocated_at(&claims.get("slow").await?)) }
+    })
+    .await?;
+    wait_for(
+        "the claim allocated again after the timeout",
+        Duration::from_secs(60),
+        || {
+            let (claims, first) = (claims.clone(), first.clone());
+            async move {
+                let at = allocated_at(&claims.get("slow").await?);
+                Ok(at.filter(|at| *at != first).map(|_| ()))
+            }
+        },
+    )
+    .await?;
+    assert!(
+        pods.get("patient")
+            .await?
+            .spec
+            .and_then(|s| s.node_name)
+            .is_none(),
+        "bound although its device's conditions were never met"
+    );
+    // The driver reports the condition; an allocation being replaced may lose the report, so
+    // it reports again until the pod is bound.
+    let attached = json!({"status": {"devices": [{
+        "driver": driver, "pool": "slow", "device": "gpu-0",
+        "conditions": [{"type": "Attached", "status": "True", "reason": "Driver",
+                        "message": "attached", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}]}})
+    .to_string();
+    let node = wait_for("the pod bound", Duration::from_secs(60), || {
+        let (pods, ns, attached) = (pods.clone(), ns.name.clone(), attached.clone());
+        async move {
+            let _ = kubectl_ok(
+                &[
+                    "patch",
+                    "resourceclaim",
+                    "slow",
+                    "-n",
+                    &ns,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &attached,
+                ],
+                None,
+            );
+            Ok(pods.get("patient").await?.spec.and_then(|s| s.node_name))
+        }
+    })
+    .await?;
+    assert_eq!(node, nodes.names[0]);
+    pods.delete("patient", &DeleteParams::default().grace_period(0))
+        .await?;
+    ns.delete().await?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
+
 /// The claim an earlier attempt made for a pod's extended resources (a scheduler stopped
 /// between PreBind and the bind) is not trusted: no node passes while it exists, PostFilter
 /// deletes it, and the pod is scheduled with a claim made anew, as upstream.
