@@ -42,7 +42,10 @@
 //!   even a whole one.
 //! - Not ported: Kubernetes' other CEL libraries (lists' `isSorted`/`sum`/`min`/`max`/
 //!   `indexOf`, sets, URLs, IP/CIDR, format, authz, regex's `find`), the quantity library's
-//!   `mul`/`div`/`divInt`, and two-variable comprehensions.
+//!   `mul`/`div`/`divInt`, and two-variable comprehensions. An expression calling a function
+//!   of the lists, sets, URL, regex, IP or CIDR libraries is refused when it is compiled,
+//!   naming the function and its library (the claim's pod fails with that message, and
+//!   `tether explain` shows it), not evaluated half-way.
 //!
 //! # Cost
 //!
@@ -326,7 +329,28 @@ fn check_names<'e>(expr: &'e IdedExpr, scope: &mut Vec<&'e str>) -> Result<(), (
             _ => check_names(&select.operand, scope),
         },
         Expr::Call(call) => {
+            if let Some(library) = unported_library(&call.func_name) {
+                return Err((
+                    expr.id,
+                    format!(
+                        "function '{}' of Kubernetes' CEL {library} library is not supported by tether yet",
+                        call.func_name
+                    ),
+                ));
+            }
             if let Some(target) = &call.target {
+                if let Expr::Ident(ns) = &target.expr
+                    && ns == "sets"
+                    && !scope.contains(&ns.as_str())
+                {
+                    return Err((
+                        expr.id,
+                        format!(
+                            "function 'sets.{}' of CEL's sets library is not supported by tether yet",
+                            call.func_name
+                        ),
+                    ));
+                }
                 match &target.expr {
                     Expr::Ident(root) if NAMESPACES.contains(&root.as_str()) => {}
                     _ => check_names(target, scope)?,
@@ -360,6 +384,30 @@ fn check_names<'e>(expr: &'e IdedExpr, scope: &mut Vec<&'e str>) -> Result<(), (
             EntryExpr::StructField(field) => check_names(&field.value, scope),
         }),
     }
+}
+
+/// The Kubernetes CEL library a function upstream's selector environment has belongs to, for
+/// the functions this environment does not port (refused when an expression is compiled, with
+/// this name, rather than failing when it is evaluated). Lists' `indexOf`/`lastIndexOf` are
+/// not here: the strings extension's, on strings, are ported.
+fn unported_library(function: &str) -> Option<&'static str> {
+    Some(match function {
+        "isSorted" | "sum" | "min" | "max" => "lists",
+        "url" | "isURL" | "getScheme" | "getHost" | "getHostname" | "getPort"
+        | "getEscapedPath" | "getQuery" => "URL",
+        "find" | "findAll" => "regex",
+        "ip"
+        | "isIP"
+        | "family"
+        | "isUnspecified"
+        | "isLoopback"
+        | "isLinkLocalMulticast"
+        | "isLinkLocalUnicast"
+        | "isGlobalUnicast"
+        | "isCanonical" => "IP",
+        "cidr" | "isCIDR" | "containsIP" | "containsCIDR" | "prefixLength" | "masked" => "CIDR",
+        _ => return None,
+    })
 }
 
 /// `message` about expression `id`, placed in `source` as cel-go places its issues.

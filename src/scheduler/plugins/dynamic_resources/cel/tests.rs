@@ -374,6 +374,20 @@ fn selectors_evaluate_as_upstreams() {
             CompileError("ERROR: <input>:2:3: undeclared reference to 'foo' (in container '')"),
         ),
         (
+            "a function not ported, named with its library",
+            r#"device.attributes["x"].ips.exists(a, ip(a).isLoopback())"#,
+            CompileError(
+                "function 'ip' of Kubernetes' CEL IP library is not supported by tether yet",
+            ),
+        ),
+        (
+            "a sets function not ported",
+            r#"sets.contains([1, 2], [1])"#,
+            CompileError(
+                "function 'sets.contains' of CEL's sets library is not supported by tether yet",
+            ),
+        ),
+        (
             "undefined field",
             r#"device.drivers == "x""#,
             CompileError("undefined field 'drivers'"),
