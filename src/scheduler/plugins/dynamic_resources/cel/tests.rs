@@ -377,7 +377,7 @@ fn selectors_evaluate_as_upstreams() {
             "a function not ported, named with its library",
             r#"device.attributes["x"].ips.exists(a, ip(a).isLoopback())"#,
             CompileError(
-                "function 'ip' of Kubernetes' CEL IP library is not supported by tether yet",
+                "function 'isLoopback' of Kubernetes' CEL IP library is not supported by tether yet",
             ),
         ),
         (
