@@ -780,6 +780,140 @@ async fn extended_resources_get_the_devices_kube_scheduler_gives_them() -> anyho
     nodes.delete().await
 }
 
+/// Consumable capacity shared by several claims at once: three pods each take a share of one
+/// NIC's 100Gi (30Gi, 30Gi and 40Gi once rounded to the policy's 10Gi steps), each share with an
+/// ID of its own; a fourth asking 10Gi more finds no room; once a share's pod goes, its
+/// bandwidth serves the fourth. Expectations by hand from the policy (no scheduler's output).
+#[tokio::test]
+async fn a_device_is_shared_by_several_claims_while_its_capacity_holds() -> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-shares").await?;
+    let nodes = TestNodes::create(&client, "dra-shares", 1, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let driver = format!("nic-{suffix}.example.com");
+    let class = format!("nic-{suffix}");
+    device_class(&class, &driver)?;
+    let slice = format!("nic-{suffix}");
+    resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[0],
+        "nics",
+        json!([{"name": "nic-0", "allowMultipleAllocations": true,
+                "capacity": {"bandwidth": {"value": "100Gi", "requestPolicy": {
+                    "default": "10Gi", "validRange": {"min": "10Gi", "step": "10Gi"}}}}}]),
+    )?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns.name);
+    let start = |name: String, bandwidth: &str| {
+        let claim = json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {"devices": {"requests": [{"name": "net", "exactly": {
+                "deviceClassName": class, "capacity": {"requests": {"bandwidth": bandwidth}}}}]}},
+        });
+        let mut spec = json!({
+            "schedulerName": "tether-scheduler",
+            "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "net"}]}}],
+            "resourceClaims": [{"name": "net", "resourceClaimName": name}],
+        });
+        nodes.isolate(&mut spec);
+        let pods = pods.clone();
+        async move {
+            apply(claim)?;
+            let pod: Pod = serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec,
+            }))?;
+            pods.create(&PostParams::default(), &pod).await?;
+            anyhow::Ok(())
+        }
+    };
+    // Three shares created together: 25Gi → 30Gi, 21Gi → 30Gi, 40Gi → 40Gi.
+    for (name, bandwidth) in [("a", "25Gi"), ("b", "21Gi"), ("c", "40Gi")] {
+        start(name.to_string(), bandwidth).await?;
+    }
+    let mut shares = Vec::new();
+    for (name, consumed) in [("a", "30Gi"), ("b", "30Gi"), ("c", "40Gi")] {
+        tether_e2e::wait_bound(&client, &ns.name, name, Duration::from_secs(60)).await?;
+        let result = claims
+            .get(name)
+            .await?
+            .status
+            .and_then(|s| s.allocation)
+            .and_then(|a| a.devices)
+            .and_then(|d| d.results)
+            .and_then(|r| r.into_iter().next())
+            .ok_or_else(|| anyhow::anyhow!("claim {name} is not allocated"))?;
+        assert_eq!(result.device, "nic-0");
+        let got = result
+            .consumed_capacity
+            .and_then(|c| c.get("bandwidth").map(|q| q.0.clone()));
+        assert_eq!(got.as_deref(), Some(consumed), "claim {name}'s share");
+        shares.push(
+            result
+                .share_id
+                .ok_or_else(|| anyhow::anyhow!("claim {name}'s share has no ID"))?,
+        );
+    }
+    shares.sort();
+    shares.dedup();
+    assert_eq!(shares.len(), 3, "each share has an ID of its own");
+    // 100Gi less 100Gi: a fourth share of 10Gi does not fit.
+    start("d".to_string(), "10Gi").await?;
+    let message = wait_for("the fourth share refused", Duration::from_secs(60), || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get("d").await?;
+            anyhow::ensure!(
+                pod.spec
+                    .as_ref()
+                    .and_then(|s| s.node_name.as_ref())
+                    .is_none(),
+                "the fourth share was bound beyond the NIC's capacity"
+            );
+            Ok(pod
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .and_then(|c| c.message))
+        }
+    })
+    .await?;
+    assert!(
+        message.contains("cannot allocate all claims"),
+        "unexpected message: {message}"
+    );
+    // A share's pod goes (and its claim's reservation with it): its bandwidth serves the fourth.
+    pods.delete("b", &DeleteParams::default().grace_period(0))
+        .await?;
+    kubectl_ok(
+        &[
+            "delete",
+            "resourceclaim",
+            "b",
+            "-n",
+            &ns.name,
+            "--wait=false",
+        ],
+        None,
+    )?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "d", Duration::from_secs(90)).await?;
+    assert_eq!(node, nodes.names[0]);
+    ns.delete().await?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
+
 /// A pod whose claim does not exist yet waits (PreEnqueue, as upstream: it is not tried, and
 /// nothing is written on it), and is scheduled once the claim is created; a second pod sharing
 /// the claim by name goes to the node its allocation is on, and the claim is reserved for both.

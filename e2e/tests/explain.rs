@@ -400,6 +400,105 @@ fn simulate(args: &[&str]) -> anyhow::Result<Result<Simulation, String>> {
     Ok(Ok(sims.remove(0)))
 }
 
+/// A pending pod with a ResourceClaim is simulated where its device is, online and from a
+/// snapshot file (the snapshot carries ResourceSlices, DeviceClasses and claims, without the
+/// drivers' opaque configuration).
+#[tokio::test]
+async fn simulate_places_a_pod_with_a_claim_where_its_device_is() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "simulate-dra").await?;
+    let nodes = TestNodes::create(&client, "simulate-dra", 2, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let name = format!("sim-dra-{suffix}");
+    apply_profile(&client, &name, json!({"schedulerName": name})).await?;
+    let driver = format!("sim-{suffix}.example.com");
+    let class = format!("sim-{suffix}");
+    tether_e2e::device_class(&class, &driver)?;
+    let slice = format!("sim-{suffix}");
+    tether_e2e::resource_slice(
+        &slice,
+        &driver,
+        &nodes.names[1],
+        "gpus",
+        json!([{"name": "gpu-0"}]),
+    )?;
+    tether_e2e::apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "gpu", "namespace": ns.name},
+        "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": class}}],
+            "config": [{"opaque": {"driver": driver, "parameters": {"token": "CANARY-claim"}}}]}},
+    }))?;
+    let mut spec = json!({
+        "schedulerName": name,
+        "schedulingGates": [{"name": "e2e.tether.dev/hold"}],
+        "containers": [{"name": "c", "image": "pause", "resources": {"claims": [{"name": "gpu"}]}}],
+        "resourceClaims": [{"name": "gpu", "resourceClaimName": "gpu"}],
+    });
+    nodes.isolate(&mut spec);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "wants-gpu"}, "spec": spec,
+    }))?;
+    pods.create(&PostParams::default(), &pod).await?;
+
+    let dir = tempdir("simulate-dra")?;
+    let candidate = dir.join("profile.yaml");
+    let doc = json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+        "metadata": {"name": name},
+        "spec": {"schedulerName": name, "plugins": {"score": {"disabled": [{"name": "ImageLocality"}]}}},
+    });
+    std::fs::write(&candidate, serde_saphyr::to_string(&doc)?)?;
+    let file = candidate.to_string_lossy().into_owned();
+    let online = simulate(&["-f", &file])?.map_err(anyhow::Error::msg)?;
+    let mine: Vec<_> = online
+        .pending
+        .iter()
+        .filter(|p| p.pod.starts_with(&format!("{}/", ns.name)))
+        .collect();
+    assert_eq!(mine.len(), 1, "{online:#?}");
+    assert_eq!(
+        mine[0].live.node.as_deref(),
+        Some(nodes.names[1].as_str()),
+        "{online:#?}"
+    );
+    assert_eq!(
+        mine[0].candidate.node.as_deref(),
+        Some(nodes.names[1].as_str()),
+        "{online:#?}"
+    );
+
+    let snapshot = dir.join("cluster.json");
+    let out = run(&tether_bin(), &["snapshot"], None)?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        !written.contains("CANARY"),
+        "a driver's configuration in the snapshot"
+    );
+    std::fs::write(&snapshot, &out.stdout)?;
+    let offline = simulate(&["-f", &file, "--snapshot", &snapshot.to_string_lossy()])?
+        .map_err(anyhow::Error::msg)?;
+    assert_eq!(offline, online);
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    ns.delete().await?;
+    kubectl_ok(
+        &["delete", "resourceslice", &slice, "--ignore-not-found"],
+        None,
+    )?;
+    kubectl_ok(
+        &["delete", "deviceclass", &class, "--ignore-not-found"],
+        None,
+    )?;
+    nodes.delete().await
+}
+
 /// A switch from LeastAllocated to MostAllocated, simulated on a cluster with pending pods,
 /// predicts the placements the live switch then makes; the same from a snapshot file; a
 /// profile that does not compile exits 2 naming the field; a simulation that changes

@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Service,
 };
+use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
@@ -19,6 +20,8 @@ use crate::api::{SchedulingProfile, StickyBinding};
 use crate::k8s::{pods, volumes};
 use crate::scheduler::backend::cache::{Cache, occupies_node};
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::informers::Keeps;
+use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
@@ -61,6 +64,14 @@ pub struct ClusterState {
     pub csi_nodes: Vec<CSINode>,
     #[serde(default)]
     pub csi_drivers: Vec<CSIDriver>,
+    #[serde(default)]
+    pub resource_slices: Vec<ResourceSlice>,
+    #[serde(default)]
+    pub device_classes: Vec<DeviceClass>,
+    #[serde(default)]
+    pub resource_claims: Vec<ResourceClaim>,
+    #[serde(default)]
+    pub device_taint_rules: Vec<DeviceTaintRule>,
 }
 
 /// The objects, each in an `Arc`.
@@ -82,6 +93,21 @@ where
         item.meta_mut().managed_fields = None;
     }
     Ok(items)
+}
+
+/// As [`list`], for a kind an API server may not serve (`resource.k8s.io/v1` before Kubernetes
+/// 1.34, or turned off): none when the API server does not know it.
+async fn list_if_served<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
+{
+    match Api::<K>::all(client.clone())
+        .list(&ListParams::default().limit(1))
+        .await
+    {
+        Err(e) if crate::k8s::api_errors::not_found(&e) => Ok(Vec::new()),
+        _ => list(client, what).await,
+    }
 }
 
 /// The annotations some part of scheduling reads: the volume plugins' (on claims, volumes and
@@ -182,6 +208,10 @@ impl ClusterState {
             storage_classes: list(client, "storageclasses").await?,
             csi_nodes: list(client, "csinodes").await?,
             csi_drivers: list(client, "csidrivers").await?,
+            resource_slices: list_if_served(client, "resourceslices").await?,
+            device_classes: list_if_served(client, "deviceclasses").await?,
+            resource_claims: list_if_served(client, "resourceclaims").await?,
+            device_taint_rules: list_if_served(client, "devicetaintrules").await?,
         };
         state.keep_only_what_scheduling_reads();
         Ok(state)
@@ -219,6 +249,33 @@ impl ClusterState {
             kept.apply(&mut class.metadata);
             class.parameters = None;
         }
+        // A driver's opaque configuration (in classes, claims and allocations) decides no
+        // placement, and may carry what a secret would.
+        for class in &mut self.device_classes {
+            kept.apply(&mut class.metadata);
+            if let Some(spec) = class.spec.as_mut() {
+                spec.config = None;
+            }
+        }
+        for claim in &mut self.resource_claims {
+            kept.apply(&mut claim.metadata);
+            if let Some(devices) = claim.spec.as_mut().and_then(|s| s.devices.as_mut()) {
+                devices.config = None;
+            }
+            if let Some(devices) = claim
+                .status
+                .as_mut()
+                .and_then(|s| s.allocation.as_mut())
+                .and_then(|a| a.devices.as_mut())
+            {
+                devices.config = None;
+            }
+            if let Some(status) = claim.status.as_mut() {
+                for d in status.devices.iter_mut().flatten() {
+                    d.data = None;
+                }
+            }
+        }
         let metas = self
             .nodes
             .iter_mut()
@@ -234,7 +291,9 @@ impl ClusterState {
                     .map(|o| &mut o.metadata),
             )
             .chain(self.csi_nodes.iter_mut().map(|o| &mut o.metadata))
-            .chain(self.csi_drivers.iter_mut().map(|o| &mut o.metadata));
+            .chain(self.csi_drivers.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.resource_slices.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.device_taint_rules.iter_mut().map(|o| &mut o.metadata));
         for meta in metas {
             kept.apply(meta);
         }
@@ -263,6 +322,11 @@ impl ClusterState {
         storage.reset::<StorageClass>(arcs(&self.storage_classes));
         storage.reset::<CSINode>(arcs(&self.csi_nodes));
         storage.reset::<CSIDriver>(arcs(&self.csi_drivers));
+        let devices = Arc::new(DeviceIndex::default());
+        Keeps::<ResourceSlice>::reset(&*devices, arcs(&self.resource_slices));
+        Keeps::<DeviceClass>::reset(&*devices, arcs(&self.device_classes));
+        Keeps::<ResourceClaim>::reset(&*devices, arcs(&self.resource_claims));
+        Keeps::<DeviceTaintRule>::reset(&*devices, arcs(&self.device_taint_rules));
         let bindings = Arc::new(BindingIndex::default());
         bindings.reset(self.sticky_bindings.clone());
         let owners = Arc::new(OwnerCache::with_kinds(Vec::new()));
@@ -286,7 +350,7 @@ impl ClusterState {
             bindings,
             history: None,
             storage,
-            devices: Arc::new(crate::scheduler::informers::devices::DeviceIndex::default()),
+            devices,
             budgets: Arc::new(DisruptionBudgets::default()),
             events: None,
             // No client: nothing is written.

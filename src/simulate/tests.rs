@@ -301,11 +301,36 @@ fn a_snapshot_keeps_what_scheduling_reads_and_no_secret() {
         "persistentVolumes": [{"metadata": meta("pv")}],
         "storageClasses": [{"metadata": meta("sc"), "provisioner": "example.csi",
             "parameters": {"adminPassword": "CANARY-class"}}],
+        "deviceClasses": [{"metadata": meta("gpu"), "spec": {
+            "selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}],
+            "config": [{"opaque": {"driver": "gpu.example.com",
+                                   "parameters": {"token": "CANARY-device-class"}}}]}}],
+        "resourceClaims": [{"metadata": meta("claim"), "spec": {"devices": {
+            "requests": [{"name": "gpu", "exactly": {"deviceClassName": "gpu"}}],
+            "config": [{"opaque": {"driver": "gpu.example.com",
+                                   "parameters": {"token": "CANARY-claim"}}}]}},
+            "status": {"allocation": {"devices": {
+                "results": [{"request": "gpu", "driver": "gpu.example.com", "pool": "n1", "device": "gpu-0"}],
+                "config": [{"source": "FromClaim", "opaque": {"driver": "gpu.example.com",
+                                                           "parameters": {"token": "CANARY-allocation"}}}]}},
+                "devices": [{"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0",
+                             "data": {"token": "CANARY-device-data"}}]}}],
+        "resourceSlices": [{"metadata": meta("slice"), "spec": {"driver": "gpu.example.com",
+            "nodeName": "n1", "pool": {"name": "n1", "generation": 1, "resourceSliceCount": 1},
+            "devices": [{"name": "gpu-0"}]}}],
     }))
     .expect("a cluster");
     state.keep_only_what_scheduling_reads();
     let written = serde_json::to_string(&state).expect("json");
     assert!(!written.contains("CANARY"), "a secret left: {written}");
+    // The devices and the claim's allocation, which placement reads, stay.
+    assert_eq!(state.resource_slices.len(), 1);
+    assert!(written.contains("\"device\":\"gpu-0\""));
+    let handle = state.handle();
+    assert!(
+        handle.devices.read().claim("ns", "claim").is_some(),
+        "the claims reach DynamicResources"
+    );
 
     // What scheduling reads is all there.
     let pod = &state.pods[0];

@@ -54,10 +54,13 @@
 //! estimated worst case is above it. cel-rust tracks no cost, so what is bounded here is the
 //! expression's length (upstream's 10 KiB, refused at compile time), its nesting (cel-rust's
 //! parser refuses more than 96 levels of recursion) and the input (a device has at most
-//! upstream's attribute and capacity limits). Loops are not: nested comprehensions over
-//! literal lists (`[1, ..., 10].all(x, [1, ..., 10].all(y, ...))`, seven deep) run to the end
-//! instead of failing "actual cost limit exceeded". Expressions reach the scheduler through the API server's
-//! validation, whose cost estimate refuses such expressions when they are written.
+//! upstream's attribute and capacity limits). Loops are not, as they run: nested comprehensions
+//! over literal lists (`[1, ..., 10].all(x, [1, ..., 10].all(y, ...))`, seven deep) would run
+//! to the end instead of failing "actual cost limit exceeded". So the cost is bounded when an expression is
+//! compiled instead: a worst-case estimate (each comprehension's body once per element of the
+//! largest collection it may iterate: a literal list's length, else 64, which a device's data
+//! bounds) past upstream's 1,000,000 is refused (`estimated cost … exceeds the limit`), as the
+//! API server's own estimate refuses such expressions when they are written.
 
 use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
@@ -83,6 +86,14 @@ use self::semver::{Semver, add_semver_library};
 
 /// Upstream's CELSelectorExpressionMaxLength: the longest selector expression, in bytes.
 pub const CEL_SELECTOR_EXPRESSION_MAX_LENGTH: usize = 10 * 1024;
+
+/// Upstream's CELSelectorExpressionMaxCost: the cost at which an evaluation is stopped.
+pub const CEL_SELECTOR_EXPRESSION_MAX_COST: u64 = 1_000_000;
+
+/// The most elements a collection an expression iterates over can have when the expression
+/// alone does not say: a device has at most 32 attributes and capacities, an attribute's string
+/// at most 64 characters (so `split` makes at most 64 parts).
+const MAX_UNKNOWN_SIZE: u64 = 64;
 
 const DEVICE_VAR: &str = "device";
 const DRIVER_VAR: &str = "driver";
@@ -124,6 +135,13 @@ pub enum CelError {
     /// (`ERROR: <input>:line:column: message`).
     #[error("compilation failed: {detail}")]
     Compile { detail: String },
+    /// The expression's estimated worst-case cost is past upstream's
+    /// CELSelectorExpressionMaxCost: an evaluation could run past the limit upstream stops it
+    /// at.
+    #[error(
+        "estimated cost {cost} exceeds the limit of {max}: the expression could run past the cost at which an evaluation is stopped"
+    )]
+    TooCostly { cost: u64, max: u64 },
     /// The expression is seen, when compiled, not to evaluate to a bool.
     #[error("must evaluate to bool or the unknown type, not {found}")]
     OutputType { found: String },
@@ -190,6 +208,13 @@ impl Selector {
         if let Some(found) = literal_type(&root.expr) {
             return Err(CelError::OutputType {
                 found: found.to_owned(),
+            });
+        }
+        let cost = estimated_cost(root);
+        if cost > CEL_SELECTOR_EXPRESSION_MAX_COST {
+            return Err(CelError::TooCostly {
+                cost,
+                max: CEL_SELECTOR_EXPRESSION_MAX_COST,
             });
         }
         Ok(Selector {
@@ -408,6 +433,55 @@ fn unported_library(function: &str) -> Option<&'static str> {
         "cidr" | "isCIDR" | "containsIP" | "containsCIDR" | "prefixLength" | "masked" => "CIDR",
         _ => return None,
     })
+}
+
+/// The worst-case cost of evaluating `expr`, in cel-go's units roughly (a variable, a field or
+/// a call 1, a list 10, a map 30, a literal 0), a comprehension costing its body once per
+/// element of the largest collection it may iterate over ([`worst_size`]). cel-rust counts no
+/// cost as it evaluates, so an expression whose worst case is past upstream's limit is refused
+/// when compiled instead of stopped when evaluated.
+fn estimated_cost(expr: &IdedExpr) -> u64 {
+    let sum = |items: &mut dyn Iterator<Item = &IdedExpr>| {
+        items.fold(0u64, |total, e| total.saturating_add(estimated_cost(e)))
+    };
+    match &expr.expr {
+        Expr::Literal(_) | Expr::Unspecified => 0,
+        Expr::Ident(_) => 1,
+        Expr::Select(select) => estimated_cost(&select.operand).saturating_add(1),
+        Expr::Call(call) => {
+            sum(&mut call.target.iter().map(|t| &**t).chain(&call.args)).saturating_add(1)
+        }
+        Expr::List(list) => sum(&mut list.elements.iter()).saturating_add(10),
+        Expr::Map(map) => map.entries.iter().fold(30u64, |total, e| match &e.expr {
+            EntryExpr::MapEntry(entry) => total
+                .saturating_add(estimated_cost(&entry.key))
+                .saturating_add(estimated_cost(&entry.value)),
+            EntryExpr::StructField(field) => total.saturating_add(estimated_cost(&field.value)),
+        }),
+        Expr::Struct(fields) => fields.entries.iter().fold(40u64, |total, e| match &e.expr {
+            EntryExpr::MapEntry(entry) => total.saturating_add(estimated_cost(&entry.value)),
+            EntryExpr::StructField(field) => total.saturating_add(estimated_cost(&field.value)),
+        }),
+        Expr::Comprehension(c) => {
+            let body = estimated_cost(&c.loop_cond).saturating_add(estimated_cost(&c.loop_step));
+            estimated_cost(&c.iter_range)
+                .saturating_add(estimated_cost(&c.accu_init))
+                .saturating_add(worst_size(&c.iter_range).saturating_mul(body))
+                .saturating_add(estimated_cost(&c.result))
+        }
+    }
+}
+
+/// The most elements the collection `expr` evaluates to may have: a literal list's length, a
+/// `map`/`filter` result's range's, and otherwise what a device's data bounds
+/// ([`MAX_UNKNOWN_SIZE`]).
+fn worst_size(expr: &IdedExpr) -> u64 {
+    match &expr.expr {
+        Expr::List(list) => u64::try_from(list.elements.len()).unwrap_or(u64::MAX),
+        Expr::Map(map) => u64::try_from(map.entries.len()).unwrap_or(u64::MAX),
+        Expr::Comprehension(c) => worst_size(&c.iter_range),
+        _ => MAX_UNKNOWN_SIZE,
+    }
 }
 
 /// `message` about expression `id`, placed in `source` as cel-go places its issues.

@@ -381,6 +381,16 @@ fn selectors_evaluate_as_upstreams() {
             ),
         ),
         (
+            "a worst case past upstream's cost limit is refused (10^6 iterations)",
+            "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(a, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(b, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(c, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(d, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(e, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(f, true))))))",
+            CompileError("exceeds the limit of 1000000"),
+        ),
+        (
+            "a worst case within it is evaluated (10^4 iterations)",
+            "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(a, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(b, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(c, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10].all(d, true))))",
+            Match(true),
+        ),
+        (
             "a sets function not ported",
             r#"sets.contains([1, 2], [1])"#,
             CompileError(
