@@ -1224,6 +1224,88 @@ async fn a_device_that_fails_its_binding_conditions_is_allocated_again() -> anyh
     nodes.delete().await
 }
 
+/// A scoring strategy that lists an extended resource a DeviceClass serves scores it by the
+/// node's devices of the class: with GPUs weighted 100 to cpu's 1 under LeastAllocated, both
+/// schedulers prefer the node with eight GPUs to the one with two, though the latter has twice
+/// the CPUs (scoring cpu alone would pick it).
+#[tokio::test]
+async fn a_scored_extended_resource_counts_the_nodes_devices_as_kube_scheduler()
+-> anyhow::Result<()> {
+    let _alone = ALONE.lock().await;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "dra-score").await?;
+    let nodes = TestNodes::create(&client, "dra-score", 2, "16", |i, node| {
+        if i == 1 {
+            for field in ["allocatable", "capacity"] {
+                node["status"][field]["cpu"] = json!("8");
+            }
+        }
+    })
+    .await?;
+    let suffix = unique_suffix();
+    let resource = format!("example.com/gpu-{suffix}");
+    let driver = format!("score-{suffix}.example.com");
+    let class = format!("score-{suffix}");
+    apply(json!({
+        "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+        "metadata": {"name": class},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}],
+                 "extendedResourceName": resource},
+    }))?;
+    let mut slices = Vec::new();
+    for (i, count) in [(0usize, 2usize), (1, 8)] {
+        let node = &nodes.names[i];
+        let devices: Vec<Value> = (0..count)
+            .map(|d| json!({"name": format!("gpu-{d}")}))
+            .collect();
+        let slice = format!("{node}-{suffix}");
+        resource_slice(&slice, &driver, node, node, json!(devices))?;
+        slices.push(slice);
+    }
+    let scoring = json!([{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
+        "type": "LeastAllocated",
+        "resources": [{"name": "cpu", "weight": 1}, {"name": resource, "weight": 100}]}}}]);
+    let reference = format!("dra-score-reference-{suffix}");
+    let tether = format!("dra-score-tether-{suffix}");
+    let kube = ReferenceScheduler::start_with(
+        "kube-scheduler-dra-score",
+        vec![json!({"schedulerName": reference,
+                    "plugins": {"postFilter": {"disabled": [{"name": "*"}]}},
+                    "pluginConfig": scoring})],
+    )?;
+    apply_profile(
+        &client,
+        &tether,
+        json!({"schedulerName": tether,
+               "plugins": {"postFilter": {"disabled": [{"name": "*"}]}},
+               "pluginConfig": scoring}),
+    )
+    .await?;
+    let case = ExtendedCase {
+        name: "scored",
+        init_containers: json!([]),
+        containers: json!([{"name": "c", "image": "pause",
+            "resources": {"requests": {&resource: "1"}, "limits": {&resource: "1"}}}]),
+        on_node: None,
+    };
+    let by_reference = run_extended(&client, &ns.name, &nodes, &reference, &case).await?;
+    let by_tether = run_extended(&client, &ns.name, &nodes, &tether, &case).await?;
+    println!("kube-scheduler {by_reference:?}; tether {by_tether:?}");
+    drop(kube);
+    kubectl_ok(&["delete", "sp", &tether], None)?;
+    assert_eq!(by_tether, by_reference);
+    assert!(
+        matches!(&by_tether, ExtendedOutcome::Bound { node, .. } if *node == nodes.names[1]),
+        "the node with more free GPUs: {by_tether:?}"
+    );
+    for slice in &slices {
+        kubectl_ok(&["delete", "resourceslice", slice], None)?;
+    }
+    kubectl_ok(&["delete", "deviceclass", &class], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
 /// A device whose binding conditions are not met within the profile's `bindingTimeout` (2s
 /// here): PreBind gives up, Filter finds the claim timed out everywhere, PostFilter
 /// deallocates it and the next attempt allocates it afresh; the pod is bound once the driver

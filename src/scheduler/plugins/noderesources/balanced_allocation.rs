@@ -15,6 +15,8 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_arg
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
+use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::plugins::noderesources::dra_scoring::DraScoring;
 use crate::scheduler::plugins::noderesources::resource_allocation::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, default_resources, pod_request,
 };
@@ -69,27 +71,38 @@ impl NodeResourcesBalancedAllocationArgs {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    _handle: &Handle,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let mut args: NodeResourcesBalancedAllocationArgs = decode_args(args, path)?;
     default_resource_specs(&mut args.resources);
     args.validate(path)?;
     Ok(Arc::new(NodeResourcesBalancedAllocation {
         resources: args.resources,
+        devices: Some(handle.devices.clone()),
     }))
 }
 
 /// The plugin: the resources it balances.
 pub struct NodeResourcesBalancedAllocation {
     resources: Vec<ResourceSpec>,
+    /// The DeviceClasses and devices, for the extended resources classes serve.
+    devices: Option<Arc<DeviceIndex>>,
 }
 
-/// What PreScore computes for Score: the pod's request of each balanced resource, in order.
+/// What PreScore computes for Score: the pod's request of each balanced resource, in order,
+/// and what DRA counts when a balanced resource is one a DeviceClass serves.
 struct PreScoreState {
     pod_requests: Vec<i64>,
+    dra: Option<DraScoring>,
 }
 
 impl NodeResourcesBalancedAllocation {
+    /// What scoring reads of DRA, when a balanced resource is one a DeviceClass serves.
+    fn dra_scoring(&self) -> Option<DraScoring> {
+        let devices = self.devices.as_ref()?;
+        DraScoring::for_resources(devices, self.resources.iter().map(|r| r.name.as_str()))
+    }
+
     /// The pod's actual requests (not the non-zero defaults), as upstream's BalancedAllocation.
     fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
         self.resources
@@ -107,11 +120,12 @@ impl NodeResourcesBalancedAllocation {
         node: &'a NodeInfo,
         pod_request_of: impl Fn(usize) -> i64 + 'a,
         with_pod: bool,
+        dra: Option<&'a DraScoring>,
     ) -> impl Iterator<Item = f64> + 'a {
         self.resources.iter().enumerate().filter_map(move |(i, r)| {
             let pod_request = pod_request_of(i);
             let (allocatable, requested) =
-                allocatable_and_requested(node, &r.name, pod_request, true);
+                allocatable_and_requested(node, &r.name, pod_request, true, dra);
             let used = if with_pod {
                 requested
             } else {
@@ -125,9 +139,14 @@ impl NodeResourcesBalancedAllocation {
     /// `MaxNodeScore/2 + (MaxNodeScore/2 + with − without)/2`, where each balance is
     /// `(1 − standard deviation of the fractions) × MaxNodeScore`. Near 75 when the pod
     /// changes little, towards 100 when it evens the node out, towards 50 when it skews it.
-    fn score_node(&self, node: &NodeInfo, pod_request_of: impl Fn(usize) -> i64 + Copy) -> i64 {
-        let with = balance(|| self.fractions(node, pod_request_of, true));
-        let without = balance(|| self.fractions(node, pod_request_of, false));
+    fn score_node(
+        &self,
+        node: &NodeInfo,
+        pod_request_of: impl Fn(usize) -> i64 + Copy,
+        dra: Option<&DraScoring>,
+    ) -> i64 {
+        let with = balance(|| self.fractions(node, pod_request_of, true, dra));
+        let without = balance(|| self.fractions(node, pod_request_of, false, dra));
         MAX_NODE_SCORE / 2 + (MAX_NODE_SCORE / 2 + with - without) / 2
     }
 }
@@ -180,7 +199,8 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
         if pod_requests.iter().all(|&r| r == 0) {
             return Status::skip();
         }
-        state.write(PRE_SCORE_KEY, PreScoreState { pod_requests });
+        let dra = self.dra_scoring();
+        state.write(PRE_SCORE_KEY, PreScoreState { pod_requests, dra });
         Status::success()
     }
 }
@@ -188,14 +208,15 @@ impl PreScorePlugin for NodeResourcesBalancedAllocation {
 impl ScorePlugin for NodeResourcesBalancedAllocation {
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         if let Some(s) = state.read::<PreScoreState>(PRE_SCORE_KEY) {
-            return Ok(self.score_node(node, |i| s.pod_requests[i]));
+            return Ok(self.score_node(node, |i| s.pod_requests[i], s.dra.as_ref()));
         }
         // PreScore did not run: a best-effort pod scores 0 everywhere, as upstream.
         let pod_request_of = |i: usize| pod_request(pod, &self.resources[i].name, true);
         if (0..self.resources.len()).all(|i| pod_request_of(i) == 0) {
             return Ok(0);
         }
-        Ok(self.score_node(node, pod_request_of))
+        let dra = self.dra_scoring();
+        Ok(self.score_node(node, pod_request_of, dra.as_ref()))
     }
 }
 
@@ -235,6 +256,7 @@ mod tests {
                     weight: 1,
                 })
                 .collect(),
+            devices: None,
         }
     }
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
+use super::dra_scoring::DraScoring;
 use super::resource_allocation::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, request_of,
 };
@@ -132,6 +133,8 @@ struct PreFilterState {
 /// What PreScore computes for Score: the pod's request of each scored resource, in order.
 struct PreScoreState {
     pod_requests: Vec<i64>,
+    /// Set when a scored resource is an extended resource a DeviceClass serves.
+    dra: Option<DraScoring>,
 }
 
 impl NodeResourcesFit {
@@ -167,6 +170,12 @@ impl NodeResourcesFit {
     pub(super) fn with_devices(mut self, devices: Arc<DeviceIndex>) -> Self {
         self.devices = Some(devices);
         self
+    }
+
+    /// What scoring reads of DRA, when a scored resource is one a DeviceClass serves.
+    fn dra_scoring(&self) -> Option<DraScoring> {
+        let devices = self.devices.as_ref()?;
+        DraScoring::for_resources(devices, self.resources.iter().map(|r| r.name.as_str()))
     }
 
     /// The requested extended resources a DeviceClass serves (upstream's
@@ -226,12 +235,17 @@ impl NodeResourcesFit {
 
     /// The node's score given the pod's request of each scored resource, as kube-scheduler's
     /// resourceAllocationScorer with the configured strategy.
-    fn score_node(&self, node: &NodeInfo, pod_request_of: impl Fn(usize) -> i64) -> i64 {
+    fn score_node(
+        &self,
+        node: &NodeInfo,
+        pod_request_of: impl Fn(usize) -> i64,
+        dra: Option<&DraScoring>,
+    ) -> i64 {
         let mut node_score: i64 = 0;
         let mut weight_sum: i64 = 0;
         for (i, spec) in self.resources.iter().enumerate() {
             let (allocatable, requested) =
-                allocatable_and_requested(node, &spec.name, pod_request_of(i), false);
+                allocatable_and_requested(node, &spec.name, pod_request_of(i), false, dra);
             if allocatable == 0 {
                 continue;
             }
@@ -466,7 +480,8 @@ impl PreScorePlugin for NodeResourcesFit {
             .iter()
             .map(|r| request_of(&scored, &r.name))
             .collect();
-        state.write(PRE_SCORE_KEY, PreScoreState { pod_requests });
+        let dra = self.dra_scoring();
+        state.write(PRE_SCORE_KEY, PreScoreState { pod_requests, dra });
         Status::success()
     }
 }
@@ -476,10 +491,15 @@ impl ScorePlugin for NodeResourcesFit {
     /// requests (a container without a request counts as 100m / 200Mi), as upstream.
     fn score(&self, state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
         Ok(match state.read::<PreScoreState>(PRE_SCORE_KEY) {
-            Some(s) => self.score_node(node, |i| s.pod_requests[i]),
+            Some(s) => self.score_node(node, |i| s.pod_requests[i], s.dra.as_ref()),
             None => {
                 let scored = crate::k8s::resource::pod_requests_scored(&pod.pod);
-                self.score_node(node, |i| request_of(&scored, &self.resources[i].name))
+                let dra = self.dra_scoring();
+                self.score_node(
+                    node,
+                    |i| request_of(&scored, &self.resources[i].name),
+                    dra.as_ref(),
+                )
             }
         })
     }

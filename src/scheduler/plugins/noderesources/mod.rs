@@ -4,6 +4,7 @@
 //! ([`resource_allocation`], kube-scheduler's `resourceAllocationScorer`).
 
 pub mod balanced_allocation;
+pub mod dra_scoring;
 pub mod fit;
 mod fit_hints;
 pub mod resource_allocation;

@@ -66,12 +66,15 @@ pub fn request_of(r: &Resource, name: &str) -> i64 {
 /// placed there, as kube-scheduler's calculateResourceAllocatableRequest: cpu and memory count
 /// the non-zero requests unless `use_requested`; a resource other than cpu, memory and
 /// ephemeral-storage that the pod does not request, or the node does not have, gives (0, 0)
-/// so that scoring leaves it out.
+/// so that scoring leaves it out. An extended resource a DeviceClass serves (`dra`, when the
+/// scored resources have one) counts, on a node whose allocatable lacks it, the node's devices
+/// of the class and those allocated.
 pub fn allocatable_and_requested(
     node: &NodeInfo,
     name: &str,
     pod_request: i64,
     use_requested: bool,
+    dra: Option<&super::dra_scoring::DraScoring>,
 ) -> (i64, i64) {
     let requested = if use_requested {
         &node.requested
@@ -91,6 +94,12 @@ pub fn allocatable_and_requested(
         ),
         _ if pod_request == 0 => (0, 0),
         _ => match alloc.scalar.get(name) {
+            None | Some(0)
+                if let Some((capacity, allocated)) = dra.and_then(|d| d.totals(name, node))
+                    && capacity > 0 =>
+            {
+                (capacity, allocated.saturating_add(pod_request))
+            }
             Some(&a) => {
                 let used = node.requested.scalar.get(name).copied().unwrap_or(0);
                 (a, used.saturating_add(pod_request))

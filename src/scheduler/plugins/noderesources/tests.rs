@@ -412,6 +412,91 @@ fn strategy(type_: ScoringStrategyType, resources: &[(&str, i64)]) -> NodeResour
     }
 }
 
+/// An extended resource a DeviceClass serves, listed in the scoring strategy: on a node whose
+/// allocatable lacks it, the node's devices of the class are its allocatable and those
+/// allocated its requested (upstream's calculateDRAResourceTotals); elsewhere as before.
+#[test]
+fn a_scored_extended_resource_a_class_serves_counts_the_nodes_devices() {
+    use crate::scheduler::informers::Keeps;
+    use crate::scheduler::informers::devices::DeviceIndex;
+    use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+    use std::sync::Arc;
+    let devices = Arc::new(DeviceIndex::default());
+    let class: DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": "gpus"},
+        "spec": {"extendedResourceName": GPU,
+                 "selectors": [{"cel": {"expression": "device.driver == \"gpu.example.com\""}}]},
+    }))
+    .expect("a class");
+    Keeps::apply(&*devices, Arc::new(class));
+    // Node n: four GPUs of the driver, and one of another driver the class does not select.
+    let slice: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "n-gpus"},
+        "spec": {"driver": "gpu.example.com", "nodeName": "n",
+                 "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "g0"}, {"name": "g1"}, {"name": "g2"}, {"name": "g3"}]},
+    }))
+    .expect("a slice");
+    let other: ResourceSlice = serde_json::from_value(json!({
+        "metadata": {"name": "n-other"},
+        "spec": {"driver": "fpga.example.com", "nodeName": "n",
+                 "pool": {"name": "n", "generation": 1, "resourceSliceCount": 1},
+                 "devices": [{"name": "f0"}]},
+    }))
+    .expect("a slice");
+    Keeps::apply(&*devices, Arc::new(slice));
+    Keeps::apply(&*devices, Arc::new(other));
+    let claim: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "c", "namespace": "ns", "uid": "c1"},
+        "spec": {"devices": {"requests": [{"name": "r", "exactly": {"deviceClassName": "gpus"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "r", "driver": "gpu.example.com", "pool": "n", "device": "g1"}]}}},
+    }))
+    .expect("a claim");
+    Keeps::apply(&*devices, Arc::new(claim));
+    let fit = |kind| plugin(strategy(kind, &[(GPU, 1)])).with_devices(devices.clone());
+    let wants_one = || pod("p", "", "").req(GPU, "1");
+    // 4 devices, 1 allocated: with the pod's 1, least (4-2)*100/4 = 50; with its 2, least
+    // (4-3)*100/4 = 25 and most 3*100/4 = 75.
+    let wants_two = || pod("p", "", "").req(GPU, "2");
+    assert_eq!(
+        score(
+            &fit(ScoringStrategyType::LeastAllocated),
+            wants_one(),
+            &node(&[], vec![])
+        ),
+        50
+    );
+    assert_eq!(
+        score(
+            &fit(ScoringStrategyType::LeastAllocated),
+            wants_two(),
+            &node(&[], vec![])
+        ),
+        25
+    );
+    assert_eq!(
+        score(
+            &fit(ScoringStrategyType::MostAllocated),
+            wants_two(),
+            &node(&[], vec![])
+        ),
+        75
+    );
+    // A device plugin's node: its allocatable counts, as before (8, the pod's 2: 75).
+    assert_eq!(
+        score(
+            &fit(ScoringStrategyType::LeastAllocated),
+            wants_two(),
+            &node(&[(GPU, "8")], vec![])
+        ),
+        75
+    );
+    // Without the DeviceClasses the resource is left out, and nothing else is scored.
+    let blind = plugin(strategy(ScoringStrategyType::LeastAllocated, &[(GPU, 1)]));
+    assert_eq!(score(&blind, wants_two(), &node(&[], vec![])), 0);
+}
+
 // Expected scores worked by hand on a node of 4000m CPU and 16Gi memory.
 #[test]
 fn least_allocated_scores_free_room_as_kube_scheduler() {

@@ -591,9 +591,9 @@ fn capacity_requests(
         .unwrap_or_default()
 }
 
-static NO_ATTRIBUTES: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceAttribute> =
+pub(crate) static NO_ATTRIBUTES: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceAttribute> =
     BTreeMap::new();
-static NO_CAPACITY: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceCapacity> =
+pub(crate) static NO_CAPACITY: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceCapacity> =
     BTreeMap::new();
 
 /// The device as its CEL selectors see it.
@@ -607,7 +607,7 @@ fn device_view<'a>(c: &'a Candidate<'_>) -> DeviceView<'a> {
 }
 
 /// Whether a slice's (or device's) node selection takes `node`.
-fn node_matches(
+pub(crate) fn node_matches(
     name: Option<&str>,
     all_nodes: Option<bool>,
     selector: Option<&NodeSelector>,
