@@ -96,7 +96,8 @@ where
 }
 
 /// As [`list`], for a kind an API server may not serve (`resource.k8s.io/v1` before Kubernetes
-/// 1.34, or turned off): none when the API server does not know it.
+/// 1.34, or turned off): none when the API server does not know it, or (with a warning) when
+/// the user may not list it.
 async fn list_if_served<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
@@ -106,14 +107,22 @@ where
         .await
     {
         Err(e) if crate::k8s::api_errors::not_found(&e) => Ok(Vec::new()),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            eprintln!(
+                "warning: not allowed to list {what} ({}): simulating without them",
+                e.message
+            );
+            Ok(Vec::new())
+        }
         _ => list(client, what).await,
     }
 }
 
 /// The annotations some part of scheduling reads: the volume plugins' (on claims, volumes and
-/// CSINodes). The opt-out annotations of StickyNode and PlacementHistory are added from the
+/// CSINodes), and DynamicResources' mark on the claim it made for a pod's extended resources. The opt-out annotations of StickyNode and PlacementHistory are added from the
 /// profiles (they are args); anything under `tether.dev/` is tether's own.
 const READ_ANNOTATIONS: &[&str] = &[
+    crate::scheduler::informers::devices::EXTENDED_CLAIM_ANNOTATION,
     volumes::ANN_BIND_COMPLETED,
     volumes::ANN_BOUND_BY_CONTROLLER,
     volumes::ANN_SELECTED_NODE,

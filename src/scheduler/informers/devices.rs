@@ -20,6 +20,9 @@ use crate::k8s::volumes::{claim_key, version_of};
 /// The prefix of the extended resource name every DeviceClass serves without saying so.
 pub const IMPLICIT_CLASS_PREFIX: &str = "deviceclass.resource.kubernetes.io/";
 
+/// The name of a claim the scheduler will create (an extended resources' claim before PreBind).
+pub const UNWRITTEN_CLAIM_NAME: &str = "<extended-resources>";
+
 /// The annotation on the claim the scheduler creates for a pod's extended resources.
 pub const EXTENDED_CLAIM_ANNOTATION: &str = "resource.kubernetes.io/extended-resource-claim";
 
@@ -259,6 +262,14 @@ impl DeviceStored for ResourceClaim {
                 devices.in_flight.remove(uid);
             }
         }
+        // A claim deleted while the watch re-listed: its in-flight allocation ends too (one of
+        // a claim the scheduler has not created yet stays).
+        let listed: std::collections::HashSet<String> =
+            objs.iter().map(|o| claim_key_of(o)).collect();
+        devices.in_flight.retain(|_, c| {
+            c.metadata.name.as_deref() == Some(UNWRITTEN_CLAIM_NAME)
+                || listed.contains(&claim_key_of(c))
+        });
         devices
             .claims
             .reset(objs.into_iter().map(|o| (claim_key_of(&o), o)));

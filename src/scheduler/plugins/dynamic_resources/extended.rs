@@ -33,7 +33,7 @@ use crate::scheduler::informers::devices::{
 
 /// The name of the claim while it exists only in the scheduler (not a valid object name, so
 /// never a real claim's).
-pub const IN_MEMORY_NAME: &str = "<extended-resources>";
+pub const IN_MEMORY_NAME: &str = crate::scheduler::informers::devices::UNWRITTEN_CLAIM_NAME;
 
 /// What PreFilter learnt of the pod's extended resources that classes serve.
 pub struct Extended {

@@ -103,6 +103,9 @@ struct Inputs {
     allocated: Allocated,
 }
 
+/// An allocator with claims' devices freed: its variant (by address) and the freed claims.
+type FreedKey = (Option<usize>, Vec<String>);
+
 /// What the cycle learnt of the pod's claims, and what each node and the reservation chose.
 #[derive(Default)]
 struct State {
@@ -120,6 +123,9 @@ struct State {
     inputs: Option<Inputs>,
     /// The extended resources' claim and its allocator, by the resources a node leaves to DRA.
     variants: Mutex<HashMap<BTreeSet<String>, Arc<Variant>>>,
+    /// In a preemption dry run: the allocators with some claims' devices freed, by variant
+    /// (its address) and the freed claims' UIDs.
+    freed: Mutex<HashMap<FreedKey, Arc<Allocator>>>,
     /// Per node that needs it: the variant of the extended resources' claim.
     extended_by_node: Mutex<HashMap<String, Arc<Variant>>>,
     /// The extended resources' claim with the allocation Reserve chose, and its mappings.
@@ -341,13 +347,51 @@ fn holds_claims(pod: &Pod) -> bool {
             .is_some_and(|s| s.extended_resource_claim_status.is_some())
 }
 
+/// Whether devices of `node` are held by claims whose pods are gone from it (and not just
+/// taken off by a preemption dry run, `removed`): an allocated claim of the node's own devices,
+/// reserved for nobody, or only for pods not on the node. Those devices come free once
+/// kube-controller-manager deallocates the claim; preemption should not evict others
+/// meanwhile.
+fn awaits_deallocation(
+    s: &State,
+    node: &NodeInfo,
+    removed: Option<&std::collections::HashSet<String>>,
+) -> bool {
+    let Some(inputs) = &s.inputs else {
+        return false;
+    };
+    let labels = node.labels();
+    let on_node: std::collections::HashSet<&str> = node.pods.iter().map(|p| p.uid()).collect();
+    inputs.everyone.iter().any(|c| {
+        let Some(status) = c.status.as_ref() else {
+            return false;
+        };
+        let Some(allocation) = status.allocation.as_ref() else {
+            return false;
+        };
+        // Node-local devices only: their users can only be on this node, so a user not on it
+        // is gone (a claim of devices many nodes reach may have users elsewhere).
+        let here = allocation.node_selector.as_ref().is_some_and(|sel| {
+            sel.node_selector_terms.iter().any(|t| {
+                t.match_fields.iter().flatten().any(|f| {
+                    f.key == "metadata.name" && f.values.iter().flatten().any(|v| *v == node.name)
+                })
+            }) && Terms::lenient(sel).matches(&node.name, labels)
+        });
+        let users = status.reserved_for.as_deref().unwrap_or_default();
+        here && users.iter().all(|u| {
+            !on_node.contains(u.uid.as_str()) && removed.is_none_or(|r| !r.contains(&u.uid))
+        })
+    })
+}
+
 /// In a preemption dry run: an allocator that counts as free the devices of the claims that
 /// only `removed` pods use, or `None` when their removal frees no claim.
 fn freed_allocator(
     s: &State,
     removed: &std::collections::HashSet<String>,
-    variant: Option<&Variant>,
-) -> Result<Option<Allocator>, String> {
+    variant: Option<&Arc<Variant>>,
+) -> Result<Option<Arc<Allocator>>, String> {
     let Some(inputs) = &s.inputs else {
         return Ok(None);
     };
@@ -360,19 +404,36 @@ fn freed_allocator(
             .unwrap_or_default();
         !users.is_empty() && users.iter().all(|u| removed.contains(&u.uid))
     };
-    if !inputs.everyone.iter().any(|c| frees(c)) {
+    let freed: Vec<String> = inputs
+        .everyone
+        .iter()
+        .filter(|c| frees(c))
+        .filter_map(|c| c.metadata.uid.clone())
+        .collect();
+    if freed.is_empty() {
         return Ok(None);
+    }
+    // A dry run asks many times with the same claims freed (each reprieve, each node whose
+    // victims hold them): one allocator for each set, with its selector cache.
+    let key = (variant.map(|v| Arc::as_ptr(v) as usize), freed);
+    if let Some(a) = locks::lock(&s.freed).get(&key) {
+        return Ok(Some(a.clone()));
     }
     let mut to_allocate = inputs.to_allocate.clone();
     to_allocate.extend(variant.map(|v| v.claim.clone()));
-    Allocator::new(
+    let allocator = Arc::new(Allocator::new(
         to_allocate,
         &inputs.classes,
         inputs.slices.clone(),
         inputs.rules.clone(),
         Allocated::of(inputs.everyone.iter().filter(|c| !frees(c))),
-    )
-    .map(Some)
+    )?);
+    Ok(Some(
+        locks::lock(&s.freed)
+            .entry(key)
+            .or_insert(allocator)
+            .clone(),
+    ))
 }
 
 impl DynamicResources {
@@ -450,15 +511,16 @@ impl FilterPlugin for DynamicResources {
             .map(|(i, _)| i)
             .collect();
         let mut allocations = None;
-        let freed = match state.read::<RemovedPods>(REMOVED_PODS_KEY) {
-            Some(removed) => match freed_allocator(s, &removed.0, variant.as_deref()) {
+        let removed_pods = state.read::<RemovedPods>(REMOVED_PODS_KEY);
+        let freed = match removed_pods {
+            Some(removed) => match freed_allocator(s, &removed.0, variant.as_ref()) {
                 Ok(a) => a,
                 Err(e) => return Status::error(e),
             },
             None => None,
         };
         let allocator = match (&freed, &variant) {
-            (Some(a), _) => Some(a),
+            (Some(a), _) => Some(&**a),
             (None, Some(v)) => Some(&v.allocator),
             (None, None) => s.allocator.as_ref(),
         };
@@ -474,8 +536,13 @@ impl FilterPlugin for DynamicResources {
             match allocator.allocate(&view, deadline) {
                 Ok(Some(found)) => allocations = Some(found),
                 // Evicting the node's pods that hold claims may free devices (preemption
-                // counts them); without such pods nothing on the node can help.
-                Ok(None) if node.pods.iter().any(|p| holds_claims(&p.pod)) => {
+                // counts them); without such pods nothing on the node can help, nor while
+                // devices of pods already gone wait to be deallocated (evicting more would be
+                // for nothing: their deallocation requeues the pod).
+                Ok(None)
+                    if node.pods.iter().any(|p| holds_claims(&p.pod))
+                        && !awaits_deallocation(s, node, removed_pods.map(|r| &r.0)) =>
+                {
                     return Status::unschedulable("cannot allocate all claims");
                 }
                 Ok(None) => return Status::unresolvable("cannot allocate all claims"),

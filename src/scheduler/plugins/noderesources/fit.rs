@@ -281,7 +281,7 @@ impl Plugin for NodeResourcesFit {
         NAME
     }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        Some(super::fit_hints::registrations())
+        Some(super::fit_hints::registrations(self.devices.clone()))
     }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -12,10 +12,12 @@ use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::informers::devices::IMPLICIT_CLASS_PREFIX;
+use crate::scheduler::informers::devices::{
+    DeviceIndex, IMPLICIT_CLASS_PREFIX, is_dra_extended_resource_name,
+};
 
 /// The events that can make a pod NodeResourcesFit rejected schedulable.
-pub fn registrations() -> Vec<Registration> {
+pub fn registrations(devices: Option<Arc<DeviceIndex>>) -> Vec<Registration> {
     vec![
         Registration::new(
             ClusterEvent::new(
@@ -29,7 +31,7 @@ pub fn registrations() -> Vec<Registration> {
                 EventResource::Node,
                 ActionType::ADD | ActionType::UPDATE_NODE_ALLOCATABLE,
             ),
-            Arc::new(after_node_change),
+            Arc::new(move |pod, old, new| after_node_change(devices.as_deref(), pod, old, new)),
         ),
         Registration::new(
             ClusterEvent::new(
@@ -109,12 +111,30 @@ fn allocatable(node: &Node) -> Resource {
 }
 
 /// A node added with room for the pod on an empty node; a node whose allocatable grew in a
-/// resource the pod requests (or in pods), where the pod would fit when empty.
-fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+/// resource the pod requests (or in pods), where the pod would fit when empty. An extended
+/// resource a DeviceClass serves (`devices`) that the node's allocatable lacks is left out, as
+/// Filter leaves it to DynamicResources.
+fn after_node_change(
+    devices: Option<&DeviceIndex>,
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
     let (old, new) = events::nodes(old, new);
     let Some(new) = new else { return Hint::Queue };
-    let requests = resource::pod_requests(&pod.pod, false);
+    let mut requests = resource::pod_requests(&pod.pod, false);
     let room = allocatable(new);
+    if let Some(devices) = devices
+        && requests
+            .scalar
+            .keys()
+            .any(|n| is_dra_extended_resource_name(n))
+    {
+        let d = devices.read();
+        requests.scalar.retain(|name, _| {
+            room.scalar.get(name).is_some_and(|a| *a > 0) || d.class_for_resource(name).is_none()
+        });
+    }
     if !fits_empty(&requests, &room) {
         return Hint::Skip;
     }
@@ -153,11 +173,38 @@ mod tests {
             .map(EventObject::Node)
     }
 
+    /// A node added without the extended resource a DeviceClass serves may still take the pod
+    /// (DynamicResources serves the resource there); without the class it cannot.
+    #[test]
+    fn a_node_without_a_dra_served_resource_may_help() {
+        use crate::scheduler::informers::Keeps;
+        use k8s_openapi::api::resource::v1::DeviceClass;
+        let pod = PodBuilder::new("p")
+            .req_cpu("2")
+            .req("example.com/gpu", "1")
+            .info();
+        let devices = DeviceIndex::default();
+        assert_eq!(
+            after_node_change(Some(&devices), &pod, None, node("4", "110").as_ref()),
+            Hint::Skip,
+            "no class serves the GPU: the node lacks it"
+        );
+        let class: DeviceClass = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "gpus"}, "spec": {"extendedResourceName": "example.com/gpu"}}))
+        .expect("a class");
+        Keeps::apply(&devices, Arc::new(class));
+        assert_eq!(
+            after_node_change(Some(&devices), &pod, None, node("4", "110").as_ref()),
+            Hint::Queue,
+            "a class serves the GPU through DRA"
+        );
+    }
+
     #[test]
     fn nodes_help_when_they_have_room_or_grew_in_what_the_pod_requests() {
         let pod = PodBuilder::new("p").req_cpu("2").info();
         let hint = |old: &Option<EventObject>, new: &Option<EventObject>| {
-            after_node_change(&pod, old.as_ref(), new.as_ref())
+            after_node_change(None, &pod, old.as_ref(), new.as_ref())
         };
         assert_eq!(
             hint(&None, &node("4", "110")),

@@ -58,8 +58,8 @@
 //! over literal lists (`[1, ..., 10].all(x, [1, ..., 10].all(y, ...))`, seven deep) would run
 //! to the end instead of failing "actual cost limit exceeded". So the cost is bounded when an expression is
 //! compiled instead: a worst-case estimate (each comprehension's body once per element of the
-//! largest collection it may iterate: a literal list's length, else 64, which a device's data
-//! bounds) past upstream's 1,000,000 is refused (`estimated cost … exceeds the limit`), as the
+//! largest collection it may iterate: a literal list's length, else 32, which a device's data
+//! bounds as upstream's estimator bounds it) past upstream's 1,000,000 is refused (`estimated cost … exceeds the limit`), as the
 //! API server's own estimate refuses such expressions when they are written.
 
 use std::cmp::Ordering;
@@ -91,9 +91,12 @@ pub const CEL_SELECTOR_EXPRESSION_MAX_LENGTH: usize = 10 * 1024;
 pub const CEL_SELECTOR_EXPRESSION_MAX_COST: u64 = 1_000_000;
 
 /// The most elements a collection an expression iterates over can have when the expression
-/// alone does not say: a device has at most 32 attributes and capacities, an attribute's string
-/// at most 64 characters (so `split` makes at most 64 parts).
-const MAX_UNKNOWN_SIZE: u64 = 64;
+/// alone does not say, as upstream's size estimator bounds a device's data: a device has at most
+/// 32 attributes and capacities.
+const MAX_UNKNOWN_SIZE: u64 = 32;
+
+/// The most parts `split` makes of an attribute's string (at most 64 characters).
+const MAX_SPLIT_SIZE: u64 = 64;
 
 const DEVICE_VAR: &str = "device";
 const DRIVER_VAR: &str = "driver";
@@ -473,13 +476,14 @@ fn estimated_cost(expr: &IdedExpr) -> u64 {
 }
 
 /// The most elements the collection `expr` evaluates to may have: a literal list's length, a
-/// `map`/`filter` result's range's, and otherwise what a device's data bounds
-/// ([`MAX_UNKNOWN_SIZE`]).
+/// `map`/`filter` result's range's, a `split`'s [`MAX_SPLIT_SIZE`], and otherwise what a
+/// device's data bounds ([`MAX_UNKNOWN_SIZE`]).
 fn worst_size(expr: &IdedExpr) -> u64 {
     match &expr.expr {
         Expr::List(list) => u64::try_from(list.elements.len()).unwrap_or(u64::MAX),
         Expr::Map(map) => u64::try_from(map.entries.len()).unwrap_or(u64::MAX),
         Expr::Comprehension(c) => worst_size(&c.iter_range),
+        Expr::Call(call) if call.func_name == "split" => MAX_SPLIT_SIZE,
         _ => MAX_UNKNOWN_SIZE,
     }
 }
