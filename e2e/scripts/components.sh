@@ -60,6 +60,8 @@ apiserver_ready() {
 }
 
 # start_apiserver: starts kube-apiserver on 127.0.0.1:$APISERVER_PORT and waits until it is ready.
+# It serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and pods'
+# spec.schedulingGroup), beta and off by default in 1.37, as a cluster that runs gangs does.
 start_apiserver() {
   start kube-apiserver "$BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
@@ -71,6 +73,7 @@ start_apiserver() {
     --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
     --endpoint-reconciler-type none --allow-privileged \
-    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false
+    --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false \
+    --feature-gates GenericWorkload=true --runtime-config scheduling.k8s.io/v1beta1=true
   wait_healthy kube-apiserver apiserver_ready
 }

@@ -70,6 +70,16 @@ impl ReferenceScheduler {
     /// Starts kube-scheduler with `config`'s fields (`profiles`, `parallelism`, …) in its
     /// KubeSchedulerConfiguration.
     pub fn start_config(name: &str, config: serde_json::Value) -> anyhow::Result<Self> {
+        Self::start_gated(name, config, &[])
+    }
+
+    /// As [`ReferenceScheduler::start_config`], with kube-scheduler's `--feature-gates` set to
+    /// `gates` (`GenericWorkload=true` for gangs).
+    pub fn start_gated(
+        name: &str,
+        config: serde_json::Value,
+        gates: &[&str],
+    ) -> anyhow::Result<Self> {
         let bin = kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
@@ -89,7 +99,11 @@ impl ReferenceScheduler {
             .with_context(|| format!("writing {}", config_file.display()))?;
         let log = logs.join(format!("{name}.log"));
         let out = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let child = Command::new(&bin)
+        let mut command = Command::new(&bin);
+        if !gates.is_empty() {
+            command.arg(format!("--feature-gates={}", gates.join(",")));
+        }
+        let child = command
             .arg(format!("--config={}", config_file.display()))
             .arg("--secure-port=0")
             .arg("--vmodule=schedule_one=10")
