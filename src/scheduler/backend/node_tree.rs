@@ -42,11 +42,13 @@ pub fn zone_key(node: &Node) -> String {
 }
 
 impl NodeTree {
-    /// Files `name` under `zone`, moving it when its zone changed.
-    pub fn upsert(&mut self, name: &str, zone: String) {
+    /// Files `name` under `zone`, moving it when its zone changed; whether the list changed.
+    pub fn upsert(&mut self, name: &str, zone: String) -> bool {
         match self.zone_of.get(name) {
-            Some(current) if *current == zone => return,
-            Some(_) => self.remove(name),
+            Some(current) if *current == zone => return false,
+            Some(_) => {
+                self.remove(name);
+            }
             None => {}
         }
         let nodes = self.tree.entry(zone.clone()).or_insert_with(|| {
@@ -55,12 +57,13 @@ impl NodeTree {
         });
         nodes.push(name.to_string());
         self.zone_of.insert(name.to_string(), zone);
+        true
     }
 
-    /// Forgets `name`; a zone left empty is forgotten too.
-    pub fn remove(&mut self, name: &str) {
+    /// Forgets `name`; a zone left empty is forgotten too. Whether the list changed.
+    pub fn remove(&mut self, name: &str) -> bool {
         let Some(zone) = self.zone_of.remove(name) else {
-            return;
+            return false;
         };
         if let Some(nodes) = self.tree.get_mut(&zone) {
             nodes.retain(|n| n != name);
@@ -69,6 +72,7 @@ impl NodeTree {
                 self.zones.retain(|z| *z != zone);
             }
         }
+        true
     }
 
     /// Every node, one of each zone in turn: the first node of every zone, then the second…

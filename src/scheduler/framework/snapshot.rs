@@ -58,6 +58,50 @@ impl Snapshot {
         }
     }
 
+    /// This snapshot with `changed` node infos in place of those of the same name (the list
+    /// of nodes is the same: only what is on them changed), sharing the index and every other
+    /// node. A node info not in the snapshot is ignored.
+    pub fn with_changed(
+        &self,
+        changed: impl Iterator<Item = Arc<NodeInfo>>,
+        namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
+        image_node_counts: Arc<HashMap<String, usize>>,
+    ) -> Snapshot {
+        let mut copy = Snapshot {
+            namespace_labels,
+            image_node_counts,
+            ..self.clone()
+        };
+        let mut affinity_changed = false;
+        for info in changed {
+            let Some(&i) = self.index.get(&info.name) else {
+                continue;
+            };
+            if let Some(old) = copy.nodes.get(i) {
+                affinity_changed |= (old.pods_with_affinity > 0) != (info.pods_with_affinity > 0)
+                    || (old.pods_with_required_anti_affinity > 0)
+                        != (info.pods_with_required_anti_affinity > 0);
+            }
+            if let Some(slot) = copy.nodes.get_mut(i) {
+                *slot = info;
+            }
+        }
+        if affinity_changed {
+            let with = |f: fn(&NodeInfo) -> bool| -> Vec<usize> {
+                copy.nodes
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| f(n))
+                    .map(|(i, _)| i)
+                    .collect()
+            };
+            copy.have_pods_with_affinity = with(|n| n.pods_with_affinity > 0);
+            copy.have_pods_with_required_anti_affinity =
+                with(|n| n.pods_with_required_anti_affinity > 0);
+        }
+        copy
+    }
+
     /// A snapshot of plain node infos, computing the image counts; for tests and benchmarks.
     pub fn from_node_infos(nodes: Vec<NodeInfo>) -> Self {
         let mut counts: HashMap<String, usize> = HashMap::new();
