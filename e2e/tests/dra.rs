@@ -163,6 +163,63 @@ struct Case {
     devices: Value,
 }
 
+/// The pod of case `case` for `scheduler`: `<case>-ref` for kube-scheduler, `<case>-tether`.
+fn pod_name(case: &str, scheduler: &str) -> String {
+    let by = if scheduler.contains("reference") {
+        "ref"
+    } else {
+        "tether"
+    };
+    format!("{case}-{by}")
+}
+
+/// The message of the pod's `PodScheduled=False` condition with reason `Unschedulable`.
+fn unschedulable_message(pod: Pod) -> Option<String> {
+    pod.status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+        .and_then(|c| c.message)
+}
+
+/// Deletes the pod at once and waits until it and the claims it owns (kube-controller-manager
+/// deallocates and deletes them) are gone: the devices are free for the next scheduler.
+async fn delete_with_its_claims(
+    pods: &Api<Pod>,
+    claims: &Api<ResourceClaim>,
+    pod_name: &str,
+) -> anyhow::Result<()> {
+    pods.delete(pod_name, &DeleteParams::default().grace_period(0))
+        .await?;
+    wait_for(
+        &format!("{pod_name} and its claim gone"),
+        Duration::from_secs(60),
+        || async move {
+            let pod_gone = pods.get_opt(pod_name).await?.is_none();
+            let claims_left = claims
+                .list(&Default::default())
+                .await?
+                .items
+                .into_iter()
+                .filter(|c| {
+                    c.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| o.name == pod_name)
+                })
+                .count();
+            Ok((pod_gone && claims_left == 0).then_some(()))
+        },
+    )
+    .await
+}
+
 async fn run_once(
     client: &kube::Client,
     ns: &str,
@@ -182,15 +239,7 @@ async fn run_once(
         "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": template}],
     });
     nodes.isolate(&mut spec);
-    let pod_name = format!(
-        "{}-{}",
-        case.name,
-        if scheduler.contains("reference") {
-            "ref"
-        } else {
-            "tether"
-        }
-    );
+    let pod_name = pod_name(case.name, scheduler);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name}, "spec": spec,
@@ -272,17 +321,7 @@ async fn run_once(
                             .transpose()?,
                     }));
                 }
-                let rejected = pod
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|c| {
-                        c.type_ == "PodScheduled"
-                            && c.status == "False"
-                            && c.reason.as_deref() == Some("Unschedulable")
-                    })
-                    .and_then(|c| c.message);
+                let rejected = unschedulable_message(pod);
                 Ok(rejected.map(Outcome::Unschedulable))
             }
         },
@@ -290,33 +329,7 @@ async fn run_once(
     .await?;
     // The pod goes, and with it (kube-controller-manager deallocates and deletes it) its
     // claim: the devices are free for the next scheduler.
-    pods.delete(&pod_name, &DeleteParams::default().grace_period(0))
-        .await?;
-    wait_for(
-        &format!("{pod_name} and its claim gone"),
-        Duration::from_secs(60),
-        || {
-            let (pods, claims, pod_name) = (pods.clone(), claims.clone(), pod_name.clone());
-            async move {
-                let pod_gone = pods.get_opt(&pod_name).await?.is_none();
-                let claims_left = claims
-                    .list(&Default::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|c| {
-                        c.metadata
-                            .owner_references
-                            .iter()
-                            .flatten()
-                            .any(|o| o.name == pod_name)
-                    })
-                    .count();
-                Ok((pod_gone && claims_left == 0).then_some(()))
-            }
-        },
-    )
-    .await?;
+    delete_with_its_claims(&pods, &claims, &pod_name).await?;
     kubectl_ok(
         &["delete", "resourceclaimtemplate", &template, "-n", ns],
         None,
@@ -519,15 +532,7 @@ async fn run_extended(
     if let Some(i) = case.on_node {
         spec["nodeSelector"]["kubernetes.io/hostname"] = json!(nodes.names[i]);
     }
-    let pod_name = format!(
-        "{}-{}",
-        case.name,
-        if scheduler.contains("reference") {
-            "ref"
-        } else {
-            "tether"
-        }
-    );
+    let pod_name = pod_name(case.name, scheduler);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let pod: Pod = serde_json::from_value(json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name}, "spec": spec,
@@ -617,49 +622,13 @@ async fn run_extended(
                         mappings,
                     }));
                 }
-                let rejected = pod
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|c| {
-                        c.type_ == "PodScheduled"
-                            && c.status == "False"
-                            && c.reason.as_deref() == Some("Unschedulable")
-                    })
-                    .and_then(|c| c.message);
+                let rejected = unschedulable_message(pod);
                 Ok(rejected.map(ExtendedOutcome::Unschedulable))
             }
         },
     )
     .await?;
-    pods.delete(&pod_name, &DeleteParams::default().grace_period(0))
-        .await?;
-    wait_for(
-        &format!("{pod_name} and its claim gone"),
-        Duration::from_secs(60),
-        || {
-            let (pods, claims, pod_name) = (pods.clone(), claims.clone(), pod_name.clone());
-            async move {
-                let pod_gone = pods.get_opt(&pod_name).await?.is_none();
-                let claims_left = claims
-                    .list(&Default::default())
-                    .await?
-                    .items
-                    .into_iter()
-                    .filter(|c| {
-                        c.metadata
-                            .owner_references
-                            .iter()
-                            .flatten()
-                            .any(|o| o.name == pod_name)
-                    })
-                    .count();
-                Ok((pod_gone && claims_left == 0).then_some(()))
-            }
-        },
-    )
-    .await?;
+    delete_with_its_claims(&pods, &claims, &pod_name).await?;
     Ok(outcome)
 }
 
