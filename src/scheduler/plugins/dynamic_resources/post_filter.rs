@@ -1,0 +1,122 @@
+//! PostFilter: when no node fits, deallocate a claim that kept the pod off a node, or delete
+//! the extended resources' claim an earlier attempt left, bounded, from the scheduling thread.
+
+use super::*;
+
+/// Runs a PostFilter write from the scheduling thread (outside the runtime), bounded by
+/// [`DEALLOCATION_TIMEOUT`]: the timer is made inside the runtime, which alone can make one.
+pub(super) fn bounded<F: std::future::Future>(
+    runtime: &tokio::runtime::Handle,
+    write: F,
+) -> Result<F::Output, tokio::time::error::Elapsed> {
+    runtime.block_on(async { tokio::time::timeout(DEALLOCATION_TIMEOUT, write).await })
+}
+
+impl PostFilterPlugin for DynamicResources {
+    fn post_filter(&self, ctx: &PostFilterContext<'_>) -> (Nomination, Status) {
+        let Some(s) = ctx.state.read::<State>(STATE_KEY) else {
+            return (
+                Nomination::Keep,
+                Status::error(format!("cannot read {STATE_KEY:?} from cycleState")),
+            );
+        };
+        let nothing = || {
+            (
+                Nomination::Keep,
+                Status::with_reasons(Code::Unschedulable, Vec::new()),
+            )
+        };
+        if s.claims.is_empty() && s.extended.is_none() {
+            return nothing();
+        }
+        let pod_uid = ctx.pod.uid();
+        let candidate = locks::lock(&s.unavailable).iter().find_map(|&i| {
+            let claim = s.claims.get(i)?;
+            let reserved = claim
+                .status
+                .as_ref()
+                .and_then(|st| st.reserved_for.as_ref())
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let free = reserved.is_empty() || (reserved.len() == 1 && reserved[0].uid == pod_uid);
+            free.then(|| claim.clone())
+        });
+        let Some(claim) = candidate else {
+            return match s.extended.as_ref().filter(|e| e.stale()) {
+                Some(ext) => self.delete_stale(&ext.claim),
+                None => nothing(),
+            };
+        };
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return nothing();
+        };
+        let mut freed = (*claim).clone();
+        if let Some(st) = freed.status.as_mut() {
+            st.reserved_for = None;
+            st.allocation = None;
+            st.devices = None;
+        }
+        let api: Api<ResourceClaim> = Api::namespaced(
+            client.clone(),
+            freed.metadata.namespace.as_deref().unwrap_or_default(),
+        );
+        let name = freed.metadata.name.clone().unwrap_or_default();
+        // One write, on the scheduling thread as upstream's, bounded: a slow API server
+        // delays this pod's failure, not every pod's cycle for the client's read timeout.
+        let written = bounded(
+            runtime,
+            self.gate.write(Write::DynamicResources, async {
+                api.replace_status(&name, &PostParams::default(), &freed)
+                    .await
+            }),
+        );
+        match written {
+            Ok(Ok(Ok(_))) => (
+                Nomination::Keep,
+                Status::unschedulable("deallocation of ResourceClaim completed"),
+            ),
+            Ok(Ok(Err(e))) => (Nomination::Keep, Status::error(api_errors::message(&e))),
+            Ok(Err(refused)) => (Nomination::Keep, Status::error(refused.to_string())),
+            Err(_) => (
+                Nomination::Keep,
+                Status::error(format!(
+                    "deallocating ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
+                    claims::key(&claim)
+                )),
+            ),
+        }
+    }
+}
+
+impl DynamicResources {
+    /// Deletes the extended resources' claim an earlier attempt made (PostFilter), bounded as
+    /// a deallocation is.
+    fn delete_stale(&self, claim: &ResourceClaim) -> (Nomination, Status) {
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return (
+                Nomination::Keep,
+                Status::with_reasons(Code::Unschedulable, Vec::new()),
+            );
+        };
+        let done = bounded(
+            runtime,
+            self.gate
+                .write(Write::DynamicResources, delete_claim(client, claim)),
+        );
+        match done {
+            Ok(Ok(Ok(()))) => (
+                Nomination::Keep,
+                Status::unschedulable("deletion of ResourceClaim completed"),
+            ),
+            Ok(Ok(Err(e))) => (Nomination::Keep, Status::error(e)),
+            Ok(Err(refused)) => (Nomination::Keep, Status::error(refused.to_string())),
+            Err(_) => (
+                Nomination::Keep,
+                Status::error(format!(
+                    "deleting ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
+                    claims::key(claim)
+                )),
+            ),
+        }
+    }
+}
