@@ -50,6 +50,8 @@ pub enum Write {
     /// DynamicResources' writes: a claim's allocation and reservation (PreBind), the pod's
     /// reservation taken back (Unreserve), a claim deallocated (PostFilter).
     DynamicResources,
+    /// A PodGroup's `PodGroupInitiallyScheduled` condition (the group cycle).
+    PodGroupStatus,
 }
 
 /// Why a write was refused or abandoned.
@@ -250,7 +252,7 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
-    const ALL: [Write; 10] = [
+    const ALL: [Write; 11] = [
         Write::Bind,
         Write::History,
         Write::ProfileStatus,
@@ -261,6 +263,7 @@ mod tests {
         Write::Eviction,
         Write::VolumeBinding,
         Write::DynamicResources,
+        Write::PodGroupStatus,
     ];
 
     #[test]

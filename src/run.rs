@@ -25,6 +25,7 @@ use crate::scheduler::backend::queue::SchedulingQueue;
 use crate::scheduler::eventhandlers::{self, EventHandlers};
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::{self, DisruptionBudgets};
+use crate::scheduler::informers::pod_groups::{self, PodGroupIndex};
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
 
@@ -284,6 +285,7 @@ struct Parts {
     storage: Arc<StorageIndex>,
     devices: Arc<DeviceIndex>,
     budgets: Arc<DisruptionBudgets>,
+    pod_groups: Arc<PodGroupIndex>,
 }
 
 /// The API client, its requests counted in the process's metrics.
@@ -317,6 +319,7 @@ fn build_scheduler(
     let storage = Arc::new(StorageIndex::default());
     let devices = Arc::new(DeviceIndex::default());
     let budgets = Arc::new(DisruptionBudgets::default());
+    let pod_groups = Arc::new(PodGroupIndex::default());
 
     // Profiles come only from SchedulingProfile objects; the controller fills the registry.
     let profiles = Arc::new(ProfileRegistry::new());
@@ -353,6 +356,7 @@ fn build_scheduler(
             runtime: tokio::runtime::Handle::current(),
             fatal: process.fatal.clone(),
             gate: gate.clone(),
+            pod_groups: pod_groups.clone(),
         },
     );
     let handle = Handle {
@@ -360,6 +364,7 @@ fn build_scheduler(
         storage: storage.clone(),
         devices: devices.clone(),
         budgets: budgets.clone(),
+        pod_groups: pod_groups.clone(),
         events: Some(
             EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
         ),
@@ -383,6 +388,7 @@ fn build_scheduler(
         storage,
         devices,
         budgets,
+        pod_groups,
     })
 }
 
@@ -424,6 +430,17 @@ async fn start_watches_and_controllers(
             eventhandlers::storage::run_device_watches(
                 parts.devices.clone(),
                 parts.sched.clone(),
+                client.clone(),
+                readiness,
+            ),
+        )),
+        tokio::spawn(fatal.forever(
+            "the PodGroup watch",
+            pod_groups::run_watch(
+                Arc::new(eventhandlers::storage::Feed {
+                    index: parts.pod_groups.clone(),
+                    sched: parts.sched.clone(),
+                }),
                 client.clone(),
                 readiness,
             ),

@@ -1,16 +1,52 @@
-//! The Workload API on the local control plane: kube-apiserver serves
-//! `scheduling.k8s.io/v1beta1` PodGroups and pods' `spec.schedulingGroup` (GenericWorkload,
-//! beta and off by default in 1.37), and kube-scheduler v1.37.2 run with the gate places a
-//! gang whole or not at all. This is the reference gang scheduling in tether is to be compared
-//! with, side by side.
+//! Gang scheduling on the Workload API: kube-apiserver serves `scheduling.k8s.io/v1beta1`
+//! PodGroups and pods' `spec.schedulingGroup` (GenericWorkload, beta and off by default in
+//! 1.37; the local control plane turns it on). tether's group cycle places a gang whole or not
+//! at all, side by side with kube-scheduler v1.37.2 run with the gate, and what kube-scheduler
+//! does not show here (two gangs competing for room, members arriving one by one) is checked
+//! against what a user relies on.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::Api;
+use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
 use tether_e2e::reference::ReferenceScheduler;
-use tether_e2e::{TestNamespace, TestNodes, apply, client, unique_suffix, wait_for};
+use tether_e2e::{
+    TestNamespace, TestNodes, apply, apply_profile, client, unique_suffix, wait_bound, wait_for,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A PodGroup `name` of the gang policy with `min_count`.
+fn pod_group(ns: &str, name: &str, min_count: i32) -> anyhow::Result<()> {
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }))
+}
+
+/// Pod `<group>-<i>` of 1 CPU naming `group`.
+fn member(
+    ns: &str,
+    nodes: &TestNodes,
+    scheduler: &str,
+    group: &str,
+    i: usize,
+) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "schedulingGroup": {"podGroupName": group},
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+    });
+    nodes.isolate(&mut spec);
+    apply(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{group}-{i}"), "namespace": ns}, "spec": spec,
+    }))
+}
 
 /// A PodGroup `name` of the gang policy with `min_count`, and `members` pods of 1 CPU naming it.
 fn gang(
@@ -21,24 +57,23 @@ fn gang(
     min_count: i32,
     members: usize,
 ) -> anyhow::Result<()> {
-    apply(json!({
-        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
-    }))?;
+    pod_group(ns, name, min_count)?;
     for i in 0..members {
-        let mut spec = json!({
-            "schedulerName": scheduler,
-            "schedulingGroup": {"podGroupName": name},
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
-        });
-        nodes.isolate(&mut spec);
-        apply(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("{name}-{i}"), "namespace": ns}, "spec": spec,
-        }))?;
+        member(ns, nodes, scheduler, name, i)?;
     }
     Ok(())
+}
+
+/// A pod of 1 CPU naming no group.
+fn plain(ns: &str, nodes: &TestNodes, scheduler: &str, name: &str) -> anyhow::Result<()> {
+    let mut spec: Value = json!({
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+    });
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": ns}, "spec": spec}))
 }
 
 /// The PodGroup's `PodGroupInitiallyScheduled` condition: (status, reason, message).
@@ -47,132 +82,274 @@ async fn initially_scheduled(
     ns: &str,
     name: &str,
 ) -> anyhow::Result<Option<(String, String, String)>> {
-    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
-        client.clone(),
-        ns,
-        &kube::api::ApiResource {
-            group: "scheduling.k8s.io".into(),
-            version: "v1beta1".into(),
-            api_version: "scheduling.k8s.io/v1beta1".into(),
-            kind: "PodGroup".into(),
-            plural: "podgroups".into(),
-        },
-    );
+    let api: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
+        Api::namespaced(client.clone(), ns);
     let group = api.get(name).await?;
-    let conditions = group.data["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    Ok(conditions
-        .iter()
-        .find(|c| c["type"] == "PodGroupInitiallyScheduled")
-        .map(|c| {
-            let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-            (text("status"), text("reason"), text("message"))
-        }))
+    Ok(group
+        .status
+        .and_then(|s| s.conditions)
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.type_ == "PodGroupInitiallyScheduled")
+        .map(|c| (c.status, c.reason, c.message)))
+}
+
+/// Waits for the group's condition to have `status`.
+async fn condition_becomes(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    status: &str,
+) -> anyhow::Result<(String, String, String)> {
+    wait_for(
+        &format!("PodGroup {name} PodGroupInitiallyScheduled={status}"),
+        TIMEOUT,
+        || async move {
+            Ok(initially_scheduled(client, ns, name)
+                .await?
+                .filter(|c| c.0 == status))
+        },
+    )
+    .await
+}
+
+/// The node of every pod of the namespace whose name starts with `<group>-`, by pod name.
+async fn placement(
+    client: &kube::Client,
+    ns: &str,
+    group: &str,
+) -> anyhow::Result<BTreeMap<String, Option<String>>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let prefix = format!("{group}-");
+    Ok(pods
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| {
+            p.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| n.starts_with(&prefix))
+        })
+        .map(|p| {
+            (
+                p.metadata.name.unwrap_or_default(),
+                p.spec.and_then(|s| s.node_name),
+            )
+        })
+        .collect())
+}
+
+async fn bound_count(client: &kube::Client, ns: &str, group: &str) -> anyhow::Result<usize> {
+    Ok(placement(client, ns, group)
+        .await?
+        .values()
+        .filter(|n| n.is_some())
+        .count())
+}
+
+/// The pod's `PodScheduled=False` message, once it has one.
+async fn unscheduled_message(client: &kube::Client, ns: &str, pod: &str) -> anyhow::Result<String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("{pod}'s PodScheduled=False"), TIMEOUT, || {
+        let pods = pods.clone();
+        async move {
+            let pod = pods.get(pod).await?;
+            Ok(pod
+                .status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .into_iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .and_then(|c| c.message))
+        }
+    })
+    .await
+}
+
+/// What a scheduler did with the scenario below, as the user sees it.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    /// The gang that fits: its condition (status, reason, message).
+    fits: (String, String, String),
+    /// The gang that does not: its condition.
+    refused: (String, String, String),
+    /// How many of the refused gang's members say `pod group is unschedulable, <condition>`.
+    members_naming_the_group: usize,
 }
 
 /// Two nodes of 2 CPUs: a gang of 3 (minCount 3) is bound whole and its PodGroup says so; then
 /// a gang of 4 (minCount 4), with room for one more pod only, binds none, holds no room (a
 /// plain pod takes that room), and its PodGroup and pods say why.
-#[tokio::test]
-async fn kube_scheduler_places_a_gang_whole_or_not_at_all() -> anyhow::Result<()> {
+async fn whole_or_not_at_all(scheduler: &str, test: &str) -> anyhow::Result<Seen> {
     let client = client().await?;
-    let ns = TestNamespace::create(&client, "gang-ref").await?;
-    let nodes = TestNodes::create(&client, "gang-ref", 2, "2", |_, _| {}).await?;
-    let scheduler = format!("gang-reference-{}", unique_suffix());
-    let _kube = ReferenceScheduler::start_gated(
+    let ns = TestNamespace::create(&client, test).await?;
+    let nodes = TestNodes::create(&client, test, 2, "2", |_, _| {}).await?;
+
+    gang(&ns.name, &nodes, scheduler, "fits", 3, 3)?;
+    wait_for("the gang of 3 bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, &ns.name, "fits").await? == 3).then_some(()))
+    })
+    .await?;
+    let fits = condition_becomes(&client, &ns.name, "fits", "True").await?;
+
+    gang(&ns.name, &nodes, scheduler, "too-big", 4, 4)?;
+    let refused = condition_becomes(&client, &ns.name, "too-big", "False").await?;
+    let mut members_naming_the_group = 0;
+    for i in 0..4 {
+        let message = unscheduled_message(&client, &ns.name, &format!("too-big-{i}")).await?;
+        if message == format!("pod group is unschedulable, {}", refused.2) {
+            members_naming_the_group += 1;
+        }
+    }
+    assert_eq!(
+        bound_count(&client, &ns.name, "too-big").await?,
+        0,
+        "{scheduler}: a member of a gang that does not fit was bound"
+    );
+    // The room the refused gang did not take is free: a plain pod takes it.
+    plain(&ns.name, &nodes, scheduler, "plain")?;
+    wait_bound(&client, &ns.name, "plain", TIMEOUT).await?;
+    assert_eq!(
+        bound_count(&client, &ns.name, "too-big").await?,
+        0,
+        "{scheduler}: bound after the room went"
+    );
+
+    ns.delete().await?;
+    nodes.delete().await?;
+    Ok(Seen {
+        fits,
+        refused,
+        members_naming_the_group,
+    })
+}
+
+/// kube-scheduler v1.37.2 and tether, each on nodes of its own, place the gang that fits and
+/// refuse the one that does not, with the same PodGroup conditions and messages, and the
+/// member each placed before the group failed says so in the same words.
+#[tokio::test]
+async fn a_gang_is_placed_whole_or_not_at_all_as_kube_scheduler_places_it() -> anyhow::Result<()> {
+    let reference = format!("gang-reference-{}", unique_suffix());
+    let kube = ReferenceScheduler::start_gated(
         "kube-scheduler-gang",
-        json!({"profiles": [{"schedulerName": scheduler,
-                             "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}]}),
+        json!({"profiles": [{"schedulerName": reference}]}),
         &["GenericWorkload=true"],
     )?;
-    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let node_of = |name: String| {
-        let pods = pods.clone();
-        async move { Ok::<_, anyhow::Error>(pods.get(&name).await?.spec.and_then(|s| s.node_name)) }
-    };
-
-    gang(&ns.name, &nodes, &scheduler, "fits", 3, 3)?;
-    wait_for(
-        "the gang of 3 bound whole",
-        Duration::from_secs(60),
-        || async {
-            let mut bound = 0;
-            for i in 0..3 {
-                if node_of(format!("fits-{i}")).await?.is_some() {
-                    bound += 1;
-                }
-            }
-            Ok((bound == 3).then_some(()))
-        },
-    )
-    .await?;
-    let scheduled = wait_for("the PodGroup's condition", Duration::from_secs(30), || {
-        let client = client.clone();
-        let ns = ns.name.clone();
-        async move { initially_scheduled(&client, &ns, "fits").await }
-    })
-    .await?;
+    let upstream = whole_or_not_at_all(&reference, "gang-ref").await?;
+    drop(kube);
+    println!("kube-scheduler: {upstream:?}");
     assert_eq!(
-        (scheduled.0.as_str(), scheduled.1.as_str()),
-        ("True", "Scheduled")
+        upstream.refused.2,
+        "minCount (4) cannot be satisfied: 1 scheduled, 2 remaining, pod group preemption: No preemption victims found for incoming preemptor",
+        "the reference's message is the one recorded"
     );
 
-    gang(&ns.name, &nodes, &scheduler, "too-big", 4, 4)?;
-    let refused = wait_for("the gang of 4 refused", Duration::from_secs(60), || {
-        let client = client.clone();
-        let ns = ns.name.clone();
-        async move {
-            Ok(initially_scheduled(&client, &ns, "too-big")
-                .await?
-                .filter(|c| c.0 == "False"))
-        }
+    let client = client().await?;
+    let ours = format!("gang-tether-{}", unique_suffix());
+    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
+    let tether = whole_or_not_at_all(&ours, "gang-tether").await?;
+    println!("tether: {tether:?}");
+    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
+    assert_eq!(tether, upstream);
+    Ok(())
+}
+
+/// Two gangs of 6 on 8 CPUs: each fits alone, not both. One is bound whole and the other
+/// binds nothing (no deadlock on half the room each); once the first is deleted, the second
+/// is bound whole.
+#[tokio::test]
+async fn of_two_gangs_that_do_not_fit_together_one_is_placed_then_the_other() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "gang-two").await?;
+    let nodes = TestNodes::create(&client, "gang-two", 4, "2", |_, _| {}).await?;
+    let scheduler = format!("gang-two-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    pod_group(&ns.name, "a", 6)?;
+    pod_group(&ns.name, "b", 6)?;
+    // Interleaved, so that neither is complete long before the other.
+    for i in 0..6 {
+        member(&ns.name, &nodes, &scheduler, "a", i)?;
+        member(&ns.name, &nodes, &scheduler, "b", i)?;
+    }
+    let (first, second) = wait_for("one gang bound whole", TIMEOUT, || async {
+        let a = bound_count(&client, &ns.name, "a").await?;
+        let b = bound_count(&client, &ns.name, "b").await?;
+        Ok(match (a, b) {
+            (6, _) => Some(("a", "b")),
+            (_, 6) => Some(("b", "a")),
+            _ => None,
+        })
     })
     .await?;
-    println!("the refused gang's condition: {refused:?}");
-    assert_eq!(refused.1, "Unschedulable");
-    for i in 0..4 {
-        assert_eq!(
-            node_of(format!("too-big-{i}")).await?,
-            None,
-            "a member of a gang that does not fit was bound"
-        );
-    }
-    let message = wait_for(
-        "a member's PodScheduled condition",
-        Duration::from_secs(30),
-        || {
-            let pods = pods.clone();
-            async move {
-                let pod = pods.get("too-big-0").await?;
-                Ok(pod
-                    .status
-                    .and_then(|s| s.conditions)
-                    .unwrap_or_default()
-                    .into_iter()
-                    .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                    .and_then(|c| c.message))
-            }
-        },
-    )
-    .await?;
-    println!("a member's message: {message}");
-    assert!(
-        message.starts_with("pod group is unschedulable"),
-        "{message}"
+    condition_becomes(&client, &ns.name, second, "False").await?;
+    assert_eq!(
+        bound_count(&client, &ns.name, second).await?,
+        0,
+        "the gang that does not fit beside the other holds part of the room"
     );
 
-    // The room the refused gang did not take is free: a plain pod takes it.
-    let mut spec: Value = json!({
-        "schedulerName": scheduler,
-        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
-    });
-    nodes.isolate(&mut spec);
-    apply(json!({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": "plain", "namespace": ns.name}, "spec": spec}))?;
-    tether_e2e::wait_bound(&client, &ns.name, "plain", Duration::from_secs(60)).await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for i in 0..6 {
+        pods.delete(&format!("{first}-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    wait_for("the second gang bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, &ns.name, second).await? == 6).then_some(()))
+    })
+    .await?;
+    condition_becomes(&client, &ns.name, second, "True").await?;
 
+    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
+/// A gang whose members arrive one by one waits (PreEnqueue) until `minCount` of them exist,
+/// while pods created after its first members are scheduled; then it is bound whole. Deleting
+/// a member of the placed gang leaves the others bound.
+#[tokio::test]
+async fn a_gang_waits_for_min_count_members_then_is_placed_whole() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "gang-slow").await?;
+    let nodes = TestNodes::create(&client, "gang-slow", 2, "4", |_, _| {}).await?;
+    let scheduler = format!("gang-slow-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    pod_group(&ns.name, "slow", 3)?;
+    member(&ns.name, &nodes, &scheduler, "slow", 0)?;
+    member(&ns.name, &nodes, &scheduler, "slow", 1)?;
+    // A pod created after them is scheduled: the scheduler has looked at the members.
+    plain(&ns.name, &nodes, &scheduler, "later")?;
+    wait_bound(&client, &ns.name, "later", TIMEOUT).await?;
+    assert_eq!(
+        bound_count(&client, &ns.name, "slow").await?,
+        0,
+        "members were bound before minCount of them existed"
+    );
+
+    member(&ns.name, &nodes, &scheduler, "slow", 2)?;
+    wait_for("the gang bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, &ns.name, "slow").await? == 3).then_some(()))
+    })
+    .await?;
+    condition_becomes(&client, &ns.name, "slow", "True").await?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    pods.delete("slow-0", &DeleteParams::default()).await?;
+    wait_for("slow-0 gone", TIMEOUT, || async {
+        Ok(pods.get_opt("slow-0").await?.is_none().then_some(()))
+    })
+    .await?;
+    let left = placement(&client, &ns.name, "slow").await?;
+    assert_eq!(left.len(), 2);
+    assert!(
+        left.values().all(Option::is_some),
+        "a member was unbound: {left:?}"
+    );
+
+    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler], None)?;
     ns.delete().await?;
     nodes.delete().await
 }

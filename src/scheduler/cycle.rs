@@ -46,6 +46,10 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         sched.queue.unserve_popped(pod.uid());
         return;
     };
+    if let Some(gang) = crate::scheduler::group_cycle::gang_of(sched, &profile, &queued) {
+        crate::scheduler::group_cycle::schedule_group(sched, queued, profile, gang);
+        return;
+    }
     let start = Instant::now();
     let fail = |result: &'static str, failure: Failure| {
         sched
@@ -147,6 +151,28 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             Failure::after_status(&status, true, search_over_message(&status)),
         );
     }
+    to_binding(sched, queued, profile, state, node, choice, start);
+}
+
+/// Permit, then the binding cycle, for a pod assumed on `node` whose Reserve passed (a pod of
+/// its own cycle, or a member of a gang's group cycle). A Permit rejection gives back what the
+/// pod holds and fails it.
+pub(crate) fn to_binding(
+    sched: &Arc<Scheduler>,
+    queued: QueuedPodInfo,
+    profile: Arc<CompiledProfile>,
+    state: CycleState,
+    node: String,
+    choice: Choice,
+    start: Instant,
+) {
+    let pod = queued.pod.clone();
+    let fail = |result: &'static str, failure: Failure| {
+        sched
+            .metrics
+            .attempt(result, &profile.scheduler_name, start.elapsed());
+        sched.handle_failure(&queued, &profile, failure);
+    };
     let began = Instant::now();
     let permitted = profile.run_permit(&state, &pod, &node, &sched.waiting_pods);
     let code = match &permitted {
@@ -198,7 +224,7 @@ fn result_label(status: &Status) -> &'static str {
 /// What a Reserve or Permit failure reports: a rejection as a FitError over the one node
 /// (`0/1 nodes are available: 1 <reason>.`), an error as its runner wrapped it (`running
 /// Reserve plugin "X": …`).
-fn search_over_message(status: &Status) -> String {
+pub(crate) fn search_over_message(status: &Status) -> String {
     if status.is_rejected() {
         one_node_fit_error(status)
     } else {

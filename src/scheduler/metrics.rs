@@ -159,6 +159,14 @@ struct Upstream {
     /// `scheduler_scheduling_algorithm_duration_seconds`: from the start of the cycle to the
     /// end of the search for a node (PostFilter included).
     algorithm_duration: Histogram,
+    /// `scheduler_podgroup_schedule_attempts_total{result,profile}`: each group cycle, by its
+    /// result (scheduled, unschedulable, error).
+    podgroup_attempts: Family<AttemptLabels, Counter>,
+    /// `scheduler_podgroup_scheduling_attempt_duration_seconds{result,profile}`.
+    podgroup_attempt_duration: Family<AttemptLabels, Histogram>,
+    /// `scheduler_podgroup_scheduling_algorithm_duration_seconds`: the search for the members'
+    /// nodes.
+    podgroup_algorithm_duration: Histogram,
 }
 
 /// The labels of kube-scheduler's incoming pods counter.
@@ -260,6 +268,11 @@ impl Default for Metrics {
             preemption_attempts: Counter::default(),
             preemption_victims: victim_buckets(),
             algorithm_duration: attempt_buckets(),
+            podgroup_attempts: Family::default(),
+            podgroup_attempt_duration: Family::new_with_constructor(
+                attempt_buckets as fn() -> Histogram,
+            ),
+            podgroup_algorithm_duration: attempt_buckets(),
         };
         root.register(
             "scheduler_unschedulable_pods",
@@ -280,6 +293,21 @@ impl Default for Metrics {
             "scheduler_scheduling_algorithm_duration_seconds",
             "Scheduling algorithm latency in seconds",
             upstream.algorithm_duration.clone(),
+        );
+        root.register(
+            "scheduler_podgroup_schedule_attempts",
+            "Number of attempts to schedule pod groups, by the result. 'unschedulable' means a pod group could not be scheduled, while 'error' means an internal scheduler problem.",
+            upstream.podgroup_attempts.clone(),
+        );
+        root.register(
+            "scheduler_podgroup_scheduling_attempt_duration_seconds",
+            "Pod group scheduling attempt latency in seconds (scheduling algorithm + binding)",
+            upstream.podgroup_attempt_duration.clone(),
+        );
+        root.register(
+            "scheduler_podgroup_scheduling_algorithm_duration_seconds",
+            "Pod group scheduling algorithm latency in seconds",
+            upstream.podgroup_algorithm_duration.clone(),
         );
         root.register_collector(Box::new(ProcessCollector));
         let api_requests = RequestMetrics::default();
@@ -615,6 +643,23 @@ impl Metrics {
         if let Some(victims) = victims {
             self.upstream.preemption_victims.observe(victims as f64);
         }
+    }
+
+    /// A group cycle ended: `result` is scheduled, unschedulable or error; `search` is how
+    /// long the search for the members' nodes took, `took` the whole cycle.
+    pub fn podgroup_attempt(&self, result: &str, profile: &str, search: Duration, took: Duration) {
+        let labels = AttemptLabels {
+            result: result.into(),
+            profile: profile.into(),
+        };
+        self.upstream.podgroup_attempts.get_or_create(&labels).inc();
+        self.upstream
+            .podgroup_attempt_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+        self.upstream
+            .podgroup_algorithm_duration
+            .observe(search.as_secs_f64());
     }
 
     /// The search for a node (Filter, Score, PostFilter) ended `took` after the cycle began.

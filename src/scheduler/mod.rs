@@ -15,6 +15,7 @@ pub mod eventhandlers;
 pub mod explain;
 pub mod failure;
 pub mod framework;
+pub mod group_cycle;
 pub mod informers;
 pub mod metrics;
 pub mod outcome;
@@ -40,6 +41,7 @@ use self::cycle::Assumed;
 use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
+use self::informers::pod_groups::PodGroupIndex;
 use self::metrics::Metrics;
 use self::outcome::Reports;
 use crate::gate::{Write, WriteGate};
@@ -131,6 +133,8 @@ pub struct Scheduler {
     fatal: Fatal,
     /// Asked before every bind: binds are made only while this replica leads.
     pub gate: WriteGate,
+    /// PodGroups and their members, for the group scheduling cycle.
+    pub pod_groups: Arc<PodGroupIndex>,
     /// The binding cycles under way, and the places among those that bind now.
     binds: Arc<BindingCycles>,
     /// Told of each pod found bound that this scheduler did not bind, once set.
@@ -180,6 +184,8 @@ pub struct Services {
     pub fatal: Fatal,
     /// The write gate (only a leader binds).
     pub gate: WriteGate,
+    /// PodGroups from their watch, and the pods naming each (kept by the pod watch).
+    pub pod_groups: Arc<PodGroupIndex>,
 }
 
 impl Scheduler {
@@ -192,6 +198,7 @@ impl Scheduler {
             runtime,
             fatal,
             gate,
+            pod_groups,
         } = services;
         Arc::new_cyclic(|this| Scheduler {
             cache: view.cache.clone(),
@@ -208,6 +215,7 @@ impl Scheduler {
             runtime,
             fatal,
             gate,
+            pod_groups,
             binds: Arc::new(BindingCycles::default()),
             bound_by_others: OnceLock::new(),
             this: this.clone(),

@@ -183,6 +183,11 @@ impl Failures {
 }
 
 impl Reports {
+    /// The API client the reports are written with.
+    pub fn client(&self) -> &kube::Client {
+        &self.client
+    }
+
     /// Reports written with `client`, each admitted by `gate`; the events and the failure
     /// conditions are written by tasks spawned here, on the current tokio runtime.
     pub fn new(client: kube::Client, instance: Option<String>, gate: WriteGate) -> Self {

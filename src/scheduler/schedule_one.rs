@@ -102,10 +102,26 @@ pub fn schedule_pod(
     start_index: &AtomicUsize,
     nominated: &dyn NominatedPods,
 ) -> ScheduleResult {
+    schedule_pod_with(profile, state, pod, snapshot, start_index, nominated, true)
+}
+
+/// [`schedule_pod`], with PostFilter run on a pod that fits nowhere only when `post_filter`
+/// (a member of a gang's group cycle is tried without it, as upstream's).
+pub fn schedule_pod_with(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    start_index: &AtomicUsize,
+    nominated: &dyn NominatedPods,
+    post_filter: bool,
+) -> ScheduleResult {
     let unschedulable = |state: &mut CycleState, diagnosis: Diagnosis| {
-        ScheduleResult::Unschedulable(
-            profile.run_post_filter(state, pod, snapshot, nominated, diagnosis),
-        )
+        ScheduleResult::Unschedulable(if post_filter {
+            profile.run_post_filter(state, pod, snapshot, nominated, diagnosis)
+        } else {
+            diagnosis
+        })
     };
     let num_all = snapshot.len();
     if num_all == 0 {

@@ -361,6 +361,7 @@ impl ClusterState {
             storage,
             devices,
             budgets: Arc::new(DisruptionBudgets::default()),
+            pod_groups: Arc::default(),
             events: None,
             // No client: nothing is written.
             gate: crate::gate::WriteGate::alone(),

@@ -21,6 +21,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::backend::cache::occupies_node;
 use crate::scheduler::framework::events::{
     self, ASSIGNED_POD_ADD, ASSIGNED_POD_DELETE, EventObject, NODE_ADD, NODE_DELETE,
+    UNSCHEDULED_POD_ADD,
 };
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
@@ -161,6 +162,8 @@ impl EventHandlers {
     pub fn on_pod(&self, pod: Pod) {
         let sched = &self.sched;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        // A gang's members are counted before the pod is queued: its own PreEnqueue counts it.
+        let joined_group = sched.pod_groups.observe_pod(&pod);
         let scheduler_name = pods::scheduler_name(&pod).to_string();
         if pods::node_name(&pod).is_some() {
             let pod = Arc::new(pod);
@@ -230,7 +233,14 @@ impl EventHandlers {
         if sched.lock_cache().is_assumed(&uid) {
             return;
         }
-        sched.enqueue(Arc::new(PodInfo::new(Arc::new(pod))), &profile);
+        let pod = Arc::new(pod);
+        sched.enqueue(Arc::new(PodInfo::new(pod.clone())), &profile);
+        if joined_group {
+            // The gang's other pods, held at PreEnqueue until minCount exist, may go now.
+            sched
+                .queue
+                .on_event(UNSCHEDULED_POD_ADD, None, Some(EventObject::Pod(pod)));
+        }
     }
 
     /// A pending pod no profile serves (yet): kept in the queue's unserved pool, queued as soon
@@ -251,6 +261,7 @@ impl EventHandlers {
     pub fn on_pod_deleted(&self, pod: &Pod) {
         let sched = &self.sched;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
+        sched.pod_groups.forget_pod(&uid);
         sched.queue.delete(&uid);
         let nominated = sched.nominator.forget(&uid);
         let mut cache = sched.lock_cache();
@@ -328,6 +339,7 @@ impl Index<Pod> for EventHandlers {
         let sched = &self.sched;
         let removed = sched.lock_cache().retain_pods_by_uid(&seen);
         sched.queue.retain_uids(&seen);
+        sched.pod_groups.retain_pods(&seen);
         sched.nominator.retain(&seen);
         for old in removed {
             sched
@@ -462,6 +474,7 @@ mod tests {
                 runtime: tokio::runtime::Handle::current(),
                 fatal: Fatal::new().0,
                 gate: crate::gate::WriteGate::alone(),
+                pod_groups: Arc::default(),
             },
         )
     }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
 };
@@ -43,6 +44,8 @@ pub enum EventResource {
     ResourceSlice,
     DeviceClass,
     DeviceTaintRule,
+    /// A PodGroup of the Workload API (`scheduling.k8s.io/v1beta1`).
+    PodGroup,
     /// Every resource (only with [`ActionType::ALL`]: an event that moves every pod).
     WildCard,
 }
@@ -66,6 +69,7 @@ impl EventResource {
             EventResource::ResourceSlice => "ResourceSlice",
             EventResource::DeviceClass => "DeviceClass",
             EventResource::DeviceTaintRule => "DeviceTaintRule",
+            EventResource::PodGroup => "PodGroup",
             EventResource::WildCard => "*",
         }
     }
@@ -218,6 +222,10 @@ pub const FORCE_ACTIVATE: ClusterEvent = ClusterEvent::wildcard("ForceActivate")
 pub const PROFILE_CHANGE: ClusterEvent = ClusterEvent::wildcard("ProfileChange");
 pub const ASSIGNED_POD_ADD: ClusterEvent =
     ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD);
+/// A pending pod first seen. Told only for pods that name a PodGroup: GangScheduling holds
+/// their siblings until enough of them exist.
+pub const UNSCHEDULED_POD_ADD: ClusterEvent =
+    ClusterEvent::new(EventResource::UnschedulablePod, ActionType::ADD);
 pub const ASSIGNED_POD_DELETE: ClusterEvent =
     ClusterEvent::new(EventResource::AssignedPod, ActionType::DELETE);
 pub const NODE_ADD: ClusterEvent = ClusterEvent::new(EventResource::Node, ActionType::ADD);
@@ -242,6 +250,7 @@ pub enum EventObject {
     ResourceSlice(Arc<ResourceSlice>),
     DeviceClass(Arc<DeviceClass>),
     DeviceTaintRule(Arc<DeviceTaintRule>),
+    PodGroup(Arc<PodGroup>),
 }
 
 impl EventObject {
@@ -311,6 +320,7 @@ storage_object!(ResourceClaim);
 storage_object!(ResourceSlice);
 storage_object!(DeviceClass);
 storage_object!(DeviceTaintRule);
+storage_object!(PodGroup);
 
 /// The objects of a storage event, before and after.
 pub fn objects<'a, K: StorageObject>(

@@ -24,3 +24,6 @@ pub const SPREAD_PLUGINS: &[&str] = &["PodTopologySpread"];
 
 /// The owner and StickyBinding watches: a pod's workload and its history.
 pub const STICKY_PLUGINS: &[&str] = &["StickyNode", "PlacementHistory", "PlacementRecorder"];
+
+/// The PodGroup watch (the Workload API): gangs and their members.
+pub const GANG_PLUGINS: &[&str] = &["GangScheduling"];

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 pub mod devices;
 pub mod disruption_budgets;
+pub mod pod_groups;
 pub mod selectors;
 pub mod storage;
 

@@ -10,6 +10,7 @@ use crate::scheduler::framework::Plugin;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::informers::pod_groups::PodGroupIndex;
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
@@ -38,6 +39,8 @@ pub struct Handle {
     pub devices: Arc<DeviceIndex>,
     /// PodDisruptionBudgets from a watch, for DefaultPreemption.
     pub budgets: Arc<DisruptionBudgets>,
+    /// PodGroups from a watch and the pods naming each, for GangScheduling.
+    pub pod_groups: Arc<PodGroupIndex>,
     /// Writes events (DefaultPreemption's `Preempted`). `None` in unit tests.
     pub events: Option<EventWriter>,
     /// Asked before a plugin writes to the cluster (preemption's evictions, VolumeBinding's
@@ -65,6 +68,7 @@ impl Default for Handle {
             storage: Arc::new(StorageIndex::default()),
             devices: Arc::new(DeviceIndex::default()),
             budgets: Arc::new(DisruptionBudgets::default()),
+            pod_groups: Arc::default(),
             events: None,
             gate: WriteGate::alone(),
             evictions: Arc::default(),
@@ -90,7 +94,7 @@ pub struct Registration {
 pub fn registry() -> Vec<Registration> {
     use plugins::sticky::{placement_history, placement_recorder, sticky_node};
     use plugins::*;
-    let rows: [(&'static str, Factory, i32); 23] = [
+    let rows: [(&'static str, Factory, i32); 24] = [
         (priority_sort::NAME, priority_sort::build, 0),
         (scheduling_gates::NAME, scheduling_gates::build, 0),
         (node_unschedulable::NAME, node_unschedulable::build, 0),
@@ -158,6 +162,7 @@ pub fn registry() -> Vec<Registration> {
             placement_history::DEFAULT_WEIGHT,
         ),
         (placement_recorder::NAME, placement_recorder::build, 0),
+        (gang_scheduling::NAME, gang_scheduling::build, 0),
     ];
     rows.into_iter()
         .map(|(name, factory, default_weight)| Registration {
@@ -205,6 +210,8 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         image_locality::NAME,
         default_binder::NAME,
         node_declared_features::NAME,
+        // Upstream's default with GenericWorkload on; inert where no pod names a PodGroup.
+        gang_scheduling::NAME,
     ]
     .into_iter()
     .map(|name| {
@@ -234,6 +241,7 @@ mod tests {
             PREEMPTION_PLUGINS,
             SPREAD_PLUGINS,
             STICKY_PLUGINS,
+            GANG_PLUGINS,
         ]
         .concat()
         {
@@ -261,6 +269,7 @@ mod tests {
             image_locality::NAME,
             default_binder::NAME,
             placement_recorder::NAME,
+            gang_scheduling::NAME,
         ] {
             let factory = registry()
                 .into_iter()

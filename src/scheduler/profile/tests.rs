@@ -31,7 +31,11 @@ fn the_default_profile_is_kube_schedulers() {
     let c = default_profile("tether-scheduler", &Handle::default()).expect("compiles");
     let e = c.effective;
     assert_eq!(e.queue_sort, ["PrioritySort"]);
-    assert_eq!(e.pre_enqueue, ["SchedulingGates", "DynamicResources"]);
+    // GangScheduling: upstream's default with GenericWorkload on.
+    assert_eq!(
+        e.pre_enqueue,
+        ["SchedulingGates", "DynamicResources", "GangScheduling"]
+    );
     assert_eq!(
         e.filter,
         [

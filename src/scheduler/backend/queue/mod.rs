@@ -33,6 +33,7 @@ use crate::locks;
 use crate::scheduler::framework::events::{self, EventObject, HintSource};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
+use crate::scheduler::informers::pod_groups::{self, GroupKey};
 
 /// How long a pod may stay in the unschedulable pool before it is retried anyway
 /// (kube-scheduler's podMaxInUnschedulablePodsDuration).
@@ -507,6 +508,35 @@ impl SchedulingQueue {
             *st.in_flight_starts.entry(from).or_default() += 1;
             return Some(info);
         }
+    }
+
+    /// Takes every other waiting pod of the group `key` (in activeQ, backoffQ or the
+    /// unschedulable pool, not one PreEnqueue holds) and puts it in flight with the pod just
+    /// popped: a gang is tried whole in one group cycle, as upstream's queue holds a PodGroup
+    /// as one entity. The order is the caller's.
+    pub fn take_group(&self, key: &GroupKey, popped: &str) -> Vec<QueuedPodInfo> {
+        let mut st = self.lock();
+        let from = st.next_event;
+        let mut taken = Vec::new();
+        for (uid, entry) in st.entries.iter_mut() {
+            if uid == popped
+                || !matches!(
+                    entry.pool,
+                    Pool::Active | Pool::Backoff | Pool::Unschedulable
+                )
+                || pod_groups::group_of(&entry.info.pod.pod).as_ref() != Some(key)
+            {
+                continue;
+            }
+            entry.pool = Pool::InFlight;
+            entry.info.attempts += 1;
+            entry.in_flight_from = Some(from);
+            taken.push(entry.info.clone());
+        }
+        if !taken.is_empty() {
+            *st.in_flight_starts.entry(from).or_default() += taken.len();
+        }
+        taken
     }
 
     /// The pod was assumed on a node: it stays known (so that a failed bind can requeue it)

@@ -1,0 +1,541 @@
+//! The group scheduling cycle (kube-scheduler v1.37's scheduleOnePodGroup) for the pods of a
+//! PodGroup with the gang policy: all of the group's waiting pods are taken from the queue
+//! together and placed one after another, each seeing the ones before it, and the group is
+//! placed only if at least `minCount` of its pods are then scheduled (those placed now and
+//! those assumed or bound before). Otherwise nothing is held: every reservation is given back
+//! before the cycle ends, so two gangs that do not fit together never deadlock on room each
+//! holds half of, and a gang that cannot start holds no room another pod could use.
+//!
+//! Where tether differs from upstream's mechanics (not its outcome): a member is assumed in the
+//! cache and reserved for real as it is placed, and released when the group fails, instead of
+//! being assumed in a copy of the snapshot and reserved again after the group succeeded; the
+//! scheduling thread is serial, so nothing else sees the cache in between.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::gate::Write;
+use crate::scheduler::Scheduler;
+use crate::scheduler::cycle::{search_over_message, to_binding};
+use crate::scheduler::failure::{Failure, NominationOutcome};
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::runtime::priority;
+use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
+use crate::scheduler::informers::pod_groups::{self, GroupKey, Policy};
+use crate::scheduler::outcome::FailureReason;
+use crate::scheduler::plugins::gang_scheduling;
+use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
+
+/// The PodGroup condition the group cycle writes (upstream's
+/// `PodGroupInitiallyScheduled`): True once the group was placed, never False again after.
+pub const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
+
+/// The prefix of a placed member's message when its group was not placed (upstream's
+/// errPodGroupUnschedulable).
+const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+
+/// A pod's gang: its PodGroup, with the gang policy.
+pub struct Gang {
+    pub key: GroupKey,
+    pub group: Arc<PodGroup>,
+    pub min_count: usize,
+}
+
+/// The gang `pod` belongs to, when its profile runs GangScheduling and its PodGroup exists with
+/// the gang policy. A pod of a basic group, or of a group not seen (any more), is scheduled
+/// alone.
+pub fn gang_of(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInfo) -> Option<Gang> {
+    if !profile.uses(gang_scheduling::NAME) {
+        return None;
+    }
+    let key = pod_groups::group_of(&pod.pod.pod)?;
+    let group = sched.pod_groups.get(&key.0, &key.1)?;
+    match pod_groups::policy(&group) {
+        Policy::Gang { min_count } => Some(Gang {
+            key,
+            group,
+            min_count,
+        }),
+        Policy::Basic => None,
+    }
+}
+
+/// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
+/// `scheduled` members placed (before or in this cycle) and `remaining` still to try.
+fn infeasible(min_count: usize, scheduled: usize, remaining: usize) -> Option<String> {
+    (scheduled.saturating_add(remaining) < min_count).then(|| {
+        format!("minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining")
+    })
+}
+
+/// A member placed in this cycle: assumed on `node`, reserved.
+struct Placed {
+    index: usize,
+    state: CycleState,
+    node: String,
+    choice: Choice,
+}
+
+/// Members in upstream's order: priority (highest first), attempts (fewest first), when they
+/// were queued, name.
+fn order(a: &QueuedPodInfo, b: &QueuedPodInfo) -> std::cmp::Ordering {
+    priority(&b.pod.pod)
+        .cmp(&priority(&a.pod.pod))
+        .then(a.attempts.cmp(&b.attempts))
+        .then(a.timestamp.cmp(&b.timestamp))
+        .then_with(|| a.pod.key().cmp(&b.pod.key()))
+}
+
+/// Runs one group cycle for the gang of `first` (just popped) and its other waiting members.
+pub fn schedule_group(
+    sched: &Arc<Scheduler>,
+    first: QueuedPodInfo,
+    profile: Arc<CompiledProfile>,
+    gang: Gang,
+) {
+    let start = Instant::now();
+    let mut members = sched.queue.take_group(&gang.key, first.pod.uid());
+    members.push(first);
+    members.sort_by(order);
+    let group_name = format!("{}/{}", gang.key.0, gang.key.1);
+
+    if let Some(watch) = sched.readiness.stale_for(|plugin| profile.uses(plugin)) {
+        let status = Status::error(format!(
+            "the {watch} watch, which this profile's plugins need, is not current (failing or re-listing); retrying"
+        ));
+        for member in &members {
+            fail(
+                sched,
+                &profile,
+                member,
+                "error",
+                Failure::error(&status),
+                start,
+            );
+        }
+        sched.metrics.podgroup_attempt(
+            "error",
+            &profile.scheduler_name,
+            start.elapsed(),
+            start.elapsed(),
+        );
+        return;
+    }
+
+    let in_cycle: HashSet<&str> = members.iter().map(|m| m.pod.uid()).collect();
+    let already = {
+        let cache = sched.lock_cache();
+        sched
+            .pod_groups
+            .members(&gang.key)
+            .iter()
+            .filter(|uid| !in_cycle.contains(uid.as_str()) && cache.pod(uid).is_some())
+            .count()
+    };
+    let mut scheduled = already;
+    let mut remaining = members.len();
+    let mut placed: Vec<Placed> = Vec::new();
+    let mut own_failures: Vec<(usize, Failure)> = Vec::new();
+    let mut rejected_by: BTreeSet<&'static str> = BTreeSet::from([gang_scheduling::NAME]);
+    let mut retry_after: Option<Duration> = None;
+    let mut group_failure = infeasible(gang.min_count, scheduled, remaining);
+    let mut error = None;
+    let mut evaluated = 0;
+    let nominated = crate::scheduler::backend::holds::WithHolds {
+        nominated: &sched.nominator,
+        holds: &sched.holds,
+        own: None,
+    };
+    if group_failure.is_none() {
+        for (index, member) in members.iter().enumerate() {
+            evaluated = index + 1;
+            let pod = &member.pod;
+            let snapshot = sched.lock_cache().snapshot();
+            let mut state = CycleState::new();
+            let result = match &pod.parse_error {
+                Some(err) => {
+                    let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
+                    ScheduleResult::Error(status)
+                }
+                None => schedule_one::schedule_pod_with(
+                    &profile,
+                    &mut state,
+                    pod,
+                    &snapshot,
+                    &sched.start_index,
+                    &nominated,
+                    false,
+                ),
+            };
+            remaining -= 1;
+            match result {
+                ScheduleResult::Scheduled { node, choice, .. } => {
+                    sched.lock_cache().assume_pod(pod, &node);
+                    let status = profile.run_reserve(&mut state, pod, &node);
+                    if status.is_success() {
+                        scheduled += 1;
+                        placed.push(Placed {
+                            index,
+                            state,
+                            node,
+                            choice,
+                        });
+                    } else {
+                        sched.lock_cache().forget_pod(pod.uid());
+                        rejected_by.extend(status.plugin);
+                        own_failures.push((
+                            index,
+                            Failure::after_status(&status, true, search_over_message(&status)),
+                        ));
+                    }
+                }
+                ScheduleResult::Unschedulable(diagnosis) => {
+                    rejected_by.extend(diagnosis.unschedulable_plugins.iter().copied());
+                    let failure = Failure::unschedulable(diagnosis);
+                    retry_after = match (retry_after, failure.retry_after) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    own_failures.push((index, failure));
+                }
+                ScheduleResult::Error(status) if pod.parse_error.is_some() => {
+                    own_failures.push((
+                        index,
+                        Failure {
+                            reason: FailureReason::Unschedulable,
+                            message: format!(
+                                "0/{} nodes are available: {}.",
+                                snapshot.len(),
+                                status.message()
+                            ),
+                            rejected_by: Vec::new(),
+                            retry_after: None,
+                            nomination: NominationOutcome::Untouched,
+                        },
+                    ));
+                }
+                ScheduleResult::Error(status) => {
+                    error = Some(status);
+                    break;
+                }
+            }
+            group_failure = infeasible(gang.min_count, scheduled, remaining);
+            if group_failure.is_some() {
+                break;
+            }
+        }
+    }
+    let search = start.elapsed();
+    sched.metrics.scheduling_algorithm(search);
+
+    let release = |placed: &[Placed]| {
+        for p in placed.iter().rev() {
+            let pod = &members[p.index].pod;
+            profile.run_unreserve(&p.state, pod, &p.node);
+            sched.lock_cache().forget_pod(pod.uid());
+        }
+    };
+
+    if let Some(status) = error {
+        release(&placed);
+        tracing::warn!(group = %group_name, profile = %profile.source, error = %status, "pod group scheduling error");
+        for member in &members {
+            fail(
+                sched,
+                &profile,
+                member,
+                "error",
+                Failure::error(&status),
+                start,
+            );
+        }
+        write_condition(
+            sched,
+            &gang.group,
+            "False",
+            "SchedulerError",
+            status.message(),
+        );
+        sched
+            .metrics
+            .podgroup_attempt("error", &profile.scheduler_name, search, start.elapsed());
+        return;
+    }
+
+    if let Some(message) = group_failure {
+        release(&placed);
+        let preemption = group_preemption(sched, &profile, &gang, &members);
+        let full = match &preemption {
+            Some(said) => format!("{message}, {said}"),
+            None => message.clone(),
+        };
+        tracing::info!(group = %group_name, profile = %profile.source, reason = %full, "pod group is unschedulable");
+        let rejected_by: Vec<&'static str> = rejected_by.into_iter().collect();
+        let group_failure = |message: String| Failure {
+            reason: FailureReason::Unschedulable,
+            message,
+            rejected_by: rejected_by.clone(),
+            retry_after,
+            nomination: NominationOutcome::PostFilter(None),
+        };
+        let mut own: std::collections::HashMap<usize, Failure> = own_failures.into_iter().collect();
+        for (index, member) in members.iter().enumerate() {
+            let failure = if placed.iter().any(|p| p.index == index) {
+                group_failure(format!("{GROUP_UNSCHEDULABLE}, {full}"))
+            } else if let Some(mut failure) = own.remove(&index) {
+                // Its own reason, requeued by what may help any member of the group.
+                failure.rejected_by = rejected_by.clone();
+                failure
+            } else {
+                debug_assert!(index >= evaluated);
+                group_failure(message.clone())
+            };
+            fail(sched, &profile, member, "unschedulable", failure, start);
+        }
+        write_condition(sched, &gang.group, "False", "Unschedulable", full);
+        sched.metrics.podgroup_attempt(
+            "unschedulable",
+            &profile.scheduler_name,
+            search,
+            start.elapsed(),
+        );
+        return;
+    }
+
+    // Placed: each placed member goes on to Permit and its binding cycle; a member that did
+    // not fit fails on its own (the group is placed without it).
+    let result = if placed.is_empty() {
+        "unschedulable"
+    } else {
+        "scheduled"
+    };
+    tracing::debug!(group = %group_name, placed = placed.len(), already, "pod group placed");
+    let placed_any = !placed.is_empty();
+    let mut members: Vec<Option<QueuedPodInfo>> = members.into_iter().map(Some).collect();
+    for p in placed {
+        let Some(queued) = members[p.index].take() else {
+            continue;
+        };
+        sched.nominator.forget(queued.pod.uid());
+        to_binding(
+            sched,
+            queued,
+            profile.clone(),
+            p.state,
+            p.node,
+            p.choice,
+            start,
+        );
+    }
+    for (index, failure) in own_failures {
+        if let Some(queued) = members[index].take() {
+            fail(
+                sched,
+                &profile,
+                &queued,
+                result_label_of(&failure),
+                failure,
+                start,
+            );
+        }
+    }
+    if placed_any {
+        write_condition(sched, &gang.group, "True", "Scheduled", String::new());
+    }
+    sched
+        .metrics
+        .podgroup_attempt(result, &profile.scheduler_name, search, start.elapsed());
+}
+
+fn result_label_of(failure: &Failure) -> &'static str {
+    match failure.reason {
+        FailureReason::SchedulerError => "error",
+        _ => "unschedulable",
+    }
+}
+
+/// One member's failed attempt: counted, reported and sent back to the queue.
+fn fail(
+    sched: &Arc<Scheduler>,
+    profile: &CompiledProfile,
+    member: &QueuedPodInfo,
+    result: &'static str,
+    failure: Failure,
+    start: Instant,
+) {
+    sched
+        .metrics
+        .attempt(result, &profile.scheduler_name, start.elapsed());
+    sched.handle_failure(member, profile, failure);
+}
+
+/// What upstream's group preemption (DefaultPreemption at PodGroupPostFilter) says of a group
+/// that did not fit, where tether can tell without running it: with no pod of lower priority
+/// than the group's on any node, there is nothing to preempt, and upstream says `pod group
+/// preemption: No preemption victims found for incoming preemptor`. tether does not preempt
+/// for pod groups yet; where such pods exist, the message says so instead. None when the
+/// profile does not run DefaultPreemption.
+fn group_preemption(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    gang: &Gang,
+    members: &[QueuedPodInfo],
+) -> Option<String> {
+    use crate::scheduler::plugins::default_preemption;
+    if !profile.uses(default_preemption::NAME) {
+        return None;
+    }
+    let group_priority = gang
+        .group
+        .spec
+        .priority
+        .or_else(|| members.first().map(|m| priority(&m.pod.pod)))
+        .unwrap_or(0);
+    let snapshot = sched.lock_cache().snapshot();
+    let lower = snapshot
+        .nodes()
+        .iter()
+        .any(|node| node.pods.iter().any(|p| priority(&p.pod) < group_priority));
+    Some(if lower {
+        "pod group preemption: not attempted (tether does not preempt for pod groups yet)".into()
+    } else {
+        "pod group preemption: No preemption victims found for incoming preemptor".into()
+    })
+}
+
+/// Writes the group's `PodGroupInitiallyScheduled` condition, as upstream: never from True
+/// back to anything else, and not at all when the group already says the same.
+fn write_condition(
+    sched: &Scheduler,
+    group: &Arc<PodGroup>,
+    status: &str,
+    reason: &str,
+    message: String,
+) {
+    let conditions = group
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default();
+    let Some(conditions) = with_condition(
+        conditions,
+        group.metadata.generation,
+        status,
+        reason,
+        &message,
+    ) else {
+        return;
+    };
+    let client = sched.reports.client().clone();
+    let gate = sched.gate.clone();
+    let namespace = group.metadata.namespace.clone().unwrap_or_default();
+    let name = group.metadata.name.clone().unwrap_or_default();
+    sched.runtime.spawn(async move {
+        let api: Api<PodGroup> = Api::namespaced(client, &namespace);
+        let patch = serde_json::json!({"status": {"conditions": conditions}});
+        let written = gate
+            .write(
+                Write::PodGroupStatus,
+                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)),
+            )
+            .await;
+        match written {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                tracing::debug!(group = %format!("{namespace}/{name}"), error = %e, "could not write the PodGroup's condition")
+            }
+            Err(refused) => {
+                tracing::debug!(group = %format!("{namespace}/{name}"), error = %refused, "the PodGroup's condition is not written")
+            }
+        }
+    });
+}
+
+/// `conditions` with [`INITIALLY_SCHEDULED`] set to `status`/`reason`/`message`, or None when
+/// nothing is to be written: it is True already and would not be, or it says the same for the
+/// same generation. The transition time moves only when the status does.
+fn with_condition(
+    mut conditions: Vec<Condition>,
+    generation: Option<i64>,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Option<Vec<Condition>> {
+    let now = Time(jiff::Timestamp::now());
+    match conditions
+        .iter_mut()
+        .find(|c| c.type_ == INITIALLY_SCHEDULED)
+    {
+        Some(c) if c.status == "True" && status != "True" => None,
+        Some(c)
+            if c.status == status
+                && c.reason == reason
+                && c.message == message
+                && c.observed_generation == generation =>
+        {
+            None
+        }
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status.into();
+            c.reason = reason.into();
+            c.message = message.into();
+            c.observed_generation = generation;
+            Some(conditions)
+        }
+        None => {
+            conditions.push(Condition {
+                type_: INITIALLY_SCHEDULED.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message: message.into(),
+                observed_generation: generation,
+                last_transition_time: now,
+            });
+            Some(conditions)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placement_is_infeasible_once_min_count_is_out_of_reach() {
+        assert_eq!(infeasible(4, 0, 4), None);
+        assert_eq!(
+            infeasible(4, 1, 2).as_deref(),
+            Some("minCount (4) cannot be satisfied: 1 scheduled, 2 remaining")
+        );
+        assert_eq!(infeasible(3, 2, 1), None);
+        assert_eq!(infeasible(0, 0, 0), None);
+    }
+
+    #[test]
+    fn the_condition_is_written_once_and_never_regresses_from_true() {
+        let first = with_condition(Vec::new(), Some(1), "False", "Unschedulable", "m")
+            .expect("a new condition");
+        assert_eq!(first.len(), 1);
+        assert_eq!(
+            with_condition(first.clone(), Some(1), "False", "Unschedulable", "m"),
+            None,
+            "the same again is not written"
+        );
+        let scheduled = with_condition(first, Some(1), "True", "Scheduled", "")
+            .expect("False to True is written");
+        assert_eq!(scheduled[0].status, "True");
+        assert_eq!(
+            with_condition(scheduled, Some(2), "False", "Unschedulable", "m"),
+            None,
+            "True never goes back"
+        );
+    }
+}

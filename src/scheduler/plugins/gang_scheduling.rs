@@ -1,0 +1,191 @@
+//! GangScheduling: the pods of a PodGroup with the gang policy (the Workload API,
+//! `scheduling.k8s.io/v1beta1`) wait at PreEnqueue until their PodGroup exists and at least
+//! `minCount` of its pods do, as kube-scheduler v1.37's plugin of that name. Whether a gang
+//! fits is decided by the group scheduling cycle (`scheduler/group_cycle.rs`), which places the
+//! members together or holds nothing; this plugin marks the profiles that run it.
+
+use std::sync::Arc;
+
+use crate::scheduler::framework::events::{
+    ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
+};
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
+use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
+use crate::scheduler::informers::pod_groups::{self, PodGroupIndex, Policy};
+use crate::scheduler::plugins::helper::expect_no_args;
+use crate::scheduler::plugins::registry::Handle;
+
+pub const NAME: &str = "GangScheduling";
+
+/// Holds a gang's pods back until the gang can be tried whole.
+pub struct GangScheduling {
+    groups: Arc<PodGroupIndex>,
+}
+
+impl Plugin for GangScheduling {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+
+    /// A pod of the same group added (pending or bound), the group added or changed (its
+    /// `minCount` lowered).
+    fn events_to_register(&self) -> Option<Vec<Registration>> {
+        let same_group: fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Hint =
+            |pod, _old, new| {
+                let mine = pod_groups::group_of(&pod.pod);
+                let theirs = match new {
+                    Some(EventObject::Pod(other)) => pod_groups::group_of(other),
+                    Some(EventObject::PodGroup(group)) => Some((
+                        group.metadata.namespace.clone().unwrap_or_default(),
+                        group.metadata.name.clone().unwrap_or_default(),
+                    )),
+                    _ => return Hint::Queue,
+                };
+                if mine.is_some() && mine == theirs {
+                    Hint::Queue
+                } else {
+                    Hint::Skip
+                }
+            };
+        Some(vec![
+            Registration::new(
+                ClusterEvent::new(EventResource::UnschedulablePod, ActionType::ADD),
+                Arc::new(same_group),
+            ),
+            Registration::new(
+                ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD),
+                Arc::new(same_group),
+            ),
+            Registration::new(
+                ClusterEvent::new(
+                    EventResource::PodGroup,
+                    ActionType::ADD | ActionType::UPDATE,
+                ),
+                Arc::new(same_group),
+            ),
+        ])
+    }
+}
+
+impl PreEnqueuePlugin for GangScheduling {
+    /// UnschedulableAndUnresolvable, in upstream's words, while the pod's group is not known,
+    /// or is a gang with fewer live pods than its `minCount`.
+    fn pre_enqueue(&self, pod: &PodInfo) -> Status {
+        let Some(name) = pod_groups::group_name(&pod.pod) else {
+            return Status::success();
+        };
+        let namespace = pod.pod.metadata.namespace.as_deref().unwrap_or_default();
+        let Some(group) = self.groups.get(namespace, name) else {
+            // Upstream's wording, "pods's" included.
+            return Status::unresolvable(format!(
+                "waiting for pods's pod group {name:?} to appear in scheduling queue"
+            ));
+        };
+        match pod_groups::policy(&group) {
+            Policy::Gang { min_count }
+                if self
+                    .groups
+                    .member_count(&(namespace.to_string(), name.to_string()))
+                    < min_count =>
+            {
+                Status::unresolvable(
+                    "waiting for minCount pods from a gang to appear in scheduling queue",
+                )
+            }
+            _ => Status::success(),
+        }
+    }
+}
+
+/// Builds the plugin; it takes no args.
+pub fn build(
+    args: Option<&serde_json::Value>,
+    path: &FieldPath,
+    handle: &Handle,
+) -> Result<Arc<dyn Plugin>, FieldErrors> {
+    expect_no_args(NAME, args, path)?;
+    Ok(Arc::new(GangScheduling {
+        groups: handle.pod_groups.clone(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::informers::Keeps;
+    use k8s_openapi::api::core::v1::Pod;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+    use serde_json::json;
+
+    fn pod(uid: &str, group: &str) -> PodInfo {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": uid, "namespace": "ns", "uid": uid},
+            "spec": {"containers": [], "schedulingGroup": {"podGroupName": group}},
+        }))
+        .expect("a pod");
+        PodInfo::new(Arc::new(pod))
+    }
+
+    fn group(name: &str, min_count: i32) -> Arc<PodGroup> {
+        Arc::new(
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "namespace": "ns"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+            }))
+            .expect("a PodGroup"),
+        )
+    }
+
+    #[test]
+    fn a_gang_member_waits_for_its_group_and_then_for_min_count_pods() {
+        let groups = Arc::new(PodGroupIndex::default());
+        let plugin = GangScheduling {
+            groups: groups.clone(),
+        };
+        let first = pod("a", "train");
+        groups.observe_pod(&first.pod);
+        let status = PreEnqueuePlugin::pre_enqueue(&plugin, &first);
+        assert_eq!(
+            status.message(),
+            "waiting for pods's pod group \"train\" to appear in scheduling queue"
+        );
+        assert!(status.is_rejected());
+
+        groups.apply(group("train", 2));
+        assert_eq!(
+            PreEnqueuePlugin::pre_enqueue(&plugin, &first).message(),
+            "waiting for minCount pods from a gang to appear in scheduling queue"
+        );
+        let second = pod("b", "train");
+        groups.observe_pod(&second.pod);
+        assert!(PreEnqueuePlugin::pre_enqueue(&plugin, &first).is_success());
+        assert!(PreEnqueuePlugin::pre_enqueue(&plugin, &second).is_success());
+
+        let loner = PodInfo::new(Arc::new(Pod::default()));
+        assert!(
+            PreEnqueuePlugin::pre_enqueue(&plugin, &loner).is_success(),
+            "no group, no wait"
+        );
+    }
+
+    #[test]
+    fn only_events_of_the_pods_own_group_requeue_it() {
+        let plugin = GangScheduling {
+            groups: Arc::default(),
+        };
+        let registrations = plugin.events_to_register().expect("registers");
+        let hint = registrations[0].hint.clone().expect("a hint");
+        let me = pod("a", "train");
+        let sibling = EventObject::Pod(pod("b", "train").pod.clone());
+        let stranger = EventObject::Pod(pod("c", "other").pod.clone());
+        assert_eq!(hint(&me, None, Some(&sibling)), Hint::Queue);
+        assert_eq!(hint(&me, None, Some(&stranger)), Hint::Skip);
+        let own = EventObject::PodGroup(group("train", 2));
+        assert_eq!(hint(&me, None, Some(&own)), Hint::Queue);
+    }
+}
