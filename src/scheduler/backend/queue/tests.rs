@@ -1365,3 +1365,68 @@ fn repeated_rejections_back_off_one_two_four_eight_then_ten_seconds() {
         );
     }
 }
+
+/// A gang member of `group`, named `name`.
+fn member(name: &str, group: &str) -> Arc<PodInfo> {
+    let mut pod = PodBuilder::new(name).build();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some(group.into()),
+        });
+    }
+    Arc::new(PodInfo::new(Arc::new(pod)))
+}
+
+/// The pop of one gang member takes its waiting siblings with it, wherever they wait (activeQ,
+/// backoffQ, the unschedulable pool), but not those PreEnqueue holds, another group's pods or
+/// plain pods; the taken pods are in flight, so a failed attempt sends them back as any
+/// popped pod.
+#[test]
+fn popping_a_gang_member_takes_its_waiting_siblings() {
+    let q = queue();
+    // c waits in backoffQ, d in the unschedulable pool.
+    q.add(member("c", "g"), None);
+    q.add(member("d", "g"), None);
+    assert_eq!(pop_names(&q, 2), ["c", "d"]);
+    q.add_unschedulable(&["Fit"], &key("c"), BACKOFF, None);
+    q.add_unschedulable(&["Fit"], &key("d"), BACKOFF, None);
+    q.on_event(ASSIGNED_POD_ADD, None, bound("z", "db"));
+    q.add(member("a", "g"), None);
+    q.add(member("b", "g"), None);
+    q.add(member("x", "other"), None);
+    q.add(pod("plain", 0), None);
+    HELD.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push("gang-held");
+    q.add(member("gang-held", "g"), Some("Fit"));
+
+    let first = q.pop().expect("a");
+    assert_eq!(first.pod.name(), "a");
+    let key_g = ("default".to_string(), "g".to_string());
+    let mut taken: Vec<String> = q
+        .take_group(&key_g, first.pod.uid())
+        .into_iter()
+        .map(|p| p.pod.name().to_string())
+        .collect();
+    taken.sort();
+    assert_eq!(
+        taken,
+        ["b", "c", "d"],
+        "gang-held is held at PreEnqueue; x and plain are not of g"
+    );
+    assert!(
+        q.take_group(&key_g, first.pod.uid()).is_empty(),
+        "taken pods are in flight"
+    );
+    assert_eq!(pop_names(&q, 2), ["x", "plain"]);
+    q.add_unschedulable(&["Fit"], &key("c"), NO_BACKOFF, None);
+    q.on_event(NODE_ADD, None, node("n9"));
+    assert_eq!(
+        pop_names(&q, 1),
+        ["c"],
+        "a taken pod comes back as a popped one"
+    );
+    HELD.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|n| *n != "gang-held");
+}
