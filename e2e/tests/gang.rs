@@ -353,3 +353,28 @@ async fn a_gang_waits_for_min_count_members_then_is_placed_whole() -> anyhow::Re
     ns.delete().await?;
     nodes.delete().await
 }
+
+/// A large gang that never fits keeps being tried; a small gang created after it is placed
+/// all the same (the large one holds nothing between its attempts, so it cannot starve the
+/// small one), and the large one stays wholly unbound.
+#[tokio::test]
+async fn a_gang_that_never_fits_does_not_starve_a_small_one() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "gang-starve").await?;
+    let nodes = TestNodes::create(&client, "gang-starve", 2, "4", |_, _| {}).await?;
+    let scheduler = format!("gang-starve-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    gang(&ns.name, &nodes, &scheduler, "large", 10, 10)?;
+    condition_becomes(&client, &ns.name, "large", "False").await?;
+    gang(&ns.name, &nodes, &scheduler, "small", 4, 4)?;
+    wait_for("the small gang bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, &ns.name, "small").await? == 4).then_some(()))
+    })
+    .await?;
+    condition_becomes(&client, &ns.name, "small", "True").await?;
+    assert_eq!(bound_count(&client, &ns.name, "large").await?, 0);
+
+    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
