@@ -970,3 +970,88 @@ async fn explain_names_the_devices_a_claim_cannot_have_and_why() -> anyhow::Resu
     )?;
     nodes.delete().await
 }
+
+/// A gang of 5 pods of 1 CPU (minCount 5) on two nodes of 2 CPUs stays pending; `tether
+/// explain` on a member says which members fit where (two per node) and what keeps the fifth
+/// out, and that the group is not placed.
+#[tokio::test]
+async fn explain_tells_which_members_of_a_gang_fit_and_what_blocks_the_rest() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "explain-gang").await?;
+    let nodes = TestNodes::create(&client, "explain-gang", 2, "2", |_, _| {}).await?;
+    tether_e2e::apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}},
+    }))?;
+    for i in 0..5 {
+        make_pod(
+            &client,
+            &ns.name,
+            &format!("train-{i}"),
+            "1",
+            &nodes,
+            "tether-scheduler",
+            json!({"schedulingGroup": {"podGroupName": "train"}}),
+        )
+        .await?;
+    }
+    wait_for("train-0 rejected with its group", BIND_TIMEOUT, || {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+        async move {
+            let p = pods.get("train-0").await?;
+            Ok(p.status
+                .and_then(|s| s.conditions)
+                .unwrap_or_default()
+                .iter()
+                .any(|c| c.type_ == "PodScheduled" && c.status == "False")
+                .then_some(()))
+        }
+    })
+    .await?;
+    let reader = service_account_token(&ns.name, "reader", Grant::Explainer)?;
+    let e = explain_json(&format!("{}/train-0", ns.name), &reader)?;
+    let text = explain(&format!("{}/train-0", ns.name), &reader, &[])?;
+    revoke(&ns.name, "reader")?;
+    let group = e
+        .group
+        .clone()
+        .with_context(|| format!("no group: {e:#?}"))?;
+    assert_eq!(group.pod_group, format!("{}/train", ns.name));
+    assert!(!group.placed);
+    assert_eq!(group.members.len(), 5);
+    for node in &nodes.names {
+        assert_eq!(
+            group
+                .members
+                .iter()
+                .filter(|m| m.node.as_deref() == Some(node.as_str()))
+                .count(),
+            2,
+            "{group:#?}"
+        );
+    }
+    let out = group
+        .members
+        .iter()
+        .find(|m| m.node.is_none())
+        .with_context(|| format!("{group:#?}"))?;
+    assert!(
+        out.reason
+            .as_deref()
+            .is_some_and(|r| r.contains("Insufficient cpu")),
+        "{out:?}"
+    );
+    assert!(
+        group.verdict.starts_with(
+            "minCount 5, 0 scheduled before, 4 of 5 pending fit: the group is not placed"
+        ),
+        "{}",
+        group.verdict
+    );
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains(&format!("GANG {}/train", ns.name)), "{text}");
+    ns.delete().await?;
+    nodes.delete().await
+}

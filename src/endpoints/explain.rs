@@ -153,6 +153,30 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
         own: profile.holds_key(&pod),
     };
     let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
+    let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+    if pending && let Some(gang) = crate::scheduler::group_cycle::gang_of_pod(sched, &profile, &pod)
+    {
+        let members = sched.queue.pending_of_group(&gang.key);
+        let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
+        let scheduled_before = {
+            let cache = sched.lock_cache();
+            sched
+                .pod_groups
+                .members(&gang.key)
+                .iter()
+                .filter(|uid| !uids.contains(uid.as_str()) && cache.pod(uid).is_some())
+                .count()
+        };
+        explanation.group = Some(explain::explain_group(
+            &profile,
+            format!("{}/{}", gang.key.0, gang.key.1),
+            gang.min_count,
+            scheduled_before,
+            members,
+            &snapshot,
+            &nominated,
+        ));
+    }
     let own = profile.holds_key(&pod);
     explanation.held = sched
         .holds

@@ -50,10 +50,19 @@ pub struct Gang {
 /// the gang policy. A pod of a basic group, or of a group not seen (any more), is scheduled
 /// alone.
 pub fn gang_of(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInfo) -> Option<Gang> {
+    gang_of_pod(sched, profile, &pod.pod.pod)
+}
+
+/// [`gang_of`] for a pod object.
+pub fn gang_of_pod(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    pod: &k8s_openapi::api::core::v1::Pod,
+) -> Option<Gang> {
     if !profile.uses(gang_scheduling::NAME) {
         return None;
     }
-    let key = pod_groups::group_of(&pod.pod.pod)?;
+    let key = pod_groups::group_of(pod)?;
     let group = sched.pod_groups.get(&key.0, &key.1)?;
     match pod_groups::policy(&group) {
         Policy::Gang { min_count } => Some(Gang {

@@ -8,6 +8,7 @@
 //! is filtered (the cycle stops once it has found `percentageOfNodesToScore` of them, which
 //! matters above 100 nodes), and PostFilter (preemption) does not run (it would evict).
 
+mod group;
 pub mod render;
 mod types;
 
@@ -16,9 +17,10 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+pub use self::group::explain_group;
 pub use self::types::{
-    Blocker, Explanation, FilterVerdict, HeldRoom, NodeFilters, NodeScores, PluginScore,
-    held_requests,
+    Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom, NodeFilters,
+    NodeScores, PluginScore, held_requests,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;

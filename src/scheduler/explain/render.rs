@@ -31,8 +31,28 @@ pub fn text(e: &Explanation) -> String {
     scores(&mut out, e);
     blocked(&mut out, e);
     held(&mut out, e);
+    group(&mut out, e);
     rejections(&mut out, e);
     out
+}
+
+/// A gang's members tried whole: where each fits, or why not.
+fn group(out: &mut String, e: &Explanation) {
+    let Some(g) = &e.group else {
+        return;
+    };
+    let _ = writeln!(out, "\nGANG {} ({})", g.pod_group, g.verdict);
+    let rows: Vec<Vec<String>> =
+        std::iter::once(vec!["MEMBER".into(), "NODE".into(), "WHY NOT".into()])
+            .chain(g.members.iter().map(|m| {
+                vec![
+                    m.pod.clone(),
+                    m.node.clone().unwrap_or_else(|| "-".into()),
+                    m.reason.clone().unwrap_or_default(),
+                ]
+            }))
+            .collect();
+    table(out, &rows);
 }
 
 /// The room held for workloads that are away, which pods of lower or equal priority count as

@@ -205,3 +205,69 @@ fn a_nominated_pod_is_explained_on_its_nominated_node() {
     );
     assert!(e.margin.is_some_and(|m| m < 0), "{e:#?}");
 }
+
+/// A gang of 5 pods of 1 CPU on two nodes of 2 CPUs: four members fit, each on the room the
+/// ones before it left (two per node), and the fifth says why it does not; minCount 5 is not
+/// reached. With minCount 4 the same members place the group.
+#[test]
+fn a_gang_member_is_explained_with_where_each_member_fits() {
+    let profile = profile();
+    let snap = snapshot(
+        vec![
+            NodeBuilder::new("n1").allocatable("cpu", "2"),
+            NodeBuilder::new("n2").allocatable("cpu", "2"),
+        ],
+        vec![],
+    );
+    let members: Vec<Arc<PodInfo>> = (0..5)
+        .map(|i| {
+            let pod = PodBuilder::new(&format!("m{i}"))
+                .uid(&format!("m{i}"))
+                .req_cpu("1")
+                .build();
+            Arc::new(PodInfo::new(Arc::new(pod)))
+        })
+        .collect();
+    let g = explain_group(
+        &profile,
+        "default/train".into(),
+        5,
+        0,
+        members.clone(),
+        &snap,
+        &NoNominations,
+    );
+    let nodes: Vec<Option<&str>> = g.members.iter().map(|m| m.node.as_deref()).collect();
+    assert_eq!(
+        nodes.iter().filter(|n| **n == Some("n1")).count(),
+        2,
+        "{nodes:?}"
+    );
+    assert_eq!(nodes.iter().filter(|n| **n == Some("n2")).count(), 2);
+    assert_eq!(nodes[4], None);
+    assert_eq!(
+        g.members[4].reason.as_deref(),
+        Some("0/2 nodes are available: 2 Insufficient cpu.")
+    );
+    assert!(!g.placed);
+    assert_eq!(
+        g.verdict,
+        "minCount 5, 0 scheduled before, 4 of 5 pending fit: the group is not placed; default/m4 does not: 0/2 nodes are available: 2 Insufficient cpu."
+    );
+    let text = render::text(&Explanation {
+        group: Some(g),
+        ..Default::default()
+    });
+    assert!(text.contains("GANG default/train"), "{text}");
+
+    let g = explain_group(
+        &profile,
+        "default/train".into(),
+        4,
+        0,
+        members,
+        &snap,
+        &NoNominations,
+    );
+    assert!(g.placed, "{}", g.verdict);
+}

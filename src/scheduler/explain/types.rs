@@ -61,6 +61,39 @@ pub struct Explanation {
     /// `holdRoomSeconds`): pods of lower or equal priority count it as taken until then.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held: Vec<HeldRoom>,
+    /// For a pending member of a gang: the group cycle, run dry over its pending members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupExplanation>,
+}
+
+/// A gang tried whole, as the group cycle tries it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupExplanation {
+    /// namespace/name of the PodGroup.
+    pub pod_group: String,
+    pub min_count: usize,
+    /// Members assumed or bound already.
+    pub scheduled_before: usize,
+    /// Whether the group would be placed now (at least `minCount` scheduled).
+    pub placed: bool,
+    /// Each pending member in the cycle's order: its node, or why it fits nowhere once the
+    /// members before it are placed.
+    pub members: Vec<GroupMember>,
+    /// In a line: how many fit and what blocks the rest.
+    pub verdict: String,
+}
+
+/// One pending member of a gang.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupMember {
+    /// namespace/name.
+    pub pod: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 /// Room held on a node for a workload that has no pod for a while.

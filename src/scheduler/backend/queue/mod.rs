@@ -539,6 +539,22 @@ impl SchedulingQueue {
         taken
     }
 
+    /// The pods of the group `key` waiting in the queue (held at PreEnqueue included), for
+    /// `tether explain`.
+    pub fn pending_of_group(&self, key: &GroupKey) -> Vec<Arc<PodInfo>> {
+        self.lock()
+            .entries
+            .values()
+            .filter(|e| {
+                matches!(
+                    e.pool,
+                    Pool::Active | Pool::Backoff | Pool::Unschedulable | Pool::Gated
+                ) && pod_groups::group_of(&e.info.pod.pod).as_ref() == Some(key)
+            })
+            .map(|e| e.info.pod.clone())
+            .collect()
+    }
+
     /// The pod was assumed on a node: it stays known (so that a failed bind can requeue it)
     /// until the watch shows it bound or deleted. It stays in flight until
     /// [`permitted`](Self::permitted).
