@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Service,
 };
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{CSIDriver, CSINode, StorageClass};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams};
@@ -23,6 +24,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::informers::Keeps;
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::informers::pod_groups::PodGroupIndex;
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::registry::Handle;
@@ -72,6 +74,9 @@ pub struct ClusterState {
     pub resource_claims: Vec<ResourceClaim>,
     #[serde(default)]
     pub device_taint_rules: Vec<DeviceTaintRule>,
+    /// The Workload API's PodGroups (`scheduling.k8s.io/v1beta1`), where it is served.
+    #[serde(default)]
+    pub pod_groups: Vec<PodGroup>,
 }
 
 /// The objects, each in an `Arc`.
@@ -221,6 +226,7 @@ impl ClusterState {
             device_classes: list_if_served(client, "deviceclasses").await?,
             resource_claims: list_if_served(client, "resourceclaims").await?,
             device_taint_rules: list_if_served(client, "devicetaintrules").await?,
+            pod_groups: list_if_served(client, "podgroups").await?,
         };
         state.keep_only_what_scheduling_reads();
         Ok(state)
@@ -302,7 +308,8 @@ impl ClusterState {
             .chain(self.csi_nodes.iter_mut().map(|o| &mut o.metadata))
             .chain(self.csi_drivers.iter_mut().map(|o| &mut o.metadata))
             .chain(self.resource_slices.iter_mut().map(|o| &mut o.metadata))
-            .chain(self.device_taint_rules.iter_mut().map(|o| &mut o.metadata));
+            .chain(self.device_taint_rules.iter_mut().map(|o| &mut o.metadata))
+            .chain(self.pod_groups.iter_mut().map(|o| &mut o.metadata));
         for meta in metas {
             kept.apply(meta);
         }
@@ -361,7 +368,14 @@ impl ClusterState {
             storage,
             devices,
             budgets: Arc::new(DisruptionBudgets::default()),
-            pod_groups: Arc::default(),
+            pod_groups: {
+                let groups = Arc::new(PodGroupIndex::default());
+                Keeps::<PodGroup>::reset(&*groups, arcs(&self.pod_groups));
+                for pod in &self.pods {
+                    groups.observe_pod(pod);
+                }
+                groups
+            },
             events: None,
             // No client: nothing is written.
             gate: crate::gate::WriteGate::alone(),

@@ -29,6 +29,7 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::informers::pod_groups::{self, GroupKey, PodGroupIndex, Policy};
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
 
 /// What a simulation found.
@@ -219,7 +220,7 @@ pub fn simulate(
     let snapshot = cluster.snapshot();
     Ok(judged
         .into_iter()
-        .map(|j| replay(cluster, &snapshot, j, replay_bound))
+        .map(|j| replay(cluster, &snapshot, j, replay_bound, &handle.pod_groups))
         .collect())
 }
 
@@ -229,6 +230,7 @@ fn replay(
     snapshot: &Snapshot,
     judged: Judged,
     replay_bound: usize,
+    groups: &PodGroupIndex,
 ) -> Simulation {
     let Judged {
         name,
@@ -265,8 +267,20 @@ fn replay(
             .then_with(|| created(a).cmp(&created(b)))
             .then_with(|| pods::key(a).cmp(&pods::key(b)))
     });
-    let live_places = place_in_turn(live.as_deref(), &pending, snapshot);
-    let candidate_places = place_in_turn(Some(&compiled), &pending, snapshot);
+    let bound_members = |key: &GroupKey| {
+        cluster
+            .pods
+            .iter()
+            .filter(|p| crate::scheduler::backend::cache::occupies_node(p))
+            .filter(|p| pod_groups::group_of(p).as_ref() == Some(key))
+            .count()
+    };
+    let gangs = Gangs {
+        groups,
+        bound_members: &bound_members,
+    };
+    let live_places = place_in_turn(live.as_deref(), &pending, snapshot, &gangs);
+    let candidate_places = place_in_turn(Some(&compiled), &pending, snapshot, &gangs);
     let pending = pending
         .iter()
         .zip(live_places.iter().zip(&candidate_places))
@@ -319,30 +333,120 @@ fn scheduled_at(pod: &Pod) -> Option<jiff::Timestamp> {
         .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
-/// Places `pods` one after another with `profile`, each counted on its node for the next.
+/// The gangs among the pending pods: their PodGroups and how many of each are bound.
+struct Gangs<'a> {
+    groups: &'a PodGroupIndex,
+    bound_members: &'a dyn Fn(&GroupKey) -> usize,
+}
+
+impl Gangs<'_> {
+    /// The gang of `pod` (its group's key and minCount), when `profile` runs GangScheduling
+    /// and the group has the gang policy.
+    fn of(&self, profile: &CompiledProfile, pod: &Pod) -> Option<(GroupKey, usize)> {
+        if !profile.uses(crate::scheduler::plugins::gang_scheduling::NAME) {
+            return None;
+        }
+        let key = pod_groups::group_of(pod)?;
+        let group = self.groups.get(&key.0, &key.1)?;
+        match pod_groups::policy(&group) {
+            Policy::Gang { min_count } => Some((key, min_count)),
+            Policy::Basic => None,
+        }
+    }
+}
+
+/// Places `pods` one after another with `profile`, each counted on its node for the next. The
+/// pending members of a gang are placed together when its first member's turn comes, as the
+/// group cycle places them, and kept only if at least `minCount` of the gang are then placed
+/// or bound: otherwise none of them is.
 fn place_in_turn(
     profile: Option<&CompiledProfile>,
     pods: &[&Pod],
     snapshot: &Snapshot,
+    gangs: &Gangs<'_>,
 ) -> Vec<Option<Explanation>> {
     let Some(profile) = profile else {
         return pods.iter().map(|_| None).collect();
     };
     let mut snapshot = snapshot.clone();
-    let mut out = Vec::with_capacity(pods.len());
-    for pod in pods {
-        let info = PodInfo::new(Arc::new((*pod).clone()));
-        let e = explain::explain(profile, &info, &snapshot, &NoNominations, None);
-        if let Some(node) = e.winner.as_deref().and_then(|n| snapshot.get(n)) {
-            let mut placed = (*pod).clone();
-            placed.spec.get_or_insert_default().node_name = Some(node.name.clone());
-            let mut with = (**node).clone();
-            with.add_pod(Arc::new(PodInfo::new(Arc::new(placed))));
-            snapshot = snapshot.with_node(with);
+    let mut out: Vec<Option<Explanation>> = vec![None; pods.len()];
+    for (i, pod) in pods.iter().enumerate() {
+        if out[i].is_some() {
+            continue;
         }
-        out.push(Some(e));
+        let Some((key, min_count)) = gangs.of(profile, pod) else {
+            out[i] = Some(place(profile, pod, &mut snapshot));
+            continue;
+        };
+        let members: Vec<usize> = (i..pods.len())
+            .filter(|j| out[*j].is_none() && pod_groups::group_of(pods[*j]).as_ref() == Some(&key))
+            .collect();
+        let before = (gangs.bound_members)(&key);
+        let mut trial = snapshot.clone();
+        let placed: Vec<Explanation> = if before.saturating_add(members.len()) < min_count {
+            members
+                .iter()
+                .map(|j| {
+                    let mut e = place(profile, pods[*j], &mut snapshot.clone());
+                    unplace(
+                        &mut e,
+                        "waiting for minCount pods from a gang to appear in scheduling queue"
+                            .into(),
+                    );
+                    e
+                })
+                .collect()
+        } else {
+            members
+                .iter()
+                .map(|j| place(profile, pods[*j], &mut trial))
+                .collect()
+        };
+        let fit = placed.iter().filter(|e| e.winner.is_some()).count();
+        let whole = fit > 0 && before.saturating_add(fit) >= min_count;
+        if whole {
+            snapshot = trial;
+        }
+        for (j, mut e) in members.into_iter().zip(placed) {
+            if !whole && e.winner.is_some() {
+                unplace(
+                    &mut e,
+                    format!(
+                        "pod group {}/{} is not placed: minCount {min_count}, {} of its pods fit or are bound",
+                        key.0,
+                        key.1,
+                        before.saturating_add(fit)
+                    ),
+                );
+            }
+            out[j] = Some(e);
+        }
     }
     out
+}
+
+/// Places `pod` with `profile` on `snapshot`, counting it on its node.
+fn place(profile: &CompiledProfile, pod: &Pod, snapshot: &mut Snapshot) -> Explanation {
+    let info = PodInfo::new(Arc::new(pod.clone()));
+    let e = explain::explain(profile, &info, snapshot, &NoNominations, None);
+    if let Some(node) = e.winner.as_deref().and_then(|n| snapshot.get(n)) {
+        let mut placed = pod.clone();
+        placed.spec.get_or_insert_default().node_name = Some(node.name.clone());
+        let mut with = (**node).clone();
+        with.add_pod(Arc::new(PodInfo::new(Arc::new(placed))));
+        *snapshot = snapshot.with_node(with);
+    }
+    e
+}
+
+/// A member that fit, taken back because its gang is not placed: no node, and why.
+fn unplace(e: &mut Explanation, message: String) {
+    e.winner = None;
+    e.tied.clear();
+    e.runner_up = None;
+    e.margin = None;
+    e.nominated = false;
+    e.message = Some(message);
 }
 
 fn decision(e: Option<&Explanation>) -> Decision {

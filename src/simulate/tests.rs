@@ -373,3 +373,87 @@ fn a_snapshot_keeps_what_scheduling_reads_and_no_secret() {
         .and_then(|m| m.labels.clone());
     assert_eq!(template.map(|l| l["app"].clone()).as_deref(), Some("web"));
 }
+
+/// A gang member of `group` asking for one CPU.
+fn gang_member(name: &str, group: &str) -> Pod {
+    let mut pod = PodBuilder::new(name)
+        .uid(name)
+        .req_cpu("1")
+        .scheduler_name("tether-scheduler")
+        .build();
+    if let Some(spec) = pod.spec.as_mut() {
+        spec.scheduling_group = Some(k8s_openapi::api::core::v1::PodSchedulingGroup {
+            pod_group_name: Some(group.into()),
+        });
+    }
+    pod
+}
+
+fn pod_group(name: &str, min_count: i32) -> k8s_openapi::api::scheduling::v1beta1::PodGroup {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}}},
+    }))
+    .expect("a PodGroup")
+}
+
+/// On 2 + 4 free CPUs (the `cluster()` nodes, its three plain pods gone), in the queue's order (here by name): a gang of 5 does not
+/// fit whole after a gang of 3 has taken its room, so none of its members is placed, and the
+/// plain pod after it takes a node its members had fit on; the gang of 3 is placed whole.
+#[test]
+fn pending_gangs_are_placed_whole_or_not_at_all() {
+    let mut cluster = cluster();
+    cluster
+        .pods
+        .retain(|p| p.metadata.name.as_deref() == Some("load"));
+    for i in 0..3 {
+        cluster
+            .pods
+            .push(gang_member(&format!("a-small-{i}"), "a-small"));
+    }
+    for i in 0..5 {
+        cluster
+            .pods
+            .push(gang_member(&format!("b-large-{i}"), "b-large"));
+    }
+    cluster.pods.push(
+        PodBuilder::new("c-plain")
+            .uid("c-plain")
+            .req_cpu("1")
+            .scheduler_name("tether-scheduler")
+            .build(),
+    );
+    cluster.pod_groups = vec![pod_group("a-small", 3), pod_group("b-large", 5)];
+    let sim = simulate(&cluster, &[profile("default", "LeastAllocated")], 0)
+        .expect("serves")
+        .remove(0);
+    let node_of = |name: &str| {
+        sim.pending
+            .iter()
+            .find(|p| p.pod == format!("default/{name}"))
+            .and_then(|p| p.candidate.node.clone())
+    };
+    for i in 0..3 {
+        assert!(node_of(&format!("a-small-{i}")).is_some(), "{sim:#?}");
+    }
+    for i in 0..5 {
+        assert_eq!(node_of(&format!("b-large-{i}")), None, "{sim:#?}");
+    }
+    assert!(
+        node_of("c-plain").is_some(),
+        "the room the large gang did not take is free"
+    );
+    let large = sim
+        .pending
+        .iter()
+        .find(|p| p.pod == "default/b-large-0")
+        .expect("b-large-0");
+    assert!(
+        large
+            .candidate
+            .message
+            .as_deref()
+            .is_some_and(|m| m.starts_with("pod group default/b-large is not placed: minCount 5")),
+        "{large:#?}"
+    );
+}
