@@ -75,7 +75,13 @@ pub enum Workload {
     AntiAffinity,
     /// Preferred affinity (per zone) to pods already running, a tenth as many as measured.
     PreferredAffinity,
+    /// Gangs of [`GANG_SIZE`] pods (PodGroups of the Workload API, minCount their size), each
+    /// placed whole in one group cycle; kube-scheduler runs with GenericWorkload on.
+    Gang,
 }
+
+/// The pods of one gang in the [`Workload::Gang`] workload.
+pub const GANG_SIZE: usize = 16;
 
 impl Workload {
     pub const ALL: [Workload; 4] = [
@@ -91,6 +97,7 @@ impl Workload {
             Workload::Spread => "TopologySpreading",
             Workload::AntiAffinity => "PodAntiAffinity",
             Workload::PreferredAffinity => "PreferredPodAffinity",
+            Workload::Gang => "GangScheduling",
         }
     }
 }
@@ -211,6 +218,16 @@ impl Bench {
         if workload == Workload::PreferredAffinity {
             self.running_pods(&ns.name, pods / 10).await?;
         }
+        if workload == Workload::Gang {
+            for group in 0..pods.div_ceil(GANG_SIZE) {
+                let size = GANG_SIZE.min(pods - group * GANG_SIZE);
+                apply(json!({
+                    "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                    "metadata": {"name": format!("gang-{group}"), "namespace": ns.name},
+                    "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+                }))?;
+            }
+        }
         // Only the measured pods carry the label `bench`.
         let seen = BindLedger::start(&self.client, &ns.name, "bench");
         let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
@@ -227,7 +244,7 @@ impl Bench {
             let process = match mode {
                 Mode::Batch => {
                     maker.create_all(&created, None).await?;
-                    self.start(contender, &scheduler, &ns.name, &created)
+                    self.start(contender, workload, &scheduler, &ns.name, &created)
                         .await?
                 }
                 Mode::Steady(rate) => {
@@ -236,7 +253,7 @@ impl Bench {
                         "the raw binder binds the pods made before it starts: batch mode only"
                     );
                     let process = self
-                        .start(contender, &scheduler, &ns.name, &created)
+                        .start(contender, workload, &scheduler, &ns.name, &created)
                         .await?;
                     // Timed from a scheduler that serves: one pod first, outside the figures.
                     maker.warm_up().await?;
@@ -314,7 +331,7 @@ impl Bench {
             "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}}}]});
         self.nodes.isolate(&mut spec);
         match workload {
-            Workload::Basic | Workload::AntiAffinity => {}
+            Workload::Basic | Workload::AntiAffinity | Workload::Gang => {}
             Workload::Spread => {
                 spec["topologySpreadConstraints"] = json!([
                     {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
@@ -336,12 +353,13 @@ impl Bench {
     async fn start(
         &self,
         contender: Contender,
+        workload: Workload,
         scheduler: &str,
         ns: &str,
         created: &Arc<Mutex<HashMap<String, Instant>>>,
     ) -> anyhow::Result<Option<Process>> {
         match contender {
-            Contender::KubeScheduler => Process::kube_scheduler(scheduler).map(Some),
+            Contender::KubeScheduler => Process::kube_scheduler(scheduler, workload).map(Some),
             Contender::Tether | Contender::TetherHistory => {
                 Process::tether(scheduler).await.map(Some)
             }
@@ -415,6 +433,10 @@ impl PodMaker {
         let mut labels = json!({"bench": "measured"});
         match self.workload {
             Workload::Spread => labels = json!({"bench": "spread"}),
+            Workload::Gang => {
+                spec["schedulingGroup"] =
+                    json!({"podGroupName": format!("gang-{}", i / GANG_SIZE)});
+            }
             Workload::AntiAffinity => {
                 let groups = self.pods.div_ceil(self.nodes.max(1)).max(1);
                 let group = format!("g{}", i % groups);
@@ -527,13 +549,18 @@ struct Process {
 type Usage = (f64, f64);
 
 impl Process {
-    fn kube_scheduler(scheduler: &str) -> anyhow::Result<Self> {
-        Self::kube_scheduler_serving(scheduler, None)
+    /// kube-scheduler for `workload` (with GenericWorkload on for gangs).
+    fn kube_scheduler(scheduler: &str, workload: Workload) -> anyhow::Result<Self> {
+        Self::kube_scheduler_serving(scheduler, None, workload == Workload::Gang)
     }
 
     /// kube-scheduler, serving its probes on `port` when given (its own certificate, in a
     /// directory of its own under .cluster/).
-    fn kube_scheduler_serving(scheduler: &str, port: Option<u16>) -> anyhow::Result<Self> {
+    fn kube_scheduler_serving(
+        scheduler: &str,
+        port: Option<u16>,
+        gangs: bool,
+    ) -> anyhow::Result<Self> {
         let bin = crate::reference::kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs)?;
@@ -549,6 +576,9 @@ impl Process {
         let log = std::fs::File::create(logs.join("bench-kube-scheduler.log"))?;
         let mut cmd = Command::new(&bin);
         cmd.arg(format!("--config={}", config.display()));
+        if gangs {
+            cmd.arg("--feature-gates=GenericWorkload=true");
+        }
         match port {
             Some(port) => {
                 let certs = repo_dir().join(".cluster/bench-kube-scheduler-certs");
@@ -856,7 +886,7 @@ pub async fn start_to_ready(
     let (process, url) = match contender {
         Contender::KubeScheduler => {
             let port = free_local_addr()?.port();
-            let process = Process::kube_scheduler_serving("ready-bench", Some(port))?;
+            let process = Process::kube_scheduler_serving("ready-bench", Some(port), false)?;
             (process, format!("https://127.0.0.1:{port}/readyz"))
         }
         Contender::Tether => {

@@ -54,6 +54,8 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
         (Contender::RawBinder, Workload::Basic, Mode::Batch),
         (Contender::TetherHistory, Workload::Basic, Mode::Batch),
         (Contender::Tether, Workload::AntiAffinity, Mode::Steady(30)),
+        (Contender::KubeScheduler, Workload::Gang, Mode::Batch),
+        (Contender::Tether, Workload::Gang, Mode::Batch),
     ];
     let results = run_all(&bench, PODS, &runs).await?;
     for r in &results {
@@ -202,14 +204,26 @@ async fn bench() -> anyhow::Result<()> {
         !only.iter().any(|o| labels.contains(&o.as_str())) || only.iter().any(|o| o == label)
     };
     let contenders = Contender::ALL.map(Contender::label);
-    let workloads = Workload::ALL.map(Workload::label);
+    let workloads: Vec<&str> = Workload::ALL
+        .iter()
+        .chain([&Workload::Gang])
+        .map(|w| w.label())
+        .collect();
     let wanted = |(c, w, m): &(Contender, Workload, Mode)| {
         listed(&contenders, c.label())
             && listed(&workloads, w.label())
             && listed(&Mode::KINDS, m.kind())
     };
     let runs: Vec<_> = runs.into_iter().filter(|r| wanted(r)).collect();
-    let results = run_all(&bench, pods, &runs).await?;
+    let mut results = run_all(&bench, pods, &runs).await?;
+    // Gangs: BENCH_GANGS groups of 16 (100 unless told otherwise), each placed whole.
+    let gang_pods = env_or("BENCH_GANGS", 100) * tether_e2e::bench::GANG_SIZE;
+    let gang_runs: Vec<_> = [Contender::KubeScheduler, Contender::Tether]
+        .into_iter()
+        .map(|c| (c, Workload::Gang, Mode::Batch))
+        .filter(|r| wanted(r))
+        .collect();
+    results.extend(run_all(&bench, gang_pods, &gang_runs).await?);
     if !only.is_empty() {
         write_json(&results, "results-only")?;
         return bench.nodes.delete().await;
