@@ -446,6 +446,20 @@ async fn start_watches_and_controllers(
             ),
         )),
         tokio::spawn(fatal.forever(
+            "the Coscheduling PodGroup watch",
+            pod_groups::run_coscheduling_watch(
+                Arc::new(pod_groups::CoschedulingFeed {
+                    index: parts.pod_groups.clone(),
+                    tell: {
+                        let queue = parts.sched.queue.clone();
+                        Arc::new(move |event, old, new| queue.on_event(event, old, new))
+                    },
+                }),
+                client.clone(),
+                readiness,
+            ),
+        )),
+        tokio::spawn(fatal.forever(
             "the workload selector watches",
             selectors::run_watches(parts.selectors.clone(), client.clone(), readiness),
         )),

@@ -94,11 +94,13 @@ main() {
   # The cluster serves KubeVirt's VM API (the CRDs only; the e2e plays virt-controller) from the
   # start, as a KubeVirt cluster does: the garbage collector must know the kinds before any
   # object owned by a VMI exists, or it takes such objects for orphans and deletes them.
-  # The same holds for e2e/fixtures (an owner kind tether does not know).
+  # The same holds for e2e/fixtures (an owner kind tether does not know; scheduler-plugins'
+  # PodGroup kind, for Coscheduling).
   $KUBECTL apply -f "$E2E_DIR/kubevirt/crds.yaml" -f "$E2E_DIR/fixtures/" >/dev/null
   $KUBECTL wait --for=condition=Established --timeout=60s \
     crd/virtualmachines.kubevirt.io crd/virtualmachineinstances.kubevirt.io \
-    crd/widgets.example.tether.dev crd/widgetsets.example.tether.dev >/dev/null \
+    crd/widgets.example.tether.dev crd/widgetsets.example.tether.dev \
+    crd/podgroups.scheduling.x-k8s.io >/dev/null \
     || die "the fixture CRDs were not established; read $LOG_DIR/kube-apiserver.log"
 
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \

@@ -378,3 +378,117 @@ async fn a_gang_that_never_fits_does_not_starve_a_small_one() -> anyhow::Result<
     ns.delete().await?;
     nodes.delete().await
 }
+
+/// scheduler-plugins' PodGroup `name` (`scheduling.x-k8s.io/v1alpha1`) with `minMember`.
+fn coscheduling_group(ns: &str, name: &str, min_member: i32) -> anyhow::Result<()> {
+    apply(json!({
+        "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"minMember": min_member, "scheduleTimeoutSeconds": 10},
+    }))
+}
+
+/// Pod `<group>-<i>` of 1 CPU in the Coscheduling group `group` (by its label).
+fn labelled_member(
+    ns: &str,
+    nodes: &TestNodes,
+    scheduler: &str,
+    group: &str,
+    i: usize,
+) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+    });
+    nodes.isolate(&mut spec);
+    apply(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("{group}-{i}"), "namespace": ns,
+                     "labels": {"scheduling.x-k8s.io/pod-group": group}},
+        "spec": spec,
+    }))
+}
+
+/// Jobs written for scheduler-plugins' Coscheduling, unchanged, with a profile that enables
+/// Coscheduling: on two nodes of 2 CPUs a group of 3 (minMember 3) is bound whole; a group of
+/// 4 then binds none and holds no room (a plain pod takes it); a group whose third member comes
+/// late waits for it and is then bound whole. With the plugin off, the label means nothing.
+#[tokio::test]
+async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "gang-cosched").await?;
+    let nodes = TestNodes::create(&client, "gang-cosched", 2, "2", |_, _| {}).await?;
+    let scheduler = format!("gang-cosched-{}", unique_suffix());
+    apply_profile(
+        &client,
+        &scheduler,
+        json!({"schedulerName": scheduler,
+               "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]}}}),
+    )
+    .await?;
+    let (ns_name, sched) = (ns.name.as_str(), scheduler.as_str());
+
+    coscheduling_group(ns_name, "fits", 3)?;
+    for i in 0..3 {
+        labelled_member(ns_name, &nodes, sched, "fits", i)?;
+    }
+    wait_for("the group of 3 bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, ns_name, "fits").await? == 3).then_some(()))
+    })
+    .await?;
+
+    coscheduling_group(ns_name, "too-big", 4)?;
+    for i in 0..4 {
+        labelled_member(ns_name, &nodes, sched, "too-big", i)?;
+    }
+    let message = unscheduled_message(&client, ns_name, "too-big-0").await?;
+    assert!(
+        message.contains("minCount (4) cannot be satisfied") || message.starts_with("0/"),
+        "{message}"
+    );
+    plain(ns_name, &nodes, sched, "plain")?;
+    wait_bound(&client, ns_name, "plain", TIMEOUT).await?;
+    assert_eq!(bound_count(&client, ns_name, "too-big").await?, 0);
+
+    // The room is full now: empty it, then a group of 3 arrives member by member (beside a
+    // plain pod, 3 of the 4 CPUs).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns_name);
+    for i in 0..4 {
+        pods.delete(&format!("too-big-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    for i in 0..3 {
+        pods.delete(&format!("fits-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    pods.delete("plain", &DeleteParams::default()).await?;
+    coscheduling_group(ns_name, "slow", 3)?;
+    labelled_member(ns_name, &nodes, sched, "slow", 0)?;
+    labelled_member(ns_name, &nodes, sched, "slow", 1)?;
+    plain(ns_name, &nodes, sched, "later")?;
+    wait_bound(&client, ns_name, "later", TIMEOUT).await?;
+    assert_eq!(
+        bound_count(&client, ns_name, "slow").await?,
+        0,
+        "members were bound before minMember of them existed"
+    );
+    labelled_member(ns_name, &nodes, sched, "slow", 2)?;
+    wait_for("the slow group bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, ns_name, "slow").await? == 3).then_some(()))
+    })
+    .await?;
+
+    // Without Coscheduling in the profile, a labelled pod is scheduled alone (in the room
+    // `later` leaves).
+    pods.delete("later", &DeleteParams::default()).await?;
+    let alone = format!("gang-alone-{}", unique_suffix());
+    apply_profile(&client, &alone, json!({"schedulerName": alone})).await?;
+    coscheduling_group(ns_name, "ignored", 5)?;
+    labelled_member(ns_name, &nodes, &alone, "ignored", 0)?;
+    wait_bound(&client, ns_name, "ignored-0", TIMEOUT).await?;
+
+    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler, &alone], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}

@@ -169,7 +169,7 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
         };
         explanation.group = Some(explain::explain_group(
             &profile,
-            format!("{}/{}", gang.key.0, gang.key.1),
+            gang.key.to_string(),
             gang.min_count,
             scheduled_before,
             members,

@@ -26,9 +26,9 @@ use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
-use crate::scheduler::informers::pod_groups::{self, GroupKey, Policy};
+use crate::scheduler::informers::pod_groups::{self, Group, GroupApi, GroupKey, Policy};
 use crate::scheduler::outcome::FailureReason;
-use crate::scheduler::plugins::gang_scheduling;
+use crate::scheduler::plugins::{coscheduling, gang_scheduling};
 use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
 
 /// The PodGroup condition the group cycle writes (upstream's
@@ -39,10 +39,10 @@ pub const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
 /// errPodGroupUnschedulable).
 const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
-/// A pod's gang: its PodGroup, with the gang policy.
+/// A pod's gang: its PodGroup (of either API), with the gang policy.
 pub struct Gang {
     pub key: GroupKey,
-    pub group: Arc<PodGroup>,
+    pub group: Group,
     pub min_count: usize,
 }
 
@@ -59,12 +59,16 @@ pub fn gang_of_pod(
     profile: &CompiledProfile,
     pod: &k8s_openapi::api::core::v1::Pod,
 ) -> Option<Gang> {
-    if !profile.uses(gang_scheduling::NAME) {
+    let key = pod_groups::group_of(pod)?;
+    let plugin = match key.api {
+        GroupApi::Workload => gang_scheduling::NAME,
+        GroupApi::Coscheduling => coscheduling::NAME,
+    };
+    if !profile.uses(plugin) {
         return None;
     }
-    let key = pod_groups::group_of(pod)?;
-    let group = sched.pod_groups.get(&key.0, &key.1)?;
-    match pod_groups::policy(&group) {
+    let group = sched.pod_groups.get(&key)?;
+    match group.policy() {
         Policy::Gang { min_count } => Some(Gang {
             key,
             group,
@@ -111,7 +115,7 @@ pub fn schedule_group(
     let mut members = sched.queue.take_group(&gang.key, first.pod.uid());
     members.push(first);
     members.sort_by(order);
-    let group_name = format!("{}/{}", gang.key.0, gang.key.1);
+    let group_name = gang.key.to_string();
 
     if let Some(watch) = sched.readiness.stale_for(|plugin| profile.uses(plugin)) {
         let status = Status::error(format!(
@@ -150,7 +154,11 @@ pub fn schedule_group(
     let mut remaining = members.len();
     let mut placed: Vec<Placed> = Vec::new();
     let mut own_failures: Vec<(usize, Failure)> = Vec::new();
-    let mut rejected_by: BTreeSet<&'static str> = BTreeSet::from([gang_scheduling::NAME]);
+    let group_plugin = match gang.key.api {
+        GroupApi::Workload => gang_scheduling::NAME,
+        GroupApi::Coscheduling => coscheduling::NAME,
+    };
+    let mut rejected_by: BTreeSet<&'static str> = BTreeSet::from([group_plugin]);
     let mut retry_after: Option<Duration> = None;
     let mut group_failure = infeasible(gang.min_count, scheduled, remaining);
     let mut error = None;
@@ -401,8 +409,7 @@ fn group_preemption(
     }
     let group_priority = gang
         .group
-        .spec
-        .priority
+        .priority()
         .or_else(|| members.first().map(|m| priority(&m.pod.pod)))
         .unwrap_or(0);
     let snapshot = sched.lock_cache().snapshot();
@@ -419,13 +426,11 @@ fn group_preemption(
 
 /// Writes the group's `PodGroupInitiallyScheduled` condition, as upstream: never from True
 /// back to anything else, and not at all when the group already says the same.
-fn write_condition(
-    sched: &Scheduler,
-    group: &Arc<PodGroup>,
-    status: &str,
-    reason: &str,
-    message: String,
-) {
+fn write_condition(sched: &Scheduler, group: &Group, status: &str, reason: &str, message: String) {
+    // A Coscheduling PodGroup's status is its own controller's.
+    let Group::Workload(group) = group else {
+        return;
+    };
     let conditions = group
         .status
         .as_ref()

@@ -29,7 +29,7 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::informers::pod_groups::{self, GroupKey, PodGroupIndex, Policy};
+use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupKey, PodGroupIndex, Policy};
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
 
 /// What a simulation found.
@@ -343,12 +343,16 @@ impl Gangs<'_> {
     /// The gang of `pod` (its group's key and minCount), when `profile` runs GangScheduling
     /// and the group has the gang policy.
     fn of(&self, profile: &CompiledProfile, pod: &Pod) -> Option<(GroupKey, usize)> {
-        if !profile.uses(crate::scheduler::plugins::gang_scheduling::NAME) {
+        let key = pod_groups::group_of(pod)?;
+        let plugin = match key.api {
+            GroupApi::Workload => crate::scheduler::plugins::gang_scheduling::NAME,
+            GroupApi::Coscheduling => crate::scheduler::plugins::coscheduling::NAME,
+        };
+        if !profile.uses(plugin) {
             return None;
         }
-        let key = pod_groups::group_of(pod)?;
-        let group = self.groups.get(&key.0, &key.1)?;
-        match pod_groups::policy(&group) {
+        let group = self.groups.get(&key)?;
+        match group.policy() {
             Policy::Gang { min_count } => Some((key, min_count)),
             Policy::Basic => None,
         }
@@ -412,9 +416,7 @@ fn place_in_turn(
                 unplace(
                     &mut e,
                     format!(
-                        "pod group {}/{} is not placed: minCount {min_count}, {} of its pods fit or are bound",
-                        key.0,
-                        key.1,
+                        "pod group {key} is not placed: minCount {min_count}, {} of its pods fit or are bound",
                         before.saturating_add(fit)
                     ),
                 );

@@ -27,3 +27,6 @@ pub const STICKY_PLUGINS: &[&str] = &["StickyNode", "PlacementHistory", "Placeme
 
 /// The PodGroup watch (the Workload API): gangs and their members.
 pub const GANG_PLUGINS: &[&str] = &["GangScheduling"];
+
+/// scheduler-plugins' PodGroup watch (`scheduling.x-k8s.io`): Coscheduling's gangs.
+pub const COSCHEDULING_PLUGINS: &[&str] = &["Coscheduling"];

@@ -1,6 +1,9 @@
-//! PodGroups of the Workload API (`scheduling.k8s.io/v1beta1`) from a watch, and the pods that
-//! name each group in `spec.schedulingGroup.podGroupName`, for GangScheduling and the group
-//! scheduling cycle.
+//! PodGroups from watches, and the live pods of each, for the group scheduling cycle: the
+//! Workload API's (`scheduling.k8s.io/v1beta1`, a pod names its group in
+//! `spec.schedulingGroup.podGroupName`; GangScheduling) and scheduler-plugins' Coscheduling
+//! PodGroups (`scheduling.x-k8s.io/v1alpha1`, a pod names its group in the label
+//! `scheduling.x-k8s.io/pod-group`; `minMember`), so that jobs written for Coscheduling
+//! (Kubeflow's) are placed by the same cycle.
 //!
 //! The API is beta and off by default in Kubernetes 1.37 (kube-apiserver's `GenericWorkload`
 //! gate and `--runtime-config scheduling.k8s.io/v1beta1=true`). A cluster that does not serve
@@ -23,8 +26,92 @@ use crate::watch::{self, Index, Readiness};
 /// The longest wait between two tries of the PodGroup watch while the API is not served.
 const NOT_SERVED_MAX_DELAY: Duration = Duration::from_secs(30);
 
-/// A group's key: its namespace and name.
-pub type GroupKey = (String, String);
+/// Which API a group is of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GroupApi {
+    /// `scheduling.k8s.io/v1beta1` PodGroup (GangScheduling).
+    Workload,
+    /// scheduler-plugins' `scheduling.x-k8s.io/v1alpha1` PodGroup (Coscheduling).
+    Coscheduling,
+}
+
+/// A group's key: its API, namespace and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct GroupKey {
+    pub api: GroupApi,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl std::fmt::Display for GroupKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// The label a pod names its Coscheduling PodGroup with (scheduler-plugins').
+pub const COSCHEDULING_LABEL: &str = "scheduling.x-k8s.io/pod-group";
+
+/// A Coscheduling PodGroup (`scheduling.x-k8s.io/v1alpha1`), as tether reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoschedulingGroup {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: Option<String>,
+    /// `spec.minMember`.
+    pub min_member: usize,
+}
+
+impl CoschedulingGroup {
+    /// Reads one from its object; `spec.minMember` absent or negative counts as 0.
+    pub fn from_object(obj: &kube::api::DynamicObject) -> Self {
+        let min_member = obj.data["spec"]["minMember"]
+            .as_i64()
+            .and_then(|m| usize::try_from(m).ok())
+            .unwrap_or(0);
+        CoschedulingGroup {
+            namespace: obj.metadata.namespace.clone().unwrap_or_default(),
+            name: obj.metadata.name.clone().unwrap_or_default(),
+            resource_version: obj.metadata.resource_version.clone(),
+            min_member,
+        }
+    }
+
+    fn key(&self) -> GroupKey {
+        GroupKey {
+            api: GroupApi::Coscheduling,
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+        }
+    }
+}
+
+/// A group of either API.
+#[derive(Clone, Debug)]
+pub enum Group {
+    Workload(Arc<PodGroup>),
+    Coscheduling(Arc<CoschedulingGroup>),
+}
+
+impl Group {
+    /// How its pods are scheduled: a Coscheduling PodGroup is a gang of `minMember`.
+    pub fn policy(&self) -> Policy {
+        match self {
+            Group::Workload(g) => policy(g),
+            Group::Coscheduling(g) => Policy::Gang {
+                min_count: g.min_member,
+            },
+        }
+    }
+
+    /// The group's own priority, where its API has one.
+    pub fn priority(&self) -> Option<i32> {
+        match self {
+            Group::Workload(g) => g.spec.priority,
+            Group::Coscheduling(_) => None,
+        }
+    }
+}
 
 /// How a PodGroup asks its pods to be scheduled.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -46,13 +133,28 @@ pub fn group_name(pod: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-/// The key of the group a pod names, if any.
+/// The key of the group a pod names, if any: its Workload API group, else the Coscheduling
+/// group its label names.
 pub fn group_of(pod: &Pod) -> Option<GroupKey> {
-    let name = group_name(pod)?;
-    Some((
-        pod.metadata.namespace.clone().unwrap_or_default(),
-        name.to_string(),
-    ))
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+    if let Some(name) = group_name(pod) {
+        return Some(GroupKey {
+            api: GroupApi::Workload,
+            namespace,
+            name: name.to_string(),
+        });
+    }
+    let name = pod
+        .metadata
+        .labels
+        .as_ref()?
+        .get(COSCHEDULING_LABEL)
+        .filter(|n| !n.is_empty())?;
+    Some(GroupKey {
+        api: GroupApi::Coscheduling,
+        namespace,
+        name: name.clone(),
+    })
 }
 
 /// A PodGroup's policy: the gang policy with its `minCount` (a negative one counts as 0), else
@@ -66,16 +168,19 @@ pub fn policy(group: &PodGroup) -> Policy {
     }
 }
 
-fn key(group: &PodGroup) -> GroupKey {
-    (
-        group.metadata.namespace.clone().unwrap_or_default(),
-        group.metadata.name.clone().unwrap_or_default(),
-    )
+/// The key of a Workload API PodGroup.
+pub fn key(group: &PodGroup) -> GroupKey {
+    GroupKey {
+        api: GroupApi::Workload,
+        namespace: group.metadata.namespace.clone().unwrap_or_default(),
+        name: group.metadata.name.clone().unwrap_or_default(),
+    }
 }
 
 #[derive(Default)]
 struct Inner {
     groups: HashMap<GroupKey, Arc<PodGroup>>,
+    coscheduling: HashMap<GroupKey, Arc<CoschedulingGroup>>,
     /// The pods (UIDs) naming each group that are not finished or being deleted, pending or
     /// bound.
     members: HashMap<GroupKey, BTreeSet<String>>,
@@ -98,18 +203,41 @@ impl PodGroupIndex {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The PodGroup `namespace/name`, as watched.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<Arc<PodGroup>> {
-        self.read()
-            .groups
-            .get(&(namespace.to_string(), name.to_string()))
-            .cloned()
+    /// The group `key`, as watched.
+    pub fn get(&self, key: &GroupKey) -> Option<Group> {
+        let inner = self.read();
+        match key.api {
+            GroupApi::Workload => inner.groups.get(key).cloned().map(Group::Workload),
+            GroupApi::Coscheduling => inner
+                .coscheduling
+                .get(key)
+                .cloned()
+                .map(Group::Coscheduling),
+        }
     }
 
-    /// The group `pod` names, when the PodGroup exists.
-    pub fn group_of_pod(&self, pod: &Pod) -> Option<Arc<PodGroup>> {
-        let (namespace, name) = group_of(pod)?;
-        self.get(&namespace, &name)
+    /// A Coscheduling PodGroup added or changed; the one it replaces, if any.
+    pub fn apply_coscheduling(
+        &self,
+        group: Arc<CoschedulingGroup>,
+    ) -> Option<Arc<CoschedulingGroup>> {
+        self.write().coscheduling.insert(group.key(), group)
+    }
+
+    /// A Coscheduling PodGroup deleted; the one held, if any.
+    pub fn delete_coscheduling(&self, group: &CoschedulingGroup) -> Option<Arc<CoschedulingGroup>> {
+        self.write().coscheduling.remove(&group.key())
+    }
+
+    /// Every Coscheduling PodGroup now `groups` (a list); those it replaced.
+    pub fn reset_coscheduling(
+        &self,
+        groups: Vec<Arc<CoschedulingGroup>>,
+    ) -> Vec<Arc<CoschedulingGroup>> {
+        let new = groups.into_iter().map(|g| (g.key(), g)).collect();
+        std::mem::replace(&mut self.write().coscheduling, new)
+            .into_values()
+            .collect()
     }
 
     /// How many live pods name the group (pending or bound).
@@ -206,10 +334,8 @@ impl Keeps<PodGroup> for PodGroupIndex {
     }
 }
 
-/// The PodGroup watch, registered in `readiness` now for GangScheduling alone; it feeds
-/// `index` (and the queue, through `feed`) until the process stops. While the API server
-/// answers 404 (the Workload API is not served) the watch counts as current with no PodGroups
-/// and is tried again after 1 s doubling to 30 s.
+/// The Workload API's PodGroup watch, registered in `readiness` now for GangScheduling alone;
+/// it feeds `feed` (the index, and the queue) until the process stops.
 pub fn run_watch<I>(
     feed: Arc<I>,
     client: kube::Client,
@@ -218,28 +344,78 @@ pub fn run_watch<I>(
 where
     I: Index<PodGroup> + 'static,
 {
-    const WHAT: &str = "podgroups";
-    let registered = readiness.register_for(
-        WHAT,
-        crate::watch::Need::Plugins(crate::scheduler::framework::needs::GANG_PLUGINS),
-    );
+    watch_optional(
+        Api::<PodGroup>::all(client),
+        "podgroups",
+        crate::scheduler::framework::needs::GANG_PLUGINS,
+        feed,
+        readiness,
+    )
+}
+
+/// The Coscheduling kind: scheduler-plugins' `scheduling.x-k8s.io/v1alpha1` PodGroup.
+pub fn coscheduling_resource() -> kube::api::ApiResource {
+    kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+        "scheduling.x-k8s.io",
+        "v1alpha1",
+        "PodGroup",
+    ))
+}
+
+/// scheduler-plugins' PodGroup watch, registered in `readiness` now for Coscheduling alone.
+pub fn run_coscheduling_watch(
+    feed: Arc<CoschedulingFeed>,
+    client: kube::Client,
+    readiness: &Arc<Readiness>,
+) -> impl Future<Output = ()> + Send + 'static {
+    watch_optional(
+        Api::<kube::api::DynamicObject>::all_with(client, &coscheduling_resource()),
+        "podgroups.scheduling.x-k8s.io",
+        crate::scheduler::framework::needs::COSCHEDULING_PLUGINS,
+        feed,
+        readiness,
+    )
+}
+
+/// Feeds `feed` from a watch of `api`, a kind the API server may not serve, until the process
+/// stops. While it answers 404 (not served) or 403 (tether may not list it) the watch counts
+/// as current with no objects and is tried again after 1 s doubling to 30 s.
+fn watch_optional<K, I>(
+    api: Api<K>,
+    what: &'static str,
+    plugins: &'static [&'static str],
+    feed: Arc<I>,
+    readiness: &Arc<Readiness>,
+) -> impl Future<Output = ()> + Send + 'static
+where
+    K: kube::Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    I: Index<K> + 'static,
+{
+    let registered = readiness.register_for(what, crate::watch::Need::Plugins(plugins));
     async move {
         let mut delay = Duration::from_secs(1);
         loop {
-            let api = Api::<PodGroup>::all(client.clone());
             let mut applier = watch::Applier::new(Some(registered.clone()));
-            let mut events = std::pin::pin!(watch::watch(api, WHAT, Some(registered.clone())));
+            let mut events =
+                std::pin::pin!(watch::watch(api.clone(), what, Some(registered.clone())));
             let mut served = false;
             while let Some(event) = events.next().await {
                 if let Err(e) = &event
                     && let Some(why) = unavailable(e)
                 {
                     match why {
-                        Unavailable::NotServed => tracing::debug!(
-                            "the Workload API (scheduling.k8s.io/v1beta1 PodGroups) is not served; no gangs"
-                        ),
+                        Unavailable::NotServed => {
+                            tracing::debug!(kind = what, "not served; no such groups")
+                        }
                         Unavailable::Forbidden => tracing::warn!(
-                            "tether may not list PodGroups (RBAC): the pods of gangs wait for their group; the ClusterRole needs list and watch on podgroups"
+                            kind = what,
+                            "tether may not list these (RBAC): the pods naming such a group wait for it; the ClusterRole needs list and watch on them"
                         ),
                     }
                     feed.reset(Vec::new());
@@ -254,6 +430,83 @@ where
             }
             tokio::time::sleep(delay).await;
             delay = (delay * 2).min(NOT_SERVED_MAX_DELAY);
+        }
+    }
+}
+
+/// The event resource of a Coscheduling PodGroup's change.
+pub const COSCHEDULING_EVENT: crate::scheduler::framework::events::EventResource =
+    crate::scheduler::framework::events::EventResource::Custom("CoschedulingPodGroup");
+
+/// Tells the queue of a cluster event.
+pub type Tell = Arc<
+    dyn Fn(
+            crate::scheduler::framework::events::ClusterEvent,
+            Option<crate::scheduler::framework::events::EventObject>,
+            Option<crate::scheduler::framework::events::EventObject>,
+        ) + Send
+        + Sync,
+>;
+
+/// Feeds Coscheduling PodGroups into the index and their changes to the queue.
+pub struct CoschedulingFeed {
+    pub index: Arc<PodGroupIndex>,
+    pub tell: Tell,
+}
+
+impl CoschedulingFeed {
+    fn told(
+        &self,
+        action: crate::scheduler::framework::events::ActionType,
+        old: Option<Arc<CoschedulingGroup>>,
+        new: Option<Arc<CoschedulingGroup>>,
+    ) {
+        use crate::scheduler::framework::events::{ClusterEvent, EventObject};
+        let wrap = |g: Arc<CoschedulingGroup>| EventObject::Custom(g);
+        (self.tell)(
+            ClusterEvent::new(COSCHEDULING_EVENT, action),
+            old.map(wrap),
+            new.map(wrap),
+        );
+    }
+}
+
+impl Index<kube::api::DynamicObject> for CoschedulingFeed {
+    fn apply(&self, obj: kube::api::DynamicObject) {
+        use crate::scheduler::framework::events::ActionType;
+        let group = Arc::new(CoschedulingGroup::from_object(&obj));
+        let old = self.index.apply_coscheduling(group.clone());
+        match old {
+            Some(old) if old.resource_version == group.resource_version => {}
+            Some(old) => self.told(ActionType::UPDATE, Some(old), Some(group)),
+            None => self.told(ActionType::ADD, None, Some(group)),
+        }
+    }
+
+    fn delete(&self, obj: kube::api::DynamicObject) {
+        use crate::scheduler::framework::events::ActionType;
+        let group = CoschedulingGroup::from_object(&obj);
+        let old = self
+            .index
+            .delete_coscheduling(&group)
+            .unwrap_or_else(|| Arc::new(group));
+        self.told(ActionType::DELETE, Some(old), None);
+    }
+
+    fn reset(&self, objs: Vec<kube::api::DynamicObject>) {
+        use crate::scheduler::framework::events::ActionType;
+        let groups: Vec<Arc<CoschedulingGroup>> = objs
+            .iter()
+            .map(|o| Arc::new(CoschedulingGroup::from_object(o)))
+            .collect();
+        let before = self.index.reset_coscheduling(groups.clone());
+        for group in groups {
+            let old = before.iter().find(|o| o.key() == group.key()).cloned();
+            match old {
+                Some(old) if old.resource_version == group.resource_version => {}
+                Some(old) => self.told(ActionType::UPDATE, Some(old), Some(group)),
+                None => self.told(ActionType::ADD, None, Some(group)),
+            }
         }
     }
 }
@@ -296,7 +549,11 @@ mod tests {
     }
 
     fn key(name: &str) -> GroupKey {
-        ("ns".to_string(), name.to_string())
+        GroupKey {
+            api: GroupApi::Workload,
+            namespace: "ns".to_string(),
+            name: name.to_string(),
+        }
     }
 
     #[test]

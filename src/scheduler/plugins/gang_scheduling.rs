@@ -12,7 +12,7 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
-use crate::scheduler::informers::pod_groups::{self, PodGroupIndex, Policy};
+use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupKey, PodGroupIndex, Policy};
 use crate::scheduler::plugins::helper::expect_no_args;
 use crate::scheduler::plugins::registry::Handle;
 
@@ -35,70 +35,83 @@ impl Plugin for GangScheduling {
     /// A pod of the same group added (pending or bound), the group added or changed (its
     /// `minCount` lowered).
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        let same_group: fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Hint =
-            |pod, _old, new| {
-                let mine = pod_groups::group_of(&pod.pod);
-                let theirs = match new {
-                    Some(EventObject::Pod(other)) => pod_groups::group_of(other),
-                    Some(EventObject::PodGroup(group)) => Some((
-                        group.metadata.namespace.clone().unwrap_or_default(),
-                        group.metadata.name.clone().unwrap_or_default(),
-                    )),
-                    _ => return Hint::Queue,
-                };
-                if mine.is_some() && mine == theirs {
-                    Hint::Queue
-                } else {
-                    Hint::Skip
-                }
-            };
-        Some(vec![
-            Registration::new(
-                ClusterEvent::new(EventResource::UnschedulablePod, ActionType::ADD),
-                Arc::new(same_group),
-            ),
-            Registration::new(
-                ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD),
-                Arc::new(same_group),
-            ),
-            Registration::new(
-                ClusterEvent::new(
-                    EventResource::PodGroup,
-                    ActionType::ADD | ActionType::UPDATE,
-                ),
-                Arc::new(same_group),
-            ),
-        ])
+        Some(member_events(ClusterEvent::new(
+            EventResource::PodGroup,
+            ActionType::ADD | ActionType::UPDATE,
+        )))
     }
+}
+
+/// The events that may let a gang's held pod go: a pod of its group added (pending or bound),
+/// or `group_event` (its group added or changed), each only for the pod's own group.
+pub fn member_events(group_event: ClusterEvent) -> Vec<Registration> {
+    let same_group: fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Hint =
+        |pod, _old, new| {
+            let mine = pod_groups::group_of(&pod.pod);
+            let theirs = match new {
+                Some(EventObject::Pod(other)) => pod_groups::group_of(other),
+                Some(EventObject::PodGroup(group)) => Some(pod_groups::key(group)),
+                Some(other) => match other.custom::<pod_groups::CoschedulingGroup>() {
+                    Some(group) => Some(GroupKey {
+                        api: GroupApi::Coscheduling,
+                        namespace: group.namespace.clone(),
+                        name: group.name.clone(),
+                    }),
+                    None => return Hint::Queue,
+                },
+                None => return Hint::Queue,
+            };
+            if mine.is_some() && mine == theirs {
+                Hint::Queue
+            } else {
+                Hint::Skip
+            }
+        };
+    vec![
+        Registration::new(
+            ClusterEvent::new(EventResource::UnschedulablePod, ActionType::ADD),
+            Arc::new(same_group),
+        ),
+        Registration::new(
+            ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD),
+            Arc::new(same_group),
+        ),
+        Registration::new(group_event, Arc::new(same_group)),
+    ]
 }
 
 impl PreEnqueuePlugin for GangScheduling {
     /// UnschedulableAndUnresolvable, in upstream's words, while the pod's group is not known,
     /// or is a gang with fewer live pods than its `minCount`.
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        let Some(name) = pod_groups::group_name(&pod.pod) else {
-            return Status::success();
-        };
-        let namespace = pod.pod.metadata.namespace.as_deref().unwrap_or_default();
-        let Some(group) = self.groups.get(namespace, name) else {
+        hold_until_complete(&self.groups, pod, GroupApi::Workload, |name| {
             // Upstream's wording, "pods's" included.
-            return Status::unresolvable(format!(
-                "waiting for pods's pod group {name:?} to appear in scheduling queue"
-            ));
-        };
-        match pod_groups::policy(&group) {
-            Policy::Gang { min_count }
-                if self
-                    .groups
-                    .member_count(&(namespace.to_string(), name.to_string()))
-                    < min_count =>
-            {
-                Status::unresolvable(
-                    "waiting for minCount pods from a gang to appear in scheduling queue",
-                )
-            }
-            _ => Status::success(),
+            format!("waiting for pods's pod group {name:?} to appear in scheduling queue")
+        })
+    }
+}
+
+/// PreEnqueue of a gang's pod (of `api`'s groups): held while its group is not known
+/// (`missing` says so) or has fewer live pods than its `minCount`.
+pub fn hold_until_complete(
+    groups: &PodGroupIndex,
+    pod: &PodInfo,
+    api: GroupApi,
+    missing: impl Fn(&str) -> String,
+) -> Status {
+    let Some(key) = pod_groups::group_of(&pod.pod).filter(|k| k.api == api) else {
+        return Status::success();
+    };
+    let Some(group) = groups.get(&key) else {
+        return Status::unresolvable(missing(&key.name));
+    };
+    match group.policy() {
+        Policy::Gang { min_count } if groups.member_count(&key) < min_count => {
+            Status::unresolvable(
+                "waiting for minCount pods from a gang to appear in scheduling queue",
+            )
         }
+        _ => Status::success(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! kube-scheduler's default plugins and tether's own, one file per plugin, named after it.
 
+pub mod coscheduling;
 pub mod default_binder;
 pub mod default_preemption;
 pub mod dynamic_resources;

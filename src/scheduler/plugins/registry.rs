@@ -94,7 +94,7 @@ pub struct Registration {
 pub fn registry() -> Vec<Registration> {
     use plugins::sticky::{placement_history, placement_recorder, sticky_node};
     use plugins::*;
-    let rows: [(&'static str, Factory, i32); 24] = [
+    let rows: [(&'static str, Factory, i32); 25] = [
         (priority_sort::NAME, priority_sort::build, 0),
         (scheduling_gates::NAME, scheduling_gates::build, 0),
         (node_unschedulable::NAME, node_unschedulable::build, 0),
@@ -163,6 +163,7 @@ pub fn registry() -> Vec<Registration> {
         ),
         (placement_recorder::NAME, placement_recorder::build, 0),
         (gang_scheduling::NAME, gang_scheduling::build, 0),
+        (coscheduling::NAME, coscheduling::build, 0),
     ];
     rows.into_iter()
         .map(|(name, factory, default_weight)| Registration {
@@ -242,6 +243,7 @@ mod tests {
             SPREAD_PLUGINS,
             STICKY_PLUGINS,
             GANG_PLUGINS,
+            COSCHEDULING_PLUGINS,
         ]
         .concat()
         {
@@ -270,6 +272,7 @@ mod tests {
             default_binder::NAME,
             placement_recorder::NAME,
             gang_scheduling::NAME,
+            coscheduling::NAME,
         ] {
             let factory = registry()
                 .into_iter()

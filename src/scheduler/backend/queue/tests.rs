@@ -1402,7 +1402,11 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
 
     let first = q.pop().expect("a");
     assert_eq!(first.pod.name(), "a");
-    let key_g = ("default".to_string(), "g".to_string());
+    let key_g = GroupKey {
+        api: crate::scheduler::informers::pod_groups::GroupApi::Workload,
+        namespace: "default".to_string(),
+        name: "g".to_string(),
+    };
     let mut taken: Vec<String> = q
         .take_group(&key_g, first.pod.uid())
         .into_iter()
