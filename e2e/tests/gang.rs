@@ -492,3 +492,114 @@ async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow:
     ns.delete().await?;
     nodes.delete().await
 }
+
+/// The numbers: on 4 nodes of 2 CPUs a gang of 8 is bound whole; deleting one of its
+/// members leaves the other 7 bound. Then, with 2 CPUs taken by plain pods (6 free), a gang of
+/// 8 binds none and holds nothing: 6 more plain pods take the room.
+#[tokio::test]
+async fn a_gang_of_8_is_bound_whole_and_one_of_8_with_room_for_6_binds_none() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "gang-eight").await?;
+    let nodes = TestNodes::create(&client, "gang-eight", 4, "2", |_, _| {}).await?;
+    let scheduler = format!("gang-eight-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let (ns_name, sched) = (ns.name.as_str(), scheduler.as_str());
+    gang(ns_name, &nodes, sched, "whole", 8, 8)?;
+    wait_for("the gang of 8 bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, ns_name, "whole").await? == 8).then_some(()))
+    })
+    .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns_name);
+    pods.delete("whole-3", &DeleteParams::default()).await?;
+    wait_for("whole-3 gone", TIMEOUT, || async {
+        Ok(pods.get_opt("whole-3").await?.is_none().then_some(()))
+    })
+    .await?;
+    assert_eq!(bound_count(&client, ns_name, "whole").await?, 7);
+    for i in (0..8).filter(|i| *i != 3) {
+        pods.delete(&format!("whole-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    wait_for("the gang gone", TIMEOUT, || async {
+        Ok(placement(&client, ns_name, "whole")
+            .await?
+            .is_empty()
+            .then_some(()))
+    })
+    .await?;
+
+    plain(ns_name, &nodes, sched, "taken-0")?;
+    plain(ns_name, &nodes, sched, "taken-1")?;
+    wait_bound(&client, ns_name, "taken-0", TIMEOUT).await?;
+    wait_bound(&client, ns_name, "taken-1", TIMEOUT).await?;
+    gang(ns_name, &nodes, sched, "short", 8, 8)?;
+    let refused = condition_becomes(&client, ns_name, "short", "False").await?;
+    assert!(
+        refused
+            .2
+            .starts_with("minCount (8) cannot be satisfied: 6 scheduled, 1 remaining"),
+        "{refused:?}"
+    );
+    for i in 0..6 {
+        plain(ns_name, &nodes, sched, &format!("after-{i}"))?;
+    }
+    for i in 0..6 {
+        wait_bound(&client, ns_name, &format!("after-{i}"), TIMEOUT).await?;
+    }
+    assert_eq!(bound_count(&client, ns_name, "short").await?, 0);
+
+    tether_e2e::kubectl_ok(&["delete", "sp", sched], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
+/// Two Coscheduling groups of 6 on 8 CPUs: one is bound whole, the other binds nothing, and is
+/// bound whole once the first is deleted.
+#[tokio::test]
+async fn of_two_coscheduling_groups_that_do_not_fit_together_one_is_placed_then_the_other()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "cosched-two").await?;
+    let nodes = TestNodes::create(&client, "cosched-two", 4, "2", |_, _| {}).await?;
+    let scheduler = format!("cosched-two-{}", unique_suffix());
+    apply_profile(
+        &client,
+        &scheduler,
+        json!({"schedulerName": scheduler,
+               "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]}}}),
+    )
+    .await?;
+    let (ns_name, sched) = (ns.name.as_str(), scheduler.as_str());
+    coscheduling_group(ns_name, "a", 6)?;
+    coscheduling_group(ns_name, "b", 6)?;
+    for i in 0..6 {
+        labelled_member(ns_name, &nodes, sched, "a", i)?;
+        labelled_member(ns_name, &nodes, sched, "b", i)?;
+    }
+    let (first, second) = wait_for("one group bound whole", TIMEOUT, || async {
+        let a = bound_count(&client, ns_name, "a").await?;
+        let b = bound_count(&client, ns_name, "b").await?;
+        Ok(match (a, b) {
+            (6, _) => Some(("a", "b")),
+            (_, 6) => Some(("b", "a")),
+            _ => None,
+        })
+    })
+    .await?;
+    unscheduled_message(&client, ns_name, &format!("{second}-0")).await?;
+    assert_eq!(bound_count(&client, ns_name, second).await?, 0);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns_name);
+    for i in 0..6 {
+        pods.delete(&format!("{first}-{i}"), &DeleteParams::default())
+            .await?;
+    }
+    wait_for("the second group bound whole", TIMEOUT, || async {
+        Ok((bound_count(&client, ns_name, second).await? == 6).then_some(()))
+    })
+    .await?;
+
+    tether_e2e::kubectl_ok(&["delete", "sp", sched], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}

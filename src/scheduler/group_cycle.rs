@@ -112,7 +112,13 @@ pub fn schedule_group(
     gang: Gang,
 ) {
     let start = Instant::now();
-    let mut members = sched.queue.take_group(&gang.key, first.pod.uid());
+    let group_plugin = match gang.key.api {
+        GroupApi::Workload => gang_scheduling::NAME,
+        GroupApi::Coscheduling => coscheduling::NAME,
+    };
+    let mut members = sched
+        .queue
+        .take_group(&gang.key, first.pod.uid(), group_plugin);
     members.push(first);
     members.sort_by(order);
     let group_name = gang.key.to_string();
@@ -154,10 +160,6 @@ pub fn schedule_group(
     let mut remaining = members.len();
     let mut placed: Vec<Placed> = Vec::new();
     let mut own_failures: Vec<(usize, Failure)> = Vec::new();
-    let group_plugin = match gang.key.api {
-        GroupApi::Workload => gang_scheduling::NAME,
-        GroupApi::Coscheduling => coscheduling::NAME,
-    };
     let mut rejected_by: BTreeSet<&'static str> = BTreeSet::from([group_plugin]);
     let mut retry_after: Option<Duration> = None;
     let mut group_failure = infeasible(gang.min_count, scheduled, remaining);
@@ -424,50 +426,119 @@ fn group_preemption(
     })
 }
 
-/// Writes the group's `PodGroupInitiallyScheduled` condition, as upstream: never from True
-/// back to anything else, and not at all when the group already says the same.
-fn write_condition(sched: &Scheduler, group: &Group, status: &str, reason: &str, message: String) {
+/// A `PodGroupInitiallyScheduled` write the group cycle asks for.
+pub struct ConditionWrite {
+    namespace: String,
+    name: String,
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+}
+
+/// How many times a write is tried when the PodGroup changed between its read and the patch.
+const CONDITION_TRIES: usize = 3;
+
+/// Asks for the group's `PodGroupInitiallyScheduled` condition, as upstream writes it: never
+/// from True back to anything else, and not at all when the group already says the same. The
+/// watched copy answers the common case (the same again) without a request; the writes
+/// themselves go through one task, in the order the cycles asked for them, each on the group
+/// as read just before it (a write must never land after a newer one, nor put back a False
+/// over a True the watch has not shown yet).
+fn write_condition(
+    sched: &Scheduler,
+    group: &Group,
+    status: &'static str,
+    reason: &'static str,
+    message: String,
+) {
     // A Coscheduling PodGroup's status is its own controller's.
     let Group::Workload(group) = group else {
         return;
     };
-    let conditions = group
+    let watched = group
         .status
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    let Some(conditions) = with_condition(
-        conditions,
-        group.metadata.generation,
+    if with_condition(watched, group.metadata.generation, status, reason, &message).is_none() {
+        return;
+    }
+    let writes = sched.group_status.get_or_init(|| {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        sched.runtime.spawn(write_conditions(
+            sched.reports.client().clone(),
+            sched.gate.clone(),
+            rx,
+        ));
+        tx
+    });
+    let _ = writes.send(ConditionWrite {
+        namespace: group.metadata.namespace.clone().unwrap_or_default(),
+        name: group.metadata.name.clone().unwrap_or_default(),
         status,
         reason,
-        &message,
-    ) else {
-        return;
-    };
-    let client = sched.reports.client().clone();
-    let gate = sched.gate.clone();
-    let namespace = group.metadata.namespace.clone().unwrap_or_default();
-    let name = group.metadata.name.clone().unwrap_or_default();
-    sched.runtime.spawn(async move {
-        let api: Api<PodGroup> = Api::namespaced(client, &namespace);
-        let patch = serde_json::json!({"status": {"conditions": conditions}});
-        let written = gate
-            .write(
-                Write::PodGroupStatus,
-                api.patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch)),
-            )
-            .await;
-        match written {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => {
-                tracing::debug!(group = %format!("{namespace}/{name}"), error = %e, "could not write the PodGroup's condition")
-            }
-            Err(refused) => {
-                tracing::debug!(group = %format!("{namespace}/{name}"), error = %refused, "the PodGroup's condition is not written")
+        message,
+    });
+}
+
+/// Writes the conditions asked for, one after another: each reads the PodGroup, sets the
+/// condition on what it read, and patches with that read's resourceVersion (tried again on a
+/// conflict).
+async fn write_conditions(
+    client: kube::Client,
+    gate: crate::gate::WriteGate,
+    mut asked: tokio::sync::mpsc::UnboundedReceiver<ConditionWrite>,
+) {
+    while let Some(write) = asked.recv().await {
+        let group = format!("{}/{}", write.namespace, write.name);
+        let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
+        for _ in 0..CONDITION_TRIES {
+            let current = match api.get_opt(&write.name).await {
+                Ok(Some(current)) => current,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(group = %group, error = %e, "could not read the PodGroup; its condition is not written");
+                    break;
+                }
+            };
+            let conditions = current
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let Some(conditions) = with_condition(
+                conditions,
+                current.metadata.generation,
+                write.status,
+                write.reason,
+                &write.message,
+            ) else {
+                break;
+            };
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "status": {"conditions": conditions},
+            });
+            let written = gate
+                .write(
+                    Write::PodGroupStatus,
+                    api.patch_status(&write.name, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await;
+            match written {
+                Ok(Ok(_)) => break,
+                Ok(Err(kube::Error::Api(e))) if e.code == 409 => continue,
+                Ok(Err(e)) => {
+                    tracing::debug!(group = %group, error = %e, "could not write the PodGroup's condition");
+                    break;
+                }
+                Err(refused) => {
+                    tracing::debug!(group = %group, error = %refused, "the PodGroup's condition is not written");
+                    break;
+                }
             }
         }
-    });
+    }
 }
 
 /// `conditions` with [`INITIALLY_SCHEDULED`] set to `status`/`reason`/`message`, or None when

@@ -135,6 +135,9 @@ pub struct Scheduler {
     pub gate: WriteGate,
     /// PodGroups and their members, for the group scheduling cycle.
     pub pod_groups: Arc<PodGroupIndex>,
+    /// The PodGroup condition writes the group cycles asked for, written in order by one task
+    /// (started with the first).
+    group_status: OnceLock<tokio::sync::mpsc::UnboundedSender<self::group_cycle::ConditionWrite>>,
     /// The binding cycles under way, and the places among those that bind now.
     binds: Arc<BindingCycles>,
     /// Told of each pod found bound that this scheduler did not bind, once set.
@@ -216,6 +219,7 @@ impl Scheduler {
             fatal,
             gate,
             pod_groups,
+            group_status: OnceLock::new(),
             binds: Arc::new(BindingCycles::default()),
             bound_by_others: OnceLock::new(),
             this: this.clone(),

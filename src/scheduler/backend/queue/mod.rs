@@ -511,22 +511,38 @@ impl SchedulingQueue {
     }
 
     /// Takes every other waiting pod of the group `key` (in activeQ, backoffQ or the
-    /// unschedulable pool, not one PreEnqueue holds) and puts it in flight with the pod just
-    /// popped: a gang is tried whole in one group cycle, as upstream's queue holds a PodGroup
-    /// as one entity. The order is the caller's.
-    pub fn take_group(&self, key: &GroupKey, popped: &str) -> Vec<QueuedPodInfo> {
+    /// unschedulable pool, or held at PreEnqueue by `group_plugin` alone) and puts it in flight
+    /// with the pod just popped: a gang is tried whole in one group cycle, as upstream's queue
+    /// holds a PodGroup as one entity. A sibling `group_plugin` still holds is taken too: the
+    /// popped pod passed that plugin's PreEnqueue, so the group is complete, and the event that
+    /// frees the siblings may not have been handled yet. The order is the caller's.
+    pub fn take_group(
+        &self,
+        key: &GroupKey,
+        popped: &str,
+        group_plugin: &'static str,
+    ) -> Vec<QueuedPodInfo> {
         let mut st = self.lock();
         let from = st.next_event;
         let mut taken = Vec::new();
         for (uid, entry) in st.entries.iter_mut() {
+            let waiting = match entry.pool {
+                Pool::Active | Pool::Backoff | Pool::Unschedulable => true,
+                Pool::Gated => entry.info.gated_by == Some(group_plugin),
+                _ => false,
+            };
             if uid == popped
-                || !matches!(
-                    entry.pool,
-                    Pool::Active | Pool::Backoff | Pool::Unschedulable
-                )
+                || !waiting
                 || pod_groups::group_of(&entry.info.pod.pod).as_ref() != Some(key)
             {
                 continue;
+            }
+            if entry.pool == Pool::Gated {
+                entry.info.gated_by = None;
+                if !entry.activated {
+                    entry.activated = true;
+                    entry.info.initial_attempt_timestamp = Instant::now();
+                }
             }
             entry.pool = Pool::InFlight;
             entry.info.attempts += 1;

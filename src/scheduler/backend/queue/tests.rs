@@ -1378,8 +1378,8 @@ fn member(name: &str, group: &str) -> Arc<PodInfo> {
 }
 
 /// The pop of one gang member takes its waiting siblings with it, wherever they wait (activeQ,
-/// backoffQ, the unschedulable pool), but not those PreEnqueue holds, another group's pods or
-/// plain pods; the taken pods are in flight, so a failed attempt sends them back as any
+/// backoffQ, the unschedulable pool, held by the group's own plugin), but not those another
+/// PreEnqueue plugin holds, another group's pods or plain pods; the taken pods are in flight, so a failed attempt sends them back as any
 /// popped pod.
 #[test]
 fn popping_a_gang_member_takes_its_waiting_siblings() {
@@ -1399,6 +1399,7 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
         .unwrap_or_else(|e| e.into_inner())
         .push("gang-held");
     q.add(member("gang-held", "g"), Some("Fit"));
+    q.add(member("gated", "g"), Some("GangScheduling"));
 
     let first = q.pop().expect("a");
     assert_eq!(first.pod.name(), "a");
@@ -1408,18 +1409,19 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
         name: "g".to_string(),
     };
     let mut taken: Vec<String> = q
-        .take_group(&key_g, first.pod.uid())
+        .take_group(&key_g, first.pod.uid(), "GangScheduling")
         .into_iter()
         .map(|p| p.pod.name().to_string())
         .collect();
     taken.sort();
     assert_eq!(
         taken,
-        ["b", "c", "d"],
-        "gang-held is held at PreEnqueue; x and plain are not of g"
+        ["b", "c", "d", "gated"],
+        "gang-held is held at PreEnqueue by another plugin; x and plain are not of g"
     );
     assert!(
-        q.take_group(&key_g, first.pod.uid()).is_empty(),
+        q.take_group(&key_g, first.pod.uid(), "GangScheduling")
+            .is_empty(),
         "taken pods are in flight"
     );
     assert_eq!(pop_names(&q, 2), ["x", "plain"]);
