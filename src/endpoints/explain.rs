@@ -156,7 +156,9 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
     let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
     if pending && let Some(gang) = crate::scheduler::group_cycle::gang_of_pod(sched, &profile, &pod)
     {
-        let members = sched.queue.pending_of_group(&gang.key);
+        let members = sched.queue.pending_of_group(|p| {
+            crate::scheduler::informers::pod_groups::group_of(p).as_ref() == Some(&gang.key)
+        });
         let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
         let scheduled_before = {
             let cache = sched.lock_cache();

@@ -57,6 +57,9 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             .attempt(result, &profile.scheduler_name, start.elapsed());
         sched.handle_failure(&queued, &profile, failure);
     };
+    if let Some(failure) = crate::scheduler::group_cycle::missing_group(sched, &profile, &queued) {
+        return fail("unschedulable", failure);
+    }
     let snapshot = sched.lock_cache().snapshot();
     let mut state = CycleState::new();
     if rand::rng().random_range(0..100) < PLUGIN_METRICS_SAMPLE_PERCENT {

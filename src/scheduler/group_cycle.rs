@@ -20,6 +20,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::gate::Write;
+use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::cycle::{search_over_message, to_binding};
 use crate::scheduler::failure::{Failure, NominationOutcome};
@@ -78,6 +79,88 @@ pub fn gang_of_pod(
     }
 }
 
+/// For a popped pod that names a group its profile serves (GangScheduling's, or
+/// Coscheduling's) which is not known (any more: deleted after the pod passed PreEnqueue):
+/// the failure that sends it back to wait for its group, never to be placed alone.
+pub fn missing_group(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    pod: &QueuedPodInfo,
+) -> Option<Failure> {
+    let key = pod_groups::group_of(&pod.pod.pod)?;
+    let (plugin, message) = match key.api {
+        GroupApi::Workload => (
+            gang_scheduling::NAME,
+            format!(
+                "waiting for pods's pod group {:?} to appear in scheduling queue",
+                key.name
+            ),
+        ),
+        GroupApi::Coscheduling => (
+            coscheduling::NAME,
+            format!(
+                "waiting for PodGroup {:?} (scheduling.x-k8s.io) to appear",
+                key.name
+            ),
+        ),
+    };
+    if !profile.uses(plugin) || sched.pod_groups.get(&key).is_some() {
+        return None;
+    }
+    Some(Failure {
+        reason: FailureReason::Unschedulable,
+        message,
+        rejected_by: vec![plugin],
+        retry_after: None,
+        nomination: NominationOutcome::Untouched,
+    })
+}
+
+/// Upstream's validatePodGroup (with PodGroupPreemptionPolicy off, its 1.37 default), for a
+/// Workload API group: its pods (those to place, then those scheduled before) share the first
+/// one's schedulerName and preemption policy, and each has the group's priority
+/// (`spec.priority`, 0 when unset). The first broken rule, in upstream's words.
+fn validate<'a>(
+    group: &Group,
+    pods: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Pod>,
+) -> Result<(), String> {
+    let Group::Workload(group) = group else {
+        return Ok(());
+    };
+    let group_priority = group.spec.priority.unwrap_or(0);
+    let policy = |pod: &k8s_openapi::api::core::v1::Pod| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.preemption_policy.clone())
+            .unwrap_or_else(|| "PreemptLowerPriority".to_string())
+    };
+    let mut first: Option<(String, String)> = None;
+    for pod in pods {
+        let name = pods::scheduler_name(pod).to_string();
+        let (scheduler, preemption) = first
+            .get_or_insert_with(|| (name.clone(), policy(pod)))
+            .clone();
+        if name != scheduler {
+            return Err(format!(
+                "all pods in a single pod group should have the same .spec.schedulerName set, got: {name:?} and {scheduler:?}"
+            ));
+        }
+        let own = priority(pod);
+        if own != group_priority {
+            return Err(format!(
+                "all pods in a single pod group should have the same priority as the pod group's priority, got {own} and {group_priority}"
+            ));
+        }
+        let own = policy(pod);
+        if own != preemption {
+            return Err(format!(
+                "all pods in a single pod group should have the same preemption policy, got {own} and {preemption}"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
 /// `scheduled` members placed (before or in this cycle) and `remaining` still to try.
 fn infeasible(min_count: usize, scheduled: usize, remaining: usize) -> Option<String> {
@@ -116,9 +199,12 @@ pub fn schedule_group(
         GroupApi::Workload => gang_scheduling::NAME,
         GroupApi::Coscheduling => coscheduling::NAME,
     };
+    let in_group = |pod: &k8s_openapi::api::core::v1::Pod| {
+        pod_groups::group_of(pod).as_ref() == Some(&gang.key)
+    };
     let mut members = sched
         .queue
-        .take_group(&gang.key, first.pod.uid(), group_plugin);
+        .take_group(in_group, first.pod.uid(), group_plugin);
     members.push(first);
     members.sort_by(order);
     let group_name = gang.key.to_string();
@@ -147,15 +233,49 @@ pub fn schedule_group(
     }
 
     let in_cycle: HashSet<&str> = members.iter().map(|m| m.pod.uid()).collect();
-    let already = {
+    let scheduled_before: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = {
         let cache = sched.lock_cache();
         sched
             .pod_groups
             .members(&gang.key)
             .iter()
-            .filter(|uid| !in_cycle.contains(uid.as_str()) && cache.pod(uid).is_some())
-            .count()
+            .filter(|uid| !in_cycle.contains(uid.as_str()))
+            .filter_map(|uid| cache.pod(uid))
+            .collect()
     };
+    let already = scheduled_before.len();
+    let pods = members
+        .iter()
+        .map(|m| m.pod.pod.as_ref())
+        .chain(scheduled_before.iter().map(Arc::as_ref));
+    if let Err(refused) = validate(&gang.group, pods) {
+        let status = Status::error(refused);
+        tracing::warn!(group = %group_name, error = %status, "pod group refused");
+        for member in &members {
+            fail(
+                sched,
+                &profile,
+                member,
+                "error",
+                Failure::error(&status),
+                start,
+            );
+        }
+        write_condition(
+            sched,
+            &gang.group,
+            "False",
+            "SchedulerError",
+            status.message(),
+        );
+        sched.metrics.podgroup_attempt(
+            "error",
+            &profile.scheduler_name,
+            start.elapsed(),
+            start.elapsed(),
+        );
+        return;
+    }
     let mut scheduled = already;
     let mut remaining = members.len();
     let mut placed: Vec<Placed> = Vec::new();
@@ -602,6 +722,51 @@ mod tests {
         );
         assert_eq!(infeasible(3, 2, 1), None);
         assert_eq!(infeasible(0, 0, 0), None);
+    }
+
+    #[test]
+    fn a_group_whose_pods_disagree_is_refused_in_upstreams_words() {
+        use crate::scheduler::testing::PodBuilder;
+        let group = |priority: Option<i32>| {
+            let mut g: PodGroup = serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "g", "namespace": "default"},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+            }))
+            .expect("a PodGroup");
+            g.spec.priority = priority;
+            Group::Workload(Arc::new(g))
+        };
+        let a = PodBuilder::new("a").scheduler_name("s").build();
+        let b = PodBuilder::new("b").scheduler_name("s").build();
+        assert_eq!(validate(&group(None), [&a, &b]), Ok(()));
+        let other = PodBuilder::new("c").scheduler_name("t").build();
+        assert_eq!(
+            validate(&group(None), [&a, &other]),
+            Err("all pods in a single pod group should have the same .spec.schedulerName set, got: \"t\" and \"s\"".into())
+        );
+        assert_eq!(
+            validate(&group(Some(5)), [&a]),
+            Err("all pods in a single pod group should have the same priority as the pod group's priority, got 0 and 5".into())
+        );
+        let mut never = PodBuilder::new("d").scheduler_name("s").build();
+        if let Some(spec) = never.spec.as_mut() {
+            spec.preemption_policy = Some("Never".into());
+        }
+        assert_eq!(
+            validate(&group(None), [&a, &never]),
+            Err("all pods in a single pod group should have the same preemption policy, got Never and PreemptLowerPriority".into())
+        );
+        let cosched = Group::Coscheduling(Arc::new(pod_groups::CoschedulingGroup {
+            namespace: "default".into(),
+            name: "g".into(),
+            resource_version: None,
+            min_member: 2,
+        }));
+        assert_eq!(
+            validate(&cosched, [&a, &other]),
+            Ok(()),
+            "not a rule of Coscheduling"
+        );
     }
 
     #[test]

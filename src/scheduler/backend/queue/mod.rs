@@ -33,7 +33,6 @@ use crate::locks;
 use crate::scheduler::framework::events::{self, EventObject, HintSource};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
-use crate::scheduler::informers::pod_groups::{self, GroupKey};
 
 /// How long a pod may stay in the unschedulable pool before it is retried anyway
 /// (kube-scheduler's podMaxInUnschedulablePodsDuration).
@@ -510,7 +509,8 @@ impl SchedulingQueue {
         }
     }
 
-    /// Takes every other waiting pod of the group `key` (in activeQ, backoffQ or the
+    /// Takes every other waiting pod of a group (those `in_group` says are its members: in
+    /// activeQ, backoffQ or the
     /// unschedulable pool, or held at PreEnqueue by `group_plugin` alone) and puts it in flight
     /// with the pod just popped: a gang is tried whole in one group cycle, as upstream's queue
     /// holds a PodGroup as one entity. A sibling `group_plugin` still holds is taken too: the
@@ -518,7 +518,7 @@ impl SchedulingQueue {
     /// frees the siblings may not have been handled yet. The order is the caller's.
     pub fn take_group(
         &self,
-        key: &GroupKey,
+        in_group: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
         popped: &str,
         group_plugin: &'static str,
     ) -> Vec<QueuedPodInfo> {
@@ -531,10 +531,7 @@ impl SchedulingQueue {
                 Pool::Gated => entry.info.gated_by == Some(group_plugin),
                 _ => false,
             };
-            if uid == popped
-                || !waiting
-                || pod_groups::group_of(&entry.info.pod.pod).as_ref() != Some(key)
-            {
+            if uid == popped || !waiting || !in_group(&entry.info.pod.pod) {
                 continue;
             }
             if entry.pool == Pool::Gated {
@@ -555,9 +552,12 @@ impl SchedulingQueue {
         taken
     }
 
-    /// The pods of the group `key` waiting in the queue (held at PreEnqueue included), for
-    /// `tether explain`.
-    pub fn pending_of_group(&self, key: &GroupKey) -> Vec<Arc<PodInfo>> {
+    /// The pods of a group (those `in_group` says are its members) waiting in the queue (held
+    /// at PreEnqueue included), for `tether explain`.
+    pub fn pending_of_group(
+        &self,
+        in_group: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
+    ) -> Vec<Arc<PodInfo>> {
         self.lock()
             .entries
             .values()
@@ -565,7 +565,7 @@ impl SchedulingQueue {
                 matches!(
                     e.pool,
                     Pool::Active | Pool::Backoff | Pool::Unschedulable | Pool::Gated
-                ) && pod_groups::group_of(&e.info.pod.pod).as_ref() == Some(key)
+                ) && in_group(&e.info.pod.pod)
             })
             .map(|e| e.info.pod.clone())
             .collect()

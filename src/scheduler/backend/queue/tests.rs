@@ -1403,13 +1403,16 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
 
     let first = q.pop().expect("a");
     assert_eq!(first.pod.name(), "a");
-    let key_g = GroupKey {
+    let key_g = crate::scheduler::informers::pod_groups::GroupKey {
         api: crate::scheduler::informers::pod_groups::GroupApi::Workload,
         namespace: "default".to_string(),
         name: "g".to_string(),
     };
+    let in_g = |pod: &k8s_openapi::api::core::v1::Pod| {
+        crate::scheduler::informers::pod_groups::group_of(pod).as_ref() == Some(&key_g)
+    };
     let mut taken: Vec<String> = q
-        .take_group(&key_g, first.pod.uid(), "GangScheduling")
+        .take_group(in_g, first.pod.uid(), "GangScheduling")
         .into_iter()
         .map(|p| p.pod.name().to_string())
         .collect();
@@ -1420,7 +1423,7 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
         "gang-held is held at PreEnqueue by another plugin; x and plain are not of g"
     );
     assert!(
-        q.take_group(&key_g, first.pod.uid(), "GangScheduling")
+        q.take_group(in_g, first.pod.uid(), "GangScheduling")
             .is_empty(),
         "taken pods are in flight"
     );
