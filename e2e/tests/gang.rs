@@ -168,6 +168,43 @@ async fn unscheduled_message(client: &kube::Client, ns: &str, pod: &str) -> anyh
     .await
 }
 
+/// A test's own namespace, `count` nodes of `cpu` CPUs and profile (with `plugins` enabled
+/// besides the defaults), torn down by [`Setup::finish`].
+struct Setup {
+    client: kube::Client,
+    ns: TestNamespace,
+    nodes: TestNodes,
+    scheduler: String,
+}
+
+impl Setup {
+    async fn new(test: &str, count: usize, cpu: &str, plugins: &[&str]) -> anyhow::Result<Self> {
+        let client = client().await?;
+        let ns = TestNamespace::create(&client, test).await?;
+        let nodes = TestNodes::create(&client, test, count, cpu, |_, _| {}).await?;
+        let scheduler = format!("{test}-{}", unique_suffix());
+        let mut spec = json!({"schedulerName": scheduler});
+        if !plugins.is_empty() {
+            let enabled: Vec<Value> = plugins.iter().map(|p| json!({"name": p})).collect();
+            spec["plugins"] = json!({"multiPoint": {"enabled": enabled}});
+        }
+        apply_profile(&client, &scheduler, spec).await?;
+        Ok(Setup {
+            client,
+            ns,
+            nodes,
+            scheduler,
+        })
+    }
+
+    /// Deletes the profile, the namespace and the nodes.
+    async fn finish(self) -> anyhow::Result<()> {
+        tether_e2e::kubectl_ok(&["delete", "sp", &self.scheduler], None)?;
+        self.ns.delete().await?;
+        self.nodes.delete().await
+    }
+}
+
 /// What a scheduler did with the scenario below, as the user sees it.
 #[derive(Debug, PartialEq)]
 struct Seen {
@@ -262,21 +299,18 @@ async fn a_gang_is_placed_whole_or_not_at_all_as_kube_scheduler_places_it() -> a
 #[tokio::test]
 async fn of_two_gangs_that_do_not_fit_together_one_is_placed_then_the_other() -> anyhow::Result<()>
 {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "gang-two").await?;
-    let nodes = TestNodes::create(&client, "gang-two", 4, "2", |_, _| {}).await?;
-    let scheduler = format!("gang-two-{}", unique_suffix());
-    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let setup = Setup::new("gang-two", 4, "2", &[]).await?;
+    let (client, ns, nodes, scheduler) = (&setup.client, &setup.ns, &setup.nodes, &setup.scheduler);
     pod_group(&ns.name, "a", 6)?;
     pod_group(&ns.name, "b", 6)?;
     // Interleaved, so that neither is complete long before the other.
     for i in 0..6 {
-        member(&ns.name, &nodes, &scheduler, "a", i)?;
-        member(&ns.name, &nodes, &scheduler, "b", i)?;
+        member(&ns.name, nodes, scheduler, "a", i)?;
+        member(&ns.name, nodes, scheduler, "b", i)?;
     }
     let (first, second) = wait_for("one gang bound whole", TIMEOUT, || async {
-        let a = bound_count(&client, &ns.name, "a").await?;
-        let b = bound_count(&client, &ns.name, "b").await?;
+        let a = bound_count(client, &ns.name, "a").await?;
+        let b = bound_count(client, &ns.name, "b").await?;
         Ok(match (a, b) {
             (6, _) => Some(("a", "b")),
             (_, 6) => Some(("b", "a")),
@@ -284,9 +318,9 @@ async fn of_two_gangs_that_do_not_fit_together_one_is_placed_then_the_other() ->
         })
     })
     .await?;
-    condition_becomes(&client, &ns.name, second, "False").await?;
+    condition_becomes(client, &ns.name, second, "False").await?;
     assert_eq!(
-        bound_count(&client, &ns.name, second).await?,
+        bound_count(client, &ns.name, second).await?,
         0,
         "the gang that does not fit beside the other holds part of the room"
     );
@@ -297,14 +331,12 @@ async fn of_two_gangs_that_do_not_fit_together_one_is_placed_then_the_other() ->
             .await?;
     }
     wait_for("the second gang bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, &ns.name, second).await? == 6).then_some(()))
+        Ok((bound_count(client, &ns.name, second).await? == 6).then_some(()))
     })
     .await?;
-    condition_becomes(&client, &ns.name, second, "True").await?;
+    condition_becomes(client, &ns.name, second, "True").await?;
 
-    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler], None)?;
-    ns.delete().await?;
-    nodes.delete().await
+    setup.finish().await
 }
 
 /// A gang whose members arrive one by one waits (PreEnqueue) until `minCount` of them exist,
@@ -312,29 +344,26 @@ async fn of_two_gangs_that_do_not_fit_together_one_is_placed_then_the_other() ->
 /// a member of the placed gang leaves the others bound.
 #[tokio::test]
 async fn a_gang_waits_for_min_count_members_then_is_placed_whole() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "gang-slow").await?;
-    let nodes = TestNodes::create(&client, "gang-slow", 2, "4", |_, _| {}).await?;
-    let scheduler = format!("gang-slow-{}", unique_suffix());
-    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let setup = Setup::new("gang-slow", 2, "4", &[]).await?;
+    let (client, ns, nodes, scheduler) = (&setup.client, &setup.ns, &setup.nodes, &setup.scheduler);
     pod_group(&ns.name, "slow", 3)?;
-    member(&ns.name, &nodes, &scheduler, "slow", 0)?;
-    member(&ns.name, &nodes, &scheduler, "slow", 1)?;
+    member(&ns.name, nodes, scheduler, "slow", 0)?;
+    member(&ns.name, nodes, scheduler, "slow", 1)?;
     // A pod created after them is scheduled: the scheduler has looked at the members.
-    plain(&ns.name, &nodes, &scheduler, "later")?;
-    wait_bound(&client, &ns.name, "later", TIMEOUT).await?;
+    plain(&ns.name, nodes, scheduler, "later")?;
+    wait_bound(client, &ns.name, "later", TIMEOUT).await?;
     assert_eq!(
-        bound_count(&client, &ns.name, "slow").await?,
+        bound_count(client, &ns.name, "slow").await?,
         0,
         "members were bound before minCount of them existed"
     );
 
-    member(&ns.name, &nodes, &scheduler, "slow", 2)?;
+    member(&ns.name, nodes, scheduler, "slow", 2)?;
     wait_for("the gang bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, &ns.name, "slow").await? == 3).then_some(()))
+        Ok((bound_count(client, &ns.name, "slow").await? == 3).then_some(()))
     })
     .await?;
-    condition_becomes(&client, &ns.name, "slow", "True").await?;
+    condition_becomes(client, &ns.name, "slow", "True").await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     pods.delete("slow-0", &DeleteParams::default()).await?;
@@ -342,16 +371,14 @@ async fn a_gang_waits_for_min_count_members_then_is_placed_whole() -> anyhow::Re
         Ok(pods.get_opt("slow-0").await?.is_none().then_some(()))
     })
     .await?;
-    let left = placement(&client, &ns.name, "slow").await?;
+    let left = placement(client, &ns.name, "slow").await?;
     assert_eq!(left.len(), 2);
     assert!(
         left.values().all(Option::is_some),
         "a member was unbound: {left:?}"
     );
 
-    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler], None)?;
-    ns.delete().await?;
-    nodes.delete().await
+    setup.finish().await
 }
 
 /// A large gang that never fits keeps being tried; a small gang created after it is placed
@@ -359,24 +386,19 @@ async fn a_gang_waits_for_min_count_members_then_is_placed_whole() -> anyhow::Re
 /// small one), and the large one stays wholly unbound.
 #[tokio::test]
 async fn a_gang_that_never_fits_does_not_starve_a_small_one() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "gang-starve").await?;
-    let nodes = TestNodes::create(&client, "gang-starve", 2, "4", |_, _| {}).await?;
-    let scheduler = format!("gang-starve-{}", unique_suffix());
-    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
-    gang(&ns.name, &nodes, &scheduler, "large", 10, 10)?;
-    condition_becomes(&client, &ns.name, "large", "False").await?;
-    gang(&ns.name, &nodes, &scheduler, "small", 4, 4)?;
+    let setup = Setup::new("gang-starve", 2, "4", &[]).await?;
+    let (client, ns, nodes, scheduler) = (&setup.client, &setup.ns, &setup.nodes, &setup.scheduler);
+    gang(&ns.name, nodes, scheduler, "large", 10, 10)?;
+    condition_becomes(client, &ns.name, "large", "False").await?;
+    gang(&ns.name, nodes, scheduler, "small", 4, 4)?;
     wait_for("the small gang bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, &ns.name, "small").await? == 4).then_some(()))
+        Ok((bound_count(client, &ns.name, "small").await? == 4).then_some(()))
     })
     .await?;
-    condition_becomes(&client, &ns.name, "small", "True").await?;
-    assert_eq!(bound_count(&client, &ns.name, "large").await?, 0);
+    condition_becomes(client, &ns.name, "small", "True").await?;
+    assert_eq!(bound_count(client, &ns.name, "large").await?, 0);
 
-    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler], None)?;
-    ns.delete().await?;
-    nodes.delete().await
+    setup.finish().await
 }
 
 /// scheduler-plugins' PodGroup `name` (`scheduling.x-k8s.io/v1alpha1`) with `minMember`.
@@ -416,40 +438,31 @@ fn labelled_member(
 /// late waits for it and is then bound whole. With the plugin off, the label means nothing.
 #[tokio::test]
 async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "gang-cosched").await?;
-    let nodes = TestNodes::create(&client, "gang-cosched", 2, "2", |_, _| {}).await?;
-    let scheduler = format!("gang-cosched-{}", unique_suffix());
-    apply_profile(
-        &client,
-        &scheduler,
-        json!({"schedulerName": scheduler,
-               "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]}}}),
-    )
-    .await?;
+    let setup = Setup::new("gang-cosched", 2, "2", &["Coscheduling"]).await?;
+    let (client, ns, nodes, scheduler) = (&setup.client, &setup.ns, &setup.nodes, &setup.scheduler);
     let (ns_name, sched) = (ns.name.as_str(), scheduler.as_str());
 
     coscheduling_group(ns_name, "fits", 3)?;
     for i in 0..3 {
-        labelled_member(ns_name, &nodes, sched, "fits", i)?;
+        labelled_member(ns_name, nodes, sched, "fits", i)?;
     }
     wait_for("the group of 3 bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, ns_name, "fits").await? == 3).then_some(()))
+        Ok((bound_count(client, ns_name, "fits").await? == 3).then_some(()))
     })
     .await?;
 
     coscheduling_group(ns_name, "too-big", 4)?;
     for i in 0..4 {
-        labelled_member(ns_name, &nodes, sched, "too-big", i)?;
+        labelled_member(ns_name, nodes, sched, "too-big", i)?;
     }
-    let message = unscheduled_message(&client, ns_name, "too-big-0").await?;
+    let message = unscheduled_message(client, ns_name, "too-big-0").await?;
     assert!(
         message.contains("minCount (4) cannot be satisfied") || message.starts_with("0/"),
         "{message}"
     );
-    plain(ns_name, &nodes, sched, "plain")?;
-    wait_bound(&client, ns_name, "plain", TIMEOUT).await?;
-    assert_eq!(bound_count(&client, ns_name, "too-big").await?, 0);
+    plain(ns_name, nodes, sched, "plain")?;
+    wait_bound(client, ns_name, "plain", TIMEOUT).await?;
+    assert_eq!(bound_count(client, ns_name, "too-big").await?, 0);
 
     // The room is full now: empty it, then a group of 3 arrives member by member (beside a
     // plain pod, 3 of the 4 CPUs).
@@ -464,18 +477,18 @@ async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow:
     }
     pods.delete("plain", &DeleteParams::default()).await?;
     coscheduling_group(ns_name, "slow", 3)?;
-    labelled_member(ns_name, &nodes, sched, "slow", 0)?;
-    labelled_member(ns_name, &nodes, sched, "slow", 1)?;
-    plain(ns_name, &nodes, sched, "later")?;
-    wait_bound(&client, ns_name, "later", TIMEOUT).await?;
+    labelled_member(ns_name, nodes, sched, "slow", 0)?;
+    labelled_member(ns_name, nodes, sched, "slow", 1)?;
+    plain(ns_name, nodes, sched, "later")?;
+    wait_bound(client, ns_name, "later", TIMEOUT).await?;
     assert_eq!(
-        bound_count(&client, ns_name, "slow").await?,
+        bound_count(client, ns_name, "slow").await?,
         0,
         "members were bound before minMember of them existed"
     );
-    labelled_member(ns_name, &nodes, sched, "slow", 2)?;
+    labelled_member(ns_name, nodes, sched, "slow", 2)?;
     wait_for("the slow group bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, ns_name, "slow").await? == 3).then_some(()))
+        Ok((bound_count(client, ns_name, "slow").await? == 3).then_some(()))
     })
     .await?;
 
@@ -483,14 +496,13 @@ async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow:
     // `later` leaves).
     pods.delete("later", &DeleteParams::default()).await?;
     let alone = format!("gang-alone-{}", unique_suffix());
-    apply_profile(&client, &alone, json!({"schedulerName": alone})).await?;
+    apply_profile(client, &alone, json!({"schedulerName": alone})).await?;
     coscheduling_group(ns_name, "ignored", 5)?;
-    labelled_member(ns_name, &nodes, &alone, "ignored", 0)?;
-    wait_bound(&client, ns_name, "ignored-0", TIMEOUT).await?;
+    labelled_member(ns_name, nodes, &alone, "ignored", 0)?;
+    wait_bound(client, ns_name, "ignored-0", TIMEOUT).await?;
 
-    tether_e2e::kubectl_ok(&["delete", "sp", &scheduler, &alone], None)?;
-    ns.delete().await?;
-    nodes.delete().await
+    tether_e2e::kubectl_ok(&["delete", "sp", &alone], None)?;
+    setup.finish().await
 }
 
 /// The numbers: on 4 nodes of 2 CPUs a gang of 8 is bound whole; deleting one of its
@@ -499,15 +511,12 @@ async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow:
 #[tokio::test]
 async fn a_gang_of_8_is_bound_whole_and_one_of_8_with_room_for_6_binds_none() -> anyhow::Result<()>
 {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "gang-eight").await?;
-    let nodes = TestNodes::create(&client, "gang-eight", 4, "2", |_, _| {}).await?;
-    let scheduler = format!("gang-eight-{}", unique_suffix());
-    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    let setup = Setup::new("gang-eight", 4, "2", &[]).await?;
+    let (client, ns, nodes, scheduler) = (&setup.client, &setup.ns, &setup.nodes, &setup.scheduler);
     let (ns_name, sched) = (ns.name.as_str(), scheduler.as_str());
-    gang(ns_name, &nodes, sched, "whole", 8, 8)?;
+    gang(ns_name, nodes, sched, "whole", 8, 8)?;
     wait_for("the gang of 8 bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, ns_name, "whole").await? == 8).then_some(()))
+        Ok((bound_count(client, ns_name, "whole").await? == 8).then_some(()))
     })
     .await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns_name);
@@ -516,25 +525,25 @@ async fn a_gang_of_8_is_bound_whole_and_one_of_8_with_room_for_6_binds_none() ->
         Ok(pods.get_opt("whole-3").await?.is_none().then_some(()))
     })
     .await?;
-    assert_eq!(bound_count(&client, ns_name, "whole").await?, 7);
+    assert_eq!(bound_count(client, ns_name, "whole").await?, 7);
     for i in (0..8).filter(|i| *i != 3) {
         pods.delete(&format!("whole-{i}"), &DeleteParams::default())
             .await?;
     }
     wait_for("the gang gone", TIMEOUT, || async {
-        Ok(placement(&client, ns_name, "whole")
+        Ok(placement(client, ns_name, "whole")
             .await?
             .is_empty()
             .then_some(()))
     })
     .await?;
 
-    plain(ns_name, &nodes, sched, "taken-0")?;
-    plain(ns_name, &nodes, sched, "taken-1")?;
-    wait_bound(&client, ns_name, "taken-0", TIMEOUT).await?;
-    wait_bound(&client, ns_name, "taken-1", TIMEOUT).await?;
-    gang(ns_name, &nodes, sched, "short", 8, 8)?;
-    let refused = condition_becomes(&client, ns_name, "short", "False").await?;
+    plain(ns_name, nodes, sched, "taken-0")?;
+    plain(ns_name, nodes, sched, "taken-1")?;
+    wait_bound(client, ns_name, "taken-0", TIMEOUT).await?;
+    wait_bound(client, ns_name, "taken-1", TIMEOUT).await?;
+    gang(ns_name, nodes, sched, "short", 8, 8)?;
+    let refused = condition_becomes(client, ns_name, "short", "False").await?;
     assert!(
         refused
             .2
@@ -542,16 +551,14 @@ async fn a_gang_of_8_is_bound_whole_and_one_of_8_with_room_for_6_binds_none() ->
         "{refused:?}"
     );
     for i in 0..6 {
-        plain(ns_name, &nodes, sched, &format!("after-{i}"))?;
+        plain(ns_name, nodes, sched, &format!("after-{i}"))?;
     }
     for i in 0..6 {
-        wait_bound(&client, ns_name, &format!("after-{i}"), TIMEOUT).await?;
+        wait_bound(client, ns_name, &format!("after-{i}"), TIMEOUT).await?;
     }
-    assert_eq!(bound_count(&client, ns_name, "short").await?, 0);
+    assert_eq!(bound_count(client, ns_name, "short").await?, 0);
 
-    tether_e2e::kubectl_ok(&["delete", "sp", sched], None)?;
-    ns.delete().await?;
-    nodes.delete().await
+    setup.finish().await
 }
 
 /// Two Coscheduling groups of 6 on 8 CPUs: one is bound whole, the other binds nothing, and is
@@ -559,27 +566,18 @@ async fn a_gang_of_8_is_bound_whole_and_one_of_8_with_room_for_6_binds_none() ->
 #[tokio::test]
 async fn of_two_coscheduling_groups_that_do_not_fit_together_one_is_placed_then_the_other()
 -> anyhow::Result<()> {
-    let client = client().await?;
-    let ns = TestNamespace::create(&client, "cosched-two").await?;
-    let nodes = TestNodes::create(&client, "cosched-two", 4, "2", |_, _| {}).await?;
-    let scheduler = format!("cosched-two-{}", unique_suffix());
-    apply_profile(
-        &client,
-        &scheduler,
-        json!({"schedulerName": scheduler,
-               "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]}}}),
-    )
-    .await?;
+    let setup = Setup::new("cosched-two", 4, "2", &["Coscheduling"]).await?;
+    let (client, ns, nodes, scheduler) = (&setup.client, &setup.ns, &setup.nodes, &setup.scheduler);
     let (ns_name, sched) = (ns.name.as_str(), scheduler.as_str());
     coscheduling_group(ns_name, "a", 6)?;
     coscheduling_group(ns_name, "b", 6)?;
     for i in 0..6 {
-        labelled_member(ns_name, &nodes, sched, "a", i)?;
-        labelled_member(ns_name, &nodes, sched, "b", i)?;
+        labelled_member(ns_name, nodes, sched, "a", i)?;
+        labelled_member(ns_name, nodes, sched, "b", i)?;
     }
     let (first, second) = wait_for("one group bound whole", TIMEOUT, || async {
-        let a = bound_count(&client, ns_name, "a").await?;
-        let b = bound_count(&client, ns_name, "b").await?;
+        let a = bound_count(client, ns_name, "a").await?;
+        let b = bound_count(client, ns_name, "b").await?;
         Ok(match (a, b) {
             (6, _) => Some(("a", "b")),
             (_, 6) => Some(("b", "a")),
@@ -587,19 +585,17 @@ async fn of_two_coscheduling_groups_that_do_not_fit_together_one_is_placed_then_
         })
     })
     .await?;
-    unscheduled_message(&client, ns_name, &format!("{second}-0")).await?;
-    assert_eq!(bound_count(&client, ns_name, second).await?, 0);
+    unscheduled_message(client, ns_name, &format!("{second}-0")).await?;
+    assert_eq!(bound_count(client, ns_name, second).await?, 0);
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns_name);
     for i in 0..6 {
         pods.delete(&format!("{first}-{i}"), &DeleteParams::default())
             .await?;
     }
     wait_for("the second group bound whole", TIMEOUT, || async {
-        Ok((bound_count(&client, ns_name, second).await? == 6).then_some(()))
+        Ok((bound_count(client, ns_name, second).await? == 6).then_some(()))
     })
     .await?;
 
-    tether_e2e::kubectl_ok(&["delete", "sp", sched], None)?;
-    ns.delete().await?;
-    nodes.delete().await
+    setup.finish().await
 }

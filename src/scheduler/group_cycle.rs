@@ -251,30 +251,15 @@ pub fn schedule_group(
     if let Err(refused) = validate(&gang.group, pods) {
         let status = Status::error(refused);
         tracing::warn!(group = %group_name, error = %status, "pod group refused");
-        for member in &members {
-            fail(
-                sched,
-                &profile,
-                member,
-                "error",
-                Failure::error(&status),
-                start,
-            );
-        }
-        write_condition(
+        return fail_group(
             sched,
-            &gang.group,
-            "False",
-            "SchedulerError",
-            status.message(),
-        );
-        sched.metrics.podgroup_attempt(
-            "error",
-            &profile.scheduler_name,
-            start.elapsed(),
+            &profile,
+            &gang,
+            &members,
+            &status,
+            start,
             start.elapsed(),
         );
-        return;
     }
     let mut scheduled = already;
     let mut remaining = members.len();
@@ -383,27 +368,7 @@ pub fn schedule_group(
     if let Some(status) = error {
         release(&placed);
         tracing::warn!(group = %group_name, profile = %profile.source, error = %status, "pod group scheduling error");
-        for member in &members {
-            fail(
-                sched,
-                &profile,
-                member,
-                "error",
-                Failure::error(&status),
-                start,
-            );
-        }
-        write_condition(
-            sched,
-            &gang.group,
-            "False",
-            "SchedulerError",
-            status.message(),
-        );
-        sched
-            .metrics
-            .podgroup_attempt("error", &profile.scheduler_name, search, start.elapsed());
-        return;
+        return fail_group(sched, &profile, &gang, &members, &status, start, search);
     }
 
     if let Some(message) = group_failure {
@@ -496,6 +461,39 @@ fn result_label_of(failure: &Failure) -> &'static str {
         FailureReason::SchedulerError => "error",
         _ => "unschedulable",
     }
+}
+
+/// A group cycle that ended in an error (`status`) before any member was placed for good:
+/// each member fails with it, the PodGroup says `SchedulerError`, the cycle counts as `error`.
+fn fail_group(
+    sched: &Arc<Scheduler>,
+    profile: &CompiledProfile,
+    gang: &Gang,
+    members: &[QueuedPodInfo],
+    status: &Status,
+    start: Instant,
+    search: Duration,
+) {
+    for member in members {
+        fail(
+            sched,
+            profile,
+            member,
+            "error",
+            Failure::error(status),
+            start,
+        );
+    }
+    write_condition(
+        sched,
+        &gang.group,
+        "False",
+        "SchedulerError",
+        status.message(),
+    );
+    sched
+        .metrics
+        .podgroup_attempt("error", &profile.scheduler_name, search, start.elapsed());
 }
 
 /// One member's failed attempt: counted, reported and sent back to the queue.
