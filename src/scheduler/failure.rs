@@ -118,6 +118,22 @@ impl Scheduler {
             .into_queue(self);
     }
 
+    /// As [`Scheduler::handle_failure`], for a member of a gang tried in a group cycle of
+    /// `group_size` pods: the group backs off as one, so its longest backoff is the profile's
+    /// scaled by the square root of the group's size (upstream's backoff of a pod group
+    /// entity); the members, failing together, count their attempts alike.
+    pub(crate) fn handle_group_member_failure(
+        &self,
+        queued: &QueuedPodInfo,
+        profile: &CompiledProfile,
+        failure: Failure,
+        group_size: usize,
+    ) {
+        let mut requeue = self.report_failure(queued, profile, failure);
+        requeue.backoff.max = group_backoff_cap(requeue.backoff.max, group_size);
+        requeue.into_queue(self);
+    }
+
     /// As [`Scheduler::handle_failure`], for a failed binding cycle. The report carries the
     /// pod's resourceVersion as a precondition, so it never lands on the pod bound by a later
     /// attempt.
@@ -185,6 +201,13 @@ impl Scheduler {
     }
 }
 
+/// The longest backoff of a group of `size` pods: `max` times the square root of its size (at
+/// least `max`).
+pub fn group_backoff_cap(max: Duration, size: usize) -> Duration {
+    // A group's size is far below 2^52: the conversion is exact.
+    max.mul_f64((size.max(1) as f64).sqrt())
+}
+
 /// A failed pod on its way back to the queue.
 struct Requeue {
     uid: String,
@@ -198,5 +221,19 @@ impl Requeue {
         sched
             .queue
             .add_unschedulable(&self.rejected_by, &self.uid, self.backoff, self.retry_after);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_groups_longest_backoff_grows_with_the_root_of_its_size() {
+        let max = Duration::from_secs(10);
+        assert_eq!(group_backoff_cap(max, 1), max);
+        assert_eq!(group_backoff_cap(max, 0), max);
+        assert_eq!(group_backoff_cap(max, 4), Duration::from_secs(20));
+        assert_eq!(group_backoff_cap(max, 16), Duration::from_secs(40));
     }
 }

@@ -213,15 +213,10 @@ pub fn schedule_group(
         let status = Status::error(format!(
             "the {watch} watch, which this profile's plugins need, is not current (failing or re-listing); retrying"
         ));
+        let size = members.len();
         for member in &members {
-            fail(
-                sched,
-                &profile,
-                member,
-                "error",
-                Failure::error(&status),
-                start,
-            );
+            let failure = Failure::error(&status);
+            fail(sched, &profile, member, "error", failure, start, size);
         }
         sched.metrics.podgroup_attempt(
             "error",
@@ -388,6 +383,7 @@ pub fn schedule_group(
             nomination: NominationOutcome::PostFilter(None),
         };
         let mut own: std::collections::HashMap<usize, Failure> = own_failures.into_iter().collect();
+        let size = members.len();
         for (index, member) in members.iter().enumerate() {
             let failure = if placed.iter().any(|p| p.index == index) {
                 group_failure(format!("{GROUP_UNSCHEDULABLE}, {full}"))
@@ -399,7 +395,15 @@ pub fn schedule_group(
                 debug_assert!(index >= evaluated);
                 group_failure(message.clone())
             };
-            fail(sched, &profile, member, "unschedulable", failure, start);
+            fail(
+                sched,
+                &profile,
+                member,
+                "unschedulable",
+                failure,
+                start,
+                size,
+            );
         }
         write_condition(sched, &gang.group, "False", "Unschedulable", full);
         sched.metrics.podgroup_attempt(
@@ -438,14 +442,9 @@ pub fn schedule_group(
     }
     for (index, failure) in own_failures {
         if let Some(queued) = members[index].take() {
-            fail(
-                sched,
-                &profile,
-                &queued,
-                result_label_of(&failure),
-                failure,
-                start,
-            );
+            // Alone: its group is placed without it.
+            let result = result_label_of(&failure);
+            fail(sched, &profile, &queued, result, failure, start, 1);
         }
     }
     if placed_any {
@@ -475,13 +474,15 @@ fn fail_group(
     search: Duration,
 ) {
     for member in members {
+        let failure = Failure::error(status);
         fail(
             sched,
             profile,
             member,
             "error",
-            Failure::error(status),
+            failure,
             start,
+            members.len(),
         );
     }
     write_condition(
@@ -496,7 +497,8 @@ fn fail_group(
         .podgroup_attempt("error", &profile.scheduler_name, search, start.elapsed());
 }
 
-/// One member's failed attempt: counted, reported and sent back to the queue.
+/// One member's failed attempt: counted, reported and sent back to the queue, backing off as
+/// its group of `group_size` does.
 fn fail(
     sched: &Arc<Scheduler>,
     profile: &CompiledProfile,
@@ -504,11 +506,12 @@ fn fail(
     result: &'static str,
     failure: Failure,
     start: Instant,
+    group_size: usize,
 ) {
     sched
         .metrics
         .attempt(result, &profile.scheduler_name, start.elapsed());
-    sched.handle_failure(member, profile, failure);
+    sched.handle_group_member_failure(member, profile, failure, group_size);
 }
 
 /// What upstream's group preemption (DefaultPreemption at PodGroupPostFilter) says of a group

@@ -24,7 +24,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::informers::Keeps;
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
-use crate::scheduler::informers::pod_groups::PodGroupIndex;
+use crate::scheduler::informers::pod_groups::{CoschedulingGroup, PodGroupIndex};
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::registry::Handle;
@@ -77,6 +77,9 @@ pub struct ClusterState {
     /// The Workload API's PodGroups (`scheduling.k8s.io/v1beta1`), where it is served.
     #[serde(default)]
     pub pod_groups: Vec<PodGroup>,
+    /// scheduler-plugins' PodGroups (`scheduling.x-k8s.io/v1alpha1`), where the kind is served.
+    #[serde(default)]
+    pub coscheduling_pod_groups: Vec<kube::api::DynamicObject>,
 }
 
 /// The objects, each in an `Arc`.
@@ -120,6 +123,32 @@ where
             Ok(Vec::new())
         }
         _ => list(client, what).await,
+    }
+}
+
+/// scheduler-plugins' PodGroups: none when the kind is not served, or (with a warning) when
+/// the user may not list them.
+async fn list_coscheduling(client: &kube::Client) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
+    let resource = crate::scheduler::informers::pod_groups::coscheduling_resource();
+    let api = Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
+    match api.list(&ListParams::default()).await {
+        Ok(list) => Ok(list
+            .items
+            .into_iter()
+            .map(|mut o| {
+                o.metadata.managed_fields = None;
+                o
+            })
+            .collect()),
+        Err(e) if crate::k8s::api_errors::not_found(&e) => Ok(Vec::new()),
+        Err(kube::Error::Api(e)) if e.code == 403 => {
+            eprintln!(
+                "warning: not allowed to list podgroups.scheduling.x-k8s.io ({}): simulating without them",
+                e.message
+            );
+            Ok(Vec::new())
+        }
+        Err(e) => Err(e).context("listing podgroups.scheduling.x-k8s.io"),
     }
 }
 
@@ -227,6 +256,7 @@ impl ClusterState {
             resource_claims: list_if_served(client, "resourceclaims").await?,
             device_taint_rules: list_if_served(client, "devicetaintrules").await?,
             pod_groups: list_if_served(client, "podgroups").await?,
+            coscheduling_pod_groups: list_coscheduling(client).await?,
         };
         state.keep_only_what_scheduling_reads();
         Ok(state)
@@ -309,7 +339,12 @@ impl ClusterState {
             .chain(self.csi_drivers.iter_mut().map(|o| &mut o.metadata))
             .chain(self.resource_slices.iter_mut().map(|o| &mut o.metadata))
             .chain(self.device_taint_rules.iter_mut().map(|o| &mut o.metadata))
-            .chain(self.pod_groups.iter_mut().map(|o| &mut o.metadata));
+            .chain(self.pod_groups.iter_mut().map(|o| &mut o.metadata))
+            .chain(
+                self.coscheduling_pod_groups
+                    .iter_mut()
+                    .map(|o| &mut o.metadata),
+            );
         for meta in metas {
             kept.apply(meta);
         }
@@ -371,6 +406,12 @@ impl ClusterState {
             pod_groups: {
                 let groups = Arc::new(PodGroupIndex::default());
                 Keeps::<PodGroup>::reset(&*groups, arcs(&self.pod_groups));
+                groups.reset_coscheduling(
+                    self.coscheduling_pod_groups
+                        .iter()
+                        .map(|o| Arc::new(CoschedulingGroup::from_object(o)))
+                        .collect(),
+                );
                 for pod in &self.pods {
                     groups.observe_pod(pod);
                 }

@@ -457,3 +457,51 @@ fn pending_gangs_are_placed_whole_or_not_at_all() {
         "{large:#?}"
     );
 }
+
+/// scheduler-plugins' PodGroups, with a profile that enables Coscheduling: 7 labelled pods of
+/// a group of minMember 7 do not fit on the 6 free CPUs, so none is placed; with minMember 6
+/// the six that fit are.
+#[test]
+fn coscheduling_groups_are_placed_whole_or_not_at_all() {
+    let labelled = |i: usize| {
+        PodBuilder::new(&format!("mpi-{i}"))
+            .uid(&format!("mpi-{i}"))
+            .req_cpu("1")
+            .scheduler_name("tether-scheduler")
+            .label("scheduling.x-k8s.io/pod-group", "mpi")
+            .build()
+    };
+    let group = |min_member: i64| -> kube::api::DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+            "metadata": {"name": "mpi", "namespace": "default"},
+            "spec": {"minMember": min_member},
+        }))
+        .expect("a PodGroup")
+    };
+    let spec: SchedulingProfileSpec = serde_json::from_value(serde_json::json!({
+        "schedulerName": "tether-scheduler",
+        "plugins": {"multiPoint": {"enabled": [{"name": "Coscheduling"}]}},
+    }))
+    .expect("a spec");
+    let mut candidate = SchedulingProfile::new("default", spec);
+    candidate.metadata.uid = Some("uid-default".into());
+    candidate.metadata.generation = Some(2);
+    let placed = |min_member: i64| {
+        let mut cluster = cluster();
+        cluster
+            .pods
+            .retain(|p| p.metadata.name.as_deref() == Some("load"));
+        cluster.pods.extend((0..7).map(labelled));
+        cluster.coscheduling_pod_groups = vec![group(min_member)];
+        let sim = simulate(&cluster, std::slice::from_ref(&candidate), 0)
+            .expect("serves")
+            .remove(0);
+        sim.pending
+            .iter()
+            .filter(|p| p.candidate.node.is_some())
+            .count()
+    };
+    assert_eq!(placed(7), 0);
+    assert_eq!(placed(6), 6);
+}
