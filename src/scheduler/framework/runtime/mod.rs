@@ -228,8 +228,10 @@ impl CompiledProfile {
     }
 
     /// Runs again, into `state`, the PreFilter of the plugins whose PreFilter reads other pods,
-    /// against `snapshot` (a preemption dry run's changed node): the other plugins' PreFilter
-    /// answers depend on the pod alone and stand. The status that rejects the pod, if one does.
+    /// against `snapshot` (a preemption dry run's changed node, which only lacks pods of the
+    /// cycle's snapshot): the other plugins' PreFilter answers depend on the pod alone and
+    /// stand, and so does a skip (fewer pods never make a skipped plugin matter). The status
+    /// that rejects the pod, if one does.
     pub fn rerun_pod_reading_pre_filters(
         &self,
         state: &mut CycleState,
@@ -237,6 +239,9 @@ impl CompiledProfile {
         snapshot: &Snapshot,
     ) -> Result<(), Status> {
         for plugin in self.pre_filter.iter().filter(|p| p.pre_filter_reads_pods()) {
+            if state.skips_filter(plugin.name()) {
+                continue;
+            }
             let Some(pf) = plugin.pre_filter() else {
                 continue;
             };

@@ -76,6 +76,21 @@ impl Plugin for DefaultPreemption {
     }
 }
 
+/// Whether a dry run must run PreFilters again on each changed node: only those that read
+/// other pods and did not skip this pod in its cycle (`state`). Taking pods off a node, all a
+/// dry run does to the cycle's snapshot, never ends a skip (no spread constraint appears, no
+/// existing pod's anti-affinity or claim starts to matter), so a skipped one stands and the
+/// node list is not copied for it: at 5,000 nodes that copy was most of a preemption.
+fn fresh_pre_filter(
+    profile: &crate::scheduler::framework::profile::CompiledProfile,
+    state: &crate::scheduler::framework::CycleState,
+) -> bool {
+    profile
+        .pre_filter
+        .iter()
+        .any(|p| p.pre_filter_reads_pods() && !state.skips_filter(p.name()))
+}
+
 /// Whether a pod is going away because a scheduler preempted it (this one's decision counts
 /// before the API has it).
 fn preempted(pod: &k8s_openapi::api::core::v1::Pod, evictions: &Evictions) -> bool {
@@ -178,16 +193,14 @@ impl DefaultPreemption {
         let dry_run = DryRun {
             ctx,
             budgets: &budgets,
-            fresh_pre_filter: ctx
-                .profile
-                .pre_filter
-                .iter()
-                .any(|p| p.pre_filter_reads_pods()),
+            fresh_pre_filter: fresh_pre_filter(ctx.profile, ctx.state),
+            // A Filter that skips this pod (DynamicResources for a pod without claims) needs
+            // not be told: the cycle state is then not copied for each check.
             removed_pods_matter: ctx
                 .profile
                 .filter
                 .iter()
-                .any(|p| p.filter_reads_removed_pods()),
+                .any(|p| p.filter_reads_removed_pods() && !ctx.state.skips_filter(p.name())),
             now,
             evictions: &self.evictions,
         };

@@ -196,12 +196,89 @@ fn candidate_on(
     let dry = DryRun {
         ctx: &ctx,
         budgets,
-        fresh_pre_filter: true,
+        fresh_pre_filter: super::fresh_pre_filter(&profile, &state),
         removed_pods_matter: true,
         now: Timestamp::now(),
         evictions: &Evictions::default(),
     };
     dry.select_victims(snap.get(node).expect("the node")).ok()
+}
+
+/// A dry run that does not run again the PreFilters that skipped the pod picks, node by node,
+/// the same victims as one that runs every pod-reading PreFilter again: for a plain pod (all
+/// of them skip, so none runs), for one that spreads and for one whose anti-affinity matters.
+#[test]
+fn skipped_pre_filters_are_not_run_again_and_change_no_victim() {
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let spread: k8s_openapi::api::core::v1::TopologySpreadConstraint =
+        serde_json::from_value(serde_json::json!({
+            "maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "low"}}}))
+        .expect("a constraint");
+    let pods = [
+        (
+            PodBuilder::new("plain").priority(1000).req_cpu("2").info(),
+            false,
+        ),
+        (
+            PodBuilder::new("spreads")
+                .label("app", "low")
+                .priority(1000)
+                .req_cpu("2")
+                .spread(spread)
+                .info(),
+            true,
+        ),
+    ];
+    let snap = full();
+    for (pod, reads) in &pods {
+        let mut state = CycleState::new();
+        let _ = profile.run_pre_filter_alone(&mut state, pod, &snap);
+        assert_eq!(
+            super::fresh_pre_filter(&profile, &state),
+            *reads,
+            "{}",
+            pod.name()
+        );
+        let diagnosis = Diagnosis::default();
+        let ctx = PostFilterContext {
+            profile: &profile,
+            state: &state,
+            pod,
+            snapshot: &snap,
+            diagnosis: &diagnosis,
+            nominated: &NoNominations,
+        };
+        let evictions = Evictions::default();
+        let victims = |fresh: bool| {
+            let dry = DryRun {
+                ctx: &ctx,
+                budgets: &[],
+                fresh_pre_filter: fresh,
+                removed_pods_matter: true,
+                now: Timestamp::now(),
+                evictions: &evictions,
+            };
+            ["n1", "n2"].map(|n| {
+                dry.select_victims(snap.get(n).expect("a node"))
+                    .map(|c| {
+                        c.victims
+                            .iter()
+                            .map(|v| v.name().to_string())
+                            .collect::<Vec<_>>()
+                    })
+                    .map_err(|s| s.message())
+            })
+        };
+        assert_eq!(
+            victims(super::fresh_pre_filter(&profile, &state)),
+            victims(true),
+            "{}",
+            pod.name()
+        );
+    }
 }
 
 /// upstream's TestSelectVictimsOnNode, the PDB rows: a victim that breaks no budget is taken
