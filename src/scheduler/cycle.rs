@@ -10,11 +10,10 @@ use rand::Rng;
 
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
-use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};
+use crate::scheduler::failure::{Failure, one_node_fit_error};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::PermitWait;
 use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
-use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
@@ -66,20 +65,9 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         state.time_plugins();
     }
     if let Some(err) = &pod.parse_error {
-        let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
         return fail(
             "unschedulable",
-            Failure {
-                reason: FailureReason::Unschedulable,
-                message: format!(
-                    "0/{} nodes are available: {}.",
-                    snapshot.len(),
-                    status.message()
-                ),
-                rejected_by: Vec::new(),
-                retry_after: status.retry_after,
-                nomination: NominationOutcome::Untouched,
-            },
+            Failure::invalid_affinity(err, snapshot.len()),
         );
     }
     // A watch this profile's plugins need fails or re-lists: its pods wait for it (with their

@@ -58,6 +58,19 @@ impl Failure {
         }
     }
 
+    /// The pod's affinity could not be read (`err`): it fits none of the `nodes` nodes until
+    /// its spec changes.
+    pub fn invalid_affinity(err: &impl std::fmt::Display, nodes: usize) -> Self {
+        let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
+        Failure {
+            reason: FailureReason::Unschedulable,
+            message: format!("0/{nodes} nodes are available: {}.", status.message()),
+            rejected_by: Vec::new(),
+            retry_after: status.retry_after,
+            nomination: NominationOutcome::Untouched,
+        }
+    }
+
     /// The search itself failed (a plugin's error): `SchedulerError`, the pod waits out its
     /// backoff, the nomination ends.
     pub fn error(status: &Status) -> Self {

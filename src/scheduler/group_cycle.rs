@@ -276,21 +276,24 @@ pub fn schedule_group(
             let pod = &member.pod;
             let snapshot = sched.lock_cache().snapshot();
             let mut state = CycleState::new();
-            let result = match &pod.parse_error {
-                Some(err) => {
-                    let status = Status::unresolvable(format!("invalid pod affinity: {err}"));
-                    ScheduleResult::Error(status)
+            if let Some(err) = &pod.parse_error {
+                remaining -= 1;
+                own_failures.push((index, Failure::invalid_affinity(err, snapshot.len())));
+                group_failure = infeasible(gang.min_count, scheduled, remaining);
+                if group_failure.is_some() {
+                    break;
                 }
-                None => schedule_one::schedule_pod_with(
-                    &profile,
-                    &mut state,
-                    pod,
-                    &snapshot,
-                    &sched.start_index,
-                    &nominated,
-                    false,
-                ),
-            };
+                continue;
+            }
+            let result = schedule_one::schedule_pod_with(
+                &profile,
+                &mut state,
+                pod,
+                &snapshot,
+                &sched.start_index,
+                &nominated,
+                false,
+            );
             remaining -= 1;
             match result {
                 ScheduleResult::Scheduled { node, choice, .. } => {
@@ -321,22 +324,6 @@ pub fn schedule_group(
                         (a, b) => a.or(b),
                     };
                     own_failures.push((index, failure));
-                }
-                ScheduleResult::Error(status) if pod.parse_error.is_some() => {
-                    own_failures.push((
-                        index,
-                        Failure {
-                            reason: FailureReason::Unschedulable,
-                            message: format!(
-                                "0/{} nodes are available: {}.",
-                                snapshot.len(),
-                                status.message()
-                            ),
-                            rejected_by: Vec::new(),
-                            retry_after: None,
-                            nomination: NominationOutcome::Untouched,
-                        },
-                    ));
                 }
                 ScheduleResult::Error(status) => {
                     error = Some(status);
