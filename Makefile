@@ -60,7 +60,7 @@ k8s-bins: ## build (or reuse) the cached Kubernetes binaries
 	e2e/scripts/build-k8s.sh
 	e2e/scripts/build-helm.sh
 
-cluster: ## start the local control plane (NODES=3), kubeconfig in .cluster/kubeconfig
+cluster: ## start the local control plane (NODES=3; ETCD_TMPFS=1 keeps etcd's data in memory), kubeconfig in .cluster/kubeconfig
 	NODES=$(NODES) e2e/scripts/cluster-up.sh
 
 cluster-down: ## stop the local control plane and remove its state
@@ -104,7 +104,7 @@ bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-sch
 	$(MAKE) --no-print-directory k8s-bins
 	@set -e; started=false; \
 	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
-	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
 	fi; \
 	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
 	status=0; TETHER_BIN=$(CURDIR)/target/release/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) \

@@ -79,7 +79,14 @@ main() {
     port_free "$port" || die "port 127.0.0.1:$port is taken by another process (see: ss -ltnp 'sport = :$port'); stop it or set the *_PORT variables in e2e/scripts/lib.sh"
   done
 
-  mkdir -p "$LOG_DIR" "$PID_DIR" "$CLUSTER_DIR/etcd"
+  mkdir -p "$LOG_DIR" "$PID_DIR"
+  if [[ ${ETCD_TMPFS:-0} == 1 ]]; then
+    [[ -d /dev/shm && -w /dev/shm ]] || die "ETCD_TMPFS=1 needs a writable /dev/shm"
+    mktemp -d /dev/shm/tether-etcd.XXXXXX >"$CLUSTER_DIR/etcd-data-dir"
+    log "etcd's data in memory: $(etcd_data_dir)"
+  else
+    mkdir -p "$CLUSTER_DIR/etcd"
+  fi
   # From here on, a failure or an interrupt stops whatever was started.
   started_ok=false
   trap 'on_exit' EXIT

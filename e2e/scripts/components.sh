@@ -41,10 +41,10 @@ wait_healthy() {
   done
 }
 
-# start_etcd: starts etcd on 127.0.0.1:$ETCD_CLIENT_PORT (data in $CLUSTER_DIR/etcd) and waits
+# start_etcd: starts etcd on 127.0.0.1:$ETCD_CLIENT_PORT (data in $(etcd_data_dir)) and waits
 # until it is healthy.
 start_etcd() {
-  start etcd "$BIN_DIR/etcd" --name local --data-dir "$CLUSTER_DIR/etcd" \
+  start etcd "$BIN_DIR/etcd" --name local --data-dir "$(etcd_data_dir)" \
     --listen-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --advertise-client-urls "http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \

@@ -24,5 +24,11 @@ APISERVER_PORT=${APISERVER_PORT:-16443}
 KCM_PORT=${KCM_PORT:-16257}
 KWOK_PORT=${KWOK_PORT:-16280}
 
+# etcd's data directory: $CLUSTER_DIR/etcd, or a directory in memory (/dev/shm) when the
+# cluster was started with ETCD_TMPFS=1 (a bench at thousands of nodes: etcd's disk is what
+# missed its deadlines there; fsync is off either way). cluster-up.sh records which, so that a
+# restart and cluster-down.sh find it whatever their environment.
+etcd_data_dir() { cat "$CLUSTER_DIR/etcd-data-dir" 2>/dev/null || echo "$CLUSTER_DIR/etcd"; }
+
 log() { printf '[tether-e2e] %s\n' "$*" >&2; }
 die() { printf '[tether-e2e] ERROR: %s\n' "$*" >&2; exit 1; }
