@@ -154,21 +154,16 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
     };
     let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
     let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
-    if pending && let Some(gang) = crate::scheduler::group_cycle::gang_of_pod(sched, &profile, &pod)
+    if pending
+        && let Some(gang) =
+            crate::scheduler::group_cycle::gang_of_pod(&sched.pod_groups, &profile, &pod)
     {
         let members = sched.queue.pending_of_group(|p| {
             crate::scheduler::informers::pod_groups::group_of(p).as_ref() == Some(&gang.key)
         });
         let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
-        let scheduled_before = {
-            let cache = sched.lock_cache();
-            sched
-                .pod_groups
-                .members(&gang.key)
-                .iter()
-                .filter(|uid| !uids.contains(uid.as_str()) && cache.pod(uid).is_some())
-                .count()
-        };
+        let scheduled_before =
+            crate::scheduler::group_cycle::scheduled_before(sched, &gang.key, &uids).len();
         explanation.group = Some(explain::explain_group(
             &profile,
             gang.key.to_string(),

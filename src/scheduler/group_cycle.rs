@@ -27,7 +27,9 @@ use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
-use crate::scheduler::informers::pod_groups::{self, Group, GroupApi, GroupKey, Policy};
+use crate::scheduler::informers::pod_groups::{
+    self, Group, GroupApi, GroupKey, PodGroupIndex, Policy,
+};
 use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::plugins::{coscheduling, gang_scheduling};
 use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
@@ -51,24 +53,28 @@ pub struct Gang {
 /// the gang policy. A pod of a basic group, or of a group not seen (any more), is scheduled
 /// alone.
 pub fn gang_of(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInfo) -> Option<Gang> {
-    gang_of_pod(sched, profile, &pod.pod.pod)
+    gang_of_pod(&sched.pod_groups, profile, &pod.pod.pod)
 }
 
-/// [`gang_of`] for a pod object.
+/// The plugin that serves groups of `api`: a profile places them only if it runs it.
+pub fn plugin_for(api: GroupApi) -> &'static str {
+    match api {
+        GroupApi::Workload => gang_scheduling::NAME,
+        GroupApi::Coscheduling => coscheduling::NAME,
+    }
+}
+
+/// [`gang_of`] for a pod object, against `groups` (the scheduler's, or a simulation's).
 pub fn gang_of_pod(
-    sched: &Scheduler,
+    groups: &PodGroupIndex,
     profile: &CompiledProfile,
     pod: &k8s_openapi::api::core::v1::Pod,
 ) -> Option<Gang> {
     let key = pod_groups::group_of(pod)?;
-    let plugin = match key.api {
-        GroupApi::Workload => gang_scheduling::NAME,
-        GroupApi::Coscheduling => coscheduling::NAME,
-    };
-    if !profile.uses(plugin) {
+    if !profile.uses(plugin_for(key.api)) {
         return None;
     }
-    let group = sched.pod_groups.get(&key)?;
+    let group = groups.get(&key)?;
     match group.policy() {
         Policy::Gang { min_count } => Some(Gang {
             key,
@@ -88,20 +94,15 @@ pub fn missing_group(
     pod: &QueuedPodInfo,
 ) -> Option<Failure> {
     let key = pod_groups::group_of(&pod.pod.pod)?;
-    let (plugin, message) = match key.api {
-        GroupApi::Workload => (
-            gang_scheduling::NAME,
-            format!(
-                "waiting for pods's pod group {:?} to appear in scheduling queue",
-                key.name
-            ),
+    let plugin = plugin_for(key.api);
+    let message = match key.api {
+        GroupApi::Workload => format!(
+            "waiting for pods's pod group {:?} to appear in scheduling queue",
+            key.name
         ),
-        GroupApi::Coscheduling => (
-            coscheduling::NAME,
-            format!(
-                "waiting for PodGroup {:?} (scheduling.x-k8s.io) to appear",
-                key.name
-            ),
+        GroupApi::Coscheduling => format!(
+            "waiting for PodGroup {:?} (scheduling.x-k8s.io) to appear",
+            key.name
         ),
     };
     if !profile.uses(plugin) || sched.pod_groups.get(&key).is_some() {
@@ -161,6 +162,22 @@ fn validate<'a>(
     Ok(())
 }
 
+/// The pods of the group `key` assumed or bound already (in the cache), but those in
+/// `pending`: what upstream counts as the group's scheduled pods.
+pub fn scheduled_before(
+    sched: &Scheduler,
+    key: &GroupKey,
+    pending: &HashSet<&str>,
+) -> Vec<Arc<k8s_openapi::api::core::v1::Pod>> {
+    let members = sched.pod_groups.members(key);
+    let cache = sched.lock_cache();
+    members
+        .iter()
+        .filter(|uid| !pending.contains(uid.as_str()))
+        .filter_map(|uid| cache.pod(uid))
+        .collect()
+}
+
 /// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
 /// `scheduled` members placed (before or in this cycle) and `remaining` still to try.
 fn infeasible(min_count: usize, scheduled: usize, remaining: usize) -> Option<String> {
@@ -195,10 +212,7 @@ pub fn schedule_group(
     gang: Gang,
 ) {
     let start = Instant::now();
-    let group_plugin = match gang.key.api {
-        GroupApi::Workload => gang_scheduling::NAME,
-        GroupApi::Coscheduling => coscheduling::NAME,
-    };
+    let group_plugin = plugin_for(gang.key.api);
     let in_group = |pod: &k8s_openapi::api::core::v1::Pod| {
         pod_groups::group_of(pod).as_ref() == Some(&gang.key)
     };
@@ -228,16 +242,7 @@ pub fn schedule_group(
     }
 
     let in_cycle: HashSet<&str> = members.iter().map(|m| m.pod.uid()).collect();
-    let scheduled_before: Vec<Arc<k8s_openapi::api::core::v1::Pod>> = {
-        let cache = sched.lock_cache();
-        sched
-            .pod_groups
-            .members(&gang.key)
-            .iter()
-            .filter(|uid| !in_cycle.contains(uid.as_str()))
-            .filter_map(|uid| cache.pod(uid))
-            .collect()
-    };
+    let scheduled_before = scheduled_before(sched, &gang.key, &in_cycle);
     let already = scheduled_before.len();
     let pods = members
         .iter()

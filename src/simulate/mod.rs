@@ -29,7 +29,7 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupKey, PodGroupIndex, Policy};
+use crate::scheduler::informers::pod_groups::{self, GroupKey, PodGroupIndex};
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
 
 /// What a simulation found.
@@ -340,22 +340,10 @@ struct Gangs<'a> {
 }
 
 impl Gangs<'_> {
-    /// The gang of `pod` (its group's key and minCount), when `profile` runs GangScheduling
-    /// and the group has the gang policy.
+    /// The gang of `pod` (its group's key and minCount), as the scheduler decides it.
     fn of(&self, profile: &CompiledProfile, pod: &Pod) -> Option<(GroupKey, usize)> {
-        let key = pod_groups::group_of(pod)?;
-        let plugin = match key.api {
-            GroupApi::Workload => crate::scheduler::plugins::gang_scheduling::NAME,
-            GroupApi::Coscheduling => crate::scheduler::plugins::coscheduling::NAME,
-        };
-        if !profile.uses(plugin) {
-            return None;
-        }
-        let group = self.groups.get(&key)?;
-        match group.policy() {
-            Policy::Gang { min_count } => Some((key, min_count)),
-            Policy::Basic => None,
-        }
+        crate::scheduler::group_cycle::gang_of_pod(self.groups, profile, pod)
+            .map(|g| (g.key, g.min_count))
     }
 }
 

@@ -136,24 +136,23 @@ pub fn group_name(pod: &Pod) -> Option<&str> {
 /// The key of the group a pod names, if any: its Workload API group, else the Coscheduling
 /// group its label names.
 pub fn group_of(pod: &Pod) -> Option<GroupKey> {
-    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    if let Some(name) = group_name(pod) {
-        return Some(GroupKey {
-            api: GroupApi::Workload,
-            namespace,
-            name: name.to_string(),
-        });
-    }
-    let name = pod
-        .metadata
-        .labels
-        .as_ref()?
-        .get(COSCHEDULING_LABEL)
-        .filter(|n| !n.is_empty())?;
+    // Asked of every pod each cycle: nothing is allocated for a pod that names no group.
+    let (api, name) = match group_name(pod) {
+        Some(name) => (GroupApi::Workload, name),
+        None => (
+            GroupApi::Coscheduling,
+            pod.metadata
+                .labels
+                .as_ref()?
+                .get(COSCHEDULING_LABEL)
+                .filter(|n| !n.is_empty())?
+                .as_str(),
+        ),
+    };
     Some(GroupKey {
-        api: GroupApi::Coscheduling,
-        namespace,
-        name: name.clone(),
+        api,
+        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+        name: name.to_string(),
     })
 }
 
@@ -257,18 +256,23 @@ impl PodGroupIndex {
     /// A pod was seen: a live pod naming a group is its member; a pod finished or being
     /// deleted is not. Returns whether it became a member now.
     pub fn observe_pod(&self, pod: &Pod) -> bool {
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
+        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let live = pod.metadata.deletion_timestamp.is_none()
             && !matches!(
                 pod.status.as_ref().and_then(|s| s.phase.as_deref()),
                 Some("Succeeded" | "Failed")
             );
         let group = group_of(pod).filter(|_| live);
-        let mut inner = self.write();
-        if inner.group_of_member.get(&uid) == group.as_ref() {
+        // Every pod event comes here: one that names no group, and never did, takes no write
+        // lock (the scheduling cycle reads this index).
+        if group.is_none() && !self.read().group_of_member.contains_key(uid) {
             return false;
         }
-        forget(&mut inner, &uid);
+        let mut inner = self.write();
+        if inner.group_of_member.get(uid) == group.as_ref() {
+            return false;
+        }
+        forget(&mut inner, uid);
         let Some(group) = group else {
             return false;
         };
@@ -276,8 +280,8 @@ impl PodGroupIndex {
             .members
             .entry(group.clone())
             .or_default()
-            .insert(uid.clone());
-        inner.group_of_member.insert(uid, group);
+            .insert(uid.to_string());
+        inner.group_of_member.insert(uid.to_string(), group);
         true
     }
 
