@@ -22,10 +22,10 @@ use crate::kubevirt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::ground_truth::BindLedger;
+use crate::ground_truth::{BindLedger, EventLedger};
 use crate::{
-    TestNamespace, TestNodes, apply, free_local_addr, kubeconfig_path, repo_dir, unique_suffix,
-    wait_for,
+    TestNamespace, TestNodes, already_exists, apply, free_local_addr, kubeconfig_path, repo_dir,
+    retried, unique_suffix, wait_for,
 };
 
 /// Who binds the pods.
@@ -149,6 +149,11 @@ pub struct RunResult {
     /// had counted every bind (the scheduler writes history after the bind, off its binding
     /// cycle, and runs until it is written: its CPU time includes the writes).
     pub history_lag_seconds: Option<f64>,
+    /// How many of the pods got a `Scheduled` event (the bench's own watch; a scheduler may
+    /// drop events when they queue up), and seconds from the last bind seen until the last of
+    /// them was seen: both schedulers write them after the bind. None for the raw binder.
+    pub scheduled_events: Option<usize>,
+    pub events_lag_seconds: Option<f64>,
 }
 
 /// The nodes every run uses, and a client.
@@ -162,6 +167,109 @@ impl Bench {
     pub async fn new(client: kube::Client, nodes: usize) -> anyhow::Result<Self> {
         let nodes = TestNodes::create(&client, "bench", nodes, "32", |_, _| {}).await?;
         Ok(Bench { client, nodes })
+    }
+
+    /// Runs on `nodes` made already (the scale run's, with their images).
+    pub fn on(client: kube::Client, nodes: TestNodes) -> Self {
+        Bench { client, nodes }
+    }
+
+    /// The scale run of one scheduler: `pods` pods wait in a namespace of their own before it
+    /// starts; measured are its start to `/readyz`, to the first bind and to the last, its
+    /// CPU and peak memory once all are bound, and then the time from kube-apiserver being
+    /// restarted (killed, and ready again) to a new pod being bound. Both schedulers must
+    /// notice the lost watches, list again what they hold (every node and pod) and resume.
+    pub async fn start_and_restart(
+        &self,
+        contender: Contender,
+        pods: usize,
+    ) -> anyhow::Result<ScaleResult> {
+        let ns = TestNamespace::create(&self.client, "scale").await?;
+        let scheduler = format!("scale-{}", unique_suffix());
+        if contender == Contender::Tether {
+            apply(
+                json!({"apiVersion": "tether.dev/v1alpha1", "kind": "SchedulingProfile",
+                "metadata": {"name": scheduler}, "spec": {"schedulerName": scheduler}}),
+            )?;
+        }
+        let seen = BindLedger::start(&self.client, &ns.name, "bench");
+        let maker = PodMaker {
+            client: self.client.clone(),
+            ns: ns.name.clone(),
+            workload: Workload::Basic,
+            pods,
+            nodes: self.nodes.names.len(),
+            owned: false,
+            template: self.template(&scheduler, Workload::Basic),
+        };
+        let result = async {
+            maker.create_all(&Arc::default(), None).await?;
+            let started = Instant::now();
+            let (process, url) = match contender {
+                Contender::KubeScheduler => {
+                    let port = free_local_addr()?.port();
+                    let process = Process::kube_scheduler_serving(&scheduler, Some(port), false)?;
+                    (process, format!("https://127.0.0.1:{port}/readyz"))
+                }
+                Contender::Tether => {
+                    let (process, health) = Process::tether_with_health(&scheduler).await?;
+                    (process, format!("http://{health}/readyz"))
+                }
+                other => bail!("{} has no start to measure", other.label()),
+            };
+            let ready_seconds = wait_for("the scheduler ready", Duration::from_secs(900), || async {
+                Ok(answers_ok(&url).then(|| started.elapsed().as_secs_f64()))
+            })
+            .await?;
+            let deadline = Duration::from_secs(900).max(Duration::from_millis(pods as u64 * 40));
+            wait_for("every pod bound", deadline, || async {
+                Ok((seen.len() >= pods).then_some(()))
+            })
+            .await
+            .with_context(|| format!("{} bound {} of {pods}", contender.label(), seen.len()))?;
+            let (cpu_seconds, peak_rss_mib) = process.usage()?;
+            let times: Vec<Instant> = seen.seen_at().into_values().collect();
+            let first = times.iter().min().copied().unwrap_or(started);
+            let last = times.iter().max().copied().unwrap_or(started);
+
+            // kube-apiserver killed and started again; then a new pod.
+            crate::faults::restart("kube-apiserver", crate::faults::Stop::Kill, Duration::ZERO)?;
+            let back = Instant::now();
+            let probe = "after-restart";
+            let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": probe, "labels": {"bench": "probe"}}, "spec": maker.template}))?;
+            let api = Api::<Pod>::namespaced(self.client.clone(), &ns.name);
+            let params = PostParams::default();
+            match retried("creating the pod after the restart", || api.create(&params, &pod)).await {
+                Ok(_) => {}
+                Err(e) if already_exists(&e) => {}
+                Err(e) => return Err(e),
+            }
+            crate::wait_bound(&self.client, &ns.name, probe, Duration::from_secs(600)).await?;
+            let restart_to_bind_seconds = back.elapsed().as_secs_f64();
+            drop(process);
+            Ok::<_, anyhow::Error>(ScaleResult {
+                contender,
+                nodes: self.nodes.names.len(),
+                pods,
+                ready_seconds,
+                first_bind_seconds: first.saturating_duration_since(started).as_secs_f64(),
+                pods_per_second: pods as f64
+                    / last.saturating_duration_since(first).as_secs_f64().max(1e-3),
+                cpu_seconds,
+                cpu_ms_per_pod: cpu_seconds * 1000.0 / pods.max(1) as f64,
+                peak_rss_mib,
+                restart_to_bind_seconds,
+            })
+        }
+        .await;
+        drop(seen);
+        if contender == Contender::Tether {
+            let _ = crate::kubectl_ok(&["delete", "sp", &scheduler, "--wait=false"], None);
+        }
+        empty(&self.client, &ns.name).await?;
+        ns.delete().await?;
+        result
     }
 
     /// Waits until the StickyBindings of `ns` have counted `pods` binds; returns when.
@@ -230,6 +338,8 @@ impl Bench {
         }
         // Only the measured pods carry the label `bench`.
         let seen = BindLedger::start(&self.client, &ns.name, "bench");
+        // The measured pods are `pod-<i>` (not the warm-up pod of a steady run).
+        let events = EventLedger::start(&self.client, &ns.name, "pod-");
         let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
         let maker = PodMaker {
             client: self.client.clone(),
@@ -272,6 +382,10 @@ impl Bench {
             } else {
                 None
             };
+            let events_seen = match contender {
+                Contender::RawBinder => None,
+                _ => Some(events_written(&events, pods, deadline).await),
+            };
             let usage = match &process {
                 Some(p) => Some(p.usage()?),
                 None => None,
@@ -288,10 +402,11 @@ impl Bench {
                 &created,
                 usage,
                 history_done,
+                events_seen,
             ))
         }
         .await;
-        drop(seen);
+        drop((seen, events));
         if profile.is_some() {
             let _ = crate::kubectl_ok(&["delete", "sp", &scheduler, "--wait=false"], None);
         }
@@ -315,8 +430,12 @@ impl Bench {
                     let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
                         "metadata": {"name": format!("existing-{i}"), "labels": {"existing": "yes"}},
                         "spec": spec}))?;
-                    pods.create(&PostParams::default(), &pod).await?;
-                    Ok::<_, anyhow::Error>(())
+                    let params = PostParams::default();
+                    match retried("creating a running pod", || pods.create(&params, &pod)).await {
+                        Ok(_) => Ok(()),
+                        Err(e) if already_exists(&e) => Ok(()),
+                        Err(e) => Err(e),
+                    }
                 }
             })
             .buffer_unordered(32)
@@ -453,11 +572,17 @@ impl PodMaker {
         let pod: Pod = serde_json::from_value(
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}),
         )?;
-        Api::<Pod>::namespaced(self.client.clone(), &self.ns)
-            .create(&PostParams::default(), &pod)
-            .await
-            .with_context(|| format!("creating bench pod {name}"))?;
-        Ok(name)
+        let pods = Api::<Pod>::namespaced(self.client.clone(), &self.ns);
+        let params = PostParams::default();
+        match retried(&format!("creating bench pod {name}"), || {
+            pods.create(&params, &pod)
+        })
+        .await
+        {
+            Ok(_) => Ok(name),
+            Err(e) if already_exists(&e) => Ok(name),
+            Err(e) => Err(e),
+        }
     }
 
     /// A VirtualMachine and its VirtualMachineInstance named `name`: the VMI is the pod's
@@ -507,16 +632,15 @@ fn raw_bind(
                 async move {
                     let binding = json!({"apiVersion": "v1", "kind": "Binding",
                         "metadata": {"name": name}, "target": {"kind": "Node", "name": node}});
-                    if let Err(e) = pods
-                        .create_subresource::<Value, Value>(
-                            "binding",
-                            &name,
-                            &PostParams::default(),
-                            &binding,
-                        )
-                        .await
+                    // A retried bind whose first try was carried out is refused (409): it counts
+                    // once in the bench's watch all the same.
+                    let params = PostParams::default();
+                    if let Err(e) = retried(&format!("raw bind of {name}"), || {
+                        pods.create_subresource::<Value, Value>("binding", &name, &params, &binding)
+                    })
+                    .await
                     {
-                        eprintln!("raw bind of {name}: {e}");
+                        eprintln!("{e:#}");
                     }
                 }
             })
@@ -524,16 +648,42 @@ fn raw_bind(
     });
 }
 
+/// Waits until `events` counts a `Scheduled` event for each of `pods`, or `deadline` passes,
+/// or 15 s pass with no new one (a scheduler that dropped events writes no more); returns how
+/// many pods got one and when the last was seen.
+async fn events_written(
+    events: &EventLedger,
+    pods: usize,
+    deadline: Duration,
+) -> (usize, Option<Instant>) {
+    const QUIET: Duration = Duration::from_secs(15);
+    let give_up = Instant::now() + deadline;
+    let (mut count, mut changed) = (events.seen().0, Instant::now());
+    loop {
+        let (now_seen, last) = events.seen();
+        if now_seen != count {
+            (count, changed) = (now_seen, Instant::now());
+        }
+        if now_seen >= pods || changed.elapsed() >= QUIET || Instant::now() >= give_up {
+            return (now_seen, last);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Deletes every pod of `ns` at once and waits until they are gone, so that the next run finds
 /// the nodes empty.
 async fn empty(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    pods.delete_collection(
-        &DeleteParams::default().grace_period(0),
-        &ListParams::default(),
-    )
+    let (delete, list) = (
+        DeleteParams::default().grace_period(0),
+        ListParams::default(),
+    );
+    retried("deleting the bench pods", || {
+        pods.delete_collection(&delete, &list)
+    })
     .await?;
-    wait_for("the bench pods gone", Duration::from_secs(300), || async {
+    wait_for("the bench pods gone", Duration::from_secs(600), || async {
         let left = pods.list_metadata(&ListParams::default().limit(1)).await?;
         Ok(left.items.is_empty().then_some(()))
     })
@@ -686,6 +836,7 @@ fn summarize(
     created: &HashMap<String, Instant>,
     usage: Option<Usage>,
     history_done: Option<Instant>,
+    events_seen: Option<(usize, Option<Instant>)>,
 ) -> RunResult {
     let mut times: Vec<Instant> = bound.values().copied().collect();
     times.sort();
@@ -731,6 +882,10 @@ fn summarize(
         peak_rss_mib: usage.map(|u| u.1),
         history_lag_seconds: history_done
             .map(|done| done.saturating_duration_since(last).as_secs_f64()),
+        scheduled_events: events_seen.map(|(count, _)| count),
+        events_lag_seconds: events_seen
+            .and_then(|(_, at)| at)
+            .map(|at| at.saturating_duration_since(last).as_secs_f64()),
     }
 }
 
@@ -789,8 +944,8 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
         "Run `{command}` on {}; {versions}.\n\n",
         machine()
     ));
-    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler | history written (s after last bind) |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler | history written (s after last bind) | Scheduled events (s after last bind) |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         let kube = find(r, Contender::KubeScheduler);
         let raw = find(r, Contender::RawBinder);
@@ -799,7 +954,7 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             Mode::Batch => "–".into(),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.workload.label(),
             mode_label(r.mode),
             r.contender.label(),
@@ -814,6 +969,10 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
             ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
             opt(r.history_lag_seconds, 1),
+            match r.scheduled_events {
+                Some(n) => format!("{n} ({})", opt(r.events_lag_seconds, 1)),
+                None => "–".into(),
+            },
         ));
     }
     out
@@ -826,6 +985,52 @@ pub fn write_json(results: &[RunResult], name: &str) -> anyhow::Result<PathBuf> 
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(results)?)?;
     Ok(path)
+}
+
+/// One scheduler's scale run (see [`Bench::start_and_restart`]).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct ScaleResult {
+    pub contender: Contender,
+    pub nodes: usize,
+    pub pods: usize,
+    /// From the process's start to its `/readyz` answering 200.
+    pub ready_seconds: f64,
+    /// From the process's start to the first bind the bench saw.
+    pub first_bind_seconds: f64,
+    /// From the first bind seen to the last.
+    pub pods_per_second: f64,
+    /// CPU seconds and peak resident memory once every pod was bound.
+    pub cpu_seconds: f64,
+    pub cpu_ms_per_pod: f64,
+    pub peak_rss_mib: f64,
+    /// From kube-apiserver ready again after a kill to a pod created then being bound.
+    pub restart_to_bind_seconds: f64,
+}
+
+/// The scale figures as Markdown, each with its ratio to kube-scheduler's.
+pub fn scale_report(results: &[ScaleResult], command: &str, versions: &str) -> String {
+    let kube = results
+        .iter()
+        .find(|r| r.contender == Contender::KubeScheduler);
+    let mut out = format!("Run `{command}` on {}; {versions}.\n\n", machine());
+    out.push_str("| nodes × images | pods waiting | scheduler | start to ready (s) | start to first bind (s) | pods/s | CPU ms/pod | peak RSS MiB | kube-apiserver killed: ready again to a new pod bound (s) | RSS vs kube-scheduler |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    for r in results {
+        out.push_str(&format!(
+            "| {} × 50 | {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.0} | {:.1} | {} |\n",
+            r.nodes,
+            r.pods,
+            r.contender.label(),
+            r.ready_seconds,
+            r.first_bind_seconds,
+            r.pods_per_second,
+            r.cpu_ms_per_pod,
+            r.peak_rss_mib,
+            r.restart_to_bind_seconds,
+            ratio(Some(r.peak_rss_mib), kube.map(|k| k.peak_rss_mib)),
+        ));
+    }
+    out
 }
 
 /// One scheduler's start: from its process starting to its `/readyz` answering 200 on a cluster

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use tether::api::{StickyBinding, StickyBindingStatus};
@@ -40,7 +40,8 @@ impl BindLedger {
         let ledger = seen.clone();
         let config = watcher::Config::default().labels(selector);
         let task = tokio::spawn(async move {
-            let mut events = watcher(pods, config).boxed();
+            // Backed off after an error, so that a busy API server is not asked again at once.
+            let mut events = watcher(pods, config).default_backoff().boxed();
             while let Some(event) = events.next().await {
                 let pod = match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
@@ -157,6 +158,59 @@ impl BindLedger {
 }
 
 impl Drop for BindLedger {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The `Scheduled` events of one namespace, from a watch of its own: the pods they are about,
+/// each once, and when the watch first showed each.
+pub struct EventLedger {
+    seen: Arc<Mutex<BTreeMap<String, Instant>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl EventLedger {
+    /// Starts watching the events of `namespace` with reason `Scheduled` (core/v1: the same
+    /// objects as events.k8s.io/v1, which schedulers write) about pods named `prefix`….
+    pub fn start(client: &Client, namespace: &str, prefix: &str) -> Self {
+        let prefix = prefix.to_string();
+        let events: Api<k8s_openapi::api::core::v1::Event> =
+            Api::namespaced(client.clone(), namespace);
+        let seen = Arc::new(Mutex::new(BTreeMap::new()));
+        let ledger = seen.clone();
+        let config = watcher::Config::default().fields("reason=Scheduled");
+        let task = tokio::spawn(async move {
+            let mut stream = watcher(events, config).default_backoff().boxed();
+            while let Some(event) = stream.next().await {
+                let event = match event {
+                    Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => e,
+                    _ => continue,
+                };
+                if let Some(pod) = event
+                    .involved_object
+                    .name
+                    .filter(|n| n.starts_with(&prefix))
+                {
+                    ledger
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .entry(pod)
+                        .or_insert_with(Instant::now);
+                }
+            }
+        });
+        EventLedger { seen, task }
+    }
+
+    /// How many pods have a `Scheduled` event so far, and when the last of them was first seen.
+    pub fn seen(&self) -> (usize, Option<Instant>) {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        (seen.len(), seen.values().max().copied())
+    }
+}
+
+impl Drop for EventLedger {
     fn drop(&mut self) {
         self.task.abort();
     }

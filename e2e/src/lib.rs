@@ -360,6 +360,51 @@ where
     }
 }
 
+/// Whether `error` is one a busy control plane gives and a second try may not: the API server
+/// or etcd overloaded or timing out (429, 500, 502–504), or the connection lost mid-request.
+pub fn transient(error: &kube::Error) -> bool {
+    match error {
+        kube::Error::Api(status) => matches!(status.code, 429 | 500 | 502 | 503 | 504),
+        kube::Error::HyperError(_) | kube::Error::Service(_) | kube::Error::ReadEvents(_) => true,
+        _ => false,
+    }
+}
+
+/// Runs `call` until it succeeds, fails for a reason that is not [`transient`], or has failed
+/// `TRIES` times, waiting a little longer after each failure. The harness's own calls go
+/// through it where a large run (the 5,000-node bench) meets an overloaded control plane; a
+/// create retried after a lost answer that had in fact been carried out gives `AlreadyExists`
+/// (409), which the caller may take for success.
+pub async fn retried<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    const TRIES: u32 = 8;
+    let mut wait = Duration::from_millis(200);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match call().await {
+            Ok(value) => return Ok(value),
+            Err(e) if attempt < TRIES && transient(&e) => {
+                eprintln!("{what}: {e} (try {attempt} of {TRIES}; again in {wait:?})");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(10));
+            }
+            Err(e) => return Err(anyhow::Error::new(e).context(format!("{what} (try {attempt})"))),
+        }
+    }
+}
+
+/// Whether `error` says the object already exists: a retried create whose first try was
+/// carried out.
+pub fn already_exists(error: &anyhow::Error) -> bool {
+    error.downcast_ref::<kube::Error>().is_some_and(
+        |e| matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists"),
+    )
+}
+
 /// A local address no one listens on now, for a process the test starts to serve on.
 pub fn free_local_addr() -> anyhow::Result<std::net::SocketAddr> {
     let probe = std::net::TcpListener::bind("127.0.0.1:0").context("finding a free port")?;
@@ -569,10 +614,16 @@ impl TestNodes {
             });
             extra(i, &mut node);
             let node: Node = serde_json::from_value(node).context("building a node")?;
-            nodes
-                .create(&PostParams::default(), &node)
-                .await
-                .with_context(|| format!("creating node {name}"))?;
+            let params = PostParams::default();
+            match retried(&format!("creating node {name}"), || {
+                nodes.create(&params, &node)
+            })
+            .await
+            {
+                Ok(_) => {}
+                Err(e) if already_exists(&e) => {}
+                Err(e) => return Err(e),
+            }
             made.names.push(name);
         }
         for name in &made.names {

@@ -6,7 +6,7 @@
 
 use tether_e2e::bench::{
     Bench, Contender, Mode, ReadyResult, RunResult, Workload, node_images, ready_report, report,
-    start_to_ready, write_json,
+    scale_report, start_to_ready, write_json,
 };
 use tether_e2e::{TestNodes, client, repo_dir};
 
@@ -27,7 +27,7 @@ async fn run_all(
     for &(contender, workload, mode) in runs {
         let result = bench.run(contender, workload, mode, pods).await?;
         println!(
-            "{} / {:?} / {}: {:.0} pods/s (p50 {:.0}), latency p50 {:.0} ms p99 {:.0} ms, CPU {:?} s, peak RSS {:?} MiB",
+            "{} / {:?} / {}: {:.0} pods/s (p50 {:.0}), latency p50 {:.0} ms p99 {:.0} ms, CPU {:?} s, peak RSS {:?} MiB, Scheduled events {:?} ({:?} s after the last bind), history {:?} s after",
             workload.label(),
             mode,
             contender.label(),
@@ -37,6 +37,9 @@ async fn run_all(
             result.latency_p99_ms,
             result.cpu_seconds,
             result.peak_rss_mib,
+            result.scheduled_events,
+            result.events_lag_seconds,
+            result.history_lag_seconds,
         );
         results.push(result);
     }
@@ -61,6 +64,14 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
     for r in &results {
         assert_eq!(r.pods, PODS);
         assert!(r.pods_per_second > 0.0, "{r:?}");
+        if matches!(r.contender, Contender::Tether | Contender::TetherHistory) {
+            // Its events give way to binds during the burst, and none is dropped for it.
+            assert_eq!(
+                r.scheduled_events,
+                Some(PODS),
+                "every pod tether bound got its Scheduled event: {r:?}"
+            );
+        }
         if r.contender != Contender::RawBinder {
             assert!(
                 r.cpu_seconds.is_some_and(|c| c > 0.0) && r.peak_rss_mib.is_some_and(|m| m > 1.0),
@@ -87,7 +98,25 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
     }
     let table = ready_report(&ready, "make test", "small run");
     assert_eq!(table.lines().filter(|l| l.starts_with("| ")).count(), 3);
-    nodes.delete().await
+
+    // The scale run, small: 30 pods waiting on the same nodes; kube-apiserver restarted.
+    let bench = Bench::on(client, nodes);
+    let mut scale = Vec::new();
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        let r = bench.start_and_restart(contender, 30).await?;
+        assert!(
+            r.ready_seconds > 0.0
+                && r.first_bind_seconds > 0.0
+                && r.restart_to_bind_seconds > 0.0
+                && r.peak_rss_mib > 1.0,
+            "{r:?}"
+        );
+        scale.push(r);
+    }
+    let table = scale_report(&scale, "make test", "small run");
+    println!("{table}");
+    assert_eq!(table.lines().filter(|l| l.starts_with("| ")).count(), 3);
+    bench.nodes.delete().await
 }
 
 /// `count` nodes of `images` images each; checks that the images stay on them (kwok manages
@@ -166,6 +195,55 @@ async fn start_to_ready_on_a_large_fleet() -> anyhow::Result<()> {
     std::fs::write(&doc, updated)?;
     println!("{table}");
     nodes.delete().await
+}
+
+/// The scale run: `BENCH_SCALE_NODES` nodes (5,000 unless told otherwise) of 50 images each and
+/// `BENCH_SCALE_PODS` pods waiting (none unless told: `make bench BENCH_SCALE_PODS=100000`),
+/// kube-scheduler and tether in turn (see [`Bench::start_and_restart`]); writes its table into
+/// BENCHMARKS.md and target/bench/scale.json.
+#[tokio::test]
+#[ignore = "100,000 pods on 5,000 nodes: make bench BENCH_SCALE_PODS=100000"]
+async fn start_and_restart_at_scale() -> anyhow::Result<()> {
+    let pods = env_or("BENCH_SCALE_PODS", 0);
+    if pods == 0 {
+        println!("the scale run is skipped: BENCH_SCALE_PODS is 0");
+        return Ok(());
+    }
+    let count = env_or("BENCH_SCALE_NODES", 5000);
+    let client = client().await?;
+    let nodes = nodes_with_images(&client, count, 50).await?;
+    let bench = Bench::on(client, nodes);
+    let mut results = Vec::new();
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        let r = bench.start_and_restart(contender, pods).await?;
+        println!("{r:?}");
+        results.push(r);
+    }
+    let dir = repo_dir().join("target/bench");
+    std::fs::create_dir_all(&dir)?;
+    std::fs::write(
+        dir.join("scale.json"),
+        serde_json::to_string_pretty(&results)?,
+    )?;
+    let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
+    let table = scale_report(
+        &results,
+        &format!("make bench BENCH_SCALE_NODES={count} BENCH_SCALE_PODS={pods}"),
+        &versions,
+    );
+    let doc = repo_dir().join("BENCHMARKS.md");
+    let text = std::fs::read_to_string(&doc).unwrap_or_default();
+    let (open, close) = ("<!-- scale table -->", "<!-- end scale table -->");
+    let updated = match text.split_once(open) {
+        Some((before, after)) => {
+            let rest = after.split_once(close).map_or("", |(_, r)| r);
+            format!("{before}{open}\n{table}{close}{rest}")
+        }
+        None => format!("{text}\n## At scale\n\n{open}\n{table}{close}\n"),
+    };
+    std::fs::write(&doc, updated)?;
+    println!("{table}");
+    bench.nodes.delete().await
 }
 
 #[tokio::test]

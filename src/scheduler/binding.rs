@@ -46,6 +46,7 @@ impl BindingCycles {
     /// for room).
     pub fn take_slot(self: &Arc<Self>) -> BindSlot {
         self.binding_now.fetch_add(1, Ordering::SeqCst);
+        crate::k8s::budget::bind_started();
         BindSlot(self.clone())
     }
 
@@ -75,6 +76,7 @@ pub struct BindSlot(Arc<BindingCycles>);
 impl Drop for BindSlot {
     fn drop(&mut self) {
         self.0.binding_now.fetch_sub(1, Ordering::SeqCst);
+        crate::k8s::budget::bind_answered();
         let _room = locks::lock(&self.0.room.0);
         self.0.room.1.notify_one();
     }

@@ -22,11 +22,18 @@ use crate::locks;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::schedule_one::Choice;
 
-/// How many events may wait to be written; past that, new ones are dropped.
-pub const QUEUED_EVENTS: usize = 1000;
+/// How many events may wait to be written; past that, new ones are dropped. (client-go's
+/// broadcaster keeps 1,000; tether keeps more because its events give way to binds during a
+/// burst: about half a KiB each, 5 MiB when full.)
+pub const QUEUED_EVENTS: usize = 10_000;
 
 /// How many events are written at once.
 const EVENTS_IN_FLIGHT: usize = 32;
+
+/// How many events are written at once while a bind is in flight, until three quarters of
+/// [`QUEUED_EVENTS`] wait (see [`crate::k8s::budget::GiveWay`]): during a burst the binds,
+/// which the pods wait for, go first, and the events follow.
+const EVENTS_WHILE_BINDING: usize = 2;
 
 /// How many failure conditions are written at once.
 const FAILURES_IN_FLIGHT: usize = 16;
@@ -364,18 +371,20 @@ impl Reports {
         }
     }
 
-    /// Writes the queued events, [`EVENTS_IN_FLIGHT`] at a time, each after its token from the
-    /// events budget.
+    /// Writes the queued events, [`EVENTS_IN_FLIGHT`] at a time ([`EVENTS_WHILE_BINDING`] while
+    /// binds are in flight), each after its token from the events budget.
     async fn write_events(
         writer: EventWriter,
         mut queued: tokio::sync::mpsc::Receiver<QueuedEvent>,
         dropped: Arc<AtomicU64>,
     ) {
         let in_flight = Arc::new(tokio::sync::Semaphore::new(EVENTS_IN_FLIGHT));
+        let give_way = crate::k8s::budget::GiveWay::new(EVENTS_WHILE_BINDING);
         while let Some(event) = queued.recv().await {
             let Ok(permit) = in_flight.clone().acquire_owned().await else {
                 return;
             };
+            let turn = give_way.turn(queued.len() >= QUEUED_EVENTS / 4 * 3).await;
             let writer = writer.clone();
             tokio::spawn(async move {
                 let QueuedEvent {
@@ -392,7 +401,7 @@ impl Reports {
                 {
                     tracing::debug!(pod = %format!("{}/{}", regarding.namespace.as_deref().unwrap_or_default(), regarding.name.as_deref().unwrap_or_default()), error = %e, reason, "could not publish an event");
                 }
-                drop(permit);
+                drop((permit, turn));
             });
             let lost = dropped.swap(0, Ordering::Relaxed);
             if lost > 0 {

@@ -228,6 +228,17 @@ impl Bind {
 /// they hold, when binds outpace them; binds to a binding that waits join its next write.
 pub const WRITES_IN_FLIGHT: usize = 64;
 
+/// How many bindings are written at once while a bind is in flight, until
+/// [`BEHIND_BINDINGS`] wait for a turn (see [`crate::k8s::budget::GiveWay`]). A new workload's
+/// history costs two writes of a custom resource, each costlier to the API server than the
+/// bind: during a burst the binds go first and the history follows, the plugins reading the
+/// binds not written yet from the writer meanwhile, so no decision misses one.
+pub const WRITES_WHILE_BINDING: usize = 4;
+
+/// How many bindings may wait for a turn before history is written at full pace again, binds
+/// in flight or not (about a KiB each while they wait).
+pub const BEHIND_BINDINGS: usize = 5_000;
+
 /// Writes StickyBinding history: exactly once per bound pod. Each binding has one writer at a
 /// time: binds that arrive while a write is in flight are counted together in the next write,
 /// so a burst of binds to one workload costs a few writes, not one conflict race per bind.
@@ -239,6 +250,8 @@ pub struct HistoryWriter {
     view: HistoryView,
     /// Turns to write, [`WRITES_IN_FLIGHT`] at once.
     in_flight: tokio::sync::Semaphore,
+    /// The turns taken while binds are in flight, [`WRITES_WHILE_BINDING`] at once.
+    give_way: crate::k8s::budget::GiveWay,
     /// The writer tasks that take the queued turns (started with the first).
     workers: std::sync::OnceLock<()>,
 }
@@ -296,6 +309,7 @@ impl HistoryWriter {
             },
             pending,
             in_flight: tokio::sync::Semaphore::new(WRITES_IN_FLIGHT),
+            give_way: crate::k8s::budget::GiveWay::new(WRITES_WHILE_BINDING),
             workers: std::sync::OnceLock::new(),
         }
     }
@@ -395,7 +409,10 @@ impl HistoryWriter {
         let Some(key) = self.pending.next_turn().await else {
             return;
         };
+        let behind = self.pending.turns_waiting() >= BEHIND_BINDINGS;
+        let turn = self.give_way.turn(behind).await;
         self.write_pending(&key).await;
+        drop(turn);
         self.pending.turn_done();
     }
 

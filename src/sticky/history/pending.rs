@@ -153,6 +153,11 @@ impl PendingBinds {
         next
     }
 
+    /// How many bindings wait for a turn.
+    pub fn turns_waiting(&self) -> usize {
+        locks::lock(&self.turns).len()
+    }
+
     /// A queued turn was taken and its binds written.
     pub fn turn_done(&self) {
         self.writers.finish();
