@@ -9,6 +9,7 @@ use tracing_subscriber::EnvFilter;
 
 /// mimalloc instead of the system allocator: with glibc's per-thread arenas, tether's resident
 /// memory ran to nearly three times its live heap under a burst of pods (`make bench`).
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

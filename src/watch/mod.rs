@@ -17,6 +17,7 @@
 
 pub mod readiness;
 
+use std::collections::HashSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
@@ -59,6 +60,18 @@ pub trait Index<K>: Send + Sync {
     fn reset(&self, objs: Vec<K>);
     /// The watch failed; it will re-list. Most indexes need not care.
     fn failed(&self, _error: &watcher::Error) {}
+    /// For an index whose reset is "apply each object, then drop what the list did not hold":
+    /// the key of `obj` (its UID). Then a list's objects are applied one by one as they arrive
+    /// and [`Index::listed`] gets their keys at the end, instead of all of them held until
+    /// [`Index::reset`]: a list of 100,000 pods is never held whole (it was, in a vector
+    /// doubling as it grew, next to the pods the cache made of it). `None` (the default): held.
+    fn list_key(&self, _obj: &K) -> Option<String> {
+        None
+    }
+    /// The end of a list applied one by one (see [`Index::list_key`]): `seen` holds the keys of
+    /// every object it held; anything else the index holds was deleted meanwhile and must go.
+    /// (A list that held nothing ends in [`Index::reset`] with no objects.)
+    fn listed(&self, _seen: HashSet<String>) {}
 }
 
 /// Whether a watch failure means the API server no longer has the requested history.
@@ -327,8 +340,24 @@ where
 /// Applies watch events to an index: objects of a (re)list are collected until `InitDone` and
 /// handed to [`Index::reset`] at once, then `feed` is marked listed.
 pub struct Applier<K> {
-    listing: Option<Vec<K>>,
+    listing: Option<Listing<K>>,
     feed: Option<Feed>,
+}
+
+/// A list in progress: the objects held for [`Index::reset`], or the keys of those applied
+/// already (see [`Index::list_key`]).
+struct Listing<K> {
+    held: Vec<K>,
+    applied: Option<HashSet<String>>,
+}
+
+impl<K> Default for Listing<K> {
+    fn default() -> Self {
+        Listing {
+            held: Vec::new(),
+            applied: None,
+        }
+    }
 }
 
 impl<K> Applier<K> {
@@ -350,10 +379,23 @@ impl<K> Applier<K> {
     /// Applies one watch event.
     pub fn event(&mut self, index: &dyn Index<K>, event: Event<K>) {
         match event {
-            Event::Init => self.listing = Some(Vec::new()),
-            Event::InitApply(obj) => self.listing.get_or_insert_with(Vec::new).push(obj),
+            Event::Init => self.listing = Some(Listing::default()),
+            Event::InitApply(obj) => {
+                let listing = self.listing.get_or_insert_with(Listing::default);
+                match index.list_key(&obj) {
+                    Some(key) => {
+                        listing.applied.get_or_insert_with(HashSet::new).insert(key);
+                        index.apply(obj);
+                    }
+                    None => listing.held.push(obj),
+                }
+            }
             Event::InitDone => {
-                index.reset(self.listing.take().unwrap_or_default());
+                let listing = self.listing.take().unwrap_or_default();
+                match listing.applied {
+                    Some(seen) => index.listed(seen),
+                    None => index.reset(listing.held),
+                }
                 if let Some(feed) = &self.feed {
                     feed.listed();
                 }
@@ -423,6 +465,67 @@ mod tests {
         fn reset(&self, objs: Vec<String>) {
             *self.0.lock().expect("lock") = objs;
         }
+    }
+
+    /// Names applied as a list's items arrive (as the pod index is).
+    #[derive(Default)]
+    struct Keyed(Names);
+
+    impl Index<String> for Keyed {
+        fn apply(&self, obj: String) {
+            self.0.apply(obj);
+        }
+        fn delete(&self, obj: String) {
+            self.0.delete(obj);
+        }
+        fn reset(&self, objs: Vec<String>) {
+            assert!(
+                objs.is_empty(),
+                "a keyed index is reset only by an empty list"
+            );
+            self.listed(HashSet::new());
+        }
+        fn list_key(&self, obj: &String) -> Option<String> {
+            Some(obj.clone())
+        }
+        fn listed(&self, seen: HashSet<String>) {
+            self.0.0.lock().expect("lock").retain(|n| seen.contains(n));
+        }
+    }
+
+    #[test]
+    fn a_keyed_index_applies_a_list_as_it_arrives_and_drops_the_rest_at_its_end() {
+        let readiness = Readiness::new();
+        let feed = readiness.register("names");
+        let index = Keyed::default();
+        let mut applier = Applier::new(Some(feed.clone()));
+        let names = || index.0.0.lock().expect("lock").clone();
+        for e in [
+            Event::Init,
+            Event::InitApply("a".to_string()),
+            Event::InitApply("b".to_string()),
+        ] {
+            applier.apply(&index, Ok(e));
+        }
+        assert_eq!(names(), ["a", "b"], "applied as they arrive");
+        assert!(!readiness.is_current(), "not listed before the list ends");
+        applier.apply(&index, Ok(Event::InitDone));
+        assert!(readiness.is_current());
+
+        feed.stale();
+        applier.apply(&index, Err(watcher::Error::NoResourceVersion));
+        applier.apply(&index, Ok(Event::Init));
+        applier.apply(&index, Ok(Event::InitApply("c".to_string())));
+        assert_eq!(names(), ["a", "b", "c"]);
+        applier.apply(&index, Ok(Event::InitDone));
+        assert_eq!(names(), ["c"], "what the re-list did not hold is gone");
+        assert!(readiness.is_current());
+
+        // An empty list empties the index.
+        for e in [Event::Init, Event::InitDone] {
+            applier.apply(&index, Ok(e));
+        }
+        assert!(names().is_empty());
     }
 
     #[test]

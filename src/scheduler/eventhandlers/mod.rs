@@ -336,6 +336,17 @@ impl Index<Pod> for EventHandlers {
         for pod in pods {
             self.on_pod(pod);
         }
+        <Self as Index<Pod>>::listed(self, seen);
+    }
+
+    /// A list's pods are applied as they arrive (the scheduling loop waits for the list to
+    /// end all the same: it pops only while every watch is current).
+    fn list_key(&self, pod: &Pod) -> Option<String> {
+        Some(pod.metadata.uid.clone().unwrap_or_default())
+    }
+
+    /// Pods that disappeared while the watch was down leave the cache and the queue.
+    fn listed(&self, seen: HashSet<String>) {
         let sched = &self.sched;
         let removed = sched.lock_cache().retain_pods_by_uid(&seen);
         sched.queue.retain_uids(&seen);
@@ -367,6 +378,16 @@ impl Index<Node> for EventHandlers {
         for node in nodes {
             self.on_node(node);
         }
+        <Self as Index<Node>>::listed(self, seen);
+    }
+
+    /// A list's nodes are applied as they arrive, as pods are.
+    fn list_key(&self, node: &Node) -> Option<String> {
+        Some(node.metadata.uid.clone().unwrap_or_default())
+    }
+
+    /// Nodes that disappeared while the watch was down leave the cache.
+    fn listed(&self, seen: HashSet<String>) {
         let removed = self.sched.lock_cache().retain_nodes_by_uid(&seen);
         for old in removed {
             self.sched
