@@ -93,6 +93,7 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	$(CARGO) test -p tether-e2e --test faults --test ha --test sampling --test image --test chart -- --test-threads=1 || { \
 	  echo "the fault and HA tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
 	TETHER_BIN=$(CURDIR)/target/debug/tether $(CARGO) test -p tether-e2e --test bench -- --test-threads=1 --nocapture
+	$(CARGO) test -p tether-e2e --test soak
 
 BENCH_NODES ?= 500
 BENCH_PODS ?= 5000

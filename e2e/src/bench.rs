@@ -248,7 +248,7 @@ impl Bench {
             crate::wait_bound(&self.client, &ns.name, probe, Duration::from_secs(600)).await?;
             let restart_to_bind_seconds = back.elapsed().as_secs_f64();
             drop(process);
-            Ok::<_, anyhow::Error>(ScaleResult {
+            let result = ScaleResult {
                 contender,
                 nodes: self.nodes.names.len(),
                 pods,
@@ -260,7 +260,10 @@ impl Bench {
                 cpu_ms_per_pod: cpu_seconds * 1000.0 / pods.max(1) as f64,
                 peak_rss_mib,
                 restart_to_bind_seconds,
-            })
+            };
+            // Shown before the clean-up, which takes minutes at this size.
+            println!("{result:?}");
+            Ok::<_, anyhow::Error>(result)
         }
         .await;
         drop(seen);
@@ -672,22 +675,41 @@ async fn events_written(
 }
 
 /// Deletes every pod of `ns` at once and waits until they are gone, so that the next run finds
-/// the nodes empty.
+/// the nodes empty. The API server deletes a collection one pod at a time (about 120 a second
+/// here) and stops when the request times out, as it does for tens of thousands: the deletion
+/// is asked again whenever a minute passes with pods left.
 async fn empty(client: &kube::Client, ns: &str) -> anyhow::Result<()> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
     let (delete, list) = (
         DeleteParams::default().grace_period(0),
         ListParams::default(),
     );
-    retried("deleting the bench pods", || {
-        pods.delete_collection(&delete, &list)
-    })
-    .await?;
-    wait_for("the bench pods gone", Duration::from_secs(600), || async {
-        let left = pods.list_metadata(&ListParams::default().limit(1)).await?;
-        Ok(left.items.is_empty().then_some(()))
-    })
-    .await
+    let one = ListParams::default().limit(1);
+    let deadline = Instant::now() + Duration::from_secs(3600);
+    loop {
+        let asked = Instant::now();
+        let answer = tokio::time::timeout(
+            Duration::from_secs(60),
+            pods.delete_collection(&delete, &list),
+        )
+        .await;
+        if let Ok(Err(e)) = answer {
+            eprintln!("deleting the bench pods of {ns}: {e} (asked again while pods are left)");
+        }
+        loop {
+            let left = retried("listing the bench pods", || pods.list_metadata(&one)).await?;
+            if left.items.is_empty() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!("the pods of {ns} were not gone within an hour");
+            }
+            if asked.elapsed() >= Duration::from_secs(60) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
+    }
 }
 
 /// A scheduler process of the bench, killed when dropped.

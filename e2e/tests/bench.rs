@@ -213,11 +213,13 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     let client = client().await?;
     let nodes = nodes_with_images(&client, count, 50).await?;
     let bench = Bench::on(client, nodes);
+    // BENCH_SCALE_ONLY=tether (or kube-scheduler) runs one of them.
+    let only = std::env::var("BENCH_SCALE_ONLY").unwrap_or_default();
     let mut results = Vec::new();
     for contender in [Contender::KubeScheduler, Contender::Tether] {
-        let r = bench.start_and_restart(contender, pods).await?;
-        println!("{r:?}");
-        results.push(r);
+        if only.is_empty() || only.split(',').any(|o| o == contender.label()) {
+            results.push(bench.start_and_restart(contender, pods).await?);
+        }
     }
     let dir = repo_dir().join("target/bench");
     std::fs::create_dir_all(&dir)?;

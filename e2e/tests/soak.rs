@@ -62,6 +62,28 @@ impl Sample {
     }
 }
 
+/// The least-squares slope of `points` (x, y); 0 for fewer than two distinct x.
+fn slope_per_minute(points: impl Iterator<Item = (f64, f64)>) -> f64 {
+    let points: Vec<(f64, f64)> = points.collect();
+    let n = points.len() as f64;
+    let (mx, my) = points
+        .iter()
+        .fold((0.0, 0.0), |(x, y), p| (x + p.0 / n, y + p.1 / n));
+    let (num, den) = points.iter().fold((0.0, 0.0), |(num, den), (x, y)| {
+        (num + (x - mx) * (y - my), den + (x - mx) * (x - mx))
+    });
+    if den > 0.0 { num / den } else { 0.0 }
+}
+
+#[test]
+fn the_slope_is_that_of_the_line_through_the_points() {
+    let line = (0..10).map(|m| (f64::from(m), 100.0 + 2.5 * f64::from(m)));
+    assert!((slope_per_minute(line) - 2.5).abs() < 1e-9);
+    let flat = [(1.0, 50.0), (2.0, 52.0), (3.0, 50.0), (4.0, 52.0)];
+    assert!(slope_per_minute(flat.into_iter()).abs() < 0.5);
+    assert_eq!(slope_per_minute([(1.0, 3.0)].into_iter()), 0.0);
+}
+
 #[tokio::test]
 #[ignore = "the soak runs for half an hour: make soak"]
 async fn soak() -> anyhow::Result<()> {
@@ -176,6 +198,15 @@ async fn soak() -> anyhow::Result<()> {
             s.minute, s.rss_mib, s.pending, s.cache_pods, s.watches, s.binds
         );
     }
+    // The slope of memory over the churn (least squares, MiB a minute) after the first third,
+    // when the caches have filled: what a leak shows as, whatever the start.
+    let settled = &samples[samples.len() / 3..];
+    let slope = slope_per_minute(settled.iter().map(|s| (s.minute, s.rss_mib)));
+    let _ = writeln!(
+        report,
+        "memory slope after the first third: {slope:+.2} MiB a minute over {} samples",
+        settled.len()
+    );
     print!("{report}");
     std::fs::write(repo_dir().join(".cluster/logs/soak.txt"), &report)?;
 
