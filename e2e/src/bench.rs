@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::ground_truth::{BindLedger, EventLedger};
 use crate::{
-    TestNamespace, TestNodes, already_exists, apply, free_local_addr, kubeconfig_path, repo_dir,
+    TestNamespace, TestNodes, apply, create_retried, free_local_addr, kubeconfig_path, repo_dir,
     retried, unique_suffix, wait_for,
 };
 
@@ -205,22 +205,9 @@ impl Bench {
         let result = async {
             maker.create_all(&Arc::default(), None).await?;
             let started = Instant::now();
-            let (process, url) = match contender {
-                Contender::KubeScheduler => {
-                    let port = free_local_addr()?.port();
-                    let process = Process::kube_scheduler_serving(&scheduler, Some(port), false)?;
-                    (process, format!("https://127.0.0.1:{port}/readyz"))
-                }
-                Contender::Tether => {
-                    let (process, health) = Process::tether_with_health(&scheduler).await?;
-                    (process, format!("http://{health}/readyz"))
-                }
-                other => bail!("{} has no start to measure", other.label()),
-            };
-            let ready_seconds = wait_for("the scheduler ready", Duration::from_secs(900), || async {
-                Ok(answers_ok(&url).then(|| started.elapsed().as_secs_f64()))
-            })
-            .await?;
+            let (process, ready_seconds) =
+                Process::until_ready(contender, &scheduler, started, Duration::from_secs(900))
+                    .await?;
             let deadline = Duration::from_secs(900).max(Duration::from_millis(pods as u64 * 40));
             wait_for("every pod bound", deadline, || async {
                 Ok((seen.len() >= pods).then_some(()))
@@ -240,11 +227,8 @@ impl Bench {
                 "metadata": {"name": probe, "labels": {"bench": "probe"}}, "spec": maker.template}))?;
             let api = Api::<Pod>::namespaced(self.client.clone(), &ns.name);
             let params = PostParams::default();
-            match retried("creating the pod after the restart", || api.create(&params, &pod)).await {
-                Ok(_) => {}
-                Err(e) if already_exists(&e) => {}
-                Err(e) => return Err(e),
-            }
+            create_retried("creating the pod after the restart", || api.create(&params, &pod))
+                .await?;
             crate::wait_bound(&self.client, &ns.name, probe, Duration::from_secs(600)).await?;
             let restart_to_bind_seconds = back.elapsed().as_secs_f64();
             drop(process);
@@ -434,11 +418,7 @@ impl Bench {
                         "metadata": {"name": format!("existing-{i}"), "labels": {"existing": "yes"}},
                         "spec": spec}))?;
                     let params = PostParams::default();
-                    match retried("creating a running pod", || pods.create(&params, &pod)).await {
-                        Ok(_) => Ok(()),
-                        Err(e) if already_exists(&e) => Ok(()),
-                        Err(e) => Err(e),
-                    }
+                    create_retried("creating a running pod", || pods.create(&params, &pod)).await
                 }
             })
             .buffer_unordered(32)
@@ -577,15 +557,11 @@ impl PodMaker {
         )?;
         let pods = Api::<Pod>::namespaced(self.client.clone(), &self.ns);
         let params = PostParams::default();
-        match retried(&format!("creating bench pod {name}"), || {
+        create_retried(&format!("creating bench pod {name}"), || {
             pods.create(&params, &pod)
         })
-        .await
-        {
-            Ok(_) => Ok(name),
-            Err(e) if already_exists(&e) => Ok(name),
-            Err(e) => Err(e),
-        }
+        .await?;
+        Ok(name)
     }
 
     /// A VirtualMachine and its VirtualMachineInstance named `name`: the VMI is the pod's
@@ -802,6 +778,37 @@ impl Process {
         Ok((Process { child }, health))
     }
 
+    /// Starts `contender` (kube-scheduler or tether) for `scheduler`, serving its probes, and
+    /// waits until its `/readyz` answers 200 (tether's: every watch a decision needs has
+    /// listed and the cache holds it; kube-scheduler's: its informers synced and handlers
+    /// run), at most `timeout`; returns it and the seconds from `started` until then.
+    async fn until_ready(
+        contender: Contender,
+        scheduler: &str,
+        started: Instant,
+        timeout: Duration,
+    ) -> anyhow::Result<(Self, f64)> {
+        let (process, url) = match contender {
+            Contender::KubeScheduler => {
+                let port = free_local_addr()?.port();
+                let process = Process::kube_scheduler_serving(scheduler, Some(port), false)?;
+                (process, format!("https://127.0.0.1:{port}/readyz"))
+            }
+            Contender::Tether => {
+                let (process, health) = Process::tether_with_health(scheduler).await?;
+                (process, format!("http://{health}/readyz"))
+            }
+            other => bail!("{} has no start to measure", other.label()),
+        };
+        let seconds = wait_for(
+            &format!("{} to be ready", contender.label()),
+            timeout,
+            || async { Ok(answers_ok(&url).then(|| started.elapsed().as_secs_f64())) },
+        )
+        .await?;
+        Ok((process, seconds))
+    }
+
     /// CPU seconds used so far and peak resident memory, from /proc.
     fn usage(&self) -> anyhow::Result<Usage> {
         let pid = self.child.id();
@@ -1001,12 +1008,36 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
 }
 
 /// Writes `results` as JSON to `target/bench/<name>.json`; returns the path.
-pub fn write_json(results: &[RunResult], name: &str) -> anyhow::Result<PathBuf> {
+pub fn write_json<T: Serialize>(results: &[T], name: &str) -> anyhow::Result<PathBuf> {
     let dir = repo_dir().join("target/bench");
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(format!("{name}.json"));
     std::fs::write(&path, serde_json::to_string_pretty(results)?)?;
     Ok(path)
+}
+
+/// Puts `table` into BENCHMARKS.md between `<!-- {name} table -->` and
+/// `<!-- end {name} table -->`, replacing what stood there; when the markers are missing they
+/// are added at the end, under `heading` when one is given.
+pub fn into_benchmarks(name: &str, heading: Option<&str>, table: &str) -> anyhow::Result<()> {
+    let doc = repo_dir().join("BENCHMARKS.md");
+    let text = std::fs::read_to_string(&doc).unwrap_or_default();
+    let (open, close) = (
+        format!("<!-- {name} table -->"),
+        format!("<!-- end {name} table -->"),
+    );
+    let updated = match text.split_once(&open) {
+        Some((before, after)) => {
+            let rest = after.split_once(&close).map_or("", |(_, r)| r);
+            format!("{before}{open}\n{table}{close}{rest}")
+        }
+        None => match heading {
+            Some(heading) => format!("{text}\n## {heading}\n\n{open}\n{table}{close}\n"),
+            None => format!("{text}\n{open}\n{table}{close}\n"),
+        },
+    };
+    std::fs::write(&doc, updated)?;
+    Ok(())
 }
 
 /// One scheduler's scale run (see [`Bench::start_and_restart`]).
@@ -1110,23 +1141,11 @@ pub async fn start_to_ready(
     images: usize,
     round: usize,
 ) -> anyhow::Result<ReadyResult> {
-    let (process, url) = match contender {
-        Contender::KubeScheduler => {
-            let port = free_local_addr()?.port();
-            let process = Process::kube_scheduler_serving("ready-bench", Some(port), false)?;
-            (process, format!("https://127.0.0.1:{port}/readyz"))
-        }
-        Contender::Tether => {
-            let (process, health) = Process::tether_with_health("ready-bench").await?;
-            (process, format!("http://{health}/readyz"))
-        }
-        other => bail!("{} has no start to measure", other.label()),
-    };
-    let started = Instant::now();
-    let seconds = wait_for(
-        &format!("{} to be ready", contender.label()),
+    let (process, seconds) = Process::until_ready(
+        contender,
+        "ready-bench",
+        Instant::now(),
         Duration::from_secs(600),
-        || async { Ok(answers_ok(&url).then(|| started.elapsed().as_secs_f64())) },
     )
     .await?;
     let (cpu_seconds, peak_rss_mib) = process.usage()?;

@@ -374,7 +374,7 @@ pub fn transient(error: &kube::Error) -> bool {
 /// `TRIES` times, waiting a little longer after each failure. The harness's own calls go
 /// through it where a large run (the 5,000-node bench) meets an overloaded control plane; a
 /// create retried after a lost answer that had in fact been carried out gives `AlreadyExists`
-/// (409), which the caller may take for success.
+/// (409): [`create_retried`] takes that for success.
 pub async fn retried<T, F, Fut>(what: &str, mut call: F) -> anyhow::Result<T>
 where
     F: FnMut() -> Fut,
@@ -397,12 +397,25 @@ where
     }
 }
 
-/// Whether `error` says the object already exists: a retried create whose first try was
-/// carried out.
-pub fn already_exists(error: &anyhow::Error) -> bool {
-    error.downcast_ref::<kube::Error>().is_some_and(
-        |e| matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists"),
-    )
+/// Creates an object through [`retried`]: an `AlreadyExists` answer (409) counts as created,
+/// as it is for a create retried after a lost answer whose first try was carried out (the
+/// harness names every object it makes uniquely, so nothing else has made it).
+pub async fn create_retried<T, F, Fut>(what: &str, call: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    match retried(what, call).await {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.downcast_ref::<kube::Error>().is_some_and(|e| {
+                matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+            }) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// A local address no one listens on now, for a process the test starts to serve on.
@@ -615,15 +628,10 @@ impl TestNodes {
             extra(i, &mut node);
             let node: Node = serde_json::from_value(node).context("building a node")?;
             let params = PostParams::default();
-            match retried(&format!("creating node {name}"), || {
+            create_retried(&format!("creating node {name}"), || {
                 nodes.create(&params, &node)
             })
-            .await
-            {
-                Ok(_) => {}
-                Err(e) if already_exists(&e) => {}
-                Err(e) => return Err(e),
-            }
+            .await?;
             made.names.push(name);
         }
         for name in &made.names {

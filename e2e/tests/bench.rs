@@ -5,10 +5,10 @@
 //! Both start schedulers of their own, so they run alone, after the shared tether has stopped.
 
 use tether_e2e::bench::{
-    Bench, Contender, Mode, ReadyResult, RunResult, Workload, node_images, ready_report, report,
-    scale_report, start_to_ready, write_json,
+    Bench, Contender, Mode, ReadyResult, RunResult, Workload, into_benchmarks, node_images,
+    ready_report, report, scale_report, start_to_ready, write_json,
 };
-use tether_e2e::{TestNodes, client, repo_dir};
+use tether_e2e::{TestNodes, client};
 
 fn env_or(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -170,29 +170,14 @@ async fn start_to_ready_on_a_large_fleet() -> anyhow::Result<()> {
             results.push(r);
         }
     }
-    let dir = repo_dir().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(
-        dir.join("ready.json"),
-        serde_json::to_string_pretty(&results)?,
-    )?;
+    write_json(&results, "ready")?;
     let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
     let table = ready_report(
         &results,
         &format!("make bench BENCH_READY_NODES={count}"),
         &versions,
     );
-    let doc = repo_dir().join("BENCHMARKS.md");
-    let text = std::fs::read_to_string(&doc).unwrap_or_default();
-    let (open, close) = ("<!-- ready table -->", "<!-- end ready table -->");
-    let updated = match text.split_once(open) {
-        Some((before, after)) => {
-            let rest = after.split_once(close).map_or("", |(_, r)| r);
-            format!("{before}{open}\n{table}{close}{rest}")
-        }
-        None => format!("{text}\n## Start to ready\n\n{open}\n{table}{close}\n"),
-    };
-    std::fs::write(&doc, updated)?;
+    into_benchmarks("ready", Some("Start to ready"), &table)?;
     println!("{table}");
     nodes.delete().await
 }
@@ -221,29 +206,14 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
             results.push(bench.start_and_restart(contender, pods).await?);
         }
     }
-    let dir = repo_dir().join("target/bench");
-    std::fs::create_dir_all(&dir)?;
-    std::fs::write(
-        dir.join("scale.json"),
-        serde_json::to_string_pretty(&results)?,
-    )?;
+    write_json(&results, "scale")?;
     let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
     let table = scale_report(
         &results,
         &format!("make bench BENCH_SCALE_NODES={count} BENCH_SCALE_PODS={pods}"),
         &versions,
     );
-    let doc = repo_dir().join("BENCHMARKS.md");
-    let text = std::fs::read_to_string(&doc).unwrap_or_default();
-    let (open, close) = ("<!-- scale table -->", "<!-- end scale table -->");
-    let updated = match text.split_once(open) {
-        Some((before, after)) => {
-            let rest = after.split_once(close).map_or("", |(_, r)| r);
-            format!("{before}{open}\n{table}{close}{rest}")
-        }
-        None => format!("{text}\n## At scale\n\n{open}\n{table}{close}\n"),
-    };
-    std::fs::write(&doc, updated)?;
+    into_benchmarks("scale", Some("At scale"), &table)?;
     println!("{table}");
     bench.nodes.delete().await
 }
@@ -312,19 +282,7 @@ async fn bench() -> anyhow::Result<()> {
     let command = format!("make bench BENCH_NODES={nodes} BENCH_PODS={pods} BENCH_RATE={rate}");
     let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
     let table = report(&results, &command, &versions);
-    let doc = repo_dir().join("BENCHMARKS.md");
-    let text = std::fs::read_to_string(&doc).unwrap_or_default();
-    let marker = "<!-- bench table -->";
-    let updated = match text.split_once(marker) {
-        Some((before, after)) => {
-            let rest = after
-                .split_once("<!-- end bench table -->")
-                .map_or("", |(_, r)| r);
-            format!("{before}{marker}\n{table}<!-- end bench table -->{rest}")
-        }
-        None => format!("{text}\n{marker}\n{table}<!-- end bench table -->\n"),
-    };
-    std::fs::write(&doc, updated)?;
+    into_benchmarks("bench", None, &table)?;
     println!("{table}\nraw figures: {}", json.display());
     bench.nodes.delete().await
 }

@@ -338,7 +338,9 @@ where
 }
 
 /// Applies watch events to an index: objects of a (re)list are collected until `InitDone` and
-/// handed to [`Index::reset`] at once, then `feed` is marked listed.
+/// handed to [`Index::reset`] at once (or, for an index that names a [`Index::list_key`],
+/// applied as they arrive and their keys handed to [`Index::listed`]), then `feed` is marked
+/// listed.
 pub struct Applier<K> {
     listing: Option<Listing<K>>,
     feed: Option<Feed>,

@@ -331,7 +331,7 @@ impl Index<Pod> for EventHandlers {
     fn reset(&self, pods: Vec<Pod>) {
         let seen: HashSet<String> = pods
             .iter()
-            .map(|p| p.metadata.uid.clone().unwrap_or_default())
+            .filter_map(|p| <Self as Index<Pod>>::list_key(self, p))
             .collect();
         for pod in pods {
             self.on_pod(pod);
@@ -373,7 +373,7 @@ impl Index<Node> for EventHandlers {
     fn reset(&self, nodes: Vec<Node>) {
         let seen: HashSet<String> = nodes
             .iter()
-            .map(|n| n.metadata.uid.clone().unwrap_or_default())
+            .filter_map(|n| <Self as Index<Node>>::list_key(self, n))
             .collect();
         for node in nodes {
             self.on_node(node);
