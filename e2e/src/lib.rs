@@ -544,6 +544,11 @@ impl TestNamespace {
         })
     }
 
+    /// Leaves it in the cluster (for a run that follows on it).
+    pub fn keep(mut self) {
+        self.deleted = true;
+    }
+
     pub async fn delete(mut self) -> anyhow::Result<()> {
         self.deleted = true;
         Api::<Namespace>::all(self.client.clone())
@@ -681,6 +686,11 @@ impl TestNodes {
         if let Some(list) = tolerations.as_array_mut() {
             list.push(serde_json::json!({"key": TEST_KEY, "operator": "Equal", "value": self.test, "effect": "NoSchedule"}));
         }
+    }
+
+    /// Leaves it in the cluster (for a run that follows on it).
+    pub fn keep(mut self) {
+        self.deleted = true;
     }
 
     pub async fn delete(mut self) -> anyhow::Result<()> {

@@ -103,7 +103,7 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
     let bench = Bench::on(client, nodes);
     let mut scale = Vec::new();
     for contender in [Contender::KubeScheduler, Contender::Tether] {
-        let r = bench.start_and_restart(contender, 30).await?;
+        let r = bench.start_and_restart(contender, 30, false).await?;
         assert!(
             r.ready_seconds > 0.0
                 && r.first_bind_seconds > 0.0
@@ -200,11 +200,20 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     let bench = Bench::on(client, nodes);
     // BENCH_SCALE_ONLY=tether (or kube-scheduler) runs one of them.
     let only = std::env::var("BENCH_SCALE_ONLY").unwrap_or_default();
+    // BENCH_SCALE_KEEP=1 leaves the last run's pods and the nodes for a soak at this size.
+    let keep = env_or("BENCH_SCALE_KEEP", 0) == 1;
+    let contenders: Vec<Contender> = [Contender::KubeScheduler, Contender::Tether]
+        .into_iter()
+        .filter(|c| only.is_empty() || only.split(',').any(|o| o == c.label()))
+        .collect();
     let mut results = Vec::new();
-    for contender in [Contender::KubeScheduler, Contender::Tether] {
-        if only.is_empty() || only.split(',').any(|o| o == contender.label()) {
-            results.push(bench.start_and_restart(contender, pods).await?);
-        }
+    for (i, contender) in contenders.iter().enumerate() {
+        let last = i + 1 == contenders.len();
+        results.push(
+            bench
+                .start_and_restart(*contender, pods, keep && last)
+                .await?,
+        );
     }
     write_json(&results, "scale")?;
     let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
@@ -215,6 +224,10 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     );
     into_benchmarks("scale", Some("At scale"), &table)?;
     println!("{table}");
+    if keep {
+        bench.nodes.keep();
+        return Ok(());
+    }
     bench.nodes.delete().await
 }
 

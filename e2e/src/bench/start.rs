@@ -61,10 +61,12 @@ impl Bench {
     /// CPU and peak memory once all are bound, and then the time from kube-apiserver being
     /// restarted (killed, and ready again) to a new pod being bound. Both schedulers must
     /// notice the lost watches, list again what they hold (every node and pod) and resume.
+    /// With `keep`, the pods stay bound when it ends (for a soak at this size to follow).
     pub async fn start_and_restart(
         &self,
         contender: Contender,
         pods: usize,
+        keep: bool,
     ) -> anyhow::Result<ScaleResult> {
         let ns = TestNamespace::create(&self.client, "scale").await?;
         let scheduler = format!("scale-{}", unique_suffix());
@@ -135,6 +137,11 @@ impl Bench {
         drop(seen);
         if contender == Contender::Tether {
             let _ = crate::kubectl_ok(&["delete", "sp", &scheduler, "--wait=false"], None);
+        }
+        if keep && result.is_ok() {
+            println!("kept: {pods} pods bound in namespace {}", ns.name);
+            ns.keep();
+            return result;
         }
         empty(&self.client, &ns.name).await?;
         ns.delete().await?;
