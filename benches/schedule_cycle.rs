@@ -1,6 +1,7 @@
 //! One scheduling cycle (Filter and Score over every node, default profile) of a pod over
 //! 5,000 nodes with 10 pods each: plain, with topology spread and inter-pod affinity in play,
-//! and a pod of high priority that fits nowhere until preemption makes room.
+//! and a pod of high priority that fits nowhere until preemption makes room (without and with
+//! constraints of its own on other pods).
 //!
 //! `cargo bench --bench schedule_cycle`
 
@@ -121,23 +122,45 @@ fn bench(c: &mut Criterion) {
     // Preemption: every node is full for a pod of priority 1000 asking for 62 of its 64 CPUs,
     // until two of its ten pods of priority 0 go. DefaultPreemption dry-runs 500 nodes (its
     // 10 %) and picks one; the evictions are not carried out here.
+    // The same preemptor with its own hard zone spread and required anti-affinity: each
+    // dry run also runs PodTopologySpread's and InterPodAffinity's PreFilters again.
     let snap = snapshot(&serde_json::json!({}));
-    let vip = PodInfo::new(Arc::new(pod(
-        "vip",
-        "app-0",
-        serde_json::json!({"priority": 1000, "containers": [{"name": "c", "image": "registry.local/app:1",
-            "resources": {"requests": {"cpu": "62", "memory": "512Mi"}}}]}),
-    )));
-    group.bench_function("preemption", |b| {
-        b.iter(|| {
-            let mut state = CycleState::new();
-            let result = schedule_pod(&profile, &mut state, &vip, &snap, &start, &NoNominations);
-            assert!(
-                matches!(&result, ScheduleResult::Unschedulable(d) if matches!(d.nomination, Some(Nomination::Node(_)))),
-                "{result:?}"
-            );
-        })
-    });
+    let vip_spec = |extra: serde_json::Value| {
+        let mut spec = serde_json::json!({"priority": 1000, "containers": [{"name": "c", "image": "registry.local/app:1",
+            "resources": {"requests": {"cpu": "62", "memory": "512Mi"}}}]});
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        spec
+    };
+    let preemptors = [
+        ("preemption", serde_json::json!({})),
+        (
+            "preemption (spread + affinity)",
+            serde_json::json!({
+                "topologySpreadConstraints": [
+                    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "app-0"}}}
+                ],
+                "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "vip"}}, "topologyKey": "kubernetes.io/hostname"}
+                ]}}
+            }),
+        ),
+    ];
+    for (name, extra) in preemptors {
+        let vip = PodInfo::new(Arc::new(pod("vip", "app-0", vip_spec(extra))));
+        group.bench_function(name, |b| {
+            b.iter(|| {
+                let mut state = CycleState::new();
+                let result =
+                    schedule_pod(&profile, &mut state, &vip, &snap, &start, &NoNominations);
+                assert!(
+                    matches!(&result, ScheduleResult::Unschedulable(d) if matches!(d.nomination, Some(Nomination::Node(_)))),
+                    "{result:?}"
+                );
+            })
+        });
+    }
     group.finish();
 }
 

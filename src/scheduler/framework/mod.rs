@@ -171,8 +171,10 @@ pub trait Plugin: Send + Sync + 'static {
     }
 
     /// Whether the plugin's PreFilter reads other pods (what it computes changes when pods
-    /// come or go, as for InterPodAffinity): a preemption dry run runs PreFilter again on the
-    /// changed snapshot for such plugins (upstream's PreFilterExtensions).
+    /// come or go, as for InterPodAffinity): a preemption dry run brings such a plugin's
+    /// PreFilter state to the node without its victims, through
+    /// [`PreFilterPlugin::remove_pods`] or else by running PreFilter again on a changed
+    /// snapshot (upstream's PreFilterExtensions).
     fn pre_filter_reads_pods(&self) -> bool {
         false
     }
@@ -245,6 +247,23 @@ pub trait PreFilterPlugin: Send + Sync {
         pod: &PodInfo,
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status);
+
+    /// For a preemption dry run (upstream's PreFilterExtensions RemovePod): rewrites this
+    /// plugin's PreFilter state for `pod` in `state` as if `removed`, pods of `node`, were gone
+    /// from `snapshot`, so that Filter on `node` answers as after a PreFilter run without them.
+    /// `false` when the plugin has no such rewrite: the dry run runs its PreFilter again on a
+    /// copy of the snapshot without them. Only for plugins whose PreFilter reads other pods
+    /// ([`Plugin::pre_filter_reads_pods`]) and did not skip.
+    fn remove_pods(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _removed: &[&PodInfo],
+        _snapshot: &Snapshot,
+    ) -> bool {
+        false
+    }
 }
 
 /// Says whether the pod can run on one node. Called for many nodes in parallel.

@@ -227,17 +227,23 @@ impl CompiledProfile {
         }
     }
 
-    /// Runs again, into `state`, the PreFilter of the plugins whose PreFilter reads other pods,
-    /// against `snapshot` (a preemption dry run's changed node, which only lacks pods of the
-    /// cycle's snapshot): the other plugins' PreFilter answers depend on the pod alone and
-    /// stand, and so does a skip (fewer pods never make a skipped plugin matter). The status
-    /// that rejects the pod, if one does.
-    pub fn rerun_pod_reading_pre_filters(
+    /// Brings `state` to what PreFilter would have computed with `removed` (pods of `node`)
+    /// gone, for the plugins whose PreFilter reads other pods: each rewrites its own state
+    /// where it can ([`PreFilterPlugin::remove_pods`]); the others run PreFilter again against
+    /// `without()`, the snapshot with the changed node (built once, only if one needs it). The
+    /// other plugins' PreFilter answers depend on the pod alone and stand, and so does a skip
+    /// (fewer pods never make a skipped plugin matter). The status that rejects the pod, if
+    /// one does.
+    pub fn pre_filters_without(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
+        node: &NodeInfo,
+        removed: &[&PodInfo],
         snapshot: &Snapshot,
+        without: &dyn Fn() -> Snapshot,
     ) -> Result<(), Status> {
+        let mut changed: Option<Snapshot> = None;
         for plugin in self.pre_filter.iter().filter(|p| p.pre_filter_reads_pods()) {
             if state.skips_filter(plugin.name()) {
                 continue;
@@ -245,7 +251,11 @@ impl CompiledProfile {
             let Some(pf) = plugin.pre_filter() else {
                 continue;
             };
-            let (_, status) = pf.pre_filter(state, pod, snapshot);
+            if pf.remove_pods(state, pod, node, removed, snapshot) {
+                continue;
+            }
+            let changed = changed.get_or_insert_with(without);
+            let (_, status) = pf.pre_filter(state, pod, changed);
             let status = status.with_plugin(plugin.name());
             if status.is_skip() {
                 state.mark_skip_filter(plugin.name());

@@ -122,14 +122,18 @@ pub struct DryRun<'a> {
 }
 
 impl DryRun<'_> {
-    /// Whether the pod fits on `node` as it is in the dry run, `removed` (UIDs) taken off it.
-    fn fits(&self, node: &NodeInfo, removed: &HashSet<String>) -> Status {
+    /// Whether the pod fits on `trial`, the dry run's copy of `node` with `removed` (UIDs)
+    /// taken off it.
+    fn fits(&self, node: &NodeInfo, trial: &NodeInfo, removed: &HashSet<String>) -> Status {
         let ctx = self.ctx;
         let tell = self.removed_pods_matter && !removed.is_empty();
         if !self.fresh_pre_filter && !tell {
-            return ctx
-                .profile
-                .run_filters_with_nominated(ctx.state, ctx.pod, node, ctx.nominated);
+            return ctx.profile.run_filters_with_nominated(
+                ctx.state,
+                ctx.pod,
+                trial,
+                ctx.nominated,
+            );
         }
         let mut state = ctx.state.clone();
         if tell {
@@ -138,17 +142,27 @@ impl DryRun<'_> {
         if !self.fresh_pre_filter {
             return ctx
                 .profile
-                .run_filters_with_nominated(&state, ctx.pod, node, ctx.nominated);
+                .run_filters_with_nominated(&state, ctx.pod, trial, ctx.nominated);
         }
-        let snapshot = ctx.snapshot.with_node(node.clone());
-        match ctx
-            .profile
-            .rerun_pod_reading_pre_filters(&mut state, ctx.pod, &snapshot)
-        {
+        let gone: Vec<&PodInfo> = node
+            .pods
+            .iter()
+            .filter(|p| removed.contains(p.uid()))
+            .map(|p| p.as_ref())
+            .collect();
+        let without = || ctx.snapshot.with_node(trial.clone());
+        match ctx.profile.pre_filters_without(
+            &mut state,
+            ctx.pod,
+            node,
+            &gone,
+            ctx.snapshot,
+            &without,
+        ) {
             Err(status) => status,
             Ok(()) => ctx
                 .profile
-                .run_filters_with_nominated(&state, ctx.pod, node, ctx.nominated),
+                .run_filters_with_nominated(&state, ctx.pod, trial, ctx.nominated),
         }
     }
 
@@ -170,7 +184,7 @@ impl DryRun<'_> {
             trial.remove_pod(v.uid());
             removed.insert(v.uid().to_string());
         }
-        let status = self.fits(&trial, &removed);
+        let status = self.fits(node, &trial, &removed);
         if !status.is_success() {
             return Err(status);
         }
@@ -188,7 +202,7 @@ impl DryRun<'_> {
             for pod in group {
                 trial.add_pod(pod.clone());
                 removed.remove(pod.uid());
-                if self.fits(&trial, &removed).is_success() {
+                if self.fits(node, &trial, &removed).is_success() {
                     continue;
                 }
                 trial.remove_pod(pod.uid());

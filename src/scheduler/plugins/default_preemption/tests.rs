@@ -814,3 +814,129 @@ fn attempts_and_victims_are_counted_as_kube_scheduler_counts_them() {
         assert!(text.lines().any(|l| l == line), "{line} in:\n{text}");
     }
 }
+
+/// A dry run lays the pods it takes off a node over the cycle's counts (upstream's RemovePod)
+/// instead of running PodTopologySpread's and InterPodAffinity's PreFilter again: for a pod
+/// with a hard zone spread, required affinity and anti-affinity, among pods whose own
+/// anti-affinity shuns it, every node's Filter answers as after a PreFilter run on the
+/// snapshot without those pods, for every set of pods taken off every node.
+#[test]
+fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let nodes: Vec<NodeBuilder> = (0..6)
+        .map(|i| {
+            NodeBuilder::new(&format!("n{i}"))
+                .label("topology.kubernetes.io/zone", &format!("z{}", i % 3))
+                .allocatable("cpu", "64")
+        })
+        .collect();
+    let shuns_a: k8s_openapi::api::core::v1::Affinity = serde_json::from_value(serde_json::json!({
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "a"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]}
+    }))
+    .expect("affinity");
+    // (node, app, shuns app=a): app a counts for the spread, b for the affinity, c for the
+    // anti-affinity.
+    let layout = [
+        (0, "a", false),
+        (0, "b", false),
+        (0, "c", true),
+        (1, "a", false),
+        (1, "a", true),
+        (2, "b", false),
+        (3, "c", false),
+        (3, "a", false),
+        (4, "b", true),
+        (4, "b", false),
+        (5, "a", false),
+        (5, "c", false),
+    ];
+    let pods = layout
+        .iter()
+        .enumerate()
+        .map(|(i, &(node, app, shuns))| {
+            let pod = PodBuilder::new(&format!("{app}{i}"))
+                .label("app", app)
+                .req_cpu("1")
+                .node_name(&format!("n{node}"));
+            let pod = if shuns {
+                pod.affinity(shuns_a.clone())
+            } else {
+                pod
+            };
+            pod.build()
+        })
+        .collect();
+    let snap = snapshot(nodes, pods);
+    let incoming: k8s_openapi::api::core::v1::Affinity = serde_json::from_value(serde_json::json!({
+        "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "b"}}, "topologyKey": "topology.kubernetes.io/zone"}
+        ]},
+        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "c"}}, "topologyKey": "kubernetes.io/hostname"}
+        ]}
+    }))
+    .expect("affinity");
+    let spread: k8s_openapi::api::core::v1::TopologySpreadConstraint =
+        serde_json::from_value(serde_json::json!({
+            "maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {"app": "a"}}
+        }))
+        .expect("constraint");
+    let pod = PodBuilder::new("vip")
+        .label("app", "a")
+        .req_cpu("1")
+        .priority(1000)
+        .affinity(incoming)
+        .spread(spread)
+        .info();
+    let mut cycle = CycleState::new();
+    profile
+        .run_pre_filter_alone(&mut cycle, &pod, &snap)
+        .expect("prefilter");
+    let verdicts = |state: &CycleState, view: &Snapshot| -> Vec<String> {
+        view.nodes()
+            .iter()
+            .map(|n| {
+                let s = profile.run_filter(state, &pod, n);
+                format!("{}: {:?} {}", n.name, s.code, s.message())
+            })
+            .collect()
+    };
+    let mut compared = 0;
+    for node in snap.nodes() {
+        for mask in 1u32..(1 << node.pods.len()) {
+            let mut trial = NodeInfo::clone(node);
+            let mut removed: Vec<&PodInfo> = Vec::new();
+            for (i, p) in node.pods.iter().enumerate() {
+                if mask & (1 << i) != 0 {
+                    trial.remove_pod(p.uid());
+                    removed.push(p.as_ref());
+                }
+            }
+            let without = snap.with_node(trial.clone());
+
+            let mut laid_over = cycle.clone();
+            let never = || -> Snapshot { panic!("both plugins rewrite their own state") };
+            profile
+                .pre_filters_without(&mut laid_over, &pod, node, &removed, &snap, &never)
+                .expect("no rejection");
+            let mut afresh = CycleState::new();
+            profile
+                .run_pre_filter_alone(&mut afresh, &pod, &without)
+                .expect("prefilter");
+            assert_eq!(
+                verdicts(&laid_over, &without),
+                verdicts(&afresh, &without),
+                "{} without {:?}",
+                node.name,
+                removed.iter().map(|p| p.name()).collect::<Vec<_>>()
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 20, "every set of pods of every node");
+}

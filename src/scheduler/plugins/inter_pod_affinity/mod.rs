@@ -147,6 +147,8 @@ impl Plugin for InterPodAffinity {
 struct Sums {
     dense: Vec<i64>,
     sparse: HashMap<u32, i64>,
+    /// The sum over every value.
+    total: i64,
 }
 
 /// Ids below this are summed in a vector (at most 512 KiB per key and thread).
@@ -154,6 +156,7 @@ const DENSE_IDS: u32 = 1 << 16;
 
 impl Sums {
     fn add(&mut self, value: u32, n: i64) {
+        self.total += n;
         if value < DENSE_IDS {
             let i = value as usize;
             if i >= self.dense.len() {
@@ -174,6 +177,7 @@ impl Sums {
     }
 
     fn merge(&mut self, other: Sums) {
+        self.total += other.total;
         if self.dense.len() < other.dense.len() {
             self.dense.resize(other.dense.len(), 0);
         }
@@ -219,19 +223,6 @@ impl TopologyMap {
         }
     }
 
-    /// The number for the pair of `key` on the node; `None` when it lacks `key`.
-    fn for_node(&self, node: &NodeInfo, key: &Label) -> Option<i64> {
-        let value = node.topology.value(key)?;
-        Some(self.values(key).map_or(0, |values| values.get(value)))
-    }
-
-    /// Whether any topology pair of the node has a positive number.
-    fn any_positive_for_node(&self, node: &NodeInfo) -> bool {
-        self.0
-            .iter()
-            .any(|(key, values)| node.topology.value(key).is_some_and(|v| values.get(v) > 0))
-    }
-
     /// The sum of the numbers of every topology pair of the node.
     fn sum_for_node(&self, node: &NodeInfo) -> i64 {
         self.0
@@ -242,6 +233,11 @@ impl TopologyMap {
 
     fn is_empty(&self) -> bool {
         self.0.is_empty()
+    }
+
+    /// The sum of every pair's number.
+    fn total(&self) -> i64 {
+        self.0.iter().map(|(_, values)| values.total).sum()
     }
 
     /// Both maps added pair by pair.
@@ -300,52 +296,123 @@ fn matches_all_terms(terms: &[AffinityTerm], group: &PodGroup) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches_group(group, None))
 }
 
-/// What PreFilter computed for Filter (kube-scheduler's preFilterState).
-#[derive(Debug)]
+/// What a preemption dry run took off one node, per pair (key id, value id, pods): a few
+/// entries, laid over a [`TopologyMap`] shared with the cycle.
+#[derive(Clone, Debug, Default)]
+struct Removed(Vec<(u32, u32, i64)>);
+
+impl Removed {
+    /// Counts `n` pods off the pair (`key`, the node's value for it); nothing when it lacks it.
+    fn add_for_node(&mut self, node: &NodeInfo, key: &Label, n: i64) {
+        if let Some(value) = node.topology.value(key) {
+            self.0.push((key.id(), value, n));
+        }
+    }
+
+    fn get(&self, key: u32, value: u32) -> i64 {
+        (self.0.iter())
+            .filter(|&&(k, v, _)| k == key && v == value)
+            .map(|&(_, _, n)| n)
+            .sum()
+    }
+
+    fn total(&self) -> i64 {
+        self.0.iter().map(|&(_, _, n)| n).sum()
+    }
+}
+
+/// A map of the cycle and what a dry run took off it.
+struct Counts<'a>(&'a TopologyMap, &'a Removed);
+
+impl Counts<'_> {
+    /// Whether no pair has a pod left (upstream deletes a pair that falls to 0).
+    fn is_empty(&self) -> bool {
+        self.0.total() - self.1.total() <= 0
+    }
+
+    /// The number for the pair of `key` on the node; `None` when it lacks `key`.
+    fn for_node(&self, node: &NodeInfo, key: &Label) -> Option<i64> {
+        let value = node.topology.value(key)?;
+        let n = self.0.values(key).map_or(0, |values| values.get(value));
+        Some(n - self.1.get(key.id(), value))
+    }
+
+    /// Whether any topology pair of the node has a positive number.
+    fn any_positive_for_node(&self, node: &NodeInfo) -> bool {
+        self.0.0.iter().any(|(key, values)| {
+            node.topology
+                .value(key)
+                .is_some_and(|v| values.get(v) - self.1.get(key.id(), v) > 0)
+        })
+    }
+}
+
+/// What PreFilter computed for Filter (kube-scheduler's preFilterState). The maps are shared,
+/// so that a preemption dry run copies the state cheaply and lays what it removed over them.
+#[derive(Clone, Debug)]
 struct PreFilterState {
     /// Existing pods whose required anti-affinity terms match the incoming pod, per pair.
-    existing_anti_affinity_counts: TopologyMap,
+    existing_anti_affinity_counts: Arc<TopologyMap>,
     /// Pods matching all of the incoming pod's required affinity terms, per pair of each term.
-    affinity_counts: TopologyMap,
+    affinity_counts: Arc<TopologyMap>,
     /// Pods matching each of the incoming pod's required anti-affinity terms, per pair.
-    anti_affinity_counts: TopologyMap,
+    anti_affinity_counts: Arc<TopologyMap>,
+    /// The incoming pod's required affinity / anti-affinity terms, namespaces resolved.
+    affinity: Arc<Vec<AffinityTerm>>,
+    anti_affinity: Arc<Vec<AffinityTerm>>,
     /// The incoming pod's topology keys of its required affinity / anti-affinity terms.
     affinity_keys: Vec<Arc<Label>>,
     anti_affinity_keys: Vec<Arc<Label>>,
     /// Whether the incoming pod matches all its own required affinity terms (the first pod of
     /// a group that has affinity to itself).
     matches_own_affinity: bool,
+    /// What a preemption dry run took off one node, for each of the three maps.
+    removed_existing: Removed,
+    removed_affinity: Removed,
+    removed_anti_affinity: Removed,
 }
 
 impl PreFilterState {
+    fn existing(&self) -> Counts<'_> {
+        Counts(&self.existing_anti_affinity_counts, &self.removed_existing)
+    }
+
+    fn affinity(&self) -> Counts<'_> {
+        Counts(&self.affinity_counts, &self.removed_affinity)
+    }
+
+    fn anti_affinity(&self) -> Counts<'_> {
+        Counts(&self.anti_affinity_counts, &self.removed_anti_affinity)
+    }
+
     /// Every required affinity term has a matching pod in the node's domain, or no pod matches
     /// anywhere and the pod matches its own terms. A node lacking a topology key fails.
     fn satisfies_pod_affinity(&self, node: &NodeInfo) -> bool {
+        let counts = self.affinity();
         let mut pods_exist = true;
         for key in &self.affinity_keys {
-            match self.affinity_counts.for_node(node, key) {
+            match counts.for_node(node, key) {
                 None => return false,
                 Some(n) if n <= 0 => pods_exist = false,
                 Some(_) => {}
             }
         }
-        pods_exist || (self.affinity_counts.is_empty() && self.matches_own_affinity)
+        pods_exist || (counts.is_empty() && self.matches_own_affinity)
     }
 
     /// No required anti-affinity term of the pod has a matching pod in the node's domain.
     fn satisfies_pod_anti_affinity(&self, node: &NodeInfo) -> bool {
-        self.anti_affinity_counts.is_empty()
+        let counts = self.anti_affinity();
+        counts.is_empty()
             || !self
                 .anti_affinity_keys
                 .iter()
-                .any(|key| self.anti_affinity_counts.for_node(node, key).unwrap_or(0) > 0)
+                .any(|key| counts.for_node(node, key).unwrap_or(0) > 0)
     }
 
     /// No existing pod's required anti-affinity term covers the node's domain.
     fn satisfies_existing_pods_anti_affinity(&self, node: &NodeInfo) -> bool {
-        !self
-            .existing_anti_affinity_counts
-            .any_positive_for_node(node)
+        !self.existing().any_positive_for_node(node)
     }
 }
 
@@ -460,18 +527,63 @@ impl PreFilterPlugin for InterPodAffinity {
         state.write(
             PRE_FILTER_STATE_KEY,
             PreFilterState {
-                existing_anti_affinity_counts,
-                affinity_counts,
-                anti_affinity_counts,
+                existing_anti_affinity_counts: Arc::new(existing_anti_affinity_counts),
+                affinity_counts: Arc::new(affinity_counts),
+                anti_affinity_counts: Arc::new(anti_affinity_counts),
                 affinity_keys: affinity.iter().map(|t| t.topology_key.clone()).collect(),
                 anti_affinity_keys: anti_affinity
                     .iter()
                     .map(|t| t.topology_key.clone())
                     .collect(),
                 matches_own_affinity: matches_all_terms(&affinity, &pod.group),
+                affinity: Arc::new(affinity),
+                anti_affinity: Arc::new(anti_affinity),
+                removed_existing: Removed::default(),
+                removed_affinity: Removed::default(),
+                removed_anti_affinity: Removed::default(),
             },
         );
         (PreFilterResult::all_nodes(), Status::success())
+    }
+
+    /// Takes the pods `removed` from `node` off the three maps, matching each as PreFilter
+    /// matched the groups: their required anti-affinity terms against the incoming pod, and
+    /// the incoming pod's required terms against them (upstream's RemovePod).
+    fn remove_pods(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        removed: &[&PodInfo],
+        snapshot: &Snapshot,
+    ) -> bool {
+        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
+            return false;
+        };
+        let mut next = s.clone();
+        let ns_labels = snapshot.namespace_labels(pod.namespace());
+        for r in removed {
+            for term in &r.group.terms().required_anti_affinity {
+                if term.matches(pod, ns_labels) {
+                    next.removed_existing
+                        .add_for_node(node, &term.topology_key, 1);
+                }
+            }
+            if matches_all_terms(&s.affinity, &r.group) {
+                for term in s.affinity.iter() {
+                    next.removed_affinity
+                        .add_for_node(node, &term.topology_key, 1);
+                }
+            }
+            for term in s.anti_affinity.iter() {
+                if term.matches_group(&r.group, None) {
+                    next.removed_anti_affinity
+                        .add_for_node(node, &term.topology_key, 1);
+                }
+            }
+        }
+        state.write(PRE_FILTER_STATE_KEY, next);
+        true
     }
 }
 

@@ -129,13 +129,8 @@ impl Counted {
 
     /// The pods on `node` that constraint `i` counts.
     pub(super) fn on_node(&self, node: &NodeInfo, i: usize) -> i64 {
-        let ask = |group: &PodGroup, c: usize| {
-            let selector = &self.selectors[c];
-            !selector.is_empty()
-                && !group.terminating()
-                && group.namespace() == self.namespace
-                && selector.matches(group.labels())
-        };
+        let ask =
+            |group: &PodGroup, c: usize| counts_group(&self.selectors[c], &self.namespace, group);
         node.groups
             .iter()
             .filter(|g| {
@@ -145,6 +140,15 @@ impl Counted {
             .map(|g| i64::from(g.pods))
             .sum()
     }
+}
+
+/// Whether a constraint of a pod in `namespace` with `selector` counts the pods of `group`: in
+/// that namespace, not terminating, matched by the selector (an empty one counts nothing).
+pub(super) fn counts_group(selector: &Selector, namespace: &str, group: &PodGroup) -> bool {
+    !selector.is_empty()
+        && !group.terminating()
+        && group.namespace() == namespace
+        && selector.matches(group.labels())
 }
 
 /// Domain (the id of a topology value) → matching pods in that domain, for one constraint.

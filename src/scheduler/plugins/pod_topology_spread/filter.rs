@@ -15,9 +15,38 @@ pub(super) struct HardConstraint {
     pub(super) self_match: i64,
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(super) struct PreFilterState {
-    pub(super) constraints: Vec<HardConstraint>,
+    /// Shared, so that a preemption dry run copies the state cheaply.
+    pub(super) constraints: Arc<Vec<HardConstraint>>,
+    /// What a preemption dry run took off one node: (constraint, domain, matching pods).
+    pub(super) removed: Vec<(usize, u32, i64)>,
+}
+
+impl PreFilterState {
+    /// The pods constraint `i` counts in `domain`, less those a dry run took off.
+    fn matching(&self, i: usize, domain: u32) -> i64 {
+        let counted = self.constraints[i]
+            .counts
+            .get(&domain)
+            .copied()
+            .unwrap_or(0);
+        let gone: i64 = (self.removed.iter())
+            .filter(|&&(c, d, _)| c == i && d == domain)
+            .map(|&(_, _, n)| n)
+            .sum();
+        counted - gone
+    }
+
+    /// The global minimum of constraint `i`: the emptiest domain, which a dry run may have
+    /// emptied further (only the domains it took pods off can have gone below it).
+    fn min_match(&self, i: usize) -> i64 {
+        (self.removed.iter())
+            .filter(|&&(c, _, _)| c == i)
+            .fold(self.constraints[i].min_match, |min, &(_, d, _)| {
+                min.min(self.matching(i, d))
+            })
+    }
 }
 
 impl PreFilterPlugin for PodTopologySpread {
@@ -77,8 +106,55 @@ impl PreFilterPlugin for PodTopologySpread {
                 }
             })
             .collect();
-        state.write(PRE_FILTER_STATE_KEY, PreFilterState { constraints });
+        state.write(
+            PRE_FILTER_STATE_KEY,
+            PreFilterState {
+                constraints: Arc::new(constraints),
+                removed: Vec::new(),
+            },
+        );
         (PreFilterResult::all_nodes(), Status::success())
+    }
+
+    /// Takes the pods `removed` from `node` off the counts of its domains, as PreFilter would
+    /// not have counted them: for each constraint whose selector counts them, when the node
+    /// has every constraint's key and passes the constraint's inclusion policies.
+    fn remove_pods(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        removed: &[&PodInfo],
+        _snapshot: &Snapshot,
+    ) -> bool {
+        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
+            return false;
+        };
+        let mut next = s.clone();
+        if s.constraints
+            .iter()
+            .all(|hc| node.topology.has(&hc.constraint.topology_key))
+        {
+            let inclusion = Inclusion::new(pod);
+            for (i, hc) in s.constraints.iter().enumerate() {
+                let c = &hc.constraint;
+                let Some(domain) = node.topology.value(&c.topology_key) else {
+                    continue;
+                };
+                if !inclusion.includes(c, node) {
+                    continue;
+                }
+                let gone = (removed.iter())
+                    .filter(|r| counts_group(&c.selector, pod.namespace(), &r.group))
+                    .count();
+                if gone > 0 {
+                    next.removed
+                        .push((i, domain, i64::try_from(gone).unwrap_or(i64::MAX)));
+                }
+            }
+        }
+        state.write(PRE_FILTER_STATE_KEY, next);
+        true
     }
 }
 
@@ -91,12 +167,11 @@ impl FilterPlugin for PodTopologySpread {
                 "reading {PRE_FILTER_STATE_KEY} from the cycle state"
             ));
         };
-        for hc in &s.constraints {
+        for (i, hc) in s.constraints.iter().enumerate() {
             let Some(value) = node.topology.value(&hc.constraint.topology_key) else {
                 return Status::unresolvable(ERR_REASON_NODE_LABEL_NOT_MATCH);
             };
-            let matching = hc.counts.get(&value).copied().unwrap_or(0);
-            if matching + hc.self_match - hc.min_match > hc.constraint.max_skew {
+            if s.matching(i, value) + hc.self_match - s.min_match(i) > hc.constraint.max_skew {
                 return Status::unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH);
             }
         }
@@ -107,7 +182,7 @@ impl FilterPlugin for PodTopologySpread {
     /// make in its domain.
     fn remedy(&self, state: &CycleState, _pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let s = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY)?;
-        for hc in &s.constraints {
+        for (i, hc) in s.constraints.iter().enumerate() {
             let key = hc.constraint.topology_key.value();
             let Some(value) = node.topology.value(&hc.constraint.topology_key) else {
                 return Some(format!(
@@ -115,13 +190,14 @@ impl FilterPlugin for PodTopologySpread {
                     node.name
                 ));
             };
-            let with_pod = hc.counts.get(&value).copied().unwrap_or(0) + hc.self_match;
-            let skew = with_pod - hc.min_match;
+            let with_pod = s.matching(i, value) + hc.self_match;
+            let min_match = s.min_match(i);
+            let skew = with_pod - min_match;
             if skew > hc.constraint.max_skew {
                 let domain = node.labels().get(key).cloned().unwrap_or_default();
                 return Some(format!(
                     "{key}={domain} would hold {with_pod} matching pods against {} in the emptiest domain, a skew of {skew} over maxSkew {}: schedule the pod once its workload has fewer pods there, or raise maxSkew, or spread with whenUnsatisfiable: ScheduleAnyway",
-                    hc.min_match, hc.constraint.max_skew
+                    min_match, hc.constraint.max_skew
                 ));
             }
         }
