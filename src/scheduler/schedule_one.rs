@@ -167,7 +167,7 @@ pub fn schedule_pod_with(
         })
         .and_then(|n| snapshot.get(n))
         && profile
-            .run_filters_with_nominated(state, pod, node, nominated)
+            .run_filters_with_nominated(state, pod, node, nominated, snapshot)
             .is_success()
     {
         return ScheduleResult::Scheduled {
@@ -203,8 +203,8 @@ pub fn schedule_pod_with(
         pod,
         &candidates,
         start_index,
-        num_all,
         nominated,
+        snapshot,
     );
     if feasible.is_empty() {
         // With the plugins PreFilter narrowed the nodes by, as upstream keeps them.
@@ -268,16 +268,17 @@ pub fn chunk_size_for(n: usize, parallelism: usize) -> usize {
 /// feasible nodes number [`num_feasible_nodes_to_find`] (one when the profile scores nothing)
 /// no further node is checked. The start then moves on by the nodes processed: the feasible
 /// ones kept and the rejected. How many is counted over `candidates`, the nodes PreFilter left;
-/// `num_all` (every node of the snapshot) wraps the start index.
+/// the start index wraps at the number of nodes of `snapshot`.
 fn find_feasible(
     profile: &CompiledProfile,
     state: &CycleState,
     pod: &PodInfo,
     candidates: &[&Arc<NodeInfo>],
     start_index: &AtomicUsize,
-    num_all: usize,
     nominated: &dyn NominatedPods,
+    snapshot: &Snapshot,
 ) -> Feasible {
+    let num_all = snapshot.len();
     let nominated = nominated.any().then_some(nominated);
     let n = candidates.len();
     // Counted over the nodes PreFilter left, as upstream's findNodesThatPassFilters.
@@ -310,9 +311,8 @@ fn find_feasible(
                     let node = candidates[(start + i) % n];
                     let status = match nominated {
                         None => profile.run_filter(state, pod, node),
-                        Some(nominated) => {
-                            profile.run_filters_with_nominated(state, pod, node, nominated)
-                        }
+                        Some(nominated) => profile
+                            .run_filters_with_nominated(state, pod, node, nominated, snapshot),
                     };
                     if status.is_success() {
                         if found.fetch_add(1, Ordering::Relaxed) >= want {
@@ -507,8 +507,8 @@ mod tests {
                 &pod,
                 &candidates,
                 &start_index,
-                nodes.len(),
                 &NoNominations,
+                nodes,
             )
         });
         let names = found.nodes.iter().map(|n| n.name.clone()).collect();

@@ -144,10 +144,17 @@ pub fn explain(
             });
             continue;
         }
-        let counted = profile.run_filters_with_nominated(&state, pod, node, nominated);
-        // As the cycle's first pass: with the pods nominated here that come first.
-        let with = runtime::with_nominated(pod, node, nominated);
-        let verdicts = every_filter(profile, &state, pod, node, with.as_ref(), counted.plugin);
+        let counted = profile.run_filters_with_nominated(&state, pod, node, nominated, snapshot);
+        // As the cycle's first pass: with the pods nominated here that come first, counted by
+        // the PreFilter states too.
+        let with = runtime::with_nominated(pod, node, nominated).map(|(with, ahead)| {
+            let laid = profile.state_with_pods(&state, pod, node, &ahead, snapshot);
+            (with, laid)
+        });
+        let with = with
+            .as_ref()
+            .map(|(w, laid)| (w, laid.as_ref().unwrap_or(&state)));
+        let verdicts = every_filter(profile, &state, pod, node, with, counted.plugin);
         let fits = counted.is_success();
         if fits {
             feasible.push(Arc::clone(node));
@@ -211,7 +218,7 @@ fn every_filter(
     state: &CycleState,
     pod: &PodInfo,
     node: &NodeInfo,
-    with: Option<&NodeInfo>,
+    with: Option<(&NodeInfo, &CycleState)>,
     counted: Option<&'static str>,
 ) -> Vec<FilterVerdict> {
     let mut verdicts = Vec::new();
@@ -225,12 +232,12 @@ fn every_filter(
             });
             continue;
         }
-        let (status, on) = match with.map(|w| (f.filter(state, pod, w), w)) {
-            Some((status, w)) if !status.is_success() => (status, w),
-            _ => (f.filter(state, pod, node), node),
+        let (status, on, on_state) = match with.map(|(w, s)| (f.filter(s, pod, w), w, s)) {
+            Some((status, w, s)) if !status.is_success() => (status, w, s),
+            _ => (f.filter(state, pod, node), node, state),
         };
         let remedy = (!status.is_success())
-            .then(|| f.remedy(state, pod, on))
+            .then(|| f.remedy(on_state, pod, on))
             .flatten();
         verdicts.push(FilterVerdict {
             plugin: plugin.name().to_string(),

@@ -264,6 +264,21 @@ pub trait PreFilterPlugin: Send + Sync {
     ) -> bool {
         false
     }
+
+    /// As [`PreFilterPlugin::remove_pods`], for `added`, pods counted on `node` besides its
+    /// own (upstream's AddPod): the pods nominated to the node ahead of the pod, which Filter
+    /// must leave room for. `false` when the plugin has no such rewrite: its state then
+    /// stands as PreFilter computed it.
+    fn add_pods(
+        &self,
+        _state: &mut CycleState,
+        _pod: &PodInfo,
+        _node: &NodeInfo,
+        _added: &[&PodInfo],
+        _snapshot: &Snapshot,
+    ) -> bool {
+        false
+    }
 }
 
 /// Says whether the pod can run on one node. Called for many nodes in parallel.

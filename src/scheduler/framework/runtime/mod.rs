@@ -303,15 +303,43 @@ impl CompiledProfile {
         pod: &PodInfo,
         node: &NodeInfo,
         nominated: &dyn NominatedPods,
+        snapshot: &Snapshot,
     ) -> Status {
-        let Some(with) = with_nominated(pod, node, nominated) else {
+        let Some((with, ahead)) = with_nominated(pod, node, nominated) else {
             return self.run_filter(state, pod, node);
         };
-        let status = self.run_filter(state, pod, &with);
+        let laid = self.state_with_pods(state, pod, node, &ahead, snapshot);
+        let status = self.run_filter(laid.as_ref().unwrap_or(state), pod, &with);
         if !status.is_success() {
             return status;
         }
         self.run_filter(state, pod, node)
+    }
+
+    /// `state` with `added` counted on `node` by the PreFilter states that count other pods
+    /// (upstream's addGENominatedPods, through [`PreFilterPlugin::add_pods`]), for the plugins
+    /// that did not skip the pod; `None` when no state changed.
+    pub fn state_with_pods(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        added: &[Arc<PodInfo>],
+        snapshot: &Snapshot,
+    ) -> Option<CycleState> {
+        let added: Vec<&PodInfo> = added.iter().map(|p| p.as_ref()).collect();
+        let mut laid: Option<CycleState> = None;
+        for plugin in self.pre_filter.iter().filter(|p| p.pre_filter_reads_pods()) {
+            if state.skips_filter(plugin.name()) {
+                continue;
+            }
+            let Some(pf) = plugin.pre_filter() else {
+                continue;
+            };
+            let next = laid.get_or_insert_with(|| state.clone());
+            pf.add_pods(next, pod, node, &added, snapshot);
+        }
+        laid
     }
 
     /// Runs PostFilter (as upstream's RunPostFilterPlugins): the first plugin that succeeds
@@ -517,12 +545,12 @@ pub fn priority(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {
 }
 
 /// The node with the pods nominated to it that `pod` must leave room for (those of at least
-/// its priority), or `None` when there are none.
+/// its priority), and those pods; `None` when there are none.
 pub fn with_nominated(
     pod: &PodInfo,
     node: &NodeInfo,
     nominated: &dyn NominatedPods,
-) -> Option<NodeInfo> {
+) -> Option<(NodeInfo, Vec<Arc<PodInfo>>)> {
     let own = priority(&pod.pod);
     let ahead: Vec<Arc<PodInfo>> = nominated
         .for_node(&node.name)
@@ -533,10 +561,10 @@ pub fn with_nominated(
         return None;
     }
     let mut with = node.clone();
-    for p in ahead {
-        with.add_pod(p);
+    for p in &ahead {
+        with.add_pod(p.clone());
     }
-    Some(with)
+    Some((with, ahead))
 }
 
 /// The status counted for the nodes PreFilter left out, naming the plugins that narrowed.

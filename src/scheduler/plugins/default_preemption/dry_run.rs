@@ -133,6 +133,7 @@ impl DryRun<'_> {
                 ctx.pod,
                 trial,
                 ctx.nominated,
+                ctx.snapshot,
             );
         }
         let mut state = ctx.state.clone();
@@ -140,9 +141,13 @@ impl DryRun<'_> {
             state.write(REMOVED_PODS_KEY, RemovedPods(removed.clone()));
         }
         if !self.fresh_pre_filter {
-            return ctx
-                .profile
-                .run_filters_with_nominated(&state, ctx.pod, trial, ctx.nominated);
+            return ctx.profile.run_filters_with_nominated(
+                &state,
+                ctx.pod,
+                trial,
+                ctx.nominated,
+                ctx.snapshot,
+            );
         }
         let gone: Vec<&PodInfo> = node
             .pods
@@ -160,9 +165,13 @@ impl DryRun<'_> {
             &without,
         ) {
             Err(status) => status,
-            Ok(()) => ctx
-                .profile
-                .run_filters_with_nominated(&state, ctx.pod, trial, ctx.nominated),
+            Ok(()) => ctx.profile.run_filters_with_nominated(
+                &state,
+                ctx.pod,
+                trial,
+                ctx.nominated,
+                ctx.snapshot,
+            ),
         }
     }
 

@@ -815,16 +815,12 @@ fn attempts_and_victims_are_counted_as_kube_scheduler_counts_them() {
     }
 }
 
-/// A dry run lays the pods it takes off a node over the cycle's counts (upstream's RemovePod)
-/// instead of running PodTopologySpread's and InterPodAffinity's PreFilter again: for a pod
-/// with a hard zone spread, required affinity and anti-affinity, among pods whose own
-/// anti-affinity shuns it, every node's Filter answers as after a PreFilter run on the
-/// snapshot without those pods, for every set of pods taken off every node.
-#[test]
-fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
-    let profile = default_profile("tether-scheduler", &Handle::default())
-        .expect("compiles")
-        .profile;
+/// The pod-counting plugins' state laid over pods taken off or added to a node (see the two
+/// tests below): six nodes in three zones with pods of apps `a` (counted by the incoming pod's
+/// hard zone spread), `b` (its required zone affinity), `c` (its required hostname
+/// anti-affinity), some of them shunning `a` (required hostname anti-affinity), and the
+/// incoming pod, `app=a`, of priority 1000.
+fn constrained_cluster() -> (Snapshot, PodInfo) {
     let nodes: Vec<NodeBuilder> = (0..6)
         .map(|i| {
             NodeBuilder::new(&format!("n{i}"))
@@ -832,14 +828,7 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
                 .allocatable("cpu", "64")
         })
         .collect();
-    let shuns_a: k8s_openapi::api::core::v1::Affinity = serde_json::from_value(serde_json::json!({
-        "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-            {"labelSelector": {"matchLabels": {"app": "a"}}, "topologyKey": "kubernetes.io/hostname"}
-        ]}
-    }))
-    .expect("affinity");
-    // (node, app, shuns app=a): app a counts for the spread, b for the affinity, c for the
-    // anti-affinity.
+    // (node, app, shuns app=a)
     let layout = [
         (0, "a", false),
         (0, "b", false),
@@ -858,19 +847,11 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
         .iter()
         .enumerate()
         .map(|(i, &(node, app, shuns))| {
-            let pod = PodBuilder::new(&format!("{app}{i}"))
-                .label("app", app)
-                .req_cpu("1")
-                .node_name(&format!("n{node}"));
-            let pod = if shuns {
-                pod.affinity(shuns_a.clone())
-            } else {
-                pod
-            };
-            pod.build()
+            constrained_pod(&format!("{app}{i}"), app, shuns)
+                .node_name(&format!("n{node}"))
+                .build()
         })
         .collect();
-    let snap = snapshot(nodes, pods);
     let incoming: k8s_openapi::api::core::v1::Affinity = serde_json::from_value(serde_json::json!({
         "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"app": "b"}}, "topologyKey": "topology.kubernetes.io/zone"}
@@ -893,19 +874,59 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
         .affinity(incoming)
         .spread(spread)
         .info();
+    (snapshot(nodes, pods), pod)
+}
+
+/// A pod of `app` asking for a CPU, with a required hostname anti-affinity to `app=a` if it
+/// `shuns` them.
+fn constrained_pod(name: &str, app: &str, shuns: bool) -> PodBuilder {
+    let pod = PodBuilder::new(name)
+        .label("app", app)
+        .req_cpu("1")
+        .priority(1000);
+    if !shuns {
+        return pod;
+    }
+    pod.affinity(
+        serde_json::from_value(serde_json::json!({
+            "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                {"labelSelector": {"matchLabels": {"app": "a"}}, "topologyKey": "kubernetes.io/hostname"}
+            ]}
+        }))
+        .expect("affinity"),
+    )
+}
+
+/// Every node's Filter verdict for `pod` in `view` with `state`.
+fn verdicts(
+    profile: &crate::scheduler::framework::profile::CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    view: &Snapshot,
+) -> Vec<String> {
+    view.nodes()
+        .iter()
+        .map(|n| {
+            let s = profile.run_filter(state, pod, n);
+            format!("{}: {:?} {}", n.name, s.code, s.message())
+        })
+        .collect()
+}
+
+/// A dry run lays the pods it takes off a node over the cycle's counts (upstream's RemovePod)
+/// instead of running PodTopologySpread's and InterPodAffinity's PreFilter again: every node's
+/// Filter answers as after a PreFilter run on the snapshot without those pods, for every set
+/// of pods taken off every node.
+#[test]
+fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let (snap, pod) = constrained_cluster();
     let mut cycle = CycleState::new();
     profile
         .run_pre_filter_alone(&mut cycle, &pod, &snap)
         .expect("prefilter");
-    let verdicts = |state: &CycleState, view: &Snapshot| -> Vec<String> {
-        view.nodes()
-            .iter()
-            .map(|n| {
-                let s = profile.run_filter(state, &pod, n);
-                format!("{}: {:?} {}", n.name, s.code, s.message())
-            })
-            .collect()
-    };
     let mut compared = 0;
     for node in snap.nodes() {
         for mask in 1u32..(1 << node.pods.len()) {
@@ -929,8 +950,8 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
                 .run_pre_filter_alone(&mut afresh, &pod, &without)
                 .expect("prefilter");
             assert_eq!(
-                verdicts(&laid_over, &without),
-                verdicts(&afresh, &without),
+                verdicts(&profile, &laid_over, &pod, &without),
+                verdicts(&profile, &afresh, &pod, &without),
                 "{} without {:?}",
                 node.name,
                 removed.iter().map(|p| p.name()).collect::<Vec<_>>()
@@ -939,4 +960,60 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
         }
     }
     assert_eq!(compared, 20, "every set of pods of every node");
+}
+
+/// Pods nominated to a node ahead of the pod count in the spread and affinity counts too
+/// (upstream's AddPod, in RunFilterPluginsWithNominatedPods): with every set of four pods
+/// (of apps a, b, c, and one shunning a) nominated to every node, every node's Filter answers
+/// as after a PreFilter run on a snapshot with them placed there.
+#[test]
+fn pods_nominated_to_a_node_count_as_if_placed_there() {
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let (snap, pod) = constrained_cluster();
+    let mut cycle = CycleState::new();
+    profile
+        .run_pre_filter_alone(&mut cycle, &pod, &snap)
+        .expect("prefilter");
+    let candidates: Vec<Arc<PodInfo>> = [
+        ("na", "a", false),
+        ("nb", "b", false),
+        ("nc", "c", false),
+        ("nx", "x", true),
+    ]
+    .into_iter()
+    .map(|(name, app, shuns)| Arc::new(constrained_pod(name, app, shuns).info()))
+    .collect();
+    let mut compared = 0;
+    for node in snap.nodes() {
+        for mask in 1u32..(1 << candidates.len()) {
+            let ahead: Vec<Arc<PodInfo>> = (candidates.iter().enumerate())
+                .filter(|(i, _)| mask & (1 << i) != 0)
+                .map(|(_, p)| p.clone())
+                .collect();
+            let mut with = NodeInfo::clone(node);
+            for p in &ahead {
+                with.add_pod(p.clone());
+            }
+            let placed = snap.with_node(with);
+
+            let laid_over = profile
+                .state_with_pods(&cycle, &pod, node, &ahead, &snap)
+                .expect("both plugins count pods");
+            let mut afresh = CycleState::new();
+            profile
+                .run_pre_filter_alone(&mut afresh, &pod, &placed)
+                .expect("prefilter");
+            assert_eq!(
+                verdicts(&profile, &laid_over, &pod, &placed),
+                verdicts(&profile, &afresh, &pod, &placed),
+                "{} with {:?} nominated",
+                node.name,
+                ahead.iter().map(|p| p.name()).collect::<Vec<_>>()
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 90, "every set of pods on every node");
 }

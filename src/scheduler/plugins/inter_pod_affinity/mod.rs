@@ -296,8 +296,9 @@ fn matches_all_terms(terms: &[AffinityTerm], group: &PodGroup) -> bool {
     !terms.is_empty() && terms.iter().all(|t| t.matches_group(group, None))
 }
 
-/// What a preemption dry run took off one node, per pair (key id, value id, pods): a few
-/// entries, laid over a [`TopologyMap`] shared with the cycle.
+/// What left one node in a preemption dry run, per pair (key id, value id, pods), or came to
+/// it as nominated pods (a negative number): a few entries, laid over a [`TopologyMap`] shared
+/// with the cycle.
 #[derive(Clone, Debug, Default)]
 struct Removed(Vec<(u32, u32, i64)>);
 
@@ -325,7 +326,7 @@ impl Removed {
 struct Counts<'a>(&'a TopologyMap, &'a Removed);
 
 impl Counts<'_> {
-    /// Whether no pair has a pod left (upstream deletes a pair that falls to 0).
+    /// Whether no pair has a pod (upstream deletes a pair that falls to 0).
     fn is_empty(&self) -> bool {
         self.0.total() - self.1.total() <= 0
     }
@@ -366,13 +367,50 @@ struct PreFilterState {
     /// Whether the incoming pod matches all its own required affinity terms (the first pod of
     /// a group that has affinity to itself).
     matches_own_affinity: bool,
-    /// What a preemption dry run took off one node, for each of the three maps.
+    /// What left or came to one node (see [`Removed`]), for each of the three maps.
     removed_existing: Removed,
     removed_affinity: Removed,
     removed_anti_affinity: Removed,
 }
 
 impl PreFilterState {
+    /// This state with `pods` of `node` counted `sign` times off the three maps (1: taken
+    /// off, -1: added), each matched as PreFilter matches the groups: their required
+    /// anti-affinity terms against the incoming pod, the incoming pod's required terms
+    /// against them.
+    fn lay_over(
+        &self,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        pods: &[&PodInfo],
+        sign: i64,
+        snapshot: &Snapshot,
+    ) -> Self {
+        let mut next = self.clone();
+        let ns_labels = snapshot.namespace_labels(pod.namespace());
+        for p in pods {
+            for term in &p.group.terms().required_anti_affinity {
+                if term.matches(pod, ns_labels) {
+                    next.removed_existing
+                        .add_for_node(node, &term.topology_key, sign);
+                }
+            }
+            if matches_all_terms(&self.affinity, &p.group) {
+                for term in self.affinity.iter() {
+                    next.removed_affinity
+                        .add_for_node(node, &term.topology_key, sign);
+                }
+            }
+            for term in self.anti_affinity.iter() {
+                if term.matches_group(&p.group, None) {
+                    next.removed_anti_affinity
+                        .add_for_node(node, &term.topology_key, sign);
+                }
+            }
+        }
+        next
+    }
+
     fn existing(&self) -> Counts<'_> {
         Counts(&self.existing_anti_affinity_counts, &self.removed_existing)
     }
@@ -546,9 +584,7 @@ impl PreFilterPlugin for InterPodAffinity {
         (PreFilterResult::all_nodes(), Status::success())
     }
 
-    /// Takes the pods `removed` from `node` off the three maps, matching each as PreFilter
-    /// matched the groups: their required anti-affinity terms against the incoming pod, and
-    /// the incoming pod's required terms against them (upstream's RemovePod).
+    /// Takes the pods `removed` from `node` off the three maps (upstream's RemovePod).
     fn remove_pods(
         &self,
         state: &mut CycleState,
@@ -560,28 +596,24 @@ impl PreFilterPlugin for InterPodAffinity {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
             return false;
         };
-        let mut next = s.clone();
-        let ns_labels = snapshot.namespace_labels(pod.namespace());
-        for r in removed {
-            for term in &r.group.terms().required_anti_affinity {
-                if term.matches(pod, ns_labels) {
-                    next.removed_existing
-                        .add_for_node(node, &term.topology_key, 1);
-                }
-            }
-            if matches_all_terms(&s.affinity, &r.group) {
-                for term in s.affinity.iter() {
-                    next.removed_affinity
-                        .add_for_node(node, &term.topology_key, 1);
-                }
-            }
-            for term in s.anti_affinity.iter() {
-                if term.matches_group(&r.group, None) {
-                    next.removed_anti_affinity
-                        .add_for_node(node, &term.topology_key, 1);
-                }
-            }
-        }
+        let next = s.lay_over(pod, node, removed, 1, snapshot);
+        state.write(PRE_FILTER_STATE_KEY, next);
+        true
+    }
+
+    /// Counts the pods `added` (nominated to `node`) in the three maps (upstream's AddPod).
+    fn add_pods(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        added: &[&PodInfo],
+        snapshot: &Snapshot,
+    ) -> bool {
+        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
+            return false;
+        };
+        let next = s.lay_over(pod, node, added, -1, snapshot);
         state.write(PRE_FILTER_STATE_KEY, next);
         true
     }

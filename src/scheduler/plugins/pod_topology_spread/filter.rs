@@ -19,7 +19,8 @@ pub(super) struct HardConstraint {
 pub(super) struct PreFilterState {
     /// Shared, so that a preemption dry run copies the state cheaply.
     pub(super) constraints: Arc<Vec<HardConstraint>>,
-    /// What a preemption dry run took off one node: (constraint, domain, matching pods).
+    /// What left one node in a preemption dry run (constraint, domain, matching pods), or
+    /// came to it as nominated pods (a negative number).
     pub(super) removed: Vec<(usize, u32, i64)>,
 }
 
@@ -38,14 +39,50 @@ impl PreFilterState {
         counted - gone
     }
 
-    /// The global minimum of constraint `i`: the emptiest domain, which a dry run may have
-    /// emptied further (only the domains it took pods off can have gone below it).
+    /// The global minimum of constraint `i`: the emptiest domain. Where pods only left, only
+    /// their domains can have gone below it; where pods came, the minimum is sought again.
     fn min_match(&self, i: usize) -> i64 {
-        (self.removed.iter())
-            .filter(|&&(c, _, _)| c == i)
-            .fold(self.constraints[i].min_match, |min, &(_, d, _)| {
-                min.min(self.matching(i, d))
-            })
+        let hc = &self.constraints[i];
+        let changes = || self.removed.iter().filter(move |&&(c, _, _)| c == i);
+        if changes().any(|&(_, _, n)| n < 0) {
+            let domains = i64::try_from(hc.counts.len()).unwrap_or(i64::MAX);
+            if domains < hc.constraint.min_domains {
+                return 0;
+            }
+            return (hc.counts.keys())
+                .map(|&d| self.matching(i, d))
+                .min()
+                .unwrap_or(0);
+        }
+        changes().fold(hc.min_match, |min, &(_, d, _)| min.min(self.matching(i, d)))
+    }
+
+    /// This state with `pods` of `node` counted `sign` times off their domains (1: taken off,
+    /// -1: added), for each constraint whose selector counts them, when the node has every
+    /// constraint's key and passes the constraint's inclusion policies, as PreFilter counts.
+    fn lay_over(&self, pod: &PodInfo, node: &NodeInfo, pods: &[&PodInfo], sign: i64) -> Self {
+        let mut next = self.clone();
+        if !(self.constraints.iter()).all(|hc| node.topology.has(&hc.constraint.topology_key)) {
+            return next;
+        }
+        let inclusion = Inclusion::new(pod);
+        for (i, hc) in self.constraints.iter().enumerate() {
+            let c = &hc.constraint;
+            let Some(domain) = node.topology.value(&c.topology_key) else {
+                continue;
+            };
+            if !inclusion.includes(c, node) {
+                continue;
+            }
+            let counted = (pods.iter())
+                .filter(|p| counts_group(&c.selector, pod.namespace(), &p.group))
+                .count();
+            if counted > 0 {
+                let n = i64::try_from(counted).unwrap_or(i64::MAX);
+                next.removed.push((i, domain, sign * n));
+            }
+        }
+        next
     }
 }
 
@@ -116,9 +153,7 @@ impl PreFilterPlugin for PodTopologySpread {
         (PreFilterResult::all_nodes(), Status::success())
     }
 
-    /// Takes the pods `removed` from `node` off the counts of its domains, as PreFilter would
-    /// not have counted them: for each constraint whose selector counts them, when the node
-    /// has every constraint's key and passes the constraint's inclusion policies.
+    /// Takes the pods `removed` from `node` off the counts of its domains.
     fn remove_pods(
         &self,
         state: &mut CycleState,
@@ -130,29 +165,24 @@ impl PreFilterPlugin for PodTopologySpread {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
             return false;
         };
-        let mut next = s.clone();
-        if s.constraints
-            .iter()
-            .all(|hc| node.topology.has(&hc.constraint.topology_key))
-        {
-            let inclusion = Inclusion::new(pod);
-            for (i, hc) in s.constraints.iter().enumerate() {
-                let c = &hc.constraint;
-                let Some(domain) = node.topology.value(&c.topology_key) else {
-                    continue;
-                };
-                if !inclusion.includes(c, node) {
-                    continue;
-                }
-                let gone = (removed.iter())
-                    .filter(|r| counts_group(&c.selector, pod.namespace(), &r.group))
-                    .count();
-                if gone > 0 {
-                    next.removed
-                        .push((i, domain, i64::try_from(gone).unwrap_or(i64::MAX)));
-                }
-            }
-        }
+        let next = s.lay_over(pod, node, removed, 1);
+        state.write(PRE_FILTER_STATE_KEY, next);
+        true
+    }
+
+    /// Counts the pods `added` (nominated to `node`) in its domains.
+    fn add_pods(
+        &self,
+        state: &mut CycleState,
+        pod: &PodInfo,
+        node: &NodeInfo,
+        added: &[&PodInfo],
+        _snapshot: &Snapshot,
+    ) -> bool {
+        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
+            return false;
+        };
+        let next = s.lay_over(pod, node, added, -1);
         state.write(PRE_FILTER_STATE_KEY, next);
         true
     }
