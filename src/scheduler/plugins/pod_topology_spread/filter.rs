@@ -25,7 +25,8 @@ pub(super) struct PreFilterState {
 }
 
 impl PreFilterState {
-    /// The pods constraint `i` counts in `domain`, less those a dry run took off.
+    /// The pods constraint `i` counts in `domain`, less those laid over as gone and plus those
+    /// laid over as come.
     fn matching(&self, i: usize, domain: u32) -> i64 {
         let counted = self.constraints[i]
             .counts
