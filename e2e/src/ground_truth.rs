@@ -25,6 +25,10 @@ pub struct BindLedger {
     task: tokio::task::JoinHandle<()>,
 }
 
+/// How long a ledger's watch may stay silent while it recovers (after a failure, or while
+/// it lists) before it starts over.
+const RECOVER: Duration = Duration::from_secs(20);
+
 /// One bind the ledger saw: the pod's name, its node, and when the watch first showed it.
 struct Seen {
     name: String,
@@ -41,8 +45,34 @@ impl BindLedger {
         let config = watcher::Config::default().labels(selector);
         let task = tokio::spawn(async move {
             // Backed off after an error, so that a busy API server is not asked again at once.
-            let mut events = watcher(pods, config).default_backoff().boxed();
-            while let Some(event) = events.next().await {
+            let start = || {
+                watcher(pods.clone(), config.clone())
+                    .default_backoff()
+                    .boxed()
+            };
+            let mut events = start();
+            // Between a failure (or the start of a list) and the watch running again, a request
+            // to an API server coming back can go unanswered for minutes: past RECOVER of
+            // silence then, the watch starts over with a new list.
+            let mut recovering = true;
+            loop {
+                let event = if recovering {
+                    match tokio::time::timeout(RECOVER, events.next()).await {
+                        Ok(event) => event,
+                        Err(_) => {
+                            events = start();
+                            continue;
+                        }
+                    }
+                } else {
+                    events.next().await
+                };
+                let Some(event) = event else { break };
+                recovering = match &event {
+                    Err(_) | Ok(watcher::Event::Init) => true,
+                    Ok(watcher::Event::InitApply(_)) => recovering,
+                    Ok(_) => false,
+                };
                 let pod = match event {
                     Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => pod,
                     _ => continue,
