@@ -173,7 +173,7 @@ pub trait Plugin: Send + Sync + 'static {
     /// Whether the plugin's PreFilter reads other pods (what it computes changes when pods
     /// come or go, as for InterPodAffinity): a preemption dry run brings such a plugin's
     /// PreFilter state to the node without its victims, through
-    /// [`PreFilterPlugin::remove_pods`] or else by running PreFilter again on a changed
+    /// [`PreFilterPlugin::lay_over_pods`] or else by running PreFilter again on a changed
     /// snapshot (upstream's PreFilterExtensions).
     fn pre_filter_reads_pods(&self) -> bool {
         false
@@ -248,36 +248,42 @@ pub trait PreFilterPlugin: Send + Sync {
         snapshot: &Snapshot,
     ) -> (PreFilterResult, Status);
 
-    /// For a preemption dry run (upstream's PreFilterExtensions RemovePod): rewrites this
-    /// plugin's PreFilter state for `pod` in `state` as if `removed`, pods of `node`, were gone
-    /// from `snapshot`, so that Filter on `node` answers as after a PreFilter run without them.
-    /// `false` when the plugin has no such rewrite: the dry run runs its PreFilter again on a
-    /// copy of the snapshot without them. Only for plugins whose PreFilter reads other pods
-    /// ([`Plugin::pre_filter_reads_pods`]) and did not skip.
-    fn remove_pods(
+    /// Upstream's PreFilterExtensions (RemovePod, AddPod): rewrites this plugin's PreFilter
+    /// state for `pod` in `state` as if `pods`, of `node`, were taken off it (a preemption
+    /// dry run's victims) or added to it (the pods nominated there ahead of `pod`), so that
+    /// Filter answers as after a PreFilter run on `snapshot` so changed. `false` when the
+    /// plugin has no such rewrite: a dry run then runs its PreFilter again on a copy of the
+    /// snapshot, and nominated pods count for it only on the node itself. Only for plugins
+    /// whose PreFilter reads other pods ([`Plugin::pre_filter_reads_pods`]) and did not skip.
+    fn lay_over_pods(
         &self,
         _state: &mut CycleState,
         _pod: &PodInfo,
         _node: &NodeInfo,
-        _removed: &[&PodInfo],
+        _pods: &[&PodInfo],
+        _change: PodsChange,
         _snapshot: &Snapshot,
     ) -> bool {
         false
     }
+}
 
-    /// As [`PreFilterPlugin::remove_pods`], for `added`, pods counted on `node` besides its
-    /// own (upstream's AddPod): the pods nominated to the node ahead of the pod, which Filter
-    /// must leave room for. `false` when the plugin has no such rewrite: its state then
-    /// stands as PreFilter computed it.
-    fn add_pods(
-        &self,
-        _state: &mut CycleState,
-        _pod: &PodInfo,
-        _node: &NodeInfo,
-        _added: &[&PodInfo],
-        _snapshot: &Snapshot,
-    ) -> bool {
-        false
+/// How the pods handed to [`PreFilterPlugin::lay_over_pods`] change a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PodsChange {
+    /// Taken off it (a preemption dry run's victims).
+    TakenOff,
+    /// Added to it (pods nominated there).
+    Added,
+}
+
+impl PodsChange {
+    /// What one such pod takes off a count: 1 when it left, -1 when it came.
+    pub fn taken_off(self) -> i64 {
+        match self {
+            PodsChange::TakenOff => 1,
+            PodsChange::Added => -1,
+        }
     }
 }
 

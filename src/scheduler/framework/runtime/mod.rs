@@ -19,7 +19,7 @@ use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods, Nomination,
-    PostFilterContext, PreFilterResult, Status,
+    PodsChange, PostFilterContext, PreFilterPlugin, PreFilterResult, Status,
 };
 
 /// Why a pod fits on no node: the status of each node that was filtered out, or of the
@@ -229,7 +229,7 @@ impl CompiledProfile {
 
     /// Brings `state` to what PreFilter would have computed with `removed` (pods of `node`)
     /// gone, for the plugins whose PreFilter reads other pods: each rewrites its own state
-    /// where it can ([`PreFilterPlugin::remove_pods`]); the others run PreFilter again against
+    /// where it can ([`PreFilterPlugin::lay_over_pods`]); the others run PreFilter again against
     /// `without()`, the snapshot with the changed node (built once, only if one needs it). The
     /// other plugins' PreFilter answers depend on the pod alone and stand, and so does a skip
     /// (fewer pods never make a skipped plugin matter). The status that rejects the pod, if
@@ -244,28 +244,33 @@ impl CompiledProfile {
         without: &dyn Fn() -> Snapshot,
     ) -> Result<(), Status> {
         let mut changed: Option<Snapshot> = None;
-        for plugin in self.pre_filter.iter().filter(|p| p.pre_filter_reads_pods()) {
-            if state.skips_filter(plugin.name()) {
-                continue;
-            }
-            let Some(pf) = plugin.pre_filter() else {
-                continue;
-            };
-            if pf.remove_pods(state, pod, node, removed, snapshot) {
+        for (name, pf) in self.pod_reading_pre_filters() {
+            if state.skips_filter(name)
+                || pf.lay_over_pods(state, pod, node, removed, PodsChange::TakenOff, snapshot)
+            {
                 continue;
             }
             let changed = changed.get_or_insert_with(without);
             let (_, status) = pf.pre_filter(state, pod, changed);
-            let status = status.with_plugin(plugin.name());
+            let status = status.with_plugin(name);
             if status.is_skip() {
-                state.mark_skip_filter(plugin.name());
+                state.mark_skip_filter(name);
             } else if status.is_success() {
-                state.unmark_skip_filter(plugin.name());
+                state.unmark_skip_filter(name);
             } else {
                 return Err(status);
             }
         }
         Ok(())
+    }
+
+    /// The PreFilter plugins whose PreFilter reads other pods, with their names.
+    fn pod_reading_pre_filters(
+        &self,
+    ) -> impl Iterator<Item = (&'static str, &dyn PreFilterPlugin)> {
+        (self.pre_filter.iter())
+            .filter(|p| p.pre_filter_reads_pods())
+            .filter_map(|p| Some((p.name(), p.pre_filter()?)))
     }
 
     /// Runs every Filter plugin on one node, stopping at the first that rejects it.
@@ -317,7 +322,7 @@ impl CompiledProfile {
     }
 
     /// `state` with `added` counted on `node` by the PreFilter states that count other pods
-    /// (upstream's addGENominatedPods, through [`PreFilterPlugin::add_pods`]), for the plugins
+    /// (upstream's addGENominatedPods, through [`PreFilterPlugin::lay_over_pods`]), for the plugins
     /// that did not skip the pod; `None` when no state changed.
     pub fn state_with_pods(
         &self,
@@ -329,15 +334,12 @@ impl CompiledProfile {
     ) -> Option<CycleState> {
         let added: Vec<&PodInfo> = added.iter().map(|p| p.as_ref()).collect();
         let mut laid: Option<CycleState> = None;
-        for plugin in self.pre_filter.iter().filter(|p| p.pre_filter_reads_pods()) {
-            if state.skips_filter(plugin.name()) {
+        for (name, pf) in self.pod_reading_pre_filters() {
+            if state.skips_filter(name) {
                 continue;
             }
-            let Some(pf) = plugin.pre_filter() else {
-                continue;
-            };
             let next = laid.get_or_insert_with(|| state.clone());
-            pf.add_pods(next, pod, node, &added, snapshot);
+            pf.lay_over_pods(next, pod, node, &added, PodsChange::Added, snapshot);
         }
         laid
     }

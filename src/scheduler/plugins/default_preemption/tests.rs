@@ -897,28 +897,14 @@ fn constrained_pod(name: &str, app: &str, shuns: bool) -> PodBuilder {
     )
 }
 
-/// Every node's Filter verdict for `pod` in `view` with `state`.
-fn verdicts(
-    profile: &crate::scheduler::framework::profile::CompiledProfile,
-    state: &CycleState,
-    pod: &PodInfo,
-    view: &Snapshot,
-) -> Vec<String> {
-    view.nodes()
-        .iter()
-        .map(|n| {
-            let s = profile.run_filter(state, pod, n);
-            format!("{}: {:?} {}", n.name, s.code, s.message())
-        })
-        .collect()
-}
-
-/// A dry run lays the pods it takes off a node over the cycle's counts (upstream's RemovePod)
-/// instead of running PodTopologySpread's and InterPodAffinity's PreFilter again: every node's
-/// Filter answers as after a PreFilter run on the snapshot without those pods, for every set
-/// of pods taken off every node.
-#[test]
-fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
+/// The default profile, [`constrained_cluster`] and the incoming pod's cycle state after
+/// PreFilter on it.
+fn prefiltered_constrained() -> (
+    crate::scheduler::framework::profile::CompiledProfile,
+    Snapshot,
+    PodInfo,
+    CycleState,
+) {
     let profile = default_profile("tether-scheduler", &Handle::default())
         .expect("compiles")
         .profile;
@@ -927,6 +913,41 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
     profile
         .run_pre_filter_alone(&mut cycle, &pod, &snap)
         .expect("prefilter");
+    (profile, snap, pod, cycle)
+}
+
+/// Asserts that every node of `view` answers `pod`'s Filter with `laid_over` as after a
+/// PreFilter run afresh on `view`; `case` names the case.
+fn assert_as_afresh(
+    profile: &crate::scheduler::framework::profile::CompiledProfile,
+    pod: &PodInfo,
+    laid_over: &CycleState,
+    view: &Snapshot,
+    case: impl FnOnce() -> String,
+) {
+    let verdicts = |state: &CycleState| -> Vec<String> {
+        view.nodes()
+            .iter()
+            .map(|n| {
+                let s = profile.run_filter(state, pod, n);
+                format!("{}: {:?} {}", n.name, s.code, s.message())
+            })
+            .collect()
+    };
+    let mut afresh = CycleState::new();
+    profile
+        .run_pre_filter_alone(&mut afresh, pod, view)
+        .expect("prefilter");
+    assert_eq!(verdicts(laid_over), verdicts(&afresh), "{}", case());
+}
+
+/// A dry run lays the pods it takes off a node over the cycle's counts (upstream's RemovePod)
+/// instead of running PodTopologySpread's and InterPodAffinity's PreFilter again: every node's
+/// Filter answers as after a PreFilter run on the snapshot without those pods, for every set
+/// of pods taken off every node.
+#[test]
+fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
+    let (profile, snap, pod, cycle) = prefiltered_constrained();
     let mut compared = 0;
     for node in snap.nodes() {
         for mask in 1u32..(1 << node.pods.len()) {
@@ -945,17 +966,10 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
             profile
                 .pre_filters_without(&mut laid_over, &pod, node, &removed, &snap, &never)
                 .expect("no rejection");
-            let mut afresh = CycleState::new();
-            profile
-                .run_pre_filter_alone(&mut afresh, &pod, &without)
-                .expect("prefilter");
-            assert_eq!(
-                verdicts(&profile, &laid_over, &pod, &without),
-                verdicts(&profile, &afresh, &pod, &without),
-                "{} without {:?}",
-                node.name,
-                removed.iter().map(|p| p.name()).collect::<Vec<_>>()
-            );
+            assert_as_afresh(&profile, &pod, &laid_over, &without, || {
+                let names: Vec<&str> = removed.iter().map(|p| p.name()).collect();
+                format!("{} without {names:?}", node.name)
+            });
             compared += 1;
         }
     }
@@ -968,14 +982,7 @@ fn pods_taken_off_in_a_dry_run_count_as_if_prefilter_ran_without_them() {
 /// as after a PreFilter run on a snapshot with them placed there.
 #[test]
 fn pods_nominated_to_a_node_count_as_if_placed_there() {
-    let profile = default_profile("tether-scheduler", &Handle::default())
-        .expect("compiles")
-        .profile;
-    let (snap, pod) = constrained_cluster();
-    let mut cycle = CycleState::new();
-    profile
-        .run_pre_filter_alone(&mut cycle, &pod, &snap)
-        .expect("prefilter");
+    let (profile, snap, pod, cycle) = prefiltered_constrained();
     let candidates: Vec<Arc<PodInfo>> = [
         ("na", "a", false),
         ("nb", "b", false),
@@ -1001,17 +1008,10 @@ fn pods_nominated_to_a_node_count_as_if_placed_there() {
             let laid_over = profile
                 .state_with_pods(&cycle, &pod, node, &ahead, &snap)
                 .expect("both plugins count pods");
-            let mut afresh = CycleState::new();
-            profile
-                .run_pre_filter_alone(&mut afresh, &pod, &placed)
-                .expect("prefilter");
-            assert_eq!(
-                verdicts(&profile, &laid_over, &pod, &placed),
-                verdicts(&profile, &afresh, &pod, &placed),
-                "{} with {:?} nominated",
-                node.name,
-                ahead.iter().map(|p| p.name()).collect::<Vec<_>>()
-            );
+            assert_as_afresh(&profile, &pod, &laid_over, &placed, || {
+                let names: Vec<&str> = ahead.iter().map(|p| p.name()).collect();
+                format!("{} with {names:?} nominated", node.name)
+            });
             compared += 1;
         }
     }

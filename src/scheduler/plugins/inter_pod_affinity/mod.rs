@@ -28,8 +28,8 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::Label;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ScorePlugin, Status,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PodsChange, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::plugins::registry::Handle;
 
@@ -584,36 +584,20 @@ impl PreFilterPlugin for InterPodAffinity {
         (PreFilterResult::all_nodes(), Status::success())
     }
 
-    /// Takes the pods `removed` from `node` off the three maps (upstream's RemovePod).
-    fn remove_pods(
+    /// Takes the pods off, or adds them to, the three maps at the node's pairs.
+    fn lay_over_pods(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-        removed: &[&PodInfo],
+        pods: &[&PodInfo],
+        change: PodsChange,
         snapshot: &Snapshot,
     ) -> bool {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
             return false;
         };
-        let next = s.lay_over(pod, node, removed, 1, snapshot);
-        state.write(PRE_FILTER_STATE_KEY, next);
-        true
-    }
-
-    /// Counts the pods `added` (nominated to `node`) in the three maps (upstream's AddPod).
-    fn add_pods(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        added: &[&PodInfo],
-        snapshot: &Snapshot,
-    ) -> bool {
-        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
-            return false;
-        };
-        let next = s.lay_over(pod, node, added, -1, snapshot);
+        let next = s.lay_over(pod, node, pods, change.taken_off(), snapshot);
         state.write(PRE_FILTER_STATE_KEY, next);
         true
     }

@@ -154,36 +154,20 @@ impl PreFilterPlugin for PodTopologySpread {
         (PreFilterResult::all_nodes(), Status::success())
     }
 
-    /// Takes the pods `removed` from `node` off the counts of its domains.
-    fn remove_pods(
+    /// Takes the pods off, or adds them to, the counts of the node's domains.
+    fn lay_over_pods(
         &self,
         state: &mut CycleState,
         pod: &PodInfo,
         node: &NodeInfo,
-        removed: &[&PodInfo],
+        pods: &[&PodInfo],
+        change: PodsChange,
         _snapshot: &Snapshot,
     ) -> bool {
         let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
             return false;
         };
-        let next = s.lay_over(pod, node, removed, 1);
-        state.write(PRE_FILTER_STATE_KEY, next);
-        true
-    }
-
-    /// Counts the pods `added` (nominated to `node`) in its domains.
-    fn add_pods(
-        &self,
-        state: &mut CycleState,
-        pod: &PodInfo,
-        node: &NodeInfo,
-        added: &[&PodInfo],
-        _snapshot: &Snapshot,
-    ) -> bool {
-        let Some(s) = state.read::<PreFilterState>(PRE_FILTER_STATE_KEY) else {
-            return false;
-        };
-        let next = s.lay_over(pod, node, added, -1);
+        let next = s.lay_over(pod, node, pods, change.taken_off());
         state.write(PRE_FILTER_STATE_KEY, next);
         true
     }

@@ -38,8 +38,8 @@ use crate::scheduler::framework::topology::{self, Label};
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
-    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
-    PreScorePlugin, ScorePlugin, Status,
+    CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PodsChange, PreFilterPlugin,
+    PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 pub use crate::scheduler::informers::selectors::{DefaultSelectorSource, NoDefaultSelectors};
 use crate::scheduler::plugins::registry::Handle;
