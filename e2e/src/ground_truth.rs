@@ -29,6 +29,24 @@ pub struct BindLedger {
 /// it lists) before it starts over.
 const RECOVER: Duration = Duration::from_secs(20);
 
+/// The wait between a failed request of the test's own watches and the next: steady, so that
+/// a watch asks again within half a second of an API server's return. kube's default backoff
+/// doubles up to 30 s: after an outage of a few seconds the ledger slept through the binds
+/// tether made in the meantime while the test already compared.
+struct Steady;
+
+impl Iterator for Steady {
+    type Item = Duration;
+
+    fn next(&mut self) -> Option<Duration> {
+        Some(Duration::from_millis(500))
+    }
+}
+
+impl kube::runtime::utils::Backoff for Steady {
+    fn reset(&mut self) {}
+}
+
 /// One bind the ledger saw: the pod's name, its node, and when the watch first showed it.
 struct Seen {
     name: String,
@@ -47,7 +65,7 @@ impl BindLedger {
             // Backed off after an error, so that a busy API server is not asked again at once.
             let start = || {
                 watcher(pods.clone(), config.clone())
-                    .default_backoff()
+                    .backoff(Steady)
                     .boxed()
             };
             let mut events = start();
@@ -211,7 +229,7 @@ impl EventLedger {
         let ledger = seen.clone();
         let config = watcher::Config::default().fields("reason=Scheduled");
         let task = tokio::spawn(async move {
-            let mut stream = watcher(events, config).default_backoff().boxed();
+            let mut stream = watcher(events, config).backoff(Steady).boxed();
             while let Some(event) = stream.next().await {
                 let event = match event {
                     Ok(watcher::Event::Apply(e) | watcher::Event::InitApply(e)) => e,
@@ -362,15 +380,17 @@ impl HistoryWorkload {
             .unwrap_or_default())
     }
 
-    /// Waits until its binding has counted `count` binds, then checks the history against the
-    /// binds `ledger` saw.
+    /// Waits until its binding has counted as many binds as `ledger` saw, then checks the
+    /// history against them.
     pub async fn assert_history_matches(
         &self,
         ledger: &BindLedger,
         timeout: Duration,
     ) -> anyhow::Result<StickyBindingStatus> {
-        // Reached, then unchanged (the history and the ledger) for STABLE: a bind counted
-        // twice late, or a bind the ledger sees late, still shows.
+        // Equal, then unchanged (the history and the ledger) for STABLE: a bind counted twice
+        // late still shows. A ledger behind the history (its watch still recovering from an
+        // outage) is waited for; a history that never comes to equal it is compared at the
+        // deadline, and the comparison says how they differ.
         const STABLE: Duration = Duration::from_secs(3);
         let last = std::cell::RefCell::new(None::<(StickyBindingStatus, usize, Instant)>);
         let reached =
@@ -390,7 +410,7 @@ impl HistoryWorkload {
                                 Duration::ZERO
                             }
                         };
-                        Ok((status.schedule_count >= seen as i64 && steady >= STABLE)
+                        Ok((status.schedule_count == seen as i64 && steady >= STABLE)
                             .then_some(status))
                     }
                 },

@@ -525,12 +525,14 @@ impl TestNamespace {
             .await
             .with_context(|| format!("creating namespace {name}"))?;
         // Pods are refused until kube-controller-manager has made the namespace's `default`
-        // ServiceAccount, a moment after the namespace.
+        // ServiceAccount, a moment after the namespace. Right after a fault test restarted the
+        // API server, kube-controller-manager's informers may still be backing off (up to 30 s
+        // a try): the wait allows for that.
         let accounts: Api<k8s_openapi::api::core::v1::ServiceAccount> =
             Api::namespaced(client.clone(), &name);
         wait_for(
             &format!("the default ServiceAccount of {name}"),
-            Duration::from_secs(30),
+            Duration::from_secs(90),
             || {
                 let accounts = accounts.clone();
                 async move { Ok(accounts.get_opt("default").await?.map(|_| ())) }
