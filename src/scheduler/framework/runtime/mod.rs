@@ -15,11 +15,11 @@ use rayon::prelude::*;
 
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods, Nomination,
-    PodsChange, PostFilterContext, PreFilterPlugin, PreFilterResult, Status,
+    PodsChange, PostFilterContext, PreFilterPlugin, PreFilterResult, ScorePlugin, Status,
 };
 
 /// Why a pod fits on no node: the status of each node that was filtered out, or of the
@@ -449,8 +449,14 @@ impl CompiledProfile {
         Status::success()
     }
 
-    /// Score (parallel over nodes), NormalizeScore and weights: the total per node. `detail`,
-    /// when given, receives each Score plugin's scores (`tether explain`).
+    /// Score, NormalizeScore and weights: the total per node. `detail`, when given, receives
+    /// each Score plugin's scores (`tether explain`).
+    ///
+    /// As kube-scheduler's RunScorePlugins, one parallel section over the nodes runs every
+    /// Score plugin on each node (not one section per plugin: each wakes the worker threads),
+    /// and each node's name is copied once for the cycle. A failing plugin fails the cycle;
+    /// when several fail, the first in the profile's order (on the first node it failed on)
+    /// is reported.
     pub fn run_score(
         &self,
         state: &CycleState,
@@ -458,78 +464,93 @@ impl CompiledProfile {
         nodes: &[Arc<NodeInfo>],
         mut detail: Option<&mut Vec<PluginScores>>,
     ) -> Result<Vec<NodeScore>, Status> {
-        let mut totals: Vec<NodeScore> = nodes
+        let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
                 name: n.name.clone(),
                 score: 0,
             })
             .collect();
-        for weighted in &self.score {
-            let plugin = &weighted.plugin;
-            let Some(sp) = plugin.score() else { continue };
-            if state.skips_score(plugin.name()) {
-                continue;
-            }
-            let raw: Result<Vec<i64>, Status> = nodes
-                .par_iter()
-                .with_min_len(16)
-                .map(|node| {
+        let active: Vec<(&WeightedScore, &dyn ScorePlugin)> = self
+            .score
+            .iter()
+            .filter_map(|weighted| {
+                let sp = weighted.plugin.score()?;
+                (!state.skips_score(weighted.plugin.name())).then_some((weighted, sp))
+            })
+            .collect();
+        let plugins = active.len();
+        if plugins == 0 {
+            return Ok(scores);
+        }
+        // Node n's raw score from the i-th active plugin is raw[n * plugins + i].
+        let mut raw = vec![0i64; nodes.len() * plugins];
+        let failed = raw
+            .par_chunks_mut(plugins)
+            .zip(nodes.par_iter())
+            .enumerate()
+            .with_min_len(16)
+            .filter_map(|(n, (row, node))| {
+                for (i, ((weighted, sp), slot)) in active.iter().zip(row).enumerate() {
+                    let name = weighted.plugin.name();
                     let clock = state.plugin_clock();
                     let score = sp.score(state, pod, node);
                     let code = score.as_ref().map_or_else(|s| s.code, |_| Code::Success);
-                    state.record_plugin(plugin.name(), "Score", code, clock);
-                    score.map_err(|s| {
-                        Status::error(format!(
-                            "running Score plugins: plugin {:?} failed with: {}",
-                            plugin.name(),
-                            s.message()
-                        ))
-                        .with_plugin(plugin.name())
-                    })
-                })
-                .collect();
-            let raw = raw?;
-            let mut scores: Vec<NodeScore> = raw
-                .iter()
-                .zip(nodes)
-                .map(|(&score, n)| NodeScore {
-                    name: n.name.clone(),
-                    score,
-                })
-                .collect();
+                    state.record_plugin(name, "Score", code, clock);
+                    match score {
+                        Ok(score) => *slot = score,
+                        Err(status) => return Some((i, n, name, status)),
+                    }
+                }
+                None
+            })
+            .min_by_key(|(i, n, _, _)| (*i, *n));
+        if let Some((_, _, name, status)) = failed {
+            return Err(Status::error(format!(
+                "running Score plugins: plugin {name:?} failed with: {}",
+                status.message()
+            ))
+            .with_plugin(name));
+        }
+        let mut totals = vec![0i64; nodes.len()];
+        for (i, (weighted, sp)) in active.iter().enumerate() {
+            let name = weighted.plugin.name();
+            for (s, row) in scores.iter_mut().zip(raw.chunks(plugins)) {
+                s.score = row[i];
+            }
             let clock = state.plugin_clock();
             let status = sp.normalize_scores(state, pod, &mut scores);
-            state.record_plugin(plugin.name(), "ScoreExtensionNormalize", status.code, clock);
+            state.record_plugin(name, "ScoreExtensionNormalize", status.code, clock);
             if !status.is_success() {
                 return Err(Status::error(format!(
-                    "running Normalize on Score plugins: plugin {:?} failed with: {}",
-                    plugin.name(),
+                    "running Normalize on Score plugins: plugin {name:?} failed with: {}",
                     status.message()
                 ))
-                .with_plugin(plugin.name()));
+                .with_plugin(name));
             }
             for (total, s) in totals.iter_mut().zip(&scores) {
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
                     return Err(Status::error(format!(
-                        "applying score defaultWeights on Score plugins: plugin {:?} returns an invalid score {}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
-                        plugin.name(),
+                        "applying score defaultWeights on Score plugins: plugin {name:?} returns an invalid score {}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
                         s.score,
                     ))
-                    .with_plugin(plugin.name()));
+                    .with_plugin(name));
                 }
-                total.score += s.score * weighted.weight;
+                *total += s.score * weighted.weight;
             }
             if let Some(detail) = detail.as_deref_mut() {
                 detail.push(PluginScores {
-                    plugin: plugin.name(),
+                    plugin: name,
                     weight: weighted.weight,
-                    raw,
+                    raw: raw.chunks(plugins).map(|row| row[i]).collect(),
                     normalized: scores.iter().map(|s| s.score).collect(),
                 });
             }
         }
-        Ok(totals)
+        for (s, total) in scores.iter_mut().zip(totals) {
+            s.score = total;
+        }
+        Ok(scores)
     }
 }
 
@@ -707,11 +728,180 @@ mod tests {
         }
     }
 
+    /// A Score plugin for the tests below: `raw` scores the node of that index, `normalize`
+    /// maps each raw score.
+    struct Scoring {
+        name: &'static str,
+        raw: fn(usize) -> Result<i64, Status>,
+        normalize: fn(i64) -> i64,
+    }
+
+    impl crate::scheduler::framework::Plugin for Scoring {
+        fn name(&self) -> &'static str {
+            self.name
+        }
+        fn score(&self) -> Option<&dyn crate::scheduler::framework::ScorePlugin> {
+            Some(self)
+        }
+    }
+
+    impl crate::scheduler::framework::ScorePlugin for Scoring {
+        fn score(&self, _: &CycleState, _: &PodInfo, node: &NodeInfo) -> Result<i64, Status> {
+            let index = node
+                .name
+                .trim_start_matches('n')
+                .parse()
+                .expect("node n<index>");
+            (self.raw)(index)
+        }
+        fn normalize_scores(
+            &self,
+            _: &CycleState,
+            _: &PodInfo,
+            scores: &mut [NodeScore],
+        ) -> Status {
+            for s in scores {
+                s.score = (self.normalize)(s.score);
+            }
+            Status::success()
+        }
+    }
+
+    fn scoring_profile(plugins: Vec<(Scoring, i64)>) -> CompiledProfile {
+        let mut profile = crate::scheduler::profile::default_profile(
+            "s",
+            &crate::scheduler::plugins::registry::Handle::default(),
+        )
+        .expect("default profile")
+        .profile;
+        profile.score = plugins
+            .into_iter()
+            .map(|(plugin, weight)| WeightedScore {
+                plugin: Arc::new(plugin),
+                weight,
+            })
+            .collect();
+        profile
+    }
+
+    fn indexed_nodes(count: usize) -> Vec<Arc<NodeInfo>> {
+        (0..count)
+            .map(|i| {
+                Arc::new(crate::scheduler::testing::NodeBuilder::new(&format!("n{i}")).info(vec![]))
+            })
+            .collect()
+    }
+
+    /// Every Score plugin runs on every node in one parallel section; each node's total is
+    /// the sum of each plugin's normalized score times its weight, and `explain`'s detail holds
+    /// each plugin's own column, raw and normalized, node by node.
+    #[test]
+    fn each_node_totals_every_plugins_weighted_normalized_score() {
+        let profile = scoring_profile(vec![
+            (
+                Scoring {
+                    name: "ByIndex",
+                    raw: |i| Ok(i as i64),
+                    normalize: |s| s,
+                },
+                3,
+            ),
+            (
+                Scoring {
+                    name: "Inverse",
+                    raw: |i| Ok(2 * i as i64),
+                    normalize: |s| 100 - s,
+                },
+                2,
+            ),
+        ]);
+        let nodes = indexed_nodes(40);
+        let mut detail = vec![];
+        let scores = profile
+            .run_score(
+                &CycleState::new(),
+                &crate::scheduler::testing::PodBuilder::new("p").info(),
+                &nodes,
+                Some(&mut detail),
+            )
+            .expect("scores");
+        let want: Vec<(String, i64)> = (0..40i64)
+            .map(|i| (format!("n{i}"), 3 * i + 2 * (100 - 2 * i)))
+            .collect();
+        let got: Vec<(String, i64)> = scores.into_iter().map(|s| (s.name, s.score)).collect();
+        assert_eq!(got, want);
+        assert_eq!(
+            detail,
+            vec![
+                PluginScores {
+                    plugin: "ByIndex",
+                    weight: 3,
+                    raw: (0..40).collect(),
+                    normalized: (0..40).collect(),
+                },
+                PluginScores {
+                    plugin: "Inverse",
+                    weight: 2,
+                    raw: (0..40).map(|i| 2 * i).collect(),
+                    normalized: (0..40).map(|i| 100 - 2 * i).collect(),
+                },
+            ]
+        );
+    }
+
+    /// When plugins fail on several nodes, the cycle reports the first failing plugin in the
+    /// profile's order, on the first node it failed on, whatever thread met which failure first.
+    #[test]
+    fn the_first_failing_plugin_in_order_is_reported() {
+        let profile = scoring_profile(vec![
+            (
+                Scoring {
+                    name: "Fine",
+                    raw: |_| Ok(1),
+                    normalize: |s| s,
+                },
+                1,
+            ),
+            (
+                Scoring {
+                    name: "FailsLate",
+                    raw: |i| match i {
+                        7 | 30 => Err(Status::error(format!("no score for n{i}"))),
+                        _ => Ok(1),
+                    },
+                    normalize: |s| s,
+                },
+                1,
+            ),
+            (
+                Scoring {
+                    name: "FailsEarly",
+                    raw: |i| match i {
+                        3 => Err(Status::error("no score for n3")),
+                        _ => Ok(1),
+                    },
+                    normalize: |s| s,
+                },
+                1,
+            ),
+        ]);
+        let nodes = indexed_nodes(40);
+        let pod = crate::scheduler::testing::PodBuilder::new("p").info();
+        for _ in 0..20 {
+            let failed = profile
+                .run_score(&CycleState::new(), &pod, &nodes, None)
+                .expect_err("a plugin fails");
+            assert_eq!(
+                failed.message(),
+                "running Score plugins: plugin \"FailsLate\" failed with: no score for n7"
+            );
+        }
+    }
+
     /// A plugin's error reads as kube-scheduler's framework wraps it at each point
     /// (framework.go), so a SchedulerError condition says the same as upstream's.
     #[test]
     fn plugin_errors_are_wrapped_as_upstreams_framework_wraps_them() {
-        use crate::scheduler::framework::profile::WeightedScore;
         use crate::scheduler::testing::{NodeBuilder, PodBuilder};
         let erring: Arc<dyn crate::scheduler::framework::Plugin> = Arc::new(Erring);
         let profile = CompiledProfile {
