@@ -74,22 +74,28 @@ impl PreScorePlugin for PodTopologySpread {
 
         let inclusion = Inclusion::new(pod);
         let counted = Counted::new(&constraints, pod.namespace());
-        // Hostname domains are single nodes: Score counts each node's own pods.
-        let counts = count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
-            if require_all_keys && !has_all_keys(node, &constraints) {
-                return;
-            }
-            let per_constraint = constraints.iter().zip(&domains).zip(acc.iter_mut());
-            for (i, ((c, domains), counts)) in per_constraint.enumerate() {
-                if c.is_hostname() {
-                    continue;
+        // Hostname domains are single nodes: Score counts each node's own pods. With only
+        // hostname constraints there is nothing to count over the cluster, and no walk.
+        let only_hostname = constraints.iter().all(Constraint::is_hostname);
+        let counts = if only_hostname {
+            vec![DomainCounts::default(); constraints.len()]
+        } else {
+            count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
+                if require_all_keys && !has_all_keys(node, &constraints) {
+                    return;
                 }
-                let value = value_of(node, c);
-                if domains.contains(&value) && inclusion.includes(c, node) {
-                    *counts.entry(value).or_default() += counted.on_node(node, i);
+                let per_constraint = constraints.iter().zip(&domains).zip(acc.iter_mut());
+                for (i, ((c, domains), counts)) in per_constraint.enumerate() {
+                    if c.is_hostname() {
+                        continue;
+                    }
+                    let value = value_of(node, c);
+                    if domains.contains(&value) && inclusion.includes(c, node) {
+                        *counts.entry(value).or_default() += counted.on_node(node, i);
+                    }
                 }
-            }
-        });
+            })
+        };
 
         let constraints = constraints
             .into_iter()
