@@ -10,11 +10,12 @@
 //! does not exit, so kubelet's restart backoff never stands between the cluster and a leader.
 //! A part that dies still stops the process.
 
+use crate::k8s::pod::Pod;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::controller;
 use crate::endpoints::{self, HttpState, Serving};

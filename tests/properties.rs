@@ -4,10 +4,12 @@
 //! default number of cases; `make fuzz` runs them for much longer. A failure proptest finds is
 //! kept in `tests/properties.proptest-regressions` and replayed first from then on.
 
+use tether::k8s::pod::{Pod, PodSpec};
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod, PodSpec, Taint, Toleration,
+    NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Taint, Toleration,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, Time,

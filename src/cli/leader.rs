@@ -4,12 +4,13 @@
 //! The caller's kubeconfig is used for these API calls only; what reaches tether is the token
 //! bound to its audience.
 
+use k8s_openapi::api::core::v1::Pod;
+
 use std::time::Duration;
 
 use anyhow::Context;
 use http_body_util::BodyExt;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
 /// The port of tether's `--http-addr` in its pod when no container port is named `http`.

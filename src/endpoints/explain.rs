@@ -4,13 +4,14 @@
 //! requests are under way, and each caller gets [`PER_SECOND`] (each costs a TokenReview and
 //! a cycle over every node).
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 
 use super::auth;

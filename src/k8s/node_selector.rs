@@ -6,11 +6,11 @@
 //! term that does not parse (an invalid label value, which the API server lets through) matches
 //! no node, and the other terms still count.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{
-    Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm, Pod,
-};
+use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 
 use super::names;
 

@@ -1,6 +1,6 @@
 //! What the scheduler reads of a pod, written once.
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::pod::Pod;
 
 /// `namespace/name`, the key the queue and the logs use.
 pub fn key(pod: &Pod) -> String {
@@ -41,46 +41,13 @@ pub fn bound_at(pod: &Pod) -> Option<jiff::Timestamp> {
         .map(|t| t.0)
 }
 
-/// Drops from a pod kept in memory what no part of tether reads, and the spare capacity JSON
-/// decoding leaves in its lists. A decoded pod held nearly 30 KB: the lists grow four elements
-/// at a time and k8s-openapi's elements are large (a `Volume` is 3.2 KB, a `Container` 2.1 KB),
-/// so one container and the service account's projected volume held room for eight.
-///
-/// Kept: metadata, and of the spec and status everything the plugins, the queue and the
-/// history read (containers' name, image, ports, resources, restart policy; the statuses'
-/// names and resources; volumes that can bear on placement). Dropped: what only the kubelet
-/// reads (environment, commands, probes, lifecycle hooks, security contexts, volume mounts,
-/// the container states) and volumes that never bear on placement (projected, ConfigMap,
-/// Secret, downward API, emptyDir). tether never writes a pod back whole, so nothing dropped
+/// Drops from a pod kept in memory the volumes that never bear on placement (projected,
+/// ConfigMap, Secret, downward API, emptyDir) and the spare capacity JSON decoding leaves in
+/// its lists (they grow four elements at a time). What only the kubelet reads is not decoded at
+/// all ([`Pod`] has no field for it). tether never writes a pod back whole, so nothing dropped
 /// here can be lost on the server.
 pub fn compact(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{Container, ContainerStatus, Volume};
-    fn slim_container(c: &mut Container) {
-        c.args = None;
-        c.command = None;
-        c.env = None;
-        c.env_from = None;
-        c.lifecycle = None;
-        c.liveness_probe = None;
-        c.readiness_probe = None;
-        c.startup_probe = None;
-        c.security_context = None;
-        c.termination_message_path = None;
-        c.termination_message_policy = None;
-        c.volume_devices = None;
-        c.volume_mounts = None;
-        c.working_dir = None;
-    }
-    fn slim_status(s: &mut ContainerStatus) {
-        s.container_id = None;
-        s.image_id = String::new();
-        s.image = String::new();
-        s.last_state = None;
-        s.state = None;
-        s.volume_mounts = None;
-        s.user = None;
-        s.allocated_resources_status = None;
-    }
+    use k8s_openapi::api::core::v1::Volume;
     fn bears_on_placement(v: &Volume) -> bool {
         v.projected.is_none()
             && v.config_map.is_none()
@@ -98,14 +65,8 @@ pub fn compact(pod: &mut Pod) {
         }
     }
     if let Some(spec) = pod.spec.as_mut() {
-        spec.containers.iter_mut().for_each(slim_container);
         spec.containers.shrink_to_fit();
-        spec.init_containers
-            .iter_mut()
-            .flatten()
-            .for_each(slim_container);
         shrink(&mut spec.init_containers);
-        spec.ephemeral_containers = None;
         if let Some(volumes) = spec.volumes.as_mut() {
             volumes.retain(bears_on_placement);
         }
@@ -114,24 +75,11 @@ pub fn compact(pod: &mut Pod) {
         shrink(&mut spec.topology_spread_constraints);
         shrink(&mut spec.scheduling_gates);
         shrink(&mut spec.resource_claims);
-        shrink(&mut spec.host_aliases);
-        spec.image_pull_secrets = None;
-        spec.dns_config = None;
-        spec.security_context = None;
-        spec.readiness_gates = None;
     }
     if let Some(status) = pod.status.as_mut() {
-        for list in [
-            &mut status.container_statuses,
-            &mut status.init_container_statuses,
-        ] {
-            list.iter_mut().flatten().for_each(slim_status);
-            shrink(list);
-        }
-        status.ephemeral_container_statuses = None;
+        shrink(&mut status.container_statuses);
+        shrink(&mut status.init_container_statuses);
         shrink(&mut status.conditions);
-        shrink(&mut status.pod_ips);
-        shrink(&mut status.host_ips);
         shrink(&mut status.resource_claim_statuses);
     }
     shrink(&mut pod.metadata.owner_references);
@@ -144,8 +92,8 @@ mod tests {
 
     /// A pod as the API server serves it: a container with everything the kubelet reads, the
     /// service account's projected volume, a claim, an image volume, and a running status.
-    fn served_pod() -> Pod {
-        serde_json::from_value(serde_json::json!({
+    fn served_json() -> serde_json::Value {
+        serde_json::json!({
             "metadata": {"name": "web-0", "namespace": "shop", "uid": "u1",
                 "labels": {"app": "web"}, "annotations": {"note": "kept"},
                 "ownerReferences": [{"apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -180,19 +128,23 @@ mod tests {
                     "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
                     "resources": {"requests": {"cpu": "750m", "memory": "1Gi"}},
                     "allocatedResources": {"cpu": "750m", "memory": "1Gi"}}]}
-        }))
-        .expect("a pod")
+        })
+    }
+
+    /// The pod as k8s-openapi decodes it, every field the API has.
+    fn served_pod() -> k8s_openapi::api::core::v1::Pod {
+        serde_json::from_value(served_json()).expect("an API pod")
     }
 
     #[test]
     fn a_compacted_pod_keeps_what_scheduling_reads_and_no_spare_room() {
         let served = served_pod();
-        let mut pod = served.clone();
+        let mut pod: Pod = serde_json::from_value(served_json()).expect("a pod");
         compact(&mut pod);
 
         assert_eq!(
             crate::k8s::resource::pod_requests(&pod, true),
-            crate::k8s::resource::pod_requests(&served, true),
+            crate::k8s::resource::pod_requests(&Pod::from(served.clone()), true),
             "the requests, the running resize included"
         );
         assert_eq!(pod.metadata, served.metadata);
@@ -212,7 +164,10 @@ mod tests {
                 &served_spec.containers[0].resources
             )
         );
-        assert!(app.env.is_none() && app.command.is_none() && app.liveness_probe.is_none());
+        let kept = serde_json::to_value(app).expect("a container");
+        for dropped in ["env", "command", "livenessProbe", "volumeMounts"] {
+            assert!(kept.get(dropped).is_none(), "{dropped} is not kept");
+        }
         let volumes: Vec<&str> = spec
             .volumes
             .iter()

@@ -1,8 +1,9 @@
 //! Resource amounts as the scheduler counts them: requested by pods, allocatable on nodes.
 
+use crate::k8s::pod::{Container, ContainerStatus, Pod, PodSpec};
+
 use std::collections::{BTreeMap, HashMap};
 
-use k8s_openapi::api::core::v1::{Container, ContainerStatus, Pod, PodSpec};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::k8s::quantity::{parse_milli, parse_value};
@@ -675,7 +676,7 @@ mod tests {
             let pod = PodBuilder::new("p").req_cpu(spec).with(|p| {
                 let name = p.spec.as_ref().map(|s| s.containers[0].name.clone());
                 let list = |q: &str| Some([("cpu".to_string(), Quantity(q.into()))].into());
-                let status: k8s_openapi::api::core::v1::PodStatus =
+                let status: crate::k8s::pod::PodStatus =
                     serde_json::from_value(serde_json::json!({"containerStatuses": [{
                         "name": name, "image": "i", "imageID": "", "ready": true,
                         "restartCount": 0,

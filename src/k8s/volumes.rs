@@ -2,10 +2,12 @@
 //! StorageClasses, as kube-scheduler's storage helpers read it: a claim's class and request, a
 //! volume's capacity and node affinity, whether a claim is fully bound.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
-    NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, Pod, TopologySelectorTerm,
+    NodeSelectorTerm, PersistentVolume, PersistentVolumeClaim, TopologySelectorTerm,
 };
 use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

@@ -3,11 +3,11 @@
 //! compiled profile's). On failure the pod is unreserved and forgotten by the cache, and the
 //! one failure handler (`failure.rs`) reports and requeues it.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
-
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::gate::Write;
 use crate::inflight::InFlight;

@@ -68,7 +68,7 @@ pub fn plugin_for(api: GroupApi) -> &'static str {
 pub fn gang_of_pod(
     groups: &PodGroupIndex,
     profile: &CompiledProfile,
-    pod: &k8s_openapi::api::core::v1::Pod,
+    pod: &crate::k8s::pod::Pod,
 ) -> Option<Gang> {
     let key = pod_groups::group_of(pod)?;
     if !profile.uses(plugin_for(key.api)) {
@@ -123,13 +123,13 @@ pub fn missing_group(
 /// (`spec.priority`, 0 when unset). The first broken rule, in upstream's words.
 fn validate<'a>(
     group: &Group,
-    pods: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Pod>,
+    pods: impl IntoIterator<Item = &'a crate::k8s::pod::Pod>,
 ) -> Result<(), String> {
     let Group::Workload(group) = group else {
         return Ok(());
     };
     let group_priority = group.spec.priority.unwrap_or(0);
-    let policy = |pod: &k8s_openapi::api::core::v1::Pod| {
+    let policy = |pod: &crate::k8s::pod::Pod| {
         pod.spec
             .as_ref()
             .and_then(|s| s.preemption_policy.clone())
@@ -168,7 +168,7 @@ pub fn scheduled_before(
     sched: &Scheduler,
     key: &GroupKey,
     pending: &HashSet<&str>,
-) -> Vec<Arc<k8s_openapi::api::core::v1::Pod>> {
+) -> Vec<Arc<crate::k8s::pod::Pod>> {
     let members = sched.pod_groups.members(key);
     let cache = sched.lock_cache();
     members
@@ -213,9 +213,8 @@ pub fn schedule_group(
 ) {
     let start = Instant::now();
     let group_plugin = plugin_for(gang.key.api);
-    let in_group = |pod: &k8s_openapi::api::core::v1::Pod| {
-        pod_groups::group_of(pod).as_ref() == Some(&gang.key)
-    };
+    let in_group =
+        |pod: &crate::k8s::pod::Pod| pod_groups::group_of(pod).as_ref() == Some(&gang.key);
     let mut members = sched
         .queue
         .take_group(in_group, first.pod.uid(), group_plugin);

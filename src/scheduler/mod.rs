@@ -26,10 +26,12 @@ pub mod schedule_one;
 #[cfg(test)]
 pub mod testing;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use self::backend::cache::Cache;

@@ -7,11 +7,13 @@
 //! and a fixed number of writers write them, so thousands of pending pods cost one entry each,
 //! not a task each. Events follow, best effort: dropped when their queue is full.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::api::{Api, Patch, PatchParams};
 

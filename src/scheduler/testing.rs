@@ -1,12 +1,14 @@
 //! Builders for unit tests: small pods and nodes, written the way a test reads.
 //! `PodBuilder::new("p").req_cpu("100m").toleration("k", "Equal", "v", "NoSchedule").build()`
 
+use crate::k8s::pod::{Container, Pod, PodSpec};
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{
-    Affinity, Container, ContainerImage, ContainerPort, Node, NodeSpec, NodeStatus,
-    PersistentVolumeClaimVolumeSource, Pod, PodSpec, ResourceRequirements, Taint, Toleration,
+    Affinity, ContainerImage, ContainerPort, Node, NodeSpec, NodeStatus,
+    PersistentVolumeClaimVolumeSource, ResourceRequirements, Taint, Toleration,
     TopologySpreadConstraint, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;

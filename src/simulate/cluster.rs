@@ -2,13 +2,15 @@
 //! from the API server or from a file `tether snapshot` wrote. One type for both, so an offline
 //! run answers as an online run of the same moment does.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use anyhow::Context;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
-    Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, PodTemplateSpec, Service,
+    Namespace, Node, PersistentVolume, PersistentVolumeClaim, PodTemplateSpec, Service,
 };
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
@@ -222,13 +224,13 @@ fn compact_for_snapshot(pod: &mut Pod) {
 fn compact_template(template: &mut PodTemplateSpec, kept: &KeptAnnotations) {
     let mut pod = Pod {
         metadata: template.metadata.take().unwrap_or_default(),
-        spec: template.spec.take(),
+        spec: template.spec.take().map(Into::into),
         status: None,
     };
     compact_for_snapshot(&mut pod);
     kept.apply(&mut pod.metadata);
     template.metadata = Some(pod.metadata);
-    template.spec = pod.spec;
+    template.spec = pod.spec.map(Into::into);
 }
 
 impl ClusterState {

@@ -15,9 +15,10 @@
 pub mod cluster;
 pub mod render;
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde::{Deserialize, Serialize};
 
 pub use self::cluster::ClusterState;

@@ -8,7 +8,8 @@
 //! has completed, so its bind is counted in the VM's history only then (a failed or aborted
 //! migration leaves the pin where it was).
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::pod::Pod;
+
 use serde::Deserialize;
 
 /// The label virt-controller sets on a migration target pod: the migration's UID.

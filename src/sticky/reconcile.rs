@@ -4,12 +4,13 @@
 //! watch shows bound by someone else (an earlier tether's bind that landed after this one
 //! started). Lives beside the writer because it is the writer's second entry point.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
 use futures::StreamExt;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::StickyBinding;
 use crate::k8s::pods;

@@ -4,7 +4,8 @@
 //! its own workload. No API call: the owners come from an [`OwnerLookup`] fed by watches
 //! (which may start watching an owner kind it is asked about for the first time).
 
-use k8s_openapi::api::core::v1::Pod;
+use crate::k8s::pod::Pod;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{StickyBinding, WorkloadRef};

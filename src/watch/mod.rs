@@ -17,13 +17,14 @@
 
 pub mod readiness;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
 use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 

@@ -5,10 +5,12 @@
 //! non-async sections); readers take a [`Snapshot`], which shares every node info that did not
 //! change since the last snapshot (copy-on-write through `Arc::make_mut`).
 
+use crate::k8s::pod::Pod;
+
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 
 use crate::k8s::pods;
 use crate::scheduler::backend::node_tree::{NodeTree, zone_key};
@@ -611,7 +613,7 @@ mod tests {
             .req_cpu("1")
             .node_name("n1")
             .with(|p| {
-                p.status = Some(k8s_openapi::api::core::v1::PodStatus {
+                p.status = Some(crate::k8s::pod::PodStatus {
                     phase: Some("Succeeded".into()),
                     ..Default::default()
                 })

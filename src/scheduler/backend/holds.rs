@@ -9,11 +9,11 @@
 //! resource requests, nothing else (no labels, no affinity: a pod that is gone attracts and
 //! repels nothing).
 
+use crate::k8s::pod::{Pod, PodSpec};
+
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
-
-use k8s_openapi::api::core::v1::{Pod, PodSpec};
 
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{HoldIdentity, NominatedPods};
@@ -60,7 +60,7 @@ fn stand_in(pod: &Pod, node: &str) -> Pod {
             resources: s.resources.clone(),
             ..Default::default()
         }),
-        status: Some(k8s_openapi::api::core::v1::PodStatus {
+        status: Some(crate::k8s::pod::PodStatus {
             nominated_node_name: Some(node.to_string()),
             ..Default::default()
         }),

@@ -6,11 +6,13 @@
 
 pub mod storage;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::Api;
 
 use crate::k8s::pods;

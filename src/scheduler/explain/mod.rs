@@ -12,10 +12,10 @@ mod group;
 pub mod render;
 mod types;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 pub use self::group::explain_group;
 pub use self::types::{

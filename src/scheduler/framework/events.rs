@@ -3,13 +3,15 @@
 //! that looks at the change and says whether it may help this pod. The queue moves a rejected
 //! pod only on an event that one of its rejecting plugins registered and hinted `Queue` for.
 
+use crate::k8s::pod::Pod;
+
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::BitOr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::api::storage::v1::{

@@ -20,11 +20,12 @@ pub mod topology;
 pub mod validation;
 pub mod waiting_pods;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
 
 pub use self::cycle_state::{CycleState, PluginRun};
 pub use self::extension_point::ExtensionPoint;

@@ -58,10 +58,7 @@ impl CompiledProfile {
     }
 
     /// Who `pod` holds room for, if a PreFilter plugin of this profile holds room.
-    pub fn hold_identity(
-        &self,
-        pod: &k8s_openapi::api::core::v1::Pod,
-    ) -> Option<super::HoldIdentity> {
+    pub fn hold_identity(&self, pod: &crate::k8s::pod::Pod) -> Option<super::HoldIdentity> {
         self.pre_filter.iter().find_map(|p| p.hold_identity(pod))
     }
 
@@ -69,7 +66,7 @@ impl CompiledProfile {
     /// `node`, if one does.
     pub fn room_to_hold(
         &self,
-        pod: &k8s_openapi::api::core::v1::Pod,
+        pod: &crate::k8s::pod::Pod,
         node: &str,
         who: &super::HoldIdentity,
     ) -> Option<super::RoomHold> {
@@ -79,7 +76,7 @@ impl CompiledProfile {
     }
 
     /// The key of the room held for `pod`'s workload by a plugin of this profile, if one holds.
-    pub fn holds_key(&self, pod: &k8s_openapi::api::core::v1::Pod) -> Option<String> {
+    pub fn holds_key(&self, pod: &crate::k8s::pod::Pod) -> Option<String> {
         self.hold_identity(pod).map(|who| who.key)
     }
 

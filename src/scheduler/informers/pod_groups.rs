@@ -10,13 +10,14 @@
 //! it (404) has no PodGroups: the watch counts as current with none, and is tried again with a
 //! backoff, so that a cluster without the API never holds back a profile.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::Api;
 
@@ -570,7 +571,7 @@ mod tests {
         assert_eq!(index.member_count(&key("g")), 2);
 
         let mut done = pod("a", Some("g"));
-        done.status = Some(k8s_openapi::api::core::v1::PodStatus {
+        done.status = Some(crate::k8s::pod::PodStatus {
             phase: Some("Succeeded".into()),
             ..Default::default()
         });

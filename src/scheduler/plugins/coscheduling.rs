@@ -68,7 +68,7 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::api::core::v1::Pod;
+    use crate::k8s::pod::Pod;
     use serde_json::json;
 
     fn member(uid: &str) -> PodInfo {

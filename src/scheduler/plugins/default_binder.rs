@@ -1,11 +1,13 @@
 //! DefaultBinder: binds a pod through the `pods/binding` subresource, as kube-scheduler's
 //! DefaultBinder does. The bind is the only API call tether makes per scheduled pod.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{Binding, ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::k8s::api_errors::{maybe_applied, retryable};

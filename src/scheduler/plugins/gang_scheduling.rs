@@ -130,8 +130,8 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::pod::Pod;
     use crate::scheduler::informers::Keeps;
-    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::api::scheduling::v1beta1::PodGroup;
     use serde_json::json;
 

@@ -164,7 +164,8 @@ pub fn build(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{Container, ImageVolumeSource, Volume};
+    use crate::k8s::pod::Container;
+    use k8s_openapi::api::core::v1::{ImageVolumeSource, Volume};
 
     use super::*;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};

@@ -125,7 +125,8 @@ pub fn build(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{Container, ContainerPort};
+    use crate::k8s::pod::Container;
+    use k8s_openapi::api::core::v1::ContainerPort;
 
     use super::*;
     use crate::scheduler::framework::Code;

@@ -382,7 +382,7 @@ mod tests {
     /// error (tether's `HintFn` documents the same rule).
     #[test]
     fn upstream_is_schedulable_after_pod_toleration_change_wrong_old_object() {
-        let empty = || Arc::new(k8s_openapi::api::core::v1::Pod::default());
+        let empty = || Arc::new(crate::k8s::pod::Pod::default());
         let not_a_pod = EventObject::Node(Arc::new(Node::default()));
         let new = EventObject::Pod(empty());
         assert_eq!(

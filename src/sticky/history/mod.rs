@@ -12,6 +12,8 @@ pub mod pending;
 pub mod store;
 pub mod view;
 
+use crate::k8s::pod::Pod;
+
 use self::pending::{Key, PendingBinds};
 use self::store::HistoryStore;
 use self::view::HistoryView;
@@ -20,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{OwnerReference, Time};
 use kube::api::ObjectMeta;
 

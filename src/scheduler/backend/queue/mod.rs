@@ -518,7 +518,7 @@ impl SchedulingQueue {
     /// frees the siblings may not have been handled yet. The order is the caller's.
     pub fn take_group(
         &self,
-        in_group: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
+        in_group: impl Fn(&crate::k8s::pod::Pod) -> bool,
         popped: &str,
         group_plugin: &'static str,
     ) -> Vec<QueuedPodInfo> {
@@ -556,7 +556,7 @@ impl SchedulingQueue {
     /// at PreEnqueue included), for `tether explain`.
     pub fn pending_of_group(
         &self,
-        in_group: impl Fn(&k8s_openapi::api::core::v1::Pod) -> bool,
+        in_group: impl Fn(&crate::k8s::pod::Pod) -> bool,
     ) -> Vec<Arc<PodInfo>> {
         self.lock()
             .entries

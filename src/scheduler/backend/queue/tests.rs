@@ -1408,7 +1408,7 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
         namespace: "default".to_string(),
         name: "g".to_string(),
     };
-    let in_g = |pod: &k8s_openapi::api::core::v1::Pod| {
+    let in_g = |pod: &crate::k8s::pod::Pod| {
         crate::scheduler::informers::pod_groups::group_of(pod).as_ref() == Some(&key_g)
     };
     let mut taken: Vec<String> = q

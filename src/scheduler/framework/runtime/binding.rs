@@ -2,10 +2,11 @@
 //! Unreserve (scheduling cycle), Permit (its verdict, or a wait registered with the waiting
 //! pods), then PreBind, Bind and PostBind (binding cycle).
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Pod;
 use tokio::sync::oneshot;
 
 use crate::scheduler::framework::pod_info::PodInfo;

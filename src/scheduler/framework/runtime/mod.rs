@@ -555,7 +555,7 @@ impl CompiledProfile {
 }
 
 /// `status.nominatedNodeName`, when set.
-pub fn nominated_node(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+pub fn nominated_node(pod: &crate::k8s::pod::Pod) -> Option<&str> {
     pod.status
         .as_ref()
         .and_then(|s| s.nominated_node_name.as_deref())
@@ -563,7 +563,7 @@ pub fn nominated_node(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
 }
 
 /// `spec.priority`, 0 when unset.
-pub fn priority(pod: &k8s_openapi::api::core::v1::Pod) -> i32 {
+pub fn priority(pod: &crate::k8s::pod::Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 

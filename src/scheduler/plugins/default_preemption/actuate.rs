@@ -2,9 +2,10 @@
 //! preemption): the lower-priority pods nominated to the node lose their nomination, and each
 //! victim gets the `DisruptionTarget` condition, is deleted, and gets a `Preempted` event.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 

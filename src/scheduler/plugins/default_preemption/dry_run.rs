@@ -3,11 +3,12 @@
 //! first and those a PodDisruptionBudget protects before the others. What cannot be given
 //! back are the victims.
 
+use crate::k8s::pod::Pod;
+
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 

@@ -12,11 +12,11 @@
 //!   the going pods' room first and asks for no more victims than it needs;
 //! - an eviction is carried out once.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::locks;
 

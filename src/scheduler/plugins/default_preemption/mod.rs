@@ -93,7 +93,7 @@ fn fresh_pre_filter(
 
 /// Whether a pod is going away because a scheduler preempted it (this one's decision counts
 /// before the API has it).
-fn preempted(pod: &k8s_openapi::api::core::v1::Pod, evictions: &Evictions) -> bool {
+fn preempted(pod: &crate::k8s::pod::Pod, evictions: &Evictions) -> bool {
     evictions.started_here(pod)
         || pod.metadata.deletion_timestamp.is_some()
             && pod

@@ -1,6 +1,8 @@
 //! DefaultPreemption's cases, after upstream's default_preemption_test.go: who preempts, on
 //! which node, which pods go, and what a pod that cannot preempt is told.
 
+use crate::k8s::pod::PodStatus;
+
 use std::sync::atomic::AtomicUsize;
 
 use k8s_openapi::api::policy::v1::{
@@ -20,7 +22,7 @@ use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 use crate::watch::Index;
 
 /// A pod of `priority` asking for `cpu`, bound to `node`.
-fn running(name: &str, node: &str, priority: i32, cpu: &str) -> k8s_openapi::api::core::v1::Pod {
+fn running(name: &str, node: &str, priority: i32, cpu: &str) -> crate::k8s::pod::Pod {
     PodBuilder::new(name)
         .label("app", name.trim_end_matches(char::is_numeric))
         .req_cpu(cpu)
@@ -286,7 +288,7 @@ fn skipped_pre_filters_are_not_run_again_and_change_no_victim() {
 #[test]
 fn victims_on_a_node_spare_budgets_as_upstream() {
     let budgets = [budget("foo", "foo", 0)];
-    let on_node = |pods: Vec<k8s_openapi::api::core::v1::Pod>| {
+    let on_node = |pods: Vec<crate::k8s::pod::Pod>| {
         snapshot(
             vec![NodeBuilder::new("n1").allocatable("cpu", "500m")],
             pods,
@@ -564,7 +566,6 @@ fn candidates_are_picked_in_upstreams_order() {
 /// Start times are nanoseconds since the epoch (upstream's epochTimeN).
 #[test]
 fn candidates_are_picked_as_upstreams_select_best_candidate_table() {
-    use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     const NEG: i32 = -100;
     const LOW: i32 = 0;

@@ -3,9 +3,10 @@
 //! from a template, named in the pod's status and owned by the pod. The errors are upstream's,
 //! word for word: they are what `kubectl describe pod` shows while a pod waits.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
 
 use crate::scheduler::informers::devices::Devices;

@@ -14,10 +14,11 @@
 //!   and reservation as for any claim, then `status.extendedResourceClaimStatus` of the pod.
 //! - A claim left by an earlier attempt is deleted (PostFilter), and a new one made.
 
+use crate::k8s::pod::{Container, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, ContainerExtendedResourceRequest, Pod};
+use k8s_openapi::api::core::v1::ContainerExtendedResourceRequest;
 use k8s_openapi::api::resource::v1::{
     DeviceClaim, DeviceRequest, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec,
 };
@@ -274,7 +275,8 @@ fn container_request(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::{PodSpec, ResourceRequirements};
+    use crate::k8s::pod::PodSpec;
+    use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
     use super::*;

@@ -32,11 +32,13 @@ mod pre_bind;
 mod preemption;
 mod writes;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{ContainerExtendedResourceRequest, Pod};
+use k8s_openapi::api::core::v1::ContainerExtendedResourceRequest;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use kube::api::{Api, PostParams};
 

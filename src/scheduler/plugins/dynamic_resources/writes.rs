@@ -1,9 +1,10 @@
 //! The claim writes of PreBind and Unreserve, as upstream's bindClaim and its reservation
 //! removal: each through the write gate its caller holds.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};

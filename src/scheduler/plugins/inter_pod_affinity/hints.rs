@@ -2,10 +2,9 @@
 //! affinity selects; a pod went that its required anti-affinity selected, or whose own
 //! anti-affinity kept this pod away; a node got (or changed) a topology key its terms need.
 
+use crate::k8s::pod::Pod;
 use std::collections::BTreeMap;
 use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
@@ -128,9 +127,9 @@ fn after_node_change(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Even
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::pod::PodStatus;
     use crate::scheduler::testing::NodeBuilder;
     use crate::scheduler::testing::PodBuilder;
-    use k8s_openapi::api::core::v1::PodStatus;
     use k8s_openapi::api::core::v1::{Affinity, PodAffinity, PodAffinityTerm, PodAntiAffinity};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;

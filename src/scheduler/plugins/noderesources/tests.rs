@@ -1,5 +1,7 @@
 //! NodeResourcesFit, row by row from kube-scheduler's own tests.
 
+use crate::k8s::pod::Container;
+
 use serde_json::json;
 
 use super::fit::*;
@@ -193,7 +195,7 @@ fn filter_checks_every_requested_resource_as_kube_scheduler() {
 #[test]
 fn pod_level_requests_are_filtered_as_kube_scheduler() {
     use Code::{Unschedulable, UnschedulableAndUnresolvable as Unresolvable};
-    use k8s_openapi::api::core::v1::{Container, ResourceRequirements};
+    use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
     let requests = |r: &[(&str, &str)]| ResourceRequirements {
         requests: Some(

@@ -2,10 +2,12 @@
 //! relabelled in its namespace; a node with every topology key appeared, went, or changed a
 //! topology value or its taints.
 
+use crate::k8s::pod::Pod;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 
 use super::{Constraint, PodTopologySpread};
 use crate::scheduler::framework::events::{

@@ -1,7 +1,7 @@
 use super::*;
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::Code;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use serde_json::json;
 

@@ -8,9 +8,9 @@ pub mod placement_history;
 pub mod placement_recorder;
 pub mod sticky_node;
 
-use std::sync::Arc;
+use crate::k8s::pod::Pod;
 
-use k8s_openapi::api::core::v1::Pod;
+use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{CycleState, Status};

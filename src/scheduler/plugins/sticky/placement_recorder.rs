@@ -6,10 +6,11 @@
 //! annotation, multi-replica ReplicaSets and Deployments under `skipMultiReplica`). It has no
 //! args.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;

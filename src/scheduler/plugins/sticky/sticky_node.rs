@@ -7,12 +7,12 @@
 //! history the pin comes from is written after each bind by the PlacementRecorder PostBind
 //! plugin, not by this plugin.
 
+use crate::k8s::pod::Pod;
+
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
-
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::api::StickyBinding;
 use crate::k8s::volumes;

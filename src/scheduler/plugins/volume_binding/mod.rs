@@ -19,12 +19,14 @@ pub mod matching;
 #[cfg(test)]
 mod tests;
 
+use crate::k8s::pod::Pod;
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::ObjectReference;
 
 use self::args::{VolumeBindingArgs, shape_score};
 use self::matching::{Claims, PodVolumes, Verdict};
