@@ -14,13 +14,19 @@
 //! tether never writes a pod back whole (binds, status patches and evictions name the pod), so
 //! nothing left out can be lost on the server. The sub-types a plugin parses (affinity,
 //! tolerations, spread constraints, volumes, claims) are the API's own.
+//!
+//! What the pods of one workload have alike (their containers, their tolerations) is kept once
+//! for all of them ([`Shared`]): 20,000 pods of one template hold one list of containers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::Hasher;
+use std::ops::{Deref, DerefMut};
+use std::sync::{Arc, LazyLock, Mutex, Weak};
 
 use k8s_openapi::api::core::v1 as api;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// A pod: its metadata, and the parts of its spec and status scheduling reads.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -40,13 +46,13 @@ pub struct PodSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub affinity: Option<api::Affinity>,
     #[serde(default)]
-    pub containers: Vec<Container>,
+    pub containers: Shared<Vec<Container>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_network: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_users: Option<bool>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub init_containers: Option<Vec<Container>>,
+    pub init_containers: Option<Shared<Vec<Container>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,7 +84,7 @@ pub struct PodSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub termination_grace_period_seconds: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tolerations: Option<Vec<api::Toleration>>,
+    pub tolerations: Option<Shared<Vec<api::Toleration>>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topology_spread_constraints: Option<Vec<api::TopologySpreadConstraint>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -199,10 +205,10 @@ impl From<api::PodSpec> for PodSpec {
     fn from(s: api::PodSpec) -> Self {
         PodSpec {
             affinity: s.affinity,
-            containers: s.containers.into_iter().map(Container::from).collect(),
+            containers: Shared::new(s.containers.into_iter().map(Container::from).collect()),
             host_network: s.host_network,
             host_users: s.host_users,
-            init_containers: each(s.init_containers),
+            init_containers: each(s.init_containers).map(Shared::new),
             node_name: s.node_name,
             node_selector: s.node_selector,
             os: s.os,
@@ -218,7 +224,7 @@ impl From<api::PodSpec> for PodSpec {
             scheduling_gates: s.scheduling_gates,
             scheduling_group: s.scheduling_group,
             termination_grace_period_seconds: s.termination_grace_period_seconds,
-            tolerations: s.tolerations,
+            tolerations: s.tolerations.map(Shared::new),
             topology_spread_constraints: s.topology_spread_constraints,
             volumes: s.volumes,
         }
@@ -274,10 +280,15 @@ impl From<PodSpec> for api::PodSpec {
     fn from(s: PodSpec) -> Self {
         api::PodSpec {
             affinity: s.affinity,
-            containers: s.containers.into_iter().map(api::Container::from).collect(),
+            containers: s
+                .containers
+                .unshared()
+                .into_iter()
+                .map(api::Container::from)
+                .collect(),
             host_network: s.host_network,
             host_users: s.host_users,
-            init_containers: each(s.init_containers),
+            init_containers: each(s.init_containers.map(Shared::unshared)),
             node_name: s.node_name,
             node_selector: s.node_selector,
             os: s.os,
@@ -293,12 +304,221 @@ impl From<PodSpec> for api::PodSpec {
             scheduling_gates: s.scheduling_gates,
             scheduling_group: s.scheduling_group,
             termination_grace_period_seconds: s.termination_grace_period_seconds,
-            tolerations: s.tolerations,
+            tolerations: s.tolerations.map(Shared::unshared),
             topology_spread_constraints: s.topology_spread_constraints,
             volumes: s.volumes,
             ..Default::default()
         }
     }
+}
+
+/// A part of a pod that the pods of one workload have alike, kept once for all of them: a pod
+/// decoded with the same containers (or tolerations) as a pod already held shares that pod's
+/// copy. It reads as the value itself; changing it (tests and builders do) copies it first, so a
+/// change never reaches another pod.
+pub struct Shared<T>(Arc<T>);
+
+impl<T: Alike> Shared<T> {
+    /// The value, shared with the pods that hold an equal one.
+    pub fn new(mut value: T) -> Self {
+        value.tidy();
+        Shared(T::held().share(value))
+    }
+}
+
+impl<T: Clone> Shared<T> {
+    /// The value itself (copied when other pods share it).
+    pub fn unshared(self) -> T {
+        Arc::unwrap_or_clone(self.0)
+    }
+}
+
+impl<T> Shared<T> {
+    /// Whether two pods hold the very same copy.
+    pub fn same(a: &Self, b: &Self) -> bool {
+        Arc::ptr_eq(&a.0, &b.0)
+    }
+}
+
+impl<T> Deref for Shared<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<T: Clone> DerefMut for Shared<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        Arc::make_mut(&mut self.0)
+    }
+}
+
+impl<T> Clone for Shared<T> {
+    fn clone(&self) -> Self {
+        Shared(self.0.clone())
+    }
+}
+
+impl<T: Alike + Default> Default for Shared<T> {
+    fn default() -> Self {
+        Shared::new(T::default())
+    }
+}
+
+impl<T: PartialEq> PartialEq for Shared<T> {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0) || *self.0 == *other.0
+    }
+}
+
+impl<T: std::fmt::Debug> std::fmt::Debug for Shared<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl<T: Alike> From<T> for Shared<T> {
+    fn from(value: T) -> Self {
+        Shared::new(value)
+    }
+}
+
+impl<'a, T> IntoIterator for &'a Shared<Vec<T>> {
+    type Item = &'a T;
+    type IntoIter = std::slice::Iter<'a, T>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.0.iter()
+    }
+}
+
+impl<T: Serialize> Serialize for Shared<T> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de, T: Alike + Deserialize<'de>> Deserialize<'de> for Shared<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        T::deserialize(deserializer).map(Shared::new)
+    }
+}
+
+/// A type whose values pods share ([`Shared`]): the table of the values held, and how a value
+/// is tidied before it is shared.
+pub trait Alike: Serialize + PartialEq + Sized + Send + Sync + 'static {
+    fn held() -> &'static Held<Self>;
+
+    /// Gives back what decoding left over (a list's spare room), before the value is shared.
+    fn tidy(&mut self) {}
+}
+
+impl Alike for Vec<Container> {
+    fn held() -> &'static Held<Self> {
+        static HELD: LazyLock<Held<Vec<Container>>> = LazyLock::new(Held::default);
+        &HELD
+    }
+
+    fn tidy(&mut self) {
+        self.shrink_to_fit();
+    }
+}
+
+impl Alike for Vec<api::Toleration> {
+    fn held() -> &'static Held<Self> {
+        static HELD: LazyLock<Held<Vec<api::Toleration>>> = LazyLock::new(Held::default);
+        &HELD
+    }
+
+    fn tidy(&mut self) {
+        self.shrink_to_fit();
+    }
+}
+
+/// The values of one type that pods hold, by a hash of their JSON. Entries are weak: a value no
+/// pod holds any more is freed with its last pod, and its entry is swept once the table has
+/// doubled since the last sweep, so the table stays within twice the values alive.
+pub struct Held<T> {
+    table: Mutex<HeldTable<T>>,
+}
+
+struct HeldTable<T> {
+    by_hash: HashMap<u64, Vec<Weak<T>>>,
+    entries: usize,
+    sweep_at: usize,
+}
+
+impl<T> Default for Held<T> {
+    fn default() -> Self {
+        Held {
+            table: Mutex::new(HeldTable {
+                by_hash: HashMap::new(),
+                entries: 0,
+                sweep_at: 1024,
+            }),
+        }
+    }
+}
+
+impl<T: Alike> Held<T> {
+    /// The copy held of a value equal to `value`, or `value` itself, now held.
+    fn share(&self, value: T) -> Arc<T> {
+        let hash = json_hash(&value);
+        // A poisoned table (a panic while it was held) is still a table of weak references.
+        let mut table = self.table.lock().unwrap_or_else(|e| e.into_inner());
+        let alike = table
+            .by_hash
+            .get(&hash)
+            .into_iter()
+            .flatten()
+            .filter_map(Weak::upgrade)
+            .find(|held| **held == value);
+        if let Some(held) = alike {
+            return held;
+        }
+        let shared = Arc::new(value);
+        table
+            .by_hash
+            .entry(hash)
+            .or_default()
+            .push(Arc::downgrade(&shared));
+        table.entries += 1;
+        if table.entries >= table.sweep_at {
+            table.by_hash.retain(|_, held| {
+                held.retain(|w| w.strong_count() > 0);
+                !held.is_empty()
+            });
+            table.entries = table.by_hash.values().map(Vec::len).sum();
+            table.sweep_at = table.entries.saturating_mul(2).max(1024);
+        }
+        shared
+    }
+
+    /// How many values the table holds entries for (alive or not swept yet).
+    pub fn entries(&self) -> usize {
+        self.table.lock().unwrap_or_else(|e| e.into_inner()).entries
+    }
+}
+
+/// A hash of a value's JSON (equal values have equal JSON).
+fn json_hash<T: Serialize>(value: &T) -> u64 {
+    struct HashWriter(foldhash::quality::FoldHasher<'static>);
+    impl std::io::Write for HashWriter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.write(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut writer = HashWriter(std::hash::BuildHasher::build_hasher(
+        &foldhash::quality::FixedState::default(),
+    ));
+    // Writing to a hasher cannot fail; a value that cannot be written hashes as what was written.
+    let _ = serde_json::to_writer(&mut writer, value);
+    writer.0.finish()
 }
 
 #[cfg(test)]
@@ -381,11 +601,24 @@ mod tests {
             keys.sort();
             keys
         };
-        assert_eq!(keys(&written["spec"]).len(), 23, "{:?}", keys(&written["spec"]));
+        assert_eq!(
+            keys(&written["spec"]).len(),
+            23,
+            "{:?}",
+            keys(&written["spec"])
+        );
         assert_eq!(keys(&written["spec"]["containers"][0]).len(), 6);
-        assert_eq!(keys(&written["status"]).len(), 11, "{:?}", keys(&written["status"]));
+        assert_eq!(
+            keys(&written["status"]).len(),
+            11,
+            "{:?}",
+            keys(&written["status"])
+        );
         assert_eq!(keys(&written["status"]["containerStatuses"][0]).len(), 3);
-        assert!(written["spec"]["containers"][0].get("env").is_none(), "not kept");
+        assert!(
+            written["spec"]["containers"][0].get("env").is_none(),
+            "not kept"
+        );
     }
 
     #[test]
@@ -396,5 +629,80 @@ mod tests {
         assert_eq!(Pod::from(api.clone()), kept);
         let spec = api.spec.expect("spec");
         assert_eq!(api::PodSpec::from(kept.spec.expect("spec")), spec);
+    }
+
+    #[test]
+    fn pods_of_one_template_share_their_containers_and_a_change_to_one_stays_its_own() {
+        let pod = |name: &str, cpu: &str| -> Pod {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": "ns", "uid": name},
+                "spec": {"containers": [{"name": "c", "image": "app:1",
+                        "resources": {"requests": {"cpu": cpu}}}],
+                    "tolerations": [{"key": "node.kubernetes.io/not-ready",
+                        "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300}]}
+            }))
+            .expect("a pod")
+        };
+        let spec = |p: &Pod| p.spec.clone().expect("spec");
+        let (a, b, other) = (
+            spec(&pod("a", "1")),
+            spec(&pod("b", "1")),
+            spec(&pod("c", "2")),
+        );
+        assert!(
+            Shared::same(&a.containers, &b.containers),
+            "one copy for alike pods"
+        );
+        assert!(Shared::same(
+            a.tolerations.as_ref().expect("tolerations"),
+            b.tolerations.as_ref().expect("tolerations")
+        ));
+        assert!(
+            !Shared::same(&a.containers, &other.containers),
+            "not for another"
+        );
+        assert_eq!(a.containers.capacity(), 1, "no spare room kept");
+
+        let mut changed = a.clone();
+        changed.containers[0].image = Some("app:2".into());
+        assert_eq!(
+            a.containers[0].image.as_deref(),
+            Some("app:1"),
+            "a's own copy unchanged"
+        );
+        assert_eq!(b.containers[0].image.as_deref(), Some("app:1"));
+        assert!(!Shared::same(&changed.containers, &a.containers));
+    }
+
+    #[test]
+    fn the_table_of_shared_values_keeps_within_twice_the_values_alive() {
+        let alive: Vec<Shared<Vec<api::Toleration>>> = (0..100)
+            .map(|i| {
+                Shared::new(vec![api::Toleration {
+                    key: Some(format!("alive-{i}")),
+                    ..Default::default()
+                }])
+            })
+            .collect();
+        for i in 0..20_000 {
+            drop(Shared::new(vec![api::Toleration {
+                key: Some(format!("gone-{i}")),
+                ..Default::default()
+            }]));
+        }
+        // Other tests share the table; none holds more than a few hundred values.
+        let entries = <Vec<api::Toleration> as Alike>::held().entries();
+        assert!(
+            entries < 4_096,
+            "{entries} entries for about 100 values alive"
+        );
+        let again = Shared::new(vec![api::Toleration {
+            key: Some("alive-7".into()),
+            ..Default::default()
+        }]);
+        assert!(
+            Shared::same(&again, &alive[7]),
+            "a value alive is still found"
+        );
     }
 }

@@ -41,11 +41,17 @@ pub fn bound_at(pod: &Pod) -> Option<jiff::Timestamp> {
         .map(|t| t.0)
 }
 
-/// Drops from a pod kept in memory the volumes that never bear on placement (projected,
-/// ConfigMap, Secret, downward API, emptyDir) and the spare capacity JSON decoding leaves in
-/// its lists (they grow four elements at a time). What only the kubelet reads is not decoded at
-/// all ([`Pod`] has no field for it). tether never writes a pod back whole, so nothing dropped
-/// here can be lost on the server.
+/// The pod conditions tether reads: when the pod was bound or why it was not
+/// (`PodScheduled`), a resize found infeasible (`PodResizePending`), a pod being preempted
+/// (`DisruptionTarget`). The kubelet's (`Ready`, `Initialized`, `ContainersReady`, ...) are
+/// not kept.
+const CONDITIONS_READ: [&str; 3] = ["PodScheduled", "PodResizePending", "DisruptionTarget"];
+
+/// Drops from a pod kept in memory the conditions no part of tether reads, the volumes that
+/// never bear on placement (projected, ConfigMap, Secret, downward API, emptyDir) and the spare
+/// capacity JSON decoding leaves in its lists (they grow four elements at a time). What only
+/// the kubelet reads is not decoded at all ([`Pod`] has no field for it). tether never writes a
+/// pod back whole, so nothing dropped here can be lost on the server.
 pub fn compact(pod: &mut Pod) {
     use k8s_openapi::api::core::v1::Volume;
     fn bears_on_placement(v: &Volume) -> bool {
@@ -65,18 +71,18 @@ pub fn compact(pod: &mut Pod) {
         }
     }
     if let Some(spec) = pod.spec.as_mut() {
-        spec.containers.shrink_to_fit();
-        shrink(&mut spec.init_containers);
         if let Some(volumes) = spec.volumes.as_mut() {
             volumes.retain(bears_on_placement);
         }
         shrink(&mut spec.volumes);
-        shrink(&mut spec.tolerations);
         shrink(&mut spec.topology_spread_constraints);
         shrink(&mut spec.scheduling_gates);
         shrink(&mut spec.resource_claims);
     }
     if let Some(status) = pod.status.as_mut() {
+        if let Some(conditions) = status.conditions.as_mut() {
+            conditions.retain(|c| CONDITIONS_READ.contains(&c.type_.as_str()));
+        }
         shrink(&mut status.container_statuses);
         shrink(&mut status.init_container_statuses);
         shrink(&mut status.conditions);
@@ -122,7 +128,8 @@ mod tests {
                     {"name": "scratch", "emptyDir": {}}]
             },
             "status": {"phase": "Running", "conditions": [
-                    {"type": "PodScheduled", "status": "True"}],
+                    {"type": "PodScheduled", "status": "True"},
+                    {"type": "Ready", "status": "True"}],
                 "containerStatuses": [{"name": "app", "image": "registry.local/web:1",
                     "imageID": "sha256:abc", "ready": true, "restartCount": 0,
                     "state": {"running": {"startedAt": "2026-01-01T00:00:00Z"}},
@@ -152,7 +159,10 @@ mod tests {
         let served_spec = served.spec.as_ref().expect("spec");
         assert_eq!(
             (&spec.tolerations, &spec.scheduler_name),
-            (&served_spec.tolerations, &served_spec.scheduler_name)
+            (
+                &served_spec.tolerations.clone().map(Into::into),
+                &served_spec.scheduler_name
+            )
         );
         let app = &spec.containers[0];
         assert_eq!(
@@ -175,10 +185,14 @@ mod tests {
             .map(|v| v.name.as_str())
             .collect();
         assert_eq!(volumes, ["data", "model"], "volumes that bear on placement");
-        assert_eq!(
-            pod.status.as_ref().map(|s| &s.conditions),
-            served.status.as_ref().map(|s| &s.conditions)
-        );
+        let conditions: Vec<&str> = pod
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter().flatten())
+            .map(|c| c.type_.as_str())
+            .collect();
+        assert_eq!(conditions, ["PodScheduled"], "the conditions tether reads");
+        assert_eq!(bound_at(&pod), bound_at(&Pod::from(served.clone())));
         assert_eq!(
             (
                 spec.containers.capacity(),

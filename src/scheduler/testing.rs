@@ -37,7 +37,7 @@ impl PodBuilder {
                     ..Default::default()
                 },
                 spec: Some(PodSpec {
-                    containers: vec![],
+                    containers: vec![].into(),
                     ..Default::default()
                 }),
                 status: None,
@@ -123,9 +123,9 @@ impl PodBuilder {
     /// Adds an init container requesting this CPU; `restartable` makes it a sidecar.
     pub fn init_cpu(mut self, quantity: &str, restartable: bool) -> Self {
         let spec = self.spec();
-        let n = spec.init_containers.as_ref().map_or(0, Vec::len);
+        let n = spec.init_containers.as_ref().map_or(0, |c| c.len());
         spec.init_containers
-            .get_or_insert_with(Vec::new)
+            .get_or_insert_with(Default::default)
             .push(Container {
                 name: format!("init{n}"),
                 restart_policy: restartable.then(|| "Always".to_string()),
@@ -191,7 +191,7 @@ impl PodBuilder {
     pub fn toleration(mut self, key: &str, operator: &str, value: &str, effect: &str) -> Self {
         self.spec()
             .tolerations
-            .get_or_insert_with(Vec::new)
+            .get_or_insert_with(Default::default)
             .push(Toleration {
                 key: (!key.is_empty()).then(|| key.into()),
                 operator: Some(operator.into()),

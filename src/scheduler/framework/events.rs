@@ -490,7 +490,7 @@ pub fn pod_changes(new: &Pod, old: &Pod) -> Vec<ClusterEvent> {
         p.spec
             .as_ref()
             .and_then(|s| s.tolerations.as_ref())
-            .map_or(0, Vec::len)
+            .map_or(0, |t| t.len())
     };
     if tolerations(new) != tolerations(old) {
         actions.push(ActionType::UPDATE_POD_TOLERATION);

@@ -212,7 +212,7 @@ mod tests {
         pod.with(|p| {
             if let Some(spec) = p.spec.as_mut() {
                 spec.init_containers
-                    .get_or_insert_with(Vec::new)
+                    .get_or_insert_with(Default::default)
                     .push(Container {
                         name: "init".into(),
                         image: Some(image.into()),

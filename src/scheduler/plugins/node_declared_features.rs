@@ -193,7 +193,7 @@ mod tests {
             ..Default::default()
         };
         if init {
-            spec.init_containers = Some(vec![container]);
+            spec.init_containers = Some(vec![container].into());
         } else {
             spec.containers.push(container);
         }

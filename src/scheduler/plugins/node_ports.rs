@@ -146,17 +146,20 @@ mod tests {
     fn pod_with_init_port(port: i32, sidecar: bool) -> PodBuilder {
         PodBuilder::new("p").with(|p| {
             if let Some(spec) = p.spec.as_mut() {
-                spec.init_containers = Some(vec![Container {
-                    name: "init".into(),
-                    restart_policy: sidecar.then(|| "Always".to_string()),
-                    ports: Some(vec![ContainerPort {
-                        container_port: port,
-                        host_port: Some(port),
-                        protocol: Some("TCP".into()),
+                spec.init_containers = Some(
+                    vec![Container {
+                        name: "init".into(),
+                        restart_policy: sidecar.then(|| "Always".to_string()),
+                        ports: Some(vec![ContainerPort {
+                            container_port: port,
+                            host_port: Some(port),
+                            protocol: Some("TCP".into()),
+                            ..Default::default()
+                        }]),
                         ..Default::default()
-                    }]),
-                    ..Default::default()
-                }]);
+                    }]
+                    .into(),
+                );
             }
         })
     }

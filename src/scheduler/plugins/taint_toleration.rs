@@ -51,7 +51,7 @@ fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
         .spec
         .as_ref()
         .and_then(|s| s.tolerations.as_deref())
-        .unwrap_or_default()
+        .map_or(&[][..], Vec::as_slice)
 }
 
 impl Plugin for TaintToleration {
@@ -583,12 +583,14 @@ mod tests {
         let new = EventObject::Pod(Arc::new(
             pod()
                 .with(|p| {
-                    p.spec.get_or_insert_with(Default::default).tolerations =
-                        Some(vec![Toleration {
+                    p.spec.get_or_insert_with(Default::default).tolerations = Some(
+                        vec![Toleration {
                             key: Some("foo".into()),
                             effect: Some("NoSchedule".into()),
                             ..Default::default()
-                        }]);
+                        }]
+                        .into(),
+                    );
                 })
                 .build(),
         ));

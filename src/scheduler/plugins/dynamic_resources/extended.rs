@@ -144,7 +144,7 @@ pub fn node_claim(
     let spec = pod.spec.as_ref();
     let init = spec
         .and_then(|s| s.init_containers.as_deref())
-        .unwrap_or_default();
+        .map_or(&[][..], Vec::as_slice);
     let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
     let containers: Vec<&Container> = init.iter().chain(main).collect();
     // Regular containers and sidecars run together; plain init containers one at a time,
@@ -324,11 +324,14 @@ mod tests {
     fn requests_are_named_and_shared_as_upstream_makes_them() {
         let pod = Pod {
             spec: Some(PodSpec {
-                init_containers: Some(vec![
-                    container("init-a", &[("example.com/gpu", "1")], false),
-                    container("init-b", &[("cpu", "1"), ("example.com/gpu", "4")], false),
-                    container("sidecar", &[("example.com/gpu", "1")], true),
-                ]),
+                init_containers: Some(
+                    vec![
+                        container("init-a", &[("example.com/gpu", "1")], false),
+                        container("init-b", &[("cpu", "1"), ("example.com/gpu", "4")], false),
+                        container("sidecar", &[("example.com/gpu", "1")], true),
+                    ]
+                    .into(),
+                ),
                 containers: vec![
                     container(
                         "main",
@@ -336,7 +339,8 @@ mod tests {
                         false,
                     ),
                     container("none", &[("cpu", "1")], false),
-                ],
+                ]
+                .into(),
                 ..Default::default()
             }),
             ..Default::default()
@@ -374,7 +378,7 @@ mod tests {
     fn a_fractional_request_gets_no_devices() {
         let pod = Pod {
             spec: Some(PodSpec {
-                containers: vec![container("main", &[("example.com/gpu", "1500m")], false)],
+                containers: vec![container("main", &[("example.com/gpu", "1500m")], false)].into(),
                 ..Default::default()
             }),
             ..Default::default()

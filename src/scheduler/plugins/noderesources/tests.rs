@@ -268,12 +268,14 @@ fn pod_level_requests_are_filtered_as_kube_scheduler() {
         (
             "one pod-level cpu resource fits and all init and non-init containers resources fit",
             pod_level(pod("p", "1m", "1"), &[("cpu", "3m"), ("memory", "2")]).with(|p| {
-                p.spec.get_or_insert_with(Default::default).init_containers =
-                    Some(vec![Container {
+                p.spec.get_or_insert_with(Default::default).init_containers = Some(
+                    vec![Container {
                         name: "init".into(),
                         resources: Some(requests(&[("cpu", "1m"), ("memory", "1")])),
                         ..Default::default()
-                    }])
+                    }]
+                    .into(),
+                )
             }),
             upstream_node(vec![pod("e", "5m", "19")]),
             rejected(Unschedulable, &["Insufficient memory"]),

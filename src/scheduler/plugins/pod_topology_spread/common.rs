@@ -74,7 +74,7 @@ impl<'a> Inclusion<'a> {
             affinity: RequiredNodeAffinity::from_pod(&pod.pod),
             tolerations: spec
                 .and_then(|s| s.tolerations.as_deref())
-                .unwrap_or_default(),
+                .map_or(&[][..], Vec::as_slice),
         }
     }
 
