@@ -5,14 +5,13 @@
 //!
 //! `cargo bench --bench dra_cycle`
 
-use tether::k8s::pod::Pod;
-
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
+use tether::k8s::pod::Pod;
 use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::snapshot::Snapshot;

@@ -5,13 +5,12 @@
 //!
 //! `cargo bench --bench schedule_cycle`
 
-use tether::k8s::pod::Pod;
-
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Node;
+use tether::k8s::pod::Pod;
 use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::snapshot::Snapshot;

@@ -10,8 +10,6 @@
 //! does not exit, so kubelet's restart backoff never stands between the cluster and a leader.
 //! A part that dies still stops the process.
 
-use crate::k8s::pod::Pod;
-
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -20,6 +18,7 @@ use anyhow::Context;
 use crate::controller;
 use crate::endpoints::{self, HttpState, Serving};
 use crate::gate::WriteGate;
+use crate::k8s::pod::Pod;
 use crate::leader::{self, Leadership, LeaseConfig};
 use crate::recorder::EventWriter;
 use crate::scheduler::backend::queue::SchedulingQueue;

@@ -4,8 +4,6 @@
 //! default number of cases; `make fuzz` runs them for much longer. A failure proptest finds is
 //! kept in `tests/properties.proptest-regressions` and replayed first from then on.
 
-use tether::k8s::pod::{Pod, PodSpec};
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -18,6 +16,7 @@ use proptest::prelude::*;
 use tether::api::StickyBindingStatus;
 use tether::k8s::labels::Selector;
 use tether::k8s::node_selector::{RequiredNodeAffinity, Terms};
+use tether::k8s::pod::{Pod, PodSpec};
 use tether::k8s::quantity::{parse_milli, parse_value};
 use tether::k8s::taints::tolerates;
 use tether::sticky::history::{RECENT_BINDS, count_bind};

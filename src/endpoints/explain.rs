@@ -4,8 +4,6 @@
 //! requests are under way, and each caller gets [`PER_SECOND`] (each costs a TokenReview and
 //! a cycle over every node).
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use axum::Json;
@@ -16,6 +14,7 @@ use kube::api::Api;
 
 use super::auth;
 use super::{HttpState, failure};
+use crate::k8s::pod::Pod;
 use crate::k8s::{names, pods};
 use crate::scheduler::Scheduler;
 use crate::scheduler::explain::{self, Explanation};

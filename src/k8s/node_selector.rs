@@ -6,13 +6,12 @@
 //! term that does not parse (an invalid label value, which the API server lets through) matches
 //! no node, and the other terms still count.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 
 use super::names;
+use crate::k8s::pod::Pod;
 
 /// One requirement on a node label or field.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -91,6 +91,18 @@ pub struct PodSpec {
     pub volumes: Option<Vec<api::Volume>>,
 }
 
+impl PodSpec {
+    /// The pod's tolerations, none when unset.
+    pub fn tolerations(&self) -> &[api::Toleration] {
+        self.tolerations.as_deref().map_or(&[], Vec::as_slice)
+    }
+
+    /// The pod's init containers, none when unset.
+    pub fn init_containers(&self) -> &[Container] {
+        self.init_containers.as_deref().map_or(&[], Vec::as_slice)
+    }
+}
+
 /// A container, as scheduling reads it: its name, image, ports and resources.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

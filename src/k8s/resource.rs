@@ -1,11 +1,10 @@
 //! Resource amounts as the scheduler counts them: requested by pods, allocatable on nodes.
 
-use crate::k8s::pod::{Container, ContainerStatus, Pod, PodSpec};
-
 use std::collections::{BTreeMap, HashMap};
 
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
+use crate::k8s::pod::{Container, ContainerStatus, Pod, PodSpec};
 use crate::k8s::quantity::{parse_milli, parse_value};
 
 pub const CPU: &str = "cpu";

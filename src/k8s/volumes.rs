@@ -2,8 +2,6 @@
 //! StorageClasses, as kube-scheduler's storage helpers read it: a claim's class and request, a
 //! volume's capacity and node affinity, whether a claim is fully bound.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -13,6 +11,7 @@ use k8s_openapi::api::storage::v1::{CSIStorageCapacity, StorageClass};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::k8s::node_selector::Term;
+use crate::k8s::pod::Pod;
 use crate::k8s::quantity;
 
 /// Set on a claim once the PV controller has bound it.

@@ -3,14 +3,13 @@
 //! compiled profile's). On failure the pod is unreserved and forgotten by the cache, and the
 //! one failure handler (`failure.rs`) reports and requeues it.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::gate::Write;
 use crate::inflight::InFlight;
+use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::scheduler::cycle::Assumed;
 use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};

@@ -26,8 +26,6 @@ pub mod schedule_one;
 #[cfg(test)]
 pub mod testing;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::HashMap;
 use std::sync::atomic::AtomicUsize;
 
@@ -47,6 +45,7 @@ use self::informers::pod_groups::PodGroupIndex;
 use self::metrics::Metrics;
 use self::outcome::Reports;
 use crate::gate::{Write, WriteGate};
+use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;

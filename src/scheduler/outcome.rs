@@ -7,8 +7,6 @@
 //! and a fixed number of writers write them, so thousands of pending pods cost one entry each,
 //! not a task each. Events follow, best effort: dropped when their queue is full.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -20,6 +18,7 @@ use kube::api::{Api, Patch, PatchParams};
 use prometheus_client::metrics::counter::Counter;
 
 use crate::gate::{Write, WriteGate};
+use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::schedule_one::Choice;

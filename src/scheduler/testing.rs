@@ -1,8 +1,6 @@
 //! Builders for unit tests: small pods and nodes, written the way a test reads.
 //! `PodBuilder::new("p").req_cpu("100m").toleration("k", "Equal", "v", "NoSchedule").build()`
 
-use crate::k8s::pod::{Container, Pod, PodSpec};
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -16,6 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 pub mod volumes;
 
+use crate::k8s::pod::{Container, Pod, PodSpec};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;

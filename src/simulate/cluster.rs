@@ -2,8 +2,6 @@
 //! from the API server or from a file `tether snapshot` wrote. One type for both, so an offline
 //! run answers as an online run of the same moment does.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
@@ -20,6 +18,7 @@ use kube::api::{Api, ListParams};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{SchedulingProfile, StickyBinding};
+use crate::k8s::pod::Pod;
 use crate::k8s::{pods, volumes};
 use crate::scheduler::backend::cache::{Cache, occupies_node};
 use crate::scheduler::framework::snapshot::Snapshot;

@@ -15,14 +15,13 @@
 pub mod cluster;
 pub mod render;
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 pub use self::cluster::ClusterState;
 use crate::api::SchedulingProfile;
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::explain::{self, Explanation};
 use crate::scheduler::framework::NoNominations;

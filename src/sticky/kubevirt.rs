@@ -8,9 +8,9 @@
 //! has completed, so its bind is counted in the VM's history only then (a failed or aborted
 //! migration leaves the pin where it was).
 
-use crate::k8s::pod::Pod;
-
 use serde::Deserialize;
+
+use crate::k8s::pod::Pod;
 
 /// The label virt-controller sets on a migration target pod: the migration's UID.
 pub const MIGRATION_JOB_UID: &str = "kubevirt.io/migrationJobUID";

@@ -9,14 +9,13 @@
 //! this replica leads; every VMI is listed again when it does, so a migration that completed
 //! while another replica led (or none) is counted then, once: the writer counts a pod once.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::leader::Leadership;
 use crate::locks;

@@ -4,8 +4,6 @@
 //! watch shows bound by someone else (an earlier tether's bind that landed after this one
 //! started). Lives beside the writer because it is the writer's second entry point.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -13,6 +11,7 @@ use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 
 use crate::api::StickyBinding;
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::history::HistoryWriter;

@@ -4,11 +4,10 @@
 //! its own workload. No API call: the owners come from an [`OwnerLookup`] fed by watches
 //! (which may start watching an owner kind it is asked about for the first time).
 
-use crate::k8s::pod::Pod;
-
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 
 use crate::api::{StickyBinding, WorkloadRef};
+use crate::k8s::pod::Pod;
 
 /// What the resolver needs to know of an owner object.
 #[derive(Clone, Debug, PartialEq)]

@@ -17,8 +17,6 @@
 
 pub mod readiness;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::time::Duration;
@@ -28,6 +26,7 @@ use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 

@@ -5,13 +5,12 @@
 //! non-async sections); readers take a [`Snapshot`], which shares every node info that did not
 //! change since the last snapshot (copy-on-write through `Arc::make_mut`).
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::backend::node_tree::{NodeTree, zone_key};
 use crate::scheduler::framework::node_info::NodeInfo;

@@ -9,12 +9,11 @@
 //! resource requests, nothing else (no labels, no affinity: a pod that is gone attracts and
 //! repels nothing).
 
-use crate::k8s::pod::{Pod, PodSpec};
-
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::k8s::pod::{Pod, PodSpec};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{HoldIdentity, NominatedPods};
 

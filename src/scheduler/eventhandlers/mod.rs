@@ -6,8 +6,6 @@
 
 pub mod storage;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeMap, HashSet};
 use std::future::Future;
 use std::sync::Arc;
@@ -15,6 +13,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Namespace, Node};
 use kube::api::Api;
 
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 
 use crate::watch::{self, Index, Readiness};

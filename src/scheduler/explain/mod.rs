@@ -12,8 +12,6 @@ mod group;
 pub mod render;
 mod types;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -22,6 +20,7 @@ pub use self::types::{
     Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom, NodeFilters,
     NodeScores, PluginScore, held_requests,
 };
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;

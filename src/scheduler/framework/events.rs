@@ -3,8 +3,6 @@
 //! that looks at the change and says whether it may help this pod. The queue moves a rejected
 //! pod only on an event that one of its rejecting plugins registered and hinted `Queue` for.
 
-use crate::k8s::pod::Pod;
-
 use std::any::Any;
 use std::collections::BTreeMap;
 use std::fmt;
@@ -18,6 +16,7 @@ use k8s_openapi::api::storage::v1::{
     CSIDriver, CSINode, CSIStorageCapacity, StorageClass, VolumeAttachment,
 };
 
+use crate::k8s::pod::Pod;
 use crate::k8s::{quantity, resource};
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::framework::pod_info::PodInfo;

@@ -20,8 +20,6 @@ pub mod topology;
 pub mod validation;
 pub mod waiting_pods;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -30,6 +28,7 @@ use futures::future::BoxFuture;
 pub use self::cycle_state::{CycleState, PluginRun};
 pub use self::extension_point::ExtensionPoint;
 pub use self::status::{Code, Status};
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;

@@ -1,14 +1,13 @@
 //! A pod with what the scheduler derives from it once, when it enters the cache or the queue:
 //! its requests, host ports and parsed inter-pod affinity terms.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodAffinityTerm;
 
 use crate::k8s::labels::{Selector, SelectorError};
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::k8s::resource::{Resource, pod_requests};
 use crate::scheduler::framework::pod_group::{AffinityTerms, GroupKey, PodGroup};

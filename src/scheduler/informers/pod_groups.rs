@@ -10,8 +10,6 @@
 //! it (404) has no PodGroups: the watch counts as current with none, and is tried again with a
 //! backoff, so that a cluster without the API never holds back a profile.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, RwLock};
@@ -21,6 +19,7 @@ use futures::StreamExt;
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use kube::api::Api;
 
+use crate::k8s::pod::Pod;
 use crate::scheduler::informers::Keeps;
 use crate::watch::{self, Index, Readiness};
 

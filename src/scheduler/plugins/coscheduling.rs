@@ -68,8 +68,9 @@ pub fn build(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::k8s::pod::Pod;
     use serde_json::json;
+
+    use crate::k8s::pod::Pod;
 
     fn member(uid: &str) -> PodInfo {
         let pod: Pod = serde_json::from_value(json!({

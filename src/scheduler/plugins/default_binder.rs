@@ -1,8 +1,6 @@
 //! DefaultBinder: binds a pod through the `pods/binding` subresource, as kube-scheduler's
 //! DefaultBinder does. The bind is the only API call tether makes per scheduled pod.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +9,7 @@ use k8s_openapi::api::core::v1::{Binding, ObjectReference};
 use kube::api::{Api, ObjectMeta, PostParams};
 
 use crate::k8s::api_errors::{maybe_applied, retryable};
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};

@@ -164,10 +164,10 @@ pub fn build(
 
 #[cfg(test)]
 mod tests {
-    use crate::k8s::pod::Container;
     use k8s_openapi::api::core::v1::{ImageVolumeSource, Volume};
 
     use super::*;
+    use crate::k8s::pod::Container;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 
     /// kube-scheduler v1.36's TestNormalizedImageName.

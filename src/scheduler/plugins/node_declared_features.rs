@@ -8,11 +8,10 @@
 //! - `UserNamespacesHostNetworkSupport`: the pod uses the host network in its own user
 //!   namespace (`hostNetwork: true`, `hostUsers: false`).
 
-use crate::k8s::pod::{Container, Pod};
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
+use crate::k8s::pod::{Container, Pod};
 use crate::scheduler::framework::events::{
     ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };

@@ -125,10 +125,10 @@ pub fn build(
 
 #[cfg(test)]
 mod tests {
-    use crate::k8s::pod::Container;
     use k8s_openapi::api::core::v1::ContainerPort;
 
     use super::*;
+    use crate::k8s::pod::Container;
     use crate::scheduler::framework::Code;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 

@@ -6,14 +6,13 @@
 //! In-tree volume types (GCE PD, AWS EBS, …) migrated to CSI are not translated and not
 //! counted: tether schedules clusters whose volumes are CSI or local.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PersistentVolumeClaim;
 use k8s_openapi::api::storage::v1::CSINode;
 
+use crate::k8s::pod::Pod;
 use crate::k8s::volumes;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, objects,

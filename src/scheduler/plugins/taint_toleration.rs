@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
+use crate::k8s::pod::PodSpec;
 use crate::k8s::taints::{find_untolerated, tolerates};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -47,11 +48,7 @@ fn node_taints(node: &NodeInfo) -> &[Taint] {
 }
 
 fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
-    pod.pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_deref())
-        .map_or(&[][..], Vec::as_slice)
+    pod.pod.spec.as_ref().map_or(&[], PodSpec::tolerations)
 }
 
 impl Plugin for TaintToleration {

@@ -2,13 +2,12 @@
 //! plugin: a ReadWriteOncePod claim already used by a scheduled pod, and the inline disks
 //! (GCE PD, AWS EBS, iSCSI, RBD) that a node cannot mount twice.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Volume;
 
+use crate::k8s::pod::Pod;
 use crate::k8s::volumes::{self, READ_WRITE_ONCE_POD};
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration, queue_if,

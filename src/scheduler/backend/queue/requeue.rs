@@ -3,14 +3,13 @@
 //! isPodWorthRequeuing), events kept while pods are in flight and replayed against a pod whose
 //! attempt fails, and the failed attempt itself (AddUnschedulableIfNotPresent).
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::{backoff_duration, backoff_failures, later};
 use super::{ATTEMPT_FAILURE, Entry, Pool, SchedulingQueue, State};
+use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
 use crate::scheduler::framework::events::{

@@ -2,13 +2,12 @@
 //! Unreserve (scheduling cycle), Permit (its verdict, or a wait registered with the waiting
 //! pods), then PreBind, Bind and PostBind (binding cycle).
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::waiting_pods::WaitingPods;

@@ -2,8 +2,6 @@
 //! preemption): the lower-priority pods nominated to the node lose their nomination, and each
 //! victim gets the `DisruptionTarget` condition, is deleted, and gets a `Preempted` event.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use kube::Resource;
@@ -11,6 +9,7 @@ use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
 use super::evictions::Evictions;
 use crate::gate::{Write, WriteGate};
+use crate::k8s::pod::Pod;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::framework::PodActivator;
 

@@ -3,8 +3,6 @@
 //! first and those a PodDisruptionBudget protects before the others. What cannot be given
 //! back are the victims.
 
-use crate::k8s::pod::Pod;
-
 use std::cmp::Ordering;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -13,6 +11,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::k8s::labels::Selector;
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::runtime::priority;

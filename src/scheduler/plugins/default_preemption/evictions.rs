@@ -12,12 +12,11 @@
 //!   the going pods' room first and asks for no more victims than it needs;
 //! - an eviction is carried out once.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::k8s::pod::Pod;
 use crate::locks;
 
 /// How long an eviction is remembered: far longer than a watch event takes to arrive, short

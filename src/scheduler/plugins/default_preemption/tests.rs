@@ -1,8 +1,6 @@
 //! DefaultPreemption's cases, after upstream's default_preemption_test.go: who preempts, on
 //! which node, which pods go, and what a pod that cannot preempt is told.
 
-use crate::k8s::pod::PodStatus;
-
 use std::sync::atomic::AtomicUsize;
 
 use k8s_openapi::api::policy::v1::{
@@ -11,6 +9,7 @@ use k8s_openapi::api::policy::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::*;
+use crate::k8s::pod::PodStatus;
 use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::NoNominations;
 use crate::scheduler::framework::pod_info::PodInfo;

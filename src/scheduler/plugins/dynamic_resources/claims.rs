@@ -3,12 +3,11 @@
 //! from a template, named in the pod's status and owned by the pod. The errors are upstream's,
 //! word for word: they are what `kubectl describe pod` shows while a pod waits.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
 
+use crate::k8s::pod::Pod;
 use crate::scheduler::informers::devices::Devices;
 
 /// The finalizer the scheduler puts on a claim it allocates, so that it is not deleted while

@@ -14,7 +14,6 @@
 //!   and reservation as for any claim, then `status.extendedResourceClaimStatus` of the pod.
 //! - A claim left by an earlier attempt is deleted (PostFilter), and a new one made.
 
-use crate::k8s::pod::{Container, Pod};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -25,6 +24,7 @@ use k8s_openapi::api::resource::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::ObjectMeta;
 
+use crate::k8s::pod::{Container, Pod, PodSpec};
 use crate::k8s::quantity;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -142,9 +142,7 @@ pub fn node_claim(
     to_dra: &BTreeSet<String>,
 ) -> (ResourceClaim, Vec<ContainerExtendedResourceRequest>) {
     let spec = pod.spec.as_ref();
-    let init = spec
-        .and_then(|s| s.init_containers.as_deref())
-        .map_or(&[][..], Vec::as_slice);
+    let init = spec.map_or(&[][..], PodSpec::init_containers);
     let main = spec.map(|s| s.containers.as_slice()).unwrap_or_default();
     let containers: Vec<&Container> = init.iter().chain(main).collect();
     // Regular containers and sidecars run together; plain init containers one at a time,
@@ -275,7 +273,6 @@ fn container_request(
 
 #[cfg(test)]
 mod tests {
-    use crate::k8s::pod::PodSpec;
     use k8s_openapi::api::core::v1::ResourceRequirements;
     use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 

@@ -32,8 +32,6 @@ mod pre_bind;
 mod preemption;
 mod writes;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -51,6 +49,7 @@ use self::writes::{
 use crate::gate::{Write, WriteGate};
 use crate::k8s::api_errors;
 use crate::k8s::node_selector::Terms;
+use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;

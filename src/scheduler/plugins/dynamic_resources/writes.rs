@@ -1,8 +1,6 @@
 //! The claim writes of PreBind and Unreserve, as upstream's bindClaim and its reservation
 //! removal: each through the write gate its caller holds.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
@@ -12,6 +10,7 @@ use kube::api::{Api, PostParams};
 use super::claims;
 use crate::gate::{Write, WriteGate};
 use crate::k8s::api_errors;
+use crate::k8s::pod::Pod;
 
 /// How many times PreBind reads a claim again after a conflict: five attempts in all, 10 ms
 /// apart, as client-go's DefaultRetry.

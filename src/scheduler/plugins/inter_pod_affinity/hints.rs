@@ -2,10 +2,10 @@
 //! affinity selects; a pod went that its required anti-affinity selected, or whose own
 //! anti-affinity kept this pod away; a node got (or changed) a topology key its terms need.
 
-use crate::k8s::pod::Pod;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };

@@ -1,13 +1,12 @@
 //! NodeResourcesFit, row by row from kube-scheduler's own tests.
 
-use crate::k8s::pod::Container;
-
 use serde_json::json;
 
 use super::fit::*;
 use super::resource_allocation::*;
 use super::scoring::*;
 use crate::k8s::names::is_extended_resource_name;
+use crate::k8s::pod::Container;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::*;

@@ -3,6 +3,7 @@
 //! counted per topology domain in parallel.
 
 use super::*;
+use crate::k8s::pod::PodSpec;
 
 pub(super) fn own_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
     pod.pod
@@ -72,9 +73,7 @@ impl<'a> Inclusion<'a> {
         let spec = pod.pod.spec.as_ref();
         Inclusion {
             affinity: RequiredNodeAffinity::from_pod(&pod.pod),
-            tolerations: spec
-                .and_then(|s| s.tolerations.as_deref())
-                .map_or(&[][..], Vec::as_slice),
+            tolerations: spec.map_or(&[], PodSpec::tolerations),
         }
     }
 

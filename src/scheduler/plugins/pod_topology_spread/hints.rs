@@ -2,14 +2,13 @@
 //! relabelled in its namespace; a node with every topology key appeared, went, or changed a
 //! topology value or its taints.
 
-use crate::k8s::pod::Pod;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
 use super::{Constraint, PodTopologySpread};
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };

@@ -8,10 +8,9 @@ pub mod placement_history;
 pub mod placement_recorder;
 pub mod sticky_node;
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{CycleState, Status};
 use crate::sticky::workload::{self, OwnerLookup, Workload};

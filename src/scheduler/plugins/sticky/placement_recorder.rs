@@ -6,12 +6,11 @@
 //! annotation, multi-replica ReplicaSets and Deployments under `skipMultiReplica`). It has no
 //! args.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
 
+use crate::k8s::pod::Pod;
 use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{CycleState, Plugin, PostBindPlugin};

@@ -7,14 +7,13 @@
 //! history the pin comes from is written after each bind by the PlacementRecorder PostBind
 //! plugin, not by this plugin.
 
-use crate::k8s::pod::Pod;
-
 use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::api::StickyBinding;
+use crate::k8s::pod::Pod;
 use crate::k8s::volumes;
 use crate::scheduler::framework::HistoryReadership;
 use crate::scheduler::framework::events::{

@@ -19,8 +19,6 @@ pub mod matching;
 #[cfg(test)]
 mod tests;
 
-use crate::k8s::pod::Pod;
-
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -31,6 +29,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use self::args::{VolumeBindingArgs, shape_score};
 use self::matching::{Claims, PodVolumes, Verdict};
 use crate::gate::{Write, WriteGate};
+use crate::k8s::pod::Pod;
 use crate::k8s::volumes::{
     self, ANN_BOUND_BY_CONTROLLER, ANN_SELECTED_NODE, WAIT_FOR_FIRST_CONSUMER,
 };
