@@ -15,13 +15,13 @@
 //! the new list the watch is marked stale in [`Readiness`], and the scheduling loop waits. A list
 //! that gets no answer for [`LIST_STALL`] is given up and started over, whatever kept it.
 
+mod lister;
 pub mod readiness;
 
 use std::collections::HashSet;
 use std::fmt::Debug;
 use std::time::Duration;
 
-use futures::stream::BoxStream;
 use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
@@ -30,6 +30,7 @@ use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
+use self::lister::{Lister, Step};
 pub use self::readiness::{Feed, Need, Readiness};
 
 /// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
@@ -97,12 +98,26 @@ fn answered(error: &watcher::Error) -> bool {
     )
 }
 
-struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
-    api: Api<K>,
-    config: watcher::Config,
+/// Where a watch stands after a failure it resumes from.
+enum CatchUp {
+    /// Nothing to catch up: the watch is current, or a list is under way (current at its end).
+    No,
+    /// The watch failed; it resumes from the last version seen.
+    Failed,
+    /// The API server accepted the resumed watch: it is current once it has reached the version
+    /// the API server had then (what it missed is sent first, in order), or has been quiet for
+    /// [`CAUGHT_UP_QUIET`] (what it missed, if anything, has come).
+    Until(Option<String>),
+}
+
+/// How long a resumed watch must stay quiet to be taken as caught up. The API server sends what
+/// the watch missed at once, from its cache, before anything new.
+const CAUGHT_UP_QUIET: Duration = Duration::from_millis(100);
+
+struct WatchLoop<K> {
+    lister: Lister<K>,
     feed: Option<Feed>,
     what: String,
-    stream: Option<BoxStream<'static, watcher::Result<Event<K>>>>,
     backoff: Duration,
     /// Set after a failure: wait this long before the next attempt.
     pause: Option<Duration>,
@@ -114,15 +129,28 @@ struct WatchLoop<K: kube::Resource + Clone + Send + 'static> {
     streaming: bool,
     /// Whether the watch may switch to streaming lists when a list cannot be decoded.
     each_object: bool,
-    /// Whether the watch is listing (from its start until the list's end): each page then has
-    /// [`LIST_STALL`] to come.
-    listing: bool,
+    catch_up: CatchUp,
 }
 
-/// Watches `api`: yields every event of kube's watcher, starting with a full list (`Init`,
-/// `InitApply`…, `InitDone`). On a failure the error is yielded for the caller to note, `feed`
-/// is marked stale, and the watch starts over with a new list: at once after a `410 Gone`,
-/// else after the backoff. The stream never ends.
+impl<K> WatchLoop<K> {
+    /// A watch resumed after a failure has caught up: it is current again.
+    fn caught_up(&mut self, how: &str) {
+        tracing::debug!(watch = %self.what, how, "the resumed watch caught up");
+        self.catch_up = CatchUp::No;
+        self.backoff = INITIAL_BACKOFF;
+        self.failures = 0;
+        if let Some(feed) = &self.feed {
+            feed.listed();
+        }
+    }
+}
+
+/// Watches `api`: yields every event of a list (`Init`, `InitApply`…, `InitDone`) and then of a
+/// watch from the list's version, resumed from the last version seen whenever it ends. On a
+/// failure the error is yielded for the caller to note and `feed` is marked stale; after the
+/// backoff the watch resumes where it was, and `feed` is current again once the resumed watch
+/// has caught up (see [`CatchUp`]); after a `410 Gone` it lists again at once, and `feed` is
+/// current at the list's end. The stream never ends.
 pub fn watch<K>(
     api: Api<K>,
     what: impl Into<String>,
@@ -154,15 +182,9 @@ where
     watch_loop(api, what.into(), feed, true)
 }
 
-/// Whether a watch failed on one object the client could not decode. kube reports such a line
-/// as a decoding error, or, when the line reads as an (empty) `Status`, as an API error without
-/// a code; the API server's own errors always carry one.
+/// Whether a watch failed on one object the client could not decode.
 fn undecodable(error: &watcher::Error) -> bool {
-    match error {
-        watcher::Error::WatchFailed(kube::Error::SerdeError(_)) => true,
-        watcher::Error::WatchFailed(kube::Error::Api(status)) => status.code == 0,
-        _ => false,
-    }
+    matches!(error, watcher::Error::WatchFailed(e) if lister::undecodable(e))
 }
 
 /// Whether a list failed because the client could not decode it.
@@ -188,37 +210,39 @@ where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let state = WatchLoop {
-        api,
-        config: config(),
+        lister: Lister::new(api, LIST_PAGE_SIZE, WATCH_TIMEOUT_SECONDS, each_object),
         feed,
         what,
-        stream: None,
         backoff: INITIAL_BACKOFF,
         pause: None,
         last_answered: false,
         failures: 0,
         streaming: false,
         each_object,
-        listing: true,
+        catch_up: CatchUp::No,
     };
     futures::stream::unfold(state, |mut st| async move {
         if let Some(pause) = st.pause.take() {
             tokio::time::sleep(pause).await;
         }
         loop {
-            if st.stream.is_none() {
-                st.listing = true;
+            // Checked when the caller asks for the next event: whatever came before is applied.
+            if let CatchUp::Until(Some(target)) = &st.catch_up
+                && st
+                    .lister
+                    .version()
+                    .is_some_and(|seen| lister::reached(seen, target))
+            {
+                st.caught_up("reached the version the API server had when it resumed");
             }
-            let stream = st
-                .stream
-                .get_or_insert_with(|| watcher::watcher(st.api.clone(), st.config.clone()).boxed());
-            let next = if st.listing {
-                match tokio::time::timeout(LIST_STALL, stream.next()).await {
-                    Ok(next) => next,
+            let quiet = matches!(st.catch_up, CatchUp::Until(_)).then_some(CAUGHT_UP_QUIET);
+            let step = if st.lister.waiting_for_an_answer() {
+                match tokio::time::timeout(LIST_STALL, st.lister.step(quiet)).await {
+                    Ok(step) => step,
                     Err(_) => {
                         let pause = jittered(st.backoff);
-                        tracing::warn!(watch = %st.what, stalled_for = ?LIST_STALL, retry_in = ?pause, "a list got no answer in time; giving it up and listing again");
-                        st.stream = None;
+                        tracing::warn!(watch = %st.what, stalled_for = ?LIST_STALL, retry_in = ?pause, "a list or watch request got no answer in time; giving it up and asking again");
+                        st.lister.stalled();
                         if let Some(feed) = &st.feed {
                             feed.stale();
                         }
@@ -227,13 +251,28 @@ where
                     }
                 }
             } else {
-                stream.next().await
+                st.lister.step(quiet).await
             };
-            match next {
-                Some(Ok(mut event)) => {
+            match step {
+                Step::Nothing => {}
+                Step::Quiet => st.caught_up("quiet since it resumed"),
+                Step::Resumed => {
+                    if matches!(st.catch_up, CatchUp::Failed) {
+                        let target = match st.lister.newest_version().await {
+                            Ok(target) => target,
+                            Err(error) => {
+                                tracing::debug!(watch = %st.what, %error, "could not read the newest version; the resumed watch is current once quiet");
+                                None
+                            }
+                        };
+                        st.catch_up = CatchUp::Until(target);
+                    }
+                }
+                Step::Item(Ok(mut event)) => {
                     trim(&mut event);
                     match &event {
                         Event::Init => {
+                            st.catch_up = CatchUp::No;
                             if let Some(feed) = &st.feed {
                                 feed.stale();
                             }
@@ -241,37 +280,37 @@ where
                         Event::InitDone => {
                             st.backoff = INITIAL_BACKOFF;
                             st.failures = 0;
-                            st.listing = false;
                         }
                         _ => {}
                     }
                     return Some((Ok(event), st));
                 }
-                Some(Err(error)) if st.each_object && !st.streaming && list_undecodable(&error) => {
+                Step::Item(Err(error))
+                    if st.each_object && !st.streaming && list_undecodable(&error) =>
+                {
                     tracing::warn!(watch = %st.what, error = %error, "a list the client cannot decode (an object nested deeper than 128 levels?); reading object by object instead");
                     st.streaming = true;
-                    st.config = config().streaming_lists();
-                    st.stream = None;
+                    st.lister.restart(true);
                     return Some((Err(error), st));
                 }
-                Some(Err(error)) if st.each_object && undecodable(&error) => {
+                Step::Item(Err(error)) if st.each_object && undecodable(&error) => {
                     // One object skipped; the stream goes on with the next.
                     tracing::warn!(watch = %st.what, error = %error, "skipped an object the client cannot decode (JSON nested deeper than 128 levels?); its last readable version stays in force until the next re-list");
                     return Some((Err(error), st));
                 }
-                Some(Err(error)) if st.streaming && streaming_refused(&error) => {
+                Step::Item(Err(error)) if st.streaming && streaming_refused(&error) => {
                     tracing::info!(watch = %st.what, error = %error, "the API server serves no streaming lists; listing instead");
                     st.streaming = false;
-                    st.config = config();
-                    st.stream = None;
+                    st.lister.restart(false);
                     return Some((Err(error), st));
                 }
-                Some(Err(error)) => {
-                    // Start over with a new list; kube's watcher would resume from its last
-                    // version, or wait for a 410 before re-listing.
-                    st.stream = None;
+                Step::Item(Err(error)) => {
                     if let Some(feed) = &st.feed {
                         feed.stale();
+                    }
+                    let relist = st.lister.starts_over();
+                    if !relist {
+                        st.catch_up = CatchUp::Failed;
                     }
                     if is_gone(&error) {
                         tracing::info!(watch = %st.what, "the API server no longer has this watch's history (410 Gone); re-listing");
@@ -283,10 +322,15 @@ where
                         }
                         st.last_answered = answered(&error);
                         let pause = jittered(st.backoff);
-                        if st.failures % WARN_EVERY == 0 {
-                            tracing::warn!(watch = %st.what, error = %error, failures = st.failures + 1, retry_in = ?pause, "watch failed; re-listing until it is current again");
+                        let next = if relist {
+                            "listing again"
                         } else {
-                            tracing::debug!(watch = %st.what, error = %error, failures = st.failures + 1, retry_in = ?pause, "watch failed again; re-listing");
+                            "resuming from the last version seen"
+                        };
+                        if st.failures % WARN_EVERY == 0 {
+                            tracing::warn!(watch = %st.what, error = %error, failures = st.failures + 1, retry_in = ?pause, next, "watch failed; trying again until it is current");
+                        } else {
+                            tracing::debug!(watch = %st.what, error = %error, failures = st.failures + 1, retry_in = ?pause, next, "watch failed again");
                         }
                         st.failures = st.failures.saturating_add(1);
                         st.pause = Some(pause);
@@ -294,7 +338,6 @@ where
                     }
                     return Some((Err(error), st));
                 }
-                None => st.stream = None,
             }
         }
     })
@@ -432,18 +475,11 @@ where
 /// minute; a watch that simply ended resumes from where it was, without a re-list.
 const WATCH_TIMEOUT_SECONDS: u32 = 50;
 
-/// How many objects one page of a list holds.
+/// How many objects one page of a list holds. Lists are read consistently, never with
+/// `resourceVersion=0`: the API server answers such a list whole, whatever the limit, and 5,000
+/// pending pods decoded at once (before their managedFields are dropped) took hundreds of
+/// megabytes for a moment.
 const LIST_PAGE_SIZE: u32 = 500;
-
-/// The watch configuration every tether watch uses: lists in pages of [`LIST_PAGE_SIZE`],
-/// watch requests renewed every [`WATCH_TIMEOUT_SECONDS`]. Not `resourceVersion=0`: the API
-/// server answers such a list whole, whatever the limit, and 5,000 pending pods decoded at
-/// once (before their managedFields are dropped) took hundreds of megabytes for a moment.
-fn config() -> watcher::Config {
-    watcher::Config::default()
-        .page_size(LIST_PAGE_SIZE)
-        .timeout(WATCH_TIMEOUT_SECONDS)
-}
 
 #[cfg(test)]
 mod tests {
@@ -680,5 +716,276 @@ mod tests {
         assert_eq!(applied, ["team-a"]);
         assert_eq!(lists.load(Ordering::SeqCst), 2, "listed again once");
         assert!(started.elapsed() >= LIST_STALL);
+    }
+    /// What a fake API server answers each watch request with, in turn.
+    enum Answer {
+        /// These lines, then the request ends (its timeout).
+        Ends(Vec<serde_json::Value>),
+        /// These lines, then the connection drops.
+        Drops(Vec<serde_json::Value>),
+        /// These lines, then nothing more.
+        Stays(Vec<serde_json::Value>),
+        /// Nothing for this long, then the connection drops.
+        DropsAfter(Duration),
+    }
+
+    /// A fake API server for namespaces: a list of `a` at version 10, the watch answers given,
+    /// and `newest` as the version a one-object list reads. It records the version each watch
+    /// request asked for, and counts the lists.
+    #[derive(Default)]
+    struct FakeApi {
+        answers: Mutex<std::collections::VecDeque<Answer>>,
+        newest: Mutex<String>,
+        watched_from: Mutex<Vec<String>>,
+        lists: std::sync::atomic::AtomicU32,
+    }
+
+    type FakeBody = http_body_util::StreamBody<
+        futures::stream::BoxStream<
+            'static,
+            Result<hyper::body::Frame<hyper::body::Bytes>, std::io::Error>,
+        >,
+    >;
+
+    fn line(
+        value: &serde_json::Value,
+    ) -> Result<hyper::body::Frame<hyper::body::Bytes>, std::io::Error> {
+        let mut bytes = serde_json::to_vec(value).expect("json");
+        bytes.push(b'\n');
+        Ok(hyper::body::Frame::data(bytes.into()))
+    }
+
+    fn namespace_event(kind: &str, name: &str, version: &str) -> serde_json::Value {
+        serde_json::json!({"type": kind, "object": {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "resourceVersion": version}}})
+    }
+
+    impl FakeApi {
+        fn answer(&self, req: &http::Request<kube::client::Body>) -> http::Response<FakeBody> {
+            use std::sync::atomic::Ordering;
+            let query: std::collections::HashMap<String, String> =
+                url_query(req.uri().query().unwrap_or_default());
+            let body: futures::stream::BoxStream<'static, _> = if query.contains_key("watch") {
+                self.watched_from
+                    .lock()
+                    .expect("lock")
+                    .push(query.get("resourceVersion").cloned().unwrap_or_default());
+                match self.answers.lock().expect("lock").pop_front() {
+                    Some(Answer::Ends(lines)) => {
+                        futures::stream::iter(lines.iter().map(line).collect::<Vec<_>>()).boxed()
+                    }
+                    Some(Answer::Drops(lines)) => {
+                        futures::stream::iter(lines.iter().map(line).collect::<Vec<_>>())
+                            .chain(futures::stream::once(async {
+                                Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+                            }))
+                            .boxed()
+                    }
+                    Some(Answer::Stays(lines)) => {
+                        futures::stream::iter(lines.iter().map(line).collect::<Vec<_>>())
+                            .chain(futures::stream::pending())
+                            .boxed()
+                    }
+                    Some(Answer::DropsAfter(quiet)) => futures::stream::once(async move {
+                        tokio::time::sleep(quiet).await;
+                        Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+                    })
+                    .boxed(),
+                    None => futures::stream::pending().boxed(),
+                }
+            } else if query.get("limit").map(String::as_str) == Some("1") {
+                let newest = self.newest.lock().expect("lock").clone();
+                futures::stream::iter([line(&serde_json::json!({
+                    "apiVersion": "v1", "kind": "NamespaceList",
+                    "metadata": {"resourceVersion": newest},
+                    "items": [{"metadata": {"name": "a", "resourceVersion": "5"}}],
+                }))])
+                .boxed()
+            } else {
+                self.lists.fetch_add(1, Ordering::SeqCst);
+                futures::stream::iter([line(&serde_json::json!({
+                    "apiVersion": "v1", "kind": "NamespaceList",
+                    "metadata": {"resourceVersion": "10"},
+                    "items": [{"metadata": {"name": "a", "resourceVersion": "5"}}],
+                }))])
+                .boxed()
+            };
+            http::Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(http_body_util::StreamBody::new(body))
+                .expect("a response")
+        }
+
+        fn client(self: &Arc<Self>) -> kube::Client {
+            let api = self.clone();
+            let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+                let response = api.answer(&req);
+                async move { Ok::<_, std::convert::Infallible>(response) }
+            });
+            kube::Client::new(service, "default")
+        }
+    }
+
+    fn url_query(query: &str) -> std::collections::HashMap<String, String> {
+        query
+            .split('&')
+            .filter_map(|pair| pair.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// The names an event carries, for the assertions.
+    fn described(event: &Event<Namespace>) -> String {
+        let name = |ns: &Namespace| ns.metadata.name.clone().unwrap_or_default();
+        match event {
+            Event::Init => "init".into(),
+            Event::InitApply(ns) => format!("list {}", name(ns)),
+            Event::InitDone => "listed".into(),
+            Event::Apply(ns) => format!("apply {}", name(ns)),
+            Event::Delete(ns) => format!("delete {}", name(ns)),
+        }
+    }
+
+    use k8s_openapi::api::core::v1::Namespace;
+
+    impl Index<Namespace> for Names {
+        fn apply(&self, obj: Namespace) {
+            <Self as Index<String>>::apply(self, obj.metadata.name.unwrap_or_default());
+        }
+        fn delete(&self, obj: Namespace) {
+            <Self as Index<String>>::delete(self, obj.metadata.name.unwrap_or_default());
+        }
+        fn reset(&self, objs: Vec<Namespace>) {
+            let names = objs
+                .into_iter()
+                .map(|o| o.metadata.name.unwrap_or_default());
+            <Self as Index<String>>::reset(self, names.collect());
+        }
+    }
+
+    /// A watch that ends resumes from the last version without anyone noticing; one whose
+    /// connection drops is stale until it resumes from the last version seen, and current again
+    /// once it has caught up with the version the API server had then, never listing again.
+    #[tokio::test(start_paused = true)]
+    async fn a_failed_watch_resumes_from_the_last_version_and_is_current_once_caught_up() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "13".into();
+        api.answers.lock().expect("lock").extend([
+            Answer::Ends(vec![namespace_event("ADDED", "b", "11")]),
+            Answer::Drops(vec![namespace_event("MODIFIED", "b", "12")]),
+            Answer::Stays(vec![namespace_event("DELETED", "a", "13")]),
+        ]);
+        let readiness = Readiness::new();
+        let feed = readiness.register("namespaces");
+        let mut applier = Applier::new(Some(feed.clone()));
+        let index = Names::default();
+        let events = watch(
+            Api::<Namespace>::all(api.client()),
+            "namespaces",
+            Some(feed),
+        );
+        let mut events = std::pin::pin!(events);
+        let mut seen = Vec::new();
+        while seen.len() < 5 {
+            let item = events.next().await.expect("a watch never ends");
+            if let Ok(event) = &item {
+                seen.push(described(event));
+            }
+            applier.apply(&index, item);
+            if seen.len() == 4 {
+                assert!(
+                    readiness.is_current(),
+                    "a watch that ended is not a failure"
+                );
+            }
+        }
+        // The drop is noted: stale until the resumed watch has caught up.
+        let failed = events.next().await.expect("the drop");
+        assert!(failed.is_err(), "{:?}", failed.map(|e| described(&e)));
+        applier.apply(&index, failed);
+        assert!(!readiness.is_current(), "stale once the watch failed");
+        let item = events.next().await.expect("a watch never ends");
+        seen.push(described(item.as_ref().expect("an event")));
+        applier.apply(&index, item);
+        assert!(
+            !readiness.is_current(),
+            "not current before the caller has applied it"
+        );
+        // Asking for the next event: what came before is applied, and it reached version 13.
+        assert!(futures::poll!(events.next()).is_pending());
+        assert!(
+            readiness.is_current(),
+            "current once it reached the newest version"
+        );
+        assert_eq!(
+            seen,
+            ["init", "list a", "listed", "apply b", "apply b", "delete a"]
+        );
+        assert_eq!(*api.watched_from.lock().expect("lock"), ["10", "11", "12"]);
+        assert_eq!(
+            api.lists.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "never listed again"
+        );
+    }
+
+    /// A resumed watch that reaches no newer version (nothing changed meanwhile) is current once
+    /// it has been quiet for a moment; one the API server no longer has the history of (410)
+    /// lists again at once.
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_watch_is_current_once_quiet_and_lists_again_when_its_history_is_gone() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "99".into();
+        api.answers.lock().expect("lock").extend([
+            Answer::Drops(vec![]),
+            Answer::DropsAfter(Duration::from_secs(5)),
+            Answer::Stays(vec![serde_json::json!({"type": "ERROR", "object": {
+                "apiVersion": "v1", "kind": "Status", "status": "Failure",
+                "reason": "Expired", "message": "too old resource version: 10 (50)", "code": 410}})]),
+        ]);
+        let readiness = Readiness::new();
+        let feed = readiness.register("namespaces");
+        let mut applier = Applier::new(Some(feed.clone()));
+        let index = Names::default();
+        let events = watch(
+            Api::<Namespace>::all(api.client()),
+            "namespaces",
+            Some(feed),
+        );
+        let mut events = std::pin::pin!(events);
+        for _ in 0..3 {
+            let item = events.next().await.expect("init, a, listed");
+            applier.apply(&index, item);
+        }
+        assert!(readiness.is_current());
+        let failed = events.next().await.expect("the drop");
+        applier.apply(&index, failed);
+        assert!(!readiness.is_current());
+        // Resumed, quiet, not at version 99: current only after the quiet time.
+        assert!(futures::poll!(events.next()).is_pending());
+        assert!(!readiness.is_current(), "not current at once");
+        let quiet = tokio::time::timeout(MAX_BACKOFF * 2, events.next()).await;
+        assert!(quiet.is_err(), "nothing comes before the second drop");
+        assert!(readiness.is_current(), "current once quiet");
+        let failed = events.next().await.expect("the second drop");
+        assert!(failed.is_err());
+        applier.apply(&index, failed);
+        assert!(!readiness.is_current());
+        let gone = events.next().await.expect("the 410");
+        assert!(gone.as_ref().is_err_and(is_gone));
+        applier.apply(&index, gone);
+        let relisted: Vec<String> = (&mut events)
+            .take(3)
+            .map(|item| described(item.as_ref().expect("an event")))
+            .collect()
+            .await;
+        assert_eq!(relisted, ["init", "list a", "listed"]);
+        assert_eq!(
+            api.lists.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "listed again"
+        );
+        assert_eq!(*api.watched_from.lock().expect("lock"), ["10", "10", "10"]);
     }
 }
