@@ -232,6 +232,94 @@ async fn after_an_outage_and_an_api_server_restart_tether_schedules_on_the_curre
     ns.delete().await
 }
 
+/// Cut off for a few seconds (the API server stays up), tether resumes its watches from where
+/// they were, as kube-scheduler's informers do, instead of listing every pod and node again, and
+/// still schedules on the current view: a node cordoned meanwhile is not chosen, a pod created
+/// meanwhile is bound. The lists are counted at the proxy, not from tether.
+#[tokio::test]
+async fn after_a_cut_tether_resumes_its_watches_without_listing_again() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "resume").await?;
+    let nodes = TestNodes::create(&client, "resume", 2, "16", |_, _| {}).await?;
+    let proxy = Proxy::start().await?;
+    let tether = OwnTether::start("resume", &proxy).await?;
+    let name = format!("resume-{}", unique_suffix());
+    let scheduler = format!("{name}-sched");
+    apply_profile(&client, &name, json!({"schedulerName": scheduler})).await?;
+    let pod = |pod_name: &str| {
+        let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "100m"}}}]});
+        nodes.isolate(&mut spec);
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod_name, "namespace": ns.name}, "spec": spec})
+    };
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let bound = |pod_name: &'static str| {
+        let pods = pods.clone();
+        move || {
+            let pods = pods.clone();
+            async move {
+                Ok(pods
+                    .get_opt(pod_name)
+                    .await?
+                    .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some())))
+            }
+        }
+    };
+    apply(pod("first"))?;
+    let first = wait_for("the first pod bound", TIMEOUT, bound("first")).await?;
+    let lists = [
+        proxy.inject(
+            Matcher::new(Method::GET, "/api/v1/pods?limit=500"),
+            Action::Delay(Duration::ZERO),
+            None,
+        ),
+        proxy.inject(
+            Matcher::new(Method::GET, "/api/v1/nodes?limit=500"),
+            Action::Delay(Duration::ZERO),
+            None,
+        ),
+    ];
+
+    proxy.cut();
+    wait_for("tether to notice the cut", TIMEOUT, || async {
+        Ok(tether.readyz()?.filter(|body| body.contains("not current")))
+    })
+    .await?;
+    let cordoned = node_of(&first);
+    Api::<Node>::all(client.clone())
+        .patch(
+            &cordoned,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"unschedulable": true}})),
+        )
+        .await?;
+    apply(pod("second"))?;
+    proxy.restore();
+
+    let second = wait_for(
+        "the pod created during the cut bound",
+        TIMEOUT,
+        bound("second"),
+    )
+    .await?;
+    assert_ne!(
+        node_of(&second),
+        cordoned,
+        "bound to the node cordoned during the cut; tether's log: {}",
+        tether.log.display()
+    );
+    let listed: Vec<_> = lists.iter().map(|l| l.hits_by_path()).collect();
+    assert!(
+        lists.iter().all(|l| l.hits() == 0),
+        "listed pods or nodes again after the cut instead of resuming: {listed:?}; tether's log: {}",
+        tether.log.display()
+    );
+
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    drop(tether);
+    nodes.delete().await?;
+    ns.delete().await
+}
+
 /// SIGTERM in the middle of a burst: tether takes no new pod from its queue, lets the binds in
 /// flight finish with their history writes, and exits 0. Every pod the test sees bound is
 /// counted in the workload's binding, exactly once; the others stay pending.

@@ -110,6 +110,9 @@ enum CatchUp {
     Until(Option<String>),
 }
 
+/// A list that takes this long or longer is logged (at info) with its size and time.
+const SLOW_LIST: Duration = Duration::from_secs(2);
+
 /// How long a resumed watch must stay quiet to be taken as caught up. The API server sends what
 /// the watch missed at once, from its cache, before anything new.
 const CAUGHT_UP_QUIET: Duration = Duration::from_millis(100);
@@ -130,6 +133,8 @@ struct WatchLoop<K> {
     /// Whether the watch may switch to streaming lists when a list cannot be decoded.
     each_object: bool,
     catch_up: CatchUp,
+    /// The list under way: when it started and how many objects it has brought.
+    listing: Option<(std::time::Instant, u64)>,
 }
 
 impl<K> WatchLoop<K> {
@@ -220,6 +225,7 @@ where
         streaming: false,
         each_object,
         catch_up: CatchUp::No,
+        listing: None,
     };
     futures::stream::unfold(state, |mut st| async move {
         if let Some(pause) = st.pause.take() {
@@ -273,13 +279,27 @@ where
                     match &event {
                         Event::Init => {
                             st.catch_up = CatchUp::No;
+                            st.listing = Some((std::time::Instant::now(), 0));
                             if let Some(feed) = &st.feed {
                                 feed.stale();
+                            }
+                        }
+                        Event::InitApply(_) => {
+                            if let Some((_, objects)) = &mut st.listing {
+                                *objects = objects.saturating_add(1);
                             }
                         }
                         Event::InitDone => {
                             st.backoff = INITIAL_BACKOFF;
                             st.failures = 0;
+                            if let Some((started, objects)) = st.listing.take() {
+                                let took = started.elapsed();
+                                if took >= SLOW_LIST {
+                                    tracing::info!(watch = %st.what, objects, ?took, "listed");
+                                } else {
+                                    tracing::debug!(watch = %st.what, objects, ?took, "listed");
+                                }
+                            }
                         }
                         _ => {}
                     }
