@@ -3,17 +3,19 @@
 //! a re-list replacing what the index holds ([`Index::reset`]), so an object deleted while the
 //! watch was down never outlives the outage.
 //!
-//! The watch behaves as client-go's reflector: a `410 Gone` (the API server no longer has the
-//! history the watch asked for, as after its restart) re-lists at once; any other failure
-//! re-lists after a backoff (0.5 s doubling to 1 s, each wait drawn from 75–125 % of it so that
-//! two dozen watches do not come back in step). The short ceiling keeps every watch back within
-//! a few seconds of the API server's return; a failed attempt costs a refused connection, and an
-//! API server that is up but overloaded says when to come back (429 with `Retry-After`), which
-//! the client honours before the watch sees a failure. A run of failures is logged once as a
-//! warning when it starts and every [`WARN_EVERY`] attempts after (the others at debug level);
-//! [`Readiness`] says when the watch is current again. From its failure until the index holds
-//! the new list the watch is marked stale in [`Readiness`], and the scheduling loop waits. A list
-//! that gets no answer for [`LIST_STALL`] is given up and started over, whatever kept it.
+//! The watch behaves as client-go's reflector ([`lister`]): one that ends or fails for any
+//! reason but `410 Gone` resumes from the last version it saw, after a backoff (0.5 s doubling
+//! to 1 s, each wait drawn from 75–125 % of it so that two dozen watches do not come back in
+//! step), and the API server sends what it missed; a `410 Gone` (the API server no longer has
+//! that history, as after its restart) lists again at once. The short ceiling keeps every watch
+//! back within a few seconds of the API server's return; a failed attempt costs a refused
+//! connection, and an API server that is up but overloaded says when to come back (429 with
+//! `Retry-After`), which the client honours before the watch sees a failure. A run of failures
+//! is logged once as a warning when it starts and every [`WARN_EVERY`] attempts after (the
+//! others at debug level); [`Readiness`] says when the watch is current again. From its failure
+//! until the index holds the new list, or the resumed watch has caught up ([`CatchUp`]), the
+//! watch is marked stale in [`Readiness`], and the scheduling loop waits. A list or watch
+//! request that gets no answer for [`LIST_STALL`] is given up and asked again, whatever kept it.
 
 mod lister;
 pub mod readiness;

@@ -1,7 +1,7 @@
 //! Which watches are current. Every watch-fed structure registers its watch here when the watch
 //! is created ([`Readiness::register`]), saying what needs it ([`Need`]); the watch marks itself
 //! stale when it fails or starts a re-list, and current again once its index holds the whole
-//! list. `/readyz` answers from the first lists. The scheduling loop runs only while the watches
+//! list, or its resumed watch has caught up. `/readyz` answers from the first lists. The scheduling loop runs only while the watches
 //! every decision needs (pods, nodes, namespaces, profiles) are current, so no pod is placed
 //! against a view of the nodes or pods from before an outage; a watch only some plugins need
 //! holds back only the pods of profiles that run one of them ([`Readiness::stale_for`]).
@@ -193,7 +193,8 @@ pub struct Feed {
 }
 
 impl Feed {
-    /// The index now holds the whole list (after the first list or a re-list).
+    /// The index now holds the whole list (after the first list or a re-list), or what a resumed
+    /// watch missed.
     pub fn listed(&self) {
         self.readiness.set(self.id, true);
     }
