@@ -17,7 +17,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 build: ## build the tether binary
-	$(CARGO) build --release --bin tether
+	$(CARGO) build --profile dist --bin tether
 
 IMAGE ?= tether:latest
 image: ## build the container image $(IMAGE) FROM scratch (scripts/image.sh: docker when its daemon answers, podman or buildah; no registry needed)
@@ -104,14 +104,14 @@ BENCH_SCALE_PODS ?= 0
 BENCH_SCALE_KEEP ?= 0
 bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), each one's start on BENCH_READY_NODES nodes, and with BENCH_SCALE_PODS (e.g. 100000) the scale run on BENCH_SCALE_NODES; writes BENCHMARKS.md and target/bench/*.json
 	$(CARGO) bench --bench schedule_cycle --bench dra_cycle
-	$(CARGO) build --release --bin tether
+	$(CARGO) build --profile dist --bin tether
 	$(MAKE) --no-print-directory k8s-bins
 	@set -e; started=false; \
 	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
 	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODE_LEASE_SECONDS=$${NODE_LEASE_SECONDS:-600} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
 	fi; \
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
-	status=0; TETHER_BIN=$(CURDIR)/target/release/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(BENCH_SCALE_PODS) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) \
+	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(BENCH_SCALE_PODS) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) \
 	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
@@ -120,13 +120,13 @@ bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-sch
 SOAK_MINUTES ?= 30
 SOAK_NODES ?= 200
 soak: ## 30 min of churn on 200 nodes against a release build (SOAK_MINUTES, SOAK_NODES); figures in .cluster/logs/soak.txt
-	$(CARGO) build --release --bin tether
+	$(CARGO) build --profile dist --bin tether
 	@set -e; started=false; \
 	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
 	  started=true; NODES=$(NODES) e2e/scripts/cluster-up.sh; \
 	fi; \
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
-	status=0; TETHER_BIN=$(CURDIR)/target/release/tether SOAK_MINUTES=$(SOAK_MINUTES) SOAK_NODES=$(SOAK_NODES) \
+	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether SOAK_MINUTES=$(SOAK_MINUTES) SOAK_NODES=$(SOAK_NODES) \
 	  $(CARGO) test -p tether-e2e --test soak -- --ignored --nocapture || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
 	exit $$status
@@ -145,7 +145,7 @@ test: fmt-check lint unit crds-check monitoring-check ## everything CI runs: fmt
 	exit $$status
 
 demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them, explain one pod
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
+	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh
 	$(KUBECTL) apply -f config/samples/
 	$(KUBECTL) apply -f config/examples/demo-deployment.yaml
 	$(KUBECTL) rollout status deployment/demo-web --timeout=60s

@@ -27,9 +27,9 @@ command -v "$engine" >/dev/null 2>&1 || die "ENGINE=$engine is not installed"
 
 commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
-log "building tether $version ($commit), release"
-TETHER_COMMIT=$commit cargo build --release --locked --bin tether
-bin=target/release/tether
+log "building tether $version ($commit), profile dist (release, fat LTO)"
+TETHER_COMMIT=$commit cargo build --profile dist --locked --bin tether
+bin=target/dist/tether
 
 ctx=target/image
 rm -rf "$ctx"

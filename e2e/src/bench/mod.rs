@@ -664,8 +664,8 @@ impl Process {
         Ok(Process { child })
     }
 
-    /// A release tether (`$TETHER_BIN`, else target/release/tether) as the tether
-    /// ServiceAccount, with its API budgets opened to 5,000 a second.
+    /// The tether binary as shipped (`$TETHER_BIN`, else target/dist/tether, `make build`) as
+    /// the tether ServiceAccount, with its API budgets opened to 5,000 a second.
     async fn tether(scheduler: &str) -> anyhow::Result<Self> {
         Ok(Self::tether_with_health(scheduler).await?.0)
     }
@@ -674,7 +674,7 @@ impl Process {
     async fn tether_with_health(scheduler: &str) -> anyhow::Result<(Self, std::net::SocketAddr)> {
         let bin = std::env::var_os("TETHER_BIN")
             .map(PathBuf::from)
-            .unwrap_or_else(|| repo_dir().join("target/release/tether"));
+            .unwrap_or_else(|| repo_dir().join("target/dist/tether"));
         let log = std::fs::File::create(repo_dir().join(".cluster/logs/bench-tether.log"))?;
         let (metrics, health) = (free_local_addr()?, free_local_addr()?);
         let mut cmd = Command::new(&bin);
