@@ -106,11 +106,17 @@ enum CatchUp {
     No,
     /// The watch failed; it resumes from the last version seen.
     Failed,
-    /// The API server accepted the resumed watch: it is current once it has reached the version
-    /// the API server had then (what it missed is sent first, in order), or has been quiet for
-    /// [`CAUGHT_UP_QUIET`] (what it missed, if anything, has come).
-    Until(Option<String>),
+    /// The API server accepted the resumed watch (at the instant held): it is current once it
+    /// has reached the version the API server had then (what it missed is sent first, in
+    /// order), or has been quiet for [`CAUGHT_UP_QUIET`] (what it missed, if anything, has
+    /// come), or at the latest [`CATCH_UP_LIMIT`] after it was accepted.
+    Until(Option<String>, tokio::time::Instant),
 }
+
+/// The longest a resumed watch is held stale while it catches up. Only a watch whose newest
+/// version could not be read and whose events never pause for [`CAUGHT_UP_QUIET`] waits this
+/// long; what it missed came within moments of its start.
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(5);
 
 /// A list that takes this long or longer is logged (at info) with its size and time.
 const SLOW_LIST: Duration = Duration::from_secs(2);
@@ -235,15 +241,18 @@ where
         }
         loop {
             // Checked when the caller asks for the next event: whatever came before is applied.
-            if let CatchUp::Until(Some(target)) = &st.catch_up
-                && st
-                    .lister
-                    .version()
-                    .is_some_and(|seen| lister::reached(seen, target))
-            {
-                st.caught_up("reached the version the API server had when it resumed");
+            if let CatchUp::Until(target, since) = &st.catch_up {
+                if target.as_deref().is_some_and(|target| {
+                    st.lister
+                        .version()
+                        .is_some_and(|seen| lister::reached(seen, target))
+                }) {
+                    st.caught_up("reached the version the API server had when it resumed");
+                } else if since.elapsed() >= CATCH_UP_LIMIT {
+                    st.caught_up("resumed long enough ago");
+                }
             }
-            let quiet = matches!(st.catch_up, CatchUp::Until(_)).then_some(CAUGHT_UP_QUIET);
+            let quiet = matches!(st.catch_up, CatchUp::Until(..)).then_some(CAUGHT_UP_QUIET);
             let step = if st.lister.waiting_for_an_answer() {
                 match tokio::time::timeout(LIST_STALL, st.lister.step(quiet)).await {
                     Ok(step) => step,
@@ -273,7 +282,7 @@ where
                                 None
                             }
                         };
-                        st.catch_up = CatchUp::Until(target);
+                        st.catch_up = CatchUp::Until(target, tokio::time::Instant::now());
                     }
                 }
                 Step::Item(Ok(mut event)) => {
@@ -749,6 +758,8 @@ mod tests {
         Stays(Vec<serde_json::Value>),
         /// Nothing for this long, then the connection drops.
         DropsAfter(Duration),
+        /// A change to `b` every 50 ms, from version 100 on, for good.
+        Busy,
     }
 
     /// A fake API server for namespaces: a list of `a` at version 10, the watch answers given,
@@ -811,6 +822,12 @@ mod tests {
                     Some(Answer::DropsAfter(quiet)) => futures::stream::once(async move {
                         tokio::time::sleep(quiet).await;
                         Err(std::io::Error::from(std::io::ErrorKind::ConnectionReset))
+                    })
+                    .boxed(),
+                    Some(Answer::Busy) => futures::stream::unfold(100u64, |version| async move {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        let event = namespace_event("MODIFIED", "b", &version.to_string());
+                        Some((line(&event), version + 1))
                     })
                     .boxed(),
                     None => futures::stream::pending().boxed(),
@@ -1009,5 +1026,48 @@ mod tests {
             "listed again"
         );
         assert_eq!(*api.watched_from.lock().expect("lock"), ["10", "10", "10"]);
+    }
+
+    /// A resumed watch whose events never pause and never reach the newest version (here it
+    /// could not be read) is current at the latest [`CATCH_UP_LIMIT`] after it resumed, not
+    /// stale for good.
+    #[tokio::test(start_paused = true)]
+    async fn a_busy_resumed_watch_is_current_within_the_catch_up_limit() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "not a number".into();
+        api.answers
+            .lock()
+            .expect("lock")
+            .extend([Answer::Drops(vec![]), Answer::Busy]);
+        let readiness = Readiness::new();
+        let feed = readiness.register("namespaces");
+        let mut applier = Applier::new(Some(feed.clone()));
+        let index = Names::default();
+        let events = watch(
+            Api::<Namespace>::all(api.client()),
+            "namespaces",
+            Some(feed),
+        );
+        let mut events = std::pin::pin!(events);
+        for _ in 0..4 {
+            let item = events.next().await.expect("init, a, listed, the drop");
+            applier.apply(&index, item);
+        }
+        assert!(!readiness.is_current());
+        let resumed = tokio::time::Instant::now();
+        while !readiness.is_current() {
+            let item = events.next().await.expect("a watch never ends");
+            applier.apply(&index, item);
+            assert!(
+                resumed.elapsed() <= CATCH_UP_LIMIT + MAX_BACKOFF * 2,
+                "still stale {:?} after the drop",
+                resumed.elapsed()
+            );
+        }
+        assert!(
+            resumed.elapsed() >= CATCH_UP_LIMIT,
+            "not current before the limit"
+        );
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }
