@@ -355,20 +355,32 @@ pub fn run(
         // whole list in at its InitDone: at each InitDone the registry is filled from every
         // profile at once, before the watch counts as listed.
         let (list_ctx, wake) = (ctx.clone(), changed.clone());
-        let watching = watch::watch_each_object(api, "schedulingprofiles", Some(feed.clone()))
-            .reflect(writer)
-            .for_each(move |event| {
-                match event {
-                    Ok(watcher::Event::InitDone) => {
-                        list_ctx.decide();
-                        feed.listed();
-                        wake.notify_one();
-                    }
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => wake.notify_one(),
-                    Ok(_) | Err(_) => {}
+        // A watch resumed after a failure counts as current once the registry holds what it
+        // brought, as after a list.
+        let (resumed_ctx, resumed_wake) = (ctx.clone(), changed.clone());
+        let before_current: watch::BeforeCurrent = Box::new(move || {
+            resumed_ctx.decide();
+            resumed_wake.notify_one();
+        });
+        let watching = watch::watch_each_object_then(
+            api,
+            "schedulingprofiles",
+            Some(feed.clone()),
+            before_current,
+        )
+        .reflect(writer)
+        .for_each(move |event| {
+            match event {
+                Ok(watcher::Event::InitDone) => {
+                    list_ctx.decide();
+                    feed.listed();
+                    wake.notify_one();
                 }
-                async {}
-            });
+                Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_)) => wake.notify_one(),
+                Ok(_) | Err(_) => {}
+            }
+            async {}
+        });
 
         let mut denial = ctx.handle.history.as_ref().map(|h| h.denial().subscribe());
         let reconciling = async move {

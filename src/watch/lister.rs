@@ -316,9 +316,14 @@ where
                         Step::Item(Err(watcher::Error::WatchError(status)))
                     }
                     Ok(Some(Err(e))) => {
-                        // A dropped connection, or a line the client cannot read: the request
-                        // is given up (unless such lines are skipped) and the watch resumed.
-                        if !(self.skip_undecodable && undecodable(&e)) {
+                        // A dropped connection: the request is given up and the watch resumed.
+                        // A line the client cannot read is skipped where such lines are;
+                        // elsewhere it would come again with every resume, so it lists again,
+                        // as does a 410 reported this way.
+                        let gone = matches!(&e, kube::Error::Api(status) if status.code == 410);
+                        if gone || (undecodable(&e) && !self.skip_undecodable) {
+                            self.phase = Phase::Start;
+                        } else if !undecodable(&e) {
                             self.phase = Phase::Resume {
                                 version: std::mem::take(version),
                             };

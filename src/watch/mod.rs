@@ -118,6 +118,9 @@ enum CatchUp {
 /// long; what it missed came within moments of its start.
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(5);
 
+/// How long the one-object list that reads the newest version may take.
+const NEWEST_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// A list that takes this long or longer is logged (at info) with its size and time.
 const SLOW_LIST: Duration = Duration::from_secs(2);
 
@@ -141,9 +144,15 @@ struct WatchLoop<K> {
     /// Whether the watch may switch to streaming lists when a list cannot be decoded.
     each_object: bool,
     catch_up: CatchUp,
+    /// Called when a resumed watch has caught up, before its feed is marked current: for a
+    /// consumer that acts on what the watch brought before it may count as current.
+    before_current: Option<BeforeCurrent>,
     /// The list under way: when it started and how many objects it has brought.
     listing: Option<(std::time::Instant, u64)>,
 }
+
+/// See [`watch_each_object_then`].
+pub type BeforeCurrent = Box<dyn Fn() + Send + Sync>;
 
 impl<K> WatchLoop<K> {
     /// A watch resumed after a failure has caught up: it is current again.
@@ -152,6 +161,9 @@ impl<K> WatchLoop<K> {
         self.catch_up = CatchUp::No;
         self.backoff = INITIAL_BACKOFF;
         self.failures = 0;
+        if let Some(before_current) = &self.before_current {
+            before_current();
+        }
         if let Some(feed) = &self.feed {
             feed.listed();
         }
@@ -172,7 +184,7 @@ pub fn watch<K>(
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    watch_loop(api, what.into(), feed, false)
+    watch_loop(api, what.into(), feed, false, None)
 }
 
 /// Like [`watch`], for objects anyone allowed to write them could make undecodable (the API
@@ -192,7 +204,23 @@ pub fn watch_each_object<K>(
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    watch_loop(api, what.into(), feed, true)
+    watch_loop(api, what.into(), feed, true, None)
+}
+
+/// Like [`watch_each_object`], for a consumer that acts on the events it is handed only later
+/// (the profiles' registry is rebuilt by a task of its own): `before_current` runs when a
+/// resumed watch has caught up, before `feed` is marked current, with every event before it
+/// handed on. (After a list the consumer marks `feed` itself, at `InitDone`.)
+pub fn watch_each_object_then<K>(
+    api: Api<K>,
+    what: impl Into<String>,
+    feed: Option<Feed>,
+    before_current: BeforeCurrent,
+) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
+where
+    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+{
+    watch_loop(api, what.into(), feed, true, Some(before_current))
 }
 
 /// Whether a watch failed on one object the client could not decode.
@@ -218,6 +246,7 @@ fn watch_loop<K>(
     what: String,
     feed: Option<Feed>,
     each_object: bool,
+    before_current: Option<BeforeCurrent>,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
@@ -233,6 +262,7 @@ where
         streaming: false,
         each_object,
         catch_up: CatchUp::No,
+        before_current,
         listing: None,
     };
     futures::stream::unfold(state, |mut st| async move {
@@ -260,6 +290,11 @@ where
                         let pause = jittered(st.backoff);
                         tracing::warn!(watch = %st.what, stalled_for = ?LIST_STALL, retry_in = ?pause, "a list or watch request got no answer in time; giving it up and asking again");
                         st.lister.stalled();
+                        st.catch_up = if st.lister.starts_over() {
+                            CatchUp::No
+                        } else {
+                            CatchUp::Failed
+                        };
                         if let Some(feed) = &st.feed {
                             feed.stale();
                         }
@@ -275,10 +310,16 @@ where
                 Step::Quiet => st.caught_up("quiet since it resumed"),
                 Step::Resumed => {
                     if matches!(st.catch_up, CatchUp::Failed) {
-                        let target = match st.lister.newest_version().await {
-                            Ok(target) => target,
-                            Err(error) => {
+                        let newest =
+                            tokio::time::timeout(NEWEST_TIMEOUT, st.lister.newest_version()).await;
+                        let target = match newest {
+                            Ok(Ok(target)) => target,
+                            Ok(Err(error)) => {
                                 tracing::debug!(watch = %st.what, %error, "could not read the newest version; the resumed watch is current once quiet");
+                                None
+                            }
+                            Err(_) => {
+                                tracing::debug!(watch = %st.what, "the newest version got no answer in time; the resumed watch is current once quiet");
                                 None
                             }
                         };
@@ -321,6 +362,7 @@ where
                 {
                     tracing::warn!(watch = %st.what, error = %error, "a list the client cannot decode (an object nested deeper than 128 levels?); reading object by object instead");
                     st.streaming = true;
+                    st.catch_up = CatchUp::No;
                     st.lister.restart(true);
                     return Some((Err(error), st));
                 }
@@ -332,6 +374,7 @@ where
                 Step::Item(Err(error)) if st.streaming && streaming_refused(&error) => {
                     tracing::info!(watch = %st.what, error = %error, "the API server serves no streaming lists; listing instead");
                     st.streaming = false;
+                    st.catch_up = CatchUp::No;
                     st.lister.restart(false);
                     return Some((Err(error), st));
                 }
@@ -340,9 +383,7 @@ where
                         feed.stale();
                     }
                     let relist = st.lister.starts_over();
-                    if !relist {
-                        st.catch_up = CatchUp::Failed;
-                    }
+                    st.catch_up = if relist { CatchUp::No } else { CatchUp::Failed };
                     if is_gone(&error) {
                         tracing::info!(watch = %st.what, "the API server no longer has this watch's history (410 Gone); re-listing");
                     } else {
@@ -760,6 +801,8 @@ mod tests {
         DropsAfter(Duration),
         /// A change to `b` every 50 ms, from version 100 on, for good.
         Busy,
+        /// No answer at all, not even the response's head.
+        Hangs,
     }
 
     /// A fake API server for namespaces: a list of `a` at version 10, the watch answers given,
@@ -794,7 +837,11 @@ mod tests {
     }
 
     impl FakeApi {
-        fn answer(&self, req: &http::Request<kube::client::Body>) -> http::Response<FakeBody> {
+        /// The answer to `req`, None for none at all.
+        fn answer(
+            &self,
+            req: &http::Request<kube::client::Body>,
+        ) -> Option<http::Response<FakeBody>> {
             use std::sync::atomic::Ordering;
             let query: std::collections::HashMap<String, String> =
                 url_query(req.uri().query().unwrap_or_default());
@@ -830,10 +877,24 @@ mod tests {
                         Some((line(&event), version + 1))
                     })
                     .boxed(),
+                    Some(Answer::Hangs) => return None,
                     None => futures::stream::pending().boxed(),
                 }
             } else if query.get("limit").map(String::as_str) == Some("1") {
                 let newest = self.newest.lock().expect("lock").clone();
+                if newest == "fails" {
+                    let status = serde_json::json!({"apiVersion": "v1", "kind": "Status",
+                        "status": "Failure", "reason": "InternalError", "code": 500});
+                    return Some(
+                        http::Response::builder()
+                            .status(500)
+                            .header("content-type", "application/json")
+                            .body(http_body_util::StreamBody::new(
+                                futures::stream::iter([line(&status)]).boxed(),
+                            ))
+                            .expect("a response"),
+                    );
+                }
                 futures::stream::iter([line(&serde_json::json!({
                     "apiVersion": "v1", "kind": "NamespaceList",
                     "metadata": {"resourceVersion": newest},
@@ -849,18 +910,25 @@ mod tests {
                 }))])
                 .boxed()
             };
-            http::Response::builder()
-                .status(200)
-                .header("content-type", "application/json")
-                .body(http_body_util::StreamBody::new(body))
-                .expect("a response")
+            Some(
+                http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(http_body_util::StreamBody::new(body))
+                    .expect("a response"),
+            )
         }
 
         fn client(self: &Arc<Self>) -> kube::Client {
             let api = self.clone();
             let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
                 let response = api.answer(&req);
-                async move { Ok::<_, std::convert::Infallible>(response) }
+                async move {
+                    match response {
+                        Some(response) => Ok::<_, std::convert::Infallible>(response),
+                        None => futures::future::pending().await,
+                    }
+                }
             });
             kube::Client::new(service, "default")
         }
@@ -932,7 +1000,7 @@ mod tests {
                 seen.push(described(event));
             }
             applier.apply(&index, item);
-            if seen.len() == 4 {
+            if seen.len() == 5 {
                 assert!(
                     readiness.is_current(),
                     "a watch that ended is not a failure"
@@ -1034,7 +1102,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_busy_resumed_watch_is_current_within_the_catch_up_limit() {
         let api = Arc::new(FakeApi::default());
-        *api.newest.lock().expect("lock") = "not a number".into();
+        *api.newest.lock().expect("lock") = "fails".into();
         api.answers
             .lock()
             .expect("lock")
@@ -1069,5 +1137,92 @@ mod tests {
             "not current before the limit"
         );
         assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A watch request that gets no answer after a watch ended is given up after
+    /// [`LIST_STALL`], the watch stale meanwhile, and asked again; the watch is current again
+    /// once the new one is answered, without a list.
+    #[tokio::test(start_paused = true)]
+    async fn a_resumed_watch_that_gets_no_answer_is_asked_again_and_current_once_answered() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "10".into();
+        api.answers.lock().expect("lock").extend([
+            Answer::Ends(vec![]),
+            Answer::Hangs,
+            Answer::Stays(vec![]),
+        ]);
+        let readiness = Readiness::new();
+        let feed = readiness.register("namespaces");
+        let mut applier = Applier::new(Some(feed.clone()));
+        let index = Names::default();
+        let events = watch(
+            Api::<Namespace>::all(api.client()),
+            "namespaces",
+            Some(feed),
+        );
+        let mut events = std::pin::pin!(events);
+        for _ in 0..3 {
+            let item = events.next().await.expect("init, a, listed");
+            applier.apply(&index, item);
+        }
+        assert!(readiness.is_current());
+        let started = tokio::time::Instant::now();
+        let (mut stale_at, mut current_again_at) = (None, None);
+        while current_again_at.is_none() && started.elapsed() < LIST_STALL * 3 {
+            if let Ok(item) = tokio::time::timeout(Duration::from_secs(1), events.next()).await {
+                applier.apply(&index, item.expect("a watch never ends"));
+            }
+            match (readiness.is_current(), stale_at) {
+                (false, None) => stale_at = Some(started.elapsed()),
+                (true, Some(_)) => current_again_at = Some(started.elapsed()),
+                _ => {}
+            }
+        }
+        let stale_at = stale_at.expect("stale while the request got no answer");
+        assert!(
+            stale_at >= LIST_STALL,
+            "stale only once given up: {stale_at:?}"
+        );
+        assert!(current_again_at.is_some(), "current again once answered");
+        assert_eq!(*api.watched_from.lock().expect("lock"), ["10", "10", "10"]);
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// A consumer's `before_current` runs when a resumed watch has caught up, before its feed
+    /// counts as current (the profiles' registry is rebuilt there), and not after a list.
+    #[tokio::test(start_paused = true)]
+    async fn before_current_runs_once_a_resumed_watch_caught_up_before_the_feed_is_current() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "10".into();
+        api.answers
+            .lock()
+            .expect("lock")
+            .extend([Answer::Drops(vec![]), Answer::Stays(vec![])]);
+        let readiness = Readiness::new();
+        let feed = readiness.register("namespaces");
+        let calls = Arc::new(Mutex::new(Vec::new()));
+        let (seen_by, seen_in) = (readiness.clone(), calls.clone());
+        let events = watch_each_object_then(
+            Api::<Namespace>::all(api.client()),
+            "namespaces",
+            Some(feed.clone()),
+            Box::new(move || seen_in.lock().expect("lock").push(seen_by.is_current())),
+        );
+        let mut applier = Applier::new(Some(feed));
+        let index = Names::default();
+        let mut events = std::pin::pin!(events);
+        for _ in 0..4 {
+            let item = events.next().await.expect("init, a, listed, the drop");
+            applier.apply(&index, item);
+        }
+        assert!(calls.lock().expect("lock").is_empty(), "not after a list");
+        let quiet = tokio::time::timeout(MAX_BACKOFF * 3, events.next()).await;
+        assert!(quiet.is_err(), "nothing more comes");
+        assert!(readiness.is_current());
+        assert_eq!(
+            *calls.lock().expect("lock"),
+            [false],
+            "once, before the feed was current"
+        );
     }
 }
