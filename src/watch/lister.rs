@@ -266,39 +266,16 @@ where
                 };
                 match next {
                     Ok(Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)))) => {
-                        match obj
-                            .meta()
-                            .resource_version
-                            .clone()
-                            .filter(|v| !v.is_empty())
-                        {
-                            Some(seen) => {
-                                *version = seen;
-                                Step::Item(Ok(Event::Apply(obj)))
-                            }
-                            None => {
-                                self.phase = Phase::Start;
-                                Step::Item(Err(watcher::Error::NoResourceVersion))
-                            }
-                        }
+                        advance(version, obj, Event::Apply).unwrap_or_else(|| {
+                            self.phase = Phase::Start;
+                            Step::Item(Err(watcher::Error::NoResourceVersion))
+                        })
                     }
-                    Ok(Some(Ok(WatchEvent::Deleted(obj)))) => {
-                        match obj
-                            .meta()
-                            .resource_version
-                            .clone()
-                            .filter(|v| !v.is_empty())
-                        {
-                            Some(seen) => {
-                                *version = seen;
-                                Step::Item(Ok(Event::Delete(obj)))
-                            }
-                            None => {
-                                self.phase = Phase::Start;
-                                Step::Item(Err(watcher::Error::NoResourceVersion))
-                            }
-                        }
-                    }
+                    Ok(Some(Ok(WatchEvent::Deleted(obj)))) => advance(version, obj, Event::Delete)
+                        .unwrap_or_else(|| {
+                            self.phase = Phase::Start;
+                            Step::Item(Err(watcher::Error::NoResourceVersion))
+                        }),
                     Ok(Some(Ok(WatchEvent::Bookmark(mark)))) => {
                         *version = mark.metadata.resource_version;
                         Step::Nothing
@@ -342,6 +319,22 @@ where
             }
         }
     }
+}
+
+/// The step for a watched object: `version` moves to the object's, and the object is handed on
+/// as `event` says. None when the object has no version (the watch must list again).
+fn advance<K: kube::Resource>(
+    version: &mut String,
+    obj: K,
+    event: fn(K) -> Event<K>,
+) -> Option<Step<K>> {
+    let seen = obj
+        .meta()
+        .resource_version
+        .clone()
+        .filter(|v| !v.is_empty())?;
+    *version = seen;
+    Some(Step::Item(Ok(event(obj))))
 }
 
 /// Whether a watch's error is one object the client could not decode. kube reports such a line

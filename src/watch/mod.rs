@@ -971,6 +971,50 @@ mod tests {
         }
     }
 
+    /// A watch of the fake API's namespaces, its feed in a `Readiness` of its own, its events
+    /// applied to a `Names` index as a test hands them on.
+    struct Watched {
+        readiness: Arc<Readiness>,
+        applier: Applier<Namespace>,
+        index: Names,
+        events: futures::stream::BoxStream<'static, watcher::Result<Event<Namespace>>>,
+    }
+
+    impl Watched {
+        /// [`watch`] on `api`.
+        fn new(api: &Arc<FakeApi>) -> Self {
+            let readiness = Readiness::new();
+            let feed = readiness.register("namespaces");
+            let events = watch(
+                Api::<Namespace>::all(api.client()),
+                "namespaces",
+                Some(feed.clone()),
+            );
+            Self::with(readiness, feed, events.boxed())
+        }
+
+        fn with(
+            readiness: Arc<Readiness>,
+            feed: Feed,
+            events: futures::stream::BoxStream<'static, watcher::Result<Event<Namespace>>>,
+        ) -> Self {
+            Watched {
+                readiness,
+                applier: Applier::new(Some(feed)),
+                index: Names::default(),
+                events,
+            }
+        }
+
+        /// Applies the next `n` items of the watch.
+        async fn apply(&mut self, n: usize) {
+            for _ in 0..n {
+                let item = self.events.next().await.expect("a watch never ends");
+                self.applier.apply(&self.index, item);
+            }
+        }
+    }
+
     /// A watch that ends resumes from the last version without anyone noticing; one whose
     /// connection drops is stale until it resumes from the last version seen, and current again
     /// once it has caught up with the version the API server had then, never listing again.
@@ -983,46 +1027,37 @@ mod tests {
             Answer::Drops(vec![namespace_event("MODIFIED", "b", "12")]),
             Answer::Stays(vec![namespace_event("DELETED", "a", "13")]),
         ]);
-        let readiness = Readiness::new();
-        let feed = readiness.register("namespaces");
-        let mut applier = Applier::new(Some(feed.clone()));
-        let index = Names::default();
-        let events = watch(
-            Api::<Namespace>::all(api.client()),
-            "namespaces",
-            Some(feed),
-        );
-        let mut events = std::pin::pin!(events);
+        let mut w = Watched::new(&api);
         let mut seen = Vec::new();
         while seen.len() < 5 {
-            let item = events.next().await.expect("a watch never ends");
+            let item = w.events.next().await.expect("a watch never ends");
             if let Ok(event) = &item {
                 seen.push(described(event));
             }
-            applier.apply(&index, item);
+            w.applier.apply(&w.index, item);
             if seen.len() == 5 {
                 assert!(
-                    readiness.is_current(),
+                    w.readiness.is_current(),
                     "a watch that ended is not a failure"
                 );
             }
         }
         // The drop is noted: stale until the resumed watch has caught up.
-        let failed = events.next().await.expect("the drop");
+        let failed = w.events.next().await.expect("the drop");
         assert!(failed.is_err(), "{:?}", failed.map(|e| described(&e)));
-        applier.apply(&index, failed);
-        assert!(!readiness.is_current(), "stale once the watch failed");
-        let item = events.next().await.expect("a watch never ends");
+        w.applier.apply(&w.index, failed);
+        assert!(!w.readiness.is_current(), "stale once the watch failed");
+        let item = w.events.next().await.expect("a watch never ends");
         seen.push(described(item.as_ref().expect("an event")));
-        applier.apply(&index, item);
+        w.applier.apply(&w.index, item);
         assert!(
-            !readiness.is_current(),
+            !w.readiness.is_current(),
             "not current before the caller has applied it"
         );
         // Asking for the next event: what came before is applied, and it reached version 13.
-        assert!(futures::poll!(events.next()).is_pending());
+        assert!(futures::poll!(w.events.next()).is_pending());
         assert!(
-            readiness.is_current(),
+            w.readiness.is_current(),
             "current once it reached the newest version"
         );
         assert_eq!(
@@ -1051,38 +1086,26 @@ mod tests {
                 "apiVersion": "v1", "kind": "Status", "status": "Failure",
                 "reason": "Expired", "message": "too old resource version: 10 (50)", "code": 410}})]),
         ]);
-        let readiness = Readiness::new();
-        let feed = readiness.register("namespaces");
-        let mut applier = Applier::new(Some(feed.clone()));
-        let index = Names::default();
-        let events = watch(
-            Api::<Namespace>::all(api.client()),
-            "namespaces",
-            Some(feed),
-        );
-        let mut events = std::pin::pin!(events);
-        for _ in 0..3 {
-            let item = events.next().await.expect("init, a, listed");
-            applier.apply(&index, item);
-        }
-        assert!(readiness.is_current());
-        let failed = events.next().await.expect("the drop");
-        applier.apply(&index, failed);
-        assert!(!readiness.is_current());
+        let mut w = Watched::new(&api);
+        w.apply(3).await;
+        assert!(w.readiness.is_current());
+        let failed = w.events.next().await.expect("the drop");
+        w.applier.apply(&w.index, failed);
+        assert!(!w.readiness.is_current());
         // Resumed, quiet, not at version 99: current only after the quiet time.
-        assert!(futures::poll!(events.next()).is_pending());
-        assert!(!readiness.is_current(), "not current at once");
-        let quiet = tokio::time::timeout(MAX_BACKOFF * 2, events.next()).await;
+        assert!(futures::poll!(w.events.next()).is_pending());
+        assert!(!w.readiness.is_current(), "not current at once");
+        let quiet = tokio::time::timeout(MAX_BACKOFF * 2, w.events.next()).await;
         assert!(quiet.is_err(), "nothing comes before the second drop");
-        assert!(readiness.is_current(), "current once quiet");
-        let failed = events.next().await.expect("the second drop");
+        assert!(w.readiness.is_current(), "current once quiet");
+        let failed = w.events.next().await.expect("the second drop");
         assert!(failed.is_err());
-        applier.apply(&index, failed);
-        assert!(!readiness.is_current());
-        let gone = events.next().await.expect("the 410");
+        w.applier.apply(&w.index, failed);
+        assert!(!w.readiness.is_current());
+        let gone = w.events.next().await.expect("the 410");
         assert!(gone.as_ref().is_err_and(is_gone));
-        applier.apply(&index, gone);
-        let relisted: Vec<String> = (&mut events)
+        w.applier.apply(&w.index, gone);
+        let relisted: Vec<String> = (&mut w.events)
             .take(3)
             .map(|item| described(item.as_ref().expect("an event")))
             .collect()
@@ -1107,25 +1130,13 @@ mod tests {
             .lock()
             .expect("lock")
             .extend([Answer::Drops(vec![]), Answer::Busy]);
-        let readiness = Readiness::new();
-        let feed = readiness.register("namespaces");
-        let mut applier = Applier::new(Some(feed.clone()));
-        let index = Names::default();
-        let events = watch(
-            Api::<Namespace>::all(api.client()),
-            "namespaces",
-            Some(feed),
-        );
-        let mut events = std::pin::pin!(events);
-        for _ in 0..4 {
-            let item = events.next().await.expect("init, a, listed, the drop");
-            applier.apply(&index, item);
-        }
-        assert!(!readiness.is_current());
+        let mut w = Watched::new(&api);
+        w.apply(4).await;
+        assert!(!w.readiness.is_current());
         let resumed = tokio::time::Instant::now();
-        while !readiness.is_current() {
-            let item = events.next().await.expect("a watch never ends");
-            applier.apply(&index, item);
+        while !w.readiness.is_current() {
+            let item = w.events.next().await.expect("a watch never ends");
+            w.applier.apply(&w.index, item);
             assert!(
                 resumed.elapsed() <= CATCH_UP_LIMIT + MAX_BACKOFF * 2,
                 "still stale {:?} after the drop",
@@ -1151,28 +1162,16 @@ mod tests {
             Answer::Hangs,
             Answer::Stays(vec![]),
         ]);
-        let readiness = Readiness::new();
-        let feed = readiness.register("namespaces");
-        let mut applier = Applier::new(Some(feed.clone()));
-        let index = Names::default();
-        let events = watch(
-            Api::<Namespace>::all(api.client()),
-            "namespaces",
-            Some(feed),
-        );
-        let mut events = std::pin::pin!(events);
-        for _ in 0..3 {
-            let item = events.next().await.expect("init, a, listed");
-            applier.apply(&index, item);
-        }
-        assert!(readiness.is_current());
+        let mut w = Watched::new(&api);
+        w.apply(3).await;
+        assert!(w.readiness.is_current());
         let started = tokio::time::Instant::now();
         let (mut stale_at, mut current_again_at) = (None, None);
         while current_again_at.is_none() && started.elapsed() < LIST_STALL * 3 {
-            if let Ok(item) = tokio::time::timeout(Duration::from_secs(1), events.next()).await {
-                applier.apply(&index, item.expect("a watch never ends"));
+            if let Ok(item) = tokio::time::timeout(Duration::from_secs(1), w.events.next()).await {
+                w.applier.apply(&w.index, item.expect("a watch never ends"));
             }
-            match (readiness.is_current(), stale_at) {
+            match (w.readiness.is_current(), stale_at) {
                 (false, None) => stale_at = Some(started.elapsed()),
                 (true, Some(_)) => current_again_at = Some(started.elapsed()),
                 _ => {}
@@ -1208,17 +1207,12 @@ mod tests {
             Some(feed.clone()),
             Box::new(move || seen_in.lock().expect("lock").push(seen_by.is_current())),
         );
-        let mut applier = Applier::new(Some(feed));
-        let index = Names::default();
-        let mut events = std::pin::pin!(events);
-        for _ in 0..4 {
-            let item = events.next().await.expect("init, a, listed, the drop");
-            applier.apply(&index, item);
-        }
+        let mut w = Watched::with(readiness, feed, events.boxed());
+        w.apply(4).await;
         assert!(calls.lock().expect("lock").is_empty(), "not after a list");
-        let quiet = tokio::time::timeout(MAX_BACKOFF * 3, events.next()).await;
+        let quiet = tokio::time::timeout(MAX_BACKOFF * 3, w.events.next()).await;
         assert!(quiet.is_err(), "nothing more comes");
-        assert!(readiness.is_current());
+        assert!(w.readiness.is_current());
         assert_eq!(
             *calls.lock().expect("lock"),
             [false],
