@@ -485,12 +485,7 @@ pub fn pod_changes(new: &Pod, old: &Pod) -> Vec<ClusterEvent> {
     if gates(new) == 0 && gates(old) != 0 {
         actions.push(ActionType::UPDATE_POD_SCHEDULING_GATES_ELIMINATED);
     }
-    let tolerations = |p: &Pod| {
-        p.spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_ref())
-            .map_or(0, |t| t.len())
-    };
+    let tolerations = |p: &Pod| p.spec.as_ref().map_or(0, |s| s.tolerations().len());
     if tolerations(new) != tolerations(old) {
         actions.push(ActionType::UPDATE_POD_TOLERATION);
     }

@@ -10,6 +10,7 @@ use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{Node, Taint};
 
+use crate::k8s::pod::{Pod, PodSpec};
 use crate::k8s::taints::tolerates;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -83,15 +84,7 @@ impl FilterPlugin for NodeUnschedulable {
         if !cordoned {
             return Status::success();
         }
-        let tolerated = pod
-            .pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.tolerations.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|t| tolerates(t, &UNSCHEDULABLE_TAINT));
-        if tolerated {
+        if tolerates_cordon(&pod.pod) {
             Status::success()
         } else {
             Status::unresolvable(ERR_REASON_UNSCHEDULABLE)
@@ -140,14 +133,16 @@ fn after_toleration_added(
     let Some(new) = events::pod_update(old, new) else {
         return Hint::Queue;
     };
-    let tolerated = new
-        .spec
+    events::queue_if(events::is_same_pod(pod, new) && tolerates_cordon(new))
+}
+
+/// Whether `pod` tolerates the taint a cordoned node is treated as carrying.
+fn tolerates_cordon(pod: &Pod) -> bool {
+    pod.spec
         .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|t| tolerates(t, &UNSCHEDULABLE_TAINT));
-    events::queue_if(events::is_same_pod(pod, new) && tolerated)
+        .map_or(&[][..], PodSpec::tolerations)
+        .iter()
+        .any(|t| tolerates(t, &UNSCHEDULABLE_TAINT))
 }
 
 /// As kube-scheduler 1.37's: nothing to do here (it matters only to resizes deferred for
