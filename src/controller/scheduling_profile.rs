@@ -362,7 +362,7 @@ pub fn run(
             resumed_ctx.decide();
             resumed_wake.notify_one();
         });
-        let watching = watch::watch_each_object_then(
+        let watching = watch::watch_then(
             api,
             "schedulingprofiles",
             Some(feed.clone()),

@@ -433,6 +433,11 @@ impl Default for Metrics {
             watch_current.clone(),
         );
         registry.register(
+            "watch_objects_skipped",
+            "Objects a watch could not read (nested past the decoder's limit, a number or time out of range) and skipped, treated as absent, by watch",
+            crate::watch::skipped_objects(),
+        );
+        registry.register(
             "lease_unreachable",
             "1 while this replica, a candidate for leadership, cannot read or take its Lease (the reason is in /readyz and the log)",
             lease_unreachable.clone(),

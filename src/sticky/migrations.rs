@@ -140,11 +140,8 @@ pub async fn follow(
     loop {
         let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
         let mut applier = watch::Applier::new(None);
-        let mut events = std::pin::pin!(watch::watch_each_object(
-            api,
-            "VirtualMachineInstance migrations",
-            None
-        ));
+        let mut events =
+            std::pin::pin!(watch::watch(api, "VirtualMachineInstance migrations", None));
         let mut served = false;
         while let Some(event) = events.next().await {
             if let Err(e) = &event

@@ -6,20 +6,108 @@
 //! client-go's reflector does, and its caller can tell when it is current again without a new
 //! list. (kube's watcher resumes too, but says nothing when it has; a caller that must know
 //! could only list again, and a list of 100,000 pods takes a minute.)
+//!
+//! Every object is decoded on its own ([`decode`]): a list page and a watch event are read as
+//! raw JSON first, so one object the client cannot read (JSON nested past the decoder's 128
+//! levels, a number past its type, a time past year 9999) is one [`Step::Skipped`], and every
+//! other object of the page or the stream is read as usual. Whoever may write a kind can write
+//! such an object (the API server accepts nesting to 10,000 levels), so none of them may stop a
+//! watch.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, WatchParams};
 use kube::runtime::watcher::{self, Event};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde_json::value::RawValue;
 
-/// The events of one watch request.
-type Events<K> = BoxStream<'static, kube::Result<WatchEvent<K>>>;
+/// The events of one watch request, each object still raw JSON.
+type Events = BoxStream<'static, kube::Result<RawEvent>>;
 
-/// The annotation of the bookmark that ends a streaming list's initial events.
-const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+/// One event of a watch, its object not yet decoded.
+enum RawEvent {
+    Added(Box<RawValue>),
+    Modified(Box<RawValue>),
+    Deleted(Box<RawValue>),
+    /// A bookmark: the version the watch has reached.
+    Bookmark(String),
+    Error(Box<kube::core::Status>),
+}
+
+/// A line of a watch as it comes: its type, and its object as raw JSON. (kube's `WatchEvent`
+/// cannot hold a raw object: serde buffers an object that comes before its `type`, and its
+/// buffer has the decoder's depth limit.)
+#[derive(Deserialize)]
+struct EventLine<'a> {
+    #[serde(rename = "type")]
+    kind: Option<&'a str>,
+    #[serde(borrow)]
+    object: Option<&'a RawValue>,
+}
+
+/// Reads one line of a watch. None for an empty line.
+fn event(line: &str) -> Option<kube::Result<RawEvent>> {
+    if line.trim().is_empty() {
+        return None;
+    }
+    let parsed = serde_json::from_str::<EventLine<'_>>(line);
+    let event = match parsed {
+        Ok(EventLine {
+            kind: Some(kind),
+            object: Some(object),
+        }) => match kind {
+            "ADDED" => Some(RawEvent::Added(object.to_owned())),
+            "MODIFIED" => Some(RawEvent::Modified(object.to_owned())),
+            "DELETED" => Some(RawEvent::Deleted(object.to_owned())),
+            "BOOKMARK" => serde_json::from_str::<Identity>(object.get())
+                .ok()
+                .map(|mark| RawEvent::Bookmark(mark.metadata.resource_version.unwrap_or_default())),
+            "ERROR" => serde_json::from_str::<kube::core::Status>(object.get())
+                .ok()
+                .map(|status| RawEvent::Error(Box::new(status))),
+            _ => None,
+        },
+        _ => None,
+    };
+    Some(match event {
+        Some(event) => Ok(event),
+        // Not an event: an error the API server wrote as a bare Status, or not the API
+        // server's at all.
+        None => match (serde_json::from_str::<kube::core::Status>(line), parsed) {
+            (Ok(status), _) => Err(kube::Error::Api(Box::new(status))),
+            (Err(e), _) => Err(kube::Error::SerdeError(e)),
+        },
+    })
+}
+
+/// Opens a watch: the response's lines, each read by [`event`].
+async fn open_watch(
+    client: &kube::Client,
+    mut request: http::Request<Vec<u8>>,
+) -> kube::Result<Events> {
+    use futures::AsyncBufReadExt;
+    // Kubernetes gzips watch streams one member per event, which the client's decompression
+    // does not read whole (as kube's own watch requests do, ask for none).
+    request.headers_mut().insert(
+        http::header::ACCEPT_ENCODING,
+        http::HeaderValue::from_static("identity"),
+    );
+    let body = client.request_stream(request).await?;
+    let lines = body.lines().filter_map(|line| {
+        std::future::ready(match line {
+            Ok(line) => event(&line),
+            // The connection ended mid-chunk, as it does after minutes of watching: the
+            // request is over and the watch resumes.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => None,
+            Err(e) => Some(Err(kube::Error::ReadEvents(e))),
+        })
+    });
+    Ok(lines.boxed())
+}
 
 /// How much longer than the watch request's own timeout a watch may stay silent before its
 /// connection is taken for dead and the watch resumed (as kube's watcher allows).
@@ -27,21 +115,42 @@ const SILENCE_MARGIN: Duration = Duration::from_secs(5);
 
 /// Where the lister is.
 enum Phase<K> {
-    /// Nothing held: the next step lists (or starts a streaming list).
+    /// Nothing held: the next step lists.
     Start,
-    /// A list in pages: what is left of the page, the token of the next page, and the version
-    /// the list was read at (the last page's).
+    /// A list in pages: what is left of the page (each object decoded, or why not), the token
+    /// of the next page, and the version the list was read at (the last page's).
     Paging {
-        page: std::vec::IntoIter<K>,
+        page: std::vec::IntoIter<Result<K, Unreadable>>,
         next: Option<String>,
         version: Option<String>,
     },
-    /// A streaming list: its initial events, until the bookmark that ends them.
-    Streaming(Events<K>),
     /// Listed, or a watch ended or failed: the next step watches from `version`.
     Resume { version: String },
     /// Watching; `version` is the last one seen (an object's or a bookmark's).
-    Watching { version: String, events: Events<K> },
+    Watching { version: String, events: Events },
+}
+
+/// An object the client could not read: who it is, as far as its metadata reads, and why.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Unreadable {
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub uid: Option<String>,
+    /// Its `resourceVersion`.
+    pub version: Option<String>,
+    /// Why it could not be read: the decoder's error, without any of the object's values.
+    pub reason: String,
+}
+
+impl Unreadable {
+    /// `namespace/name` (or `name`, or `<unnamed>`), for logs and messages.
+    pub fn key(&self) -> String {
+        match (&self.namespace, &self.name) {
+            (Some(ns), Some(name)) => format!("{ns}/{name}"),
+            (None, Some(name)) => name.clone(),
+            _ => "<unnamed>".to_string(),
+        }
+    }
 }
 
 /// What one step gives.
@@ -55,20 +164,144 @@ pub(super) enum Step<K> {
     Quiet,
     /// Nothing to hand on (a page fetched, a bookmark): step again.
     Nothing,
+    /// An object the client could not read. In a list it is simply left out (absent); on a
+    /// watch it may have replaced a version that was read before, so `absent` carries what
+    /// stands for it in a `Delete` (its identity alone), where the type can be made of that.
+    Skipped {
+        unreadable: Unreadable,
+        absent: Option<K>,
+    },
 }
 
 /// One watch: a list, then a watch from the list's version, resumed from the last version seen
 /// whenever it ends or fails, listed again after a `410 Gone`.
 pub(super) struct Lister<K> {
-    api: Api<K>,
+    client: kube::Client,
+    request: kube::core::Request,
     page_size: u32,
     timeout: u32,
-    /// Whether the initial state comes as watch events (`sendInitialEvents`).
-    streaming: bool,
-    /// Whether an object the client cannot decode is skipped (the stream goes on) rather than
-    /// ending the request (the watch resumes from the last version).
-    skip_undecodable: bool,
     phase: Phase<K>,
+}
+
+/// A list as it comes: its metadata, and each item as raw JSON.
+#[derive(Deserialize)]
+struct RawList<'a> {
+    #[serde(default)]
+    metadata: kube::api::ListMeta,
+    #[serde(borrow, default)]
+    items: Option<Vec<&'a RawValue>>,
+}
+
+/// The part of any object that says who it is; every other field is skipped unread (serde's
+/// skipping has no depth limit).
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct Identity {
+    api_version: Option<String>,
+    kind: Option<String>,
+    #[serde(default)]
+    metadata: IdentityMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct IdentityMeta {
+    namespace: Option<String>,
+    name: Option<String>,
+    uid: Option<String>,
+    resource_version: Option<String>,
+}
+
+/// Decodes one object. One that does not read is read once more without its `managedFields`
+/// (no part of tether reads them, so nothing in them may stop an object: a time past year
+/// 9999, an entry of a type the client does not know); one that still does not read is
+/// [`Unreadable`], named by whatever of its metadata reads.
+pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Unreadable> {
+    let error = match serde_json::from_str::<K>(raw) {
+        Ok(obj) => return Ok(obj),
+        Err(error) => error,
+    };
+    if let Some(Ok(obj)) = without_managed_fields(raw).map(|raw| serde_json::from_str::<K>(&raw)) {
+        return Ok(obj);
+    }
+    let identity = serde_json::from_str::<Identity>(raw).unwrap_or_default();
+    Err(Unreadable {
+        namespace: identity.metadata.namespace,
+        name: identity.metadata.name,
+        uid: identity.metadata.uid,
+        version: identity.metadata.resource_version,
+        reason: without_values(&error),
+    })
+}
+
+/// `raw` without `metadata.managedFields`, None when it has none (or does not read as an
+/// object whose metadata is one).
+fn without_managed_fields(raw: &str) -> Option<String> {
+    let mut obj: BTreeMap<&str, &RawValue> = serde_json::from_str(raw).ok()?;
+    let mut metadata: BTreeMap<&str, &RawValue> =
+        serde_json::from_str(obj.get("metadata")?.get()).ok()?;
+    metadata.remove("managedFields")?;
+    let metadata = serde_json::value::to_raw_value(&metadata).ok()?;
+    obj.insert("metadata", &metadata);
+    serde_json::to_string(&obj).ok()
+}
+
+/// A decoder's error as a reason to log and report: serde's text with every quoted value left
+/// out (it quotes what it could not read, and the object is a user's), at most 300 characters.
+fn without_values(error: &serde_json::Error) -> String {
+    let text = error.to_string();
+    let mut reason = String::with_capacity(text.len().min(300));
+    let mut quoted = false;
+    for c in text.chars() {
+        match (c, quoted) {
+            ('"', false) => {
+                quoted = true;
+                reason.push_str("\"…");
+            }
+            ('"', true) => {
+                quoted = false;
+                reason.push('"');
+            }
+            (_, true) => {}
+            (c, false) => reason.push(c),
+        }
+        if reason.len() >= 300 {
+            reason.push('…');
+            break;
+        }
+    }
+    reason
+}
+
+/// One page of a list: its items decoded one by one, its version and continue token.
+async fn list<K: DeserializeOwned>(
+    client: &kube::Client,
+    request: &kube::core::Request,
+    params: &ListParams,
+) -> kube::Result<(Vec<Result<K, Unreadable>>, kube::api::ListMeta)> {
+    let request = request.list(params).map_err(kube::Error::BuildRequest)?;
+    let text = client.request_text(request).await?;
+    let list: RawList<'_> = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;
+    let items = list.items.unwrap_or_default();
+    let page = items.into_iter().map(|raw| decode(raw.get())).collect();
+    Ok((page, list.metadata))
+}
+
+/// What stands for an unreadable object in a `Delete`: its kind and identity alone, as `K`
+/// (None where `K` needs more than that, as a custom resource with a required `spec`).
+fn absent<K: DeserializeOwned>(raw: &str) -> Option<K> {
+    let identity: Identity = serde_json::from_str(raw).ok()?;
+    let stand_in = serde_json::json!({
+        "apiVersion": identity.api_version,
+        "kind": identity.kind,
+        "metadata": {
+            "namespace": identity.metadata.namespace,
+            "name": identity.metadata.name,
+            "uid": identity.metadata.uid,
+            "resourceVersion": identity.metadata.resource_version,
+        },
+    });
+    serde_json::from_value(stand_in).ok()
 }
 
 impl<K> Lister<K>
@@ -77,21 +310,15 @@ where
 {
     /// Lists in pages of `page_size`; each watch request asks the API server to end it after
     /// `timeout` seconds.
-    pub(super) fn new(api: Api<K>, page_size: u32, timeout: u32, skip_undecodable: bool) -> Self {
+    pub(super) fn new(api: Api<K>, page_size: u32, timeout: u32) -> Self {
+        let request = kube::core::Request::new(api.resource_url());
         Lister {
-            api,
+            client: api.into_client(),
+            request,
             page_size,
             timeout,
-            streaming: false,
-            skip_undecodable,
             phase: Phase::Start,
         }
-    }
-
-    /// Lists again from the start, streaming the list (`sendInitialEvents`) or not.
-    pub(super) fn restart(&mut self, streaming: bool) {
-        self.streaming = streaming;
-        self.phase = Phase::Start;
     }
 
     /// Whether the lister is listing, or asking for a watch: what the API server owes an answer
@@ -125,15 +352,15 @@ where
     /// list, read as consistently as a list): a watch that has reached it has delivered every
     /// change made before the call.
     pub(super) async fn newest_version(&mut self) -> kube::Result<Option<String>> {
-        let list = self.api.list(&ListParams::default().limit(1)).await?;
-        Ok(list.metadata.resource_version.filter(|v| !v.is_empty()))
+        let params = ListParams::default().limit(1);
+        let (_, metadata) = list::<K>(&self.client, &self.request, &params).await?;
+        Ok(metadata.resource_version.filter(|v| !v.is_empty()))
     }
 
-    fn watch_params(&self, initial: bool) -> WatchParams {
+    fn watch_params(&self) -> WatchParams {
         WatchParams {
             timeout: Some(self.timeout),
             bookmarks: true,
-            send_initial_events: initial,
             ..WatchParams::default()
         }
     }
@@ -142,15 +369,6 @@ where
     /// comes within it.
     pub(super) async fn step(&mut self, quiet: Option<Duration>) -> Step<K> {
         match &mut self.phase {
-            Phase::Start if self.streaming => {
-                match self.api.watch(&self.watch_params(true), "0").await {
-                    Ok(events) => {
-                        self.phase = Phase::Streaming(events.boxed());
-                        Step::Item(Ok(Event::Init))
-                    }
-                    Err(e) => Step::Item(Err(watcher::Error::WatchStartFailed(e))),
-                }
-            }
             Phase::Start => {
                 self.phase = Phase::Paging {
                     page: Vec::new().into_iter(),
@@ -164,8 +382,15 @@ where
                 next,
                 version,
             } => {
-                if let Some(obj) = page.next() {
-                    return Step::Item(Ok(Event::InitApply(obj)));
+                match page.next() {
+                    Some(Ok(obj)) => return Step::Item(Ok(Event::InitApply(obj))),
+                    Some(Err(unreadable)) => {
+                        return Step::Skipped {
+                            unreadable,
+                            absent: None,
+                        };
+                    }
+                    None => {}
                 }
                 if next.is_none()
                     && let Some(version) = version.take()
@@ -178,16 +403,16 @@ where
                     continue_token: next.take(),
                     ..ListParams::default()
                 };
-                match self.api.list(&params).await {
-                    Ok(list) => {
-                        let version = list.metadata.resource_version.filter(|v| !v.is_empty());
-                        let next = list.metadata.continue_.filter(|c| !c.is_empty());
+                match list(&self.client, &self.request, &params).await {
+                    Ok((items, metadata)) => {
+                        let version = metadata.resource_version.filter(|v| !v.is_empty());
+                        let next = metadata.continue_.filter(|c| !c.is_empty());
                         if version.is_none() && next.is_none() {
                             self.phase = Phase::Start;
                             return Step::Item(Err(watcher::Error::NoResourceVersion));
                         }
                         self.phase = Phase::Paging {
-                            page: list.items.into_iter(),
+                            page: items.into_iter(),
                             next,
                             version,
                         };
@@ -199,47 +424,13 @@ where
                     }
                 }
             }
-            Phase::Streaming(events) => match events.next().await {
-                Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj))) => {
-                    Step::Item(Ok(Event::InitApply(obj)))
-                }
-                // The API server sends no deletions among the initial events.
-                Some(Ok(WatchEvent::Deleted(_))) => Step::Nothing,
-                Some(Ok(WatchEvent::Bookmark(mark))) => {
-                    if mark.metadata.annotations.contains_key(INITIAL_EVENTS_END) {
-                        let Phase::Streaming(events) =
-                            std::mem::replace(&mut self.phase, Phase::Start)
-                        else {
-                            unreachable!("matched as streaming above");
-                        };
-                        self.phase = Phase::Watching {
-                            version: mark.metadata.resource_version,
-                            events,
-                        };
-                        Step::Item(Ok(Event::InitDone))
-                    } else {
-                        Step::Nothing
-                    }
-                }
-                Some(Ok(WatchEvent::Error(status))) => {
-                    // A list cut short starts over, whatever the reason.
-                    self.phase = Phase::Start;
-                    Step::Item(Err(watcher::Error::WatchError(status)))
-                }
-                Some(Err(e)) => {
-                    if !(self.skip_undecodable && undecodable(&e)) {
-                        self.phase = Phase::Start;
-                    }
-                    Step::Item(Err(watcher::Error::WatchFailed(e)))
-                }
-                None => {
-                    self.phase = Phase::Start;
-                    Step::Nothing
-                }
-            },
             Phase::Resume { version } => {
                 let version = version.clone();
-                match self.api.watch(&self.watch_params(false), &version).await {
+                let watched = match self.request.watch(&self.watch_params(), &version) {
+                    Ok(request) => open_watch(&self.client, request).await,
+                    Err(e) => Err(kube::Error::BuildRequest(e)),
+                };
+                match watched {
                     Ok(events) => {
                         self.phase = Phase::Watching {
                             version,
@@ -265,22 +456,22 @@ where
                     None => tokio::time::timeout(silence, events.next()).await,
                 };
                 match next {
-                    Ok(Some(Ok(WatchEvent::Added(obj) | WatchEvent::Modified(obj)))) => {
-                        advance(version, obj, Event::Apply).unwrap_or_else(|| {
+                    Ok(Some(Ok(RawEvent::Added(raw) | RawEvent::Modified(raw)))) => {
+                        watched(version, &raw, Event::Apply).unwrap_or_else(|| {
                             self.phase = Phase::Start;
                             Step::Item(Err(watcher::Error::NoResourceVersion))
                         })
                     }
-                    Ok(Some(Ok(WatchEvent::Deleted(obj)))) => advance(version, obj, Event::Delete)
+                    Ok(Some(Ok(RawEvent::Deleted(raw)))) => watched(version, &raw, Event::Delete)
                         .unwrap_or_else(|| {
                             self.phase = Phase::Start;
                             Step::Item(Err(watcher::Error::NoResourceVersion))
                         }),
-                    Ok(Some(Ok(WatchEvent::Bookmark(mark)))) => {
-                        *version = mark.metadata.resource_version;
+                    Ok(Some(Ok(RawEvent::Bookmark(mark)))) => {
+                        *version = mark;
                         Step::Nothing
                     }
-                    Ok(Some(Ok(WatchEvent::Error(status)))) => {
+                    Ok(Some(Ok(RawEvent::Error(status)))) => {
                         // The API server ends the request after an error; a 410 means the
                         // history asked for is gone, so a new list.
                         self.phase = if status.code == 410 {
@@ -294,17 +485,17 @@ where
                     }
                     Ok(Some(Err(e))) => {
                         // A dropped connection: the request is given up and the watch resumed.
-                        // A line the client cannot read is skipped where such lines are;
-                        // elsewhere it would come again with every resume, so it lists again,
-                        // as does a 410 reported this way.
+                        // A line that does not read even as an event with a raw object (every
+                        // object does) is not the API server's: it lists again, as does a 410
+                        // reported this way.
                         let gone = matches!(&e, kube::Error::Api(status) if status.code == 410);
-                        if gone || (undecodable(&e) && !self.skip_undecodable) {
-                            self.phase = Phase::Start;
-                        } else if !undecodable(&e) {
-                            self.phase = Phase::Resume {
+                        self.phase = if gone || undecodable(&e) {
+                            Phase::Start
+                        } else {
+                            Phase::Resume {
                                 version: std::mem::take(version),
-                            };
-                        }
+                            }
+                        };
                         Step::Item(Err(watcher::Error::WatchFailed(e)))
                     }
                     // The request ended (its timeout), or went silent for longer than that:
@@ -321,23 +512,35 @@ where
     }
 }
 
-/// The step for a watched object: `version` moves to the object's, and the object is handed on
-/// as `event` says. None when the object has no version (the watch must list again).
-fn advance<K: kube::Resource>(
+/// The step for a watched object: it is decoded, `version` moves to its own, and it is handed
+/// on as `event` says; one that cannot be decoded is skipped and stands as absent (a `Delete`
+/// of what was read before). None when the object has no version (the watch must list again).
+fn watched<K: kube::Resource + DeserializeOwned>(
     version: &mut String,
-    obj: K,
+    raw: &RawValue,
     event: fn(K) -> Event<K>,
 ) -> Option<Step<K>> {
-    let seen = obj
-        .meta()
-        .resource_version
-        .clone()
-        .filter(|v| !v.is_empty())?;
-    *version = seen;
-    Some(Step::Item(Ok(event(obj))))
+    match decode::<K>(raw.get()) {
+        Ok(obj) => {
+            let seen = obj
+                .meta()
+                .resource_version
+                .clone()
+                .filter(|v| !v.is_empty())?;
+            *version = seen;
+            Some(Step::Item(Ok(event(obj))))
+        }
+        Err(unreadable) => {
+            *version = unreadable.version.clone().filter(|v| !v.is_empty())?;
+            Some(Step::Skipped {
+                absent: absent(raw.get()),
+                unreadable,
+            })
+        }
+    }
 }
 
-/// Whether a watch's error is one object the client could not decode. kube reports such a line
+/// Whether a watch's error is a line the client could not decode. kube reports such a line
 /// as a decoding error, or, when the line reads as an (empty) `Status`, as an API error without
 /// a code; the API server's own errors always carry one.
 pub(super) fn undecodable(error: &kube::Error) -> bool {

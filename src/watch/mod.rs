@@ -32,8 +32,45 @@ use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+
 use self::lister::{Lister, Step};
+pub use self::lister::{Unreadable, decode};
 pub use self::readiness::{Feed, Need, Readiness};
+
+/// How many skipped objects a watch remembers having logged.
+const SKIPPED_LOGGED: usize = 4096;
+
+/// The labels of `tether_watch_objects_skipped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct SkippedLabels {
+    /// The watch, as its log lines name it (`pods`, `resourceclaims`, `Deployment owners`…).
+    pub resource: String,
+}
+
+/// `tether_watch_objects_skipped_total`: objects of a watch that could not be read and were
+/// skipped, by watch. One family for the process (watches start in many places); the metrics
+/// registry registers it ([`skipped_objects`]).
+static SKIPPED: std::sync::LazyLock<Family<SkippedLabels, Counter>> =
+    std::sync::LazyLock::new(Family::default);
+
+/// The family behind `tether_watch_objects_skipped_total`, for the metrics registry.
+pub fn skipped_objects() -> Family<SkippedLabels, Counter> {
+    SKIPPED.clone()
+}
+
+/// What the process does with an object a watch skipped, besides counting and logging it (the
+/// scheduler reports it on the object as an event): set once at start.
+pub type SkippedHook = Box<dyn Fn(&str, &Unreadable) + Send + Sync>;
+
+static SKIPPED_HOOK: std::sync::OnceLock<SkippedHook> = std::sync::OnceLock::new();
+
+/// Sets the hook every watch calls the first time it skips an object (a second call is
+/// ignored: the first process-wide hook stays).
+pub fn on_skipped(hook: SkippedHook) {
+    let _ = SKIPPED_HOOK.set(hook);
+}
 
 /// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
 const INITIAL_BACKOFF: Duration = Duration::from_millis(500);
@@ -139,10 +176,9 @@ struct WatchLoop<K> {
     last_answered: bool,
     /// Failed attempts since the watch was last current.
     failures: u32,
-    /// Whether the initial state comes as watch events (a streaming list), each decoded alone.
-    streaming: bool,
-    /// Whether the watch may switch to streaming lists when a list cannot be decoded.
-    each_object: bool,
+    /// The objects skipped as unreadable and logged as such, so each is logged once (at warn;
+    /// again at debug). Bounded: emptied when it reaches [`SKIPPED_LOGGED`].
+    logged: HashSet<(Option<String>, Option<String>)>,
     catch_up: CatchUp,
     /// Called when a resumed watch has caught up, before its feed is marked current: for a
     /// consumer that acts on what the watch brought before it may count as current.
@@ -151,10 +187,42 @@ struct WatchLoop<K> {
     listing: Option<(std::time::Instant, u64)>,
 }
 
-/// See [`watch_each_object_then`].
+/// See [`watch_then`].
 pub type BeforeCurrent = Box<dyn Fn() + Send + Sync>;
 
 impl<K> WatchLoop<K> {
+    /// An object of this watch could not be read and is skipped (`deleted`: a `Delete` of what
+    /// was read of it before follows). Counted; logged with its name and the reason (never its
+    /// contents) at warn the first time, at debug after; reported to the process's
+    /// [`on_skipped`] hook.
+    fn skipped(&mut self, unreadable: &Unreadable, deleted: bool) {
+        SKIPPED
+            .get_or_create(&SkippedLabels {
+                resource: self.what.clone(),
+            })
+            .inc();
+        if self.logged.len() >= SKIPPED_LOGGED {
+            self.logged.clear();
+        }
+        let first = self
+            .logged
+            .insert((unreadable.uid.clone(), unreadable.version.clone()));
+        let (object, reason) = (unreadable.key(), &unreadable.reason);
+        let held = if deleted {
+            "treated as deleted"
+        } else {
+            "treated as absent"
+        };
+        if first {
+            tracing::warn!(watch = %self.what, %object, %reason, held, "skipped an object the client cannot read; everything else of this watch is read as usual");
+            if let Some(hook) = SKIPPED_HOOK.get() {
+                hook(&self.what, unreadable);
+            }
+        } else {
+            tracing::debug!(watch = %self.what, %object, %reason, held, "skipped an unreadable object again");
+        }
+    }
+
     /// A watch resumed after a failure has caught up: it is current again.
     fn caught_up(&mut self, how: &str) {
         tracing::debug!(watch = %self.what, how, "the resumed watch caught up");
@@ -184,34 +252,14 @@ pub fn watch<K>(
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    watch_loop(api, what.into(), feed, false, None)
+    watch_loop(api, what.into(), feed, None)
 }
 
-/// Like [`watch`], for objects anyone allowed to write them could make undecodable (the API
-/// server accepts JSON nested 10,000 levels deep; the client decodes 128). It lists as
-/// [`watch`] does; when a list cannot be decoded, it switches to streaming lists
-/// (`sendInitialEvents`), one event per object, so the object the client cannot decode is
-/// skipped and reported while every other one is read. An event the client cannot decode is
-/// skipped the same way, so a profile edited into one keeps its last decodable version until
-/// the next re-list (which no longer lists it). (Plain lists first: after an API server
-/// restart a streaming list waits for the server's cache, seconds longer than a list.) Against
-/// an API server without streaming lists it goes back to listing.
-pub fn watch_each_object<K>(
-    api: Api<K>,
-    what: impl Into<String>,
-    feed: Option<Feed>,
-) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
-where
-    K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
-{
-    watch_loop(api, what.into(), feed, true, None)
-}
-
-/// Like [`watch_each_object`], for a consumer that acts on the events it is handed only later
+/// Like [`watch`], for a consumer that acts on the events it is handed only later
 /// (the profiles' registry is rebuilt by a task of its own): `before_current` runs when a
 /// resumed watch has caught up, before `feed` is marked current, with every event before it
 /// handed on. (After a list the consumer marks `feed` itself, at `InitDone`.)
-pub fn watch_each_object_then<K>(
+pub fn watch_then<K>(
     api: Api<K>,
     what: impl Into<String>,
     feed: Option<Feed>,
@@ -220,47 +268,27 @@ pub fn watch_each_object_then<K>(
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
-    watch_loop(api, what.into(), feed, true, Some(before_current))
-}
-
-/// Whether a watch failed on one object the client could not decode.
-fn undecodable(error: &watcher::Error) -> bool {
-    matches!(error, watcher::Error::WatchFailed(e) if lister::undecodable(e))
-}
-
-/// Whether a list failed because the client could not decode it.
-fn list_undecodable(error: &watcher::Error) -> bool {
-    matches!(
-        error,
-        watcher::Error::InitialListFailed(kube::Error::SerdeError(_))
-    )
-}
-
-/// Whether the API server refused a streaming list (the WatchList feature is off).
-fn streaming_refused(error: &watcher::Error) -> bool {
-    matches!(error, watcher::Error::WatchStartFailed(kube::Error::Api(s)) if s.code == 400 || s.code == 422)
+    watch_loop(api, what.into(), feed, Some(before_current))
 }
 
 fn watch_loop<K>(
     api: Api<K>,
     what: String,
     feed: Option<Feed>,
-    each_object: bool,
     before_current: Option<BeforeCurrent>,
 ) -> impl Stream<Item = watcher::Result<Event<K>>> + Send + 'static
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
     let state = WatchLoop {
-        lister: Lister::new(api, LIST_PAGE_SIZE, WATCH_TIMEOUT_SECONDS, each_object),
+        lister: Lister::new(api, LIST_PAGE_SIZE, WATCH_TIMEOUT_SECONDS),
         feed,
         what,
         backoff: INITIAL_BACKOFF,
         pause: None,
         last_answered: false,
         failures: 0,
-        streaming: false,
-        each_object,
+        logged: HashSet::new(),
         catch_up: CatchUp::No,
         before_current,
         listing: None,
@@ -357,26 +385,13 @@ where
                     }
                     return Some((Ok(event), st));
                 }
-                Step::Item(Err(error))
-                    if st.each_object && !st.streaming && list_undecodable(&error) =>
-                {
-                    tracing::warn!(watch = %st.what, error = %error, "a list the client cannot decode (an object nested deeper than 128 levels?); reading object by object instead");
-                    st.streaming = true;
-                    st.catch_up = CatchUp::No;
-                    st.lister.restart(true);
-                    return Some((Err(error), st));
-                }
-                Step::Item(Err(error)) if st.each_object && undecodable(&error) => {
-                    // One object skipped; the stream goes on with the next.
-                    tracing::warn!(watch = %st.what, error = %error, "skipped an object the client cannot decode (JSON nested deeper than 128 levels?); its last readable version stays in force until the next re-list");
-                    return Some((Err(error), st));
-                }
-                Step::Item(Err(error)) if st.streaming && streaming_refused(&error) => {
-                    tracing::info!(watch = %st.what, error = %error, "the API server serves no streaming lists; listing instead");
-                    st.streaming = false;
-                    st.catch_up = CatchUp::No;
-                    st.lister.restart(false);
-                    return Some((Err(error), st));
+                Step::Skipped { unreadable, absent } => {
+                    st.skipped(&unreadable, absent.is_some());
+                    if let Some(obj) = absent {
+                        let mut event = Event::Delete(obj);
+                        trim(&mut event);
+                        return Some((Ok(event), st));
+                    }
                 }
                 Step::Item(Err(error)) => {
                     if let Some(feed) = &st.feed {
@@ -814,6 +829,8 @@ mod tests {
         newest: Mutex<String>,
         watched_from: Mutex<Vec<String>>,
         lists: std::sync::atomic::AtomicU32,
+        /// The items of a list, in place of `a` alone.
+        items: Mutex<Option<Vec<serde_json::Value>>>,
     }
 
     type FakeBody = http_body_util::StreamBody<
@@ -826,7 +843,7 @@ mod tests {
     fn line(
         value: &serde_json::Value,
     ) -> Result<hyper::body::Frame<hyper::body::Bytes>, std::io::Error> {
-        let mut bytes = serde_json::to_vec(value).expect("json");
+        let mut bytes = with_nesting(value).into_bytes();
         bytes.push(b'\n');
         Ok(hyper::body::Frame::data(bytes.into()))
     }
@@ -903,10 +920,13 @@ mod tests {
                 .boxed()
             } else {
                 self.lists.fetch_add(1, Ordering::SeqCst);
+                let items = self.items.lock().expect("lock").clone().unwrap_or_else(|| {
+                    vec![serde_json::json!({"metadata": {"name": "a", "resourceVersion": "5"}})]
+                });
                 futures::stream::iter([line(&serde_json::json!({
                     "apiVersion": "v1", "kind": "NamespaceList",
                     "metadata": {"resourceVersion": "10"},
-                    "items": [{"metadata": {"name": "a", "resourceVersion": "5"}}],
+                    "items": items,
                 }))])
                 .boxed()
             };
@@ -1201,7 +1221,7 @@ mod tests {
         let feed = readiness.register("namespaces");
         let calls = Arc::new(Mutex::new(Vec::new()));
         let (seen_by, seen_in) = (readiness.clone(), calls.clone());
-        let events = watch_each_object_then(
+        let events = watch_then(
             Api::<Namespace>::all(api.client()),
             "namespaces",
             Some(feed.clone()),
@@ -1218,5 +1238,121 @@ mod tests {
             [false],
             "once, before the feed was current"
         );
+    }
+
+    /// Where [`with_nesting`] puts `depth` arrays, one inside the other, around a number: JSON
+    /// the API server accepts (to 10,000 levels) and the decoder refuses past 128. (A `Value`
+    /// cannot hold it: serde_json's own would refuse it too.)
+    fn nested(depth: usize) -> serde_json::Value {
+        serde_json::Value::String(format!("__nested_{depth}__"))
+    }
+
+    /// `value` as JSON text, each [`nested`] mark replaced by its nesting.
+    fn with_nesting(value: &serde_json::Value) -> String {
+        let mut text = value.to_string();
+        while let Some(start) = text.find("\"__nested_") {
+            let Some(len) = text[start + 1..].find('"') else {
+                break;
+            };
+            let mark = &text[start + 10..start + 1 + len - 2];
+            let depth: usize = mark.parse().expect("a depth");
+            let nesting = format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+            text.replace_range(start..start + len + 2, &nesting);
+        }
+        text
+    }
+
+    /// A namespace no client can read: its creation time is past year 9999.
+    fn unreadable_namespace(name: &str, version: &str) -> serde_json::Value {
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {
+            "name": name, "uid": format!("uid-{name}"), "resourceVersion": version,
+            "creationTimestamp": "10000-01-01T00:00:00Z"}})
+    }
+
+    /// One object the client cannot read is skipped, counted and treated as absent, in a list
+    /// and on the watch alike, and every other object is read; the watch stays current. A
+    /// managedFields entry no client can read costs nothing (it is dropped before decoding).
+    #[tokio::test(start_paused = true)]
+    async fn one_unreadable_object_is_skipped_and_every_other_one_is_read() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "10".into();
+        *api.items.lock().expect("lock") = Some(vec![
+            serde_json::json!({"metadata": {"name": "a", "resourceVersion": "5"}}),
+            unreadable_namespace("bad", "6"),
+            serde_json::json!({"metadata": {"name": "b", "resourceVersion": "7",
+                "managedFields": [{"manager": "x", "operation": "Update",
+                    "time": "10000-01-01T00:00:00Z"}]}}),
+        ]);
+        let mut modified = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": "a", "uid": "uid-a", "resourceVersion": "11"}});
+        modified["spec"] = serde_json::json!({"finalizers": nested(200)});
+        api.answers
+            .lock()
+            .expect("lock")
+            .push_back(Answer::Stays(vec![
+                serde_json::json!({"type": "MODIFIED", "object": modified}),
+                namespace_event("ADDED", "c", "12"),
+            ]));
+        let what = "namespaces (one unreadable)";
+        let readiness = Readiness::new();
+        let feed = readiness.register(what);
+        let events = watch(
+            Api::<Namespace>::all(api.client()),
+            what,
+            Some(feed.clone()),
+        );
+        let mut w = Watched::with(readiness, feed, events.boxed());
+        let mut seen = Vec::new();
+        while seen.len() < 6 {
+            let item = w.events.next().await.expect("a watch never ends");
+            seen.push(described(
+                item.as_ref().expect("no error: the object is skipped"),
+            ));
+            w.applier.apply(&w.index, item);
+        }
+        assert_eq!(
+            seen,
+            ["init", "list a", "list b", "listed", "delete a", "apply c"]
+        );
+        assert!(w.readiness.is_current(), "the watch stays current");
+        assert_eq!(*w.index.0.lock().expect("lock"), ["b", "c"]);
+        let skipped = SKIPPED
+            .get_or_create(&SkippedLabels {
+                resource: what.to_string(),
+            })
+            .get();
+        assert_eq!(skipped, 2, "one in the list, one on the watch");
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    /// An unreadable object is named by whatever of its metadata reads, and the reason never
+    /// carries its values.
+    #[test]
+    fn an_unreadable_object_is_named_and_its_values_are_not_repeated() {
+        let claim = serde_json::json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"namespace": "team-a", "name": "deep", "uid": "u1", "resourceVersion": "9"},
+            "spec": {"devices": {"config": [{"opaque": {"driver": "d", "parameters": nested(200)}}]}},
+        });
+        let unreadable =
+            decode::<k8s_openapi::api::resource::v1::ResourceClaim>(&with_nesting(&claim))
+                .expect_err("nested past the decoder's limit");
+        assert_eq!(unreadable.key(), "team-a/deep");
+        assert_eq!(unreadable.uid.as_deref(), Some("u1"));
+        assert_eq!(unreadable.version.as_deref(), Some("9"));
+        assert!(
+            unreadable.reason.contains("recursion"),
+            "{}",
+            unreadable.reason
+        );
+
+        let secret = "s3cr3t-value";
+        let pvc = serde_json::json!({"metadata": {"name": "p", "namespace": "n"},
+            "spec": {"accessModes": secret, "volumeName": 5}});
+        let unreadable =
+            decode::<k8s_openapi::api::core::v1::PersistentVolumeClaim>(&pvc.to_string())
+                .expect_err("a string where a list goes");
+        assert!(!unreadable.reason.contains(secret), "{}", unreadable.reason);
+        assert_eq!(unreadable.key(), "n/p");
     }
 }
