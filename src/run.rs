@@ -306,6 +306,47 @@ fn start_filter_pool(parallelism: usize) -> anyhow::Result<()> {
         .context("starting the Filter/Score thread pool")
 }
 
+/// Every object a watch skips as unreadable gets a Warning event `Unreadable` (when the watch
+/// first skips it, written through this session's gate), so its owner learns why what needs it
+/// waits without reading tether's log.
+fn report_unreadable_objects(events: EventWriter) {
+    crate::watch::on_skipped(Box::new(move |watch, object| {
+        let (Some(api_version), Some(kind), Some(name)) =
+            (&object.api_version, &object.kind, &object.name)
+        else {
+            return;
+        };
+        let regarding = k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(api_version.clone()),
+            kind: Some(kind.clone()),
+            name: Some(name.clone()),
+            namespace: object.namespace.clone(),
+            uid: object.uid.clone(),
+            resource_version: object.version.clone(),
+            ..Default::default()
+        };
+        let note = format!(
+            "tether cannot read this {kind} ({}) and treats it as absent: whatever needs it waits until it is fixed or replaced (watch: {watch})",
+            object.reason
+        );
+        let events = events.clone();
+        tokio::spawn(async move {
+            let reported = events
+                .publish(
+                    &regarding,
+                    crate::recorder::EventType::Warning,
+                    "Unreadable",
+                    "Watch",
+                    note,
+                )
+                .await;
+            if let Err(error) = reported {
+                tracing::debug!(%error, "could not report an unreadable object");
+            }
+        });
+    }));
+}
+
 fn build_scheduler(
     config: &RunConfig,
     client: &kube::Client,
@@ -358,6 +399,9 @@ fn build_scheduler(
             gate: gate.clone(),
             pod_groups: pod_groups.clone(),
         },
+    );
+    report_unreadable_objects(
+        EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
     );
     let handle = Handle {
         client: Some(client.clone()),

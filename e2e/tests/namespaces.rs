@@ -1,6 +1,7 @@
-//! A profile's `namespaceSelector` on the API server: pods created in the namespaces it
-//! selects without a scheduler of their own are tether's, through the MutatingAdmissionPolicy
-//! tether keeps; every other pod is left as written.
+//! A profile's `namespaceSelector` on the API server: pods created without a scheduler of their
+//! own in the namespaces it selects **and that opted in** (label `tether.dev/scheduling-profile`
+//! naming the profile) are tether's, through the MutatingAdmissionPolicy tether keeps; every
+//! other pod is left as written, and no profile reaches kube-system, whatever it selects.
 
 use std::time::Duration;
 
@@ -61,18 +62,31 @@ async fn pods_in_the_namespaces_a_profile_selects_are_scheduled_by_it_without_na
     let client = client().await?;
     let suffix = unique_suffix();
     let selected = TestNamespace::create(&client, "ns-selected").await?;
+    let not_opted = TestNamespace::create(&client, "ns-not-opted").await?;
     let other = TestNamespace::create(&client, "ns-other").await?;
+    let name = format!("ns-select-{suffix}");
+    for ns in [&selected.name, &not_opted.name] {
+        kubectl_ok(
+            &[
+                "label",
+                "namespace",
+                ns,
+                &format!("tether.dev/e2e-team={suffix}"),
+            ],
+            None,
+        )?;
+    }
+    // Only the namespace's owners (who may label it) opt it in.
     kubectl_ok(
         &[
             "label",
             "namespace",
             &selected.name,
-            &format!("tether.dev/e2e-team={suffix}"),
+            &format!("tether.dev/scheduling-profile={name}"),
         ],
         None,
     )?;
     let nodes = TestNodes::create(&client, "ns-select", 1, "8", |_, _| {}).await?;
-    let name = format!("ns-select-{suffix}");
     let scheduler = format!("ns-select-{suffix}");
     let selector = json!({"matchLabels": {"tether.dev/e2e-team": suffix}});
     apply_profile(
@@ -93,6 +107,10 @@ async fn pods_in_the_namespaces_a_profile_selects_are_scheduled_by_it_without_na
         said.2.contains(&format!("tether-profile-{name}")),
         "{said:?}"
     );
+    assert!(
+        said.2.contains("not opted in") && said.2.contains(&not_opted.name),
+        "the condition names the namespace it selects that did not opt in: {said:?}"
+    );
     let policies: Api<MutatingAdmissionPolicy> = Api::all(client.clone());
     let bindings: Api<MutatingAdmissionPolicyBinding> = Api::all(client.clone());
     let object = format!("tether-profile-{name}");
@@ -110,6 +128,11 @@ async fn pods_in_the_namespaces_a_profile_selects_are_scheduled_by_it_without_na
         admitted_scheduler(&other.name, None)?,
         "default-scheduler",
         "a namespace the selector does not select is left alone"
+    );
+    assert_eq!(
+        admitted_scheduler(&not_opted.name, None)?,
+        "default-scheduler",
+        "a namespace the selector selects that did not opt in is left alone"
     );
     assert_eq!(
         admitted_scheduler(&selected.name, Some("someone-else"))?,
@@ -170,17 +193,56 @@ async fn pods_in_the_namespaces_a_profile_selects_are_scheduled_by_it_without_na
     })
     .await?;
 
-    // Set again, then the profile deleted: its objects go with it.
+    // A selector of every namespace (`{}`), as a profile author with no other right could
+    // write: the opted-in namespace is served, and kube-system and the namespaces that did not
+    // opt in are not.
     apply_profile(
         &client,
         &name,
-        json!({"schedulerName": scheduler, "namespaceSelector": selector}),
+        json!({"schedulerName": scheduler, "namespaceSelector": {}}),
     )
     .await?;
     wait_for("the policy again", TIMEOUT, || async {
         Ok(policies.get_opt(&object).await?.map(|_| ()))
     })
     .await?;
+    wait_for("the opted-in namespace served again", TIMEOUT, || async {
+        Ok((admitted_scheduler(&selected.name, None)? == scheduler).then_some(()))
+    })
+    .await?;
+    for ns in ["kube-system", "default", &not_opted.name, &other.name] {
+        assert_eq!(
+            admitted_scheduler(ns, None)?,
+            "default-scheduler",
+            "{ns} did not opt in: its pods are left as written"
+        );
+    }
+    // Opted in or not, kube-system is never reached.
+    kubectl_ok(
+        &[
+            "label",
+            "namespace",
+            "kube-system",
+            &format!("tether.dev/scheduling-profile={name}"),
+        ],
+        None,
+    )?;
+    let kube_system = admitted_scheduler("kube-system", None);
+    kubectl_ok(
+        &[
+            "label",
+            "namespace",
+            "kube-system",
+            "tether.dev/scheduling-profile-",
+        ],
+        None,
+    )?;
+    assert_eq!(
+        kube_system?, "default-scheduler",
+        "kube-system is never reached"
+    );
+
+    // Then the profile deleted: its objects go with it.
     let deleted = kubectl(&["delete", "sp", &name, "--wait=true"], None)?;
     anyhow::ensure!(deleted.success, "{}", deleted.stderr);
     wait_for("the policy to go with its profile", TIMEOUT, || async {
@@ -192,5 +254,6 @@ async fn pods_in_the_namespaces_a_profile_selects_are_scheduled_by_it_without_na
 
     nodes.delete().await?;
     other.delete().await?;
+    not_opted.delete().await?;
     selected.delete().await
 }

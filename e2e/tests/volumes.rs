@@ -76,6 +76,23 @@ async fn node_of_volume(client: &Client, pv: &str) -> anyhow::Result<String> {
     term.ok_or_else(|| anyhow::anyhow!("volume {pv:?} has no node"))
 }
 
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// A volume's labels, annotations and spec without its claimRef (what a bind may change).
+fn as_applied(
+    pv: &PersistentVolume,
+) -> (BTreeMap<String, String>, BTreeMap<String, String>, Value) {
+    let mut spec = serde_json::to_value(&pv.spec).unwrap_or_default();
+    if let Some(spec) = spec.as_object_mut() {
+        spec.remove("claimRef");
+    }
+    (
+        pv.metadata.labels.clone().unwrap_or_default(),
+        pv.metadata.annotations.clone().unwrap_or_default(),
+        spec,
+    )
+}
+
 fn delete_volumes_of(class: &str) -> anyhow::Result<()> {
     delete_labelled("pv", class)?;
     kubectl_ok(
@@ -124,6 +141,17 @@ async fn a_statefulset_on_local_volumes_binds_each_claim_on_its_pods_node() -> a
                      "resources": {"requests": {"storage": "1Gi"}}}}]},
     }))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let volumes: Api<PersistentVolume> = Api::all(client.clone());
+    // What `kubectl apply` wrote on each volume before any bind: its labels, its annotations
+    // (the last-applied configuration among them) and its spec.
+    let mut applied = BTreeMap::new();
+    for pv in volumes.list(&Default::default()).await?.items {
+        let name = pv.metadata.name.clone().unwrap_or_default();
+        if name.starts_with(&class) {
+            applied.insert(name, as_applied(&pv));
+        }
+    }
+    assert_eq!(applied.len(), 6);
     let mut placed = BTreeMap::new();
     for i in 0..3 {
         let pod = format!("db-{i}");
@@ -134,6 +162,18 @@ async fn a_statefulset_on_local_volumes_binds_each_claim_on_its_pods_node() -> a
             node,
             "{pod}'s claim is bound to a volume on its node"
         );
+        // The bind wrote the claimRef and nothing else of the user's: every byte kubectl
+        // applied is still there (a write of tether's trimmed copy removed the last-applied
+        // annotation, and the next `kubectl apply` lost its three-way diff).
+        let bound = volumes.get(&pv).await?;
+        let (labels, annotations, spec) = as_applied(&bound);
+        let (applied_labels, applied_annotations, applied_spec) = &applied[&pv];
+        assert_eq!(&labels, applied_labels, "{pv}'s labels");
+        for (key, value) in applied_annotations {
+            assert_eq!(annotations.get(key), Some(value), "{pv}'s annotation {key}");
+        }
+        assert!(applied_annotations.contains_key(LAST_APPLIED));
+        assert_eq!(&spec, applied_spec, "{pv}'s spec but its claimRef");
         placed.insert(pod, (node, pv));
     }
     for round in 0..2 {

@@ -13,7 +13,9 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingAdmissionPolicyBinding, MutatingAdmissionPolicyBindingSpec,
     MutatingAdmissionPolicySpec, Mutation, NamedRuleWithOperations,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, ObjectMeta, OwnerReference,
+};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::{Resource, ResourceExt};
 
@@ -21,6 +23,12 @@ use crate::api::SchedulingProfile;
 
 /// The label naming the profile an admission object belongs to.
 pub const PROFILE_LABEL: &str = "tether.dev/profile";
+/// The label by which a namespace opts in to a profile's defaulting: its value names the
+/// profile. Only who may label the namespace (its owners: namespace labels are a cluster-scoped
+/// write) can set it, so a profile's author alone reaches no namespace.
+pub const OPT_IN_LABEL: &str = "tether.dev/scheduling-profile";
+/// The label the API server puts on every namespace, its name as value.
+const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 /// The annotation holding what the object was written from, to tell a change without
 /// comparing objects the API server has defaulted.
 const APPLIED: &str = "tether.dev/applied";
@@ -37,8 +45,9 @@ pub fn object_name(profile: &str) -> String {
 pub enum Defaulting {
     /// The profile sets no namespaceSelector: no condition.
     Off,
-    /// The policy and binding hold the current spec.
-    InForce(String),
+    /// The policy and binding hold the current spec: their name, and the namespaces the
+    /// selector matches that have not opted in (left alone).
+    InForce(String, Vec<String>),
     /// Writing them failed (the API server's answer).
     Failed(String),
     /// The profile is not Ready: its objects are left as they were, and so is its condition.
@@ -46,13 +55,20 @@ pub enum Defaulting {
 }
 
 /// The policy and binding `profile` should have, or `None` when it sets no namespaceSelector.
-/// Pods in `own_namespace` (tether's) are never changed: tether's own pods must not wait for
-/// tether. Pure.
+/// The binding matches a namespace only when the profile's selector matches it **and** the
+/// namespace opted in ([`OPT_IN_LABEL`] naming the profile): whoever may write profiles cannot
+/// move pods of a namespace that did not ask. Pods in `own_namespace` (tether's) and in any
+/// `kube-*` namespace are never changed, opted in or not: tether's own pods must not wait for
+/// tether, and the system's must not wait for a tenant's profile. Pure.
 pub fn desired(
     profile: &SchedulingProfile,
     own_namespace: &str,
 ) -> Option<(MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding)> {
-    let selector = profile.spec.namespace_selector.clone()?;
+    let selector = opted_in(
+        profile.spec.namespace_selector.clone()?,
+        &profile.name_any(),
+        own_namespace,
+    );
     let name = object_name(&profile.name_any());
     let scheduler = &profile.spec.scheduler_name;
     let applied = serde_json::json!({
@@ -118,6 +134,10 @@ pub fn desired(
                     name: "not-tethers-own-namespace".into(),
                     expression: format!("request.namespace != {}", quoted(own_namespace)),
                 },
+                MatchCondition {
+                    name: "not-a-system-namespace".into(),
+                    expression: "!request.namespace.startsWith(\"kube-\")".into(),
+                },
             ]),
             mutations: Some(vec![Mutation {
                 patch_type: "ApplyConfiguration".into(),
@@ -144,6 +164,70 @@ pub fn desired(
         }),
     };
     Some((policy, binding))
+}
+
+/// `selector` narrowed to the namespaces that opted in to `profile` and are neither tether's
+/// own nor the system's (`kube-system`, `kube-public`, `kube-node-lease`).
+fn opted_in(mut selector: LabelSelector, profile: &str, own_namespace: &str) -> LabelSelector {
+    let labels = selector.match_labels.get_or_insert_default();
+    // A selector that asks for another value of the opt-in label matches nothing, as it says.
+    if let Some(asked) = labels.get(OPT_IN_LABEL)
+        && asked != profile
+    {
+        selector
+            .match_expressions
+            .get_or_insert_default()
+            .push(LabelSelectorRequirement {
+                key: OPT_IN_LABEL.into(),
+                operator: "In".into(),
+                values: Some(vec![profile.to_string()]),
+            });
+    } else {
+        labels.insert(OPT_IN_LABEL.into(), profile.to_string());
+    }
+    selector
+        .match_expressions
+        .get_or_insert_default()
+        .push(LabelSelectorRequirement {
+            key: NAMESPACE_NAME.into(),
+            operator: "NotIn".into(),
+            values: Some(vec![
+                own_namespace.to_string(),
+                "kube-system".into(),
+                "kube-public".into(),
+                "kube-node-lease".into(),
+            ]),
+        });
+    selector
+}
+
+/// The namespaces `profile`'s selector matches that have not opted in to it (at most a few
+/// named, then a count), for its `NamespaceDefaulting` condition. Empty when it sets no
+/// selector, or when the namespaces cannot be listed (the condition then says nothing of them).
+pub async fn not_opted_in(client: &kube::Client, profile: &SchedulingProfile) -> Vec<String> {
+    let Some(selector) = profile.spec.namespace_selector.clone() else {
+        return Vec::new();
+    };
+    let Ok(selector) = kube::core::Selector::try_from(selector) else {
+        return Vec::new();
+    };
+    let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let params = ListParams::default().labels_from(&selector);
+    let Ok(list) = namespaces.list_metadata(&params).await else {
+        return Vec::new();
+    };
+    let name = profile.name_any();
+    list.items
+        .iter()
+        .filter(|ns| {
+            ns.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(OPT_IN_LABEL))
+                .is_none_or(|asked| *asked != name)
+        })
+        .filter_map(|ns| ns.metadata.name.clone())
+        .collect()
 }
 
 /// Why the admission objects could not be brought in step.
@@ -208,7 +292,7 @@ pub async fn sync(
             profile.clone(),
             match failure {
                 Some(why) => Defaulting::Failed(why),
-                None => Defaulting::InForce(name),
+                None => Defaulting::InForce(name, Vec::new()),
             },
         );
     }
@@ -312,12 +396,38 @@ mod tests {
             binding_spec.policy_name.as_deref(),
             Some("tether-profile-batch")
         );
+        let narrowed = binding_spec
+            .match_resources
+            .and_then(|m| m.namespace_selector)
+            .expect("a namespace selector");
+        let labels = narrowed.match_labels.clone().expect("labels");
+        assert_eq!(labels.get("team").map(String::as_str), Some("batch"));
         assert_eq!(
-            binding_spec
-                .match_resources
-                .and_then(|m| m.namespace_selector),
-            Some(selector)
+            labels.get(OPT_IN_LABEL).map(String::as_str),
+            Some("batch"),
+            "only namespaces that opted in to this profile"
         );
+        let excluded = narrowed.match_expressions.expect("expressions");
+        assert_eq!(excluded.len(), 1);
+        assert_eq!(
+            (excluded[0].key.as_str(), excluded[0].operator.as_str()),
+            (NAMESPACE_NAME, "NotIn")
+        );
+        let values = excluded[0].values.clone().unwrap_or_default();
+        for ns in [
+            "tether-system",
+            "kube-system",
+            "kube-public",
+            "kube-node-lease",
+        ] {
+            assert!(values.iter().any(|v| v == ns), "{ns} is never selected");
+        }
+        assert!(
+            conditions
+                .iter()
+                .any(|c| c.contains("startsWith(\"kube-\")"))
+        );
+        let _ = selector;
         let owner = &binding.metadata.owner_references.expect("owner")[0];
         assert_eq!(
             (owner.kind.as_str(), owner.uid.as_str()),

@@ -136,10 +136,13 @@ impl Context {
         };
         let mut failed = None;
         for (profile, verdict) in decided {
-            let said = defaulting
+            let mut said = defaulting
                 .get(&profile.name_any())
                 .cloned()
                 .unwrap_or(admission::Defaulting::Unchanged);
+            if let admission::Defaulting::InForce(_, not_opted_in) = &mut said {
+                *not_opted_in = admission::not_opted_in(&self.client, &profile).await;
+            }
             if matches!(said, admission::Defaulting::Failed(_)) {
                 failed.get_or_insert(Error::Admission {
                     name: profile.name_any(),
@@ -228,16 +231,32 @@ pub fn status_for(
             .conditions
             .retain(|c| c.type_ != "NamespaceDefaulting"),
         admission::Defaulting::Unchanged => {}
-        admission::Defaulting::InForce(policy) => {
+        admission::Defaulting::InForce(policy, not_opted_in) => {
+            let mut message = format!(
+                "pods created without a scheduler of their own in the namespaces namespaceSelector selects that opted in (label {}={}) get schedulerName {} (MutatingAdmissionPolicy {policy}); kube-* namespaces and tether's own never do",
+                admission::OPT_IN_LABEL,
+                profile.name_any(),
+                profile.spec.scheduler_name
+            );
+            if !not_opted_in.is_empty() {
+                let named: Vec<&str> = not_opted_in.iter().take(5).map(String::as_str).collect();
+                let more = not_opted_in.len().saturating_sub(named.len());
+                message.push_str(&format!(
+                    "; selected but not opted in, so left alone: {}{}",
+                    named.join(", "),
+                    if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    }
+                ));
+            }
             set_condition(
                 &mut status.conditions,
                 "NamespaceDefaulting",
                 true,
                 "InForce",
-                &format!(
-                    "pods created without a scheduler of their own in the namespaces namespaceSelector selects get schedulerName {} (MutatingAdmissionPolicy {policy})",
-                    profile.spec.scheduler_name
-                ),
+                &message,
                 verdict.generation,
             );
         }

@@ -8,6 +8,7 @@ pub mod client_metrics;
 pub mod labels;
 pub mod names;
 pub mod node_selector;
+pub mod patch;
 pub mod pod;
 pub mod pods;
 pub mod quantity;

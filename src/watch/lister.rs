@@ -133,6 +133,8 @@ enum Phase<K> {
 /// An object the client could not read: who it is, as far as its metadata reads, and why.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Unreadable {
+    pub api_version: Option<String>,
+    pub kind: Option<String>,
     pub namespace: Option<String>,
     pub name: Option<String>,
     pub uid: Option<String>,
@@ -226,6 +228,8 @@ pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Unreadable> {
     }
     let identity = serde_json::from_str::<Identity>(raw).unwrap_or_default();
     Err(Unreadable {
+        api_version: identity.api_version,
+        kind: identity.kind,
         namespace: identity.metadata.namespace,
         name: identity.metadata.name,
         uid: identity.metadata.uid,

@@ -61,15 +61,15 @@ pub fn skipped_objects() -> Family<SkippedLabels, Counter> {
 }
 
 /// What the process does with an object a watch skipped, besides counting and logging it (the
-/// scheduler reports it on the object as an event): set once at start.
+/// scheduler reports it on the object as an event).
 pub type SkippedHook = Box<dyn Fn(&str, &Unreadable) + Send + Sync>;
 
-static SKIPPED_HOOK: std::sync::OnceLock<SkippedHook> = std::sync::OnceLock::new();
+static SKIPPED_HOOK: std::sync::RwLock<Option<SkippedHook>> = std::sync::RwLock::new(None);
 
-/// Sets the hook every watch calls the first time it skips an object (a second call is
-/// ignored: the first process-wide hook stays).
+/// Sets the hook every watch calls the first time it skips an object, in place of the one
+/// before (each leadership session sets its own, writing through its own gate).
 pub fn on_skipped(hook: SkippedHook) {
-    let _ = SKIPPED_HOOK.set(hook);
+    *crate::locks::write(&SKIPPED_HOOK) = Some(hook);
 }
 
 /// The first wait after a failed watch; it doubles up to [`MAX_BACKOFF`].
@@ -178,7 +178,7 @@ struct WatchLoop<K> {
     failures: u32,
     /// The objects skipped as unreadable and logged as such, so each is logged once (at warn;
     /// again at debug). Bounded: emptied when it reaches [`SKIPPED_LOGGED`].
-    logged: HashSet<(Option<String>, Option<String>)>,
+    logged: HashSet<String>,
     catch_up: CatchUp,
     /// Called when a resumed watch has caught up, before its feed is marked current: for a
     /// consumer that acts on what the watch brought before it may count as current.
@@ -206,7 +206,7 @@ impl<K> WatchLoop<K> {
         }
         let first = self
             .logged
-            .insert((unreadable.uid.clone(), unreadable.version.clone()));
+            .insert(unreadable.uid.clone().unwrap_or_else(|| unreadable.key()));
         let (object, reason) = (unreadable.key(), &unreadable.reason);
         let held = if deleted {
             "treated as deleted"
@@ -215,7 +215,7 @@ impl<K> WatchLoop<K> {
         };
         if first {
             tracing::warn!(watch = %self.what, %object, %reason, held, "skipped an object the client cannot read; everything else of this watch is read as usual");
-            if let Some(hook) = SKIPPED_HOOK.get() {
+            if let Some(hook) = crate::locks::read(&SKIPPED_HOOK).as_ref() {
                 hook(&self.what, unreadable);
             }
         } else {

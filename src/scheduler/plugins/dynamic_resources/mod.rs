@@ -38,7 +38,7 @@ use std::sync::{Arc, Mutex};
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ContainerExtendedResourceRequest;
 use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
 use self::extended::Extended;

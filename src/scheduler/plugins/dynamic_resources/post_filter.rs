@@ -2,6 +2,7 @@
 //! the extended resources' claim an earlier attempt left, bounded, from the scheduling thread.
 
 use super::*;
+use crate::k8s::patch::{self, Part};
 
 /// Runs a PostFilter write from the scheduling thread (outside the runtime), bounded by
 /// [`DEALLOCATION_TIMEOUT`]: the timer is made inside the runtime, which alone can make one.
@@ -66,8 +67,8 @@ impl PostFilterPlugin for DynamicResources {
         let written = bounded(
             runtime,
             self.gate.write(Write::DynamicResources, async {
-                api.replace_status(&name, &PostParams::default(), &freed)
-                    .await
+                // Only the three fields cleared, conditional on the version read.
+                patch::write_changes(&api, &name, &claim, &freed, Part::Status).await
             }),
         );
         match written {

@@ -10,6 +10,7 @@ use kube::api::{Api, PostParams};
 use super::claims;
 use crate::gate::{Write, WriteGate};
 use crate::k8s::api_errors;
+use crate::k8s::patch::{self, Part};
 use crate::k8s::pod::Pod;
 
 /// How many times PreBind reads a claim again after a conflict: five attempts in all, 10 ms
@@ -68,6 +69,9 @@ pub(super) async fn bind_claim(
     );
     let name = cached.metadata.name.clone().unwrap_or_default();
     let mut claim = (*cached).clone();
+    // Each write sends only what changed from the copy read (a finalizer, the allocation, the
+    // reservation), conditional on its version: what tether's copy lacks (the last-applied
+    // annotation, fields of a newer API) stays on the user's claim.
     for attempt in 0..=CONFLICT_RETRIES {
         if attempt > 0 {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
@@ -87,10 +91,11 @@ pub(super) async fn bind_claim(
                     "claim {key} got allocated elsewhere in the meantime"
                 ));
             }
+            let read = claim.clone();
             let finalizers = claim.metadata.finalizers.get_or_insert_default();
             if !finalizers.iter().any(|f| f == claims::FINALIZER) {
                 finalizers.push(claims::FINALIZER.into());
-                match api.replace(&name, &PostParams::default(), &claim).await {
+                match patch::write_changes(&api, &name, &read, &claim, Part::Main).await {
                     Ok(updated) => claim = updated,
                     Err(e)
                         if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES =>
@@ -107,6 +112,17 @@ pub(super) async fn bind_claim(
             }
             claim.status.get_or_insert_default().allocation = Some(allocation.clone());
         }
+        let read = match &allocation {
+            // The allocation is part of the status write: the copy before it is the one read.
+            Some(_) => {
+                let mut read = claim.clone();
+                if let Some(status) = read.status.as_mut() {
+                    status.allocation = None;
+                }
+                read
+            }
+            None => claim.clone(),
+        };
         let status = claim.status.get_or_insert_default();
         status
             .reserved_for
@@ -123,10 +139,7 @@ pub(super) async fn bind_claim(
             }
             Some(_) => {}
         }
-        match api
-            .replace_status(&name, &PostParams::default(), &claim)
-            .await
-        {
+        match patch::write_changes(&api, &name, &read, &claim, Part::Status).await {
             Ok(written) => return Ok(written),
             Err(e) if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES => {
                 continue;
@@ -195,13 +208,14 @@ pub(super) async fn delete_claim(
                 }
             };
         }
+        let read = current.clone();
         let finalizers = current.metadata.finalizers.get_or_insert_default();
         let before = finalizers.len();
         finalizers.retain(|f| f != claims::FINALIZER);
         if finalizers.len() == before {
             break;
         }
-        match api.replace(&name, &PostParams::default(), &current).await {
+        match patch::write_changes(&api, &name, &read, &current, Part::Main).await {
             Ok(_) => break,
             Err(e) if api_errors::not_found(&e) => return Ok(()),
             Err(e) if api_errors::conflict_or_throttled(&e) && attempt < CONFLICT_RETRIES => {}

@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 
 use super::matching::PodVolumes;
 use crate::k8s::api_errors;
+use crate::k8s::patch::{self, Part};
 use crate::k8s::volumes::{self, version_of};
 use crate::scheduler::informers::storage::StorageIndex;
 
@@ -68,13 +69,14 @@ async fn write(
             storage.restore_claim(&p.claim);
         }
     };
+    // Each write sends only what Reserve changed (a claimRef, an annotation), conditional on
+    // the version read, so what tether's copy lacks stays on the user's object.
     let pv_api: Api<PersistentVolume> = Api::all(client.clone());
     for (i, b) in reserved.static_bindings.iter().enumerate() {
         let name = b.volume.metadata.name.as_deref().unwrap_or_default();
-        match pv_api
-            .replace(name, &PostParams::default(), &b.volume)
-            .await
-        {
+        let read = storage.read().volumes.watched(name).cloned();
+        let before = read.as_deref().unwrap_or(&b.volume);
+        match patch::write_changes(&pv_api, name, before, &b.volume, Part::Main).await {
             Ok(pv) => written.volumes.push((pv, (*b.claim).clone())),
             Err(e) => {
                 restore_from(i, 0);
@@ -86,7 +88,10 @@ async fn write(
         let namespace = p.claim.metadata.namespace.as_deref().unwrap_or_default();
         let name = p.claim.metadata.name.as_deref().unwrap_or_default();
         let api: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
-        match api.replace(name, &PostParams::default(), &p.claim).await {
+        let key = volumes::claim_key(namespace, name);
+        let read = storage.read().claims.watched(&key).cloned();
+        let before = read.as_deref().unwrap_or(&p.claim);
+        match patch::write_changes(&api, name, before, &p.claim, Part::Main).await {
             Ok(pvc) => written.claims.push(pvc),
             Err(e) => {
                 restore_from(reserved.static_bindings.len(), i);
