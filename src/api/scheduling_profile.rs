@@ -73,15 +73,18 @@ pub struct SchedulingProfileSpec {
     pub plugin_config: Vec<PluginConfig>,
 
     /// The namespaces whose pods this profile schedules without their naming it: a pod created
-    /// in a namespace whose labels match, with no scheduler of its own (`spec.schedulerName`
-    /// unset, hence `default-scheduler`) and no `spec.nodeName`, gets this profile's
-    /// schedulerName when the API server admits it. tether keeps a MutatingAdmissionPolicy and
-    /// its binding, both named `tether-profile-<profile name>`, in step with this field while
-    /// the profile is Ready (an invalid change leaves them as they were), and removes them when
-    /// the field is unset or the profile deleted; the `NamespaceDefaulting` condition says
-    /// whether they are in force. tether's own namespace is never selected. An empty selector
-    /// (`{}`) matches every namespace. Pods that exist already are not changed. Unset (the
-    /// default): pods reach the profile only by naming its schedulerName.
+    /// in a namespace whose labels match **and that opted in to this profile** (the namespace's
+    /// label `tether.dev/scheduling-profile` names it, which only who may label the namespace
+    /// can set), with no scheduler of its own (`spec.schedulerName` unset, hence
+    /// `default-scheduler`) and no `spec.nodeName`, gets this profile's schedulerName when the
+    /// API server admits it. tether keeps a MutatingAdmissionPolicy and its binding, both named
+    /// `tether-profile-<profile name>`, in step with this field while the profile is Ready (an
+    /// invalid change leaves them as they were), and removes them when the field is unset or
+    /// the profile deleted; the `NamespaceDefaulting` condition says whether they are in force
+    /// and names the selected namespaces that did not opt in (left alone). tether's own
+    /// namespace and every `kube-*` namespace are never selected, opted in or not. An empty
+    /// selector (`{}`) matches every namespace that opted in. Pods that exist already are not
+    /// changed. Unset (the default): pods reach the profile only by naming its schedulerName.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace_selector: Option<LabelSelector>,
 }
@@ -205,7 +208,9 @@ pub struct SchedulingProfileStatus {
     /// current spec cannot be served (InvalidSpec, QueueSortMismatch, SchedulerNameConflict),
     /// and `Reconciling` is False once tether has judged the current generation. With
     /// `spec.namespaceSelector`, `NamespaceDefaulting` says whether its MutatingAdmissionPolicy
-    /// is in force (InForce) or why not (WriteFailed).
+    /// is in force (InForce, naming the selected namespaces that did not opt in) or why not
+    /// (WriteFailed). `WatchesCurrent` is False (WatchStale) while a watch this profile's pods
+    /// need has not been current for 2 minutes, naming it and its last error; absent otherwise.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "super::schema::conditions")]
     pub conditions: Vec<Condition>,

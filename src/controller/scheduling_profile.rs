@@ -62,6 +62,8 @@ struct Context {
     gate: WriteGate,
     /// The namespace tether runs in: a namespaceSelector never sends its pods to a profile.
     own_namespace: String,
+    /// Which watches are current: a profile whose pods wait for one that stays stale says so.
+    readiness: Arc<Readiness>,
 }
 
 impl Context {
@@ -148,7 +150,11 @@ impl Context {
                     name: profile.name_any(),
                 });
             }
-            let status = status_for(&profile, &verdict, denied.as_deref(), &said);
+            let mut status = status_for(&profile, &verdict, denied.as_deref(), &said);
+            let stale = self.readiness.stale_long(watch::STALE_LOUD, |plugin| {
+                verdict.effective.as_ref().is_some_and(|e| runs(e, plugin))
+            });
+            with_watches(&mut status, &stale, verdict.generation);
             if profile.status.as_ref() == Some(&status) {
                 self.announce(&profile, &verdict).await;
                 continue;
@@ -325,6 +331,51 @@ pub fn status_for(
     status
 }
 
+/// Whether `effective` runs `plugin` at any extension point.
+fn runs(effective: &crate::api::EffectivePlugins, plugin: &str) -> bool {
+    let lists = [
+        &effective.pre_enqueue,
+        &effective.queue_sort,
+        &effective.pre_filter,
+        &effective.filter,
+        &effective.post_filter,
+        &effective.pre_score,
+        &effective.reserve,
+        &effective.permit,
+        &effective.pre_bind,
+        &effective.bind,
+        &effective.post_bind,
+    ];
+    lists.iter().any(|list| list.iter().any(|p| p == plugin))
+        || effective.score.iter().any(|p| p.name == plugin)
+}
+
+/// The `WatchesCurrent` condition: False (`WatchStale`, naming each watch and why) while a watch
+/// this profile's pods need has not been current for [`watch::STALE_LOUD`]; absent otherwise,
+/// so a profile says nothing of watches until its pods wait on one for that long. Pure.
+pub fn with_watches(
+    status: &mut SchedulingProfileStatus,
+    stale: &[watch::Stale],
+    generation: Option<i64>,
+) {
+    if stale.is_empty() {
+        status.conditions.retain(|c| c.type_ != "WatchesCurrent");
+        return;
+    }
+    let said: Vec<String> = stale.iter().map(ToString::to_string).collect();
+    set_condition(
+        &mut status.conditions,
+        "WatchesCurrent",
+        false,
+        "WatchStale",
+        &format!("{}; this profile's pods wait for it", said.join("; ")),
+        generation,
+    );
+}
+
+/// How often the reconciler looks for watches that became stale for long, or current again.
+const STALE_CHECK: Duration = Duration::from_secs(15);
+
 /// Writes `status` by server-side apply (see [`super::apply_status`]).
 async fn write_status(
     client: &kube::Client,
@@ -354,6 +405,7 @@ pub fn run(
     own_namespace: String,
 ) -> impl Future<Output = ()> + Send + 'static {
     let feed = readiness.register("schedulingprofiles");
+    let readiness = readiness.clone();
     async move {
         let api: Api<SchedulingProfile> = Api::all(client.clone());
         let (store, writer) = kube::runtime::reflector::store();
@@ -367,6 +419,7 @@ pub fn run(
             announced: Mutex::new(HashMap::new()),
             gate: gate.clone(),
             own_namespace,
+            readiness,
         });
         let changed = Arc::new(tokio::sync::Notify::new());
 
@@ -402,13 +455,28 @@ pub fn run(
         });
 
         let mut denial = ctx.handle.history.as_ref().map(|h| h.denial().subscribe());
+        let stale_ctx = ctx.readiness.clone();
         let reconciling = async move {
             let mut gained = Box::pin(gate.leadership().gained());
             let mut wait = RESYNC;
             let mut delay = Duration::ZERO;
+            let mut resync_at = tokio::time::Instant::now() + wait;
+            let mut checks = tokio::time::interval(STALE_CHECK);
+            let mut loud: Vec<String> = Vec::new();
             loop {
                 tokio::select! {
                     () = changed.notified() => {}
+                    _ = checks.tick() => {
+                        let now: Vec<String> = stale_ctx
+                            .stale_long(watch::STALE_LOUD, |_| true)
+                            .into_iter()
+                            .map(|s| s.watch)
+                            .collect();
+                        if now == loud {
+                            continue;
+                        }
+                        loud = now;
+                    }
                     Some(()) = gained.next() => {}
                     Some(Ok(())) = async {
                         match denial.as_mut() {
@@ -416,7 +484,7 @@ pub fn run(
                             None => std::future::pending().await,
                         }
                     } => {}
-                    () = tokio::time::sleep(wait) => {}
+                    () = tokio::time::sleep_until(resync_at) => {}
                 }
                 match ctx.reconcile().await {
                     Ok(()) => {
@@ -428,6 +496,7 @@ pub fn run(
                         wait = delay;
                     }
                 }
+                resync_at = tokio::time::Instant::now() + wait;
             }
         };
         tokio::join!(watching, reconciling);
@@ -492,5 +561,41 @@ mod tests {
             &admission::Defaulting::Off,
         );
         assert_eq!(condition(&plain, "HistoryWritable"), None);
+    }
+
+    /// A watch the profile's pods need that stays stale is named, with why, in
+    /// `WatchesCurrent=False`; once it is current the condition goes.
+    #[test]
+    fn a_profile_says_which_stale_watch_its_pods_wait_for() {
+        let mut status = SchedulingProfileStatus::default();
+        let stale = [watch::Stale {
+            watch: "resourceclaims".into(),
+            for_: Duration::from_secs(150),
+            reason: Some("forbidden".into()),
+        }];
+        with_watches(&mut status, &stale, Some(2));
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "WatchesCurrent")
+            .expect("the condition");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "WatchStale")
+        );
+        assert!(c.message.contains("resourceclaims") && c.message.contains("forbidden"));
+        with_watches(&mut status, &[], Some(2));
+        assert!(
+            status
+                .conditions
+                .iter()
+                .all(|c| c.type_ != "WatchesCurrent")
+        );
+        let effective = crate::api::EffectivePlugins {
+            pre_bind: vec!["DynamicResources".into()],
+            ..Default::default()
+        };
+        assert!(runs(&effective, "DynamicResources"));
+        assert!(!runs(&effective, "VolumeBinding"));
     }
 }

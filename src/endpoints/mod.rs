@@ -193,6 +193,19 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
         return (StatusCode::SERVICE_UNAVAILABLE, "starting".to_string());
     };
     let summary = readiness.summary();
+    // A watch that some decision needs and that stays stale is loud: the replica is not ready,
+    // naming the watch and why, instead of `ok` while pods wait.
+    let stale = readiness.stale_long(crate::watch::STALE_LOUD, |_| true);
+    if summary.listed_once == summary.registered && !stale.is_empty() {
+        let said: Vec<String> = stale.iter().map(ToString::to_string).collect();
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "{}; the pods that need it wait (their PodScheduled condition and their profile's WatchesCurrent condition say so)",
+                said.join("; ")
+            ),
+        );
+    }
     if summary.listed_once == summary.registered {
         let mut body = if summary.not_current.is_empty() {
             "ok".to_string()

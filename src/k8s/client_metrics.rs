@@ -25,6 +25,25 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::Histogram;
 use tower::{Layer, Service};
 
+/// The labels of `tether_watch_objects_skipped_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SkippedLabels {
+    /// The watch, as its log lines name it (`pods`, `resourceclaims`, `Deployment owners`…).
+    pub resource: String,
+}
+
+/// `tether_watch_objects_skipped_total`: objects of a watch that could not be read and were
+/// skipped, by watch. One family for the process (watches start in many places); the metrics
+/// registry registers it ([`skipped_objects`]). It lives with the client's metrics: the
+/// metrics layer may not reach up to the watches.
+pub static SKIPPED: std::sync::LazyLock<Family<SkippedLabels, Counter>> =
+    std::sync::LazyLock::new(Family::default);
+
+/// The family behind `tether_watch_objects_skipped_total`, for the metrics registry.
+pub fn skipped_objects() -> Family<SkippedLabels, Counter> {
+    SKIPPED.clone()
+}
+
 /// client-go's latency buckets (component-base's restclient metrics), in seconds.
 const LATENCY_BUCKETS: [f64; 12] = [
     0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0,

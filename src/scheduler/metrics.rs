@@ -435,7 +435,7 @@ impl Default for Metrics {
         registry.register(
             "watch_objects_skipped",
             "Objects a watch could not read (nested past the decoder's limit, a number or time out of range) and skipped, treated as absent, by watch",
-            crate::watch::skipped_objects(),
+            crate::k8s::client_metrics::skipped_objects(),
         );
         registry.register(
             "lease_unreachable",

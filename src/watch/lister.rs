@@ -120,7 +120,7 @@ enum Phase<K> {
     /// A list in pages: what is left of the page (each object decoded, or why not), the token
     /// of the next page, and the version the list was read at (the last page's).
     Paging {
-        page: std::vec::IntoIter<Result<K, Unreadable>>,
+        page: std::vec::IntoIter<Result<K, Box<Unreadable>>>,
         next: Option<String>,
         version: Option<String>,
     },
@@ -170,7 +170,7 @@ pub(super) enum Step<K> {
     /// watch it may have replaced a version that was read before, so `absent` carries what
     /// stands for it in a `Delete` (its identity alone), where the type can be made of that.
     Skipped {
-        unreadable: Unreadable,
+        unreadable: Box<Unreadable>,
         absent: Option<K>,
     },
 }
@@ -218,7 +218,7 @@ struct IdentityMeta {
 /// (no part of tether reads them, so nothing in them may stop an object: a time past year
 /// 9999, an entry of a type the client does not know); one that still does not read is
 /// [`Unreadable`], named by whatever of its metadata reads.
-pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Unreadable> {
+pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Box<Unreadable>> {
     let error = match serde_json::from_str::<K>(raw) {
         Ok(obj) => return Ok(obj),
         Err(error) => error,
@@ -227,7 +227,7 @@ pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Unreadable> {
         return Ok(obj);
     }
     let identity = serde_json::from_str::<Identity>(raw).unwrap_or_default();
-    Err(Unreadable {
+    Err(Box::new(Unreadable {
         api_version: identity.api_version,
         kind: identity.kind,
         namespace: identity.metadata.namespace,
@@ -235,7 +235,7 @@ pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Unreadable> {
         uid: identity.metadata.uid,
         version: identity.metadata.resource_version,
         reason: without_values(&error),
-    })
+    }))
 }
 
 /// `raw` without `metadata.managedFields`, None when it has none (or does not read as an
@@ -282,7 +282,7 @@ async fn list<K: DeserializeOwned>(
     client: &kube::Client,
     request: &kube::core::Request,
     params: &ListParams,
-) -> kube::Result<(Vec<Result<K, Unreadable>>, kube::api::ListMeta)> {
+) -> kube::Result<(Vec<Result<K, Box<Unreadable>>>, kube::api::ListMeta)> {
     let request = request.list(params).map_err(kube::Error::BuildRequest)?;
     let text = client.request_text(request).await?;
     let list: RawList<'_> = serde_json::from_str(&text).map_err(kube::Error::SerdeError)?;

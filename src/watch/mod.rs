@@ -28,37 +28,17 @@ use futures::{Stream, StreamExt};
 use kube::api::Api;
 use kube::runtime::watcher::{self, Event};
 
+use crate::k8s::client_metrics::{SKIPPED, SkippedLabels};
 use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
-use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::family::Family;
-
 use self::lister::{Lister, Step};
 pub use self::lister::{Unreadable, decode};
-pub use self::readiness::{Feed, Need, Readiness};
+pub use self::readiness::{Feed, Need, Readiness, STALE_LOUD, Stale};
 
 /// How many skipped objects a watch remembers having logged.
 const SKIPPED_LOGGED: usize = 4096;
-
-/// The labels of `tether_watch_objects_skipped_total`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct SkippedLabels {
-    /// The watch, as its log lines name it (`pods`, `resourceclaims`, `Deployment owners`…).
-    pub resource: String,
-}
-
-/// `tether_watch_objects_skipped_total`: objects of a watch that could not be read and were
-/// skipped, by watch. One family for the process (watches start in many places); the metrics
-/// registry registers it ([`skipped_objects`]).
-static SKIPPED: std::sync::LazyLock<Family<SkippedLabels, Counter>> =
-    std::sync::LazyLock::new(Family::default);
-
-/// The family behind `tether_watch_objects_skipped_total`, for the metrics registry.
-pub fn skipped_objects() -> Family<SkippedLabels, Counter> {
-    SKIPPED.clone()
-}
 
 /// What the process does with an object a watch skipped, besides counting and logging it (the
 /// scheduler reports it on the object as an event).
@@ -280,6 +260,11 @@ fn watch_loop<K>(
 where
     K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
 {
+    // Each watch's count exists from its start, at 0: an alert on its increase sees the first
+    // object skipped.
+    drop(SKIPPED.get_or_create(&SkippedLabels {
+        resource: what.clone(),
+    }));
     let state = WatchLoop {
         lister: Lister::new(api, LIST_PAGE_SIZE, WATCH_TIMEOUT_SECONDS),
         feed,
@@ -395,7 +380,7 @@ where
                 }
                 Step::Item(Err(error)) => {
                     if let Some(feed) = &st.feed {
-                        feed.stale();
+                        feed.failing(&error.to_string());
                     }
                     let relist = st.lister.starts_over();
                     st.catch_up = if relist { CatchUp::No } else { CatchUp::Failed };

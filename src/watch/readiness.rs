@@ -29,7 +29,39 @@ struct WatchState {
     current: bool,
     /// Since when it is not current (its registration, before the first list).
     stale_since: Option<Instant>,
+    /// Why it last failed (the API server's answer or the client's error), while not current.
+    reason: Option<String>,
 }
+
+/// A watch that has not been current for long: which, for how long, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    pub watch: String,
+    pub for_: Duration,
+    /// The last failure, or None when it has not failed (a list still under way).
+    pub reason: Option<String>,
+}
+
+impl std::fmt::Display for Stale {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the {} watch has not been current for {}s",
+            self.watch,
+            self.for_.as_secs()
+        )?;
+        match &self.reason {
+            Some(reason) => write!(f, " (last error: {reason})"),
+            None => write!(f, " (still listing)"),
+        }
+    }
+}
+
+/// How long a watch that decisions need may stay stale before it is loud: `/readyz` fails
+/// naming it and why, and each SchedulingProfile whose pods wait for it says so in its
+/// `WatchesCurrent` condition. Pods wait silently meanwhile only for a moment: a watch comes
+/// back within seconds of an API server's return.
+pub const STALE_LOUD: Duration = Duration::from_secs(120);
 
 /// The registered watches and where each stands.
 #[derive(Debug, Default)]
@@ -70,6 +102,7 @@ impl Readiness {
             listed_once: false,
             current: false,
             stale_since: Some(Instant::now()),
+            reason: None,
         });
         Feed {
             readiness: self.clone(),
@@ -110,6 +143,28 @@ impl Readiness {
             .filter_map(|w| {
                 let stale = w.stale_since?.elapsed();
                 (stale > bound).then(|| (w.name.clone(), stale))
+            })
+            .collect()
+    }
+
+    /// The watches some decision needs (every one, or one of the plugins `runs` says yes to)
+    /// that have not been current for longer than `bound`: the pods that wait for them wait
+    /// loudly from then on.
+    pub fn stale_long(&self, bound: Duration, runs: impl Fn(&str) -> bool) -> Vec<Stale> {
+        self.lock()
+            .iter()
+            .filter(|w| match w.need {
+                Need::Scheduling => true,
+                Need::Plugins(plugins) => plugins.iter().any(|p| runs(p)),
+                Need::Nothing => false,
+            })
+            .filter_map(|w| {
+                let for_ = w.stale_since?.elapsed();
+                (!w.current && for_ > bound).then(|| Stale {
+                    watch: w.name.clone(),
+                    for_,
+                    reason: w.reason.clone(),
+                })
             })
             .collect()
     }
@@ -159,8 +214,17 @@ impl Readiness {
     }
 
     fn set(&self, id: usize, current: bool) {
+        self.set_because(id, current, None);
+    }
+
+    fn set_because(&self, id: usize, current: bool, reason: Option<String>) {
         let mut watches = self.lock();
         if let Some(w) = watches.get_mut(id) {
+            if current {
+                w.reason = None;
+            } else if reason.is_some() {
+                w.reason = reason;
+            }
             if current && !w.listed_once {
                 tracing::debug!(watch = %w.name, "listed");
             } else if current != w.current {
@@ -202,6 +266,20 @@ impl Feed {
     /// The watch failed or began a re-list: its index may miss changes until it has listed.
     pub fn stale(&self) {
         self.readiness.set(self.id, false);
+    }
+
+    /// The watch failed, for `reason` (kept, at most 300 characters, until it is current).
+    pub fn failing(&self, reason: &str) {
+        let mut reason = reason.to_string();
+        if reason.len() > 300 {
+            let mut end = 300;
+            while !reason.is_char_boundary(end) {
+                end -= 1;
+            }
+            reason.truncate(end);
+            reason.push('…');
+        }
+        self.readiness.set_because(self.id, false, Some(reason));
     }
 }
 
@@ -278,6 +356,35 @@ mod tests {
             readiness
                 .stale_longer_than(Duration::from_secs(60))
                 .is_empty()
+        );
+        volumes.failing("forbidden");
+        let long = readiness.stale_long(Duration::ZERO, |p| p == "VolumeZone");
+        assert_eq!(
+            long.iter().map(|s| s.watch.as_str()).collect::<Vec<_>>(),
+            ["pods", "persistentvolumes"],
+            "a profile waits loudly for what it needs"
+        );
+        assert_eq!(long[0].reason, None);
+        assert_eq!(long[1].reason.as_deref(), Some("forbidden"));
+        assert!(long[1].to_string().contains("last error: forbidden"));
+        assert_eq!(
+            readiness
+                .stale_long(Duration::ZERO, |p| p == "NodeAffinity")
+                .len(),
+            1,
+            "and not for what it does not"
+        );
+        assert!(
+            readiness
+                .stale_long(Duration::from_secs(60), |_| true)
+                .is_empty()
+        );
+        volumes.listed();
+        volumes.stale();
+        assert_eq!(
+            readiness.stale_long(Duration::ZERO, |_| true)[1].reason,
+            None,
+            "a reason lasts until the watch is current"
         );
         assert_eq!(
             readiness.by_watch(),

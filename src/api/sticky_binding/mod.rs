@@ -64,7 +64,7 @@ pub struct WorkloadRef {
     /// For a StatefulSet: the ordinal of the pod this binding is for. Each ordinal of a
     /// StatefulSet sticks to its own node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = 2147483647))]
     pub ordinal: Option<i32>,
 }
 
@@ -147,6 +147,11 @@ pub const MAX_COUNTED_PODS: usize = 8192;
 /// How many nodes `status.nodeCount` holds at most (the writer keeps it well below, by size).
 pub const MAX_NODE_COUNTS: usize = 10_000;
 
+/// The largest count the API server accepts in a binding's history (2^53 - 1, the largest
+/// integer every JSON reader holds exactly): no workload binds that often, and a count past it
+/// is refused at the door rather than rounded by a client.
+pub const MAX_COUNT: i64 = 9_007_199_254_740_991;
+
 /// Where the workload's pods have been bound.
 ///
 /// Bounded, so that a workload of any size or age stays well within the API server's limit on
@@ -165,7 +170,7 @@ pub struct StickyBindingStatus {
     /// `prunedCount`), unless the workload is pinned to it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend(
-        "additionalProperties" = {"type": "integer", "format": "int64", "minimum": 0},
+        "additionalProperties" = {"type": "integer", "format": "int64", "minimum": 0, "maximum": MAX_COUNT},
         "maxProperties" = MAX_NODE_COUNTS,
         "x-kubernetes-map-type" = "atomic"
     ))]
@@ -173,12 +178,12 @@ pub struct StickyBindingStatus {
     /// How many times the workload's pods were bound in all: the sum of nodeCount and
     /// prunedCount.
     #[serde(default)]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_COUNT))]
     pub schedule_count: i64,
     /// How many of the binds in `scheduleCount` were to nodes dropped from `nodeCount` (gone
     /// from the cluster).
     #[serde(default, skip_serializing_if = "is_zero")]
-    #[schemars(range(min = 0))]
+    #[schemars(range(min = 0, max = MAX_COUNT))]
     pub pruned_count: i64,
     /// When the workload's pod was last bound.
     #[serde(default, skip_serializing_if = "Option::is_none")]
