@@ -88,7 +88,11 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let client = connect(&config, &process.metrics).await?;
     start_filter_pool(config.parallelism)?;
     let election = start_leader_election(&config, &client, &process);
-    let tasks = serve_endpoints(&config, &client, &process).await?;
+    let mut tasks = serve_endpoints(&config, &client, &process).await?;
+    tasks.push(tokio::spawn(watch_sessions_freed(
+        process.sessions.clone(),
+        process.metrics.clone(),
+    )));
     let mut signal = std::pin::pin!(shutdown_signal());
     let ended = loop {
         let session = Session::start(&config, &client, &process).await?;
@@ -98,7 +102,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             () = session.gate.term_over() => Ended::TermOver,
         };
         match ended {
-            Ended::TermOver => session.step_down().await,
+            Ended::TermOver => session.step_down(&process).await,
             ended => {
                 // The Lease is not renewed from now on (and, released, not taken again).
                 if let Some(election) = &election {
@@ -129,6 +133,84 @@ struct Process {
     fatal: Fatal,
     leadership: Leadership,
     serving: Serving,
+    /// The sessions whose parts are still in memory ([`watch_sessions_freed`]).
+    sessions: Arc<std::sync::Mutex<Vec<HeldSession>>>,
+}
+
+/// What of a session may outlive it: its largest parts, held weakly. A session whose term is
+/// over must free them (its tasks aborted, its workers ended), or every lost term would keep
+/// one more copy of the cluster in memory until the process is killed.
+struct HeldSession {
+    /// The session's scheduler, by address: which session this is.
+    id: usize,
+    parts: Vec<(
+        &'static str,
+        std::sync::Weak<dyn std::any::Any + Send + Sync>,
+    )>,
+    /// When its term ended; None while it runs.
+    ended: Option<std::time::Instant>,
+    warned: bool,
+}
+
+impl HeldSession {
+    fn of(parts: &Parts) -> Self {
+        fn weak<T: Send + Sync + 'static>(
+            arc: &Arc<T>,
+        ) -> std::sync::Weak<dyn std::any::Any + Send + Sync> {
+            Arc::<T>::downgrade(arc)
+        }
+        HeldSession {
+            id: Arc::as_ptr(&parts.sched) as usize,
+            parts: vec![
+                ("scheduler", weak(&parts.sched)),
+                ("history writer", weak(&parts.history)),
+                ("owner cache", weak(&parts.owners)),
+                ("binding index", weak(&parts.bindings)),
+                ("storage index", weak(&parts.storage)),
+                ("device index", weak(&parts.devices)),
+            ],
+            ended: None,
+            warned: false,
+        }
+    }
+
+    /// The parts still in memory.
+    fn held(&self) -> Vec<&'static str> {
+        self.parts
+            .iter()
+            .filter(|(_, part)| part.strong_count() > 0)
+            .map(|(name, _)| *name)
+            .collect()
+    }
+}
+
+/// How long an ended session's binding cycles and writes may hold its parts before it counts as
+/// leaked (a Permit wait ends at its timeout; the writes are refused at once).
+const SESSION_FREED_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Every few seconds: drops the sessions that are gone from memory, sets
+/// `tether_sessions_held`, and warns once about a session still held
+/// [`SESSION_FREED_WITHIN`] after its term ended, naming what of it is held.
+async fn watch_sessions_freed(
+    sessions: Arc<std::sync::Mutex<Vec<HeldSession>>>,
+    metrics: Arc<Metrics>,
+) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+    loop {
+        tick.tick().await;
+        let mut sessions = crate::locks::lock(&sessions);
+        sessions.retain(|s| !s.held().is_empty());
+        for session in sessions.iter_mut() {
+            if let Some(ended) = session.ended
+                && !session.warned
+                && ended.elapsed() > SESSION_FREED_WITHIN
+            {
+                session.warned = true;
+                tracing::warn!(held = ?session.held(), ended_ago = ?ended.elapsed(), "a session whose term is over is still in memory");
+            }
+        }
+        metrics.set_sessions_held(sessions.len());
+    }
 }
 
 impl Process {
@@ -150,6 +232,7 @@ impl Process {
             fatal,
             leadership,
             serving: Serving::default(),
+            sessions: Arc::default(),
         };
         Ok((process, died))
     }
@@ -180,6 +263,7 @@ impl Session {
             start_watches_and_controllers(config, client, process, &readiness, &gate, &parts).await;
         let scheduling = start_scheduling_loop(process, &parts)?;
         process.serving.set(parts.sched.clone(), readiness);
+        crate::locks::lock(&process.sessions).push(HeldSession::of(&parts));
         Ok(Session {
             parts,
             gate,
@@ -192,10 +276,16 @@ impl Session {
     /// pods and binds in flight are dropped (what was not bound is the next leader's; binds
     /// whose history was not written are counted by the next leader's start-up reconcile),
     /// its watches stopped; the next session lists afresh.
-    async fn step_down(self) {
+    async fn step_down(self, process: &Process) {
         tracing::warn!(
             "the term this replica led is over: dropping its queue, assumed pods and binds in flight; standing by with fresh caches"
         );
+        let id = Arc::as_ptr(&self.parts.sched) as usize;
+        for held in crate::locks::lock(&process.sessions).iter_mut() {
+            if held.id == id && held.ended.is_none() {
+                held.ended = Some(std::time::Instant::now());
+            }
+        }
         self.gate.close();
         self.parts.sched.queue.close();
         let scheduling = self.scheduling;
@@ -203,6 +293,9 @@ impl Session {
         for task in &self.tasks {
             task.abort();
         }
+        // The profiles' plugins hold the history writer, which reads the queue that holds the
+        // profiles: cut, or the session never leaves memory.
+        self.parts.sched.profiles.clear();
         // Their writes are refused now: binding cycles end at their next write.
         let left = self
             .parts

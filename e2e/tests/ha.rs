@@ -316,6 +316,22 @@ async fn lease_brownouts_hand_over_without_a_restart() -> anyhow::Result<()> {
         }
     }
     web.assert_history_matches(&ledger, TIMEOUT).await?;
+    // Each lost term freed its session: its caches, queue, owner cache and bindings are gone
+    // from memory (each brownout would otherwise keep one more copy of the cluster, and
+    // repeated brownouts end in an OOM kill). Binding cycles and writes of an ended term let
+    // go within a minute.
+    for (tether, name) in tethers.iter().zip(["a", "b"]) {
+        let held = wait_for(
+            &format!("replica {name}'s ended sessions freed"),
+            Duration::from_secs(90),
+            || async {
+                let held = tether.metric_sum("tether_sessions_held")?;
+                Ok((held <= 1.0).then_some(held))
+            },
+        )
+        .await?;
+        println!("replica {name}: {held} session(s) held after three brownouts");
+    }
 
     web.delete_profile()?;
     drop(tethers);

@@ -118,6 +118,7 @@ pub struct Metrics {
     lease_unreachable: Gauge<i64, std::sync::atomic::AtomicI64>,
     watch_current: Family<WatchLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     history_denied: Gauge<i64, std::sync::atomic::AtomicI64>,
+    sessions_held: Gauge<i64, std::sync::atomic::AtomicI64>,
     room_holds: Gauge<i64, std::sync::atomic::AtomicI64>,
     room_holds_ended: Family<HoldEndLabels, Counter>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
@@ -383,6 +384,12 @@ impl Default for Metrics {
         let lease_unreachable = Gauge::default();
         let watch_current = Family::default();
         let history_denied = Gauge::default();
+        let sessions_held = Gauge::default();
+        registry.register(
+            "sessions_held",
+            "Scheduler sessions whose caches are still in memory: 1 for the current one; more means a session whose term is over was not freed",
+            sessions_held.clone(),
+        );
         let room_holds = Gauge::default();
         let build_info = Family::<BuildLabels, IntGauge>::default();
         build_info
@@ -512,6 +519,7 @@ impl Default for Metrics {
             lease_unreachable,
             watch_current,
             history_denied,
+            sessions_held,
             room_holds,
             room_holds_ended,
             leading,
@@ -552,6 +560,12 @@ impl Metrics {
     /// Whether history writes are denied for long now.
     pub fn set_history_denied(&self, denied: bool) {
         self.history_denied.set(i64::from(denied));
+    }
+
+    /// How many scheduler sessions are still in memory (the current one included).
+    pub fn set_sessions_held(&self, held: usize) {
+        self.sessions_held
+            .set(i64::try_from(held).unwrap_or(i64::MAX));
     }
 
     /// Whether each watch is current now (set when the metrics are read).

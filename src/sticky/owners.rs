@@ -327,14 +327,19 @@ async fn run_owner_watches_with(
     let discovered = {
         let (cache, client) = (cache.clone(), client.clone());
         async move {
+            // The discovered kinds' watches are this future's own: aborted with it (a session
+            // whose term is over), they stop feeding, and stop holding, its owner cache.
+            let mut watches = tokio::task::JoinSet::new();
             while let Some((api_version, kind)) = rx.recv().await {
-                tokio::spawn(watch_discovered(
+                watches.spawn(watch_discovered(
                     cache.clone(),
                     client.clone(),
                     api_version,
                     kind,
                 ));
             }
+            // The sender lives in the cache; keep the watches while the cache does.
+            watches.join_all().await;
         }
     };
     tokio::join!(

@@ -132,6 +132,13 @@ impl ProfileRegistry {
         Self::default()
     }
 
+    /// Drops every profile, and with them their plugins: for a session whose term is over. The
+    /// plugins hold the session's history writer, which reads the queue that holds this
+    /// registry: a circle that keeps the whole session in memory until it is cut here.
+    pub fn clear(&self) {
+        *locks::write(&self.inner) = Arc::default();
+    }
+
     fn read(&self) -> Arc<std::collections::HashMap<String, Arc<CompiledProfile>>> {
         locks::read(&self.inner).clone()
     }

@@ -258,6 +258,13 @@ pub struct HistoryWriter {
     workers: std::sync::OnceLock<()>,
 }
 
+impl Drop for HistoryWriter {
+    /// Its workers wait for turns on the queue it shares with them; they end now.
+    fn drop(&mut self) {
+        self.pending.close();
+    }
+}
+
 /// While it lives, no deleted pod is dropped from any binding's `countedPods` (but those
 /// `countedBefore` vouches for).
 pub struct PruningPaused(Arc<AtomicUsize>);
@@ -396,21 +403,27 @@ impl HistoryWriter {
         self.pending.queue_turn(key);
         self.workers.get_or_init(|| {
             for _ in 0..WRITES_IN_FLIGHT {
-                let this = Arc::downgrade(self);
+                // A worker waits for a turn holding only the queue, and the writer only while
+                // it writes: an idle worker keeps no session alive (its writer holds the cache,
+                // queue, owner cache and bindings), and ends once the writer is gone.
+                let (this, pending) = (Arc::downgrade(self), self.pending.clone());
                 tokio::spawn(async move {
-                    while let Some(writer) = this.upgrade() {
-                        writer.take_turn().await;
+                    loop {
+                        let key = pending.next_turn().await;
+                        let Some(writer) = this.upgrade() else {
+                            return;
+                        };
+                        if let Some(key) = key {
+                            writer.take_turn(key).await;
+                        }
                     }
                 });
             }
         });
     }
 
-    /// Writes the binds of the next queued binding, or waits for one to be queued.
-    async fn take_turn(&self) {
-        let Some(key) = self.pending.next_turn().await else {
-            return;
-        };
+    /// Writes the binds of the binding whose turn it is.
+    async fn take_turn(&self, key: Key) {
         let behind = self.pending.turns_waiting() >= BEHIND_BINDINGS;
         let turn = self.give_way.turn(behind).await;
         self.write_pending(&key).await;

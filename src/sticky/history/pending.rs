@@ -71,6 +71,8 @@ pub struct PendingBinds {
     turn_queued: tokio::sync::Notify,
     /// The queued bindings not written yet.
     writers: InFlight,
+    /// Set when the writer is gone: no turn comes any more, and the workers end.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 impl PendingBinds {
@@ -142,15 +144,28 @@ impl PendingBinds {
         self.turn_queued.notify_one();
     }
 
-    /// The next queued turn, or `None` after waiting for one to be queued.
+    /// The next queued turn, or `None` after waiting for one to be queued (at once when
+    /// closed).
     pub async fn next_turn(&self) -> Option<Key> {
+        let notified = self.turn_queued.notified();
+        let mut notified = std::pin::pin!(notified);
+        // Registered before the checks: a close between them still wakes it.
+        notified.as_mut().enable();
         let next = locks::lock(&self.turns).pop_front();
-        if next.is_none() {
+        if next.is_none() && !self.closed.load(std::sync::atomic::Ordering::Acquire) {
             // Woken by the next turn queued (or by one queued since the queue was found empty:
-            // `notify_one` keeps a permit when nobody waits).
-            self.turn_queued.notified().await;
+            // `notify_one` keeps a permit when nobody waits), or by the close.
+            notified.await;
         }
         next
+    }
+
+    /// No turn comes any more (the writer is gone): every worker waiting for one is woken, and
+    /// none waits again.
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.turn_queued.notify_waiters();
     }
 
     /// How many bindings wait for a turn.
