@@ -443,7 +443,8 @@ where
                         Step::Resumed
                     }
                     Err(e) => {
-                        if matches!(&e, kube::Error::Api(status) if status.code == 410) {
+                        if matches!(&e, kube::Error::Api(status) if status.code == 410 || too_large(status))
+                        {
                             self.phase = Phase::Start;
                         }
                         Step::Item(Err(watcher::Error::WatchStartFailed(e)))
@@ -478,7 +479,7 @@ where
                     Ok(Some(Ok(RawEvent::Error(status)))) => {
                         // The API server ends the request after an error; a 410 means the
                         // history asked for is gone, so a new list.
-                        self.phase = if status.code == 410 {
+                        self.phase = if status.code == 410 || too_large(&status) {
                             Phase::Start
                         } else {
                             Phase::Resume {
@@ -553,6 +554,17 @@ pub(super) fn undecodable(error: &kube::Error) -> bool {
         kube::Error::Api(status) => status.code == 0,
         _ => false,
     }
+}
+
+/// Whether the API server refused a watch because the version asked for is ahead of its own
+/// (an API server behind the one the version was read from, as after a failover to a lagging
+/// one): client-go lists again, since that version may never come; so does the lister.
+pub(super) fn too_large(status: &kube::core::Status) -> bool {
+    status.details.as_ref().is_some_and(|d| {
+        d.causes
+            .iter()
+            .any(|c| c.reason == "ResourceVersionTooLarge")
+    }) || status.message.contains("Too large resource version")
 }
 
 /// Whether `seen` is at or past `target`. Versions are compared as numbers (the API server's

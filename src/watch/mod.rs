@@ -1340,4 +1340,39 @@ mod tests {
         assert!(!unreadable.reason.contains(secret), "{}", unreadable.reason);
         assert_eq!(unreadable.key(), "n/p");
     }
+
+    /// A resumed watch the API server refuses because the version asked for is ahead of its own
+    /// ("Too large resource version", as after a failover to a lagging API server) lists again,
+    /// as client-go does: that version may never come.
+    #[tokio::test(start_paused = true)]
+    async fn a_watch_refused_as_too_new_lists_again() {
+        let api = Arc::new(FakeApi::default());
+        *api.newest.lock().expect("lock") = "10".into();
+        api.answers
+            .lock()
+            .expect("lock")
+            .push_back(Answer::Stays(vec![
+                serde_json::json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status",
+                "status": "Failure", "reason": "Timeout", "code": 504,
+                "message": "Too large resource version: 10, current: 9",
+                "details": {"causes": [{"reason": "ResourceVersionTooLarge",
+                    "message": "Too large resource version"}], "retryAfterSeconds": 1}}}),
+            ]));
+        let mut w = Watched::new(&api);
+        w.apply(3).await;
+        let refused = w.events.next().await.expect("the refusal");
+        assert!(refused.is_err());
+        w.applier.apply(&w.index, refused);
+        let relisted = tokio::time::timeout(
+            Duration::from_secs(600),
+            (&mut w.events)
+                .take(3)
+                .map(|item| described(item.as_ref().expect("an event")))
+                .collect::<Vec<String>>(),
+        )
+        .await
+        .expect("listed again, not resumed from the version refused");
+        assert_eq!(relisted, ["init", "list a", "listed"]);
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
 }
