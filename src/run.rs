@@ -715,7 +715,8 @@ async fn serve_endpoints(
         tasks.push(tokio::spawn(process.fatal.forever(
             "an HTTP endpoint",
             async move {
-                if let Err(e) = endpoints::serve::serve(listener, app, limits).await {
+                let trusted = endpoints::serve::trusted_sources();
+                if let Err(e) = endpoints::serve::serve(listener, app, limits, trusted).await {
                     tracing::error!(error = %e, "an HTTP endpoint stopped");
                 }
             },

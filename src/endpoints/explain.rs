@@ -27,18 +27,50 @@ pub const PER_SECOND: u32 = 5;
 /// any TokenReview (anyone who can reach the port can send requests).
 pub const AT_ONCE: usize = 8;
 
+/// Requests one source address may have authenticated per second (with a burst of as many):
+/// past that, 429 before any TokenReview, so that a client without a valid token cannot make
+/// tether ask the API server about tokens as fast as it can send them.
+pub const PER_SOURCE_PER_SECOND: u32 = 10;
+
+/// The members of a gang one explanation dry-runs at most (each is a cycle over every node).
+pub const MAX_MEMBERS: usize = 64;
+
+/// How long an explanation's work may run: past it the gang's remaining members are not
+/// dry-run (the request itself is answered within the endpoint's 30 s).
+pub const WORK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The threads explanations run on: their own, one, never the scheduler's Filter/Score pool, so
+/// that no number of explanations takes the scheduling loop's CPU (rayon's parallel folds run
+/// on the pool of the thread that calls them).
+fn explain_pool() -> Option<&'static rayon::ThreadPool> {
+    static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
+    POOL.get_or_init(|| {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(1)
+            .thread_name(|_| "explain".into())
+            .build()
+            .map_err(|e| tracing::warn!(error = %e, "could not start the explain thread"))
+            .ok()
+    })
+    .as_ref()
+}
+
 /// How `/explain` is rationed: requests at once, then each authenticated caller's rate.
 pub struct Limiter {
     at_once: tokio::sync::Semaphore,
     per_caller: governor::DefaultKeyedRateLimiter<String>,
+    per_source: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
 }
 
 /// The limiter of [`AT_ONCE`] and [`PER_SECOND`].
 pub fn limiter() -> Arc<Limiter> {
     let rate = std::num::NonZeroU32::new(PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
+    let source_rate =
+        std::num::NonZeroU32::new(PER_SOURCE_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
     Arc::new(Limiter {
         at_once: tokio::sync::Semaphore::new(AT_ONCE),
         per_caller: governor::RateLimiter::keyed(governor::Quota::per_second(rate)),
+        per_source: governor::RateLimiter::keyed(governor::Quota::per_second(source_rate)),
     })
 }
 
@@ -55,6 +87,7 @@ fn valid_name(name: &str, subdomain: bool) -> bool {
 pub async fn explain(
     State(state): State<HttpState>,
     Path((namespace, name)): Path<(String, String)>,
+    extensions: axum::http::Extensions,
     headers: HeaderMap,
 ) -> Response {
     if !valid_name(&namespace, false) || !valid_name(&name, true) {
@@ -74,6 +107,21 @@ pub async fn explain(
             StatusCode::SERVICE_UNAVAILABLE,
             "this replica is a standby: ask the leader (the holder of the tether Lease)",
         );
+    }
+    // The source's budget first: a TokenReview is spent only within it.
+    if let Some(axum::extract::ConnectInfo(peer)) =
+        extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+    {
+        let source = peer.ip().to_canonical();
+        if state.explain_limit.per_source.check_key(&source).is_err() {
+            return failure(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "more than {PER_SOURCE_PER_SECOND} explanations a second were asked for from {source}: try again"
+                ),
+            );
+        }
+        state.explain_limit.per_source.retain_recent();
     }
     let caller = match auth::authenticate(&state.client, &headers).await {
         Ok(user) => user,
@@ -119,7 +167,12 @@ pub async fn explain(
     let Some(sched) = state.serving.sched() else {
         return failure(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is starting");
     };
-    match tokio::task::spawn_blocking(move || explain_now(&sched, pod)).await {
+    let deadline = std::time::Instant::now() + WORK_DEADLINE;
+    let explained = tokio::task::spawn_blocking(move || match explain_pool() {
+        Some(pool) => pool.install(|| explain_now(&sched, pod, deadline)),
+        None => Err("the explain thread could not be started".to_string()),
+    });
+    match explained.await {
         Ok(Ok(explanation)) => Json(explanation).into_response(),
         Ok(Err(message)) => failure(StatusCode::UNPROCESSABLE_ENTITY, &message),
         Err(e) => failure(
@@ -130,7 +183,11 @@ pub async fn explain(
 }
 
 /// The explanation of `pod` on the scheduler's snapshot now, with the profile that serves it.
-fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, String> {
+fn explain_now(
+    sched: &Arc<Scheduler>,
+    mut pod: Pod,
+    deadline: std::time::Instant,
+) -> Result<Explanation, String> {
     let scheduler_name = pods::scheduler_name(&pod).to_string();
     let Some(profile) = sched.profiles.get(&scheduler_name) else {
         return Err(format!(
@@ -172,14 +229,22 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
             members,
             &snapshot,
             &nominated,
+            explain::GroupLimits {
+                max_members: MAX_MEMBERS,
+                deadline: Some(deadline),
+            },
         ));
     }
     let own = profile.holds_key(&pod);
+    // Only the holds of the pod's own namespace (the caller may get pods there): another
+    // namespace's holds name its workloads, which the caller may not read.
+    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     explanation.held = sched
         .holds
         .active()
         .into_iter()
         .filter(|(key, _)| Some(key) != own.as_ref())
+        .filter(|(_, hold)| hold.pod.pod.metadata.namespace.as_deref() == Some(namespace.as_str()))
         .map(|(_, hold)| explain::HeldRoom {
             workload: hold.workload,
             node: hold.node,
@@ -193,6 +258,67 @@ fn explain_now(sched: &Arc<Scheduler>, mut pod: Pod) -> Result<Explanation, Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A client that cannot authenticate spends at most its source's budget of TokenReviews,
+    /// however fast it asks; every request past it is refused before one.
+    #[tokio::test]
+    async fn a_source_without_a_valid_token_spends_at_most_its_budget_of_token_reviews() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tower::ServiceExt;
+        let reviews = Arc::new(AtomicUsize::new(0));
+        let counted = reviews.clone();
+        let api = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                if req.uri().path().ends_with("/tokenreviews") {
+                    counted.fetch_add(1, Ordering::SeqCst);
+                }
+                let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenReview", "spec": {}, "status": {"authenticated": false}});
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&body).expect("json"),
+                        ))
+                        .expect("a response"),
+                )
+            }
+        });
+        let (fatal, _died) = crate::supervise::Fatal::new();
+        let state = HttpState {
+            metrics: Arc::default(),
+            fatal,
+            leadership: crate::leader::Leadership::alone(),
+            serving: super::super::Serving::default(),
+            client: kube::Client::new(api, "default"),
+            explain_limit: limiter(),
+        };
+        let app = super::super::main_router(state);
+        let peer: std::net::SocketAddr = ([10, 0, 0, 7], 40000).into();
+        let mut refused_early = 0;
+        for _ in 0..50 {
+            let request = http::Request::get("/explain/default/web-0")
+                .header("authorization", "Bearer not-a-token")
+                .extension(axum::extract::ConnectInfo(peer))
+                .body(axum::body::Body::empty())
+                .expect("a request");
+            let answer = app.clone().oneshot(request).await.expect("an answer");
+            if answer.status() == StatusCode::TOO_MANY_REQUESTS {
+                refused_early += 1;
+            }
+        }
+        let spent = reviews.load(Ordering::SeqCst);
+        assert!(
+            spent <= PER_SOURCE_PER_SECOND as usize + 2,
+            "{spent} TokenReviews for one source in a burst"
+        );
+        assert!(
+            refused_early >= 50 - spent,
+            "{refused_early} refused before a review"
+        );
+    }
 
     #[test]
     fn only_kubernetes_names_reach_the_api_server() {

@@ -167,7 +167,7 @@ fn refresh_queue_metrics(state: &HttpState) {
         .serving
         .sched()
         .filter(|_| state.leadership.is_leading())
-        .map(|sched| sched.queue.summary())
+        .map(|sched| queue_summary(&sched))
         .unwrap_or_default();
     let now = std::time::Instant::now();
     let queues: Vec<PendingQueue<'_>> = summary
@@ -186,6 +186,32 @@ fn refresh_queue_metrics(state: &HttpState) {
             .iter()
             .map(|(plugin, scheduler, pods)| (*plugin, scheduler.as_str(), *pods)),
     );
+}
+
+/// How often the queue is walked for its gauges at most, however often `/metrics` is read.
+const QUEUE_SUMMARY_EVERY: Duration = Duration::from_secs(10);
+
+/// The queue's summary, walked at most once every [`QUEUE_SUMMARY_EVERY`]: the walk holds the
+/// queue's lock over every pending pod (100,000 of them in a large cluster), and whoever can
+/// reach `/metrics` could otherwise make the scheduling loop wait on it as often as they like.
+fn queue_summary(sched: &Arc<Scheduler>) -> crate::scheduler::backend::queue::Summary {
+    type Walked = (
+        std::time::Instant,
+        usize,
+        crate::scheduler::backend::queue::Summary,
+    );
+    static LAST: std::sync::Mutex<Option<Walked>> = std::sync::Mutex::new(None);
+    let id = Arc::as_ptr(sched) as usize;
+    let mut last = crate::locks::lock(&LAST);
+    if let Some((at, of, summary)) = last.as_ref()
+        && *of == id
+        && at.elapsed() < QUEUE_SUMMARY_EVERY
+    {
+        return summary.clone();
+    }
+    let summary = sched.queue.summary();
+    *last = Some((std::time::Instant::now(), id, summary.clone()));
+    summary
 }
 
 async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {

@@ -1,8 +1,13 @@
 //! Serving a router to callers tether does not control: a slow client cannot hold a
 //! connection open without sending its request (a header timeout), no connection lives
-//! forever (an age cap), and no more than [`Limits::connections`] are open at once (past that,
-//! a new connection is closed at once). axum's own `serve` has none of these.
+//! forever (an age cap), no more than [`Limits::connections`] are open at once (past that, a
+//! new connection is closed at once), no one source holds more than [`Limits::per_peer`] of
+//! them, and [`Limits::reserved`] more are kept for the trusted sources alone (the kubelet,
+//! which probes from its node's address, and the loopback): no client can take the probes'
+//! room and have the kubelet restart a healthy tether. axum's own `serve` has none of these.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -15,8 +20,12 @@ use tokio::sync::Semaphore;
 /// What a server allows each connection.
 #[derive(Clone, Copy, Debug)]
 pub struct Limits {
-    /// Open connections at most.
+    /// Open connections at most (besides the reserved ones).
     pub connections: usize,
+    /// Connections only the trusted sources may use, once the others are taken.
+    pub reserved: usize,
+    /// Connections one untrusted source address may hold at once.
+    pub per_peer: usize,
     /// How long a request's headers may take to arrive, from the connection's start or the
     /// end of its previous request.
     pub header_read: Duration,
@@ -30,6 +39,8 @@ impl Limits {
     /// For `/metrics` and `/explain`: a Prometheus server or two, and people.
     pub const MAIN: Limits = Limits {
         connections: 64,
+        reserved: 0,
+        per_peer: 16,
         header_read: Duration::from_secs(5),
         max_age: Duration::from_secs(300),
         request: Duration::from_secs(30),
@@ -37,20 +48,65 @@ impl Limits {
     /// For the probes: the kubelet, every few seconds.
     pub const HEALTH: Limits = Limits {
         connections: 16,
+        reserved: 4,
+        per_peer: 4,
         header_read: Duration::from_secs(5),
         max_age: Duration::from_secs(300),
         request: Duration::from_secs(10),
     };
 }
 
-/// Serves `app` on `listener` within `limits` until the listener fails.
-pub async fn serve(listener: TcpListener, app: Router, limits: Limits) -> std::io::Result<()> {
+/// The sources trusted with the reserved connections: the loopback, and the node's address
+/// (`HOST_IP`, from the downward API's `status.hostIP`), where the kubelet's probes come from.
+pub fn trusted_sources() -> Vec<IpAddr> {
+    let mut trusted = vec![
+        IpAddr::V4(std::net::Ipv4Addr::LOCALHOST),
+        IpAddr::V6(std::net::Ipv6Addr::LOCALHOST),
+    ];
+    if let Some(host) = std::env::var("HOST_IP")
+        .ok()
+        .and_then(|ip| ip.parse::<IpAddr>().ok())
+    {
+        trusted.push(host);
+    }
+    trusted
+}
+
+/// A connection's place: one of the shared or the reserved, and its source's count.
+struct Admitted {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    peer: IpAddr,
+    peers: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>>,
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let mut peers = crate::locks::lock(&self.peers);
+        if let Some(n) = peers.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                peers.remove(&self.peer);
+            }
+        }
+    }
+}
+
+/// Serves `app` on `listener` within `limits` until the listener fails; `trusted` sources may
+/// use the reserved connections and are not held to the per-source cap.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    limits: Limits,
+    trusted: Vec<IpAddr>,
+) -> std::io::Result<()> {
     let app = app.layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             within(limits.request, request, next)
         },
     ));
     let open = Arc::new(Semaphore::new(limits.connections));
+    let reserved = Arc::new(Semaphore::new(limits.reserved));
+    let peers: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Arc::default();
     loop {
         let (stream, peer) = match listener.accept().await {
             Ok(accepted) => accepted,
@@ -63,12 +119,45 @@ pub async fn serve(listener: TcpListener, app: Router, limits: Limits) -> std::i
             }
             Err(e) => return Err(e),
         };
-        let Ok(permit) = open.clone().try_acquire_owned() else {
-            tracing::debug!(%peer, limit = limits.connections, "too many connections: closed");
+        let source = peer.ip().to_canonical();
+        let is_trusted = trusted.contains(&source);
+        let permit = {
+            let mut held = crate::locks::lock(&peers);
+            let count = held.entry(source).or_insert(0);
+            let permit = if !is_trusted && *count >= limits.per_peer {
+                None
+            } else if is_trusted {
+                reserved
+                    .clone()
+                    .try_acquire_owned()
+                    .or_else(|_| open.clone().try_acquire_owned())
+                    .ok()
+            } else {
+                open.clone().try_acquire_owned().ok()
+            };
+            if permit.is_some() {
+                *count = count.saturating_add(1);
+            } else if *count == 0 {
+                held.remove(&source);
+            }
+            permit
+        };
+        let Some(permit) = permit else {
+            tracing::debug!(%peer, limit = limits.connections, per_peer = limits.per_peer, "too many connections: closed");
             drop(stream);
             continue;
         };
-        let service = TowerToHyperService::new(app.clone());
+        let permit = Admitted {
+            _permit: permit,
+            peer: source,
+            peers: peers.clone(),
+        };
+        // Handlers may ask who connected (`ConnectInfo`): `/explain` rations its callers by it
+        // before it spends a TokenReview on them.
+        let service = TowerToHyperService::new(
+            app.clone()
+                .layer(axum::Extension(axum::extract::ConnectInfo(peer))),
+        );
         tokio::spawn(async move {
             let mut http = hyper::server::conn::http1::Builder::new();
             http.timer(TokioTimer::new())
@@ -126,8 +215,59 @@ mod tests {
             );
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let addr = listener.local_addr().expect("an address");
-        tokio::spawn(serve(listener, app, limits));
+        tokio::spawn(serve(listener, app, limits, vec![trusted()]));
         addr
+    }
+
+    /// The source the tests trust (the kubelet's stand-in); every other 127.x is untrusted.
+    fn trusted() -> IpAddr {
+        IpAddr::V4(std::net::Ipv4Addr::new(127, 0, 0, 9))
+    }
+
+    /// A connection to `addr` from `source`.
+    async fn connect_from(source: [u8; 4], addr: std::net::SocketAddr) -> TcpStream {
+        let socket = tokio::net::TcpSocket::new_v4().expect("a socket");
+        socket
+            .bind(std::net::SocketAddr::from((source, 0)))
+            .expect("bind to the source");
+        socket.connect(addr).await.expect("connect")
+    }
+
+    /// Whether a request on a new connection from `source` is answered.
+    async fn answered_from(source: [u8; 4], addr: std::net::SocketAddr) -> bool {
+        let mut next = connect_from(source, addr).await;
+        let _ = next
+            .write_all(b"GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await;
+        read_to_close(&mut next).await.contains("200 OK")
+    }
+
+    /// One source cannot hold more than its share, and however many sources fill the shared
+    /// connections, the trusted one (the kubelet) still gets its probes answered.
+    #[tokio::test]
+    async fn no_client_takes_the_room_kept_for_the_probes() {
+        let limits = Limits {
+            connections: 3,
+            reserved: 1,
+            per_peer: 2,
+            header_read: Duration::from_secs(30),
+            ..TEST
+        };
+        let addr = server(limits).await;
+        // One source: two connections held, the third closed at once.
+        let _a1 = connect_from([127, 0, 0, 2], addr).await;
+        let _a2 = connect_from([127, 0, 0, 2], addr).await;
+        let mut a3 = connect_from([127, 0, 0, 2], addr).await;
+        assert_eq!(read_to_close(&mut a3).await, "", "past one source's share");
+        // Another source takes the last shared connection; a third finds none.
+        let _b1 = connect_from([127, 0, 0, 3], addr).await;
+        let mut c1 = connect_from([127, 0, 0, 4], addr).await;
+        assert_eq!(read_to_close(&mut c1).await, "", "the shared room is full");
+        // The trusted source is answered all the same.
+        assert!(
+            answered_from([127, 0, 0, 9], addr).await,
+            "the probe is answered"
+        );
     }
 
     /// Reads until the server closes the connection (or `deadline` passes: a failure);
@@ -143,6 +283,8 @@ mod tests {
 
     const TEST: Limits = Limits {
         connections: 2,
+        reserved: 0,
+        per_peer: 16,
         header_read: Duration::from_millis(300),
         max_age: Duration::from_secs(60),
         request: Duration::from_millis(300),

@@ -18,6 +18,24 @@ use super::types::{GroupExplanation, GroupMember};
 
 /// The gang `pod_group` (namespace/name), with `min_count`, `scheduled_before` of its pods
 /// assumed or bound already and `pending` waiting, tried whole on `snapshot`.
+/// How much of a gang one explanation dry-runs: members × nodes is the caller's to ask, so it is
+/// bounded by a count of members and a deadline (checked before each member), the work itself
+/// cut short, not only the answer.
+#[derive(Clone, Copy, Debug)]
+pub struct GroupLimits {
+    pub max_members: usize,
+    pub deadline: Option<std::time::Instant>,
+}
+
+impl GroupLimits {
+    /// No bound (the CLI's own simulation, and tests).
+    pub const NONE: GroupLimits = GroupLimits {
+        max_members: usize::MAX,
+        deadline: None,
+    };
+}
+
+#[allow(clippy::too_many_arguments)]
 pub fn explain_group(
     profile: &CompiledProfile,
     pod_group: String,
@@ -26,6 +44,7 @@ pub fn explain_group(
     mut pending: Vec<Arc<PodInfo>>,
     snapshot: &Snapshot,
     nominated: &dyn NominatedPods,
+    limits: GroupLimits,
 ) -> GroupExplanation {
     pending.sort_by(|a, b| {
         priority(&b.pod)
@@ -36,6 +55,13 @@ pub fn explain_group(
     let mut current = snapshot.clone();
     let mut members = Vec::new();
     for pod in &pending {
+        if members.len() >= limits.max_members
+            || limits
+                .deadline
+                .is_some_and(|d| std::time::Instant::now() >= d)
+        {
+            break;
+        }
         let mut state = CycleState::new();
         let result = schedule_one::schedule_pod_with(
             profile, &mut state, pod, &current, &start, nominated, false,
@@ -66,6 +92,7 @@ pub fn explain_group(
         };
         members.push(member);
     }
+    let not_tried = pending.len().saturating_sub(members.len());
     let fit = members.iter().filter(|m| m.node.is_some()).count();
     let placed = scheduled_before.saturating_add(fit) >= min_count && fit > 0;
     let mut verdict = format!(
@@ -73,7 +100,11 @@ pub fn explain_group(
         scheduled_before,
         members.len()
     );
-    if placed {
+    if not_tried > 0 && !placed {
+        verdict.push_str(&format!(
+            ": not known; {not_tried} more members were not dry-run (past the explanation's cap of members or its deadline)"
+        ));
+    } else if placed {
         verdict.push_str(": the group is placed");
     } else if let Some(first) = members.iter().find_map(|m| {
         m.reason
@@ -91,5 +122,6 @@ pub fn explain_group(
         placed,
         members,
         verdict,
+        not_tried,
     }
 }

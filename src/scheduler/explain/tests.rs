@@ -236,6 +236,7 @@ fn a_gang_member_is_explained_with_where_each_member_fits() {
         members.clone(),
         &snap,
         &NoNominations,
+        GroupLimits::NONE,
     );
     let nodes: Vec<Option<&str>> = g.members.iter().map(|m| m.node.as_deref()).collect();
     assert_eq!(
@@ -265,9 +266,47 @@ fn a_gang_member_is_explained_with_where_each_member_fits() {
         "default/train".into(),
         4,
         0,
+        members.clone(),
+        &snap,
+        &NoNominations,
+        GroupLimits::NONE,
+    );
+    assert!(g.placed, "{}", g.verdict);
+
+    // A caller asks for members × nodes: the work stops at the cap of members, and at the
+    // deadline, and the answer says how many were not dry-run.
+    let capped = explain_group(
+        &profile,
+        "default/train".into(),
+        5,
+        0,
+        members.clone(),
+        &snap,
+        &NoNominations,
+        GroupLimits {
+            max_members: 2,
+            deadline: None,
+        },
+    );
+    assert_eq!((capped.members.len(), capped.not_tried), (2, 3));
+    assert!(!capped.placed);
+    assert!(
+        capped.verdict.contains("not known; 3 more members"),
+        "{}",
+        capped.verdict
+    );
+    let late = explain_group(
+        &profile,
+        "default/train".into(),
+        5,
+        0,
         members,
         &snap,
         &NoNominations,
+        GroupLimits {
+            max_members: usize::MAX,
+            deadline: Some(std::time::Instant::now()),
+        },
     );
-    assert!(g.placed, "{}", g.verdict);
+    assert_eq!((late.members.len(), late.not_tried), (0, 5));
 }

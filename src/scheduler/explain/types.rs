@@ -82,6 +82,13 @@ pub struct GroupExplanation {
     pub members: Vec<GroupMember>,
     /// In a line: how many fit and what blocks the rest.
     pub verdict: String,
+    /// Pending members not dry-run: past the explanation's cap of members, or its deadline.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub not_tried: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One pending member of a gang.

@@ -154,7 +154,7 @@ struct State {
 }
 
 /// What the queue holds, counted in one pass for the metrics read when `/metrics` is scraped.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct Summary {
     /// Each sub-queue (active, backoff, unschedulable, gated): its pods, and when the one that
     /// has waited longest entered the queue.
