@@ -10,7 +10,8 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, PostParams};
 use serde_json::json;
 use tether_e2e::{
-    TestNamespace, TestNodes, client, kubectl_ok, tether_metric, wait_bound, wait_event, wait_for,
+    TestNamespace, TestNodes, apply_profile, client, kubectl, kubectl_ok, tether_metric,
+    unique_suffix, wait_bound, wait_event, wait_for,
 };
 
 /// A pod of the default profile binds this soon beside the bad object (the issue's bound).
@@ -47,16 +48,7 @@ async fn a_claim_nested_past_the_decoders_limit_stops_nobody_and_is_reported_on_
     kubectl_ok(&["create", "-f", "-"], Some(&claim))?;
 
     // A plain pod of the default profile in another namespace binds as if nothing happened.
-    let mut spec = json!({"schedulerName": "tether-scheduler",
-        "containers": [{"name": "c", "image": "pause"}]});
-    nodes.isolate(&mut spec);
-    let pod: Pod = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": "plain", "namespace": other.name}, "spec": spec,
-    }))?;
-    Api::<Pod>::namespaced(client.clone(), &other.name)
-        .create(&PostParams::default(), &pod)
-        .await?;
+    plain_pod(&client, &other.name, "plain", "tether-scheduler", &nodes).await?;
     let node = wait_bound(&client, &other.name, "plain", BIND).await?;
     assert_eq!(node, nodes.names[0]);
 
@@ -93,5 +85,87 @@ async fn a_claim_nested_past_the_decoders_limit_stops_nobody_and_is_reported_on_
         ],
         None,
     )?;
+    Ok(())
+}
+
+/// A plain pod of `scheduler` in `ns` on `nodes`, created now.
+async fn plain_pod(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    scheduler: &str,
+    nodes: &TestNodes,
+) -> anyhow::Result<()> {
+    let mut spec = json!({"schedulerName": scheduler,
+        "containers": [{"name": "c", "image": "pause"}]});
+    nodes.isolate(&mut spec);
+    let pod: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns}, "spec": spec,
+    }))?;
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &pod)
+        .await?;
+    Ok(())
+}
+
+/// The owner watches a sticky profile needs (KubeVirt's VirtualMachines and their instances,
+/// free-form custom resources) read past one nested 200 deep: a pod of a StickyNode profile in
+/// another namespace binds beside it.
+#[tokio::test]
+async fn a_virtual_machine_nested_past_the_decoders_limit_stops_no_sticky_profile()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let tenant = TestNamespace::create(&client, "hostile-vm").await?;
+    let other = TestNamespace::create(&client, "hostile-vm-other").await?;
+    let nodes = TestNodes::create(&client, "hostile-vm", 1, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (name, scheduler) = (format!("hostile-{suffix}"), format!("hostile-{suffix}"));
+    apply_profile(
+        &client,
+        &name,
+        json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}}}),
+    )
+    .await?;
+    for kind in ["VirtualMachine", "VirtualMachineInstance"] {
+        let object = format!(
+            r#"{{"apiVersion":"kubevirt.io/v1","kind":"{kind}",
+                "metadata":{{"name":"deep","namespace":"{ns}"}},
+                "spec":{{"deep":{nested}}}}}"#,
+            ns = tenant.name,
+            nested = nested(200),
+        );
+        kubectl_ok(&["create", "-f", "-"], Some(&object))?;
+    }
+    plain_pod(&client, &other.name, "sticky", &scheduler, &nodes).await?;
+    let node = wait_bound(&client, &other.name, "sticky", BIND).await?;
+    assert_eq!(node, nodes.names[0]);
+    for kind in ["virtualmachine", "virtualmachineinstance"] {
+        kubectl_ok(
+            &["delete", kind, "deep", "-n", &tenant.name, "--wait=false"],
+            None,
+        )?;
+    }
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    Ok(())
+}
+
+/// What the types cannot hold is refused at the door, as before (keep it so): a StickyBinding
+/// ordinal past int32.
+#[tokio::test]
+async fn a_sticky_binding_ordinal_past_int32_is_refused_by_the_api_server() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "hostile-sb").await?;
+    let binding = json!({"apiVersion": "tether.dev/v1alpha1", "kind": "StickyBinding",
+        "metadata": {"name": "statefulset-db-0", "namespace": ns.name},
+        "spec": {"workloadRef": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+            "ordinal": 2_147_483_648_i64}}});
+    let refused = kubectl(&["create", "-f", "-"], Some(&binding.to_string()))?;
+    assert!(!refused.success, "an ordinal past int32 was accepted");
+    assert!(
+        refused.stderr.contains("ordinal"),
+        "the refusal names the field: {}",
+        refused.stderr
+    );
     Ok(())
 }
