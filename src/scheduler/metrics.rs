@@ -426,7 +426,7 @@ impl Default for Metrics {
         }
         registry.register(
             "room_holds_ended",
-            "Room holds ended, by how: claimed (the workload's pod was bound again) or expired",
+            "Room holds ended, by how: claimed (the workload's pod was bound again) or expired; refused: a hold not taken, past maxHeldRoomsPerNamespace or maxHeldRooms",
             room_holds_ended.clone(),
         );
         registry.register(

@@ -22,6 +22,8 @@ use crate::scheduler::framework::{HoldIdentity, NominatedPods};
 pub struct Hold {
     /// `<Kind>/<namespace>/<name>` of the workload, for messages and explain.
     pub workload: String,
+    /// The schedulerName of the profile that holds it.
+    pub profile: String,
     pub node: String,
     /// The stand-in counted on the node.
     pub pod: Arc<PodInfo>,
@@ -99,25 +101,52 @@ impl Holds {
             .remove(uid)
     }
 
-    /// Holds what `pod` used on `node` for workload `key` (`workload` in messages), for `span`.
-    pub fn hold(&self, key: &str, workload: &str, pod: &Pod, node: &str, span: Duration) {
+    /// Holds what `pod` used on `node` for workload `key` (`workload` in messages) for `span`,
+    /// for `profile`, unless the holds of the key's namespace or of the profile are at their
+    /// caps (`per_namespace`, `per_profile`): then nothing is held and the refusal is returned.
+    #[allow(clippy::too_many_arguments)]
+    pub fn hold(
+        &self,
+        key: &str,
+        workload: &str,
+        pod: &Pod,
+        node: &str,
+        span: Duration,
+        profile: &str,
+        (per_namespace, per_profile): (usize, usize),
+    ) -> Result<(), &'static str> {
         let now = Instant::now();
         let Some(until) = now.checked_add(span) else {
-            return;
+            return Ok(());
         };
+        let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
+        let mut holds = self.write();
+        let others = || holds.iter().filter(|(k, h)| *k != key && h.until > now);
+        if others()
+            .filter(|(k, _)| k.split_once('/').is_some_and(|(ns, _)| ns == namespace))
+            .count()
+            >= per_namespace
+        {
+            return Err("the namespace's held rooms are at maxHeldRoomsPerNamespace");
+        }
+        if others().filter(|(_, h)| h.profile == profile).count() >= per_profile {
+            return Err("the profile's held rooms are at maxHeldRooms");
+        }
         let until_wall = jiff::Timestamp::now()
             .checked_add(jiff::SignedDuration::try_from(span).unwrap_or(jiff::SignedDuration::ZERO))
             .unwrap_or(jiff::Timestamp::MAX);
-        self.write().insert(
+        holds.insert(
             key.to_string(),
             Hold {
                 workload: workload.to_string(),
+                profile: profile.to_string(),
                 node: node.to_string(),
                 pod: Arc::new(PodInfo::new(Arc::new(stand_in(pod, node)))),
                 until,
                 until_wall,
             },
         );
+        Ok(())
     }
 
     /// Ends the hold of `key`, if there is one.
@@ -221,13 +250,17 @@ mod tests {
             .priority(100)
             .label("app", "vm")
             .build();
-        holds.hold(
-            "ns/virtualmachine-vm",
-            "VirtualMachine/ns/vm",
-            &vm,
-            "n1",
-            Duration::from_secs(60),
-        );
+        holds
+            .hold(
+                "ns/virtualmachine-vm",
+                "VirtualMachine/ns/vm",
+                &vm,
+                "n1",
+                Duration::from_secs(60),
+                "sticky",
+                UNBOUNDED,
+            )
+            .expect("held");
         let other = WithHolds {
             nominated: &NoNominations,
             holds: &holds,
@@ -256,7 +289,53 @@ mod tests {
         assert!(holds.sweep(Instant::now()).is_empty());
         assert!(holds.sweep(Instant::now() + Duration::from_secs(61)).len() == 1);
         assert!(holds.is_empty());
-        holds.hold("k", "w", &vm, "n1", Duration::from_secs(60));
+        holds
+            .hold(
+                "k",
+                "w",
+                &vm,
+                "n1",
+                Duration::from_secs(60),
+                "sticky",
+                UNBOUNDED,
+            )
+            .expect("held");
         assert!(holds.release("k").is_some() && holds.is_empty());
+    }
+
+    const UNBOUNDED: (usize, usize) = (usize::MAX, usize::MAX);
+
+    /// A tenant who deletes the pods of many pinned workloads holds no more rooms than the
+    /// namespace's cap, and a profile no more than its own; a workload's own hold renewed does
+    /// not count against itself, and room comes back as holds end.
+    #[test]
+    fn holds_stop_at_the_namespaces_cap_and_the_profiles() {
+        let holds = Holds::default();
+        let vm = PodBuilder::new("virt-launcher").req_cpu("2").build();
+        let span = Duration::from_secs(60);
+        let hold =
+            |key: &str, profile: &str| holds.hold(key, "w", &vm, "n1", span, profile, (2, 3));
+        assert!(hold("team-a/vm-1", "sticky").is_ok());
+        assert!(hold("team-a/vm-2", "sticky").is_ok());
+        assert!(
+            hold("team-a/vm-2", "sticky").is_ok(),
+            "its own hold, renewed"
+        );
+        assert_eq!(
+            hold("team-a/vm-3", "sticky"),
+            Err("the namespace's held rooms are at maxHeldRoomsPerNamespace")
+        );
+        assert!(hold("team-b/vm-1", "sticky").is_ok(), "another namespace");
+        assert_eq!(
+            hold("team-c/vm-1", "sticky"),
+            Err("the profile's held rooms are at maxHeldRooms")
+        );
+        assert!(hold("team-c/vm-1", "other").is_ok(), "another profile");
+        assert_eq!(holds.len(), 4);
+        assert!(holds.release("team-a/vm-1").is_some());
+        assert!(
+            hold("team-a/vm-3", "other").is_ok(),
+            "room back in the namespace"
+        );
     }
 }

@@ -81,9 +81,24 @@ impl Scheduler {
         if sibling_runs {
             return;
         }
-        tracing::info!(workload = %hold.workload, node = %node, seconds = hold.span.as_secs(), "holding the room of a pinned workload whose pod left");
-        self.holds
-            .hold(&hold.key, &hold.workload, pod, node, hold.span);
+        let held = self.holds.hold(
+            &hold.key,
+            &hold.workload,
+            pod,
+            node,
+            hold.span,
+            pods::scheduler_name(pod),
+            (hold.per_namespace, hold.per_profile),
+        );
+        match held {
+            Ok(()) => {
+                tracing::info!(workload = %hold.workload, node = %node, seconds = hold.span.as_secs(), "holding the room of a pinned workload whose pod left");
+            }
+            Err(why) => {
+                tracing::info!(workload = %hold.workload, node = %node, why, "not holding the room of a pinned workload whose pod left");
+                self.metrics.room_hold_ended("refused");
+            }
+        }
         self.metrics.set_room_holds(self.holds.len());
     }
 

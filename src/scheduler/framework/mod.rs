@@ -224,6 +224,9 @@ pub struct RoomHold {
     /// `<Kind>/<namespace>/<name>`, for people.
     pub workload: String,
     pub span: std::time::Duration,
+    /// The rooms held at once for one namespace's workloads, and for the profile's, at most.
+    pub per_namespace: usize,
+    pub per_profile: usize,
 }
 
 /// Decides whether a pod may enter the active queue (scheduling gates). A pod held back waits,

@@ -84,7 +84,17 @@ pub struct StickyNodeArgs {
     /// and started, a StatefulSet pod replaced) finds it when it comes back. 0 (the default)
     /// holds nothing; at most a day.
     pub hold_room_seconds: i64,
+    /// The rooms held at once for the workloads of one namespace, at most (0 to 10000): past
+    /// it a pod that leaves holds nothing, so no tenant reserves nodes for long by deleting
+    /// pods of many pinned workloads.
+    pub max_held_rooms_per_namespace: i64,
+    /// The rooms this profile holds at once, at most (0 to 100000).
+    pub max_held_rooms: i64,
 }
+
+/// The defaults of `maxHeldRoomsPerNamespace` and `maxHeldRooms`.
+pub const DEFAULT_HELD_ROOMS_PER_NAMESPACE: i64 = 16;
+pub const DEFAULT_HELD_ROOMS: i64 = 256;
 
 impl Default for StickyNodeArgs {
     fn default() -> Self {
@@ -95,6 +105,8 @@ impl Default for StickyNodeArgs {
             on_node_loss: OnNodeLoss::Wait,
             release_after_seconds: 300,
             hold_room_seconds: 0,
+            max_held_rooms_per_namespace: DEFAULT_HELD_ROOMS_PER_NAMESPACE,
+            max_held_rooms: DEFAULT_HELD_ROOMS,
         }
     }
 }
@@ -129,6 +141,21 @@ impl StickyNodeArgs {
                     self.hold_room_seconds
                 ),
             );
+        }
+        for (field, value, max) in [
+            (
+                "maxHeldRoomsPerNamespace",
+                self.max_held_rooms_per_namespace,
+                10_000,
+            ),
+            ("maxHeldRooms", self.max_held_rooms, 100_000),
+        ] {
+            if !(0..=max).contains(&value) {
+                errs.push(
+                    path.child(field),
+                    format!("{value} must be between 0 and {max}"),
+                );
+            }
         }
         if self.disable_annotation.is_empty() {
             errs.push(path.child("disableAnnotation"), "must not be empty");
@@ -261,6 +288,8 @@ impl Plugin for StickyNode {
             key: who.key.clone(),
             workload: who.workload.clone(),
             span: std::time::Duration::from_secs(u64::try_from(args.hold_room_seconds).ok()?),
+            per_namespace: usize::try_from(args.max_held_rooms_per_namespace).unwrap_or(0),
+            per_profile: usize::try_from(args.max_held_rooms).unwrap_or(0),
         })
     }
 
@@ -1052,6 +1081,7 @@ mod tests {
                     on_node_loss: OnNodeLoss::Release,
                     release_after_seconds: 0,
                     hold_room_seconds: 0,
+                    ..StickyNodeArgs::default()
                 }),
             ),
             (
@@ -1280,6 +1310,8 @@ mod tests {
                 key: "default/pod-p".into(),
                 workload: "Pod/default/p".into(),
                 span: std::time::Duration::from_secs(60),
+                per_namespace: 16,
+                per_profile: 256,
             })
         );
         assert_eq!(
