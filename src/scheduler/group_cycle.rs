@@ -576,7 +576,7 @@ fn write_condition(
         return;
     }
     let writes = sched.group_status.get_or_init(|| {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (tx, rx) = tokio::sync::mpsc::channel(CONDITIONS_QUEUED);
         sched.runtime.spawn(write_conditions(
             sched.reports.client().clone(),
             sched.gate.clone(),
@@ -584,14 +584,23 @@ fn write_condition(
         ));
         tx
     });
-    let _ = writes.send(ConditionWrite {
+    let asked = writes.try_send(ConditionWrite {
         namespace: group.metadata.namespace.clone().unwrap_or_default(),
         name: group.metadata.name.clone().unwrap_or_default(),
         status,
         reason,
         message,
     });
+    if let Err(tokio::sync::mpsc::error::TrySendError::Full(write)) = asked {
+        // The group's next attempt asks again; memory stays bounded whatever the API server's
+        // pace and however many groups fail.
+        tracing::debug!(group = %format!("{}/{}", write.namespace, write.name), "PodGroup condition writes are behind; this one is dropped");
+    }
 }
+
+/// PodGroup condition writes waiting at most; past that a write is dropped (the group's next
+/// attempt asks again).
+const CONDITIONS_QUEUED: usize = 1024;
 
 /// Writes the conditions asked for, one after another: each reads the PodGroup, sets the
 /// condition on what it read, and patches with that read's resourceVersion (tried again on a
@@ -599,7 +608,7 @@ fn write_condition(
 async fn write_conditions(
     client: kube::Client,
     gate: crate::gate::WriteGate,
-    mut asked: tokio::sync::mpsc::UnboundedReceiver<ConditionWrite>,
+    mut asked: tokio::sync::mpsc::Receiver<ConditionWrite>,
 ) {
     while let Some(write) = asked.recv().await {
         let group = format!("{}/{}", write.namespace, write.name);

@@ -138,7 +138,7 @@ pub struct Scheduler {
     pub pod_groups: Arc<PodGroupIndex>,
     /// The PodGroup condition writes the group cycles asked for, written in order by one task
     /// (started with the first).
-    group_status: OnceLock<tokio::sync::mpsc::UnboundedSender<self::group_cycle::ConditionWrite>>,
+    group_status: OnceLock<tokio::sync::mpsc::Sender<self::group_cycle::ConditionWrite>>,
     /// The binding cycles under way, and the places among those that bind now.
     binds: Arc<BindingCycles>,
     /// Told of each pod found bound that this scheduler did not bind, once set.

@@ -93,11 +93,18 @@ async fn list<K>(client: &kube::Client, what: &str) -> anyhow::Result<Vec<K>>
 where
     K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned,
 {
-    let mut items = Api::<K>::all(client.clone())
-        .list(&ListParams::default())
+    // Object by object, as tether's watches read them: one a client cannot read is left out,
+    // named, and the rest are listed.
+    let (mut items, skipped) = crate::watch::list_each(Api::<K>::all(client.clone()))
         .await
-        .with_context(|| format!("listing {what}"))?
-        .items;
+        .with_context(|| format!("listing {what}"))?;
+    for unreadable in &skipped {
+        eprintln!(
+            "warning: left out {what} {} (cannot be read: {})",
+            unreadable.key(),
+            unreadable.reason
+        );
+    }
     for item in &mut items {
         item.meta_mut().managed_fields = None;
     }
@@ -132,9 +139,8 @@ where
 async fn list_coscheduling(client: &kube::Client) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
     let resource = crate::scheduler::informers::pod_groups::coscheduling_resource();
     let api = Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
-    match api.list(&ListParams::default()).await {
-        Ok(list) => Ok(list
-            .items
+    match crate::watch::list_each(api).await {
+        Ok((items, _)) => Ok(items
             .into_iter()
             .map(|mut o| {
                 o.metadata.managed_fields = None;

@@ -291,6 +291,36 @@ async fn list<K: DeserializeOwned>(
     Ok((page, list.metadata))
 }
 
+/// Every object `api` lists, in pages of 500, each decoded on its own as a watch decodes them:
+/// the objects read, and those skipped as unreadable (for a one-off reader such as
+/// `tether simulate`, which one bad object must not stop either).
+pub async fn list_each<K: kube::Resource + DeserializeOwned>(
+    api: Api<K>,
+) -> kube::Result<(Vec<K>, Vec<Box<Unreadable>>)> {
+    let request = kube::core::Request::new(api.resource_url());
+    let client = api.into_client();
+    let (mut read, mut skipped) = (Vec::new(), Vec::new());
+    let mut next = None;
+    loop {
+        let params = ListParams {
+            limit: Some(500),
+            continue_token: next.take(),
+            ..ListParams::default()
+        };
+        let (page, metadata) = list::<K>(&client, &request, &params).await?;
+        for item in page {
+            match item {
+                Ok(obj) => read.push(obj),
+                Err(unreadable) => skipped.push(unreadable),
+            }
+        }
+        match metadata.continue_.filter(|c| !c.is_empty()) {
+            Some(token) => next = Some(token),
+            None => return Ok((read, skipped)),
+        }
+    }
+}
+
 /// What stands for an unreadable object in a `Delete`: its kind and identity alone, as `K`
 /// (None where `K` needs more than that, as a custom resource with a required `spec`).
 fn absent<K: DeserializeOwned>(raw: &str) -> Option<K> {

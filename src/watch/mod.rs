@@ -34,7 +34,7 @@ use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
 use self::lister::{Lister, Step};
-pub use self::lister::{Unreadable, decode};
+pub use self::lister::{Unreadable, decode, list_each};
 pub use self::readiness::{Feed, Need, Readiness, STALE_LOUD, Stale};
 
 /// How many skipped objects a watch remembers having logged.
