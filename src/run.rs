@@ -799,12 +799,30 @@ fn record_missed_binds(
     runtime: &tokio::runtime::Handle,
 ) {
     let records = records_history(sched);
+    let reads: reconcile::Reads = {
+        let observed = Arc::downgrade(sched);
+        Arc::new(move |pod, workload| {
+            observed.upgrade().is_some_and(|s| {
+                s.profiles
+                    .get(crate::k8s::pods::scheduler_name(pod))
+                    .is_some_and(|p| {
+                        crate::scheduler::plugins::sticky::profile_reads_history_of(
+                            &p, pod, workload,
+                        )
+                    })
+            })
+        })
+    };
     let (writer, spawner) = (history.clone(), runtime.clone());
     let observer: BindObserver = {
-        let records = records.clone();
+        let (records, reads) = (records.clone(), reads.clone());
         Arc::new(move |pod| {
             if records(&pod) {
-                spawner.spawn(reconcile::record_missed_binds(writer.clone(), vec![pod]));
+                spawner.spawn(reconcile::record_missed_binds(
+                    writer.clone(),
+                    vec![pod],
+                    reads.clone(),
+                ));
             }
         })
     };
@@ -813,7 +831,11 @@ fn record_missed_binds(
         .into_iter()
         .filter(|pod| records(pod))
         .collect();
-    runtime.spawn(reconcile::record_missed_binds(history.clone(), recorded));
+    runtime.spawn(reconcile::record_missed_binds(
+        history.clone(),
+        recorded,
+        reads,
+    ));
 }
 
 async fn shutdown_signal() {

@@ -92,18 +92,33 @@ const RECONCILE_WRITERS: usize = 16;
 /// Pruning of `countedPods` pauses when this is called, not when the future first runs, and
 /// resumes when it ends: the decisions are made from `pods`, which may be deleted meanwhile,
 /// and a pod dropped from `countedPods` would look missed.
+///
+/// Only the binds a reader of the pod's profile reads are recorded (`reads`, the rule
+/// PlacementRecorder follows at PostBind: not the pods of a multi-replica workload under
+/// `skipMultiReplica`, of an excluded namespace, or with the opt-out annotation), so a restart
+/// writes no history the binds themselves would not have written.
 pub fn record_missed_binds(
     writer: Arc<HistoryWriter>,
     pods: Vec<Arc<Pod>>,
+    reads: Reads,
 ) -> impl Future<Output = ()> + Send + 'static {
     let paused = writer.pause_pruning();
     async move {
-        record_each(writer, pods).await;
+        record_each(writer, pods, reads).await;
         drop(paused);
     }
 }
 
-async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
+/// Whether a reader of `pod`'s profile reads its workload's history (see
+/// [`record_missed_binds`]).
+pub type Reads = Arc<dyn Fn(&Pod, &crate::sticky::workload::Workload) -> bool + Send + Sync>;
+
+/// A [`Reads`] that reads every workload's history (tests).
+pub fn reads_all() -> Reads {
+    Arc::new(|_, _| true)
+}
+
+async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>, reads: Reads) {
     let mut waiting = pods;
     let mut delay = std::time::Duration::from_secs(1);
     let give_up = tokio::time::Instant::now() + OWNER_WAIT;
@@ -123,6 +138,9 @@ async fn record_each(writer: Arc<HistoryWriter>, pods: Vec<Arc<Pod>>) {
             let workload = writer.workload_of(&pod);
             if workload.pending_owner.is_some() {
                 later.push(pod);
+                continue;
+            }
+            if !reads(&pod, &workload) {
                 continue;
             }
             let binding = writer

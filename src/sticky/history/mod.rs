@@ -971,8 +971,11 @@ mod tests {
         view.gone.lock().expect("gone").insert("pod-0".into());
 
         // Pruning pauses when the reconcile is created, before it first runs.
-        let reconcile =
-            reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)]);
+        let reconcile = reconcile::record_missed_binds(
+            writer.clone(),
+            vec![scheduled(0), scheduled(1)],
+            reconcile::reads_all(),
+        );
         writer.record_bind(&web_pod(2), "n2").await;
         assert!(held_status(&store).counted_pods.contains(&"pod-0".into()));
         reconcile.await;
@@ -982,6 +985,37 @@ mod tests {
         let status = held_status(&store);
         assert_eq!(status.schedule_count, 4);
         assert_eq!(status.counted_pods, ["pod-1", "pod-2", "pod-3"]);
+    }
+
+    /// The start-up reconcile writes only the binds a reader of the pod's profile reads: a
+    /// Deployment of many replicas under `skipMultiReplica` gets no history from a restart,
+    /// as it gets none from its binds (a 200-replica Deployment had all its binds written).
+    #[tokio::test]
+    async fn a_reconcile_records_only_the_binds_a_reader_reads() {
+        let store = empty_store();
+        let writer = Arc::new(unread_writer(&store));
+        // Bound moments ago: a bind the binding does not hold is a missed one.
+        let recent = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(5)).to_string();
+        let scheduled = |i: usize| {
+            let mut pod = web_pod(i);
+            pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
+            pod.status = Some(
+                serde_json::from_value(serde_json::json!({"conditions": [
+                {"type": "PodScheduled", "status": "True",
+                 "lastTransitionTime": recent}]}))
+                .expect("status"),
+            );
+            Arc::new(pod)
+        };
+        let skipped: reconcile::Reads = Arc::new(|_, w| !(w.kind == "Deployment"));
+        reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)], skipped)
+            .await;
+        assert_eq!(
+            store.writes.load(std::sync::atomic::Ordering::SeqCst),
+            0,
+            "no history written for a workload no reader reads"
+        );
+        assert!(store.binding.lock().expect("binding").is_none());
     }
 
     /// While the start-up reconcile runs, a deleted pod stays in `countedPods` (the reconcile
@@ -1247,7 +1281,7 @@ mod tests {
         let bound_pods = (0..REPLICAS + LOST)
             .map(|i| replica(i, &node_of(i), Some(bound_at(i))))
             .collect();
-        reconcile::record_missed_binds(restarted.clone(), bound_pods).await;
+        reconcile::record_missed_binds(restarted.clone(), bound_pods, reconcile::reads_all()).await;
         let status = held_status(&store);
         assert_eq!(
             status.schedule_count,

@@ -78,6 +78,22 @@ impl Readership {
     }
 }
 
+/// Whether a plugin of `profile` that reads workload history (StickyNode, PlacementHistory)
+/// reads `workload`'s for `pod`: the rule PlacementRecorder records by, and the start-up
+/// reconcile too.
+pub fn profile_reads_history_of(
+    profile: &crate::scheduler::framework::profile::CompiledProfile,
+    pod: &Pod,
+    workload: &Workload,
+) -> bool {
+    profile
+        .pre_filter
+        .iter()
+        .chain(profile.pre_score.iter())
+        .filter_map(|p| p.history_readership())
+        .any(|r| r.reads(pod, workload))
+}
+
 /// Whether a pod opted out of a workload-history plugin (StickyNode, PlacementHistory): it is in
 /// one of `excluded_namespaces`, or carries `disable_annotation` set to `"true"`.
 pub fn opted_out(pod: &Pod, excluded_namespaces: &[String], disable_annotation: &str) -> bool {
