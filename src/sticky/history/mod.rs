@@ -1007,7 +1007,7 @@ mod tests {
             );
             Arc::new(pod)
         };
-        let skipped: reconcile::Reads = Arc::new(|_, w| !(w.kind == "Deployment"));
+        let skipped: reconcile::Reads = Arc::new(|_, w| w.kind != "Deployment");
         reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)], skipped)
             .await;
         assert_eq!(
