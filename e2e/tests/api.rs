@@ -464,10 +464,12 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
         "default"
     ])?);
     assert!(may(&["update", "leases/tether", "-n", "tether-system"])?);
-    // Preemption deletes its victims; VolumeBinding writes volumes and claims.
+    // Preemption deletes its victims; VolumeBinding patches volumes and claims (the fields it
+    // changes, never an update of its trimmed copy), DynamicResources its claims.
     assert!(may(&["delete", "pods", "-n", "default"])?);
-    assert!(may(&["update", "persistentvolumes"])?);
-    assert!(may(&["update", "persistentvolumeclaims", "-n", "default"])?);
+    assert!(may(&["patch", "persistentvolumes"])?);
+    assert!(may(&["patch", "persistentvolumeclaims", "-n", "default"])?);
+    assert!(may(&["patch", "resourceclaims.resource.k8s.io", "-n", "default"])?);
     for denied in [
         &["get", "secrets", "-n", "tether-system"][..],
         &["list", "secrets", "-A"],
@@ -476,6 +478,9 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
         &["update", "leases/tether", "-n", "kube-system"],
         &["update", "leases/other", "-n", "tether-system"],
         &["delete", "persistentvolumes"],
+        &["update", "persistentvolumes"],
+        &["update", "persistentvolumeclaims", "-n", "default"],
+        &["update", "resourceclaims.resource.k8s.io", "-n", "default"],
         &["create", "persistentvolumeclaims", "-n", "default"],
     ] {
         assert!(!may(denied)?, "the ServiceAccount may not {denied:?}");
