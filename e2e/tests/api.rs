@@ -469,7 +469,12 @@ async fn the_documented_install_applies_as_written_and_tether_schedules_with_it(
     assert!(may(&["delete", "pods", "-n", "default"])?);
     assert!(may(&["patch", "persistentvolumes"])?);
     assert!(may(&["patch", "persistentvolumeclaims", "-n", "default"])?);
-    assert!(may(&["patch", "resourceclaims.resource.k8s.io", "-n", "default"])?);
+    assert!(may(&[
+        "patch",
+        "resourceclaims.resource.k8s.io",
+        "-n",
+        "default"
+    ])?);
     for denied in [
         &["get", "secrets", "-n", "tether-system"][..],
         &["list", "secrets", "-A"],

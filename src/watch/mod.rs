@@ -1375,4 +1375,212 @@ mod tests {
         assert_eq!(relisted, ["init", "list a", "listed"]);
         assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 2);
     }
+
+    mod hostile {
+        //! Every kind tether watches, fed hostile JSON through the real list-and-decode path.
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A readable object of each watched kind, named `name`.
+        fn base(kind: usize, name: &str) -> serde_json::Value {
+            let meta = serde_json::json!({"name": name, "namespace": "n", "uid": format!("uid-{name}"),
+                "resourceVersion": "3", "labels": {"app": "a"}, "annotations": {"note": "n"}});
+            let (api_version, kind, spec, status) = match kind {
+                0 => (
+                    "v1",
+                    "Pod",
+                    serde_json::json!({"nodeName": "n1", "containers": [{"name": "c",
+                    "image": "i", "resources": {"requests": {"cpu": "1"}}}]}),
+                    serde_json::json!({"phase": "Running"}),
+                ),
+                1 => (
+                    "v1",
+                    "Node",
+                    serde_json::json!({"taints": [{"key": "k", "effect": "NoSchedule"}]}),
+                    serde_json::json!({"allocatable": {"cpu": "4"}}),
+                ),
+                2 => (
+                    "v1",
+                    "PersistentVolume",
+                    serde_json::json!({"capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"]}),
+                    serde_json::json!({"phase": "Available"}),
+                ),
+                3 => (
+                    "v1",
+                    "PersistentVolumeClaim",
+                    serde_json::json!({"accessModes": ["ReadWriteOnce"],
+                    "resources": {"requests": {"storage": "1Gi"}}}),
+                    serde_json::json!({"phase": "Pending"}),
+                ),
+                4 => (
+                    "resource.k8s.io/v1",
+                    "ResourceClaim",
+                    serde_json::json!({"devices": {"requests":
+                    [{"name": "gpu", "exactly": {"deviceClassName": "c"}}]}}),
+                    serde_json::json!({}),
+                ),
+                5 => (
+                    "resource.k8s.io/v1",
+                    "ResourceSlice",
+                    serde_json::json!({"driver": "d",
+                    "pool": {"name": "p", "generation": 1, "resourceSliceCount": 1}, "nodeName": "n1",
+                    "devices": [{"name": "g", "attributes": {"model": {"string": "a"}}}]}),
+                    serde_json::json!(null),
+                ),
+                6 => (
+                    "tether.dev/v1alpha1",
+                    "StickyBinding",
+                    serde_json::json!({"workloadRef":
+                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "ordinal": 0}}),
+                    serde_json::json!({"scheduleCount": 1, "nodeCount": {"n1": 1}}),
+                ),
+                7 => (
+                    "scheduling.k8s.io/v1beta1",
+                    "PodGroup",
+                    serde_json::json!({}),
+                    serde_json::json!({}),
+                ),
+                8 => (
+                    "v1",
+                    "Namespace",
+                    serde_json::json!({}),
+                    serde_json::json!({"phase": "Active"}),
+                ),
+                _ => (
+                    "kubevirt.io/v1",
+                    "VirtualMachineInstance",
+                    serde_json::json!({"domain": {}}),
+                    serde_json::json!({"phase": "Running"}),
+                ),
+            };
+            serde_json::json!({"apiVersion": api_version, "kind": kind, "metadata": meta,
+                "spec": spec, "status": status})
+        }
+
+        /// The hostile values: nesting past any decoder's limit, numbers past every bound, times
+        /// past year 9999, 1 MiB strings, the wrong types.
+        fn hostile(which: usize) -> serde_json::Value {
+            match which {
+                0 => nested(200),
+                1 => serde_json::json!(1e300),
+                2 => serde_json::json!(-9_223_372_036_854_775_808_i64),
+                3 => serde_json::json!(u64::MAX),
+                4 => serde_json::json!("10000-01-01T00:00:00Z"),
+                5 => serde_json::json!("x".repeat(1 << 20)),
+                6 => serde_json::json!([1, "a", null]),
+                7 => serde_json::json!({"a": {"b": nested(150)}}),
+                _ => serde_json::json!(null),
+            }
+        }
+
+        /// Where a hostile value goes.
+        const PATHS: [&[&str]; 10] = [
+            &["spec"],
+            &["status"],
+            &["metadata", "labels"],
+            &["metadata", "annotations", "note"],
+            &["metadata", "creationTimestamp"],
+            &["metadata", "managedFields"],
+            &["metadata", "ownerReferences"],
+            &["spec", "nodeName"],
+            &["spec", "anUnknownField"],
+            &["status", "conditions"],
+        ];
+
+        fn set(obj: &mut serde_json::Value, path: &[&str], value: serde_json::Value) {
+            let mut at = obj;
+            for key in &path[..path.len() - 1] {
+                if !at[*key].is_object() {
+                    at[*key] = serde_json::json!({});
+                }
+                at = &mut at[*key];
+            }
+            at[path[path.len() - 1]] = value;
+        }
+
+        /// Lists `items` (hostile and not) as kind `K` through the watch and returns the names
+        /// listed, once the list is done; panics if the watch errs or is not current.
+        fn listed<K>(
+            items: Vec<serde_json::Value>,
+            make: impl FnOnce(kube::Client) -> Api<K> + Send + 'static,
+        ) -> Vec<String>
+        where
+            K: kube::Resource + Clone + Debug + DeserializeOwned + Send + Sync + 'static,
+        {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .start_paused(true)
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let api = Arc::new(FakeApi::default());
+                *api.items.lock().expect("lock") = Some(items);
+                let readiness = Readiness::new();
+                let feed = readiness.register("hostile");
+                let mut events =
+                    std::pin::pin!(watch(make(api.client()), "hostile", Some(feed.clone())));
+                let mut names = Vec::new();
+                loop {
+                    match events.next().await.expect("a watch never ends") {
+                        Ok(Event::InitApply(obj)) => {
+                            names.push(obj.meta().name.clone().unwrap_or_default())
+                        }
+                        Ok(Event::InitDone) => break,
+                        Ok(_) => {}
+                        Err(e) => panic!("the watch failed: {e}"),
+                    }
+                }
+                feed.listed();
+                assert!(readiness.is_current());
+                names
+            })
+        }
+
+        fn listed_as(kind: usize, items: Vec<serde_json::Value>) -> Vec<String> {
+            use k8s_openapi::api::core::v1 as core;
+            use k8s_openapi::api::resource::v1 as resource;
+            match kind {
+                0 => listed(items, Api::<crate::k8s::pod::Pod>::all),
+                1 => listed(items, Api::<core::Node>::all),
+                2 => listed(items, Api::<core::PersistentVolume>::all),
+                3 => listed(items, Api::<core::PersistentVolumeClaim>::all),
+                4 => listed(items, Api::<resource::ResourceClaim>::all),
+                5 => listed(items, Api::<resource::ResourceSlice>::all),
+                6 => listed(items, Api::<crate::api::StickyBinding>::all),
+                7 => listed(
+                    items,
+                    Api::<k8s_openapi::api::scheduling::v1beta1::PodGroup>::all,
+                ),
+                8 => listed(items, Api::<core::Namespace>::all),
+                _ => listed(items, |client| {
+                    let vmi = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+                        "kubevirt.io",
+                        "v1",
+                        "VirtualMachineInstance",
+                    ));
+                    Api::<kube::api::DynamicObject>::all_with(client, &vmi)
+                }),
+            }
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Whatever hostile value lands wherever in an object of any watched kind, the
+            /// list goes on: the readable objects beside it are read, and the watch is current.
+            #[test]
+            fn no_hostile_object_stops_a_watch_of_any_kind(
+                kind in 0usize..10,
+                path in 0usize..PATHS.len(),
+                value in 0usize..9,
+            ) {
+                let mut bad = base(kind, "bad");
+                set(&mut bad, PATHS[path], hostile(value));
+                let names = listed_as(kind, vec![base(kind, "before"), bad, base(kind, "after")]);
+                prop_assert!(names.contains(&"before".to_string()), "{names:?}");
+                prop_assert!(names.contains(&"after".to_string()), "{names:?}");
+            }
+        }
+    }
 }
