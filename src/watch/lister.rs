@@ -25,14 +25,17 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-/// The events of one watch request, each object still raw JSON.
-type Events = BoxStream<'static, kube::Result<RawEvent>>;
+/// The events of one watch request, each object decoded on its own.
+type Events<K> = BoxStream<'static, kube::Result<RawEvent<K>>>;
 
-/// One event of a watch, its object not yet decoded.
-enum RawEvent {
-    Added(Box<RawValue>),
-    Modified(Box<RawValue>),
-    Deleted(Box<RawValue>),
+/// An object of a watch event: read, or why not and what stands for it as absent.
+type Decoded<K> = Result<K, (Box<Unreadable>, Option<K>)>;
+
+/// One event of a watch.
+enum RawEvent<K> {
+    /// Added or modified.
+    Applied(Decoded<K>),
+    Deleted(Decoded<K>),
     /// A bookmark: the version the watch has reached.
     Bookmark(String),
     Error(Box<kube::core::Status>),
@@ -49,8 +52,13 @@ struct EventLine<'a> {
     object: Option<&'a RawValue>,
 }
 
+/// An object of a watch decoded from its raw JSON, straight from the line (no copy).
+fn decoded<K: DeserializeOwned>(raw: &str) -> Decoded<K> {
+    decode(raw).map_err(|unreadable| (unreadable, absent(raw)))
+}
+
 /// Reads one line of a watch. None for an empty line.
-fn event(line: &str) -> Option<kube::Result<RawEvent>> {
+fn event<K: DeserializeOwned>(line: &str) -> Option<kube::Result<RawEvent<K>>> {
     if line.trim().is_empty() {
         return None;
     }
@@ -60,9 +68,8 @@ fn event(line: &str) -> Option<kube::Result<RawEvent>> {
             kind: Some(kind),
             object: Some(object),
         }) => match kind {
-            "ADDED" => Some(RawEvent::Added(object.to_owned())),
-            "MODIFIED" => Some(RawEvent::Modified(object.to_owned())),
-            "DELETED" => Some(RawEvent::Deleted(object.to_owned())),
+            "ADDED" | "MODIFIED" => Some(RawEvent::Applied(decoded(object.get()))),
+            "DELETED" => Some(RawEvent::Deleted(decoded(object.get()))),
             "BOOKMARK" => serde_json::from_str::<Identity>(object.get())
                 .ok()
                 .map(|mark| RawEvent::Bookmark(mark.metadata.resource_version.unwrap_or_default())),
@@ -85,10 +92,10 @@ fn event(line: &str) -> Option<kube::Result<RawEvent>> {
 }
 
 /// Opens a watch: the response's lines, each read by [`event`].
-async fn open_watch(
+async fn open_watch<K: DeserializeOwned + Send + 'static>(
     client: &kube::Client,
     mut request: http::Request<Vec<u8>>,
-) -> kube::Result<Events> {
+) -> kube::Result<Events<K>> {
     use futures::AsyncBufReadExt;
     // Kubernetes gzips watch streams one member per event, which the client's decompression
     // does not read whole (as kube's own watch requests do, ask for none).
@@ -127,7 +134,7 @@ enum Phase<K> {
     /// Listed, or a watch ended or failed: the next step watches from `version`.
     Resume { version: String },
     /// Watching; `version` is the last one seen (an object's or a bookmark's).
-    Watching { version: String, events: Events },
+    Watching { version: String, events: Events<K> },
 }
 
 /// An object the client could not read: who it is, as far as its metadata reads, and why.
@@ -491,13 +498,12 @@ where
                     None => tokio::time::timeout(silence, events.next()).await,
                 };
                 match next {
-                    Ok(Some(Ok(RawEvent::Added(raw) | RawEvent::Modified(raw)))) => {
-                        watched(version, &raw, Event::Apply).unwrap_or_else(|| {
+                    Ok(Some(Ok(RawEvent::Applied(obj)))) => watched(version, obj, Event::Apply)
+                        .unwrap_or_else(|| {
                             self.phase = Phase::Start;
                             Step::Item(Err(watcher::Error::NoResourceVersion))
-                        })
-                    }
-                    Ok(Some(Ok(RawEvent::Deleted(raw)))) => watched(version, &raw, Event::Delete)
+                        }),
+                    Ok(Some(Ok(RawEvent::Deleted(obj)))) => watched(version, obj, Event::Delete)
                         .unwrap_or_else(|| {
                             self.phase = Phase::Start;
                             Step::Item(Err(watcher::Error::NoResourceVersion))
@@ -547,15 +553,15 @@ where
     }
 }
 
-/// The step for a watched object: it is decoded, `version` moves to its own, and it is handed
-/// on as `event` says; one that cannot be decoded is skipped and stands as absent (a `Delete`
-/// of what was read before). None when the object has no version (the watch must list again).
-fn watched<K: kube::Resource + DeserializeOwned>(
+/// The step for a watched object: `version` moves to its own, and it is handed on as `event`
+/// says; one that could not be decoded is skipped and stands as absent (a `Delete` of what was
+/// read before). None when the object has no version (the watch must list again).
+fn watched<K: kube::Resource>(
     version: &mut String,
-    raw: &RawValue,
+    obj: Decoded<K>,
     event: fn(K) -> Event<K>,
 ) -> Option<Step<K>> {
-    match decode::<K>(raw.get()) {
+    match obj {
         Ok(obj) => {
             let seen = obj
                 .meta()
@@ -565,12 +571,9 @@ fn watched<K: kube::Resource + DeserializeOwned>(
             *version = seen;
             Some(Step::Item(Ok(event(obj))))
         }
-        Err(unreadable) => {
+        Err((unreadable, absent)) => {
             *version = unreadable.version.clone().filter(|v| !v.is_empty())?;
-            Some(Step::Skipped {
-                absent: absent(raw.get()),
-                unreadable,
-            })
+            Some(Step::Skipped { absent, unreadable })
         }
     }
 }
