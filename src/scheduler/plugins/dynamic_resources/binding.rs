@@ -111,7 +111,11 @@ pub async fn wait_until_ready(
     devices: &DeviceIndex,
     keys: &[(String, String)],
     timeout: Duration,
+    gate: &crate::gate::WriteGate,
 ) -> Result<(), String> {
+    // Fenced to the term: a replica that stops leading ends the wait at once (the next leader
+    // binds the pod), instead of holding its binding cycle, and its session, until the timeout.
+    let mut term_over = std::pin::pin!(gate.term_over());
     // A timeout too long to add to now (the args cap it far below) waits as long as it can.
     let deadline = Instant::now()
         .checked_add(timeout)
@@ -141,6 +145,9 @@ pub async fn wait_until_ready(
             _ = changed.changed() => {}
             _ = tokio::time::sleep_until(deadline) => {
                 return Err("device binding timeout: context deadline exceeded".into());
+            }
+            () = &mut term_over => {
+                return Err("the term this replica led is over".into());
             }
         }
     }
@@ -238,5 +245,27 @@ mod tests {
     fn a_claim_times_out_after_the_binding_timeout_from_its_allocation() {
         assert!(!timed_out(&claim(&[], 599), BINDING_TIMEOUT));
         assert!(timed_out(&claim(&[], 601), BINDING_TIMEOUT));
+    }
+
+    /// A wait for binding conditions ends with the term this replica led: the next leader
+    /// binds the pod, and the session that stepped down is not held until the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_for_binding_conditions_ends_with_the_term() {
+        use crate::scheduler::informers::Keeps;
+        use std::sync::Arc;
+        let devices = DeviceIndex::default();
+        devices.apply(Arc::new(claim(&[("Attached", "False")], 0)));
+        let leadership = crate::leader::Leadership::elected();
+        let gate = crate::gate::WriteGate::new(leadership.clone());
+        let ends = tokio::time::Instant::now() + Duration::from_secs(10);
+        leadership.lead_until_for_tests(ends);
+        let keys = [("ns".to_string(), "gpu".to_string())];
+        let waited = wait_until_ready(&devices, &keys, Duration::from_secs(600), &gate).await;
+        assert_eq!(waited, Err("the term this replica led is over".to_string()));
+        assert_eq!(
+            tokio::time::Instant::now(),
+            ends,
+            "not a moment after the term"
+        );
     }
 }

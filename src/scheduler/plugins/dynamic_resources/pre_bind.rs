@@ -146,7 +146,9 @@ impl PreBindPlugin for DynamicResources {
                     )
                     .await;
             }
-            match binding::wait_until_ready(&self.devices, &keys, self.timeouts.binding).await {
+            match binding::wait_until_ready(&self.devices, &keys, self.timeouts.binding, &self.gate)
+                .await
+            {
                 Ok(()) => Status::success(),
                 Err(e) => Status::error(e),
             }
