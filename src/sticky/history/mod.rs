@@ -813,6 +813,18 @@ mod tests {
         Arc::new(unread_writer(store))
     }
 
+    /// `web_pod(i)` bound to n1, its PodScheduled condition set at `at`.
+    fn bound_web_pod(i: usize, at: &str) -> Arc<Pod> {
+        let mut pod = web_pod(i);
+        pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
+        pod.status = Some(
+            serde_json::from_value(serde_json::json!({"conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": at}]}))
+            .expect("status"),
+        );
+        Arc::new(pod)
+    }
+
     fn unread_writer(store: &Arc<Store>) -> HistoryWriter {
         HistoryWriter::new(
             store_client(store.clone()),
@@ -955,17 +967,7 @@ mod tests {
         let store = empty_store();
         let view = Arc::new(View::default());
         let writer = Arc::new(unread_writer(&store).reading(view.clone()));
-        let scheduled = |i: usize| {
-            let mut pod = web_pod(i);
-            pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
-            pod.status = Some(
-                serde_json::from_value(serde_json::json!({"conditions": [
-                {"type": "PodScheduled", "status": "True",
-                 "lastTransitionTime": "2026-01-01T00:00:00Z"}]}))
-                .expect("status"),
-            );
-            Arc::new(pod)
-        };
+        let scheduled = |i: usize| bound_web_pod(i, "2026-01-01T00:00:00Z");
         writer.record_bind(&scheduled(0), "n1").await;
         writer.record_bind(&scheduled(1), "n1").await;
         view.gone.lock().expect("gone").insert("pod-0".into());
@@ -996,17 +998,7 @@ mod tests {
         let writer = Arc::new(unread_writer(&store));
         // Bound moments ago: a bind the binding does not hold is a missed one.
         let recent = (jiff::Timestamp::now() - jiff::SignedDuration::from_secs(5)).to_string();
-        let scheduled = |i: usize| {
-            let mut pod = web_pod(i);
-            pod.spec.get_or_insert_with(Default::default).node_name = Some("n1".into());
-            pod.status = Some(
-                serde_json::from_value(serde_json::json!({"conditions": [
-                {"type": "PodScheduled", "status": "True",
-                 "lastTransitionTime": recent}]}))
-                .expect("status"),
-            );
-            Arc::new(pod)
-        };
+        let scheduled = |i: usize| bound_web_pod(i, &recent);
         let skipped: reconcile::Reads = Arc::new(|_, w| w.kind != "Deployment");
         reconcile::record_missed_binds(writer.clone(), vec![scheduled(0), scheduled(1)], skipped)
             .await;
