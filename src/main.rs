@@ -107,6 +107,11 @@ struct RunArgs {
     /// and its history write. Raise it when the API server's watches lag by minutes.
     #[arg(long, env = "TETHER_HISTORY_SETTLE_SECONDS", default_value_t = 120)]
     history_settle_seconds: u64,
+    /// How long, in seconds, a watch that pods need may stay stale before tether says so
+    /// loudly: /readyz answers 503 naming it, and each SchedulingProfile whose pods wait for it
+    /// has WatchesCurrent=False (5 to 3600).
+    #[arg(long, env = "TETHER_WATCH_STALE_SECONDS", default_value_t = 120)]
+    watch_stale_seconds: u64,
     /// Owner kinds to follow besides ReplicaSet, Deployment, StatefulSet, Job and KubeVirt's
     /// VirtualMachine(Instance), as group/Kind (e.g. apps.kruise.io/StatefulSet), comma
     /// separated. tether never reads other kinds; grant it get/list/watch on these.
@@ -173,6 +178,10 @@ const MAX_SHUTDOWN_GRACE_SECONDS: u64 = 3600;
 /// on a healthy cluster; at most a day (countedPods keeps at most 8192 pods however long).
 const MIN_HISTORY_SETTLE_SECONDS: u64 = 5;
 const MAX_HISTORY_SETTLE_SECONDS: u64 = 86_400;
+/// `--watch-stale-seconds`: a few seconds at least (a watch resumes within seconds of an
+/// outage's end), an hour at most.
+const MIN_WATCH_STALE_SECONDS: u64 = 5;
+const MAX_WATCH_STALE_SECONDS: u64 = 3600;
 /// The most threads Filter and Score may use.
 const MAX_PARALLELISM: usize = 1024;
 
@@ -223,6 +232,13 @@ impl RunArgs {
             errors.push(format!(
                 "--history-settle-seconds {}: must be between {MIN_HISTORY_SETTLE_SECONDS} and {MAX_HISTORY_SETTLE_SECONDS}",
                 self.history_settle_seconds
+            ));
+        }
+        if !(MIN_WATCH_STALE_SECONDS..=MAX_WATCH_STALE_SECONDS).contains(&self.watch_stale_seconds)
+        {
+            errors.push(format!(
+                "--watch-stale-seconds {}: must be between {MIN_WATCH_STALE_SECONDS} and {MAX_WATCH_STALE_SECONDS}",
+                self.watch_stale_seconds
             ));
         }
         if self.shutdown_grace_seconds > MAX_SHUTDOWN_GRACE_SECONDS {
@@ -377,6 +393,7 @@ fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
             i64::try_from(args.history_settle_seconds).map_err(|e| e.to_string())?,
         ),
         lease,
+        watch_stale: std::time::Duration::from_secs(args.watch_stale_seconds),
         budget: tether::k8s::budget::Budget {
             events: tether::k8s::budget::Bucket::new(args.events_qps, args.events_burst),
             history: tether::k8s::budget::Bucket::new(args.history_qps, args.history_burst),
@@ -587,7 +604,7 @@ mod tests {
                 "--leader-elect-lease-duration", "--leader-elect-renew-deadline",
                 "--leader-elect-retry-period", "--shutdown-grace-seconds", "--events-qps",
                 "--events-burst", "--history-qps", "--status-qps", "--failure-reports-qps",
-                "--parallelism", "--history-settle-seconds",
+                "--parallelism", "--history-settle-seconds", "--watch-stale-seconds",
             ]),
             value in proptest::prop_oneof![
                 "[0-9]{1,25}(\\.[0-9]{1,3})?(ms|s|m)?",

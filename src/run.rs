@@ -65,6 +65,9 @@ pub struct RunConfig {
     pub lease: Option<LeaseConfig>,
     /// The rate limits of bookkeeping writes (binds have none).
     pub budget: crate::k8s::budget::Budget,
+    /// How long a watch that pods need may stay stale before it is loud (`/readyz` 503, the
+    /// profiles' `WatchesCurrent=False`).
+    pub watch_stale: std::time::Duration,
     /// The namespace tether runs in (its pods are never sent to a profile by a
     /// namespaceSelector).
     pub namespace: String,
@@ -256,7 +259,7 @@ impl Session {
         client: &kube::Client,
         process: &Process,
     ) -> anyhow::Result<Session> {
-        let readiness = Readiness::new();
+        let readiness = Readiness::loud_after(config.watch_stale);
         let gate = WriteGate::new(process.leadership.clone());
         let parts = build_scheduler(config, client, process, &readiness, &gate)?;
         let tasks =

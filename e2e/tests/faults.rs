@@ -1074,8 +1074,11 @@ impl Drop for RestoreRole {
 /// RBAC denies tether one storage kind (CSIStorageCapacity): only the profiles whose plugins
 /// read it wait. A profile without the volume plugins binds its pod at once; a profile with
 /// them keeps its pod Pending with a condition naming the watch, `/readyz` says which watch is
-/// not current, and `tether_watch_current` is 0 for it. Once RBAC allows it again, the watch
-/// lists and the waiting pod is bound, without a restart.
+/// not current, and `tether_watch_current` is 0 for it. Past `--watch-stale-seconds` (20 s
+/// here) the wait is loud: `/readyz` answers 503 naming the watch and the API server's
+/// refusal, and the profile whose pods wait has `WatchesCurrent=False` naming it (the other
+/// profile does not). Once RBAC allows it again, the watch lists, the waiting pod is bound and
+/// the condition goes, without a restart.
 #[tokio::test]
 async fn a_storage_watch_rbac_denies_holds_back_only_the_profiles_that_need_it()
 -> anyhow::Result<()> {
@@ -1094,7 +1097,8 @@ async fn a_storage_watch_rbac_denies_holds_back_only_the_profiles_that_need_it()
         .replace("tether", &Default::default(), &denied)
         .await?;
     let proxy = Proxy::start().await?;
-    let mut tether = OwnTether::start("storage-denied", &proxy).await?;
+    let mut tether =
+        OwnTether::start_with("storage-denied", &proxy, &["--watch-stale-seconds=20"]).await?;
     let ns = TestNamespace::create(&client, "storage-denied").await?;
     let nodes = TestNodes::create(&client, "storage-denied", 2, "16", |_, _| {}).await?;
     let suffix = unique_suffix();
@@ -1146,10 +1150,61 @@ async fn a_storage_watch_rbac_denies_holds_back_only_the_profiles_that_need_it()
             .is_none(),
         "the profile that needs the watch waits"
     );
-    let ready = tether.readyz()?.unwrap_or_default();
+    // Within the bound the replica is ready and says what is not current; past it, not ready.
+    let said = tether.readyz_says();
     assert!(
-        ready.starts_with("ok (not current: csistoragecapacities"),
-        "{ready}"
+        said.starts_with("ok (not current: csistoragecapacities")
+            || said.starts_with("the csistoragecapacities watch has not been current"),
+        "{said}"
+    );
+    let loud = wait_for("/readyz to fail naming the watch", TIMEOUT, || async {
+        let said = tether.readyz_says();
+        Ok((tether.readyz()?.is_none()
+            && said.starts_with("the csistoragecapacities watch has not been current"))
+        .then_some(said))
+    })
+    .await?;
+    assert!(
+        loud.contains("forbidden"),
+        "the API server's refusal: {loud}"
+    );
+    let profiles: Api<tether::api::SchedulingProfile> = Api::all(client.clone());
+    let watches_current = |name: String| {
+        let profiles = profiles.clone();
+        async move {
+            let p = profiles.get(&name).await?;
+            anyhow::Ok(
+                p.status
+                    .unwrap_or_default()
+                    .conditions
+                    .into_iter()
+                    .find(|c| c.type_ == "WatchesCurrent"),
+            )
+        }
+    };
+    let said = wait_for(
+        "the waiting profile's WatchesCurrent=False",
+        TIMEOUT,
+        || {
+            let volumes = volumes.clone();
+            let watches_current = &watches_current;
+            async move {
+                Ok(watches_current(volumes)
+                    .await?
+                    .filter(|c| c.status == "False"))
+            }
+        },
+    )
+    .await?;
+    assert_eq!(said.reason, "WatchStale");
+    assert!(
+        said.message.contains("csistoragecapacities"),
+        "{}",
+        said.message
+    );
+    assert!(
+        watches_current(plain.clone()).await?.is_none(),
+        "a profile that does not need the watch says nothing of it"
     );
     let text = std::process::Command::new("curl")
         .args(["-sf", &format!("http://{}/metrics", tether.metrics)])
@@ -1164,6 +1219,17 @@ async fn a_storage_watch_rbac_denies_holds_back_only_the_profiles_that_need_it()
 
     drop(restore);
     tether_e2e::wait_bound(&client, &ns.name, &volumes, TIMEOUT).await?;
+    wait_for(
+        "the condition gone once the watch is current",
+        TIMEOUT,
+        || {
+            let volumes = volumes.clone();
+            let watches_current = &watches_current;
+            async move { Ok(watches_current(volumes).await?.is_none().then_some(())) }
+        },
+    )
+    .await?;
+    assert!(tether.readyz()?.is_some(), "ready again");
     assert!(
         tether.running(),
         "no restart (log: {})",

@@ -151,9 +151,9 @@ impl Context {
                 });
             }
             let mut status = status_for(&profile, &verdict, denied.as_deref(), &said);
-            let stale = self.readiness.stale_long(watch::STALE_LOUD, |plugin| {
-                verdict.effective.as_ref().is_some_and(|e| runs(e, plugin))
-            });
+            let stale = self
+                .readiness
+                .stale_loud(|plugin| verdict.effective.as_ref().is_some_and(|e| runs(e, plugin)));
             with_watches(&mut status, &stale, verdict.generation);
             if profile.status.as_ref() == Some(&status) {
                 self.announce(&profile, &verdict).await;
@@ -468,7 +468,7 @@ pub fn run(
                     () = changed.notified() => {}
                     _ = checks.tick() => {
                         let now: Vec<String> = stale_ctx
-                            .stale_long(watch::STALE_LOUD, |_| true)
+                            .stale_loud(|_| true)
                             .into_iter()
                             .map(|s| s.watch)
                             .collect();

@@ -221,7 +221,7 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
     let summary = readiness.summary();
     // A watch that some decision needs and that stays stale is loud: the replica is not ready,
     // naming the watch and why, instead of `ok` while pods wait.
-    let stale = readiness.stale_long(crate::watch::STALE_LOUD, |_| true);
+    let stale = readiness.stale_loud(|_| true);
     if summary.listed_once == summary.registered && !stale.is_empty() {
         let said: Vec<String> = stale.iter().map(ToString::to_string).collect();
         return (

@@ -68,6 +68,8 @@ pub const STALE_LOUD: Duration = Duration::from_secs(120);
 pub struct Readiness {
     watches: Mutex<Vec<WatchState>>,
     changed: Condvar,
+    /// How long a watch may stay stale before it is loud; [`STALE_LOUD`] when unset.
+    loud_after: Option<Duration>,
 }
 
 /// What `/readyz` reports.
@@ -82,6 +84,20 @@ pub struct Summary {
 impl Readiness {
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
+    }
+
+    /// A readiness whose stale watches are loud after `bound` (`--watch-stale-seconds`).
+    pub fn loud_after(bound: Duration) -> Arc<Self> {
+        Arc::new(Readiness {
+            loud_after: Some(bound),
+            ..Self::default()
+        })
+    }
+
+    /// The watches some decision needs (every one, or one of the plugins `runs` says yes to)
+    /// stale for longer than this readiness's bound ([`Readiness::loud_after`]).
+    pub fn stale_loud(&self, runs: impl Fn(&str) -> bool) -> Vec<Stale> {
+        self.stale_long(self.loud_after.unwrap_or(STALE_LOUD), runs)
     }
 
     fn lock(&self) -> MutexGuard<'_, Vec<WatchState>> {
