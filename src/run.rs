@@ -105,7 +105,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
             () = session.gate.term_over() => Ended::TermOver,
         };
         match ended {
-            Ended::TermOver => session.step_down(&process).await,
+            Ended::TermOver => session.step_down().await,
             ended => {
                 // The Lease is not renewed from now on (and, released, not taken again).
                 if let Some(election) = &election {
@@ -144,26 +144,23 @@ struct Process {
 /// over must free them (its tasks aborted, its workers ended), or every lost term would keep
 /// one more copy of the cluster in memory until the process is killed.
 struct HeldSession {
-    /// The session's scheduler, by address: which session this is.
-    id: usize,
     parts: Vec<(
         &'static str,
         std::sync::Weak<dyn std::any::Any + Send + Sync>,
     )>,
-    /// When its term ended; None while it runs.
-    ended: Option<std::time::Instant>,
+    /// When its term ended, set by the session as it steps down; unset while it runs.
+    ended: Arc<std::sync::OnceLock<std::time::Instant>>,
     warned: bool,
 }
 
 impl HeldSession {
-    fn of(parts: &Parts) -> Self {
+    fn of(parts: &Parts, ended: Arc<std::sync::OnceLock<std::time::Instant>>) -> Self {
         fn weak<T: Send + Sync + 'static>(
             arc: &Arc<T>,
         ) -> std::sync::Weak<dyn std::any::Any + Send + Sync> {
             Arc::<T>::downgrade(arc)
         }
         HeldSession {
-            id: Arc::as_ptr(&parts.sched) as usize,
             parts: vec![
                 ("scheduler", weak(&parts.sched)),
                 ("history writer", weak(&parts.history)),
@@ -172,7 +169,7 @@ impl HeldSession {
                 ("storage index", weak(&parts.storage)),
                 ("device index", weak(&parts.devices)),
             ],
-            ended: None,
+            ended,
             warned: false,
         }
     }
@@ -204,7 +201,7 @@ async fn watch_sessions_freed(
         let mut sessions = crate::locks::lock(&sessions);
         sessions.retain(|s| !s.held().is_empty());
         for session in sessions.iter_mut() {
-            if let Some(ended) = session.ended
+            if let Some(ended) = session.ended.get()
                 && !session.warned
                 && ended.elapsed() > SESSION_FREED_WITHIN
             {
@@ -245,6 +242,8 @@ impl Process {
 /// (registered in its own readiness), its controllers, its scheduling thread, and the write
 /// gate all their writes go through.
 struct Session {
+    /// When its term ended, shared with its entry in the process's held sessions.
+    ended: Arc<std::sync::OnceLock<std::time::Instant>>,
     parts: Parts,
     gate: WriteGate,
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -266,8 +265,10 @@ impl Session {
             start_watches_and_controllers(config, client, process, &readiness, &gate, &parts).await;
         let scheduling = start_scheduling_loop(process, &parts)?;
         process.serving.set(parts.sched.clone(), readiness);
-        crate::locks::lock(&process.sessions).push(HeldSession::of(&parts));
+        let ended = Arc::default();
+        crate::locks::lock(&process.sessions).push(HeldSession::of(&parts, Arc::clone(&ended)));
         Ok(Session {
+            ended,
             parts,
             gate,
             tasks,
@@ -279,16 +280,11 @@ impl Session {
     /// pods and binds in flight are dropped (what was not bound is the next leader's; binds
     /// whose history was not written are counted by the next leader's start-up reconcile),
     /// its watches stopped; the next session lists afresh.
-    async fn step_down(self, process: &Process) {
+    async fn step_down(self) {
         tracing::warn!(
             "the term this replica led is over: dropping its queue, assumed pods and binds in flight; standing by with fresh caches"
         );
-        let id = Arc::as_ptr(&self.parts.sched) as usize;
-        for held in crate::locks::lock(&process.sessions).iter_mut() {
-            if held.id == id && held.ended.is_none() {
-                held.ended = Some(std::time::Instant::now());
-            }
-        }
+        let _ = self.ended.set(std::time::Instant::now());
         self.gate.close();
         self.parts.sched.queue.close();
         let scheduling = self.scheduling;

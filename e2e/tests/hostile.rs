@@ -120,7 +120,9 @@ async fn a_virtual_machine_nested_past_the_decoders_limit_stops_no_sticky_profil
     let other = TestNamespace::create(&client, "hostile-vm-other").await?;
     let nodes = TestNodes::create(&client, "hostile-vm", 1, "4", |_, _| {}).await?;
     let suffix = unique_suffix();
-    let (name, scheduler) = (format!("hostile-{suffix}"), format!("hostile-{suffix}"));
+    // The profile and its schedulerName share one name.
+    let name = format!("hostile-{suffix}");
+    let scheduler = &name;
     apply_profile(
         &client,
         &name,
@@ -137,7 +139,7 @@ async fn a_virtual_machine_nested_past_the_decoders_limit_stops_no_sticky_profil
         );
         kubectl_ok(&["create", "-f", "-"], Some(&object))?;
     }
-    plain_pod(&client, &other.name, "sticky", &scheduler, &nodes).await?;
+    plain_pod(&client, &other.name, "sticky", scheduler, &nodes).await?;
     let node = wait_bound(&client, &other.name, "sticky", BIND).await?;
     assert_eq!(node, nodes.names[0]);
     for kind in ["virtualmachine", "virtualmachineinstance"] {

@@ -151,9 +151,12 @@ impl Context {
                 });
             }
             let mut status = status_for(&profile, &verdict, denied.as_deref(), &said);
+            // What the pods of its schedulerName wait for is what the profile serving it runs
+            // (the last good version, when the current spec is invalid), as the cycle asks.
+            let serving = self.scheduler.profiles.get(&profile.spec.scheduler_name);
             let stale = self
                 .readiness
-                .stale_loud(|plugin| verdict.effective.as_ref().is_some_and(|e| runs(e, plugin)));
+                .stale_loud(|plugin| serving.as_ref().is_some_and(|p| p.uses(plugin)));
             with_watches(&mut status, &stale, verdict.generation);
             if profile.status.as_ref() == Some(&status) {
                 self.announce(&profile, &verdict).await;
@@ -331,27 +334,8 @@ pub fn status_for(
     status
 }
 
-/// Whether `effective` runs `plugin` at any extension point.
-fn runs(effective: &crate::api::EffectivePlugins, plugin: &str) -> bool {
-    let lists = [
-        &effective.pre_enqueue,
-        &effective.queue_sort,
-        &effective.pre_filter,
-        &effective.filter,
-        &effective.post_filter,
-        &effective.pre_score,
-        &effective.reserve,
-        &effective.permit,
-        &effective.pre_bind,
-        &effective.bind,
-        &effective.post_bind,
-    ];
-    lists.iter().any(|list| list.iter().any(|p| p == plugin))
-        || effective.score.iter().any(|p| p.name == plugin)
-}
-
 /// The `WatchesCurrent` condition: False (`WatchStale`, naming each watch and why) while a watch
-/// this profile's pods need has not been current for [`watch::STALE_LOUD`]; absent otherwise,
+/// this profile's pods need has not been current for `--watch-stale-seconds`; absent otherwise,
 /// so a profile says nothing of watches until its pods wait on one for that long. Pure.
 pub fn with_watches(
     status: &mut SchedulingProfileStatus,
@@ -591,11 +575,5 @@ mod tests {
                 .iter()
                 .all(|c| c.type_ != "WatchesCurrent")
         );
-        let effective = crate::api::EffectivePlugins {
-            pre_bind: vec!["DynamicResources".into()],
-            ..Default::default()
-        };
-        assert!(runs(&effective, "DynamicResources"));
-        assert!(!runs(&effective, "VolumeBinding"));
     }
 }

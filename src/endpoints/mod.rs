@@ -219,20 +219,20 @@ async fn ready(State(state): State<HttpState>) -> (StatusCode, String) {
         return (StatusCode::SERVICE_UNAVAILABLE, "starting".to_string());
     };
     let summary = readiness.summary();
-    // A watch that some decision needs and that stays stale is loud: the replica is not ready,
-    // naming the watch and why, instead of `ok` while pods wait.
-    let stale = readiness.stale_loud(|_| true);
-    if summary.listed_once == summary.registered && !stale.is_empty() {
-        let said: Vec<String> = stale.iter().map(ToString::to_string).collect();
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!(
-                "{}; the pods that need it wait (their PodScheduled condition and their profile's WatchesCurrent condition say so)",
-                said.join("; ")
-            ),
-        );
-    }
     if summary.listed_once == summary.registered {
+        // A watch that some decision needs and that stays stale is loud: the replica is not
+        // ready, naming the watch and why, instead of `ok` while pods wait.
+        let stale = readiness.stale_loud(|_| true);
+        if !stale.is_empty() {
+            let said: Vec<String> = stale.iter().map(ToString::to_string).collect();
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!(
+                    "{}; the pods that need it wait (their PodScheduled condition and their profile's WatchesCurrent condition say so)",
+                    said.join("; ")
+                ),
+            );
+        }
         let mut body = if summary.not_current.is_empty() {
             "ok".to_string()
         } else {

@@ -54,7 +54,10 @@ struct EventLine<'a> {
 
 /// An object of a watch decoded from its raw JSON, straight from the line (no copy).
 fn decoded<K: DeserializeOwned>(raw: &str) -> Decoded<K> {
-    decode(raw).map_err(|unreadable| (unreadable, absent(raw)))
+    decode(raw).map_err(|unreadable| {
+        let absent = absent(&unreadable);
+        (unreadable, absent)
+    })
 }
 
 /// Reads one line of a watch. None for an empty line.
@@ -84,9 +87,9 @@ fn event<K: DeserializeOwned>(line: &str) -> Option<kube::Result<RawEvent<K>>> {
         Some(event) => Ok(event),
         // Not an event: an error the API server wrote as a bare Status, or not the API
         // server's at all.
-        None => match (serde_json::from_str::<kube::core::Status>(line), parsed) {
-            (Ok(status), _) => Err(kube::Error::Api(Box::new(status))),
-            (Err(e), _) => Err(kube::Error::SerdeError(e)),
+        None => match serde_json::from_str::<kube::core::Status>(line) {
+            Ok(status) => Err(kube::Error::Api(Box::new(status))),
+            Err(e) => Err(kube::Error::SerdeError(e)),
         },
     })
 }
@@ -298,7 +301,7 @@ async fn list<K: DeserializeOwned>(
     Ok((page, list.metadata))
 }
 
-/// Every object `api` lists, in pages of 500, each decoded on its own as a watch decodes them:
+/// Every object `api` lists, in pages of [`super::LIST_PAGE_SIZE`], each decoded on its own as a watch decodes them:
 /// the objects read, and those skipped as unreadable (for a one-off reader such as
 /// `tether simulate`, which one bad object must not stop either).
 pub async fn list_each<K: kube::Resource + DeserializeOwned>(
@@ -310,7 +313,7 @@ pub async fn list_each<K: kube::Resource + DeserializeOwned>(
     let mut next = None;
     loop {
         let params = ListParams {
-            limit: Some(500),
+            limit: Some(super::LIST_PAGE_SIZE),
             continue_token: next.take(),
             ..ListParams::default()
         };
@@ -330,16 +333,15 @@ pub async fn list_each<K: kube::Resource + DeserializeOwned>(
 
 /// What stands for an unreadable object in a `Delete`: its kind and identity alone, as `K`
 /// (None where `K` needs more than that, as a custom resource with a required `spec`).
-fn absent<K: DeserializeOwned>(raw: &str) -> Option<K> {
-    let identity: Identity = serde_json::from_str(raw).ok()?;
+fn absent<K: DeserializeOwned>(who: &Unreadable) -> Option<K> {
     let stand_in = serde_json::json!({
-        "apiVersion": identity.api_version,
-        "kind": identity.kind,
+        "apiVersion": who.api_version,
+        "kind": who.kind,
         "metadata": {
-            "namespace": identity.metadata.namespace,
-            "name": identity.metadata.name,
-            "uid": identity.metadata.uid,
-            "resourceVersion": identity.metadata.resource_version,
+            "namespace": who.namespace,
+            "name": who.name,
+            "uid": who.uid,
+            "resourceVersion": who.version,
         },
     });
     serde_json::from_value(stand_in).ok()

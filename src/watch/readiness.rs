@@ -153,13 +153,10 @@ impl Readiness {
     /// The watches scheduling needs that have not been current for longer than `bound`, with
     /// how long: `/healthz` turns red on them.
     pub fn stale_longer_than(&self, bound: Duration) -> Vec<(String, Duration)> {
-        self.lock()
-            .iter()
-            .filter(|w| w.need == Need::Scheduling)
-            .filter_map(|w| {
-                let stale = w.stale_since?.elapsed();
-                (stale > bound).then(|| (w.name.clone(), stale))
-            })
+        // No plugin's watch: those scheduling itself needs.
+        self.stale_long(bound, |_| false)
+            .into_iter()
+            .map(|s| (s.watch, s.for_))
             .collect()
     }
 
@@ -175,8 +172,9 @@ impl Readiness {
                 Need::Nothing => false,
             })
             .filter_map(|w| {
+                // Set exactly while the watch is not current.
                 let for_ = w.stale_since?.elapsed();
-                (!w.current && for_ > bound).then(|| Stale {
+                (for_ > bound).then(|| Stale {
                     watch: w.name.clone(),
                     for_,
                     reason: w.reason.clone(),

@@ -11,11 +11,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::k8s::pod::{Pod, PodSpec};
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::framework::{HoldIdentity, NominatedPods};
+use crate::scheduler::framework::{HoldIdentity, NominatedPods, RoomHold};
 
 /// One workload's held room.
 #[derive(Clone, Debug)]
@@ -101,44 +101,43 @@ impl Holds {
             .remove(uid)
     }
 
-    /// Holds what `pod` used on `node` for workload `key` (`workload` in messages) for `span`,
-    /// for `profile`, unless the holds of the key's namespace or of the profile are at their
-    /// caps (`per_namespace`, `per_profile`): then nothing is held and the refusal is returned.
-    #[allow(clippy::too_many_arguments)]
+    /// Holds what `pod` used on `node` as `room` says (its workload's key, for how long), for
+    /// `profile`, unless the holds of the key's namespace or of the profile are at the room's
+    /// caps: then nothing is held and the refusal is returned.
     pub fn hold(
         &self,
-        key: &str,
-        workload: &str,
+        room: &RoomHold,
         pod: &Pod,
         node: &str,
-        span: Duration,
         profile: &str,
-        (per_namespace, per_profile): (usize, usize),
     ) -> Result<(), &'static str> {
         let now = Instant::now();
-        let Some(until) = now.checked_add(span) else {
+        let Some(until) = now.checked_add(room.span) else {
             return Ok(());
         };
+        let key = room.key.as_str();
         let namespace = key.split_once('/').map_or("", |(ns, _)| ns);
         let mut holds = self.write();
         let others = || holds.iter().filter(|(k, h)| *k != key && h.until > now);
         if others()
             .filter(|(k, _)| k.split_once('/').is_some_and(|(ns, _)| ns == namespace))
             .count()
-            >= per_namespace
+            >= room.per_namespace
         {
             return Err("the namespace's held rooms are at maxHeldRoomsPerNamespace");
         }
-        if others().filter(|(_, h)| h.profile == profile).count() >= per_profile {
+        if others().filter(|(_, h)| h.profile == profile).count() >= room.per_profile {
             return Err("the profile's held rooms are at maxHeldRooms");
         }
         let until_wall = jiff::Timestamp::now()
-            .checked_add(jiff::SignedDuration::try_from(span).unwrap_or(jiff::SignedDuration::ZERO))
+            .checked_add(
+                jiff::SignedDuration::try_from(room.span).unwrap_or(jiff::SignedDuration::ZERO),
+            )
             .unwrap_or(jiff::Timestamp::MAX);
         holds.insert(
             key.to_string(),
             Hold {
-                workload: workload.to_string(),
+                workload: room.workload.clone(),
                 profile: profile.to_string(),
                 node: node.to_string(),
                 pod: Arc::new(PodInfo::new(Arc::new(stand_in(pod, node)))),
@@ -238,6 +237,8 @@ impl NominatedPods for WithHolds<'_> {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::scheduler::framework::NoNominations;
     use crate::scheduler::testing::PodBuilder;
@@ -252,13 +253,10 @@ mod tests {
             .build();
         holds
             .hold(
-                "ns/virtualmachine-vm",
-                "VirtualMachine/ns/vm",
+                &room("ns/virtualmachine-vm", "VirtualMachine/ns/vm", usize::MAX),
                 &vm,
                 "n1",
-                Duration::from_secs(60),
                 "sticky",
-                UNBOUNDED,
             )
             .expect("held");
         let other = WithHolds {
@@ -290,20 +288,21 @@ mod tests {
         assert!(holds.sweep(Instant::now() + Duration::from_secs(61)).len() == 1);
         assert!(holds.is_empty());
         holds
-            .hold(
-                "k",
-                "w",
-                &vm,
-                "n1",
-                Duration::from_secs(60),
-                "sticky",
-                UNBOUNDED,
-            )
+            .hold(&room("k", "w", usize::MAX), &vm, "n1", "sticky")
             .expect("held");
         assert!(holds.release("k").is_some() && holds.is_empty());
     }
 
-    const UNBOUNDED: (usize, usize) = (usize::MAX, usize::MAX);
+    /// A room of 60 s for `key`, `cap` rooms at most in its namespace and in its profile.
+    fn room(key: &str, workload: &str, cap: usize) -> RoomHold {
+        RoomHold {
+            key: key.into(),
+            workload: workload.into(),
+            span: Duration::from_secs(60),
+            per_namespace: cap,
+            per_profile: cap,
+        }
+    }
 
     /// A tenant who deletes the pods of many pinned workloads holds no more rooms than the
     /// namespace's cap, and a profile no more than its own; a workload's own hold renewed does
@@ -312,9 +311,14 @@ mod tests {
     fn holds_stop_at_the_namespaces_cap_and_the_profiles() {
         let holds = Holds::default();
         let vm = PodBuilder::new("virt-launcher").req_cpu("2").build();
-        let span = Duration::from_secs(60);
-        let hold =
-            |key: &str, profile: &str| holds.hold(key, "w", &vm, "n1", span, profile, (2, 3));
+        let hold = |key: &str, profile: &str| {
+            let capped = RoomHold {
+                per_namespace: 2,
+                per_profile: 3,
+                ..room(key, "w", 0)
+            };
+            holds.hold(&capped, &vm, "n1", profile)
+        };
         assert!(hold("team-a/vm-1", "sticky").is_ok());
         assert!(hold("team-a/vm-2", "sticky").is_ok());
         assert!(

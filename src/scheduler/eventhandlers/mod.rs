@@ -81,15 +81,7 @@ impl Scheduler {
         if sibling_runs {
             return;
         }
-        let held = self.holds.hold(
-            &hold.key,
-            &hold.workload,
-            pod,
-            node,
-            hold.span,
-            pods::scheduler_name(pod),
-            (hold.per_namespace, hold.per_profile),
-        );
+        let held = self.holds.hold(&hold, pod, node, pods::scheduler_name(pod));
         match held {
             Ok(()) => {
                 tracing::info!(workload = %hold.workload, node = %node, seconds = hold.span.as_secs(), "holding the room of a pinned workload whose pod left");

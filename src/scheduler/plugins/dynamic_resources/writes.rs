@@ -85,7 +85,7 @@ pub(super) async fn bind_claim(
         if claim.metadata.deletion_timestamp.is_some() {
             return Err(format!("claim {key} got deleted in the meantime"));
         }
-        if let Some(allocation) = &allocation {
+        if allocation.is_some() {
             if claims::allocated(&claim) {
                 return Err(format!(
                     "claim {key} got allocated elsewhere in the meantime"
@@ -110,20 +110,14 @@ pub(super) async fn bind_claim(
                     }
                 }
             }
-            claim.status.get_or_insert_default().allocation = Some(allocation.clone());
         }
-        let read = match &allocation {
-            // The allocation is part of the status write: the copy before it is the one read.
-            Some(_) => {
-                let mut read = claim.clone();
-                if let Some(status) = read.status.as_mut() {
-                    status.allocation = None;
-                }
-                read
-            }
-            None => claim.clone(),
-        };
+        // The status write sends what changes from here: the allocation (when Reserve chose
+        // one), the reservation and the allocation's time.
+        let read = claim.clone();
         let status = claim.status.get_or_insert_default();
+        if let Some(allocation) = &allocation {
+            status.allocation = Some(allocation.clone());
+        }
         status
             .reserved_for
             .get_or_insert_default()
