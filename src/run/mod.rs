@@ -10,6 +10,8 @@
 //! does not exit, so kubelet's restart backoff never stands between the cluster and a leader.
 //! A part that dies still stops the process.
 
+mod sessions;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -42,6 +44,8 @@ use crate::sticky::owners::{self, OwnerCache};
 use crate::sticky::reconcile;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
+
+use self::sessions::HeldSession;
 
 /// How `tether run` is configured.
 #[derive(Clone, Debug)]
@@ -92,7 +96,7 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     start_filter_pool(config.parallelism)?;
     let election = start_leader_election(&config, &client, &process);
     let mut tasks = serve_endpoints(&config, &client, &process).await?;
-    tasks.push(tokio::spawn(watch_sessions_freed(
+    tasks.push(tokio::spawn(sessions::watch_freed(
         process.sessions.clone(),
         process.metrics.clone(),
     )));
@@ -136,81 +140,8 @@ struct Process {
     fatal: Fatal,
     leadership: Leadership,
     serving: Serving,
-    /// The sessions whose parts are still in memory ([`watch_sessions_freed`]).
+    /// The sessions whose parts are still in memory ([`sessions::watch_freed`]).
     sessions: Arc<std::sync::Mutex<Vec<HeldSession>>>,
-}
-
-/// What of a session may outlive it: its largest parts, held weakly. A session whose term is
-/// over must free them (its tasks aborted, its workers ended), or every lost term would keep
-/// one more copy of the cluster in memory until the process is killed.
-struct HeldSession {
-    parts: Vec<(
-        &'static str,
-        std::sync::Weak<dyn std::any::Any + Send + Sync>,
-    )>,
-    /// When its term ended, set by the session as it steps down; unset while it runs.
-    ended: Arc<std::sync::OnceLock<std::time::Instant>>,
-    warned: bool,
-}
-
-impl HeldSession {
-    fn of(parts: &Parts, ended: Arc<std::sync::OnceLock<std::time::Instant>>) -> Self {
-        fn weak<T: Send + Sync + 'static>(
-            arc: &Arc<T>,
-        ) -> std::sync::Weak<dyn std::any::Any + Send + Sync> {
-            Arc::<T>::downgrade(arc)
-        }
-        HeldSession {
-            parts: vec![
-                ("scheduler", weak(&parts.sched)),
-                ("history writer", weak(&parts.history)),
-                ("owner cache", weak(&parts.owners)),
-                ("binding index", weak(&parts.bindings)),
-                ("storage index", weak(&parts.storage)),
-                ("device index", weak(&parts.devices)),
-            ],
-            ended,
-            warned: false,
-        }
-    }
-
-    /// The parts still in memory.
-    fn held(&self) -> Vec<&'static str> {
-        self.parts
-            .iter()
-            .filter(|(_, part)| part.strong_count() > 0)
-            .map(|(name, _)| *name)
-            .collect()
-    }
-}
-
-/// How long an ended session's binding cycles and writes may hold its parts before it counts as
-/// leaked (a Permit wait ends at its timeout; the writes are refused at once).
-const SESSION_FREED_WITHIN: std::time::Duration = std::time::Duration::from_secs(60);
-
-/// Every few seconds: drops the sessions that are gone from memory, sets
-/// `tether_sessions_held`, and warns once about a session still held
-/// [`SESSION_FREED_WITHIN`] after its term ended, naming what of it is held.
-async fn watch_sessions_freed(
-    sessions: Arc<std::sync::Mutex<Vec<HeldSession>>>,
-    metrics: Arc<Metrics>,
-) {
-    let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
-    loop {
-        tick.tick().await;
-        let mut sessions = crate::locks::lock(&sessions);
-        sessions.retain(|s| !s.held().is_empty());
-        for session in sessions.iter_mut() {
-            if let Some(ended) = session.ended.get()
-                && !session.warned
-                && ended.elapsed() > SESSION_FREED_WITHIN
-            {
-                session.warned = true;
-                tracing::warn!(held = ?session.held(), ended_ago = ?ended.elapsed(), "a session whose term is over is still in memory");
-            }
-        }
-        metrics.set_sessions_held(sessions.len());
-    }
 }
 
 impl Process {
