@@ -27,6 +27,27 @@ pub fn node_name(pod: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
+/// The annotation domain of tether's own per-pod switches (`tether.dev/sticky-node-disabled`,
+/// `tether.dev/placement-history-disabled`).
+const OWN_DOMAIN: &str = "tether.dev/";
+
+/// Drops the annotations of a pod no profile of tether serves (bound by another scheduler, or
+/// waiting for one or for a profile not applied yet), but for tether's own switches
+/// (`tether.dev/...` set to `"true"`, the one value tether reads). Nothing reads the rest of
+/// such a pod's annotations, and up to 256 KiB per pod that any namespace user may write would
+/// otherwise be held for as long as the pod lives. A pod whose profile appears later keeps the
+/// ones left here until its next change (a custom `disableAnnotation` outside `tether.dev/`
+/// is read from then on).
+pub fn keep_only_own_switches(pod: &mut Pod) {
+    let meta = &mut pod.metadata;
+    if let Some(annotations) = meta.annotations.as_mut() {
+        annotations.retain(|key, value| key.starts_with(OWN_DOMAIN) && value == "true");
+        if annotations.is_empty() {
+            meta.annotations = None;
+        }
+    }
+}
+
 /// When the API server recorded the pod's bind: its `PodScheduled=True` condition's time (the
 /// API server's clock; the kubelet's for a pod created with `spec.nodeName` set).
 pub fn bound_at(pod: &Pod) -> Option<jiff::Timestamp> {
@@ -201,5 +222,32 @@ mod tests {
             (1, Some(2)),
             "no spare room"
         );
+    }
+
+    /// A pod of another scheduler keeps only tether's own switches, and only when on.
+    #[test]
+    fn a_pod_of_another_scheduler_keeps_only_tethers_switches_that_are_on() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "annotations": {
+                "note": "x".repeat(4096),
+                "tether.dev/sticky-node-disabled": "true",
+                "tether.dev/placement-history-disabled": "false",
+                "kubectl.kubernetes.io/restartedAt": "now"}}}))
+        .expect("pod");
+        keep_only_own_switches(&mut pod);
+        let kept = pod.metadata.annotations.expect("one kept");
+        assert_eq!(
+            kept.into_iter().collect::<Vec<_>>(),
+            [(
+                "tether.dev/sticky-node-disabled".to_string(),
+                "true".to_string()
+            )]
+        );
+        let mut plain: Pod = serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "q", "annotations": {"a": "b"}}}),
+        )
+        .expect("pod");
+        keep_only_own_switches(&mut plain);
+        assert_eq!(plain.metadata.annotations, None);
     }
 }

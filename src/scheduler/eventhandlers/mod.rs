@@ -167,12 +167,15 @@ impl EventHandlers {
     /// cache did not hold it bound yet (tether's own binds too: pods waiting for it may fit
     /// now), else as an update; a pod that finished counts as deleted. A pending pod goes into
     /// the queue.
-    pub fn on_pod(&self, pod: Pod) {
+    pub fn on_pod(&self, mut pod: Pod) {
         let sched = &self.sched;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         // A gang's members are counted before the pod is queued: its own PreEnqueue counts it.
         let joined_group = sched.pod_groups.observe_pod(&pod);
         let scheduler_name = pods::scheduler_name(&pod).to_string();
+        if sched.profiles.get(&scheduler_name).is_none() {
+            pods::keep_only_own_switches(&mut pod);
+        }
         if pods::node_name(&pod).is_some() {
             let pod = Arc::new(pod);
             let mut cache = sched.lock_cache();
@@ -566,5 +569,49 @@ mod tests {
         assert_eq!(*told.lock().expect("told"), ["other"]);
         assert!(sched.knows_pod("own") && sched.knows_pod("other"));
         assert!(!sched.knows_pod("never-seen"));
+    }
+
+    /// A pod no profile serves is held without the annotations nobody reads: a namespace user
+    /// cannot make tether hold 256 KiB per pod of another scheduler. A pod of a profile keeps
+    /// them (its history plugins read their switch from it).
+    #[tokio::test]
+    async fn pods_of_other_schedulers_are_held_without_their_annotations() {
+        use crate::scheduler::plugins::registry::Handle;
+        use crate::scheduler::profile::default_profile;
+        let sched = scheduler();
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("profile")
+            .profile;
+        sched.apply_profiles(std::collections::HashMap::from([(
+            "tether-scheduler".to_string(),
+            Arc::new(profile),
+        )]));
+        let handlers = EventHandlers::new(sched.clone());
+        let big = "x".repeat(64 * 1024);
+        for (name, scheduler) in [
+            ("theirs", "default-scheduler"),
+            ("ours", "tether-scheduler"),
+        ] {
+            handlers.on_pod(
+                PodBuilder::new(name)
+                    .uid(name)
+                    .node_name("n1")
+                    .scheduler_name(scheduler)
+                    .annotation("note", &big)
+                    .build(),
+            );
+        }
+        let cache = sched.lock_cache();
+        let annotations = |uid: &str| {
+            cache
+                .pod(uid)
+                .expect("cached")
+                .metadata
+                .annotations
+                .clone()
+                .map(|a| a.len())
+        };
+        assert_eq!(annotations("theirs"), None);
+        assert_eq!(annotations("ours"), Some(1));
     }
 }
