@@ -152,6 +152,73 @@ async fn a_virtual_machine_nested_past_the_decoders_limit_stops_no_sticky_profil
     Ok(())
 }
 
+/// The Ready condition of profile `name`: (status, reason), read by kubectl (Go's decoder reads
+/// what tether's cannot).
+fn ready_of(name: &str) -> anyhow::Result<(String, String)> {
+    let out = kubectl_ok(
+        &[
+            "get",
+            "sp",
+            name,
+            "-o",
+            r#"jsonpath={.status.conditions[?(@.type=="Ready")].status} {.status.conditions[?(@.type=="Ready")].reason}"#,
+        ],
+        None,
+    )?;
+    let (status, reason) = out.trim().split_once(' ').unwrap_or((out.trim(), ""));
+    Ok((status.to_string(), reason.to_string()))
+}
+
+/// A SchedulingProfile edited to hold plugin args nested 200 deep (the API server takes them
+/// in a free-form field; tether's decoder stops at 128) says so on itself, where GitOps tools
+/// and `kubectl wait` look: Ready=False, reason Unreadable. The version read before still
+/// serves its pods, the default profile serves on, and the profile fixed is Ready again.
+#[tokio::test]
+async fn a_profile_nested_past_the_decoders_limit_says_so_and_its_last_version_serves()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "hostile-sp").await?;
+    let nodes = TestNodes::create(&client, "hostile-sp", 1, "4", |_, _| {}).await?;
+    let name = format!("hostile-sp-{}", unique_suffix());
+    apply_profile(&client, &name, json!({"schedulerName": name})).await?;
+
+    let deep = format!(
+        r#"{{"apiVersion":"tether.dev/v1alpha1","kind":"SchedulingProfile",
+            "metadata":{{"name":"{name}"}},
+            "spec":{{"schedulerName":"{name}","pluginConfig":[
+                {{"name":"NodeResourcesFit","args":{{"deep":{nested}}}}}]}}}}"#,
+        nested = nested(200),
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&deep))?;
+    wait_for(
+        "the profile said Unreadable",
+        Duration::from_secs(30),
+        || async {
+            let (status, reason) = ready_of(&name)?;
+            Ok((status == "False" && reason == "Unreadable").then_some(()))
+        },
+    )
+    .await?;
+
+    plain_pod(&client, &ns.name, "served", &name, &nodes).await?;
+    plain_pod(&client, &ns.name, "plain", "tether-scheduler", &nodes).await?;
+    for pod in ["served", "plain"] {
+        assert_eq!(
+            wait_bound(&client, &ns.name, pod, BIND).await?,
+            nodes.names[0]
+        );
+    }
+
+    apply_profile(&client, &name, json!({"schedulerName": name})).await?;
+    assert_eq!(
+        ready_of(&name)?,
+        ("True".to_string(), "Serving".to_string())
+    );
+    kubectl_ok(&["delete", "sp", &name], None)?;
+    ns.delete().await?;
+    nodes.delete().await
+}
+
 /// What the types cannot hold is refused at the door, as before (keep it so): a StickyBinding
 /// ordinal past int32.
 #[tokio::test]

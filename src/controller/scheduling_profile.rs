@@ -357,6 +357,79 @@ pub fn with_watches(
     );
 }
 
+/// The field manager of the conditions written on a profile tether cannot read: its own, so
+/// that the apply owns those two conditions only and leaves what the controller wrote
+/// (`status.plugins`, the other conditions) as it is. Once the profile reads again, the
+/// controller's forced apply takes both conditions back.
+pub const UNREADABLE_MANAGER: &str = "tether-unreadable";
+
+/// The status apply that says a profile cannot be read: `Ready=False` and `Stalled=True`,
+/// reason `Unreadable`, naming why (never a value of the object) and that the version read
+/// before, if any, still serves. Pure.
+pub fn unreadable_status(generation: Option<i64>, reason: &str) -> serde_json::Value {
+    let message = format!(
+        "tether cannot read this SchedulingProfile ({reason}); the version it read before, if any, still serves: fix the object or apply it again"
+    );
+    let mut conditions = Vec::new();
+    set_condition(
+        &mut conditions,
+        "Ready",
+        false,
+        "Unreadable",
+        &message,
+        generation,
+    );
+    set_condition(
+        &mut conditions,
+        "Stalled",
+        true,
+        "Unreadable",
+        &message,
+        generation,
+    );
+    serde_json::json!({
+        "apiVersion": SchedulingProfile::api_version(&()),
+        "kind": SchedulingProfile::kind(&()),
+        "status": {"conditions": conditions},
+    })
+}
+
+/// Writes [`unreadable_status`] on profile `name`, fenced by `gate` and within the status
+/// budget. The answer is not decoded: it is the object that could not be read.
+pub async fn report_unreadable(
+    client: &kube::Client,
+    gate: &WriteGate,
+    name: &str,
+    generation: Option<i64>,
+    reason: &str,
+) -> Result<(), Error> {
+    let body = unreadable_status(generation, reason);
+    let params = kube::api::PatchParams::apply(UNREADABLE_MANAGER).force();
+    let request = kube::core::Request::new(SchedulingProfile::url_path(&(), None))
+        .patch_subresource("status", name, &params, &kube::api::Patch::Apply(&body))
+        .map_err(|e| Error::Status {
+            name: name.to_string(),
+            source: kube::Error::BuildRequest(e),
+        })?;
+    let written = gate
+        .write(Write::ProfileStatus, async {
+            crate::k8s::budget::get().status.take().await;
+            client.request_text(request).await
+        })
+        .await;
+    match written {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(source)) => Err(Error::Status {
+            name: name.to_string(),
+            source,
+        }),
+        Err(refused) => {
+            tracing::debug!(%refused, profile = name, "not saying the profile is unreadable");
+            Ok(())
+        }
+    }
+}
+
 /// How often the reconciler looks for watches that became stale for long, or current again.
 const STALE_CHECK: Duration = Duration::from_secs(15);
 
@@ -575,5 +648,33 @@ mod tests {
                 .iter()
                 .all(|c| c.type_ != "WatchesCurrent")
         );
+    }
+
+    /// An unreadable profile is said so on itself: Ready=False and Stalled=True, reason
+    /// Unreadable, for its generation, naming why and nothing of its values.
+    #[test]
+    fn an_unreadable_profile_is_not_ready_and_says_why() {
+        let body = unreadable_status(Some(4), "recursion limit exceeded at line 1 column 900");
+        assert_eq!(body["kind"], "SchedulingProfile");
+        let conditions = body["status"]["conditions"].as_array().expect("conditions");
+        let find = |t: &str| {
+            conditions
+                .iter()
+                .find(|c| c["type"] == t)
+                .unwrap_or_else(|| panic!("no {t}: {body}"))
+        };
+        for (type_, status) in [("Ready", "False"), ("Stalled", "True")] {
+            let c = find(type_);
+            assert_eq!(c["status"], status);
+            assert_eq!(c["reason"], "Unreadable");
+            assert_eq!(c["observedGeneration"], 4);
+            assert!(
+                c["message"].as_str().is_some_and(
+                    |m| m.contains("recursion limit exceeded") && m.contains("still serves")
+                ),
+                "{c}"
+            );
+        }
+        assert_eq!(conditions.len(), 2, "only the two conditions it owns");
     }
 }

@@ -1,8 +1,11 @@
 //! Who may ask tether about a pod: the caller's bearer token is checked with a TokenReview for
 //! the audience [`AUDIENCE`], and what the caller may do with a SubjectAccessReview, as
 //! kube-scheduler's and the kubelet's delegated authentication and authorization do (tether
-//! holds `system:auth-delegator` for this). Nothing is cached: these endpoints are for people,
-//! not for hot paths.
+//! holds `system:auth-delegator` for this). A positive answer is taken again for
+//! [`CACHE_TTL`] ([`AuthCache`]), as kube-apiserver's delegated authentication and
+//! authorization cache theirs: a person (or a script) asking in a loop costs the API server
+//! one review per 10 s, not one per question, while the API server binds pods. A refusal is
+//! never cached: a grant works at once, and a revoked one within 10 s.
 //!
 //! Only a token bound to tether's audience is taken (`kubectl create token <serviceaccount>
 //! --audience tether`): no credential that works against the API server is ever handed to
@@ -15,6 +18,60 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec,
 };
 use kube::api::{Api, PostParams};
+use sha2::{Digest, Sha256};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// How long a positive answer of a TokenReview or SubjectAccessReview is taken again.
+pub const CACHE_TTL: Duration = Duration::from_secs(10);
+/// Answers kept at most, of each kind: past it the expired ones go, and if none has, all.
+const CACHE_ENTRIES: usize = 1024;
+
+/// The positive answers of the API server's reviews, each for [`CACHE_TTL`]. Tokens are kept
+/// as their SHA-256, never as themselves.
+#[derive(Default)]
+pub struct AuthCache {
+    users: Mutex<HashMap<[u8; 32], (Instant, UserInfo)>>,
+    allowed: Mutex<HashMap<String, Instant>>,
+}
+
+impl AuthCache {
+    fn user(&self, token: &[u8; 32]) -> Option<UserInfo> {
+        let users = crate::locks::lock(&self.users);
+        let (at, user) = users.get(token)?;
+        (at.elapsed() < CACHE_TTL).then(|| user.clone())
+    }
+
+    fn remember_user(&self, token: [u8; 32], user: &UserInfo) {
+        let mut users = crate::locks::lock(&self.users);
+        make_room(&mut users, |(at, _)| *at);
+        users.insert(token, (Instant::now(), user.clone()));
+    }
+
+    fn is_allowed(&self, key: &str) -> bool {
+        crate::locks::lock(&self.allowed)
+            .get(key)
+            .is_some_and(|at| at.elapsed() < CACHE_TTL)
+    }
+
+    fn remember_allowed(&self, key: String) {
+        let mut allowed = crate::locks::lock(&self.allowed);
+        make_room(&mut allowed, |at| *at);
+        allowed.insert(key, Instant::now());
+    }
+}
+
+/// Keeps `map` under [`CACHE_ENTRIES`]: the expired answers go, and if none had, all.
+fn make_room<K, V>(map: &mut HashMap<K, V>, at: impl Fn(&V) -> Instant) {
+    if map.len() < CACHE_ENTRIES {
+        return;
+    }
+    map.retain(|_, v| at(v).elapsed() < CACHE_TTL);
+    if map.len() >= CACHE_ENTRIES {
+        map.clear();
+    }
+}
 
 /// Why a request is refused, with the HTTP status it answers with.
 #[derive(Debug, thiserror::Error)]
@@ -56,8 +113,23 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Who sent the request, as the API server's TokenReview tells.
-pub async fn authenticate(client: &kube::Client, headers: &HeaderMap) -> Result<UserInfo, Refusal> {
+pub async fn authenticate(
+    client: &kube::Client,
+    cache: &AuthCache,
+    headers: &HeaderMap,
+) -> Result<UserInfo, Refusal> {
     let token = bearer(headers).ok_or(Refusal::NoToken)?;
+    let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
+    if let Some(user) = cache.user(&digest) {
+        return Ok(user);
+    }
+    let user = review_token(client, token).await?;
+    cache.remember_user(digest, &user);
+    Ok(user)
+}
+
+/// Asks the API server who `token` is.
+async fn review_token(client: &kube::Client, token: &str) -> Result<UserInfo, Refusal> {
     let review = TokenReview {
         spec: TokenReviewSpec {
             token: token.to_string(),
@@ -94,6 +166,27 @@ pub async fn authenticate(client: &kube::Client, headers: &HeaderMap) -> Result<
 /// Whether `user` may `verb` the `resource` named `name` in `namespace`, as the API server's
 /// SubjectAccessReview tells.
 pub async fn authorize(
+    client: &kube::Client,
+    cache: &AuthCache,
+    user: &UserInfo,
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> Result<(), Refusal> {
+    // Everything the review is asked about, each part told apart from the next.
+    let key = serde_json::to_string(&(user, verb, resource, namespace, name))
+        .map_err(|e| Refusal::Failed(format!("SubjectAccessReview: {e}")))?;
+    if cache.is_allowed(&key) {
+        return Ok(());
+    }
+    review_access(client, user, verb, resource, namespace, name).await?;
+    cache.remember_allowed(key);
+    Ok(())
+}
+
+/// Asks the API server whether `user` may `verb` the `resource`.
+async fn review_access(
     client: &kube::Client,
     user: &UserInfo,
     verb: &str,
@@ -162,5 +255,74 @@ mod tests {
         assert_eq!(bearer(&with("Basic abc")), None);
         assert_eq!(bearer(&with("Bearer ")), None);
         assert_eq!(bearer(&HeaderMap::new()), None);
+    }
+
+    /// A stand-in API server that counts the reviews it answers: every token is `alice`, and
+    /// she may do anything.
+    fn counting_api() -> (kube::Client, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+        use std::sync::atomic::Ordering;
+        let reviews = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = reviews.clone();
+        let api = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let counted = counted.clone();
+            async move {
+                counted.fetch_add(1, Ordering::SeqCst);
+                let body = if req.uri().path().ends_with("/tokenreviews") {
+                    serde_json::json!({"apiVersion": "authentication.k8s.io/v1",
+                        "kind": "TokenReview", "spec": {}, "status": {"authenticated": true,
+                        "audiences": [AUDIENCE], "user": {"username": "alice"}}})
+                } else {
+                    serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
+                        "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}})
+                };
+                Ok::<_, std::convert::Infallible>(
+                    http::Response::builder()
+                        .status(201)
+                        .header("content-type", "application/json")
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&body).expect("json"),
+                        ))
+                        .expect("a response"),
+                )
+            }
+        });
+        (kube::Client::new(api, "default"), reviews)
+    }
+
+    /// A caller asking again within the TTL costs the API server nothing more; another token,
+    /// or another question, is reviewed.
+    #[tokio::test]
+    async fn a_positive_answer_is_taken_again_within_its_ttl() {
+        use std::sync::atomic::Ordering;
+        let (client, reviews) = counting_api();
+        let cache = AuthCache::default();
+        let headers = |token: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(
+                axum::http::header::AUTHORIZATION,
+                format!("Bearer {token}").parse().expect("header"),
+            );
+            h
+        };
+        for _ in 0..5 {
+            let user = authenticate(&client, &cache, &headers("t1"))
+                .await
+                .expect("alice");
+            authorize(&client, &cache, &user, "get", "pods", Some("a"), Some("p"))
+                .await
+                .expect("allowed");
+        }
+        assert_eq!(reviews.load(Ordering::SeqCst), 2, "one of each");
+        let user = authenticate(&client, &cache, &headers("t2"))
+            .await
+            .expect("alice");
+        authorize(&client, &cache, &user, "get", "pods", Some("b"), Some("p"))
+            .await
+            .expect("allowed");
+        assert_eq!(
+            reviews.load(Ordering::SeqCst),
+            4,
+            "another token, another question"
+        );
     }
 }

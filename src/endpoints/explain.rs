@@ -41,13 +41,17 @@ pub const WORK_DEADLINE: std::time::Duration = std::time::Duration::from_secs(20
 
 /// The threads explanations run on: their own, one, never the scheduler's Filter/Score pool, so
 /// that no number of explanations takes the scheduling loop's CPU (rayon's parallel folds run
-/// on the pool of the thread that calls them).
+/// on the pool of the thread that calls them). On Linux the thread runs at nice 19: when the
+/// node's CPU is contended (two cores, the API server beside tether) it gets a sliver of it,
+/// and an explanation is cut at its deadline rather than slow the binds; on an idle node it
+/// runs at full speed.
 fn explain_pool() -> Option<&'static rayon::ThreadPool> {
     static POOL: std::sync::OnceLock<Option<rayon::ThreadPool>> = std::sync::OnceLock::new();
     POOL.get_or_init(|| {
         rayon::ThreadPoolBuilder::new()
             .num_threads(1)
             .thread_name(|_| "explain".into())
+            .start_handler(|_| lowest_priority())
             .build()
             .map_err(|e| tracing::warn!(error = %e, "could not start the explain thread"))
             .ok()
@@ -55,11 +59,33 @@ fn explain_pool() -> Option<&'static rayon::ThreadPool> {
     .as_ref()
 }
 
+/// The nice value of the explain thread: the lowest priority of the normal policy.
+#[cfg(target_os = "linux")]
+const EXPLAIN_NICE: libc::c_int = 19;
+
+/// Gives the calling thread the nice value [`EXPLAIN_NICE`] (see [`explain_pool`]). On Linux
+/// the nice value is a thread's own: `setpriority` on who 0 sets the caller's only. A refusal
+/// is logged and the thread runs as any other.
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn lowest_priority() {
+    // SAFETY: setpriority takes plain integers and touches no memory of ours.
+    let status = unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, EXPLAIN_NICE) };
+    if status != 0 {
+        tracing::warn!(error = %std::io::Error::last_os_error(), "the explain thread could not lower its priority; it runs as any other");
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn lowest_priority() {}
+
 /// How `/explain` is rationed: requests at once, then each authenticated caller's rate.
 pub struct Limiter {
     at_once: tokio::sync::Semaphore,
     per_caller: governor::DefaultKeyedRateLimiter<String>,
     per_source: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
+    /// The reviews' positive answers, taken again for a while.
+    auth: auth::AuthCache,
 }
 
 /// The limiter of [`AT_ONCE`] and [`PER_SECOND`].
@@ -71,6 +97,7 @@ pub fn limiter() -> Arc<Limiter> {
         at_once: tokio::sync::Semaphore::new(AT_ONCE),
         per_caller: governor::RateLimiter::keyed(governor::Quota::per_second(rate)),
         per_source: governor::RateLimiter::keyed(governor::Quota::per_second(source_rate)),
+        auth: auth::AuthCache::default(),
     })
 }
 
@@ -123,7 +150,8 @@ pub async fn explain(
         }
         state.explain_limit.per_source.retain_recent();
     }
-    let caller = match auth::authenticate(&state.client, &headers).await {
+    let caller = match auth::authenticate(&state.client, &state.explain_limit.auth, &headers).await
+    {
         Ok(user) => user,
         Err(refusal) => return failure(refusal.status(), &refusal.to_string()),
     };
@@ -141,8 +169,16 @@ pub async fn explain(
         ("get", "pods", Some(namespace.as_str()), Some(name.as_str())),
         ("list", "nodes", None, None),
     ] {
-        if let Err(refusal) =
-            auth::authorize(&state.client, &caller, verb, resource, ns, object).await
+        if let Err(refusal) = auth::authorize(
+            &state.client,
+            &state.explain_limit.auth,
+            &caller,
+            verb,
+            resource,
+            ns,
+            object,
+        )
+        .await
         {
             return failure(refusal.status(), &refusal.to_string());
         }
@@ -169,11 +205,25 @@ pub async fn explain(
     };
     let deadline = std::time::Instant::now() + WORK_DEADLINE;
     let explained = tokio::task::spawn_blocking(move || match explain_pool() {
-        Some(pool) => pool.install(|| explain_now(&sched, pod, deadline)),
+        // A request whose deadline passed while it waited for the thread is not worked on at
+        // all: its caller is answered now, and the thread goes to the next one.
+        Some(pool) => pool.install(|| {
+            if std::time::Instant::now() >= deadline {
+                return Ok(None);
+            }
+            explain_now(&sched, pod, deadline).map(Some)
+        }),
         None => Err("the explain thread could not be started".to_string()),
     });
     match explained.await {
-        Ok(Ok(explanation)) => Json(explanation).into_response(),
+        Ok(Ok(Some(explanation))) => Json(explanation).into_response(),
+        Ok(Ok(None)) => failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &format!(
+                "explanations are busy: this one waited {}s for its turn; try again",
+                WORK_DEADLINE.as_secs()
+            ),
+        ),
         Ok(Err(message)) => failure(StatusCode::UNPROCESSABLE_ENTITY, &message),
         Err(e) => failure(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -215,9 +265,7 @@ fn explain_now(
         && let Some(gang) =
             crate::scheduler::group_cycle::gang_of_pod(&sched.pod_groups, &profile, &pod)
     {
-        let members = sched.queue.pending_of_group(|p| {
-            crate::scheduler::informers::pod_groups::group_of(p).as_ref() == Some(&gang.key)
-        });
+        let members = sched.queue.pending_of_group(|p| gang.key.has_member(p));
         let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
         let scheduled_before =
             crate::scheduler::group_cycle::scheduled_before(sched, &gang.key, &uids).len();
@@ -340,5 +388,19 @@ mod tests {
         for bad in ["", "a..b", ".a", "a_b", &"x".repeat(254)] {
             assert!(!valid_name(bad, true), "{bad:?} as a pod");
         }
+    }
+
+    /// The explain thread runs at the lowest priority; the thread that asks does not.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn explanations_run_on_a_thread_of_the_lowest_priority() {
+        #[allow(unsafe_code)]
+        fn nice() -> libc::c_int {
+            // SAFETY: getpriority only reads the calling thread's nice value.
+            unsafe { libc::getpriority(libc::PRIO_PROCESS, 0) }
+        }
+        let pool = explain_pool().expect("the explain thread");
+        assert_eq!(pool.install(nice), EXPLAIN_NICE);
+        assert_ne!(nice(), EXPLAIN_NICE);
     }
 }

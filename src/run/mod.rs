@@ -332,13 +332,27 @@ fn start_filter_pool(parallelism: usize) -> anyhow::Result<()> {
 /// Every object a watch skips as unreadable gets a Warning event `Unreadable` (when the watch
 /// first skips it, written through this session's gate), so its owner learns why what needs it
 /// waits without reading tether's log.
-fn report_unreadable_objects(events: EventWriter) {
+fn report_unreadable_objects(events: EventWriter, client: kube::Client, gate: WriteGate) {
     crate::watch::on_skipped(Box::new(move |watch, object| {
         let (Some(api_version), Some(kind), Some(name)) =
             (&object.api_version, &object.kind, &object.name)
         else {
             return;
         };
+        if kind == "SchedulingProfile" {
+            // A profile also says so in its status, where GitOps tools and `kubectl wait` look.
+            let (client, gate, name) = (client.clone(), gate.clone(), name.clone());
+            let (generation, reason) = (object.generation, object.reason.clone());
+            tokio::spawn(async move {
+                let written = crate::controller::scheduling_profile::report_unreadable(
+                    &client, &gate, &name, generation, &reason,
+                )
+                .await;
+                if let Err(error) = written {
+                    tracing::warn!(%error, profile = %name, "could not say on the profile that it cannot be read");
+                }
+            });
+        }
         let regarding = k8s_openapi::api::core::v1::ObjectReference {
             api_version: Some(api_version.clone()),
             kind: Some(kind.clone()),
@@ -425,6 +439,8 @@ fn build_scheduler(
     );
     report_unreadable_objects(
         EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
+        client.clone(),
+        gate.clone(),
     );
     let handle = Handle {
         client: Some(client.clone()),

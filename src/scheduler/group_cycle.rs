@@ -213,8 +213,7 @@ pub fn schedule_group(
 ) {
     let start = Instant::now();
     let group_plugin = plugin_for(gang.key.api);
-    let in_group =
-        |pod: &crate::k8s::pod::Pod| pod_groups::group_of(pod).as_ref() == Some(&gang.key);
+    let in_group = |pod: &crate::k8s::pod::Pod| gang.key.has_member(pod);
     let mut members = sched
         .queue
         .take_group(in_group, first.pod.uid(), group_plugin);

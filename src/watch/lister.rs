@@ -150,6 +150,8 @@ pub struct Unreadable {
     pub uid: Option<String>,
     /// Its `resourceVersion`.
     pub version: Option<String>,
+    /// Its `metadata.generation` (a condition written on it says which generation it judged).
+    pub generation: Option<i64>,
     /// Why it could not be read: the decoder's error, without any of the object's values.
     pub reason: String,
 }
@@ -222,6 +224,7 @@ struct IdentityMeta {
     name: Option<String>,
     uid: Option<String>,
     resource_version: Option<String>,
+    generation: Option<i64>,
 }
 
 /// Decodes one object. One that does not read is read once more without its `managedFields`
@@ -244,6 +247,7 @@ pub fn decode<K: DeserializeOwned>(raw: &str) -> Result<K, Box<Unreadable>> {
         name: identity.metadata.name,
         uid: identity.metadata.uid,
         version: identity.metadata.resource_version,
+        generation: identity.metadata.generation,
         reason: without_values(&error),
     }))
 }

@@ -445,8 +445,21 @@ impl QueueingHints {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> bool {
+        self.worth_requeuing_by(pod, |plugin| rejectors.contains(plugin), event, old, new)
+    }
+
+    /// [`QueueingHints::worth_requeuing`] with the rejectors told by `rejected` (a gate: one
+    /// plugin, with no set to build for it).
+    pub fn worth_requeuing_by(
+        &self,
+        pod: &PodInfo,
+        rejected: impl Fn(&'static str) -> bool,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> bool {
         self.entries.iter().any(|e| {
-            rejectors.contains(e.plugin)
+            rejected(e.plugin)
                 && e.event.matches(event)
                 && e.hint
                     .as_ref()

@@ -133,10 +133,18 @@ pub fn group_name(pod: &Pod) -> Option<&str> {
         .filter(|n| !n.is_empty())
 }
 
-/// The key of the group a pod names, if any: its Workload API group, else the Coscheduling
-/// group its label names.
-pub fn group_of(pod: &Pod) -> Option<GroupKey> {
-    // Asked of every pod each cycle: nothing is allocated for a pod that names no group.
+/// The group a pod names, borrowed from the pod: what [`group_of`] owns. Asked of every
+/// queued pod when a gang is taken, explained or told of an event, so it allocates nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupRef<'a> {
+    pub api: GroupApi,
+    pub namespace: &'a str,
+    pub name: &'a str,
+}
+
+/// The group a pod names, if any: its Workload API group, else the Coscheduling group its
+/// label names.
+pub fn group_ref(pod: &Pod) -> Option<GroupRef<'_>> {
     let (api, name) = match group_name(pod) {
         Some(name) => (GroupApi::Workload, name),
         None => (
@@ -149,10 +157,32 @@ pub fn group_of(pod: &Pod) -> Option<GroupKey> {
                 .as_str(),
         ),
     };
-    Some(GroupKey {
+    Some(GroupRef {
         api,
-        namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-        name: name.to_string(),
+        namespace: pod.metadata.namespace.as_deref().unwrap_or_default(),
+        name,
+    })
+}
+
+impl GroupKey {
+    /// Whether `group` is this group.
+    pub fn is(&self, group: &GroupRef<'_>) -> bool {
+        self.api == group.api && self.namespace == group.namespace && self.name == group.name
+    }
+
+    /// Whether `pod` is a member of this group.
+    pub fn has_member(&self, pod: &Pod) -> bool {
+        group_ref(pod).is_some_and(|group| self.is(&group))
+    }
+}
+
+/// The key of the group a pod names, if any: its Workload API group, else the Coscheduling
+/// group its label names.
+pub fn group_of(pod: &Pod) -> Option<GroupKey> {
+    group_ref(pod).map(|group| GroupKey {
+        api: group.api,
+        namespace: group.namespace.to_string(),
+        name: group.name.to_string(),
     })
 }
 

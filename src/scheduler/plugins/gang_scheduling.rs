@@ -12,7 +12,7 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
-use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupKey, PodGroupIndex, Policy};
+use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupRef, PodGroupIndex, Policy};
 use crate::scheduler::plugins::helper::expect_no_args;
 use crate::scheduler::plugins::registry::Handle;
 
@@ -47,15 +47,20 @@ impl Plugin for GangScheduling {
 pub fn member_events(group_event: ClusterEvent) -> Vec<Registration> {
     let same_group: fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Hint =
         |pod, _old, new| {
-            let mine = pod_groups::group_of(&pod.pod);
+            // Asked of every held member of every gang at each pod added: nothing allocated.
+            let mine = pod_groups::group_ref(&pod.pod);
             let theirs = match new {
-                Some(EventObject::Pod(other)) => pod_groups::group_of(other),
-                Some(EventObject::PodGroup(group)) => Some(pod_groups::key(group)),
+                Some(EventObject::Pod(other)) => pod_groups::group_ref(other),
+                Some(EventObject::PodGroup(group)) => Some(GroupRef {
+                    api: GroupApi::Workload,
+                    namespace: group.metadata.namespace.as_deref().unwrap_or_default(),
+                    name: group.metadata.name.as_deref().unwrap_or_default(),
+                }),
                 Some(other) => match other.custom::<pod_groups::CoschedulingGroup>() {
-                    Some(group) => Some(GroupKey {
+                    Some(group) => Some(GroupRef {
                         api: GroupApi::Coscheduling,
-                        namespace: group.namespace.clone(),
-                        name: group.name.clone(),
+                        namespace: &group.namespace,
+                        name: &group.name,
                     }),
                     None => return Hint::Queue,
                 },

@@ -25,6 +25,8 @@ use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use indexmap::IndexMap;
+
 pub use self::backoff::backoff_duration;
 use self::heap::HeapEntry;
 use self::requeue::RecordedEvent;
@@ -34,6 +36,8 @@ use crate::scheduler::framework::events::{self, EventObject, HintSource};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
 
+/// How many pods [`SchedulingQueue::summary`] reads under the lock at a time.
+const SUMMARY_SLICE: usize = 2048;
 /// How long a pod may stay in the unschedulable pool before it is retried anyway
 /// (kube-scheduler's podMaxInUnschedulablePodsDuration).
 pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
@@ -130,7 +134,9 @@ impl Entry {
 }
 
 struct State {
-    entries: HashMap<String, Entry>,
+    /// Every pod the queue knows, by UID: an index map, so that the metrics can read it in
+    /// slices ([`SchedulingQueue::summary`]).
+    entries: IndexMap<String, Entry>,
     active: BinaryHeap<HeapEntry>,
     /// Pods rejected by plugins, waiting out their backoff.
     backoff: BinaryHeap<HeapEntry>,
@@ -196,7 +202,7 @@ impl SchedulingQueue {
         let now = Instant::now();
         SchedulingQueue {
             state: Mutex::new(State {
-                entries: HashMap::new(),
+                entries: IndexMap::new(),
                 active: BinaryHeap::new(),
                 backoff: BinaryHeap::new(),
                 error_backoff: BinaryHeap::new(),
@@ -428,7 +434,7 @@ impl SchedulingQueue {
             }
         }
         keys.into_iter()
-            .filter_map(|k| st.entries.remove(&k))
+            .filter_map(|k| st.entries.swap_remove(&k))
             .map(|e| e.info.pod)
             .collect()
     }
@@ -452,7 +458,7 @@ impl SchedulingQueue {
     /// Removes a pod's entry, ending its flight if it was in flight. Stale heap entries are
     /// skipped when popped.
     fn remove(st: &mut State, key: &str) {
-        if let Some(entry) = st.entries.remove(key) {
+        if let Some(entry) = st.entries.swap_remove(key) {
             Self::land(st, entry.in_flight_from);
         }
     }
@@ -681,37 +687,71 @@ impl SchedulingQueue {
         counts
     }
 
-    /// The queue's [`Summary`] now (pods in flight, assumed or unserved are not in it).
+    /// The queue's [`Summary`] now (pods in flight, assumed or unserved are not in it), read in
+    /// slices of [`SUMMARY_SLICE`] pods with the lock let go in between: however many pods
+    /// wait (100,000 in a large cluster), `/metrics` never holds the scheduling loop up for
+    /// more than one slice. A pod that moves while it is read may be counted in neither of its
+    /// pools or in both, for that read; a queue at rest is counted exactly.
     pub fn summary(&self) -> Summary {
-        let st = self.lock();
         let mut summary = Summary::default();
-        let mut rejected: HashMap<(&'static str, &str), usize> = HashMap::new();
-        for entry in st.entries.values() {
-            let slot = match entry.pool {
-                Pool::Active => 0,
-                Pool::Backoff => 1,
-                Pool::Unschedulable => 2,
-                Pool::Gated => 3,
-                Pool::InFlight | Pool::Assumed | Pool::Unserved => continue,
-            };
-            let (_, count, oldest) = &mut summary.pools[slot];
-            *count += 1;
-            let since = entry.info.initial_attempt_timestamp;
-            if oldest.is_none_or(|o| since < o) {
-                *oldest = Some(since);
+        // By schedulerName, then plugin: a name is copied once, not once per pod.
+        let mut rejected: HashMap<String, HashMap<&'static str, usize>> = HashMap::new();
+        let mut at: usize = 0;
+        loop {
+            let st = self.lock();
+            let end = at.saturating_add(SUMMARY_SLICE).min(st.entries.len());
+            for index in at..end {
+                let Some((_, entry)) = st.entries.get_index(index) else {
+                    break;
+                };
+                let slot = match entry.pool {
+                    Pool::Active => 0,
+                    Pool::Backoff => 1,
+                    Pool::Unschedulable => 2,
+                    Pool::Gated => 3,
+                    Pool::InFlight | Pool::Assumed | Pool::Unserved => continue,
+                };
+                let (_, count, oldest) = &mut summary.pools[slot];
+                *count += 1;
+                let since = entry.info.initial_attempt_timestamp;
+                if oldest.is_none_or(|o| since < o) {
+                    *oldest = Some(since);
+                }
+                let info = &entry.info;
+                let gate = info
+                    .gated_by
+                    .filter(|g| !info.unschedulable_plugins.contains(g));
+                let mut plugins = info
+                    .unschedulable_plugins
+                    .iter()
+                    .copied()
+                    .chain(gate)
+                    .peekable();
+                if plugins.peek().is_none() {
+                    continue;
+                }
+                let scheduler = pods::scheduler_name(&info.pod.pod);
+                if !rejected.contains_key(scheduler) {
+                    rejected.insert(scheduler.to_string(), HashMap::new());
+                }
+                if let Some(by_plugin) = rejected.get_mut(scheduler) {
+                    for plugin in plugins {
+                        *by_plugin.entry(plugin).or_default() += 1;
+                    }
+                }
             }
-            let scheduler = pods::scheduler_name(&entry.info.pod.pod);
-            let info = &entry.info;
-            let gate = info
-                .gated_by
-                .filter(|g| !info.unschedulable_plugins.contains(g));
-            for plugin in info.unschedulable_plugins.iter().copied().chain(gate) {
-                *rejected.entry((plugin, scheduler)).or_default() += 1;
+            if end >= st.entries.len() {
+                break;
             }
+            at = end;
         }
         summary.rejected_by = rejected
             .into_iter()
-            .map(|((plugin, scheduler), n)| (plugin, scheduler.to_string(), n))
+            .flat_map(|(scheduler, by_plugin)| {
+                by_plugin
+                    .into_iter()
+                    .map(move |(plugin, n)| (plugin, scheduler.clone(), n))
+            })
             .collect();
         summary
     }

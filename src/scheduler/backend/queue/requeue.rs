@@ -3,7 +3,6 @@
 //! isPodWorthRequeuing), events kept while pods are in flight and replayed against a pod whose
 //! attempt fails, and the failed attempt itself (AddUnschedulableIfNotPresent).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -13,7 +12,7 @@ use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
 use crate::scheduler::framework::events::{
-    ASSIGNED_POD_DELETE, ClusterEvent, EventObject, FORCE_ACTIVATE,
+    ASSIGNED_POD_DELETE, ClusterEvent, EventObject, FORCE_ACTIVATE, HintSource, QueueingHints,
 };
 use crate::scheduler::framework::profile::Backoff;
 use crate::scheduler::framework::runtime::priority;
@@ -112,6 +111,19 @@ impl SchedulingQueue {
         old: Option<&EventObject>,
         new: Option<&EventObject>,
     ) -> bool {
+        self.worth_requeuing_with(&mut HintsMemo::new(&*self.hints), info, event, old, new)
+    }
+
+    /// [`SchedulingQueue::worth_requeuing`], the profiles' hints looked up through `memo`: a
+    /// walk over every parked pod asks the registry once per profile, not once per pod.
+    pub(super) fn worth_requeuing_with(
+        &self,
+        memo: &mut HintsMemo<'_>,
+        info: &QueuedPodInfo,
+        event: &ClusterEvent,
+        old: Option<&EventObject>,
+        new: Option<&EventObject>,
+    ) -> bool {
         if info.unschedulable_plugins.is_empty() {
             return true;
         }
@@ -123,7 +135,7 @@ impl SchedulingQueue {
                     .is_some_and(|p| p.metadata.uid.as_deref() == Some(info.pod.uid())),
             };
         }
-        match self.hints.hints(pods::scheduler_name(&info.pod.pod)) {
+        match memo.of(pods::scheduler_name(&info.pod.pod)) {
             Some(hints) => {
                 hints.worth_requeuing(&info.pod, &info.unschedulable_plugins, event, old, new)
             }
@@ -195,6 +207,7 @@ impl SchedulingQueue {
         let entries = &st.entries;
         st.gated
             .retain(|k| entries.get(k).is_some_and(|e| e.pool == Pool::Gated));
+        let mut memo = HintsMemo::new(&*self.hints);
         let keys: Vec<String> = st
             .gated
             .iter()
@@ -204,8 +217,8 @@ impl SchedulingQueue {
                     return false;
                 };
                 let name = pods::scheduler_name(&e.info.pod.pod);
-                self.hints.hints(name).is_some_and(|h| {
-                    h.worth_requeuing(&e.info.pod, &BTreeSet::from([gate]), event, old, new)
+                memo.of(name).is_some_and(|h| {
+                    h.worth_requeuing_by(&e.info.pod, |p| p == gate, event, old, new)
                 })
             })
             .map(|(k, _)| k.clone())
@@ -315,12 +328,13 @@ impl SchedulingQueue {
                 .get(k)
                 .is_some_and(|e| e.pool == Pool::Unschedulable)
         });
+        let mut memo = HintsMemo::new(&*self.hints);
         let keys: Vec<String> = st
             .parked
             .iter()
             .filter_map(|k| st.entries.get(k).map(|e| (k, e)))
             .filter(|(_, e)| candidate(e))
-            .filter(|(_, e)| self.worth_requeuing(&e.info, event, old, new))
+            .filter(|(_, e)| self.worth_requeuing_with(&mut memo, &e.info, event, old, new))
             .map(|(k, _)| k.clone())
             .collect();
         let label = event.to_string();
@@ -419,5 +433,39 @@ impl crate::scheduler::framework::PodActivator for SchedulingQueue {
     /// deletions (the scheduler's activator, which has the cache, tells).
     fn preempted(&self, uid: &str, _victims: &[Arc<Pod>]) {
         SchedulingQueue::preempted(self, uid, || false);
+    }
+}
+
+/// The hints of each profile a walk over queued pods meets, asked of the registry once per
+/// walk (a read lock and two reference counts each time, otherwise: at every pod added, for
+/// every pod that waits).
+pub(super) struct HintsMemo<'h> {
+    source: &'h dyn HintSource,
+    seen: Vec<(String, Option<Arc<QueueingHints>>)>,
+}
+
+impl<'h> HintsMemo<'h> {
+    pub(super) fn new(source: &'h dyn HintSource) -> Self {
+        HintsMemo {
+            source,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The hints of the profile serving `scheduler_name` (`None`: no profile serves it).
+    pub(super) fn of(&mut self, scheduler_name: &str) -> Option<&Arc<QueueingHints>> {
+        let at = match self
+            .seen
+            .iter()
+            .position(|(name, _)| name == scheduler_name)
+        {
+            Some(at) => at,
+            None => {
+                let hints = self.source.hints(scheduler_name);
+                self.seen.push((scheduler_name.to_string(), hints));
+                self.seen.len() - 1
+            }
+        };
+        self.seen.get(at).and_then(|(_, hints)| hints.as_ref())
     }
 }
