@@ -284,6 +284,9 @@ impl<'ast> Visit<'ast> for Paths<'_> {
         self.use_tree(&mut Vec::new(), &u.tree);
     }
 
+    /// `pub(super)`, `pub(in crate::x)`: who may see an item, not a use of anything.
+    fn visit_vis_restricted(&mut self, _: &'ast syn::VisRestricted) {}
+
     fn visit_path(&mut self, p: &'ast syn::Path) {
         let segments: Vec<String> = p.segments.iter().map(|s| s.ident.to_string()).collect();
         self.record(&segments);
@@ -337,6 +340,131 @@ fn violations(src: &Path) -> Vec<String> {
     out.sort();
     out.dedup();
     out
+}
+
+/// The circles of modules: each strongly connected set of two or more files whose non-test
+/// code names one another (a file names the module of the longest known prefix of each path it
+/// resolves), as `a -> b -> a` lines. A parent's `mod x;` is no arrow; a parent that uses what
+/// its child defines and a child that uses what its parent defines are a circle.
+fn circles(src: &Path) -> Vec<String> {
+    let files = modules(src);
+    let known: Vec<Vec<String>> = files.iter().map(|f| f.module.clone()).collect();
+    let index = |module: &[String]| -> Option<usize> {
+        (0..=module.len())
+            .rev()
+            .find_map(|n| known.iter().position(|k| k.as_slice() == &module[..n]))
+    };
+    let mut edges: Vec<std::collections::BTreeSet<usize>> = vec![Default::default(); files.len()];
+    // One path written for each arrow, to show where a circle closes.
+    let mut written: std::collections::BTreeMap<(usize, usize), String> = Default::default();
+    for (i, file) in files.iter().enumerate() {
+        if file.module.is_empty() {
+            continue;
+        }
+        let mut found = Vec::new();
+        Paths {
+            module: file.module.clone(),
+            found: &mut found,
+        }
+        .visit_file(&file.ast);
+        for (target, path) in found {
+            if let Some(j) = index(&target).filter(|&j| j != i && !known[j].is_empty()) {
+                edges[i].insert(j);
+                written.entry((i, j)).or_insert(path);
+            }
+        }
+    }
+    // Tarjan's strongly connected components.
+    struct Tarjan<'e> {
+        edges: &'e [std::collections::BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        found: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in self.edges[v].clone().iter() {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(iw) if self.on_stack[w] => self.low[v] = self.low[v].min(iw),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut t = Tarjan {
+        edges: &edges,
+        index: vec![None; files.len()],
+        low: vec![0; files.len()],
+        on_stack: vec![false; files.len()],
+        stack: Vec::new(),
+        next: 0,
+        found: Vec::new(),
+    };
+    for v in 0..files.len() {
+        if t.index[v].is_none() {
+            t.visit(v);
+        }
+    }
+    let mut out: Vec<String> = t
+        .found
+        .into_iter()
+        .map(|mut c| {
+            c.sort_by_key(|&i| known[i].clone());
+            let arrows: Vec<String> = c
+                .iter()
+                .flat_map(|&a| c.iter().map(move |&b| (a, b)))
+                .filter_map(|(a, b)| {
+                    let path = written.get(&(a, b))?;
+                    Some(format!(
+                        "  {} uses {} (`{path}`)",
+                        known[a].join("::"),
+                        known[b].join("::")
+                    ))
+                })
+                .collect();
+            let names: Vec<String> = c.iter().map(|&i| known[i].join("::")).collect();
+            format!("{{{}}}:\n{}", names.join(", "), arrows.join("\n"))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+#[test]
+fn no_circle_of_modules() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let found = circles(&src);
+    assert!(
+        found.is_empty(),
+        "{} circle(s) of modules:\n{}",
+        found.len(),
+        found.join("\n")
+    );
 }
 
 #[test]
@@ -393,5 +521,37 @@ fn an_upward_arrow_is_caught() {
         broken[0].contains("scheduler/framework/mod.rs: `super::plugins::Fit` reaches layer plugins from layer framework"),
         "{}",
         broken[0]
+    );
+}
+
+#[test]
+fn a_circle_of_modules_is_caught() {
+    // A parent that uses its child's item while the child uses the parent's is a circle; a
+    // child that uses a sibling the parent also uses is not.
+    let dir = std::env::temp_dir().join(format!("tether-circles-{}", std::process::id()));
+    let src = dir.join("src");
+    let write = |rel: &str, text: &str| {
+        let path = src.join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    };
+    write("lib.rs", "pub mod watch;\n");
+    write(
+        "watch/mod.rs",
+        "mod lister;\nmod page;\nuse self::lister::Lister;\nuse self::page::SIZE;\npub struct Feed;\n",
+    );
+    write(
+        "watch/lister.rs",
+        "use super::Feed;\nuse super::page::SIZE;\npub struct Lister;\n",
+    );
+    write("watch/page.rs", "pub const SIZE: u32 = 500;\n");
+    let found = circles(&src);
+    fs::remove_dir_all(&dir).ok();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].starts_with("{watch, watch::lister}")
+            && found[0].contains("watch::lister uses watch (`super::Feed`)"),
+        "{}",
+        found[0]
     );
 }

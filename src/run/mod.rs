@@ -45,7 +45,7 @@ use crate::sticky::reconcile;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
-use self::sessions::HeldSession;
+use self::sessions::{HeldSession, Parts};
 
 /// How `tether run` is configured.
 #[derive(Clone, Debug)]
@@ -293,22 +293,6 @@ impl Session {
             task.abort();
         }
     }
-}
-
-/// The scheduler and the watch-fed state around it, built in order: the indexes, the cache
-/// and queue, the history writer (which reads them), the scheduler, and the handle the profile
-/// controller builds plugins with.
-struct Parts {
-    sched: Arc<Scheduler>,
-    history: Arc<HistoryWriter>,
-    handle: Handle,
-    selectors: Arc<WorkloadSelectors>,
-    owners: Arc<OwnerCache>,
-    bindings: Arc<BindingIndex>,
-    storage: Arc<StorageIndex>,
-    devices: Arc<DeviceIndex>,
-    budgets: Arc<DisruptionBudgets>,
-    pod_groups: Arc<PodGroupIndex>,
 }
 
 /// The API client, its requests counted in the process's metrics.
@@ -690,7 +674,7 @@ fn start_scheduling_loop(
                 }
                 tracing::info!("caches synced; scheduling");
                 record_missed_binds(&sched, &history, &runtime);
-                sched.run_loop();
+                crate::scheduler::cycle::run_loop(&sched);
                 if !sched.queue.is_closed() && sched.gate.admits(crate::gate::Write::Bind) {
                     fatal.report("the scheduling loop ended");
                 }

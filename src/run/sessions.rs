@@ -3,8 +3,33 @@
 
 use std::sync::Arc;
 
-use super::Parts;
+use crate::scheduler::Scheduler;
+use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::informers::pod_groups::PodGroupIndex;
+use crate::scheduler::informers::selectors::WorkloadSelectors;
+use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::metrics::Metrics;
+use crate::scheduler::plugins::registry::Handle;
+use crate::sticky::bindings::BindingIndex;
+use crate::sticky::history::HistoryWriter;
+use crate::sticky::owners::OwnerCache;
+
+/// The scheduler and the watch-fed state around it, built in order: the indexes, the cache
+/// and queue, the history writer (which reads them), the scheduler, and the handle the profile
+/// controller builds plugins with.
+pub(super) struct Parts {
+    pub(super) sched: Arc<Scheduler>,
+    pub(super) history: Arc<HistoryWriter>,
+    pub(super) handle: Handle,
+    pub(super) selectors: Arc<WorkloadSelectors>,
+    pub(super) owners: Arc<OwnerCache>,
+    pub(super) bindings: Arc<BindingIndex>,
+    pub(super) storage: Arc<StorageIndex>,
+    pub(super) devices: Arc<DeviceIndex>,
+    pub(super) budgets: Arc<DisruptionBudgets>,
+    pub(super) pod_groups: Arc<PodGroupIndex>,
+}
 
 /// What of a session may outlive it: its largest parts, held weakly. A session whose term is
 /// over must free them (its tasks aborted, its workers ended), or every lost term would keep

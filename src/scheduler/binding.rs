@@ -3,82 +3,33 @@
 //! compiled profile's). On failure the pod is unreserved and forgotten by the cache, and the
 //! one failure handler (`failure.rs`) reports and requeues it.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Instant;
 
 use crate::gate::Write;
-use crate::inflight::InFlight;
 use crate::k8s::pod::Pod;
-use crate::locks;
-use crate::scheduler::cycle::Assumed;
+use crate::scheduler::Scheduler;
+use crate::scheduler::binder::BindSlot;
 use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
+use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::PermitWait;
 use crate::scheduler::framework::{Code, Status};
-use crate::scheduler::{MAX_BINDS_IN_FLIGHT, Scheduler};
+use crate::scheduler::framework::{CycleState, QueuedPodInfo};
+use crate::scheduler::schedule_one::Choice;
 
-/// The binding cycles under way (for the shutdown's wait), and the places among the
-/// [`MAX_BINDS_IN_FLIGHT`] that bind now (for the scheduling loop's wait for room).
-#[derive(Default)]
-pub struct BindingCycles {
-    running: InFlight,
-    /// Binding cycles holding a [`BindSlot`] (from the end of their scheduling cycle or their
-    /// Permit verdict until their bind is answered), and a wake-up for the scheduling loop
-    /// waiting for one of them to give it back.
-    binding_now: AtomicUsize,
-    room: (Mutex<()>, Condvar),
-}
-
-impl BindingCycles {
-    /// A binding cycle starts.
-    pub fn started(&self) {
-        self.running.start();
-    }
-
-    /// A binding cycle ended.
-    pub fn finished(&self) {
-        self.running.finish();
-    }
-
-    /// Takes a place among the binding cycles that bind now (the scheduling loop has waited
-    /// for room).
-    pub fn take_slot(self: &Arc<Self>) -> BindSlot {
-        self.binding_now.fetch_add(1, Ordering::SeqCst);
-        crate::k8s::budget::bind_started();
-        BindSlot(self.clone())
-    }
-
-    /// Waits (on the scheduling loop's thread) while [`MAX_BINDS_IN_FLIGHT`] binding cycles
-    /// bind, or until `closed`.
-    pub fn wait_for_room(&self, closed: impl Fn() -> bool) {
-        let mut room = locks::lock(&self.room.0);
-        while self.binding_now.load(Ordering::SeqCst) >= MAX_BINDS_IN_FLIGHT && !closed() {
-            room = match self.room.1.wait_timeout(room, Duration::from_millis(100)) {
-                Ok((guard, _)) => guard,
-                Err(poisoned) => poisoned.into_inner().0,
-            };
-        }
-    }
-
-    /// Waits until no binding cycle runs, at most `grace`; returns how many still run.
-    pub async fn wait(&self, grace: Duration) -> usize {
-        self.running.wait(grace).await
-    }
-}
-
-/// A place among the [`MAX_BINDS_IN_FLIGHT`] binding cycles that bind now, held from the
-/// scheduling cycle's end until the bind is answered (PostBind and its history writes run
-/// after it is given back); given back when dropped.
-pub struct BindSlot(Arc<BindingCycles>);
-
-impl Drop for BindSlot {
-    fn drop(&mut self) {
-        self.0.binding_now.fetch_sub(1, Ordering::SeqCst);
-        crate::k8s::budget::bind_answered();
-        let _room = locks::lock(&self.0.room.0);
-        self.0.room.1.notify_one();
-    }
+/// What the binding cycle needs from the scheduling cycle.
+pub struct Assumed {
+    pub queued: QueuedPodInfo,
+    pub profile: Arc<CompiledProfile>,
+    pub state: CycleState,
+    pub node: String,
+    /// Set when a Permit plugin answered Wait: the verdict and how long to wait for it.
+    pub permit: Option<PermitWait>,
+    /// When the scheduling cycle began (kube-scheduler's attempt duration counts from it).
+    pub started: Instant,
+    /// How the node won, for the `Scheduled` event.
+    pub choice: Choice,
 }
 
 /// Binds one assumed pod. `slot`, its place among the binding cycles binding now (taken when

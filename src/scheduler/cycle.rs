@@ -8,31 +8,17 @@ use std::time::Instant;
 
 use rand::Rng;
 
+use crate::gate::Write;
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
-use crate::scheduler::failure::{Failure, one_node_fit_error};
-use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::runtime::PermitWait;
-use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
-use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
+use crate::scheduler::failure::Failure;
+use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
+use crate::scheduler::handoff::{result_label, search_over_message, to_binding};
+use crate::scheduler::schedule_one::{self, ScheduleResult};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
 /// `scheduler_plugin_execution_duration_seconds` (its pluginMetricsSamplePercent).
 const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
-
-/// What the binding cycle needs from the scheduling cycle.
-pub struct Assumed {
-    pub queued: QueuedPodInfo,
-    pub profile: Arc<CompiledProfile>,
-    pub state: CycleState,
-    pub node: String,
-    /// Set when a Permit plugin answered Wait: the verdict and how long to wait for it.
-    pub permit: Option<PermitWait>,
-    /// When the scheduling cycle began (kube-scheduler's attempt duration counts from it).
-    pub started: Instant,
-    /// How the node won, for the `Scheduled` event.
-    pub choice: Choice,
-}
 
 /// Runs one scheduling cycle for `queued`.
 pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
@@ -145,80 +131,24 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     to_binding(sched, queued, profile, state, node, choice, start);
 }
 
-/// Permit, then the binding cycle, for a pod assumed on `node` whose Reserve passed (a pod of
-/// its own cycle, or a member of a gang's group cycle). A Permit rejection gives back what the
-/// pod holds and fails it.
-pub(crate) fn to_binding(
-    sched: &Arc<Scheduler>,
-    queued: QueuedPodInfo,
-    profile: Arc<CompiledProfile>,
-    state: CycleState,
-    node: String,
-    choice: Choice,
-    start: Instant,
-) {
-    let pod = queued.pod.clone();
-    let fail = |result: &'static str, failure: Failure| {
-        sched
-            .metrics
-            .attempt(result, &profile.scheduler_name, start.elapsed());
-        sched.handle_failure(&queued, &profile, failure);
-    };
-    let began = Instant::now();
-    let permitted = profile.run_permit(&state, &pod, &node, &sched.waiting_pods);
-    let code = match &permitted {
-        Ok(Some(_)) => Code::Wait,
-        Ok(None) => Code::Success,
-        Err(status) => status.code,
-    };
-    sched
-        .metrics
-        .extension_point("Permit", code, &profile.scheduler_name, began.elapsed());
-    let permit = match permitted {
-        Ok(permit) => permit,
-        Err(status) => {
-            profile.run_unreserve(&state, &pod, &node);
-            sched.metrics.plugin_runs(&state.take_plugin_runs());
-            sched.lock_cache().forget_pod(pod.uid());
-            return fail(
-                result_label(&status),
-                Failure::after_status(&status, true, search_over_message(&status)),
-            );
+/// The scheduling loop: pops pods and schedules them one at a time until the queue closes
+/// or the gate admits no bind any more (the term this scheduler led is over).
+/// Runs on its own thread: the cycle is CPU work and must not block the tokio workers.
+/// No cycle runs while a watch fails or re-lists: a pod is never placed against a view of
+/// the nodes or pods from before an outage.
+pub fn run_loop(sched: &Arc<Scheduler>) {
+    let over = || sched.queue.is_closed() || !sched.gate.admits(Write::Bind);
+    loop {
+        if !sched.readiness.wait_current(over) || over() {
+            return;
         }
-    };
-    sched.metrics.plugin_runs(&state.take_plugin_runs());
-    sched
-        .metrics
-        .attempt("scheduled", &profile.scheduler_name, start.elapsed());
-    sched.queue.done(pod.uid());
-    sched.spawn_binding(Assumed {
-        queued,
-        profile,
-        state,
-        node,
-        permit,
-        started: start,
-        choice,
-    });
-}
-
-/// The attempt's result label (`scheduler_schedule_attempts_total`) for a status that ended it
-/// after the search: `unschedulable` for a rejection, `error` otherwise, as upstream.
-fn result_label(status: &Status) -> &'static str {
-    if status.is_rejected() {
-        "unschedulable"
-    } else {
-        "error"
-    }
-}
-
-/// What a Reserve or Permit failure reports: a rejection as a FitError over the one node
-/// (`0/1 nodes are available: 1 <reason>.`), an error as its runner wrapped it (`running
-/// Reserve plugin "X": …`).
-pub(crate) fn search_over_message(status: &Status) -> String {
-    if status.is_rejected() {
-        one_node_fit_error(status)
-    } else {
-        status.message()
+        let Some(queued) = sched.queue.pop() else {
+            return;
+        };
+        if !sched.readiness.wait_current(over) || over() {
+            return;
+        }
+        schedule_one(sched, queued);
+        sched.binds.wait_for_room(|| sched.queue.is_closed());
     }
 }

@@ -15,18 +15,14 @@ use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::scheduling::v1beta1::PodGroup;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
-use kube::api::{Api, Patch, PatchParams};
-
-use crate::gate::Write;
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
-use crate::scheduler::cycle::{search_over_message, to_binding};
 use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
+use crate::scheduler::group_status::{ConditionWrite, with_condition};
+use crate::scheduler::handoff::{search_over_message, to_binding};
 use crate::scheduler::informers::pod_groups::{
     self, Group, GroupApi, GroupKey, PodGroupIndex, Policy,
 };
@@ -36,7 +32,7 @@ use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
 
 /// The PodGroup condition the group cycle writes (upstream's
 /// `PodGroupInitiallyScheduled`): True once the group was placed, never False again after.
-pub const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
+pub use crate::scheduler::group_status::INITIALLY_SCHEDULED;
 
 /// The prefix of a placed member's message when its group was not placed (upstream's
 /// errPodGroupUnschedulable).
@@ -537,18 +533,6 @@ fn group_preemption(
     })
 }
 
-/// A `PodGroupInitiallyScheduled` write the group cycle asks for.
-pub struct ConditionWrite {
-    namespace: String,
-    name: String,
-    status: &'static str,
-    reason: &'static str,
-    message: String,
-}
-
-/// How many times a write is tried when the PodGroup changed between its read and the patch.
-const CONDITION_TRIES: usize = 3;
-
 /// Asks for the group's `PodGroupInitiallyScheduled` condition, as upstream writes it: never
 /// from True back to anything else, and not at all when the group already says the same. The
 /// watched copy answers the common case (the same again) without a request; the writes
@@ -574,16 +558,7 @@ fn write_condition(
     if with_condition(watched, group.metadata.generation, status, reason, &message).is_none() {
         return;
     }
-    let writes = sched.group_status.get_or_init(|| {
-        let (tx, rx) = tokio::sync::mpsc::channel(CONDITIONS_QUEUED);
-        sched.runtime.spawn(write_conditions(
-            sched.reports.client().clone(),
-            sched.gate.clone(),
-            rx,
-        ));
-        tx
-    });
-    let asked = writes.try_send(ConditionWrite {
+    let asked = sched.group_status.try_send(ConditionWrite {
         namespace: group.metadata.namespace.clone().unwrap_or_default(),
         name: group.metadata.name.clone().unwrap_or_default(),
         status,
@@ -597,121 +572,10 @@ fn write_condition(
     }
 }
 
-/// PodGroup condition writes waiting at most; past that a write is dropped (the group's next
-/// attempt asks again).
-const CONDITIONS_QUEUED: usize = 1024;
-
-/// Writes the conditions asked for, one after another: each reads the PodGroup, sets the
-/// condition on what it read, and patches with that read's resourceVersion (tried again on a
-/// conflict).
-async fn write_conditions(
-    client: kube::Client,
-    gate: crate::gate::WriteGate,
-    mut asked: tokio::sync::mpsc::Receiver<ConditionWrite>,
-) {
-    while let Some(write) = asked.recv().await {
-        let group = format!("{}/{}", write.namespace, write.name);
-        let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
-        for _ in 0..CONDITION_TRIES {
-            let current = match api.get_opt(&write.name).await {
-                Ok(Some(current)) => current,
-                Ok(None) => break,
-                Err(e) => {
-                    tracing::debug!(group = %group, error = %e, "could not read the PodGroup; its condition is not written");
-                    break;
-                }
-            };
-            let conditions = current
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default();
-            let Some(conditions) = with_condition(
-                conditions,
-                current.metadata.generation,
-                write.status,
-                write.reason,
-                &write.message,
-            ) else {
-                break;
-            };
-            let patch = serde_json::json!({
-                "metadata": {"resourceVersion": current.metadata.resource_version},
-                "status": {"conditions": conditions},
-            });
-            let written = gate
-                .write(
-                    Write::PodGroupStatus,
-                    api.patch_status(&write.name, &PatchParams::default(), &Patch::Merge(&patch)),
-                )
-                .await;
-            match written {
-                Ok(Ok(_)) => break,
-                Ok(Err(kube::Error::Api(e))) if e.code == 409 => continue,
-                Ok(Err(e)) => {
-                    tracing::debug!(group = %group, error = %e, "could not write the PodGroup's condition");
-                    break;
-                }
-                Err(refused) => {
-                    tracing::debug!(group = %group, error = %refused, "the PodGroup's condition is not written");
-                    break;
-                }
-            }
-        }
-    }
-}
-
-/// `conditions` with [`INITIALLY_SCHEDULED`] set to `status`/`reason`/`message`, or None when
-/// nothing is to be written: it is True already and would not be, or it says the same for the
-/// same generation. The transition time moves only when the status does.
-fn with_condition(
-    mut conditions: Vec<Condition>,
-    generation: Option<i64>,
-    status: &str,
-    reason: &str,
-    message: &str,
-) -> Option<Vec<Condition>> {
-    let now = Time(jiff::Timestamp::now());
-    match conditions
-        .iter_mut()
-        .find(|c| c.type_ == INITIALLY_SCHEDULED)
-    {
-        Some(c) if c.status == "True" && status != "True" => None,
-        Some(c)
-            if c.status == status
-                && c.reason == reason
-                && c.message == message
-                && c.observed_generation == generation =>
-        {
-            None
-        }
-        Some(c) => {
-            if c.status != status {
-                c.last_transition_time = now;
-            }
-            c.status = status.into();
-            c.reason = reason.into();
-            c.message = message.into();
-            c.observed_generation = generation;
-            Some(conditions)
-        }
-        None => {
-            conditions.push(Condition {
-                type_: INITIALLY_SCHEDULED.into(),
-                status: status.into(),
-                reason: reason.into(),
-                message: message.into(),
-                observed_generation: generation,
-                last_transition_time: now,
-            });
-            Some(conditions)
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
     #[test]
     fn placement_is_infeasible_once_min_count_is_out_of_reach() {

@@ -9,6 +9,7 @@
 //! ```
 
 pub mod backend;
+pub mod binder;
 pub mod binding;
 pub mod cycle;
 pub mod eventhandlers;
@@ -16,6 +17,8 @@ pub mod explain;
 pub mod failure;
 pub mod framework;
 pub mod group_cycle;
+pub mod group_status;
+pub mod handoff;
 pub mod informers;
 pub mod metrics;
 pub mod outcome;
@@ -35,8 +38,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use self::backend::cache::Cache;
 use self::backend::nominator::Nominator;
 use self::backend::queue::SchedulingQueue;
-use self::binding::BindingCycles;
-use self::cycle::Assumed;
+use self::binder::BindingCycles;
 
 use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
@@ -44,20 +46,12 @@ use self::framework::waiting_pods::WaitingPods;
 use self::informers::pod_groups::PodGroupIndex;
 use self::metrics::Metrics;
 use self::outcome::Reports;
-use crate::gate::{Write, WriteGate};
+use crate::gate::WriteGate;
 use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
-
-/// How many binding cycles may bind at once (from the end of the scheduling cycle, or from a
-/// Permit verdict, until the bind is answered): past that the scheduling loop waits for one of
-/// their binds to be answered. Each holds its pod's cycle state and, the API client speaking
-/// HTTP/1.1, a connection of its own; a burst of 5,000 pods scheduled faster than the API
-/// server bound them held thousands of both. PostBind (the history writes, bounded on their
-/// own) runs after the bind's place is given back.
-pub const MAX_BINDS_IN_FLIGHT: usize = 128;
 
 /// The cache and the queue: what the scheduler knows of pods and nodes. Built first and shared:
 /// the history writer reads it (which pods the scheduler knows, the nodes) before the
@@ -129,21 +123,20 @@ pub struct Scheduler {
     pub start_index: AtomicUsize,
     /// Whether every watch is current: scheduling waits while one fails or re-lists.
     pub readiness: Arc<Readiness>,
-    runtime: tokio::runtime::Handle,
+    pub(crate) runtime: tokio::runtime::Handle,
     /// Reports a binding cycle that panicked.
-    fatal: Fatal,
+    pub(crate) fatal: Fatal,
     /// Asked before every bind: binds are made only while this replica leads.
     pub gate: WriteGate,
     /// PodGroups and their members, for the group scheduling cycle.
     pub pod_groups: Arc<PodGroupIndex>,
     /// The PodGroup condition writes the group cycles asked for, written in order by one task
     /// (started with the first).
-    group_status: OnceLock<tokio::sync::mpsc::Sender<self::group_cycle::ConditionWrite>>,
+    group_status: tokio::sync::mpsc::Sender<self::group_status::ConditionWrite>,
     /// The binding cycles under way, and the places among those that bind now.
-    binds: Arc<BindingCycles>,
+    pub(crate) binds: Arc<BindingCycles>,
     /// Told of each pod found bound that this scheduler did not bind, once set.
     bound_by_others: OnceLock<BindObserver>,
-    this: std::sync::Weak<Scheduler>,
 }
 
 /// The queue's activator, with the cache to tell whether a preemption's victims are gone.
@@ -204,7 +197,9 @@ impl Scheduler {
             gate,
             pod_groups,
         } = services;
-        Arc::new_cyclic(|this| Scheduler {
+        let group_status =
+            self::group_status::start(reports.client().clone(), gate.clone(), &runtime);
+        Arc::new(Scheduler {
             cache: view.cache.clone(),
             queue: view.queue.clone(),
             view,
@@ -220,10 +215,9 @@ impl Scheduler {
             fatal,
             gate,
             pod_groups,
-            group_status: OnceLock::new(),
+            group_status,
             binds: Arc::new(BindingCycles::default()),
             bound_by_others: OnceLock::new(),
-            this: this.clone(),
         })
     }
 
@@ -301,50 +295,9 @@ impl Scheduler {
         }
     }
 
-    /// Starts the binding cycle of an assumed pod on the tokio runtime.
-    pub fn spawn_binding(&self, assumed: Assumed) {
-        if let Some(sched) = self.this.upgrade() {
-            self.binds.started();
-            // A pod that waits at Permit takes its place among the binding cycles when it
-            // binds; one that binds now takes it here, before the loop schedules the next pod.
-            let slot = assumed.permit.is_none().then(|| self.binds.take_slot());
-            let counted = sched.clone();
-            let cycle = async move {
-                binding::binding_cycle(sched, assumed, slot).await;
-            };
-            let guarded = self.fatal.guard("a binding cycle", cycle);
-            self.runtime.spawn(async move {
-                guarded.await;
-                counted.binds.finished();
-            });
-        }
-    }
-
     /// Waits until no binding cycle runs (their binds and history writes are done), at most
     /// `grace`; returns how many still run.
     pub async fn wait_binding_cycles(&self, grace: std::time::Duration) -> usize {
         self.binds.wait(grace).await
-    }
-
-    /// The scheduling loop: pops pods and schedules them one at a time until the queue closes
-    /// or the gate admits no bind any more (the term this scheduler led is over).
-    /// Runs on its own thread: the cycle is CPU work and must not block the tokio workers.
-    /// No cycle runs while a watch fails or re-lists: a pod is never placed against a view of
-    /// the nodes or pods from before an outage.
-    pub fn run_loop(self: &Arc<Self>) {
-        let over = || self.queue.is_closed() || !self.gate.admits(Write::Bind);
-        loop {
-            if !self.readiness.wait_current(over) || over() {
-                return;
-            }
-            let Some(queued) = self.queue.pop() else {
-                return;
-            };
-            if !self.readiness.wait_current(over) || over() {
-                return;
-            }
-            cycle::schedule_one(self, queued);
-            self.binds.wait_for_room(|| self.queue.is_closed());
-        }
     }
 }

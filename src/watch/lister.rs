@@ -25,6 +25,12 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
+/// How many objects one page of a list holds. Lists are read consistently, never with
+/// `resourceVersion=0`: the API server answers such a list whole, whatever the limit, and 5,000
+/// pending pods decoded at once (before their managedFields are dropped) took hundreds of
+/// megabytes for a moment.
+pub(super) const LIST_PAGE_SIZE: u32 = 500;
+
 /// The events of one watch request, each object decoded on its own.
 type Events<K> = BoxStream<'static, kube::Result<RawEvent<K>>>;
 
@@ -305,7 +311,7 @@ async fn list<K: DeserializeOwned>(
     Ok((page, list.metadata))
 }
 
-/// Every object `api` lists, in pages of [`super::LIST_PAGE_SIZE`], each decoded on its own as a watch decodes them:
+/// Every object `api` lists, in pages of [`LIST_PAGE_SIZE`], each decoded on its own as a watch decodes them:
 /// the objects read, and those skipped as unreadable (for a one-off reader such as
 /// `tether simulate`, which one bad object must not stop either).
 pub async fn list_each<K: kube::Resource + DeserializeOwned>(
@@ -317,7 +323,7 @@ pub async fn list_each<K: kube::Resource + DeserializeOwned>(
     let mut next = None;
     loop {
         let params = ListParams {
-            limit: Some(super::LIST_PAGE_SIZE),
+            limit: Some(LIST_PAGE_SIZE),
             continue_token: next.take(),
             ..ListParams::default()
         };

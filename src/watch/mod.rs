@@ -33,7 +33,7 @@ use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use serde::de::DeserializeOwned;
 
-use self::lister::{Lister, Step};
+use self::lister::{LIST_PAGE_SIZE, Lister, Step};
 pub use self::lister::{Unreadable, decode, list_each};
 pub use self::readiness::{Feed, Need, Readiness, STALE_LOUD, Stale};
 
@@ -546,12 +546,6 @@ where
 /// that stays silent a few seconds longer, so a half-open connection is noticed within a
 /// minute; a watch that simply ended resumes from where it was, without a re-list.
 const WATCH_TIMEOUT_SECONDS: u32 = 50;
-
-/// How many objects one page of a list holds. Lists are read consistently, never with
-/// `resourceVersion=0`: the API server answers such a list whole, whatever the limit, and 5,000
-/// pending pods decoded at once (before their managedFields are dropped) took hundreds of
-/// megabytes for a moment.
-const LIST_PAGE_SIZE: u32 = 500;
 
 #[cfg(test)]
 mod tests {

@@ -2,8 +2,6 @@
 
 use std::fmt;
 
-use super::Plugin;
-
 /// One extension point of the scheduling framework.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum ExtensionPoint {
@@ -53,24 +51,6 @@ impl ExtensionPoint {
             ExtensionPoint::PreBind => "preBind",
             ExtensionPoint::Bind => "bind",
             ExtensionPoint::PostBind => "postBind",
-        }
-    }
-
-    /// Whether `plugin` takes part in this extension point.
-    pub fn implemented_by(self, plugin: &dyn Plugin) -> bool {
-        match self {
-            ExtensionPoint::PreEnqueue => plugin.pre_enqueue().is_some(),
-            ExtensionPoint::QueueSort => plugin.queue_sort().is_some(),
-            ExtensionPoint::PreFilter => plugin.pre_filter().is_some(),
-            ExtensionPoint::Filter => plugin.filter().is_some(),
-            ExtensionPoint::PostFilter => plugin.post_filter().is_some(),
-            ExtensionPoint::PreScore => plugin.pre_score().is_some(),
-            ExtensionPoint::Score => plugin.score().is_some(),
-            ExtensionPoint::Reserve => plugin.reserve().is_some(),
-            ExtensionPoint::Permit => plugin.permit().is_some(),
-            ExtensionPoint::PreBind => plugin.pre_bind().is_some(),
-            ExtensionPoint::Bind => plugin.bind().is_some(),
-            ExtensionPoint::PostBind => plugin.post_bind().is_some(),
         }
     }
 

@@ -3,6 +3,7 @@
 //! point whether it takes part there (`fn filter(&self) -> Option<&dyn FilterPlugin>`), so that
 //! one plugin can serve several points, as kube-scheduler plugins do.
 
+pub mod affinity_terms;
 pub mod cycle_state;
 pub mod events;
 pub mod extension_point;
@@ -107,6 +108,28 @@ pub struct QueuedPodInfo {
     pub unschedulable_plugins: BTreeSet<&'static str>,
     /// The PreEnqueue plugin holding the pod back (a scheduling gate), if any.
     pub gated_by: Option<&'static str>,
+}
+
+/// Which extension points a plugin takes part in (kept beside the trait, so that
+/// `extension_point.rs` names no plugin).
+impl dyn Plugin {
+    /// Whether this plugin takes part in `point`.
+    pub fn implements(&self, point: ExtensionPoint) -> bool {
+        match point {
+            ExtensionPoint::PreEnqueue => self.pre_enqueue().is_some(),
+            ExtensionPoint::QueueSort => self.queue_sort().is_some(),
+            ExtensionPoint::PreFilter => self.pre_filter().is_some(),
+            ExtensionPoint::Filter => self.filter().is_some(),
+            ExtensionPoint::PostFilter => self.post_filter().is_some(),
+            ExtensionPoint::PreScore => self.pre_score().is_some(),
+            ExtensionPoint::Score => self.score().is_some(),
+            ExtensionPoint::Reserve => self.reserve().is_some(),
+            ExtensionPoint::Permit => self.permit().is_some(),
+            ExtensionPoint::PreBind => self.pre_bind().is_some(),
+            ExtensionPoint::Bind => self.bind().is_some(),
+            ExtensionPoint::PostBind => self.post_bind().is_some(),
+        }
+    }
 }
 
 /// Every plugin implements this; each accessor says whether it takes part in that extension point.

@@ -12,25 +12,26 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, LazyLock, OnceLock};
 
+use crate::scheduler::framework::affinity_terms::AffinityTerm;
+pub use crate::scheduler::framework::affinity_terms::AffinityTerms;
 use crate::scheduler::framework::interner::{Interned, Interner};
-use crate::scheduler::framework::pod_info::{AffinityTerm, WeightedAffinityTerm};
 
-/// A pod's inter-pod affinity and anti-affinity terms, parsed.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
-pub struct AffinityTerms {
-    pub required_affinity: Vec<AffinityTerm>,
-    pub required_anti_affinity: Vec<AffinityTerm>,
-    pub preferred_affinity: Vec<WeightedAffinityTerm>,
-    pub preferred_anti_affinity: Vec<WeightedAffinityTerm>,
-}
-
-impl AffinityTerms {
-    /// Whether there is any term at all.
-    pub fn is_empty(&self) -> bool {
-        self.required_affinity.is_empty()
-            && self.required_anti_affinity.is_empty()
-            && self.preferred_affinity.is_empty()
-            && self.preferred_anti_affinity.is_empty()
+/// Whether a term selects the pods of a group: here, beside [`PodGroup`], so that the term's
+/// own file names no group.
+impl AffinityTerm {
+    /// Whether the pods of `group` (in a namespace labelled `namespace_labels`) are ones this
+    /// term selects.
+    pub fn matches_group(
+        &self,
+        group: &PodGroup,
+        namespace_labels: Option<&BTreeMap<String, String>>,
+    ) -> bool {
+        let ns_ok = self.namespaces.contains(group.namespace())
+            || self
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| namespace_labels.is_some_and(|l| s.matches(l)) || s.is_empty());
+        ns_ok && self.selector.matches(group.labels())
     }
 }
 

@@ -1,17 +1,17 @@
 //! A pod with what the scheduler derives from it once, when it enters the cache or the queue:
 //! its requests, host ports and parsed inter-pod affinity terms.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::PodAffinityTerm;
 
-use crate::k8s::labels::{Selector, SelectorError};
+use crate::k8s::labels::SelectorError;
 use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::k8s::resource::{Resource, pod_requests};
+pub use crate::scheduler::framework::affinity_terms::{AffinityTerm, WeightedAffinityTerm};
 use crate::scheduler::framework::pod_group::{AffinityTerms, GroupKey, PodGroup};
-use crate::scheduler::framework::topology::{self, Label};
 
 /// A host port a container asks for: (host IP, protocol, port). An empty IP means 0.0.0.0.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -21,36 +21,9 @@ pub struct HostPort {
     pub port: i32,
 }
 
-/// An inter-pod (anti-)affinity term with its selectors parsed.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct AffinityTerm {
-    /// Namespaces named by the term; with no namespaceSelector and no namespaces, the pod's own.
-    pub namespaces: BTreeSet<String>,
-    /// `None`: only `namespaces` count. `Some(empty)` matches every namespace.
-    pub namespace_selector: Option<Selector>,
-    pub selector: Selector,
-    /// Interned, so that nodes' values for it are looked up by number.
-    pub topology_key: Arc<Label>,
-}
-
+/// Whether a term selects a pod: here, beside [`PodInfo`], so that the term's own file
+/// names no pod.
 impl AffinityTerm {
-    fn parse(term: &PodAffinityTerm, pod_namespace: &str) -> Result<Self, SelectorError> {
-        let mut namespaces: BTreeSet<String> = term.namespaces.iter().flatten().cloned().collect();
-        let namespace_selector = match term.namespace_selector.as_ref() {
-            Some(s) => Some(Selector::from_label_selector(Some(s))?),
-            None => None,
-        };
-        if namespaces.is_empty() && namespace_selector.is_none() {
-            namespaces.insert(pod_namespace.to_string());
-        }
-        Ok(AffinityTerm {
-            namespaces,
-            namespace_selector,
-            selector: Selector::from_label_selector(term.label_selector.as_ref())?,
-            topology_key: topology::label(&term.topology_key),
-        })
-    }
-
     /// Whether `pod` (in a namespace labelled `namespace_labels`) is one this term selects.
     pub fn matches(
         &self,
@@ -59,28 +32,6 @@ impl AffinityTerm {
     ) -> bool {
         self.matches_group(&pod.group, namespace_labels)
     }
-
-    /// Whether the pods of `group` (in a namespace labelled `namespace_labels`) are ones this
-    /// term selects.
-    pub fn matches_group(
-        &self,
-        group: &PodGroup,
-        namespace_labels: Option<&BTreeMap<String, String>>,
-    ) -> bool {
-        let ns_ok = self.namespaces.contains(group.namespace())
-            || self
-                .namespace_selector
-                .as_ref()
-                .is_some_and(|s| namespace_labels.is_some_and(|l| s.matches(l)) || s.is_empty());
-        ns_ok && self.selector.matches(group.labels())
-    }
-}
-
-/// An affinity term with the weight of a preferred term.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct WeightedAffinityTerm {
-    pub term: AffinityTerm,
-    pub weight: i32,
 }
 
 /// A pod plus everything derived from it once.

@@ -91,7 +91,7 @@ pub(super) fn expand_point(
             let Some(plugin) = built.get(p.name.as_str()) else {
                 continue;
             };
-            if !point.implemented_by(plugin.as_ref()) {
+            if !plugin.implements(point) {
                 errs.push(
                     format!("plugins.{point}.enabled[{j}].name"),
                     format!("plugin {} does not implement {point}", p.name),
@@ -112,7 +112,7 @@ pub(super) fn expand_point(
         let Some(plugin) = built.get(name.as_str()) else {
             continue;
         };
-        if point.implemented_by(plugin.as_ref()) {
+        if plugin.implements(point) {
             list.push((plugin.clone(), weight_of(name, None)));
         }
     }

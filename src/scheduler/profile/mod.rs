@@ -181,7 +181,7 @@ fn check_prerequisites(spec: &SchedulingProfileSpec, per_point: &PerPoint, errs:
         };
         for (plugin, _) in per_point.get(&point).into_iter().flatten() {
             let name = plugin.name();
-            if !prep.implemented_by(plugin.as_ref()) || runs_at(prep, name) {
+            if !plugin.implements(prep) || runs_at(prep, name) {
                 continue;
             }
             let field = point_set(spec, point)

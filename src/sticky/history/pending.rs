@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
-use super::Bind;
+use super::records::Bind;
 use crate::inflight::InFlight;
 use crate::locks;
 use crate::sticky::workload::Workload;

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
 use super::bounds::{self, Seen};
-use super::{Bind, HistoryError, SchedulerView, count_binds, new_binding};
+use super::records::{Bind, HistoryError, SchedulerView, count_binds, new_binding};
 use crate::api::sticky_binding::conditions as sticky_binding;
 use crate::api::sticky_binding::{CONDITION_HISTORY_RECORDED, REASON_RECORDED, REASON_TOO_LARGE};
 use crate::api::{Release, StickyBinding};

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-use super::new_binding;
 use super::pending::PendingBinds;
+use super::records::new_binding;
 use crate::api::{StickyBinding, StickyBindingStatus};
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 

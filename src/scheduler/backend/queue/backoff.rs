@@ -6,7 +6,7 @@ use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use super::heap::HeapEntry;
-use super::{
+use super::state::{
     BACKOFF_COMPLETE, LEFTOVER_FLUSH_INTERVAL, MAX_IN_UNSCHEDULABLE, Pool, SchedulingQueue, State,
 };
 use crate::scheduler::framework::QueuedPodInfo;

@@ -20,8 +20,9 @@
 mod backoff;
 mod heap;
 mod requeue;
+mod state;
 
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,8 @@ use indexmap::IndexMap;
 
 pub use self::backoff::backoff_duration;
 use self::heap::HeapEntry;
-use self::requeue::RecordedEvent;
+use self::state::{Entry, POD_ADD, POD_UPDATE, POP_FROM_BACKOFF, Pool, State};
+pub use self::state::{IncomingCounter, MAX_IN_UNSCHEDULABLE, SchedulingQueue};
 use crate::k8s::pods;
 use crate::locks;
 use crate::scheduler::framework::events::{self, EventObject, HintSource};
@@ -38,126 +40,8 @@ use crate::scheduler::framework::{Plugin, QueuedPodInfo};
 
 /// How many pods [`SchedulingQueue::summary`] reads under the lock at a time.
 const SUMMARY_SLICE: usize = 2048;
-/// How long a pod may stay in the unschedulable pool before it is retried anyway
-/// (kube-scheduler's podMaxInUnschedulablePodsDuration).
-pub const MAX_IN_UNSCHEDULABLE: Duration = Duration::from_secs(5 * 60);
-/// How often the unschedulable pool is checked for pods parked too long (upstream: 30 s).
-const LEFTOVER_FLUSH_INTERVAL: Duration = Duration::from_secs(30);
 /// How often a waiting `pop` looks at backoffQ.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
-/// Counts a pod entering a sub-queue (`active`, `backoff` or `unschedulable`) and the event
-/// that sent it there, as kube-scheduler's `scheduler_queue_incoming_pods_total{queue,event}`.
-pub type IncomingCounter = Box<dyn Fn(&'static str, &str) + Send + Sync>;
-
-/// The event label of a pod the queue first sees.
-const POD_ADD: &str = "UnschedulablePodAdd";
-/// The event label of a pending pod's own update.
-const POD_UPDATE: &str = "UnschedulablePodUpdate";
-/// The event label of a pod back from a failed attempt.
-const ATTEMPT_FAILURE: &str = "ScheduleAttemptFailure";
-/// The event label of a pod whose backoff ended.
-const BACKOFF_COMPLETE: &str = "BackoffComplete";
-/// The event label of a pod taken from backoffQ early, activeQ being empty.
-const POP_FROM_BACKOFF: &str = "PopFromBackoffQ";
-
-/// Where a queued pod is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Pool {
-    Active,
-    Backoff,
-    Unschedulable,
-    Gated,
-    /// Popped; a scheduling cycle works on it.
-    InFlight,
-    /// Assumed on a node; waits for the watch to confirm the bind (then it is deleted) or for a
-    /// failed bind to requeue it.
-    Assumed,
-    /// No profile serves its schedulerName: never popped; handed back by
-    /// [`SchedulingQueue::take_unserved`] when a profile for it appears.
-    Unserved,
-}
-
-#[derive(Clone)]
-struct Entry {
-    info: QueuedPodInfo,
-    pool: Pool,
-    /// When the pod's backoff ends (aligned to a window); `None` when it has none.
-    backoff_until: Option<Instant>,
-    /// While in flight: the sequence number of the first event recorded for it.
-    in_flight_from: Option<u64>,
-    /// A deletion arrived while the pod was in flight.
-    deleted_while_in_flight: bool,
-    /// While in flight or assumed: its profile went away; a failed attempt sends it to the
-    /// unserved pool.
-    unserved_after_flight: bool,
-    /// The pod must wait out its backoff (it failed with an error, or a plugin named when to
-    /// ask again): it is never taken from backoffQ early.
-    full_backoff: bool,
-    /// The sequence number of this pod's newest heap entry: older heap entries of the pod
-    /// (pushed before an update re-sorted it, or before it moved) are skipped when popped.
-    heap_seq: u64,
-    /// Whether the pod has been in activeQ: its first attempt's time is taken then, so the
-    /// time it spent gated is not counted in the SLI (upstream's InitialAttemptTimestamp).
-    activated: bool,
-    /// Its preemption's writes are under way: it stays in the unschedulable pool until they
-    /// end, whatever event comes (upstream's DefaultPreemption PreEnqueue, "waiting for the
-    /// preemption for this pod to be finished").
-    preempting: bool,
-}
-
-impl Entry {
-    /// A pod the queue first sees, in `pool` (`gate`: the PreEnqueue plugin holding it).
-    fn new(pod: Arc<PodInfo>, pool: Pool, gate: Option<&'static str>) -> Self {
-        let now = Instant::now();
-        Entry {
-            info: QueuedPodInfo {
-                pod,
-                initial_attempt_timestamp: now,
-                timestamp: now,
-                attempts: 0,
-                unschedulable_count: 0,
-                consecutive_errors_count: 0,
-                unschedulable_plugins: BTreeSet::new(),
-                gated_by: gate,
-            },
-            pool,
-            backoff_until: None,
-            in_flight_from: None,
-            deleted_while_in_flight: false,
-            unserved_after_flight: false,
-            full_backoff: false,
-            heap_seq: 0,
-            activated: pool != Pool::Gated,
-            preempting: false,
-        }
-    }
-}
-
-struct State {
-    /// Every pod the queue knows, by UID: an index map, so that the metrics can read it in
-    /// slices ([`SchedulingQueue::summary`]).
-    entries: IndexMap<String, Entry>,
-    active: BinaryHeap<HeapEntry>,
-    /// Pods rejected by plugins, waiting out their backoff.
-    backoff: BinaryHeap<HeapEntry>,
-    /// Pods that failed with an error (or asked to be retried at a time), waiting out their
-    /// backoff: never popped early.
-    error_backoff: BinaryHeap<HeapEntry>,
-    seq: u64,
-    /// Events received while some pod was in flight, oldest first.
-    in_flight_events: VecDeque<RecordedEvent>,
-    next_event: u64,
-    /// The `in_flight_from` of every pod in flight, counted.
-    in_flight_starts: BTreeMap<u64, usize>,
-    last_leftover_flush: Instant,
-    /// The keys of the pods in the unschedulable pool (and of some that left it since; they are
-    /// dropped when the pool is next looked at).
-    parked: std::collections::HashSet<String>,
-    /// The keys of the pods PreEnqueue holds back (and of some that left since, dropped as
-    /// for `parked`).
-    gated: std::collections::HashSet<String>,
-    closed: bool,
-}
 
 /// What the queue holds, counted in one pass for the metrics read when `/metrics` is scraped.
 #[derive(Clone, Debug)]
@@ -182,17 +66,6 @@ impl Default for Summary {
             rejected_by: Vec::new(),
         }
     }
-}
-
-/// The queue shared by the watch tasks (add, update, delete, events) and the scheduling loop (pop).
-pub struct SchedulingQueue {
-    state: Mutex<State>,
-    ready: Condvar,
-    sort: Arc<dyn Plugin>,
-    hints: Arc<dyn HintSource>,
-    /// The origin of the backoff windows.
-    epoch: Instant,
-    incoming: std::sync::OnceLock<IncomingCounter>,
 }
 
 impl SchedulingQueue {

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::backoff::{backoff_duration, backoff_failures, later};
-use super::{ATTEMPT_FAILURE, Entry, Pool, SchedulingQueue, State};
+use super::state::{ATTEMPT_FAILURE, Entry, Pool, RecordedEvent, SchedulingQueue, State};
 use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
@@ -16,16 +16,6 @@ use crate::scheduler::framework::events::{
 };
 use crate::scheduler::framework::profile::Backoff;
 use crate::scheduler::framework::runtime::priority;
-
-/// An event recorded while pods were in flight.
-pub(super) struct RecordedEvent {
-    pub(super) seq: u64,
-    event: ClusterEvent,
-    old: Option<EventObject>,
-    new: Option<EventObject>,
-    /// For a pending pod's own update: the UID it concerns (other pods skip it).
-    only_for: Option<String>,
-}
 
 impl SchedulingQueue {
     /// A pod's flight that started at `from` ended: events no pod in flight needs are dropped.

@@ -1,3 +1,4 @@
+use super::state::LEFTOVER_FLUSH_INTERVAL;
 use super::*;
 use crate::scheduler::framework::events::{
     ASSIGNED_POD_ADD, ActionType, ClusterEvent, EventResource, Hint, NODE_ADD, QueueingHints,

@@ -152,3 +152,12 @@ pub fn key(claim: &ResourceClaim) -> String {
         claim.metadata.name.as_deref().unwrap_or_default()
     )
 }
+
+/// Whether a pod uses ResourceClaims (its own, or its extended resources').
+pub fn holds_claims(pod: &Pod) -> bool {
+    has_claims(pod)
+        || pod
+            .status
+            .as_ref()
+            .is_some_and(|s| s.extended_resource_claim_status.is_some())
+}

@@ -41,8 +41,8 @@ use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
 use kube::api::Api;
 
 use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
+use self::claims::holds_claims;
 use self::extended::Extended;
-use self::preemption::{awaits_deallocation, freed_allocator, holds_claims};
 use self::writes::{
     bind_claim, create_claim, delete_claim, patch_extended_status, unreserve_claim,
 };
@@ -420,7 +420,7 @@ impl FilterPlugin for DynamicResources {
         let mut allocations = None;
         let removed_pods = state.read::<RemovedPods>(REMOVED_PODS_KEY);
         let freed = match removed_pods {
-            Some(removed) => match freed_allocator(s, &removed.0, variant.as_ref()) {
+            Some(removed) => match s.freed_allocator(&removed.0, variant.as_ref()) {
                 Ok(a) => a,
                 Err(e) => return Status::error(e),
             },
@@ -448,7 +448,7 @@ impl FilterPlugin for DynamicResources {
                 // for nothing: their deallocation requeues the pod).
                 Ok(None)
                     if node.pods.iter().any(|p| holds_claims(&p.pod))
-                        && !awaits_deallocation(s, node, removed_pods.map(|r| &r.0)) =>
+                        && !s.awaits_deallocation(node, removed_pods.map(|r| &r.0)) =>
                 {
                     return Status::unschedulable("cannot allocate all claims");
                 }

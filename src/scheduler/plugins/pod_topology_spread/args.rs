@@ -1,6 +1,14 @@
 //! PodTopologySpread's args: the default constraints and how they are chosen, validated.
 
-use super::*;
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
+use serde::{Deserialize, Serialize};
+
+use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
+
+pub(super) const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
+pub(super) const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
+pub(super) const DO_NOT_SCHEDULE: &str = "DoNotSchedule";
+pub(super) const SCHEDULE_ANYWAY: &str = "ScheduleAnyway";
 
 /// Where the default constraints come from, as kube-scheduler's `defaultingType`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]

@@ -2,8 +2,22 @@
 //! constraint counts (node affinity and taints, as its policies say), and the matching pods
 //! counted per topology domain in parallel.
 
-use super::*;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use foldhash::HashMap;
+use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
+
+use super::args::LABEL_HOSTNAME;
+use crate::k8s::labels::{Requirement, Selector, SelectorError};
+use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::pod::PodSpec;
+use crate::k8s::taints::find_untolerated;
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::parallel::fold_per_thread;
+use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::topology::{self, Label};
 
 pub(super) fn own_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
     pod.pod

@@ -11,30 +11,23 @@ mod filter;
 mod hints;
 mod score;
 
-use self::args::system_default_constraints;
+use self::args::{DO_NOT_SCHEDULE, SCHEDULE_ANYWAY, system_default_constraints};
 pub use self::args::{DefaultingType, PodTopologySpreadArgs};
 use self::common::*;
 
-use std::collections::BTreeMap;
-
 // Per-cycle maps keyed by node and domain names: foldhash is several times faster than
 // SipHash on them, and nothing outside the cycle chooses their keys.
-use foldhash::{HashMap, HashSet};
+use foldhash::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
-use serde::{Deserialize, Serialize};
+use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
-use crate::k8s::labels::{Requirement, Selector, SelectorError};
-use crate::k8s::node_selector::RequiredNodeAffinity;
-use crate::k8s::taints::find_untolerated;
+use crate::k8s::labels::SelectorError;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
-use crate::scheduler::framework::parallel::fold_per_thread;
-use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::framework::topology::{self, Label};
+use crate::scheduler::framework::topology::{self};
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
@@ -57,11 +50,6 @@ pub const ERR_REASON_NODE_LABEL_NOT_MATCH: &str =
 
 const PRE_FILTER_STATE_KEY: &str = "PreFilterPodTopologySpread";
 const PRE_SCORE_STATE_KEY: &str = "PreScorePodTopologySpread";
-
-const LABEL_HOSTNAME: &str = "kubernetes.io/hostname";
-const LABEL_TOPOLOGY_ZONE: &str = "topology.kubernetes.io/zone";
-const DO_NOT_SCHEDULE: &str = "DoNotSchedule";
-const SCHEDULE_ANYWAY: &str = "ScheduleAnyway";
 
 /// Builds the plugin from its args (absent means defaults), validated and named under `path`.
 pub fn build(

@@ -1,9 +1,12 @@
+use super::args::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use super::*;
+use crate::k8s::labels::Selector;
 use crate::k8s::pod::Pod;
 use crate::scheduler::framework::Code;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use serde_json::json;
+use std::collections::BTreeMap;
 
 const OK: Code = Code::Success;
 const UNSCHED: Code = Code::Unschedulable;

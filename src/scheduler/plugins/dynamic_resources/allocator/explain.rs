@@ -121,7 +121,7 @@ impl Allocator {
                     .and_then(|s| s.get(name))
                     .copied()
                     .unwrap_or(0);
-                if left < pools::consumed(&q.value.0) {
+                if left < super::model::consumed(&q.value.0) {
                     return Some(format!(
                         "needs {} of counter {}/{name}, which allocated devices have spent",
                         q.value.0, consumption.counter_set

@@ -22,191 +22,33 @@
 //!   consuming part of its capacities ([`capacity`]), its result carrying a share ID and what it
 //!   consumed.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, Device, DeviceAllocationConfiguration, DeviceAllocationResult,
-    DeviceAttribute, DeviceClass, DeviceConstraint, DeviceRequestAllocationResult, DeviceTaint,
-    DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
+    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
+    DeviceRequestAllocationResult, DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
 };
 
 mod capacity;
 mod explain;
+mod model;
 mod pools;
 mod result;
 mod search;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use self::model::node_matches;
+pub use self::model::{
+    AllocateError, Allocated, Allocator, DeviceId, MAX_DEVICES_PER_CLAIM, NodeView,
+};
+use self::model::{Candidate, ClaimPlan, Pool, Request, Want};
 use self::search::{ConstraintState, Search};
 use super::cel::{DeviceView, Prepared, Selector};
 use super::claims;
-use crate::k8s::node_selector::Terms;
-use crate::k8s::quantity;
 use crate::locks;
-
-/// At most this many devices in one claim's allocation (upstream's AllocationResultsMaxSize).
-pub const MAX_DEVICES_PER_CLAIM: usize = 32;
-
-/// One device: its driver, pool and name.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct DeviceId {
-    pub driver: String,
-    pub pool: String,
-    pub device: String,
-}
-
-impl std::fmt::Display for DeviceId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
-    }
-}
-
-/// The devices other claims hold (upstream's allocated state): those allocated in the API or
-/// in flight, admin-access allocations aside.
-#[derive(Clone, Debug, Default)]
-pub struct Allocated {
-    /// Devices allocated whole.
-    pub devices: HashSet<DeviceId>,
-    /// Devices with at least one share, and what their shares consume of each capacity
-    /// (nano-units).
-    pub shared: HashMap<DeviceId, BTreeMap<String, i128>>,
-}
-
-impl Allocated {
-    /// The devices of every allocated claim.
-    pub fn of<'a>(claims: impl Iterator<Item = &'a Arc<ResourceClaim>>) -> Self {
-        let mut devices = HashSet::new();
-        let mut shared: HashMap<DeviceId, BTreeMap<String, i128>> = HashMap::new();
-        for c in claims {
-            let results = c
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.devices.as_ref())
-                .and_then(|d| d.results.as_ref());
-            for r in results.into_iter().flatten() {
-                if r.admin_access == Some(true) {
-                    continue;
-                }
-                let id = DeviceId {
-                    driver: r.driver.clone(),
-                    pool: r.pool.clone(),
-                    device: r.device.clone(),
-                };
-                if r.share_id.is_none() {
-                    devices.insert(id);
-                    continue;
-                }
-                let held = shared.entry(id).or_default();
-                for (name, q) in r.consumed_capacity.iter().flatten() {
-                    let n = pools::consumed(&q.0);
-                    let e = held.entry(name.clone()).or_default();
-                    *e = e.saturating_add(n);
-                }
-            }
-        }
-        Allocated { devices, shared }
-    }
-}
-
-/// Why allocation on a node failed other than by finding no devices.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum AllocateError {
-    /// The node cannot be used now (upstream's ErrFailedAllocationOnNode): the pod is
-    /// unschedulable there.
-    #[error("{0}")]
-    OnNode(String),
-    /// Anything else (a CEL error, a request that cannot be served): the attempt fails.
-    #[error("{0}")]
-    Fatal(String),
-    /// The search ran past its deadline (the plugin's `filterTimeout`).
-    #[error("timed out")]
-    TimedOut,
-}
-
-/// A node as the allocator reads it.
-pub struct NodeView<'a> {
-    pub name: &'a str,
-    pub labels: &'a BTreeMap<String, String>,
-}
-
-/// A (sub)request as the search sees it.
-struct Want {
-    /// `req` or `req/sub`: the name in the result and in constraints.
-    name: String,
-    /// The (sub)request's own name, for messages.
-    own_name: String,
-    /// The top-level request's name.
-    parent: String,
-    class: Arc<DeviceClass>,
-    class_selectors: Vec<Result<Selector, String>>,
-    selectors: Vec<Result<Selector, String>>,
-    all: bool,
-    count: usize,
-    admin: bool,
-    tolerations: Option<Vec<DeviceToleration>>,
-    /// What the request asks of the device's capacities, by name (quantities).
-    capacity: BTreeMap<String, String>,
-}
-
-/// One request of a claim: a single want, or the alternatives of `firstAvailable`.
-struct Request {
-    wants: Vec<Want>,
-    first_available: bool,
-}
-
-struct ClaimPlan {
-    claim: Arc<ResourceClaim>,
-    key: String,
-    requests: Vec<Request>,
-    constraints: Vec<DeviceConstraint>,
-}
-
-/// A device, by the address of its `Device` in a slice the allocator holds (so stable and
-/// never shared by two devices while the allocator lives, and no allocation per lookup), and
-/// a want (claim, request, want by index).
-type SelectableKey = (usize, usize, usize, usize);
-
-/// The allocator for one pod's claims, built once per scheduling cycle (PreFilter) and asked
-/// node by node (Filter, in parallel).
-pub struct Allocator {
-    plans: Vec<ClaimPlan>,
-    /// The slices that name a node, by node; the others (a node selector, all nodes, per
-    /// device), which every node looks at; every slice of a pool, by (driver, pool): a node
-    /// reads its own and the shared ones, not the whole cluster's.
-    slices_on_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
-    shared_slices: Vec<Arc<ResourceSlice>>,
-    slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
-    taint_rules: Vec<Arc<DeviceTaintRule>>,
-    allocated: Allocated,
-    /// Whether a device matches a want: by (device, its slice, claim, request, want). The
-    /// slice is in the key because a pool's slices on different nodes may name their devices
-    /// alike.
-    selectable: Mutex<HashMap<SelectableKey, bool>>,
-}
-
-/// A device the node sees, in search order.
-struct Candidate<'a> {
-    id: DeviceId,
-    pool: usize,
-    slice: &'a ResourceSlice,
-    device: &'a Device,
-    taints: Vec<DeviceTaint>,
-}
-
-struct Pool<'a> {
-    driver: String,
-    name: String,
-    slices: Vec<&'a ResourceSlice>,
-    incomplete: bool,
-    invalid: bool,
-    binding: bool,
-    /// Counter set → counter → what is left (nano-units), after allocated devices.
-    counters: BTreeMap<String, BTreeMap<String, i128>>,
-}
 
 fn compile_all(
     selectors: Option<&Vec<k8s_openapi::api::resource::v1::DeviceSelector>>,
@@ -604,25 +446,4 @@ fn device_view<'a>(c: &'a Candidate<'_>) -> DeviceView<'a> {
         capacity: c.device.capacity.as_ref().unwrap_or(&NO_CAPACITY),
         allow_multiple_allocations: c.device.allow_multiple_allocations,
     }
-}
-
-/// Whether a slice's (or device's) node selection takes `node`.
-pub(crate) fn node_matches(
-    name: Option<&str>,
-    all_nodes: Option<bool>,
-    selector: Option<&NodeSelector>,
-    node: &NodeView<'_>,
-) -> Result<bool, String> {
-    if let Some(n) = name.filter(|n| !n.is_empty()) {
-        return Ok(n == node.name);
-    }
-    if all_nodes == Some(true) {
-        return Ok(true);
-    }
-    if let Some(selector) = selector {
-        let terms = Terms::parse(selector)
-            .map_err(|e| format!("failed to parse node selector {selector:?}: {e}"))?;
-        return Ok(terms.matches(node.name, node.labels));
-    }
-    Ok(false)
 }

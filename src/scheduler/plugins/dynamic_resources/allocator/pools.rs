@@ -1,7 +1,15 @@
 //! The pools a node sees and their devices in search order, with what their shared counters
 //! leave.
 
-use super::*;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::resource::v1::ResourceSlice;
+
+use super::model::{
+    AllocateError, Allocated, Allocator, Candidate, DeviceId, NodeView, Pool, consumed,
+    counter_amount, node_matches,
+};
 
 impl Allocator {
     /// The pools the node sees, in search order.
@@ -224,32 +232,4 @@ fn pool_counters(
         }
     }
     sets
-}
-
-/// What a counter holds, in nano-units (a malformed quantity holds nothing).
-pub(super) fn counter_amount(q: &str) -> i128 {
-    nanos(q).unwrap_or(0)
-}
-
-/// What a device consumes of a counter, in nano-units; a malformed quantity (the API server
-/// validates them) consumes more than any counter holds, so the device never fits.
-pub(super) fn consumed(q: &str) -> i128 {
-    nanos(q).unwrap_or(UNFITTING)
-}
-
-/// More than any counter holds, and far enough from `i128::MAX` that taking it and giving it
-/// back is exact.
-const UNFITTING: i128 = 1_000_000_000_000_000_000_000_000_000_000;
-
-/// A quantity in nano-units, exactly as resource.Quantity keeps it (rounded up to a nano),
-/// capped at [`UNFITTING`].
-fn nanos(q: &str) -> Option<i128> {
-    let (num, den) = quantity::parse_ratio(q).ok()?;
-    let scaled = if den <= 1_000_000_000 {
-        num.checked_mul(1_000_000_000 / den)?
-    } else {
-        let per = den / 1_000_000_000;
-        num.div_euclid(per) + i128::from(num.rem_euclid(per) != 0)
-    };
-    Some(scaled.min(UNFITTING))
 }

@@ -1,9 +1,16 @@
 //! The depth-first search over the devices a node sees, as upstream's allocateOne and
 //! allocateDevice.
 
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceAttribute, DeviceConstraint, DeviceTaint, DeviceToleration,
+};
+
 use super::capacity;
-use super::pools::consumed;
-use super::*;
+use super::model::{
+    AllocateError, Allocator, Candidate, DeviceId, MAX_DEVICES_PER_CLAIM, Pool, consumed,
+};
 
 /// The device a want took, by candidate index.
 #[derive(Clone, Debug)]

@@ -62,7 +62,6 @@
 //! bounds as upstream's estimator bounds it) past upstream's 1,000,000 is refused (`estimated cost … exceeds the limit`), as the
 //! API server's own estimate refuses such expressions when they are written.
 
-use std::cmp::Ordering;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock};
 
@@ -71,16 +70,18 @@ use ::cel::common::traits::{Container, Indexer, Iterable, Iterator as CelIterato
 use ::cel::common::types::{
     CelBool, CelInt, CelList, CelMap, CelMapKey, CelString, DYN_TYPE, Kind, MAP_TYPE, Type,
 };
-use ::cel::common::value::{CowVal, FromVal, Val};
+use ::cel::common::value::{CowVal, Val};
 use ::cel::parser::{Macro, MacroExprHelper, ParseError};
 use ::cel::{Context, DeclarationError, Env, ExecutionError, Program, Value};
 use k8s_openapi::api::resource::v1::{DeviceAttribute, DeviceCapacity};
 
+mod overloads;
 mod quantity;
 mod semver;
 #[cfg(test)]
 mod tests;
 
+use self::overloads::{boolean, take_args};
 use self::quantity::{Quantity, add_quantity_library};
 use self::semver::{Semver, add_semver_library};
 
@@ -749,39 +750,8 @@ impl Sizer for DomainMap<'_> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Overloads: the helpers they share (with the quantity and semver libraries) and `includes`.
-
-/// `args` as the `N` arguments of an overload.
-fn take_args<'b, 'v, const N: usize>(
-    args: Vec<CowVal<'b, 'v>>,
-) -> Result<[CowVal<'b, 'v>; N], ExecutionError> {
-    args.try_into()
-        .map_err(|args: Vec<_>| ExecutionError::invalid_argument_count(N, args.len()))
-}
-
-/// `val` as the `T` its overload was declared for.
-fn downcast<'a, 'v, T: FromVal<'a, 'v> + Val>(
-    val: &'a CowVal<'_, 'v>,
-) -> Result<&'a T, ExecutionError> {
-    val.downcast_ref::<T>()
-        .ok_or_else(|| ExecutionError::UnexpectedType {
-            got: val.get_type().name().to_owned(),
-            want: T::cel_type().name().to_owned(),
-        })
-}
-
-fn boolean<'b, 'v>(b: bool) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    Ok(CowVal::owned(CelBool::from(b)))
-}
-
-fn int<'b, 'v>(i: i64) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    Ok(CowVal::owned(CelInt::from(i)))
-}
-
-/// `compareTo`'s result: -1, 0 or 1.
-fn ordering<'b, 'v>(o: Ordering) -> Result<CowVal<'b, 'v>, ExecutionError> {
-    int(o as i64)
-}
+// Overloads: `includes` (the helpers shared with the quantity and semver libraries are in
+// `overloads.rs`).
 
 /// `target.includes(item)`: whether the list `target` has an element equal to `item`, or the
 /// scalar `target` equals it (upstream's lists library, version 1).

@@ -7,7 +7,7 @@ use ::cel::common::types::{CelDouble, CelInt, CelString, INT_TYPE, STRING_TYPE, 
 use ::cel::common::value::{CowVal, StaticVal, Val};
 use ::cel::{DeclarationError, Env, ExecutionError};
 
-use super::{boolean, downcast, int, ordering, take_args};
+use super::overloads::{boolean, downcast, int, ordering, take_args};
 use crate::k8s::quantity;
 
 static QUANTITY_TYPE: Type = Type::new_unspecified_type("kubernetes.Quantity");

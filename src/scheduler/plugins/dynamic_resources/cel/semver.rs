@@ -8,7 +8,7 @@ use ::cel::common::types::{BOOL_TYPE, CelBool, CelString, STRING_TYPE, Type};
 use ::cel::common::value::{CowVal, StaticVal, Val};
 use ::cel::{DeclarationError, Env, ExecutionError};
 
-use super::{boolean, downcast, int, ordering, take_args};
+use super::overloads::{boolean, downcast, int, ordering, take_args};
 
 static SEMVER_TYPE: Type = Type::new_unspecified_type("kubernetes.Semver");
 

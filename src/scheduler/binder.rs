@@ -1,0 +1,80 @@
+//! The binding cycles under way, and the places among those that bind now: what the scheduling
+//! loop waits on for room and the shutdown waits on to end.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use crate::inflight::InFlight;
+use crate::locks;
+
+/// How many binding cycles may bind at once (from the end of the scheduling cycle, or from a
+/// Permit verdict, until the bind is answered): past that the scheduling loop waits for one of
+/// their binds to be answered. Each holds its pod's cycle state and, the API client speaking
+/// HTTP/1.1, a connection of its own; a burst of 5,000 pods scheduled faster than the API
+/// server bound them held thousands of both. PostBind (the history writes, bounded on their
+/// own) runs after the bind's place is given back.
+pub const MAX_BINDS_IN_FLIGHT: usize = 128;
+
+/// The binding cycles under way (for the shutdown's wait), and the places among the
+/// [`MAX_BINDS_IN_FLIGHT`] that bind now (for the scheduling loop's wait for room).
+#[derive(Default)]
+pub struct BindingCycles {
+    running: InFlight,
+    /// Binding cycles holding a [`BindSlot`] (from the end of their scheduling cycle or their
+    /// Permit verdict until their bind is answered), and a wake-up for the scheduling loop
+    /// waiting for one of them to give it back.
+    binding_now: AtomicUsize,
+    room: (Mutex<()>, Condvar),
+}
+
+impl BindingCycles {
+    /// A binding cycle starts.
+    pub fn started(&self) {
+        self.running.start();
+    }
+
+    /// A binding cycle ended.
+    pub fn finished(&self) {
+        self.running.finish();
+    }
+
+    /// Takes a place among the binding cycles that bind now (the scheduling loop has waited
+    /// for room).
+    pub fn take_slot(self: &Arc<Self>) -> BindSlot {
+        self.binding_now.fetch_add(1, Ordering::SeqCst);
+        crate::k8s::budget::bind_started();
+        BindSlot(self.clone())
+    }
+
+    /// Waits (on the scheduling loop's thread) while [`MAX_BINDS_IN_FLIGHT`] binding cycles
+    /// bind, or until `closed`.
+    pub fn wait_for_room(&self, closed: impl Fn() -> bool) {
+        let mut room = locks::lock(&self.room.0);
+        while self.binding_now.load(Ordering::SeqCst) >= MAX_BINDS_IN_FLIGHT && !closed() {
+            room = match self.room.1.wait_timeout(room, Duration::from_millis(100)) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+
+    /// Waits until no binding cycle runs, at most `grace`; returns how many still run.
+    pub async fn wait(&self, grace: Duration) -> usize {
+        self.running.wait(grace).await
+    }
+}
+
+/// A place among the [`MAX_BINDS_IN_FLIGHT`] binding cycles that bind now, held from the
+/// scheduling cycle's end until the bind is answered (PostBind and its history writes run
+/// after it is given back); given back when dropped.
+pub struct BindSlot(Arc<BindingCycles>);
+
+impl Drop for BindSlot {
+    fn drop(&mut self) {
+        self.0.binding_now.fetch_sub(1, Ordering::SeqCst);
+        crate::k8s::budget::bind_answered();
+        let _room = locks::lock(&self.0.room.0);
+        self.0.room.1.notify_one();
+    }
+}

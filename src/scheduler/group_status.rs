@@ -1,0 +1,147 @@
+//! The PodGroup condition writer: the `PodGroupInitiallyScheduled` writes the group cycles ask
+//! for, written in order by one task that the scheduler starts with itself.
+
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::gate::Write;
+
+/// The condition type the group cycle sets on a Workload API PodGroup.
+pub const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
+
+/// Starts the writer on `runtime`; the writes asked for through the sender are written in
+/// order, each fenced by `gate`. The task ends when the last sender is dropped.
+pub fn start(
+    client: kube::Client,
+    gate: crate::gate::WriteGate,
+    runtime: &tokio::runtime::Handle,
+) -> tokio::sync::mpsc::Sender<ConditionWrite> {
+    let (tx, rx) = tokio::sync::mpsc::channel(CONDITIONS_QUEUED);
+    runtime.spawn(write_conditions(client, gate, rx));
+    tx
+}
+
+/// A `PodGroupInitiallyScheduled` write the group cycle asks for.
+pub struct ConditionWrite {
+    pub namespace: String,
+    pub name: String,
+    pub status: &'static str,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// How many times a write is tried when the PodGroup changed between its read and the patch.
+const CONDITION_TRIES: usize = 3;
+
+/// PodGroup condition writes waiting at most; past that a write is dropped (the group's next
+/// attempt asks again).
+pub const CONDITIONS_QUEUED: usize = 1024;
+
+/// Writes the conditions asked for, one after another: each reads the PodGroup, sets the
+/// condition on what it read, and patches with that read's resourceVersion (tried again on a
+/// conflict).
+pub async fn write_conditions(
+    client: kube::Client,
+    gate: crate::gate::WriteGate,
+    mut asked: tokio::sync::mpsc::Receiver<ConditionWrite>,
+) {
+    while let Some(write) = asked.recv().await {
+        let group = format!("{}/{}", write.namespace, write.name);
+        let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
+        for _ in 0..CONDITION_TRIES {
+            let current = match api.get_opt(&write.name).await {
+                Ok(Some(current)) => current,
+                Ok(None) => break,
+                Err(e) => {
+                    tracing::debug!(group = %group, error = %e, "could not read the PodGroup; its condition is not written");
+                    break;
+                }
+            };
+            let conditions = current
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.clone())
+                .unwrap_or_default();
+            let Some(conditions) = with_condition(
+                conditions,
+                current.metadata.generation,
+                write.status,
+                write.reason,
+                &write.message,
+            ) else {
+                break;
+            };
+            let patch = serde_json::json!({
+                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "status": {"conditions": conditions},
+            });
+            let written = gate
+                .write(
+                    Write::PodGroupStatus,
+                    api.patch_status(&write.name, &PatchParams::default(), &Patch::Merge(&patch)),
+                )
+                .await;
+            match written {
+                Ok(Ok(_)) => break,
+                Ok(Err(kube::Error::Api(e))) if e.code == 409 => continue,
+                Ok(Err(e)) => {
+                    tracing::debug!(group = %group, error = %e, "could not write the PodGroup's condition");
+                    break;
+                }
+                Err(refused) => {
+                    tracing::debug!(group = %group, error = %refused, "the PodGroup's condition is not written");
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// `conditions` with [`INITIALLY_SCHEDULED`] set to `status`/`reason`/`message`, or None when
+/// nothing is to be written: it is True already and would not be, or it says the same for the
+/// same generation. The transition time moves only when the status does.
+pub fn with_condition(
+    mut conditions: Vec<Condition>,
+    generation: Option<i64>,
+    status: &str,
+    reason: &str,
+    message: &str,
+) -> Option<Vec<Condition>> {
+    let now = Time(jiff::Timestamp::now());
+    match conditions
+        .iter_mut()
+        .find(|c| c.type_ == INITIALLY_SCHEDULED)
+    {
+        Some(c) if c.status == "True" && status != "True" => None,
+        Some(c)
+            if c.status == status
+                && c.reason == reason
+                && c.message == message
+                && c.observed_generation == generation =>
+        {
+            None
+        }
+        Some(c) => {
+            if c.status != status {
+                c.last_transition_time = now;
+            }
+            c.status = status.into();
+            c.reason = reason.into();
+            c.message = message.into();
+            c.observed_generation = generation;
+            Some(conditions)
+        }
+        None => {
+            conditions.push(Condition {
+                type_: INITIALLY_SCHEDULED.into(),
+                status: status.into(),
+                reason: reason.into(),
+                message: message.into(),
+                observed_generation: generation,
+                last_transition_time: now,
+            });
+            Some(conditions)
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! What the allocator is made of: the devices and claims as it reads them, its errors, and
+//! the allocator itself; its ways are in `mod.rs` (building and asking it), `pools.rs` (what a
+//! node sees) and `search.rs` (the search). None of them is read from here.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::NodeSelector;
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceClass, DeviceConstraint, DeviceTaint, DeviceTaintRule, DeviceToleration,
+    ResourceClaim, ResourceSlice,
+};
+
+use crate::k8s::node_selector::Terms;
+use crate::k8s::quantity;
+use crate::scheduler::plugins::dynamic_resources::cel::Selector;
+
+/// At most this many devices in one claim's allocation (upstream's AllocationResultsMaxSize).
+pub const MAX_DEVICES_PER_CLAIM: usize = 32;
+
+/// One device: its driver, pool and name.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct DeviceId {
+    pub driver: String,
+    pub pool: String,
+    pub device: String,
+}
+
+impl std::fmt::Display for DeviceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}", self.driver, self.pool, self.device)
+    }
+}
+
+/// The devices other claims hold (upstream's allocated state): those allocated in the API or
+/// in flight, admin-access allocations aside.
+#[derive(Clone, Debug, Default)]
+pub struct Allocated {
+    /// Devices allocated whole.
+    pub devices: HashSet<DeviceId>,
+    /// Devices with at least one share, and what their shares consume of each capacity
+    /// (nano-units).
+    pub shared: HashMap<DeviceId, BTreeMap<String, i128>>,
+}
+
+impl Allocated {
+    /// The devices of every allocated claim.
+    pub fn of<'a>(claims: impl Iterator<Item = &'a Arc<ResourceClaim>>) -> Self {
+        let mut devices = HashSet::new();
+        let mut shared: HashMap<DeviceId, BTreeMap<String, i128>> = HashMap::new();
+        for c in claims {
+            let results = c
+                .status
+                .as_ref()
+                .and_then(|s| s.allocation.as_ref())
+                .and_then(|a| a.devices.as_ref())
+                .and_then(|d| d.results.as_ref());
+            for r in results.into_iter().flatten() {
+                if r.admin_access == Some(true) {
+                    continue;
+                }
+                let id = DeviceId {
+                    driver: r.driver.clone(),
+                    pool: r.pool.clone(),
+                    device: r.device.clone(),
+                };
+                if r.share_id.is_none() {
+                    devices.insert(id);
+                    continue;
+                }
+                let held = shared.entry(id).or_default();
+                for (name, q) in r.consumed_capacity.iter().flatten() {
+                    let n = consumed(&q.0);
+                    let e = held.entry(name.clone()).or_default();
+                    *e = e.saturating_add(n);
+                }
+            }
+        }
+        Allocated { devices, shared }
+    }
+}
+
+/// Why allocation on a node failed other than by finding no devices.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AllocateError {
+    /// The node cannot be used now (upstream's ErrFailedAllocationOnNode): the pod is
+    /// unschedulable there.
+    #[error("{0}")]
+    OnNode(String),
+    /// Anything else (a CEL error, a request that cannot be served): the attempt fails.
+    #[error("{0}")]
+    Fatal(String),
+    /// The search ran past its deadline (the plugin's `filterTimeout`).
+    #[error("timed out")]
+    TimedOut,
+}
+
+/// A node as the allocator reads it.
+pub struct NodeView<'a> {
+    pub name: &'a str,
+    pub labels: &'a BTreeMap<String, String>,
+}
+
+/// A (sub)request as the search sees it.
+pub(super) struct Want {
+    /// `req` or `req/sub`: the name in the result and in constraints.
+    pub(super) name: String,
+    /// The (sub)request's own name, for messages.
+    pub(super) own_name: String,
+    /// The top-level request's name.
+    pub(super) parent: String,
+    pub(super) class: Arc<DeviceClass>,
+    pub(super) class_selectors: Vec<Result<Selector, String>>,
+    pub(super) selectors: Vec<Result<Selector, String>>,
+    pub(super) all: bool,
+    pub(super) count: usize,
+    pub(super) admin: bool,
+    pub(super) tolerations: Option<Vec<DeviceToleration>>,
+    /// What the request asks of the device's capacities, by name (quantities).
+    pub(super) capacity: BTreeMap<String, String>,
+}
+
+/// One request of a claim: a single want, or the alternatives of `firstAvailable`.
+pub(super) struct Request {
+    pub(super) wants: Vec<Want>,
+    pub(super) first_available: bool,
+}
+
+pub(super) struct ClaimPlan {
+    pub(super) claim: Arc<ResourceClaim>,
+    pub(super) key: String,
+    pub(super) requests: Vec<Request>,
+    pub(super) constraints: Vec<DeviceConstraint>,
+}
+
+/// A device, by the address of its `Device` in a slice the allocator holds (so stable and
+/// never shared by two devices while the allocator lives, and no allocation per lookup), and
+/// a want (claim, request, want by index).
+pub(super) type SelectableKey = (usize, usize, usize, usize);
+
+/// The allocator for one pod's claims, built once per scheduling cycle (PreFilter) and asked
+/// node by node (Filter, in parallel).
+pub struct Allocator {
+    pub(super) plans: Vec<ClaimPlan>,
+    /// The slices that name a node, by node; the others (a node selector, all nodes, per
+    /// device), which every node looks at; every slice of a pool, by (driver, pool): a node
+    /// reads its own and the shared ones, not the whole cluster's.
+    pub(super) slices_on_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
+    pub(super) shared_slices: Vec<Arc<ResourceSlice>>,
+    pub(super) slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
+    pub(super) taint_rules: Vec<Arc<DeviceTaintRule>>,
+    pub(super) allocated: Allocated,
+    /// Whether a device matches a want: by (device, its slice, claim, request, want). The
+    /// slice is in the key because a pool's slices on different nodes may name their devices
+    /// alike.
+    pub(super) selectable: Mutex<HashMap<SelectableKey, bool>>,
+}
+
+/// A device the node sees, in search order.
+pub(super) struct Candidate<'a> {
+    pub(super) id: DeviceId,
+    pub(super) pool: usize,
+    pub(super) slice: &'a ResourceSlice,
+    pub(super) device: &'a Device,
+    pub(super) taints: Vec<DeviceTaint>,
+}
+
+pub(super) struct Pool<'a> {
+    pub(super) driver: String,
+    pub(super) name: String,
+    pub(super) slices: Vec<&'a ResourceSlice>,
+    pub(super) incomplete: bool,
+    pub(super) invalid: bool,
+    pub(super) binding: bool,
+    /// Counter set → counter → what is left (nano-units), after allocated devices.
+    pub(super) counters: BTreeMap<String, BTreeMap<String, i128>>,
+}
+
+/// Whether a slice's (or device's) node selection takes `node`.
+pub(crate) fn node_matches(
+    name: Option<&str>,
+    all_nodes: Option<bool>,
+    selector: Option<&NodeSelector>,
+    node: &NodeView<'_>,
+) -> Result<bool, String> {
+    if let Some(n) = name.filter(|n| !n.is_empty()) {
+        return Ok(n == node.name);
+    }
+    if all_nodes == Some(true) {
+        return Ok(true);
+    }
+    if let Some(selector) = selector {
+        let terms = Terms::parse(selector)
+            .map_err(|e| format!("failed to parse node selector {selector:?}: {e}"))?;
+        return Ok(terms.matches(node.name, node.labels));
+    }
+    Ok(false)
+}
+
+/// What a counter holds, in nano-units (a malformed quantity holds nothing).
+pub(super) fn counter_amount(q: &str) -> i128 {
+    nanos(q).unwrap_or(0)
+}
+
+/// What a device consumes of a counter, in nano-units; a malformed quantity (the API server
+/// validates them) consumes more than any counter holds, so the device never fits.
+pub(super) fn consumed(q: &str) -> i128 {
+    nanos(q).unwrap_or(UNFITTING)
+}
+
+/// More than any counter holds, and far enough from `i128::MAX` that taking it and giving it
+/// back is exact.
+const UNFITTING: i128 = 1_000_000_000_000_000_000_000_000_000_000;
+
+/// A quantity in nano-units, exactly as resource.Quantity keeps it (rounded up to a nano),
+/// capped at [`UNFITTING`].
+fn nanos(q: &str) -> Option<i128> {
+    let (num, den) = quantity::parse_ratio(q).ok()?;
+    let scaled = if den <= 1_000_000_000 {
+        num.checked_mul(1_000_000_000 / den)?
+    } else {
+        let per = den / 1_000_000_000;
+        num.div_euclid(per) + i128::from(num.rem_euclid(per) != 0)
+    };
+    Some(scaled.min(UNFITTING))
+}
