@@ -12,6 +12,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use tether::k8s::pod::Pod;
+use tether::scheduler::algorithm::{ScheduleResult, schedule_pod};
 use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::snapshot::Snapshot;
@@ -20,7 +21,6 @@ use tether::scheduler::informers::Keeps;
 use tether::scheduler::informers::devices::DeviceIndex;
 use tether::scheduler::plugins::registry::Handle;
 use tether::scheduler::profile::default_profile;
-use tether::scheduler::schedule_one::{ScheduleResult, schedule_pod};
 
 const NODES: usize = 1000;
 const DEVICES_PER_NODE: usize = 8;

@@ -11,13 +11,13 @@ use std::sync::atomic::AtomicUsize;
 use criterion::{Criterion, criterion_group, criterion_main};
 use k8s_openapi::api::core::v1::Node;
 use tether::k8s::pod::Pod;
+use tether::scheduler::algorithm::{ScheduleResult, schedule_pod};
 use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::snapshot::Snapshot;
 use tether::scheduler::framework::{CycleState, NoNominations, Nomination};
 use tether::scheduler::plugins::registry::Handle;
 use tether::scheduler::profile::default_profile;
-use tether::scheduler::schedule_one::{ScheduleResult, schedule_pod};
 
 const NODES: usize = 5000;
 const PODS_PER_NODE: usize = 10;

@@ -263,12 +263,12 @@ fn explain_now(
     let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
     if pending
         && let Some(gang) =
-            crate::scheduler::group_cycle::gang_of_pod(&sched.pod_groups, &profile, &pod)
+            crate::scheduler::schedule_one_group::gang_of_pod(&sched.pod_groups, &profile, &pod)
     {
         let members = sched.queue.pending_of_group(|p| gang.key.has_member(p));
         let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
         let scheduled_before =
-            crate::scheduler::group_cycle::scheduled_before(sched, &gang.key, &uids).len();
+            crate::scheduler::schedule_one_group::scheduled_before(sched, &gang.key, &uids).len();
         explanation.group = Some(explain::explain_group(
             &profile,
             gang.key.to_string(),

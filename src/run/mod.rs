@@ -674,7 +674,7 @@ fn start_scheduling_loop(
                 }
                 tracing::info!("caches synced; scheduling");
                 record_missed_binds(&sched, &history, &runtime);
-                crate::scheduler::cycle::run_loop(&sched);
+                crate::scheduler::schedule_one::run_loop(&sched);
                 if !sched.queue.is_closed() && sched.gate.admits(crate::gate::Write::Bind) {
                     fatal.report("the scheduling loop ended");
                 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 use crate::gate::Write;
 use crate::k8s::pod::Pod;
 use crate::scheduler::Scheduler;
+use crate::scheduler::algorithm::Choice;
 use crate::scheduler::binder::BindSlot;
 use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
@@ -16,7 +17,6 @@ use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::PermitWait;
 use crate::scheduler::framework::{Code, Status};
 use crate::scheduler::framework::{CycleState, QueuedPodInfo};
-use crate::scheduler::schedule_one::Choice;
 
 /// What the binding cycle needs from the scheduling cycle.
 pub struct Assumed {

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crate::scheduler::Scheduler;
+use crate::scheduler::algorithm::Choice;
 use crate::scheduler::binding::{self, Assumed};
 use crate::scheduler::failure::{Failure, one_node_fit_error};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
-use crate::scheduler::schedule_one::Choice;
 
 /// Permit, then the binding cycle, for a pod assumed on `node` whose Reserve passed (a pod of
 /// its own cycle, or a member of a gang's group cycle). A Permit rejection gives back what the

@@ -8,15 +8,14 @@
 //!                                                              └─► binding cycle (tokio task per pod)
 //! ```
 
+pub mod algorithm;
 pub mod backend;
 pub mod binder;
 pub mod binding;
-pub mod cycle;
 pub mod eventhandlers;
 pub mod explain;
 pub mod failure;
 pub mod framework;
-pub mod group_cycle;
 pub mod group_status;
 pub mod handoff;
 pub mod informers;
@@ -25,6 +24,7 @@ pub mod outcome;
 pub mod plugins;
 pub mod profile;
 pub mod schedule_one;
+pub mod schedule_one_group;
 
 #[cfg(test)]
 pub mod testing;

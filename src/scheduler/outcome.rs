@@ -21,7 +21,7 @@ use crate::gate::{Write, WriteGate};
 use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::recorder::{EventType, EventWriter};
-use crate::scheduler::schedule_one::Choice;
+use crate::scheduler::algorithm::Choice;
 
 /// How many events may wait to be written; past that, new ones are dropped. (client-go's
 /// broadcaster keeps 1,000; tether keeps more because its events give way to binds during a

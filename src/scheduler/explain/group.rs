@@ -7,12 +7,12 @@
 use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 
+use crate::scheduler::algorithm::{self, ScheduleResult};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{CycleState, NominatedPods};
-use crate::scheduler::schedule_one::{self, ScheduleResult};
 
 use super::types::{GroupExplanation, GroupMember};
 
@@ -63,7 +63,7 @@ pub fn explain_group(
             break;
         }
         let mut state = CycleState::new();
-        let result = schedule_one::schedule_pod_with(
+        let result = algorithm::schedule_pod_with(
             profile, &mut state, pod, &current, &start, nominated, false,
         );
         let member = match result {

@@ -21,6 +21,7 @@ pub use self::types::{
     NodeScores, PluginScore, held_requests,
 };
 use crate::k8s::pod::Pod;
+use crate::scheduler::algorithm;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
@@ -29,7 +30,6 @@ use crate::scheduler::framework::runtime::{
 };
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{CycleState, NominatedPods, Status};
-use crate::scheduler::schedule_one;
 
 /// Explains `pod`, pending or bound: a bound pod is explained as the pending pod it was, on a
 /// snapshot whose node no longer counts it (its own requests must not count against it).
@@ -189,7 +189,7 @@ pub fn explain(
 
     // PreScore, Score, weights.
     let mut detail: Vec<PluginScores> = Vec::new();
-    match schedule_one::prioritize(
+    match algorithm::prioritize(
         profile,
         &mut state,
         pod,

@@ -1,7 +1,7 @@
 //! GangScheduling: the pods of a PodGroup with the gang policy (the Workload API,
 //! `scheduling.k8s.io/v1beta1`) wait at PreEnqueue until their PodGroup exists and at least
 //! `minCount` of its pods do, as kube-scheduler v1.37's plugin of that name. Whether a gang
-//! fits is decided by the group scheduling cycle (`scheduler/group_cycle.rs`), which places the
+//! fits is decided by the group scheduling cycle (`scheduler/schedule_one_group.rs`), which places the
 //! members together or holds nothing; this plugin marks the profiles that run it.
 
 use std::sync::Arc;

@@ -14,12 +14,12 @@ use serde_json::{Value, json};
 use super::compile;
 use crate::api::SchedulingProfileSpec;
 use crate::gate::WriteGate;
+use crate::scheduler::algorithm::{ScheduleResult, schedule_pod};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::waiting_pods::WaitingPods;
 use crate::scheduler::framework::{CycleState, NoNominations};
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::registry::Handle;
-use crate::scheduler::schedule_one::{ScheduleResult, schedule_pod};
 use crate::scheduler::testing::volumes::{claim, class, volume};
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot, stand_in_client};
 

@@ -2,7 +2,7 @@
 //! extension point has its runner here, a method of the compiled profile. This file holds
 //! PreEnqueue and the points of the search for a node (PreFilter, Filter, PostFilter, PreScore,
 //! Score); [`binding`] the points from Reserve on. The algorithm that calls them (how many nodes
-//! to filter, from where, how the winner is picked) is the scheduler's: `scheduler/schedule_one.rs`.
+//! to filter, from where, how the winner is picked) is the scheduler's: `scheduler/algorithm.rs`.
 
 pub mod binding;
 

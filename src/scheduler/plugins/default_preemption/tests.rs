@@ -10,13 +10,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::*;
 use crate::k8s::pod::PodStatus;
+use crate::scheduler::algorithm::{ScheduleResult, schedule_pod};
 use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::NoNominations;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::profile::default_profile;
-use crate::scheduler::schedule_one::{ScheduleResult, schedule_pod};
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 use crate::watch::Index;
 

@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
+use crate::scheduler::algorithm::{self, Choice, ScheduleResult};
 use crate::scheduler::failure::{Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
@@ -28,7 +29,6 @@ use crate::scheduler::informers::pod_groups::{
 };
 use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::plugins::{coscheduling, gang_scheduling};
-use crate::scheduler::schedule_one::{self, Choice, ScheduleResult};
 
 /// The PodGroup condition the group cycle writes (upstream's
 /// `PodGroupInitiallyScheduled`): True once the group was placed, never False again after.
@@ -284,7 +284,7 @@ pub fn schedule_group(
                 }
                 continue;
             }
-            let result = schedule_one::schedule_pod_with(
+            let result = algorithm::schedule_pod_with(
                 &profile,
                 &mut state,
                 pod,
