@@ -63,19 +63,13 @@ pub struct EventWriter {
 }
 
 impl EventWriter {
-    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+    pub fn new(client: kube::Client, instance: Option<String>, gate: WriteGate) -> Self {
         EventWriter {
             client,
             instance: instance.unwrap_or_else(|| "tether".into()),
             written: Arc::default(),
-            gate: WriteGate::alone(),
+            gate,
         }
-    }
-
-    /// Writes only what `gate` admits.
-    pub fn gated_by(mut self, gate: WriteGate) -> Self {
-        self.gate = gate;
-        self
     }
 
     /// Writes an event about `regarding`, observed now, or counts a repeat of one in its
@@ -274,7 +268,7 @@ mod tests {
             seen.lock().expect("calls").push(method.to_string());
             (if method == "POST" { 201 } else { 200 }, sent)
         });
-        let events = EventWriter::new(client, None);
+        let events = EventWriter::new(client, None, WriteGate::alone());
         let pod = ObjectReference {
             kind: Some("Pod".into()),
             namespace: Some("ns".into()),
@@ -315,7 +309,7 @@ mod tests {
             seen.lock().expect("times").push(time);
             (201, sent)
         });
-        let events = EventWriter::new(client, None);
+        let events = EventWriter::new(client, None, WriteGate::alone());
         let pod = ObjectReference {
             kind: Some("Pod".into()),
             namespace: Some("ns".into()),
@@ -362,7 +356,7 @@ mod tests {
             name: Some("p".into()),
             ..Default::default()
         };
-        EventWriter::new(client, None)
+        EventWriter::new(client, None, WriteGate::alone())
             .publish(
                 &profile,
                 EventType::Normal,

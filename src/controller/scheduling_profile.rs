@@ -467,7 +467,7 @@ pub fn run(
         let api: Api<SchedulingProfile> = Api::all(client.clone());
         let (store, writer) = kube::runtime::reflector::store();
         let ctx = Arc::new(Context {
-            events: EventWriter::new(client.clone(), instance).gated_by(gate.clone()),
+            events: EventWriter::new(client.clone(), instance, gate.clone()),
             client,
             scheduler,
             handle,

@@ -400,10 +400,10 @@ fn build_scheduler(
             bindings.clone(),
             owners.clone(),
             process.metrics.clone(),
+            gate.clone(),
         )
         .reading(Arc::new(view.clone()))
-        .settling_after(config.history_settle)
-        .gated_by(gate.clone()),
+        .settling_after(config.history_settle),
     );
 
     let reports = Reports::new(client.clone(), config.instance.clone(), gate.clone())
@@ -422,7 +422,7 @@ fn build_scheduler(
         },
     );
     report_unreadable_objects(
-        EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
+        EventWriter::new(client.clone(), config.instance.clone(), gate.clone()),
         client.clone(),
         gate.clone(),
     );
@@ -432,9 +432,11 @@ fn build_scheduler(
         devices: devices.clone(),
         budgets: budgets.clone(),
         pod_groups: pod_groups.clone(),
-        events: Some(
-            EventWriter::new(client.clone(), config.instance.clone()).gated_by(gate.clone()),
-        ),
+        events: Some(EventWriter::new(
+            client.clone(),
+            config.instance.clone(),
+            gate.clone(),
+        )),
         gate: gate.clone(),
         default_selectors: selectors.clone(),
         owners: owners.clone(),

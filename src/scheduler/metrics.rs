@@ -1,99 +1,29 @@
 //! Prometheus metrics of the scheduler, named after kube-scheduler's where one exists; the
 //! process's own (`process.rs`) and the API client's (`k8s::client_metrics`) beside them.
 
+mod labels;
 mod process;
 
 use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::k8s::client_metrics::RequestMetrics;
 use crate::locks;
 
+pub use self::labels::*;
 pub use self::process::ProcessCollector;
 
 /// An integer gauge.
 type IntGauge = Gauge<i64, std::sync::atomic::AtomicI64>;
 /// A gauge of seconds.
 type SecondsGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AttemptLabels {
-    /// scheduled, unschedulable or error.
-    pub result: String,
-    pub profile: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProfileLabels {
-    pub profile: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HistoryLabels {
-    /// recorded (the bind was counted), duplicate (it already was) or failed.
-    pub result: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct HoldEndLabels {
-    /// `claimed` or `expired`.
-    pub how: &'static str,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct WatchLabels {
-    /// The watch, as `/readyz` names it (`pods`, `persistentvolumes`, `ReplicaSet owners`…).
-    pub watch: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct QueueLabels {
-    /// active, backoff, unschedulable or gated.
-    pub queue: String,
-}
-
-/// The labels of `tether_schedulingprofile_ready`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SchedulingProfileLabels {
-    /// The SchedulingProfile's name.
-    pub schedulingprofile: String,
-    /// The schedulerName its spec names (what the other metrics call `profile`).
-    pub profile: String,
-}
-
-/// The labels of `tether_build_info`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
-    pub version: &'static str,
-    pub commit: &'static str,
-}
-
-/// The labels of kube-scheduler's `scheduler_unschedulable_pods`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct UnschedulableLabels {
-    /// A plugin that rejected the pods (or holds them at PreEnqueue).
-    pub plugin: String,
-    /// Their schedulerName.
-    pub profile: String,
-}
-
-/// One sub-queue as the queue reports it at scrape time.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PendingQueue<'a> {
-    /// active, backoff, unschedulable or gated.
-    pub queue: &'a str,
-    pub pods: usize,
-    /// How long its longest-waiting pod has waited since it entered the queue.
-    pub oldest: Option<Duration>,
-}
 
 /// The scheduler's metrics; cheap to update from any thread.
 pub struct Metrics {
@@ -168,80 +98,6 @@ struct Upstream {
     /// `scheduler_podgroup_scheduling_algorithm_duration_seconds`: the search for the members'
     /// nodes.
     podgroup_algorithm_duration: Histogram,
-}
-
-/// The labels of kube-scheduler's incoming pods counter.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct IncomingLabels {
-    /// active, backoff or unschedulable.
-    pub queue: String,
-    /// What sent the pod there: UnschedulablePodAdd, ScheduleAttemptFailure, BackoffComplete,
-    /// a cluster event (NodeAdd, AssignedPodDelete…).
-    pub event: String,
-}
-
-/// The labels of kube-scheduler's plugin histogram.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PluginLabels {
-    pub plugin: String,
-    pub extension_point: String,
-    pub status: String,
-}
-
-/// kube-scheduler's: from 0.01 ms by a factor of 1.5, the last bucket from about 22 ms.
-fn plugin_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.00001, 1.5, 20))
-}
-
-/// The labels of kube-scheduler's extension point histogram.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ExtensionPointLabels {
-    pub extension_point: String,
-    pub status: String,
-    pub profile: String,
-}
-
-/// kube-scheduler's: 1, 2, 4… 64 victims.
-fn victim_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(1.0, 2.0, 7))
-}
-
-fn extension_point_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.0001, 2.0, 12))
-}
-
-/// The SLI histogram's `attempts` label, capped as kube-scheduler caps it: `1`…`14`, then
-/// `15+`, so that a pod retried for days makes no new series.
-fn attempts_label(attempts: u32) -> String {
-    if attempts >= 15 {
-        "15+".into()
-    } else {
-        attempts.to_string()
-    }
-}
-
-/// The label of kube-scheduler's SLI histogram: how many attempts the pod took.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SliLabels {
-    pub attempts: String,
-}
-
-fn attempt_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 15))
-}
-
-fn sli_buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.01, 2.0, 20))
-}
-
-/// The label kube-scheduler's `leader_election_master_status` carries: the Lease's user.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LeaderLabels {
-    pub name: String,
-}
-
-fn buckets() -> Histogram {
-    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }
 
 impl Default for Metrics {

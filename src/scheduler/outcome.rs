@@ -200,7 +200,7 @@ impl Reports {
     /// Reports written with `client`, each admitted by `gate`; the events and the failure
     /// conditions are written by tasks spawned here, on the current tokio runtime.
     pub fn new(client: kube::Client, instance: Option<String>, gate: WriteGate) -> Self {
-        let writer = EventWriter::new(client.clone(), instance).gated_by(gate.clone());
+        let writer = EventWriter::new(client.clone(), instance, gate.clone());
         let (events, queued) = tokio::sync::mpsc::channel(QUEUED_EVENTS);
         let dropped = Arc::new(AtomicU64::new(0));
         tokio::spawn(Self::write_events(writer, queued, dropped.clone()));

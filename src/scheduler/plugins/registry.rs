@@ -57,6 +57,9 @@ pub struct Handle {
     pub metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
 }
 
+/// A handle without an API client: its plugins write nothing (tests, `tether simulate`), so its
+/// always-leading gate admits nothing that could reach a cluster. A handle that writes is built
+/// whole, with the session's gate.
 impl Default for Handle {
     fn default() -> Self {
         Handle {

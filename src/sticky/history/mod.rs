@@ -95,6 +95,7 @@ impl HistoryWriter {
         index: Arc<BindingIndex>,
         owners: Arc<dyn OwnerLookup>,
         metrics: Arc<Metrics>,
+        gate: WriteGate,
     ) -> Self {
         let pending = Arc::new(PendingBinds::default());
         let denial_metrics = metrics.clone();
@@ -102,12 +103,12 @@ impl HistoryWriter {
             owners,
             metrics,
             store: HistoryStore {
-                events: EventWriter::new(client.clone(), instance),
+                events: EventWriter::new(client.clone(), instance, gate.clone()),
                 client,
                 index: index.clone(),
                 view: None,
                 reconciling: Arc::new(AtomicUsize::new(0)),
-                gate: WriteGate::alone(),
+                gate,
                 denial: store::Denial::counted_in(denial_metrics),
                 departed: Default::default(),
                 settle: bounds::SETTLE,
@@ -134,13 +135,6 @@ impl HistoryWriter {
     /// Keeps a counted bind named in `countedPods` for `settle` (see [`bounds::SETTLE`]).
     pub fn settling_after(mut self, settle: jiff::SignedDuration) -> Self {
         self.store.settle = settle;
-        self
-    }
-
-    /// Writes (history and its events) only what `gate` admits.
-    pub fn gated_by(mut self, gate: WriteGate) -> Self {
-        self.store.events = self.store.events.clone().gated_by(gate.clone());
-        self.store.gate = gate;
         self
     }
 
@@ -473,6 +467,7 @@ mod tests {
             index.clone(),
             Arc::new(crate::sticky::workload::NoOwners),
             Arc::new(Metrics::default()),
+            crate::gate::WriteGate::alone(),
         );
         let mut pod = Pod::default();
         pod.metadata.uid = Some("pod-2".into());
@@ -635,6 +630,7 @@ mod tests {
             Arc::new(BindingIndex::default()),
             Arc::new(crate::sticky::workload::NoOwners),
             Arc::new(Metrics::default()),
+            crate::gate::WriteGate::alone(),
         )
     }
 
@@ -1070,6 +1066,7 @@ mod tests {
                 index,
                 Arc::new(crate::sticky::workload::NoOwners),
                 Arc::new(Metrics::default()),
+                crate::gate::WriteGate::alone(),
             )
             .reading(view.clone()),
         );

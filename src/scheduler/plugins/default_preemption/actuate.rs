@@ -246,7 +246,7 @@ mod tests {
         for (victim, reactivated) in [("low", false), ("stuck", true)] {
             carry_out(
                 client.clone(),
-                Some(EventWriter::new(client.clone(), None)),
+                Some(EventWriter::new(client.clone(), None, WriteGate::alone())),
                 WriteGate::alone(),
                 Arc::default(),
                 Some(activations.clone()),

@@ -172,6 +172,7 @@ mod tests {
             Arc::new(BindingIndex::default()),
             Arc::new(Web(replicas)),
             Arc::new(Metrics::default()),
+            crate::gate::WriteGate::alone(),
         ));
         let recorder = PlacementRecorder::for_readers(
             Some(writer.clone()),
