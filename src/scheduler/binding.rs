@@ -11,7 +11,7 @@ use crate::k8s::pod::Pod;
 use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::Choice;
 use crate::scheduler::binder::BindSlot;
-use crate::scheduler::failure::{Failure, NominationOutcome, one_node_fit_error};
+use crate::scheduler::failure::{FailedAttempt, Failure, NominationOutcome, one_node_fit_error};
 use crate::scheduler::framework::events::{ASSIGNED_POD_DELETE, EventObject};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::PermitWait;
@@ -180,7 +180,13 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     if nominated {
         failure.nomination = NominationOutcome::EndedAfterBindingNode;
     }
-    sched.handle_binding_failure(&queued, &profile, failure);
+    sched.handle_failure(FailedAttempt {
+        queued: &queued,
+        profile: &profile,
+        failure,
+        counted: None,
+        group_size: None,
+    });
     // The pod held resources in the cache: pods waiting for them may fit now.
     sched.queue.on_event(
         ASSIGNED_POD_DELETE,

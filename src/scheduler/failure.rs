@@ -8,7 +8,7 @@
 //! (the assumed pod in the cache, Reserve's claims) is released by the cycle that took it,
 //! before it calls the handler.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::profile::{Backoff, CompiledProfile};
@@ -116,47 +116,45 @@ pub fn one_node_fit_error(status: &Status) -> String {
     format!("0/1 nodes are available: {}.", reasons.join(", "))
 }
 
+/// A failed attempt, as the one door for failures ([`Scheduler::handle_failure`]) takes it.
+pub struct FailedAttempt<'a> {
+    pub queued: &'a QueuedPodInfo,
+    pub profile: &'a CompiledProfile,
+    pub failure: Failure,
+    /// The attempt's result label and start, for `scheduler_schedule_attempts_total` and its
+    /// duration; `None` for a failed binding cycle, whose attempt was counted as scheduled when
+    /// its scheduling cycle ended (as upstream's).
+    pub counted: Option<(&'static str, Instant)>,
+    /// A gang member tried in a group cycle of this many pods: the group backs off as one, its
+    /// longest backoff the profile's scaled by the square root of its size (upstream's backoff
+    /// of a pod group entity).
+    pub group_size: Option<usize>,
+}
+
 impl Scheduler {
-    /// Handles a failed scheduling cycle of `queued` under `profile`: the nomination as
-    /// `failure` says, the report handed to the failure writers (see
-    /// [`crate::scheduler::outcome::Reports::failed`]), the pod back in the queue (its
-    /// plugins' events requeue it, or its backoff).
-    pub(crate) fn handle_failure(
-        &self,
-        queued: &QueuedPodInfo,
-        profile: &CompiledProfile,
-        failure: Failure,
-    ) {
-        self.report_failure(queued, profile, failure)
-            .into_queue(self);
-    }
-
-    /// As [`Scheduler::handle_failure`], for a member of a gang tried in a group cycle of
-    /// `group_size` pods: the group backs off as one, so its longest backoff is the profile's
-    /// scaled by the square root of the group's size (upstream's backoff of a pod group
-    /// entity); the members, failing together, count their attempts alike.
-    pub(crate) fn handle_group_member_failure(
-        &self,
-        queued: &QueuedPodInfo,
-        profile: &CompiledProfile,
-        failure: Failure,
-        group_size: usize,
-    ) {
+    /// The one door of every failed attempt (a pod's cycle, a gang member's, a binding cycle):
+    /// the attempt counted, the nomination as its failure says, the report handed to the
+    /// failure writers (see [`crate::scheduler::outcome::Reports::failed`]; a binding
+    /// cycle's carries the pod's resourceVersion as a precondition, so it never lands on the
+    /// pod bound by a later attempt), the pod back in the queue (its plugins' events requeue
+    /// it, or its backoff).
+    pub(crate) fn handle_failure(&self, attempt: FailedAttempt<'_>) {
+        let FailedAttempt {
+            queued,
+            profile,
+            failure,
+            counted,
+            group_size,
+        } = attempt;
+        if let Some((result, start)) = counted {
+            self.metrics
+                .attempt(result, &profile.scheduler_name, start.elapsed());
+        }
         let mut requeue = self.report_failure(queued, profile, failure);
-        requeue.backoff.max = group_backoff_cap(requeue.backoff.max, group_size);
+        if let Some(size) = group_size {
+            requeue.backoff.max = group_backoff_cap(requeue.backoff.max, size);
+        }
         requeue.into_queue(self);
-    }
-
-    /// As [`Scheduler::handle_failure`], for a failed binding cycle. The report carries the
-    /// pod's resourceVersion as a precondition, so it never lands on the pod bound by a later
-    /// attempt.
-    pub(crate) fn handle_binding_failure(
-        &self,
-        queued: &QueuedPodInfo,
-        profile: &CompiledProfile,
-        failure: Failure,
-    ) {
-        self.handle_failure(queued, profile, failure);
     }
 
     /// The nomination decided and the report handed over; what goes back to the queue.

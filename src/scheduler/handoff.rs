@@ -7,7 +7,7 @@ use std::time::Instant;
 use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::Choice;
 use crate::scheduler::binding::{self, Assumed};
-use crate::scheduler::failure::{Failure, one_node_fit_error};
+use crate::scheduler::failure::{FailedAttempt, Failure, one_node_fit_error};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::{Code, CycleState, QueuedPodInfo, Status};
 
@@ -25,10 +25,13 @@ pub(crate) fn to_binding(
 ) {
     let pod = queued.pod.clone();
     let fail = |result: &'static str, failure: Failure| {
-        sched
-            .metrics
-            .attempt(result, &profile.scheduler_name, start.elapsed());
-        sched.handle_failure(&queued, &profile, failure);
+        sched.handle_failure(FailedAttempt {
+            queued: &queued,
+            profile: &profile,
+            failure,
+            counted: Some((result, start)),
+            group_size: None,
+        });
     };
     let began = Instant::now();
     let permitted = profile.run_permit(&state, &pod, &node, &sched.waiting_pods);

@@ -12,7 +12,7 @@ use crate::gate::Write;
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::{self, ScheduleResult};
-use crate::scheduler::failure::Failure;
+use crate::scheduler::failure::{FailedAttempt, Failure};
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 use crate::scheduler::handoff::{result_label, search_over_message, to_binding};
 
@@ -37,10 +37,13 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     }
     let start = Instant::now();
     let fail = |result: &'static str, failure: Failure| {
-        sched
-            .metrics
-            .attempt(result, &profile.scheduler_name, start.elapsed());
-        sched.handle_failure(&queued, &profile, failure);
+        sched.handle_failure(FailedAttempt {
+            queued: &queued,
+            profile: &profile,
+            failure,
+            counted: Some((result, start)),
+            group_size: None,
+        });
     };
     if let Some(failure) =
         crate::scheduler::schedule_one_group::missing_group(sched, &profile, &queued)

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::{self, Choice, ScheduleResult};
-use crate::scheduler::failure::{Failure, NominationOutcome};
+use crate::scheduler::failure::{FailedAttempt, Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
@@ -494,10 +494,13 @@ fn fail(
     start: Instant,
     group_size: usize,
 ) {
-    sched
-        .metrics
-        .attempt(result, &profile.scheduler_name, start.elapsed());
-    sched.handle_group_member_failure(member, profile, failure, group_size);
+    sched.handle_failure(FailedAttempt {
+        queued: member,
+        profile,
+        failure,
+        counted: Some((result, start)),
+        group_size: Some(group_size),
+    });
 }
 
 /// What upstream's group preemption (DefaultPreemption at PodGroupPostFilter) says of a group
