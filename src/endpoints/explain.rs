@@ -254,11 +254,7 @@ fn explain_now(
         }
         cache.snapshot()
     };
-    let nominated = crate::scheduler::backend::holds::WithHolds {
-        nominated: &sched.nominator,
-        holds: &sched.holds,
-        own: profile.holds_key(&pod),
-    };
+    let nominated = sched.room.for_pod(&profile, &pod);
     let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
     let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
     if pending
@@ -288,6 +284,7 @@ fn explain_now(
     // namespace's holds name its workloads, which the caller may not read.
     let namespace = pod.metadata.namespace.clone().unwrap_or_default();
     explanation.held = sched
+        .room
         .holds
         .active()
         .into_iter()

@@ -1,5 +1,6 @@
-//! The binding cycles under way, and the places among those that bind now: what the scheduling
-//! loop waits on for room and the shutdown waits on to end.
+//! The binder: the binding cycles under way (each spawned on the runtime under the fatal
+//! guard), and the places among those that bind now: what the scheduling loop waits on for
+//! room and the shutdown waits on to end.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -7,6 +8,47 @@ use std::time::Duration;
 
 use crate::inflight::InFlight;
 use crate::locks;
+use crate::supervise::Fatal;
+
+/// Runs the binding cycles: each on the tokio runtime, under the fatal guard (a cycle that
+/// panics stops the process with an error), counted while it runs.
+pub struct Binder {
+    pub cycles: Arc<BindingCycles>,
+    runtime: tokio::runtime::Handle,
+    fatal: Fatal,
+}
+
+impl Binder {
+    pub fn new(runtime: tokio::runtime::Handle, fatal: Fatal) -> Self {
+        Binder {
+            cycles: Arc::new(BindingCycles::default()),
+            runtime,
+            fatal,
+        }
+    }
+
+    /// Starts the binding cycle `cycle` makes of its place among those that bind now: taken
+    /// here when `binds_now` (the loop waits for room before its next pod), else by the cycle
+    /// itself when it binds (a pod that waits at Permit).
+    pub fn spawn<F>(&self, binds_now: bool, cycle: impl FnOnce(Option<BindSlot>) -> F)
+    where
+        F: std::future::Future<Output = ()> + Send + 'static,
+    {
+        self.cycles.started();
+        let slot = binds_now.then(|| self.cycles.take_slot());
+        let guarded = self.fatal.guard("a binding cycle", cycle(slot));
+        let cycles = self.cycles.clone();
+        self.runtime.spawn(async move {
+            guarded.await;
+            cycles.finished();
+        });
+    }
+
+    /// The runtime the binding cycles run on.
+    pub fn runtime(&self) -> &tokio::runtime::Handle {
+        &self.runtime
+    }
+}
 
 /// How many binding cycles may bind at once (from the end of the scheduling cycle, or from a
 /// Permit verdict, until the bind is answered): past that the scheduling loop waits for one of

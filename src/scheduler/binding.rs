@@ -111,7 +111,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
             Err(refused) => return Status::error(refused.to_string()),
         };
         stage = Stage::Bind;
-        slot = Some(sched.binds.take_slot());
+        slot = Some(sched.binder.cycles.take_slot());
         let began = Instant::now();
         let status = match permit.fence(profile.run_bind(&state, &pod, &node)).await {
             Ok(status) => status,

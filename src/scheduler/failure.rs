@@ -168,11 +168,12 @@ impl Scheduler {
         let nominated = match failure.nomination {
             NominationOutcome::Untouched => NominatedNode::Unchanged,
             NominationOutcome::PostFilter(None | Some(Nomination::Keep)) => self
+                .room
                 .nominator
                 .node_of(pod.uid())
                 .map_or(NominatedNode::Unchanged, NominatedNode::Set),
             NominationOutcome::PostFilter(Some(Nomination::Clear)) => {
-                let had = self.nominator.forget(pod.uid());
+                let had = self.room.nominator.forget(pod.uid());
                 if let Some(gone) = &had {
                     self.room_given_up(gone);
                 }
@@ -184,11 +185,11 @@ impl Scheduler {
             }
             NominationOutcome::PostFilter(Some(Nomination::Node(node))) => {
                 tracing::info!(pod = %pod.key(), node = %node, "nominated after preemption");
-                self.nominator.nominate(pod.clone(), &node);
+                self.room.nominator.nominate(pod.clone(), &node);
                 NominatedNode::Set(node)
             }
             NominationOutcome::Ended | NominationOutcome::EndedAfterBindingNode => {
-                let had = self.nominator.forget(pod.uid());
+                let had = self.room.nominator.forget(pod.uid());
                 if let Some(gone) = &had {
                     self.room_given_up(gone);
                 }

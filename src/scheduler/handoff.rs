@@ -76,16 +76,12 @@ pub(crate) fn to_binding(
 
 /// Starts the binding cycle of an assumed pod on the tokio runtime.
 pub fn spawn_binding(sched: &Arc<Scheduler>, assumed: Assumed) {
-    sched.binds.started();
     // A pod that waits at Permit takes its place among the binding cycles when it binds; one
     // that binds now takes it here, before the loop schedules the next pod.
-    let slot = assumed.permit.is_none().then(|| sched.binds.take_slot());
-    let counted = sched.clone();
-    let cycle = binding::binding_cycle(sched.clone(), assumed, slot);
-    let guarded = sched.fatal.guard("a binding cycle", cycle);
-    sched.runtime.spawn(async move {
-        guarded.await;
-        counted.binds.finished();
+    let binds_now = assumed.permit.is_none();
+    let cycle_of = sched.clone();
+    sched.binder.spawn(binds_now, move |slot| {
+        binding::binding_cycle(cycle_of, assumed, slot)
     });
 }
 

@@ -36,9 +36,9 @@ use k8s_openapi::api::core::v1::Node;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use self::backend::cache::Cache;
-use self::backend::nominator::Nominator;
 use self::backend::queue::SchedulingQueue;
-use self::binder::BindingCycles;
+use self::backend::room::NominatedRoom;
+use self::binder::Binder;
 
 use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
@@ -113,19 +113,15 @@ pub struct Scheduler {
     view: CacheView,
     pub profiles: Arc<ProfileRegistry>,
     pub waiting_pods: WaitingPods,
-    /// Pods nominated to nodes by preemption, waiting for the room made for them.
-    pub nominator: Nominator,
-    /// Room held for pinned workloads whose pod left their pin (StickyNode's holdRoomSeconds).
-    pub holds: self::backend::holds::Holds,
+    /// Pods nominated to nodes by preemption, waiting for the room made for them, and room
+    /// held for pinned workloads whose pod left their pin (StickyNode's holdRoomSeconds).
+    pub room: NominatedRoom,
     pub metrics: Arc<Metrics>,
     pub reports: Reports,
     /// Where the next Filter search starts, rotating over the nodes.
     pub start_index: AtomicUsize,
     /// Whether every watch is current: scheduling waits while one fails or re-lists.
     pub readiness: Arc<Readiness>,
-    pub(crate) runtime: tokio::runtime::Handle,
-    /// Reports a binding cycle that panicked.
-    pub(crate) fatal: Fatal,
     /// Asked before every bind: binds are made only while this replica leads.
     pub gate: WriteGate,
     /// PodGroups and their members, for the group scheduling cycle.
@@ -133,8 +129,9 @@ pub struct Scheduler {
     /// The PodGroup condition writes the group cycles asked for, written in order by one task
     /// (started with the first).
     group_status: tokio::sync::mpsc::Sender<self::group_status::ConditionWrite>,
-    /// The binding cycles under way, and the places among those that bind now.
-    pub(crate) binds: Arc<BindingCycles>,
+    /// The binding cycles: spawned on the runtime under the fatal guard, counted, and the
+    /// places among those that bind now.
+    pub binder: Binder,
     /// Told of each pod found bound that this scheduler did not bind, once set.
     bound_by_others: OnceLock<BindObserver>,
 }
@@ -205,18 +202,15 @@ impl Scheduler {
             view,
             profiles,
             waiting_pods: WaitingPods::default(),
-            nominator: Nominator::default(),
-            holds: Default::default(),
+            room: NominatedRoom::default(),
             metrics,
             reports,
             start_index: AtomicUsize::new(0),
             readiness,
-            runtime,
-            fatal,
             gate,
             pod_groups,
             group_status,
-            binds: Arc::new(BindingCycles::default()),
+            binder: Binder::new(runtime, fatal),
             bound_by_others: OnceLock::new(),
         })
     }
@@ -298,6 +292,6 @@ impl Scheduler {
     /// Waits until no binding cycle runs (their binds and history writes are done), at most
     /// `grace`; returns how many still run.
     pub async fn wait_binding_cycles(&self, grace: std::time::Duration) -> usize {
-        self.binds.wait(grace).await
+        self.binder.cycles.wait(grace).await
     }
 }

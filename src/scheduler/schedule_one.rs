@@ -70,15 +70,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         return fail("error", Failure::error(&status));
     }
     // Room held for pinned workloads counts as nominated pods do (its own workload's aside).
-    let nominated = crate::scheduler::backend::holds::WithHolds {
-        nominated: &sched.nominator,
-        holds: &sched.holds,
-        own: if sched.holds.is_empty() {
-            None
-        } else {
-            profile.holds_key(&pod.pod)
-        },
-    };
+    let nominated = sched.room.for_pod(&profile, &pod.pod);
     let result = algorithm::schedule_pod(
         &profile,
         &mut state,
@@ -116,7 +108,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     };
 
     sched.lock_cache().assume_pod(&pod, &node);
-    sched.nominator.forget(pod.uid());
+    sched.room.nominator.forget(pod.uid());
     let began = Instant::now();
     let status = profile.run_reserve(&mut state, &pod, &node);
     sched.metrics.extension_point(
@@ -154,6 +146,9 @@ pub fn run_loop(sched: &Arc<Scheduler>) {
             return;
         }
         schedule_one(sched, queued);
-        sched.binds.wait_for_room(|| sched.queue.is_closed());
+        sched
+            .binder
+            .cycles
+            .wait_for_room(|| sched.queue.is_closed());
     }
 }

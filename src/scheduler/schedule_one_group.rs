@@ -264,11 +264,7 @@ pub fn schedule_group(
     let mut group_failure = infeasible(gang.min_count, scheduled, remaining);
     let mut error = None;
     let mut evaluated = 0;
-    let nominated = crate::scheduler::backend::holds::WithHolds {
-        nominated: &sched.nominator,
-        holds: &sched.holds,
-        own: None,
-    };
+    let nominated = sched.room.for_group();
     if group_failure.is_none() {
         for (index, member) in members.iter().enumerate() {
             evaluated = index + 1;
@@ -415,7 +411,7 @@ pub fn schedule_group(
         let Some(queued) = members[p.index].take() else {
             continue;
         };
-        sched.nominator.forget(queued.pod.uid());
+        sched.room.nominator.forget(queued.pod.uid());
         to_binding(
             sched,
             queued,

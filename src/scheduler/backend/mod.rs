@@ -7,3 +7,4 @@ pub mod holds;
 pub mod node_tree;
 pub mod nominator;
 pub mod queue;
+pub mod room;

@@ -53,6 +53,7 @@ impl Scheduler {
         };
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
         let Some(who) = self
+            .room
             .holds
             .forget(uid)
             .or_else(|| profile.hold_identity(pod))
@@ -81,7 +82,10 @@ impl Scheduler {
         if sibling_runs {
             return;
         }
-        let held = self.holds.hold(&hold, pod, node, pods::scheduler_name(pod));
+        let held = self
+            .room
+            .holds
+            .hold(&hold, pod, node, pods::scheduler_name(pod));
         match held {
             Ok(()) => {
                 tracing::info!(workload = %hold.workload, node = %node, seconds = hold.span.as_secs(), "holding the room of a pinned workload whose pod left");
@@ -91,14 +95,14 @@ impl Scheduler {
                 self.metrics.room_hold_ended("refused");
             }
         }
-        self.metrics.set_room_holds(self.holds.len());
+        self.metrics.set_room_holds(self.room.holds.len());
     }
 
     /// Notes, while `pod` runs, who it would hold room for when it leaves (its profile holds
     /// room): read once per pod.
     pub fn remember_hold_identity(&self, pod: &Pod) {
         let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if self.holds.knows(uid) {
+        if self.room.holds.knows(uid) {
             return;
         }
         if let Some(who) = self
@@ -106,13 +110,13 @@ impl Scheduler {
             .get(pods::scheduler_name(pod))
             .and_then(|p| p.hold_identity(pod))
         {
-            self.holds.remember(uid, who);
+            self.room.holds.remember(uid, who);
         }
     }
 
     /// `pod` was bound: the room held for its workload, if any, is its own now.
     pub fn claim_hold_of(&self, pod: &Pod) {
-        if self.holds.is_empty() {
+        if self.room.holds.is_empty() {
             return;
         }
         let Some(key) = self
@@ -122,15 +126,15 @@ impl Scheduler {
         else {
             return;
         };
-        if self.holds.release(&key).is_some() {
+        if self.room.holds.release(&key).is_some() {
             self.metrics.room_hold_ended("claimed");
-            self.metrics.set_room_holds(self.holds.len());
+            self.metrics.set_room_holds(self.room.holds.len());
         }
     }
 
     /// Ends the holds that expired: pods waiting for that room may fit now.
     pub fn expire_holds(&self) {
-        let expired = self.holds.sweep(std::time::Instant::now());
+        let expired = self.room.holds.sweep(std::time::Instant::now());
         if expired.is_empty() {
             return;
         }
@@ -139,13 +143,13 @@ impl Scheduler {
             self.metrics.room_hold_ended("expired");
             self.room_given_up(&hold.pod);
         }
-        self.metrics.set_room_holds(self.holds.len());
+        self.metrics.set_room_holds(self.room.holds.len());
     }
 
     /// Queues a pending pod `profile` serves: PreEnqueue decides whether it is gated; a
     /// nomination it carries in its status is noted.
     pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) {
-        if let Some(gone) = self.nominator.observe(&info) {
+        if let Some(gone) = self.room.nominator.observe(&info) {
             self.room_given_up(&gone);
         }
         let gate = profile.run_pre_enqueue(&info);
@@ -182,7 +186,7 @@ impl EventHandlers {
             // Out of the queue and into the cache under the cache's lock: a pod is never
             // unknown to the scheduler in between (see `knows_pod`).
             sched.queue.delete(&uid);
-            sched.nominator.forget(&uid);
+            sched.room.nominator.forget(&uid);
             let was_assumed = cache.is_assumed(&uid);
             let before = cache.pod(&uid);
             cache.upsert_pod(pod.clone());
@@ -232,7 +236,7 @@ impl EventHandlers {
             if sched.queue.delete(&uid) && terminating {
                 sched.reports.skipped_deleting(&pod);
             }
-            if let Some(gone) = sched.nominator.forget(&uid) {
+            if let Some(gone) = sched.room.nominator.forget(&uid) {
                 sched.room_given_up(&gone);
             }
             return;
@@ -274,7 +278,7 @@ impl EventHandlers {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         sched.pod_groups.forget_pod(&uid);
         sched.queue.delete(&uid);
-        let nominated = sched.nominator.forget(&uid);
+        let nominated = sched.room.nominator.forget(&uid);
         let mut cache = sched.lock_cache();
         let held = cache.pod(&uid);
         cache.remove_pod(&uid);
@@ -283,7 +287,7 @@ impl EventHandlers {
             if occupies_node(&old) {
                 sched.hold_room_of(&old);
             }
-            sched.holds.forget(&uid);
+            sched.room.holds.forget(&uid);
             sched
                 .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
@@ -362,7 +366,7 @@ impl Index<Pod> for EventHandlers {
         let removed = sched.lock_cache().retain_pods_by_uid(&seen);
         sched.queue.retain_uids(&seen);
         sched.pod_groups.retain_pods(&seen);
-        sched.nominator.retain(&seen);
+        sched.room.nominator.retain(&seen);
         for old in removed {
             sched
                 .queue
