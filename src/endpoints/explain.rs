@@ -261,7 +261,10 @@ fn explain_now(
         && let Some(gang) =
             crate::scheduler::schedule_one_group::gang_of_pod(&sched.pod_groups, &profile, &pod)
     {
-        let members = sched.queue.pending_of_group(|p| gang.key.has_member(p));
+        let members = sched
+            .state
+            .queue
+            .pending_of_group(|p| gang.key.has_member(p));
         let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
         let scheduled_before =
             crate::scheduler::schedule_one_group::scheduled_before(sched, &gang.key, &uids).len();

@@ -209,7 +209,7 @@ fn queue_summary(sched: &Arc<Scheduler>) -> crate::scheduler::backend::queue::Su
     {
         return summary.clone();
     }
-    let summary = sched.queue.summary();
+    let summary = sched.state.queue.summary();
     *last = Some((std::time::Instant::now(), id, summary.clone()));
     summary
 }

@@ -37,7 +37,7 @@ use crate::scheduler::outcome::Reports;
 use crate::scheduler::plugins::priority_sort;
 use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::plugins::sticky::placement_recorder;
-use crate::scheduler::{BindObserver, CacheView, Scheduler, Services};
+use crate::scheduler::{BindObserver, Scheduler, SchedulerState, Services};
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::history::HistoryWriter;
 use crate::sticky::owners::{self, OwnerCache};
@@ -217,7 +217,7 @@ impl Session {
         );
         let _ = self.ended.set(std::time::Instant::now());
         self.gate.close();
-        self.parts.sched.queue.close();
+        self.parts.sched.state.queue.close();
         let scheduling = self.scheduling;
         let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
         for task in &self.tasks {
@@ -253,7 +253,7 @@ impl Session {
         ended: &Ended,
     ) {
         tracing::info!("shutting down: no new pods are scheduled; the binds under way finish");
-        self.parts.sched.queue.close();
+        self.parts.sched.state.queue.close();
         let scheduling = self.scheduling;
         let _ = tokio::task::spawn_blocking(move || scheduling.join()).await;
         if matches!(ended, Ended::Died(_)) {
@@ -389,7 +389,7 @@ fn build_scheduler(
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
     queue.count_incoming_with(Box::new(process.metrics.queue_incoming()));
-    let view = CacheView::new(queue);
+    let view = SchedulerState::new(queue);
 
     // A StickyBinding's countedPods keeps the pods the scheduler knows, and its status writes
     // carry the conditions judged from the nodes in the cache.
@@ -520,7 +520,7 @@ async fn start_watches_and_controllers(
                 Arc::new(pod_groups::CoschedulingFeed {
                     index: parts.pod_groups.clone(),
                     tell: {
-                        let queue = parts.sched.queue.clone();
+                        let queue = parts.sched.state.queue.clone();
                         Arc::new(move |event, old, new| queue.on_event(event, old, new))
                     },
                 }),
@@ -565,7 +565,7 @@ async fn start_watches_and_controllers(
                 parts.bindings.clone(),
                 Arc::new(move |old, new| {
                     let (event, old, new) = crate::sticky::bindings::cluster_event(old, new);
-                    requeue.queue.on_event(event, old, new)
+                    requeue.state.queue.on_event(event, old, new)
                 }),
                 gate.clone(),
                 readiness,
@@ -677,7 +677,7 @@ fn start_scheduling_loop(
                 tracing::info!("caches synced; scheduling");
                 record_missed_binds(&sched, &history, &runtime);
                 crate::scheduler::schedule_one::run_loop(&sched);
-                if !sched.queue.is_closed() && sched.gate.admits(crate::gate::Write::Bind) {
+                if !sched.state.queue.is_closed() && sched.gate.admits(crate::gate::Write::Bind) {
                     fatal.report("the scheduling loop ended");
                 }
             })
@@ -688,7 +688,10 @@ fn start_scheduling_loop(
 /// Waits, on the scheduling thread, until every watch has listed (as kube-scheduler waits for
 /// its informers) and this replica leads; `false` when the queue closed first.
 fn wait_to_schedule(sched: &Scheduler, runtime: &tokio::runtime::Handle) -> bool {
-    if !sched.readiness.wait_current(|| sched.queue.is_closed()) {
+    if !sched
+        .readiness
+        .wait_current(|| sched.state.queue.is_closed())
+    {
         return false;
     }
     let leadership = sched.gate.leadership();
@@ -702,7 +705,7 @@ fn wait_to_schedule(sched: &Scheduler, runtime: &tokio::runtime::Handle) -> bool
             if won.is_ok() {
                 break;
             }
-            if sched.queue.is_closed() {
+            if sched.state.queue.is_closed() {
                 return false;
             }
         }

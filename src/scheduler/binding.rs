@@ -84,7 +84,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
             }
         }
         stage = Stage::PreBind;
-        sched.queue.permitted(pod_info.uid());
+        sched.state.queue.permitted(pod_info.uid());
         // PreBind may wait long (VolumeBinding waits for the PV controller, up to its
         // bindTimeoutSeconds): it holds no place among the binding cycles, so pods waiting for
         // volumes never hold up the scheduling of others. The place is taken for the bind.
@@ -167,7 +167,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
             if cache.is_assumed(pod_info.uid()) || cache.pod(pod_info.uid()).is_none() {
                 cache.upsert_pod(bound.clone());
             }
-            sched.queue.forget(pod_info.uid());
+            sched.state.queue.forget(pod_info.uid());
         }
         sched.bound_by_another(bound);
         return;
@@ -188,7 +188,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         group_size: None,
     });
     // The pod held resources in the cache: pods waiting for them may fit now.
-    sched.queue.on_event(
+    sched.state.queue.on_event(
         ASSIGNED_POD_DELETE,
         Some(EventObject::Pod(assumed_pod(&pod, &node))),
         None,

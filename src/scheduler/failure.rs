@@ -230,9 +230,12 @@ struct Requeue {
 
 impl Requeue {
     fn into_queue(self, sched: &Scheduler) {
-        sched
-            .queue
-            .add_unschedulable(&self.rejected_by, &self.uid, self.backoff, self.retry_after);
+        sched.state.queue.add_unschedulable(
+            &self.rejected_by,
+            &self.uid,
+            self.backoff,
+            self.retry_after,
+        );
     }
 }
 

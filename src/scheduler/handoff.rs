@@ -59,7 +59,7 @@ pub(crate) fn to_binding(
     sched
         .metrics
         .attempt("scheduled", &profile.scheduler_name, start.elapsed());
-    sched.queue.done(pod.uid());
+    sched.state.queue.done(pod.uid());
     spawn_binding(
         sched,
         Assumed {

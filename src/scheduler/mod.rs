@@ -57,22 +57,22 @@ use crate::watch::Readiness;
 /// the history writer reads it (which pods the scheduler knows, the nodes) before the
 /// scheduler that owns it exists.
 #[derive(Clone)]
-pub struct CacheView {
-    cache: Arc<Mutex<Cache>>,
-    queue: Arc<SchedulingQueue>,
+pub struct SchedulerState {
+    pub cache: Arc<Mutex<Cache>>,
+    pub queue: Arc<SchedulingQueue>,
 }
 
-impl CacheView {
+impl SchedulerState {
     /// An empty cache beside `queue`.
     pub fn new(queue: SchedulingQueue) -> Self {
-        CacheView {
+        SchedulerState {
             cache: Arc::new(Mutex::new(Cache::new())),
             queue: Arc::new(queue),
         }
     }
 }
 
-impl CacheView {
+impl SchedulerState {
     /// Bound or assumed in the cache, or pending in the queue. A pod that exists is known from
     /// the first watch event that shows it on.
     pub fn knows_pod(&self, uid: &str) -> bool {
@@ -82,7 +82,7 @@ impl CacheView {
 
 use crate::sticky::history::bounds::Seen;
 
-impl SchedulerView for CacheView {
+impl SchedulerView for SchedulerState {
     /// Bound or assumed in the cache (with its bind time once its watch event brought its
     /// `PodScheduled` condition), or pending in the queue. A pod that exists is known from the
     /// first watch event that shows it on.
@@ -107,10 +107,8 @@ impl SchedulerView for CacheView {
 
 /// Everything the scheduling loop, the binding cycles and the watches share.
 pub struct Scheduler {
-    pub cache: Arc<Mutex<Cache>>,
-    pub queue: Arc<SchedulingQueue>,
-    /// The two above, as the history writer reads them.
-    view: CacheView,
+    /// What the scheduler knows: the cache and the queue (the history writer reads them too).
+    pub state: SchedulerState,
     pub profiles: Arc<ProfileRegistry>,
     pub waiting_pods: WaitingPods,
     /// Pods nominated to nodes by preemption, waiting for the room made for them, and room
@@ -184,7 +182,11 @@ pub struct Services {
 
 impl Scheduler {
     /// A scheduler over `view`'s cache and queue.
-    pub fn new(view: CacheView, profiles: Arc<ProfileRegistry>, services: Services) -> Arc<Self> {
+    pub fn new(
+        view: SchedulerState,
+        profiles: Arc<ProfileRegistry>,
+        services: Services,
+    ) -> Arc<Self> {
         let Services {
             metrics,
             reports,
@@ -197,9 +199,7 @@ impl Scheduler {
         let group_status =
             self::group_status::start(reports.client().clone(), gate.clone(), &runtime);
         Arc::new(Scheduler {
-            cache: view.cache.clone(),
-            queue: view.queue.clone(),
-            view,
+            state: view,
             profiles,
             waiting_pods: WaitingPods::default(),
             room: NominatedRoom::default(),
@@ -217,15 +217,15 @@ impl Scheduler {
 
     /// The cache, locked. Held only for short sections, never across an `.await`.
     pub fn lock_cache(&self) -> MutexGuard<'_, Cache> {
-        locks::lock(&self.cache)
+        locks::lock(&self.state.cache)
     }
 
     /// What plugins try pods again through (their handle's activator): the queue, told by the
     /// cache whether a preemption's victims are gone.
     pub fn activator(&self) -> Arc<dyn framework::PodActivator> {
         Arc::new(Activator {
-            queue: self.queue.clone(),
-            cache: self.cache.clone(),
+            queue: self.state.queue.clone(),
+            cache: self.state.cache.clone(),
         })
     }
 
@@ -247,14 +247,14 @@ impl Scheduler {
     }
 
     /// Whether the scheduler knows the pod of `uid`: bound or assumed in the cache, or pending
-    /// in the queue (see [`CacheView`]).
+    /// in the queue (see [`SchedulerState`]).
     pub fn knows_pod(&self, uid: &str) -> bool {
-        self.view.knows_pod(uid)
+        self.state.knows_pod(uid)
     }
 
     /// The Node object of `name` the cache holds, while the node exists.
     pub fn node(&self, name: &str) -> Option<Arc<Node>> {
-        self.view.node(name)
+        self.state.node(name)
     }
 
     /// Serves exactly `profiles` from now on (the profile controller's decision). Pods of a
@@ -265,7 +265,7 @@ impl Scheduler {
         for name in &removed {
             self.metrics.profile_serving(name, false);
             tracing::info!(scheduler = %name, "no profile serves this schedulerName any more; its pods are left alone");
-            self.queue.unserve(name);
+            self.state.queue.unserve(name);
         }
         for name in &added {
             self.metrics.profile_serving(name, true);
@@ -275,14 +275,14 @@ impl Scheduler {
             self.serve_unserved(name, &profile);
         }
         if changed {
-            self.queue.on_event(PROFILE_CHANGE, None, None);
+            self.state.queue.on_event(PROFILE_CHANGE, None, None);
         }
     }
 
     /// Queues the pods of `scheduler_name` that waited in the unserved pool, now that `profile`
     /// serves them. Whoever calls it first takes them; a pod is never queued twice.
     pub fn serve_unserved(&self, scheduler_name: &str, profile: &Arc<CompiledProfile>) {
-        for info in self.queue.take_unserved(scheduler_name) {
+        for info in self.state.queue.take_unserved(scheduler_name) {
             if !self.lock_cache().is_assumed(info.uid()) {
                 self.enqueue(info, profile);
             }

@@ -28,7 +28,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     let Some(profile) = sched.profiles.get(scheduler_name) else {
         // The profile went away while the pod waited: it waits for one, unserved.
         tracing::debug!(pod = %key, scheduler = %scheduler_name, "no profile serves this pod any more; leaving it");
-        sched.queue.unserve_popped(pod.uid());
+        sched.state.queue.unserve_popped(pod.uid());
         return;
     };
     if let Some(gang) = crate::scheduler::schedule_one_group::gang_of(sched, &profile, &queued) {
@@ -134,12 +134,12 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
 /// No cycle runs while a watch fails or re-lists: a pod is never placed against a view of
 /// the nodes or pods from before an outage.
 pub fn run_loop(sched: &Arc<Scheduler>) {
-    let over = || sched.queue.is_closed() || !sched.gate.admits(Write::Bind);
+    let over = || sched.state.queue.is_closed() || !sched.gate.admits(Write::Bind);
     loop {
         if !sched.readiness.wait_current(over) || over() {
             return;
         }
-        let Some(queued) = sched.queue.pop() else {
+        let Some(queued) = sched.state.queue.pop() else {
             return;
         };
         if !sched.readiness.wait_current(over) || over() {
@@ -149,6 +149,6 @@ pub fn run_loop(sched: &Arc<Scheduler>) {
         sched
             .binder
             .cycles
-            .wait_for_room(|| sched.queue.is_closed());
+            .wait_for_room(|| sched.state.queue.is_closed());
     }
 }

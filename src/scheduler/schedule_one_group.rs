@@ -211,6 +211,7 @@ pub fn schedule_group(
     let group_plugin = plugin_for(gang.key.api);
     let in_group = |pod: &crate::k8s::pod::Pod| gang.key.has_member(pod);
     let mut members = sched
+        .state
         .queue
         .take_group(in_group, first.pod.uid(), group_plugin);
     members.push(first);

@@ -33,7 +33,7 @@ impl Scheduler {
     /// as when a pod there is deleted (upstream moves them the same way; a pod of higher
     /// priority never left it room).
     pub fn room_given_up(&self, nominated: &PodInfo) {
-        self.queue.on_event_up_to_priority(
+        self.state.queue.on_event_up_to_priority(
             ASSIGNED_POD_DELETE,
             Some(EventObject::Pod(nominated.pod.clone())),
             None,
@@ -153,7 +153,7 @@ impl Scheduler {
             self.room_given_up(&gone);
         }
         let gate = profile.run_pre_enqueue(&info);
-        self.queue.add(info, gate);
+        self.state.queue.add(info, gate);
     }
 }
 
@@ -185,7 +185,7 @@ impl EventHandlers {
             let mut cache = sched.lock_cache();
             // Out of the queue and into the cache under the cache's lock: a pod is never
             // unknown to the scheduler in between (see `knows_pod`).
-            sched.queue.delete(&uid);
+            sched.state.queue.delete(&uid);
             sched.room.nominator.forget(&uid);
             let was_assumed = cache.is_assumed(&uid);
             let before = cache.pod(&uid);
@@ -207,21 +207,23 @@ impl EventHandlers {
                     if occupies_node(&old) {
                         sched.hold_room_of(&old);
                     }
-                    sched
-                        .queue
-                        .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
+                    sched.state.queue.on_event(
+                        ASSIGNED_POD_DELETE,
+                        Some(EventObject::Pod(old)),
+                        None,
+                    );
                 }
                 _ if !occupies_node(&pod) => {}
                 Some(old) if !was_assumed => {
                     for event in events::pod_changes(&pod, &old) {
-                        sched.queue.on_event(
+                        sched.state.queue.on_event(
                             event,
                             Some(EventObject::Pod(old.clone())),
                             new.clone(),
                         );
                     }
                 }
-                _ => sched.queue.on_event(ASSIGNED_POD_ADD, None, new),
+                _ => sched.state.queue.on_event(ASSIGNED_POD_ADD, None, new),
             }
             return;
         }
@@ -233,7 +235,7 @@ impl EventHandlers {
         if terminating || finished {
             // A pod being deleted is not tried; one that waited to be tried is told so, as
             // kube-scheduler tells a pod it pops while it is being deleted.
-            if sched.queue.delete(&uid) && terminating {
+            if sched.state.queue.delete(&uid) && terminating {
                 sched.reports.skipped_deleting(&pod);
             }
             if let Some(gone) = sched.room.nominator.forget(&uid) {
@@ -253,6 +255,7 @@ impl EventHandlers {
         if joined_group {
             // The gang's other pods, held at PreEnqueue until minCount exist, may go now.
             sched
+                .state
                 .queue
                 .on_event(UNSCHEDULED_POD_ADD, None, Some(EventObject::Pod(pod)));
         }
@@ -265,6 +268,7 @@ impl EventHandlers {
     /// other and the pod is never left behind).
     fn wait_for_profile(sched: &Scheduler, pod: Pod, scheduler_name: &str) {
         sched
+            .state
             .queue
             .add_unserved(Arc::new(PodInfo::new(Arc::new(pod))));
         if let Some(profile) = sched.profiles.get(scheduler_name) {
@@ -277,7 +281,7 @@ impl EventHandlers {
         let sched = &self.sched;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         sched.pod_groups.forget_pod(&uid);
-        sched.queue.delete(&uid);
+        sched.state.queue.delete(&uid);
         let nominated = sched.room.nominator.forget(&uid);
         let mut cache = sched.lock_cache();
         let held = cache.pod(&uid);
@@ -289,6 +293,7 @@ impl EventHandlers {
             }
             sched.room.holds.forget(&uid);
             sched
+                .state
                 .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
         } else if let Some(gone) = nominated {
@@ -308,12 +313,14 @@ impl EventHandlers {
         drop(cache);
         let new = Some(EventObject::Node(node.clone()));
         match before {
-            None => sched.queue.on_event(NODE_ADD, None, new),
+            None => sched.state.queue.on_event(NODE_ADD, None, new),
             Some(old) => {
                 for event in events::node_changes(&node, &old) {
-                    sched
-                        .queue
-                        .on_event(event, Some(EventObject::Node(old.clone())), new.clone());
+                    sched.state.queue.on_event(
+                        event,
+                        Some(EventObject::Node(old.clone())),
+                        new.clone(),
+                    );
                 }
             }
         }
@@ -327,6 +334,7 @@ impl EventHandlers {
             .node(name)
             .unwrap_or_else(|| Arc::new(node.clone()));
         sched
+            .state
             .queue
             .on_event(NODE_DELETE, Some(EventObject::Node(old)), None);
         sched.lock_cache().remove_node(name);
@@ -364,11 +372,12 @@ impl Index<Pod> for EventHandlers {
     fn listed(&self, seen: HashSet<String>) {
         let sched = &self.sched;
         let removed = sched.lock_cache().retain_pods_by_uid(&seen);
-        sched.queue.retain_uids(&seen);
+        sched.state.queue.retain_uids(&seen);
         sched.pod_groups.retain_pods(&seen);
         sched.room.nominator.retain(&seen);
         for old in removed {
             sched
+                .state
                 .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
         }
@@ -406,6 +415,7 @@ impl Index<Node> for EventHandlers {
         let removed = self.sched.lock_cache().retain_nodes_by_uid(&seen);
         for old in removed {
             self.sched
+                .state
                 .queue
                 .on_event(NODE_DELETE, Some(EventObject::Node(old)), None);
         }
@@ -501,7 +511,7 @@ mod tests {
         .expect("sort");
         let client = stand_in_client(|_, _, sent| (201, sent));
         Scheduler::new(
-            crate::scheduler::CacheView::new(SchedulingQueue::new(sort, profiles.clone())),
+            crate::scheduler::SchedulerState::new(SchedulingQueue::new(sort, profiles.clone())),
             profiles,
             Services {
                 metrics: Arc::new(Metrics::default()),
@@ -536,7 +546,7 @@ mod tests {
             .build();
         EventHandlers::wait_for_profile(&sched, pod, "tether-scheduler");
         assert_eq!(
-            sched.queue.lengths(),
+            sched.state.queue.lengths(),
             (1, 0, 0, 0),
             "queued, not left unserved"
         );

@@ -33,7 +33,7 @@ pub struct Feed<I> {
 
 impl<I> Feed<I> {
     fn tell<K: StorageObject>(&self, action: ActionType, old: Option<Arc<K>>, new: Option<Arc<K>>) {
-        self.sched.queue.on_event(
+        self.sched.state.queue.on_event(
             ClusterEvent::new(K::RESOURCE, action),
             old.map(K::wrap),
             new.map(K::wrap),
