@@ -124,8 +124,8 @@ pub struct Scheduler {
     pub gate: WriteGate,
     /// PodGroups and their members, for the group scheduling cycle.
     pub pod_groups: Arc<PodGroupIndex>,
-    /// The PodGroup condition writes the group cycles asked for, written in order by one task
-    /// (started with the first).
+    /// The PodGroup condition writes the group cycles ask for, written in order by one task
+    /// started with the scheduler.
     group_status: tokio::sync::mpsc::Sender<self::group_status::ConditionWrite>,
     /// The binding cycles: spawned on the runtime under the fatal guard, counted, and the
     /// places among those that bind now.
