@@ -14,10 +14,9 @@ use kube::api::Api;
 
 use super::auth;
 use super::{HttpState, failure};
+use crate::k8s::names;
 use crate::k8s::pod::Pod;
-use crate::k8s::{names, pods};
-use crate::scheduler::Scheduler;
-use crate::scheduler::explain::{self, Explanation};
+use crate::scheduler::explain::{self};
 
 /// Explanations answered per second to one caller at most (with a burst of as many); past
 /// that, 429. Counted after authentication, so nobody spends another caller's.
@@ -211,7 +210,11 @@ pub async fn explain(
             if std::time::Instant::now() >= deadline {
                 return Ok(None);
             }
-            explain_now(&sched, pod, deadline).map(Some)
+            let limits = explain::GroupLimits {
+                max_members: MAX_MEMBERS,
+                deadline: Some(deadline),
+            };
+            sched.explain(pod, limits).map(Some)
         }),
         None => Err("the explain thread could not be started".to_string()),
     });
@@ -230,77 +233,6 @@ pub async fn explain(
             &format!("explaining failed: {e}"),
         ),
     }
-}
-
-/// The explanation of `pod` on the scheduler's snapshot now, with the profile that serves it.
-fn explain_now(
-    sched: &Arc<Scheduler>,
-    mut pod: Pod,
-    deadline: std::time::Instant,
-) -> Result<Explanation, String> {
-    let scheduler_name = pods::scheduler_name(&pod).to_string();
-    let Some(profile) = sched.profiles.get(&scheduler_name) else {
-        return Err(format!(
-            "no SchedulingProfile of this tether serves schedulerName {scheduler_name:?}"
-        ));
-    };
-    let snapshot = {
-        let mut cache = sched.lock_cache();
-        // Assumed but not bound yet: explained as bound to the node it is assumed on.
-        let uid = pod.metadata.uid.clone().unwrap_or_default();
-        let unbound = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
-        if unbound && let Some(node) = cache.pod_node(&uid).map(str::to_string) {
-            pod.spec.get_or_insert_default().node_name = Some(node);
-        }
-        cache.snapshot()
-    };
-    let nominated = sched.room.for_pod(&profile, &pod);
-    let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
-    let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
-    if pending
-        && let Some(gang) =
-            crate::scheduler::schedule_one_group::gang_of_pod(&sched.pod_groups, &profile, &pod)
-    {
-        let members = sched
-            .state
-            .queue
-            .pending_of_group(|p| gang.key.has_member(p));
-        let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
-        let scheduled_before =
-            crate::scheduler::schedule_one_group::scheduled_before(sched, &gang.key, &uids).len();
-        explanation.group = Some(explain::explain_group(
-            &profile,
-            gang.key.to_string(),
-            gang.min_count,
-            scheduled_before,
-            members,
-            &snapshot,
-            &nominated,
-            explain::GroupLimits {
-                max_members: MAX_MEMBERS,
-                deadline: Some(deadline),
-            },
-        ));
-    }
-    let own = profile.holds_key(&pod);
-    // Only the holds of the pod's own namespace (the caller may get pods there): another
-    // namespace's holds name its workloads, which the caller may not read.
-    let namespace = pod.metadata.namespace.clone().unwrap_or_default();
-    explanation.held = sched
-        .room
-        .holds
-        .active()
-        .into_iter()
-        .filter(|(key, _)| Some(key) != own.as_ref())
-        .filter(|(_, hold)| hold.pod.pod.metadata.namespace.as_deref() == Some(namespace.as_str()))
-        .map(|(_, hold)| explain::HeldRoom {
-            workload: hold.workload,
-            node: hold.node,
-            until: hold.until_wall.to_string(),
-            requests: explain::held_requests(&hold.pod),
-        })
-        .collect();
-    Ok(explanation)
 }
 
 #[cfg(test)]

@@ -29,7 +29,7 @@ pub mod schedule_one_group;
 #[cfg(test)]
 pub mod testing;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
 
 use k8s_openapi::api::core::v1::Node;
@@ -43,7 +43,7 @@ use self::binder::Binder;
 use self::framework::events::PROFILE_CHANGE;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::framework::waiting_pods::WaitingPods;
-use self::informers::pod_groups::PodGroupIndex;
+use self::informers::pod_groups::{GroupKey, PodGroupIndex};
 use self::metrics::Metrics;
 use self::outcome::Reports;
 use crate::gate::WriteGate;
@@ -287,6 +287,93 @@ impl Scheduler {
                 self.enqueue(info, profile);
             }
         }
+    }
+
+    /// The explanation of `pod` on the scheduler's snapshot now, with the profile that serves
+    /// it: a cycle run dry and written down, a pending gang member's group dry-run within
+    /// `limits`, and the room held in the pod's own namespace (another namespace's holds name its
+    /// workloads, which the caller may not read).
+    pub fn explain(
+        &self,
+        mut pod: Pod,
+        limits: explain::GroupLimits,
+    ) -> Result<explain::Explanation, String> {
+        let scheduler_name = crate::k8s::pods::scheduler_name(&pod).to_string();
+        let Some(profile) = self.profiles.get(&scheduler_name) else {
+            return Err(format!(
+                "no SchedulingProfile of this tether serves schedulerName {scheduler_name:?}"
+            ));
+        };
+        let snapshot = {
+            let mut cache = self.lock_cache();
+            // Assumed but not bound yet: explained as bound to the node it is assumed on.
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let unbound = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+            if unbound && let Some(node) = cache.pod_node(&uid).map(str::to_string) {
+                pod.spec.get_or_insert_default().node_name = Some(node);
+            }
+            cache.snapshot()
+        };
+        let nominated = self.room.for_pod(&profile, &pod);
+        let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
+        let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+        if pending
+            && let Some(gang) = self::plugins::gangs::gang_of_pod(&self.pod_groups, &profile, &pod)
+        {
+            let members = self
+                .state
+                .queue
+                .pending_of_group(|p| gang.key.has_member(p));
+            let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
+            let scheduled_before = self.scheduled_before(&gang.key, &uids).len();
+            explanation.group = Some(explain::explain_group(
+                &profile,
+                gang.key.to_string(),
+                gang.min_count,
+                scheduled_before,
+                members,
+                &snapshot,
+                &nominated,
+                limits,
+            ));
+        }
+        let own = profile.holds_key(&pod);
+        // Only the holds of the pod's own namespace (the caller may get pods there): another
+        // namespace's holds name its workloads, which the caller may not read.
+        let namespace = pod.metadata.namespace.clone().unwrap_or_default();
+        explanation.held = self
+            .room
+            .holds
+            .active()
+            .into_iter()
+            .filter(|(key, _)| Some(key) != own.as_ref())
+            .filter(|(_, hold)| {
+                hold.pod.pod.metadata.namespace.as_deref() == Some(namespace.as_str())
+            })
+            .map(|(_, hold)| explain::HeldRoom {
+                workload: hold.workload,
+                node: hold.node,
+                until: hold.until_wall.to_string(),
+                requests: explain::held_requests(&hold.pod),
+            })
+            .collect();
+        Ok(explanation)
+    }
+
+    /// The pods of the group `key` assumed or bound already (in the cache), but those in
+    /// `pending`: what upstream counts as the group's scheduled pods.
+    pub fn scheduled_before(
+        &self,
+        key: &GroupKey,
+        pending: &HashSet<&str>,
+    ) -> Vec<Arc<crate::k8s::pod::Pod>> {
+        let members = self.pod_groups.members(key);
+        let cache = self.lock_cache();
+        members
+            .iter()
+            .filter(|uid| !pending.contains(uid.as_str()))
+            .filter_map(|uid| cache.pod(uid))
+            .collect()
     }
 
     /// Waits until no binding cycle runs (their binds and history writes are done), at most

@@ -24,11 +24,9 @@ use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 use crate::scheduler::group_status::{ConditionWrite, with_condition};
 use crate::scheduler::handoff::{search_over_message, to_binding};
-use crate::scheduler::informers::pod_groups::{
-    self, Group, GroupApi, GroupKey, PodGroupIndex, Policy,
-};
+use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
 use crate::scheduler::outcome::FailureReason;
-use crate::scheduler::plugins::{coscheduling, gang_scheduling};
+use crate::scheduler::plugins::gangs::{Gang, plugin_for};
 
 /// The PodGroup condition the group cycle writes (upstream's
 /// `PodGroupInitiallyScheduled`): True once the group was placed, never False again after.
@@ -38,47 +36,11 @@ pub use crate::scheduler::group_status::INITIALLY_SCHEDULED;
 /// errPodGroupUnschedulable).
 const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
-/// A pod's gang: its PodGroup (of either API), with the gang policy.
-pub struct Gang {
-    pub key: GroupKey,
-    pub group: Group,
-    pub min_count: usize,
-}
-
 /// The gang `pod` belongs to, when its profile runs GangScheduling and its PodGroup exists with
 /// the gang policy. A pod of a basic group, or of a group not seen (any more), is scheduled
 /// alone.
 pub fn gang_of(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInfo) -> Option<Gang> {
-    gang_of_pod(&sched.pod_groups, profile, &pod.pod.pod)
-}
-
-/// The plugin that serves groups of `api`: a profile places them only if it runs it.
-pub fn plugin_for(api: GroupApi) -> &'static str {
-    match api {
-        GroupApi::Workload => gang_scheduling::NAME,
-        GroupApi::Coscheduling => coscheduling::NAME,
-    }
-}
-
-/// [`gang_of`] for a pod object, against `groups` (the scheduler's, or a simulation's).
-pub fn gang_of_pod(
-    groups: &PodGroupIndex,
-    profile: &CompiledProfile,
-    pod: &crate::k8s::pod::Pod,
-) -> Option<Gang> {
-    let key = pod_groups::group_of(pod)?;
-    if !profile.uses(plugin_for(key.api)) {
-        return None;
-    }
-    let group = groups.get(&key)?;
-    match group.policy() {
-        Policy::Gang { min_count } => Some(Gang {
-            key,
-            group,
-            min_count,
-        }),
-        Policy::Basic => None,
-    }
+    crate::scheduler::plugins::gangs::gang_of_pod(&sched.pod_groups, profile, &pod.pod.pod)
 }
 
 /// For a popped pod that names a group its profile serves (GangScheduling's, or
@@ -158,22 +120,6 @@ fn validate<'a>(
     Ok(())
 }
 
-/// The pods of the group `key` assumed or bound already (in the cache), but those in
-/// `pending`: what upstream counts as the group's scheduled pods.
-pub fn scheduled_before(
-    sched: &Scheduler,
-    key: &GroupKey,
-    pending: &HashSet<&str>,
-) -> Vec<Arc<crate::k8s::pod::Pod>> {
-    let members = sched.pod_groups.members(key);
-    let cache = sched.lock_cache();
-    members
-        .iter()
-        .filter(|uid| !pending.contains(uid.as_str()))
-        .filter_map(|uid| cache.pod(uid))
-        .collect()
-}
-
 /// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
 /// `scheduled` members placed (before or in this cycle) and `remaining` still to try.
 fn infeasible(min_count: usize, scheduled: usize, remaining: usize) -> Option<String> {
@@ -237,7 +183,7 @@ pub fn schedule_group(
     }
 
     let in_cycle: HashSet<&str> = members.iter().map(|m| m.pod.uid()).collect();
-    let scheduled_before = scheduled_before(sched, &gang.key, &in_cycle);
+    let scheduled_before = sched.scheduled_before(&gang.key, &in_cycle);
     let already = scheduled_before.len();
     let pods = members
         .iter()

@@ -342,7 +342,7 @@ struct Gangs<'a> {
 impl Gangs<'_> {
     /// The gang of `pod` (its group's key and minCount), as the scheduler decides it.
     fn of(&self, profile: &CompiledProfile, pod: &Pod) -> Option<(GroupKey, usize)> {
-        crate::scheduler::schedule_one_group::gang_of_pod(self.groups, profile, pod)
+        crate::scheduler::plugins::gangs::gang_of_pod(self.groups, profile, pod)
             .map(|g| (g.key, g.min_count))
     }
 }
