@@ -24,6 +24,7 @@ use crate::api::sticky_binding::conditions::{
     Desired, desired_conditions, node_availability, warn_oddity,
 };
 use crate::gate::{Write, WriteGate};
+use crate::scheduler::framework::events::ClusterEvents;
 use crate::sticky::bindings::{BindingIndex, BindingLookup};
 
 /// How long a binding's reconcile waits for it to stop changing. The history writer creates a
@@ -116,17 +117,20 @@ fn error_policy(binding: Arc<StickyBinding>, error: &Error, ctx: Arc<Context>) -
     Action::requeue(wait)
 }
 
-/// What a StickyBinding change calls: the binding before and after (`None` when it was
-/// added, or deleted).
-pub type OnChange =
-    Arc<dyn Fn(Option<Arc<StickyBinding>>, Option<Arc<StickyBinding>>) + Send + Sync>;
-
 /// The plugins' view of the bindings, fed by the controller's watch: each change (and each
 /// change a re-list finds) also runs `on_change`, which requeues the pods of that workload
 /// waiting for their sticky node.
 struct IndexFeed {
     index: Arc<BindingIndex>,
-    on_change: OnChange,
+    events: Arc<dyn ClusterEvents>,
+}
+
+impl IndexFeed {
+    /// The binding before and after (`None` when it was added, or deleted), told to the queue.
+    fn on_change(&self, old: Option<Arc<StickyBinding>>, new: Option<Arc<StickyBinding>>) {
+        let (event, old, new) = crate::sticky::bindings::cluster_event(old, new);
+        self.events.on_event(event, old, new);
+    }
 }
 
 impl Index<StickyBinding> for IndexFeed {
@@ -136,7 +140,7 @@ impl Index<StickyBinding> for IndexFeed {
             &binding.name_any(),
         );
         self.index.upsert(binding.clone());
-        (self.on_change)(old, Some(Arc::new(binding)));
+        self.on_change(old, Some(Arc::new(binding)));
     }
 
     fn delete(&self, binding: StickyBinding) {
@@ -144,7 +148,7 @@ impl Index<StickyBinding> for IndexFeed {
             &binding.namespace().unwrap_or_default(),
             &binding.name_any(),
         );
-        (self.on_change)(Some(Arc::new(binding)), None);
+        self.on_change(Some(Arc::new(binding)), None);
     }
 
     fn reset(&self, bindings: Vec<StickyBinding>) {
@@ -158,11 +162,11 @@ impl Index<StickyBinding> for IndexFeed {
                 .as_ref()
                 .is_some_and(|o| o.metadata.resource_version == binding.metadata.resource_version);
             if !same {
-                (self.on_change)(old, Some(Arc::new(binding)));
+                self.on_change(old, Some(Arc::new(binding)));
             }
         }
         for gone in before.into_values() {
-            (self.on_change)(Some(gone), None);
+            self.on_change(Some(gone), None);
         }
     }
 }
@@ -173,7 +177,7 @@ impl Index<StickyBinding> for IndexFeed {
 pub fn run(
     client: kube::Client,
     index: Arc<BindingIndex>,
-    on_change: OnChange,
+    events: Arc<dyn ClusterEvents>,
     gate: WriteGate,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
@@ -208,7 +212,7 @@ pub fn run(
             gate,
             retries: Default::default(),
         });
-        let feed = IndexFeed { index, on_change };
+        let feed = IndexFeed { index, events };
         let mut applier = Applier::new(Some(binding_feed.clone()));
         let binding_events = watch::watch(bindings, "stickybindings", Some(binding_feed))
             .reflect(binding_writer)

@@ -508,7 +508,7 @@ async fn start_watches_and_controllers(
             pod_groups::run_watch(
                 Arc::new(eventhandlers::storage::Feed {
                     index: parts.pod_groups.clone(),
-                    sched: parts.sched.clone(),
+                    events: parts.sched.state.queue.clone(),
                 }),
                 client.clone(),
                 readiness,
@@ -519,10 +519,7 @@ async fn start_watches_and_controllers(
             pod_groups::run_coscheduling_watch(
                 Arc::new(pod_groups::CoschedulingFeed {
                     index: parts.pod_groups.clone(),
-                    tell: {
-                        let queue = parts.sched.state.queue.clone();
-                        Arc::new(move |event, old, new| queue.on_event(event, old, new))
-                    },
+                    events: parts.sched.state.queue.clone(),
                 }),
                 client.clone(),
                 readiness,
@@ -563,10 +560,7 @@ async fn start_watches_and_controllers(
             controller::sticky_binding::run(
                 client.clone(),
                 parts.bindings.clone(),
-                Arc::new(move |old, new| {
-                    let (event, old, new) = crate::sticky::bindings::cluster_event(old, new);
-                    requeue.state.queue.on_event(event, old, new)
-                }),
+                requeue.state.queue.clone(),
                 gate.clone(),
                 readiness,
             ),

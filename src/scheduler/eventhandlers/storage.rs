@@ -18,7 +18,7 @@ use serde::de::DeserializeOwned;
 
 use crate::k8s::volumes::version_of;
 use crate::scheduler::Scheduler;
-use crate::scheduler::framework::events::{ActionType, ClusterEvent, StorageObject};
+use crate::scheduler::framework::events::{ActionType, ClusterEvent, ClusterEvents, StorageObject};
 use crate::scheduler::framework::needs::{DRA_PLUGINS, VOLUME_PLUGINS};
 use crate::scheduler::informers::Keeps;
 use crate::scheduler::informers::devices::DeviceIndex;
@@ -28,12 +28,12 @@ use crate::watch::{self, Index, Readiness};
 /// Feeds watched objects into an index and their changes to the queue.
 pub struct Feed<I> {
     pub index: Arc<I>,
-    pub sched: Arc<Scheduler>,
+    pub events: Arc<dyn ClusterEvents>,
 }
 
 impl<I> Feed<I> {
     fn tell<K: StorageObject>(&self, action: ActionType, old: Option<Arc<K>>, new: Option<Arc<K>>) {
-        self.sched.state.queue.on_event(
+        self.events.on_event(
             ClusterEvent::new(K::RESOURCE, action),
             old.map(K::wrap),
             new.map(K::wrap),
@@ -135,7 +135,10 @@ pub fn run_watches(
     client: kube::Client,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let feed = Arc::new(Feed { index, sched });
+    let feed = Arc::new(Feed {
+        index,
+        events: sched.state.queue.clone(),
+    });
     let v = VOLUME_PLUGINS;
     let watches = (
         run_one::<PersistentVolume, _>(
@@ -179,7 +182,10 @@ pub fn run_device_watches(
     client: kube::Client,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static {
-    let feed = Arc::new(Feed { index, sched });
+    let feed = Arc::new(Feed {
+        index,
+        events: sched.state.queue.clone(),
+    });
     let d = DRA_PLUGINS;
     let watches = (
         run_one::<ResourceSlice, _>(feed.clone(), client.clone(), "resourceslices", d, readiness),

@@ -675,6 +675,14 @@ pub fn queue_if(helps: bool) -> Hint {
     if helps { Hint::Queue } else { Hint::Skip }
 }
 
+/// Where a cluster event goes: the scheduling queue implements it, and every feed (the storage
+/// kinds', the PodGroups', the StickyBindings', the event handlers') tells it the same way.
+pub trait ClusterEvents: Send + Sync {
+    /// `event` happened to an object (`old`, `new`: before and after; `None` when it was
+    /// added, or deleted).
+    fn on_event(&self, event: ClusterEvent, old: Option<EventObject>, new: Option<EventObject>);
+}
+
 /// The queueing hints of the profile that serves a schedulerName: what the queue asks when an
 /// event arrives (the profile registry answers it).
 pub trait HintSource: Send + Sync {

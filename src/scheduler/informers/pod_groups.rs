@@ -472,20 +472,10 @@ where
 pub const COSCHEDULING_EVENT: crate::scheduler::framework::events::EventResource =
     crate::scheduler::framework::events::EventResource::Custom("CoschedulingPodGroup");
 
-/// Tells the queue of a cluster event.
-pub type Tell = Arc<
-    dyn Fn(
-            crate::scheduler::framework::events::ClusterEvent,
-            Option<crate::scheduler::framework::events::EventObject>,
-            Option<crate::scheduler::framework::events::EventObject>,
-        ) + Send
-        + Sync,
->;
-
 /// Feeds Coscheduling PodGroups into the index and their changes to the queue.
 pub struct CoschedulingFeed {
     pub index: Arc<PodGroupIndex>,
-    pub tell: Tell,
+    pub events: Arc<dyn crate::scheduler::framework::events::ClusterEvents>,
 }
 
 impl CoschedulingFeed {
@@ -497,7 +487,7 @@ impl CoschedulingFeed {
     ) {
         use crate::scheduler::framework::events::{ClusterEvent, EventObject};
         let wrap = |g: Arc<CoschedulingGroup>| EventObject::Custom(g);
-        (self.tell)(
+        self.events.on_event(
             ClusterEvent::new(COSCHEDULING_EVENT, action),
             old.map(wrap),
             new.map(wrap),

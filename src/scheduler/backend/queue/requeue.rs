@@ -12,7 +12,8 @@ use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::framework::QueuedPodInfo;
 use crate::scheduler::framework::events::{
-    ASSIGNED_POD_DELETE, ClusterEvent, EventObject, FORCE_ACTIVATE, HintSource, QueueingHints,
+    ASSIGNED_POD_DELETE, ClusterEvent, ClusterEvents, EventObject, FORCE_ACTIVATE, HintSource,
+    QueueingHints,
 };
 use crate::scheduler::framework::profile::Backoff;
 use crate::scheduler::framework::runtime::priority;
@@ -457,5 +458,11 @@ impl<'h> HintsMemo<'h> {
             }
         };
         self.seen.get(at).and_then(|(_, hints)| hints.as_ref())
+    }
+}
+
+impl ClusterEvents for SchedulingQueue {
+    fn on_event(&self, event: ClusterEvent, old: Option<EventObject>, new: Option<EventObject>) {
+        SchedulingQueue::on_event(self, event, old, new);
     }
 }
