@@ -19,7 +19,7 @@ use tether::scheduler::framework::snapshot::Snapshot;
 use tether::scheduler::framework::{CycleState, NoNominations};
 use tether::scheduler::informers::Keeps;
 use tether::scheduler::informers::devices::DeviceIndex;
-use tether::scheduler::plugins::registry::Handle;
+use tether::scheduler::plugins::handle::Handle;
 use tether::scheduler::profile::default_profile;
 
 const NODES: usize = 1000;

@@ -16,7 +16,7 @@ use tether::scheduler::framework::node_info::NodeInfo;
 use tether::scheduler::framework::pod_info::PodInfo;
 use tether::scheduler::framework::snapshot::Snapshot;
 use tether::scheduler::framework::{CycleState, NoNominations, Nomination};
-use tether::scheduler::plugins::registry::Handle;
+use tether::scheduler::plugins::handle::Handle;
 use tether::scheduler::profile::default_profile;
 
 const NODES: usize = 5000;

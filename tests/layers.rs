@@ -190,19 +190,96 @@ struct Paths<'a> {
     /// The module the visitor is in (a file's, or an inline module's inside it).
     module: Vec<String>,
     found: &'a mut Vec<(Vec<String>, String)>,
+    /// The names the file's `use` items bring in from the crate (`use crate::scheduler::plugins;`
+    /// makes `plugins` stand for it), resolved: a path that starts with one is the crate's too.
+    aliases: std::collections::HashMap<String, Vec<String>>,
+}
+
+/// The names a file's top-level (non-test) `use` items bring in from the crate, each with the
+/// crate path it stands for.
+fn aliases(file: &SourceFile) -> std::collections::HashMap<String, Vec<String>> {
+    let mut found = Vec::new();
+    let paths = Paths {
+        module: file.module.clone(),
+        found: &mut found,
+        aliases: Default::default(),
+    };
+    let mut names = Vec::new();
+    for item in &file.ast.items {
+        let syn::Item::Use(u) = item else { continue };
+        if is_cfg_test(&u.attrs) {
+            continue;
+        }
+        collect_names(&mut Vec::new(), &u.tree, &mut names);
+    }
+    let mut out = std::collections::HashMap::new();
+    for (name, full) in names {
+        if let Some(resolved) = paths.resolve(&full) {
+            out.insert(name, resolved);
+        }
+    }
+    out
+}
+
+/// Each name a use tree binds, with the path it binds.
+fn collect_names(
+    prefix: &mut Vec<String>,
+    tree: &syn::UseTree,
+    out: &mut Vec<(String, Vec<String>)>,
+) {
+    match tree {
+        syn::UseTree::Path(p) => {
+            prefix.push(p.ident.to_string());
+            collect_names(prefix, &p.tree, out);
+            prefix.pop();
+        }
+        syn::UseTree::Name(n) => {
+            let mut full = prefix.clone();
+            let name = if n.ident == "self" {
+                prefix.last().cloned().unwrap_or_default()
+            } else {
+                full.push(n.ident.to_string());
+                n.ident.to_string()
+            };
+            out.push((name, full));
+        }
+        syn::UseTree::Rename(r) => {
+            let mut full = prefix.clone();
+            if r.ident != "self" {
+                full.push(r.ident.to_string());
+            }
+            out.push((r.rename.to_string(), full));
+        }
+        syn::UseTree::Glob(_) => {}
+        syn::UseTree::Group(g) => {
+            for t in &g.items {
+                collect_names(prefix, t, out);
+            }
+        }
+    }
 }
 
 impl Paths<'_> {
     /// `segments` resolved against the current module when it starts with `crate`, `self` or
     /// `super`; other paths (std, external crates, names in scope) are not this test's concern.
     fn record(&mut self, segments: &[String]) {
-        let Some(first) = segments.first() else {
-            return;
-        };
+        if let Some(resolved) = self.resolve(segments) {
+            self.found.push((resolved, segments.join("::")));
+        }
+    }
+
+    /// `segments` as a path from the crate's root, when it starts with `crate`, `self`, `super`
+    /// or a name a `use` of the file brought in from the crate.
+    fn resolve(&self, segments: &[String]) -> Option<Vec<String>> {
+        let first = segments.first()?;
         let mut base = match first.as_str() {
             "crate" => Vec::new(),
             "self" | "super" => self.module.clone(),
-            _ => return,
+            name => {
+                let mut base = self.aliases.get(name)?.clone();
+                base.extend(segments[1..].iter().cloned());
+                return Some(base);
+            }
         };
         let mut rest = &segments[1..];
         if first == "super" {
@@ -219,7 +296,7 @@ impl Paths<'_> {
             rest = &rest[1..];
         }
         base.extend(rest.iter().cloned());
-        self.found.push((base, segments.join("::")));
+        Some(base)
     }
 
     fn use_tree(&mut self, prefix: &mut Vec<String>, tree: &syn::UseTree) {
@@ -321,6 +398,7 @@ fn violations(src: &Path) -> Vec<String> {
         Paths {
             module: file.module.clone(),
             found: &mut found,
+            aliases: aliases(&file),
         }
         .visit_file(&file.ast);
         for (target, written) in found {
@@ -369,6 +447,7 @@ fn circles(src: &Path) -> Vec<String> {
         Paths {
             module: file.module.clone(),
             found: &mut found,
+            aliases: aliases(file),
         }
         .visit_file(&file.ast);
         for (target, path) in found {
@@ -555,6 +634,36 @@ fn a_circle_of_modules_is_caught() {
     assert!(
         found[0].starts_with("{watch, watch::lister}")
             && found[0].contains("watch::lister uses watch (`super::Feed`)"),
+        "{}",
+        found[0]
+    );
+}
+
+#[test]
+fn a_circle_through_an_imported_module_name_is_caught() {
+    // `use crate::plugins;` then `plugins::fit::NAME`: the path is the crate's all the same.
+    let dir = std::env::temp_dir().join(format!("tether-aliases-{}", std::process::id()));
+    let src = dir.join("src");
+    let write = |rel: &str, text: &str| {
+        let path = src.join(rel);
+        fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        fs::write(path, text).expect("write");
+    };
+    write("lib.rs", "pub mod plugins;\n");
+    write("plugins/mod.rs", "pub mod fit;\npub mod registry;\n");
+    write(
+        "plugins/registry.rs",
+        "use crate::plugins;\npub struct Handle;\npub fn names() -> [&'static str; 1] { [plugins::fit::NAME] }\n",
+    );
+    write(
+        "plugins/fit.rs",
+        "use crate::plugins::registry::Handle;\npub const NAME: &str = \"Fit\";\n",
+    );
+    let found = circles(&src);
+    fs::remove_dir_all(&dir).ok();
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].contains("plugins::registry uses plugins::fit (`plugins::fit::NAME`)"),
         "{}",
         found[0]
     );

@@ -25,7 +25,7 @@ use crate::gate::{Write, WriteGate};
 use crate::locks;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::Scheduler;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
 use crate::watch::{self, Readiness};
 

@@ -10,7 +10,7 @@ use crate::scheduler::informers::pod_groups::PodGroupIndex;
 use crate::scheduler::informers::selectors::WorkloadSelectors;
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::metrics::Metrics;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::history::HistoryWriter;
 use crate::sticky::owners::OwnerCache;

@@ -407,7 +407,7 @@ pub fn select_host(scores: &[NodeScore]) -> String {
 mod tests {
     use super::*;
     use crate::scheduler::framework::NoNominations;
-    use crate::scheduler::plugins::registry::Handle;
+    use crate::scheduler::plugins::handle::Handle;
     use crate::scheduler::profile::default_profile;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 

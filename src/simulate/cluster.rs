@@ -28,7 +28,7 @@ use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
 use crate::scheduler::informers::pod_groups::{CoschedulingGroup, PodGroupIndex};
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::sticky::{placement_history, sticky_node};
 use crate::sticky::bindings::BindingIndex;
 use crate::sticky::owners::{self, OwnerCache};

@@ -120,7 +120,7 @@ struct Judged {
 fn judge(
     cluster: &ClusterState,
     candidates: &[SchedulingProfile],
-    handle: &crate::scheduler::plugins::registry::Handle,
+    handle: &crate::scheduler::plugins::handle::Handle,
 ) -> Result<Vec<Judged>, Vec<Rejected>> {
     let live: Vec<Arc<SchedulingProfile>> = cluster
         .scheduling_profiles

@@ -221,7 +221,7 @@ impl Workload {
 }
 
 /// An [`OwnerLookup`] that knows no owner: every pod's workload is named by its references.
-/// For unit tests and the default plugin [`Handle`](crate::scheduler::plugins::registry::Handle).
+/// For unit tests and the default plugin [`Handle`](crate::scheduler::plugins::handle::Handle).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoOwners;
 

@@ -506,7 +506,7 @@ mod tests {
         let sort = priority_sort::build(
             None,
             &"plugins.queueSort".into(),
-            &crate::scheduler::plugins::registry::Handle::default(),
+            &crate::scheduler::plugins::handle::Handle::default(),
         )
         .expect("sort");
         let client = stand_in_client(|_, _, sent| (201, sent));
@@ -530,7 +530,7 @@ mod tests {
     /// pool. It is queued all the same (before, it waited for good: a bench lost one pod of 60).
     #[tokio::test]
     async fn a_pod_that_missed_its_profile_by_a_moment_is_queued() {
-        use crate::scheduler::plugins::registry::Handle;
+        use crate::scheduler::plugins::handle::Handle;
         use crate::scheduler::profile::default_profile;
         let sched = scheduler();
         let profile = default_profile("tether-scheduler", &Handle::default())
@@ -590,7 +590,7 @@ mod tests {
     /// them (its history plugins read their switch from it).
     #[tokio::test]
     async fn pods_of_other_schedulers_are_held_without_their_annotations() {
-        use crate::scheduler::plugins::registry::Handle;
+        use crate::scheduler::plugins::handle::Handle;
         use crate::scheduler::profile::default_profile;
         let sched = scheduler();
         let profile = default_profile("tether-scheduler", &Handle::default())

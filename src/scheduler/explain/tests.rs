@@ -3,7 +3,7 @@ use std::sync::atomic::AtomicUsize;
 use super::*;
 use crate::scheduler::algorithm::{Choice, ScheduleResult, schedule_pod};
 use crate::scheduler::framework::NoNominations;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::profile::default_profile;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 

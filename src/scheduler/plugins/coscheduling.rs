@@ -18,8 +18,8 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
 use crate::scheduler::informers::pod_groups::{COSCHEDULING_EVENT, GroupApi, PodGroupIndex};
 use crate::scheduler::plugins::gang_scheduling::{hold_until_complete, member_events};
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::expect_no_args;
-use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "Coscheduling";
 

@@ -13,7 +13,7 @@ use crate::k8s::pod::Pod;
 use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{BindPlugin, CycleState, Plugin, Status};
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 pub const NAME: &str = "DefaultBinder";
 

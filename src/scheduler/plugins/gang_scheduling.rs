@@ -13,8 +13,8 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
 use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupRef, PodGroupIndex, Policy};
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::expect_no_args;
-use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "GangScheduling";
 

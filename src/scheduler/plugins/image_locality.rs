@@ -10,7 +10,7 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 use crate::scheduler::plugins::helper::expect_no_args;
 

@@ -6,6 +6,7 @@ pub mod default_preemption;
 pub mod dynamic_resources;
 pub mod gang_scheduling;
 pub mod gangs;
+pub mod handle;
 pub mod helper;
 pub mod image_locality;
 pub mod inter_pod_affinity;

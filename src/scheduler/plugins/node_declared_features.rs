@@ -22,7 +22,7 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 use crate::scheduler::plugins::helper::expect_no_args;
 

@@ -2,7 +2,7 @@
 //! kube-scheduler's NodeName Filter plugin.
 
 use crate::scheduler::framework::events::{ActionType, ClusterEvent, EventResource, Registration};
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use std::sync::Arc;
 
 use crate::scheduler::framework::node_info::NodeInfo;

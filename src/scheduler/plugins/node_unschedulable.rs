@@ -5,7 +5,7 @@
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use std::sync::{Arc, LazyLock};
 
 use k8s_openapi::api::core::v1::{Node, Taint};

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, QueueSortPlugin, QueuedPodInfo};
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 use crate::scheduler::plugins::helper::expect_no_args;
 

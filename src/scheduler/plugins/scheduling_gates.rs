@@ -4,7 +4,7 @@
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use std::sync::Arc;
 
 use crate::scheduler::framework::pod_info::PodInfo;

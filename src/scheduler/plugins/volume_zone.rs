@@ -19,8 +19,8 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, Plugin, PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::scheduler::informers::storage::StorageIndex;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::{after_claim_of_pod, expect_no_args};
-use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "VolumeZone";
 pub const ERR_REASON: &str = "node(s) had no available volume zone";

@@ -19,7 +19,7 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::waiting_pods::WaitingPods;
 use crate::scheduler::framework::{CycleState, NoNominations};
 use crate::scheduler::informers::storage::StorageIndex;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::testing::volumes::{claim, class, volume};
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot, stand_in_client};
 

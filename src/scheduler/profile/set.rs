@@ -9,7 +9,7 @@ use std::sync::Arc;
 use crate::api::{EffectivePlugins, SchedulingProfile};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::validation::FieldErrors;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::profile::compile;
 
 /// The QueueSort of the one scheduling queue; every profile must use it.

@@ -5,8 +5,8 @@ use crate::scheduler::framework::events::{
     Registration,
 };
 use crate::scheduler::framework::profile::Backoff;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::priority_sort;
-use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 
 /// A plugin that rejects pods and registers `events`.

@@ -770,7 +770,7 @@ mod tests {
     fn scoring_profile(plugins: Vec<(Scoring, i64)>) -> CompiledProfile {
         let mut profile = crate::scheduler::profile::default_profile(
             "s",
-            &crate::scheduler::plugins::registry::Handle::default(),
+            &crate::scheduler::plugins::handle::Handle::default(),
         )
         .expect("default profile")
         .profile;
@@ -913,7 +913,7 @@ mod tests {
             queue_sort: crate::scheduler::plugins::priority_sort::build(
                 None,
                 &"pluginConfig".into(),
-                &crate::scheduler::plugins::registry::Handle::default(),
+                &crate::scheduler::plugins::handle::Handle::default(),
             )
             .expect("PrioritySort"),
             pre_enqueue: vec![],
@@ -982,7 +982,7 @@ mod tests {
     fn without_post_filter_plugins_the_nomination_ends() {
         let profile = crate::scheduler::profile::default_profile(
             "s",
-            &crate::scheduler::plugins::registry::Handle::default(),
+            &crate::scheduler::plugins::handle::Handle::default(),
         )
         .expect("the default profile")
         .profile;
@@ -1030,7 +1030,7 @@ mod tests {
     fn a_pre_filter_rejection_names_the_plugins_upstream_names() {
         let base = crate::scheduler::profile::default_profile(
             "s",
-            &crate::scheduler::plugins::registry::Handle::default(),
+            &crate::scheduler::plugins::handle::Handle::default(),
         )
         .expect("the default profile")
         .profile;

@@ -41,7 +41,7 @@ use crate::scheduler::framework::{
     Code, Nomination, Plugin, PostFilterContext, PostFilterPlugin, Status,
 };
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 pub const NAME: &str = "DefaultPreemption";
 pub const NOT_HELPFUL: &str = "Preemption is not helpful for scheduling";

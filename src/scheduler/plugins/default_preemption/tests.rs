@@ -15,7 +15,7 @@ use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::NoNominations;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::profile::default_profile;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
 use crate::watch::Index;

@@ -62,8 +62,8 @@ use crate::scheduler::framework::{
     RemovedPods, ReservePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::default_normalize_score;
-use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "DynamicResources";
 /// kube-scheduler's weight for DynamicResources' score.

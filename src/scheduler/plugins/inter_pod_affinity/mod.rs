@@ -33,7 +33,7 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PodsChange, PreFilterPlugin,
     PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 pub const NAME: &str = "InterPodAffinity";
 /// The weight kube-scheduler's default profile gives this plugin's score.

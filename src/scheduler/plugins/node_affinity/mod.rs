@@ -20,7 +20,7 @@ use crate::scheduler::framework::{
     CycleState, FilterPlugin, MAX_NODE_SCORE, NodeScore, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::plugins::helper::default_normalize_score;

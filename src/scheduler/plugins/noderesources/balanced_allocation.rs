@@ -16,11 +16,11 @@ use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, Plugin, PreScorePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::noderesources::dra_scoring::DraScoring;
 use crate::scheduler::plugins::noderesources::resource_allocation::{
     ResourceSpec, allocatable_and_requested, default_resource_specs, default_resources, pod_request,
 };
-use crate::scheduler::plugins::registry::Handle;
 
 pub const NAME: &str = "NodeResourcesBalancedAllocation";
 pub const DEFAULT_WEIGHT: i32 = 1;

@@ -31,7 +31,7 @@ use crate::scheduler::framework::{
     PreScorePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::devices::{DeviceIndex, is_dra_extended_resource_name};
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 pub const NAME: &str = "NodeResourcesFit";
 pub const DEFAULT_WEIGHT: i32 = 1;

@@ -11,7 +11,7 @@ use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::*;
 use crate::scheduler::framework::*;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 
 /// A pod with one container requesting `cpu` and `memory` ("" requests nothing).

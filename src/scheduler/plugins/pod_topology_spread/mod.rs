@@ -35,7 +35,7 @@ use crate::scheduler::framework::{
     PreFilterResult, PreScorePlugin, ScorePlugin, Status,
 };
 pub use crate::scheduler::informers::selectors::{DefaultSelectorSource, NoDefaultSelectors};
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 pub const NAME: &str = "PodTopologySpread";
 /// The plugin's Score weight in kube-scheduler's default profile.

@@ -20,7 +20,7 @@ use crate::scheduler::framework::{
     CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, Plugin, PreFilterPlugin, PreFilterResult,
     PreScorePlugin, ScorePlugin, Status,
 };
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::sticky::bindings::BindingLookup;
 use crate::sticky::workload::OwnerLookup;
 

@@ -14,8 +14,8 @@ use crate::k8s::pod::Pod;
 use crate::scheduler::framework::validation::FieldErrors;
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::{CycleState, Plugin, PostBindPlugin};
+use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::expect_no_args;
-use crate::scheduler::plugins::registry::Handle;
 use crate::scheduler::plugins::sticky::{Readership, resolved_workload};
 use crate::sticky::history::HistoryWriter;
 

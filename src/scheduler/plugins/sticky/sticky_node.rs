@@ -29,7 +29,7 @@ use crate::scheduler::framework::{
     PreFilterPlugin, PreFilterResult, Status,
 };
 use crate::scheduler::informers::storage::StorageIndex;
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 use crate::sticky::bindings::{self, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
 
@@ -1237,7 +1237,7 @@ mod tests {
         let snap = snapshot(vec![NodeBuilder::new("n1"), NodeBuilder::new("n2")], vec![]);
         let profile = crate::scheduler::profile::default_profile(
             "tether-scheduler",
-            &crate::scheduler::plugins::registry::Handle::default(),
+            &crate::scheduler::plugins::handle::Handle::default(),
         )
         .expect("compiles")
         .profile;

@@ -44,7 +44,7 @@ use crate::scheduler::framework::{
     PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::storage::{StorageIndex, Stores};
-use crate::scheduler::plugins::registry::Handle;
+use crate::scheduler::plugins::handle::Handle;
 
 pub const NAME: &str = "VolumeBinding";
 /// kube-scheduler's weight for VolumeBinding's score (it is listed without one).
