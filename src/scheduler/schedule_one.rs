@@ -15,6 +15,7 @@ use crate::scheduler::algorithm::{self, ScheduleResult};
 use crate::scheduler::failure::{FailedAttempt, Failure};
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 use crate::scheduler::handoff::{result_label, search_over_message, to_binding};
+use crate::scheduler::schedule_one_group::{self, Dispatch};
 
 /// The share of cycles, in percent, whose plugin runs are timed for kube-scheduler's
 /// `scheduler_plugin_execution_duration_seconds` (its pluginMetricsSamplePercent).
@@ -31,11 +32,15 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         sched.state.queue.unserve_popped(pod.uid());
         return;
     };
-    if let Some(gang) = crate::scheduler::schedule_one_group::gang_of(sched, &profile, &queued) {
-        crate::scheduler::schedule_one_group::schedule_group(sched, queued, profile, gang);
-        return;
-    }
     let start = Instant::now();
+    let alone_or_missing = match schedule_one_group::dispatch(sched, &profile, &queued) {
+        Dispatch::Group(gang) => {
+            schedule_one_group::schedule_group(sched, queued, profile, gang);
+            return;
+        }
+        Dispatch::MissingGroup(failure) => Some(failure),
+        Dispatch::Pod => None,
+    };
     let fail = |result: &'static str, failure: Failure| {
         sched.handle_failure(FailedAttempt {
             queued: &queued,
@@ -45,9 +50,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             group_size: None,
         });
     };
-    if let Some(failure) =
-        crate::scheduler::schedule_one_group::missing_group(sched, &profile, &queued)
-    {
+    if let Some(failure) = alone_or_missing {
         return fail("unschedulable", failure);
     }
     let snapshot = sched.lock_cache().snapshot();

@@ -24,7 +24,7 @@ use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 use crate::scheduler::group_status::{ConditionWrite, with_condition};
 use crate::scheduler::handoff::{search_over_message, to_binding};
-use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
+use crate::scheduler::informers::pod_groups::{self, Group, GroupApi, Policy};
 use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::plugins::gangs::{Gang, plugin_for};
 
@@ -36,43 +36,56 @@ pub use crate::scheduler::group_status::INITIALLY_SCHEDULED;
 /// errPodGroupUnschedulable).
 const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
-/// The gang `pod` belongs to, when its profile runs GangScheduling and its PodGroup exists with
-/// the gang policy. A pod of a basic group, or of a group not seen (any more), is scheduled
-/// alone.
-pub fn gang_of(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInfo) -> Option<Gang> {
-    crate::scheduler::plugins::gangs::gang_of_pod(&sched.pod_groups, profile, &pod.pod.pod)
+/// How a popped pod is scheduled, decided once at the top of its cycle (as upstream's
+/// ScheduleOne dispatches a pod or its group): alone, with its gang in a group cycle, or not at
+/// all while the group it names is not known.
+pub enum Dispatch {
+    /// Alone: it names no group its profile serves, or a group of the basic policy.
+    Pod,
+    /// With its gang (a group of the gang policy its profile serves).
+    Group(Gang),
+    /// Back to wait: it names a group its profile serves (GangScheduling's, or Coscheduling's)
+    /// that is not known (any more: deleted after the pod passed PreEnqueue); never placed
+    /// alone.
+    MissingGroup(Failure),
 }
 
-/// For a popped pod that names a group its profile serves (GangScheduling's, or
-/// Coscheduling's) which is not known (any more: deleted after the pod passed PreEnqueue):
-/// the failure that sends it back to wait for its group, never to be placed alone.
-pub fn missing_group(
-    sched: &Scheduler,
-    profile: &CompiledProfile,
-    pod: &QueuedPodInfo,
-) -> Option<Failure> {
-    let key = pod_groups::group_of(&pod.pod.pod)?;
-    let plugin = plugin_for(key.api);
-    let message = match key.api {
-        GroupApi::Workload => format!(
-            "waiting for pods's pod group {:?} to appear in scheduling queue",
-            key.name
-        ),
-        GroupApi::Coscheduling => format!(
-            "waiting for PodGroup {:?} (scheduling.x-k8s.io) to appear",
-            key.name
-        ),
+/// How `pod` of `profile` is scheduled (see [`Dispatch`]): its group looked up once.
+pub fn dispatch(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInfo) -> Dispatch {
+    let Some(key) = pod_groups::group_of(&pod.pod.pod) else {
+        return Dispatch::Pod;
     };
-    if !profile.uses(plugin) || sched.pod_groups.get(&key).is_some() {
-        return None;
+    let plugin = plugin_for(key.api);
+    if !profile.uses(plugin) {
+        return Dispatch::Pod;
     }
-    Some(Failure {
-        reason: FailureReason::Unschedulable,
-        message,
-        rejected_by: vec![plugin],
-        retry_after: None,
-        nomination: NominationOutcome::Untouched,
-    })
+    let Some(group) = sched.pod_groups.get(&key) else {
+        let message = match key.api {
+            GroupApi::Workload => format!(
+                "waiting for pods's pod group {:?} to appear in scheduling queue",
+                key.name
+            ),
+            GroupApi::Coscheduling => format!(
+                "waiting for PodGroup {:?} (scheduling.x-k8s.io) to appear",
+                key.name
+            ),
+        };
+        return Dispatch::MissingGroup(Failure {
+            reason: FailureReason::Unschedulable,
+            message,
+            rejected_by: vec![plugin],
+            retry_after: None,
+            nomination: NominationOutcome::Untouched,
+        });
+    };
+    match group.policy() {
+        Policy::Gang { min_count } => Dispatch::Group(Gang {
+            key,
+            group,
+            min_count,
+        }),
+        Policy::Basic => Dispatch::Pod,
+    }
 }
 
 /// Upstream's validatePodGroup (with PodGroupPreemptionPolicy off, its 1.37 default), for a
