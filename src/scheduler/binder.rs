@@ -53,8 +53,8 @@ impl Binder {
 /// How many binding cycles may bind at once (from the end of the scheduling cycle, or from a
 /// Permit verdict, until the bind is answered): past that the scheduling loop waits for one of
 /// their binds to be answered. Each holds its pod's cycle state and, the API client speaking
-/// HTTP/1.1, a connection of its own; a burst of 5,000 pods scheduled faster than the API
-/// server bound them held thousands of both. PostBind (the history writes, bounded on their
+/// HTTP/1.1, a connection of its own: without a bound, a burst scheduled faster than the API
+/// server binds would hold one of each per pod. PostBind (the history writes, bounded on their
 /// own) runs after the bind's place is given back.
 pub const MAX_BINDS_IN_FLIGHT: usize = 128;
 

@@ -26,9 +26,8 @@ use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
 /// How many objects one page of a list holds. Lists are read consistently, never with
-/// `resourceVersion=0`: the API server answers such a list whole, whatever the limit, and 5,000
-/// pending pods decoded at once (before their managedFields are dropped) took hundreds of
-/// megabytes for a moment.
+/// `resourceVersion=0`: the API server answers such a list whole, whatever the limit, and every
+/// object of it would be decoded at once, managedFields and all, before any is trimmed.
 pub(super) const LIST_PAGE_SIZE: u32 = 500;
 
 /// The events of one watch request, each object decoded on its own.

@@ -527,7 +527,7 @@ mod tests {
 
     /// The race a pod of a profile being published meets: its handler found no profile, then
     /// the profile was published and its unserved pods taken, then the pod joined the unserved
-    /// pool. It is queued all the same (before, it waited for good: a bench lost one pod of 60).
+    /// pool. It is queued all the same, not left in the unserved pool for good.
     #[tokio::test]
     async fn a_pod_that_missed_its_profile_by_a_moment_is_queued() {
         use crate::scheduler::plugins::handle::Handle;

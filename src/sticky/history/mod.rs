@@ -867,7 +867,7 @@ mod tests {
 
     /// The first bind of a workload costs a create and one status write, and that write
     /// carries the conditions the StickyBinding controller would set: it has nothing left to
-    /// write (before, its own status write raced the writer's on every new binding).
+    /// write, so its status write never races the writer's on a new binding.
     #[tokio::test]
     async fn a_new_binding_costs_a_create_and_a_status_write_that_carries_its_conditions() {
         let store = empty_store();
