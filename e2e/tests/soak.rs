@@ -310,24 +310,14 @@ async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Resu
     web.wait_all_bound(10, Duration::from_secs(120)).await?;
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let made = futures::stream::iter(0..pending)
-        .map(|i| {
-            let pods = pods.clone();
-            async move {
-                let pod: Pod = serde_json::from_value(json!({
-                    "metadata": {"name": format!("waiting-{i}"), "labels": {"app": "waiting"}},
-                    "spec": {"schedulerName": "tether-scheduler",
-                        "schedulingGates": [{"name": "example.com/held"}],
-                        "containers": [{"name": "c", "image": "pause",
-                            "resources": {"requests": {"cpu": "10m"}}}]}}))?;
-                pods.create(&Default::default(), &pod).await?;
-                anyhow::Ok(())
-            }
-        })
-        .buffer_unordered(16)
-        .collect::<Vec<_>>()
-        .await;
-    made.into_iter().collect::<anyhow::Result<Vec<_>>>()?;
+    create_pods(&pods, pending, |i| {
+        json!({"metadata": {"name": format!("waiting-{i}"), "labels": {"app": "waiting"}},
+            "spec": {"schedulerName": "tether-scheduler",
+                "schedulingGates": [{"name": "example.com/held"}],
+                "containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": "10m"}}}]}})
+    })
+    .await?;
 
     // A term has settled when its session queued every pending pod, bound what it had to and
     // the sessions before it are gone: then its memory is sampled (the least of three reads a

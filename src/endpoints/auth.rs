@@ -263,30 +263,19 @@ mod tests {
         use std::sync::atomic::Ordering;
         let reviews = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let counted = reviews.clone();
-        let api = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let counted = counted.clone();
-            async move {
-                counted.fetch_add(1, Ordering::SeqCst);
-                let body = if req.uri().path().ends_with("/tokenreviews") {
-                    serde_json::json!({"apiVersion": "authentication.k8s.io/v1",
-                        "kind": "TokenReview", "spec": {}, "status": {"authenticated": true,
-                        "audiences": [AUDIENCE], "user": {"username": "alice"}}})
-                } else {
-                    serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
-                        "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}})
-                };
-                Ok::<_, std::convert::Infallible>(
-                    http::Response::builder()
-                        .status(201)
-                        .header("content-type", "application/json")
-                        .body(kube::client::Body::from(
-                            serde_json::to_vec(&body).expect("json"),
-                        ))
-                        .expect("a response"),
-                )
-            }
+        let client = crate::scheduler::testing::stand_in_client(move |_, path, _| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let body = if path.ends_with("/tokenreviews") {
+                serde_json::json!({"apiVersion": "authentication.k8s.io/v1",
+                    "kind": "TokenReview", "spec": {}, "status": {"authenticated": true,
+                    "audiences": [AUDIENCE], "user": {"username": "alice"}}})
+            } else {
+                serde_json::json!({"apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview", "spec": {}, "status": {"allowed": true}})
+            };
+            (201, body)
         });
-        (kube::Client::new(api, "default"), reviews)
+        (client, reviews)
     }
 
     /// A caller asking again within the TTL costs the API server nothing more; another token,

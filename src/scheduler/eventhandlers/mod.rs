@@ -177,7 +177,8 @@ impl EventHandlers {
         // A gang's members are counted before the pod is queued: its own PreEnqueue counts it.
         let joined_group = sched.pod_groups.observe_pod(&pod);
         let scheduler_name = pods::scheduler_name(&pod).to_string();
-        if sched.profiles.get(&scheduler_name).is_none() {
+        let served_by = sched.profiles.get(&scheduler_name);
+        if served_by.is_none() {
             pods::keep_only_own_switches(&mut pod);
         }
         if pods::node_name(&pod).is_some() {
@@ -243,7 +244,7 @@ impl EventHandlers {
             }
             return;
         }
-        let Some(profile) = sched.profiles.get(&scheduler_name) else {
+        let Some(profile) = served_by else {
             Self::wait_for_profile(sched, pod, &scheduler_name);
             return;
         };
@@ -530,16 +531,7 @@ mod tests {
     /// pool. It is queued all the same, not left in the unserved pool for good.
     #[tokio::test]
     async fn a_pod_that_missed_its_profile_by_a_moment_is_queued() {
-        use crate::scheduler::plugins::handle::Handle;
-        use crate::scheduler::profile::default_profile;
-        let sched = scheduler();
-        let profile = default_profile("tether-scheduler", &Handle::default())
-            .expect("profile")
-            .profile;
-        sched.apply_profiles(std::collections::HashMap::from([(
-            "tether-scheduler".to_string(),
-            Arc::new(profile),
-        )]));
+        let sched = serving_the_default_profile();
         let pod = PodBuilder::new("late")
             .uid("late")
             .scheduler_name("tether-scheduler")
@@ -550,6 +542,21 @@ mod tests {
             (1, 0, 0, 0),
             "queued, not left unserved"
         );
+    }
+
+    /// A scheduler whose one profile is the default, serving `tether-scheduler`.
+    fn serving_the_default_profile() -> Arc<Scheduler> {
+        use crate::scheduler::plugins::handle::Handle;
+        use crate::scheduler::profile::default_profile;
+        let sched = scheduler();
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("profile")
+            .profile;
+        sched.apply_profiles(std::collections::HashMap::from([(
+            "tether-scheduler".to_string(),
+            Arc::new(profile),
+        )]));
+        sched
     }
 
     fn bound(name: &str, node: &str) -> Pod {
@@ -590,16 +597,7 @@ mod tests {
     /// them (its history plugins read their switch from it).
     #[tokio::test]
     async fn pods_of_other_schedulers_are_held_without_their_annotations() {
-        use crate::scheduler::plugins::handle::Handle;
-        use crate::scheduler::profile::default_profile;
-        let sched = scheduler();
-        let profile = default_profile("tether-scheduler", &Handle::default())
-            .expect("profile")
-            .profile;
-        sched.apply_profiles(std::collections::HashMap::from([(
-            "tether-scheduler".to_string(),
-            Arc::new(profile),
-        )]));
+        let sched = serving_the_default_profile();
         let handlers = EventHandlers::new(sched.clone());
         let big = "x".repeat(64 * 1024);
         for (name, scheduler) in [
