@@ -389,7 +389,7 @@ fn build_scheduler(
         .map_err(|e| anyhow::anyhow!("building the queue's QueueSort: {e}"))?;
     let queue = SchedulingQueue::new(queue_sort, profiles.clone());
     queue.count_incoming_with(Box::new(process.metrics.queue_incoming()));
-    let view = SchedulerState::new(queue);
+    let view = SchedulerState::new(queue, process.metrics.clone());
 
     // A StickyBinding's countedPods keeps the pods the scheduler knows, and its status writes
     // carry the conditions judged from the nodes in the cache.
@@ -540,7 +540,7 @@ async fn start_watches_and_controllers(
                 loop {
                     tick.tick().await;
                     match sched.upgrade() {
-                        Some(sched) => sched.expire_holds(),
+                        Some(sched) => sched.state.room.expire_holds(),
                         None => std::future::pending::<()>().await,
                     }
                 }
@@ -671,7 +671,9 @@ fn start_scheduling_loop(
                 tracing::info!("caches synced; scheduling");
                 record_missed_binds(&sched, &history, &runtime);
                 crate::scheduler::schedule_one::run_loop(&sched);
-                if !sched.state.queue.is_closed() && sched.gate.admits(crate::gate::Write::Bind) {
+                if !sched.state.queue.is_closed()
+                    && sched.binder.gate.admits(crate::gate::Write::Bind)
+                {
                     fatal.report("the scheduling loop ended");
                 }
             })
@@ -688,7 +690,7 @@ fn wait_to_schedule(sched: &Scheduler, runtime: &tokio::runtime::Handle) -> bool
     {
         return false;
     }
-    let leadership = sched.gate.leadership();
+    let leadership = sched.binder.gate.leadership();
     if leadership.is_elected() {
         tracing::info!("caches synced; waiting to lead");
         loop {

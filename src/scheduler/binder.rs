@@ -1,27 +1,35 @@
-//! The binder: the binding cycles under way (each spawned on the runtime under the fatal
-//! guard), and the places among those that bind now: what the scheduling loop waits on for
-//! room and the shutdown waits on to end.
+//! The binder: the pods waiting at Permit, the binding cycles under way (each spawned on the
+//! runtime under the fatal guard), the places among those that bind now (what the scheduling
+//! loop waits on for room and the shutdown waits on to end), and the gate every bind asks.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
+use crate::gate::WriteGate;
 use crate::inflight::InFlight;
 use crate::locks;
+use crate::scheduler::framework::waiting_pods::WaitingPods;
 use crate::supervise::Fatal;
 
 /// Runs the binding cycles: each on the tokio runtime, under the fatal guard (a cycle that
 /// panics stops the process with an error), counted while it runs.
 pub struct Binder {
     pub cycles: Arc<BindingCycles>,
+    /// The pods a Permit plugin holds, waiting to be allowed or rejected.
+    pub waiting: WaitingPods,
+    /// Asked before every bind: binds are made only while this replica leads.
+    pub gate: WriteGate,
     runtime: tokio::runtime::Handle,
     fatal: Fatal,
 }
 
 impl Binder {
-    pub fn new(runtime: tokio::runtime::Handle, fatal: Fatal) -> Self {
+    pub fn new(runtime: tokio::runtime::Handle, fatal: Fatal, gate: WriteGate) -> Self {
         Binder {
             cycles: Arc::new(BindingCycles::default()),
+            waiting: WaitingPods::default(),
+            gate,
             runtime,
             fatal,
         }

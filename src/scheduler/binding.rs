@@ -65,7 +65,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         if pre_flight.code == Code::Error {
             if permit.is_some() {
                 // Its wait is never taken: the pod leaves the waiting pods here.
-                sched.waiting_pods.forget(pod_info.uid());
+                sched.binder.waiting.forget(pod_info.uid());
             }
             return pre_flight;
         }
@@ -75,7 +75,8 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         stage = Stage::Permit;
         if let Some(PermitWait { verdict, timeout }) = permit {
             let verdict = sched
-                .waiting_pods
+                .binder
+                .waiting
                 .wait(pod_info.uid(), verdict, timeout)
                 .await;
             if !verdict.is_success() {
@@ -106,7 +107,7 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         // Not leading (past the renew deadline, or stopping): the pod is left to the next
         // leader. A bind not answered when the term ends is abandoned, never sent late.
         stage = Stage::Gate;
-        let permit = match sched.gate.admit(Write::Bind) {
+        let permit = match sched.binder.gate.admit(Write::Bind) {
             Ok(permit) => permit,
             Err(refused) => return Status::error(refused.to_string()),
         };
@@ -162,14 +163,17 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         // the bind is counted like any other.
         tracing::warn!(pod = %key, node = %other, "the pod was bound elsewhere meanwhile");
         let bound = assumed_pod(&pod, other);
-        {
+        let observer = {
             let mut cache = sched.lock_cache();
             if cache.is_assumed(pod_info.uid()) || cache.pod(pod_info.uid()).is_none() {
                 cache.upsert_pod(bound.clone());
             }
             sched.state.queue.forget(pod_info.uid());
+            cache.bind_observer()
+        };
+        if let Some(observer) = observer {
+            observer(bound);
         }
-        sched.bound_by_another(bound);
         return;
     }
     sched.lock_cache().forget_pod(pod_info.uid());
@@ -180,13 +184,14 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
     if nominated {
         failure.nomination = NominationOutcome::EndedAfterBindingNode;
     }
-    sched.handle_failure(FailedAttempt {
+    FailedAttempt {
         queued: &queued,
         profile: &profile,
         failure,
         counted: None,
         group_size: None,
-    });
+    }
+    .handle(&sched);
     // The pod held resources in the cache: pods waiting for them may fit now.
     sched.state.queue.on_event(
         ASSIGNED_POD_DELETE,

@@ -131,85 +131,88 @@ pub struct FailedAttempt<'a> {
     pub group_size: Option<usize>,
 }
 
-impl Scheduler {
+impl FailedAttempt<'_> {
     /// The one door of every failed attempt (a pod's cycle, a gang member's, a binding cycle):
     /// the attempt counted, the nomination as its failure says, the report handed to the
     /// failure writers (see [`crate::scheduler::outcome::Reports::failed`]; a binding
     /// cycle's carries the pod's resourceVersion as a precondition, so it never lands on the
     /// pod bound by a later attempt), the pod back in the queue (its plugins' events requeue
     /// it, or its backoff).
-    pub(crate) fn handle_failure(&self, attempt: FailedAttempt<'_>) {
+    pub(crate) fn handle(self, sched: &Scheduler) {
         let FailedAttempt {
             queued,
             profile,
             failure,
             counted,
             group_size,
-        } = attempt;
+        } = self;
         if let Some((result, start)) = counted {
-            self.metrics
+            sched
+                .metrics
                 .attempt(result, &profile.scheduler_name, start.elapsed());
         }
-        let mut requeue = self.report_failure(queued, profile, failure);
+        let mut requeue = report_failure(sched, queued, profile, failure);
         if let Some(size) = group_size {
             requeue.backoff.max = group_backoff_cap(requeue.backoff.max, size);
         }
-        requeue.into_queue(self);
+        requeue.into_queue(sched);
     }
+}
 
-    /// The nomination decided and the report handed over; what goes back to the queue.
-    fn report_failure(
-        &self,
-        queued: &QueuedPodInfo,
-        profile: &CompiledProfile,
-        failure: Failure,
-    ) -> Requeue {
-        let pod = &queued.pod;
-        let nominated = match failure.nomination {
-            NominationOutcome::Untouched => NominatedNode::Unchanged,
-            NominationOutcome::PostFilter(None | Some(Nomination::Keep)) => self
-                .room
-                .nominator
-                .node_of(pod.uid())
-                .map_or(NominatedNode::Unchanged, NominatedNode::Set),
-            NominationOutcome::PostFilter(Some(Nomination::Clear)) => {
-                let had = self.room.nominator.forget(pod.uid());
-                if let Some(gone) = &had {
-                    self.room_given_up(gone);
-                }
-                if had.is_some() || nominated_node(&pod.pod).is_some() {
-                    NominatedNode::Clear
-                } else {
-                    NominatedNode::Unchanged
-                }
+/// The nomination decided and the report handed over; what goes back to the queue.
+fn report_failure(
+    sched: &Scheduler,
+    queued: &QueuedPodInfo,
+    profile: &CompiledProfile,
+    failure: Failure,
+) -> Requeue {
+    let pod = &queued.pod;
+    let nominated = match failure.nomination {
+        NominationOutcome::Untouched => NominatedNode::Unchanged,
+        NominationOutcome::PostFilter(None | Some(Nomination::Keep)) => sched
+            .state
+            .room
+            .nominator
+            .node_of(pod.uid())
+            .map_or(NominatedNode::Unchanged, NominatedNode::Set),
+        NominationOutcome::PostFilter(Some(Nomination::Clear)) => {
+            let had = sched.state.room.nominator.forget(pod.uid());
+            if let Some(gone) = &had {
+                sched.state.room.given_up(gone);
             }
-            NominationOutcome::PostFilter(Some(Nomination::Node(node))) => {
-                tracing::info!(pod = %pod.key(), node = %node, "nominated after preemption");
-                self.room.nominator.nominate(pod.clone(), &node);
-                NominatedNode::Set(node)
+            if had.is_some() || nominated_node(&pod.pod).is_some() {
+                NominatedNode::Clear
+            } else {
+                NominatedNode::Unchanged
             }
-            NominationOutcome::Ended | NominationOutcome::EndedAfterBindingNode => {
-                let had = self.room.nominator.forget(pod.uid());
-                if let Some(gone) = &had {
-                    self.room_given_up(gone);
-                }
-                if failure.nomination == NominationOutcome::EndedAfterBindingNode {
-                    NominatedNode::ClearBindingNode
-                } else if had.is_some() || nominated_node(&pod.pod).is_some() {
-                    NominatedNode::Clear
-                } else {
-                    NominatedNode::Unchanged
-                }
-            }
-        };
-        self.reports
-            .failed(&pod.pod, failure.reason, &failure.message, nominated);
-        Requeue {
-            uid: pod.uid().to_string(),
-            rejected_by: failure.rejected_by,
-            backoff: profile.backoff(),
-            retry_after: failure.retry_after,
         }
+        NominationOutcome::PostFilter(Some(Nomination::Node(node))) => {
+            tracing::info!(pod = %pod.key(), node = %node, "nominated after preemption");
+            sched.state.room.nominator.nominate(pod.clone(), &node);
+            NominatedNode::Set(node)
+        }
+        NominationOutcome::Ended | NominationOutcome::EndedAfterBindingNode => {
+            let had = sched.state.room.nominator.forget(pod.uid());
+            if let Some(gone) = &had {
+                sched.state.room.given_up(gone);
+            }
+            if failure.nomination == NominationOutcome::EndedAfterBindingNode {
+                NominatedNode::ClearBindingNode
+            } else if had.is_some() || nominated_node(&pod.pod).is_some() {
+                NominatedNode::Clear
+            } else {
+                NominatedNode::Unchanged
+            }
+        }
+    };
+    sched
+        .reports
+        .failed(&pod.pod, failure.reason, &failure.message, nominated);
+    Requeue {
+        uid: pod.uid().to_string(),
+        rejected_by: failure.rejected_by,
+        backoff: profile.backoff(),
+        retry_after: failure.retry_after,
     }
 }
 

@@ -1,5 +1,5 @@
 //! The PodGroup condition writer: the `PodGroupInitiallyScheduled` writes the group cycles ask
-//! for, written in order by one task that the scheduler starts with itself.
+//! for, written in order by one task that the reports start with themselves.
 
 use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -10,15 +10,14 @@ use crate::gate::Write;
 /// The condition type the group cycle sets on a Workload API PodGroup.
 pub const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
 
-/// Starts the writer on `runtime`; the writes asked for through the sender are written in
-/// order, each fenced by `gate`. The task ends when the last sender is dropped.
+/// Starts the writer on the current tokio runtime; the writes asked for through the sender are
+/// written in order, each fenced by `gate`. The task ends when the last sender is dropped.
 pub fn start(
     client: kube::Client,
     gate: crate::gate::WriteGate,
-    runtime: &tokio::runtime::Handle,
 ) -> tokio::sync::mpsc::Sender<ConditionWrite> {
     let (tx, rx) = tokio::sync::mpsc::channel(CONDITIONS_QUEUED);
-    runtime.spawn(write_conditions(client, gate, rx));
+    tokio::spawn(write_conditions(client, gate, rx));
     tx
 }
 

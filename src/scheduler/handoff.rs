@@ -25,16 +25,17 @@ pub(crate) fn to_binding(
 ) {
     let pod = queued.pod.clone();
     let fail = |result: &'static str, failure: Failure| {
-        sched.handle_failure(FailedAttempt {
+        FailedAttempt {
             queued: &queued,
             profile: &profile,
             failure,
             counted: Some((result, start)),
             group_size: None,
-        });
+        }
+        .handle(sched);
     };
     let began = Instant::now();
-    let permitted = profile.run_permit(&state, &pod, &node, &sched.waiting_pods);
+    let permitted = profile.run_permit(&state, &pod, &node, &sched.binder.waiting);
     let code = match &permitted {
         Ok(Some(_)) => Code::Wait,
         Ok(None) => Code::Success,

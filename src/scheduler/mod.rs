@@ -33,7 +33,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicUsize;
 
 use k8s_openapi::api::core::v1::Node;
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use self::backend::cache::Cache;
 use self::backend::queue::SchedulingQueue;
@@ -41,8 +41,8 @@ use self::backend::room::NominatedRoom;
 use self::binder::Binder;
 
 use self::framework::events::PROFILE_CHANGE;
+use self::framework::pod_info::PodInfo;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
-use self::framework::waiting_pods::WaitingPods;
 use self::informers::pod_groups::{GroupKey, PodGroupIndex};
 use self::metrics::Metrics;
 use self::outcome::Reports;
@@ -53,22 +53,35 @@ use crate::sticky::history::SchedulerView;
 use crate::supervise::Fatal;
 use crate::watch::Readiness;
 
-/// The cache and the queue: what the scheduler knows of pods and nodes. Built first and shared:
-/// the history writer reads it (which pods the scheduler knows, the nodes) before the
-/// scheduler that owns it exists.
+/// The cache, the queue and the room kept in them: what the scheduler knows of pods and
+/// nodes. Built first and shared: the history writer reads it (which pods the scheduler knows,
+/// the nodes) before the scheduler that owns it exists.
 #[derive(Clone)]
 pub struct SchedulerState {
     pub cache: Arc<Mutex<Cache>>,
     pub queue: Arc<SchedulingQueue>,
+    /// Pods nominated to nodes by preemption, waiting for the room made for them, and room
+    /// held for pinned workloads whose pod left their pin (StickyNode's holdRoomSeconds).
+    pub room: Arc<NominatedRoom>,
 }
 
 impl SchedulerState {
-    /// An empty cache beside `queue`.
-    pub fn new(queue: SchedulingQueue) -> Self {
-        SchedulerState {
-            cache: Arc::new(Mutex::new(Cache::new())),
-            queue: Arc::new(queue),
+    /// An empty cache beside `queue`; the room holds counted in `metrics`.
+    pub fn new(queue: SchedulingQueue, metrics: Arc<Metrics>) -> Self {
+        let cache = Arc::new(Mutex::new(Cache::new()));
+        let queue = Arc::new(queue);
+        let room = Arc::new(NominatedRoom::new(queue.clone(), cache.clone(), metrics));
+        SchedulerState { cache, queue, room }
+    }
+
+    /// Queues a pending pod `profile` serves: PreEnqueue decides whether it is gated; a
+    /// nomination it carries in its status is noted.
+    pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) {
+        if let Some(gone) = self.room.nominator.observe(&info) {
+            self.room.given_up(&gone);
         }
+        let gate = profile.run_pre_enqueue(&info);
+        self.queue.add(info, gate);
     }
 }
 
@@ -107,31 +120,22 @@ impl SchedulerView for SchedulerState {
 
 /// Everything the scheduling loop, the binding cycles and the watches share.
 pub struct Scheduler {
-    /// What the scheduler knows: the cache and the queue (the history writer reads them too).
+    /// What the scheduler knows: the cache, the queue and the room kept for pods (the history
+    /// writer reads them too).
     pub state: SchedulerState,
     pub profiles: Arc<ProfileRegistry>,
-    pub waiting_pods: WaitingPods,
-    /// Pods nominated to nodes by preemption, waiting for the room made for them, and room
-    /// held for pinned workloads whose pod left their pin (StickyNode's holdRoomSeconds).
-    pub room: NominatedRoom,
     pub metrics: Arc<Metrics>,
+    /// The failure reports, events and PodGroup conditions written for the cycles.
     pub reports: Reports,
     /// Where the next Filter search starts, rotating over the nodes.
     pub start_index: AtomicUsize,
     /// Whether every watch is current: scheduling waits while one fails or re-lists.
     pub readiness: Arc<Readiness>,
-    /// Asked before every bind: binds are made only while this replica leads.
-    pub gate: WriteGate,
     /// PodGroups and their members, for the group scheduling cycle.
     pub pod_groups: Arc<PodGroupIndex>,
-    /// The PodGroup condition writes the group cycles ask for, written in order by one task
-    /// started with the scheduler.
-    group_status: tokio::sync::mpsc::Sender<self::group_status::ConditionWrite>,
-    /// The binding cycles: spawned on the runtime under the fatal guard, counted, and the
-    /// places among those that bind now.
+    /// The binding cycles: the pods waiting at Permit, the cycles spawned on the runtime under
+    /// the fatal guard, and the write gate every bind asks.
     pub binder: Binder,
-    /// Told of each pod found bound that this scheduler did not bind, once set.
-    bound_by_others: OnceLock<BindObserver>,
 }
 
 /// The queue's activator, with the cache to tell whether a preemption's victims are gone.
@@ -162,10 +166,7 @@ impl framework::PodActivator for Activator {
     }
 }
 
-/// Told of a pod found bound that this scheduler did not bind: a bind an earlier tether made
-/// just before a restart or a handover (its answer, or its watch event, came too late for that
-/// tether to count it), or one made by anyone else.
-pub type BindObserver = Arc<dyn Fn(Arc<Pod>) + Send + Sync>;
+pub use self::backend::cache::BindObserver;
 
 /// What the scheduler needs besides its queue and profiles.
 pub struct Services {
@@ -196,22 +197,15 @@ impl Scheduler {
             gate,
             pod_groups,
         } = services;
-        let group_status =
-            self::group_status::start(reports.client().clone(), gate.clone(), &runtime);
         Arc::new(Scheduler {
             state: view,
             profiles,
-            waiting_pods: WaitingPods::default(),
-            room: NominatedRoom::default(),
             metrics,
             reports,
             start_index: AtomicUsize::new(0),
             readiness,
-            gate,
             pod_groups,
-            group_status,
-            binder: Binder::new(runtime, fatal),
-            bound_by_others: OnceLock::new(),
+            binder: Binder::new(runtime, fatal, gate),
         })
     }
 
@@ -233,17 +227,7 @@ impl Scheduler {
     /// that this scheduler did not bind goes to `observer`. One step under the cache's lock, so
     /// that every such bind is either in the list or told to `observer` (some may be both).
     pub fn bound_pods_then_observe(&self, observer: BindObserver) -> Vec<Arc<Pod>> {
-        let cache = self.lock_cache();
-        let pods = cache.bound_pods();
-        let _ = self.bound_by_others.set(observer);
-        pods
-    }
-
-    /// Tells the observer (if any) of a pod found bound that this scheduler did not bind.
-    pub(crate) fn bound_by_another(&self, pod: Arc<Pod>) {
-        if let Some(observer) = self.bound_by_others.get() {
-            observer(pod);
-        }
+        self.lock_cache().bound_pods_then_observe(observer)
     }
 
     /// Whether the scheduler knows the pod of `uid`: bound or assumed in the cache, or pending
@@ -284,7 +268,7 @@ impl Scheduler {
     pub fn serve_unserved(&self, scheduler_name: &str, profile: &Arc<CompiledProfile>) {
         for info in self.state.queue.take_unserved(scheduler_name) {
             if !self.lock_cache().is_assumed(info.uid()) {
-                self.enqueue(info, profile);
+                self.state.enqueue(info, profile);
             }
         }
     }
@@ -314,7 +298,7 @@ impl Scheduler {
             }
             cache.snapshot()
         };
-        let nominated = self.room.for_pod(&profile, &pod);
+        let nominated = self.state.room.for_pod(&profile, &pod);
         let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
         let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
         if pending
@@ -342,6 +326,7 @@ impl Scheduler {
         // namespace's holds name its workloads, which the caller may not read.
         let namespace = pod.metadata.namespace.clone().unwrap_or_default();
         explanation.held = self
+            .state
             .room
             .holds
             .active()

@@ -22,6 +22,7 @@ use crate::k8s::pod::Pod;
 use crate::locks;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::algorithm::Choice;
+use crate::scheduler::group_status::ConditionWrite;
 
 /// How many events may wait to be written; past that, new ones are dropped. (client-go's
 /// broadcaster keeps 1,000; tether keeps more because its events give way to binds during a
@@ -126,6 +127,8 @@ pub struct Reports {
     failure_written: Arc<tokio::sync::Notify>,
     /// Admits the condition writes.
     gate: WriteGate,
+    /// The PodGroup condition writes the group cycles ask for, written in order by one task.
+    group_conditions: tokio::sync::mpsc::Sender<ConditionWrite>,
     /// Held by every copy but the writers' own: once the last is dropped (the scheduler of a
     /// term that ended), the writers stop.
     alive: Arc<Alive>,
@@ -205,6 +208,7 @@ impl Reports {
         let dropped = Arc::new(AtomicU64::new(0));
         tokio::spawn(Self::write_events(writer, queued, dropped.clone()));
         let failure_written = Arc::new(tokio::sync::Notify::new());
+        let group_conditions = crate::scheduler::group_status::start(client.clone(), gate.clone());
         let reports = Reports {
             client,
             events,
@@ -213,6 +217,7 @@ impl Reports {
             failures: Arc::default(),
             alive: Arc::new(Alive(failure_written.clone())),
             failure_written,
+            group_conditions,
             gate,
         };
         for _ in 0..FAILURES_IN_FLIGHT {
@@ -222,6 +227,16 @@ impl Reports {
             tokio::spawn(own.write_failures(alive));
         }
         reports
+    }
+
+    /// Asks for a PodGroup condition write; when too many wait already it is dropped (the
+    /// group's next attempt asks again), so memory stays bounded whatever the API server's
+    /// pace and however many groups fail.
+    pub fn group_condition(&self, write: ConditionWrite) {
+        let asked = self.group_conditions.try_send(write);
+        if let Err(tokio::sync::mpsc::error::TrySendError::Full(write)) = asked {
+            tracing::debug!(group = %format!("{}/{}", write.namespace, write.name), "PodGroup condition writes are behind; this one is dropped");
+        }
     }
 
     /// Counts the dropped events in `counter` (the metrics' `events_dropped`).

@@ -42,13 +42,14 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         Dispatch::Pod => None,
     };
     let fail = |result: &'static str, failure: Failure| {
-        sched.handle_failure(FailedAttempt {
+        FailedAttempt {
             queued: &queued,
             profile: &profile,
             failure,
             counted: Some((result, start)),
             group_size: None,
-        });
+        }
+        .handle(sched);
     };
     if let Some(failure) = alone_or_missing {
         return fail("unschedulable", failure);
@@ -73,7 +74,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         return fail("error", Failure::error(&status));
     }
     // Room held for pinned workloads counts as nominated pods do (its own workload's aside).
-    let nominated = sched.room.for_pod(&profile, &pod.pod);
+    let nominated = sched.state.room.for_pod(&profile, &pod.pod);
     let result = algorithm::schedule_pod(
         &profile,
         &mut state,
@@ -111,7 +112,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     };
 
     sched.lock_cache().assume_pod(&pod, &node);
-    sched.room.nominator.forget(pod.uid());
+    sched.state.room.nominator.forget(pod.uid());
     let began = Instant::now();
     let status = profile.run_reserve(&mut state, &pod, &node);
     sched.metrics.extension_point(
@@ -137,7 +138,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
 /// No cycle runs while a watch fails or re-lists: a pod is never placed against a view of
 /// the nodes or pods from before an outage.
 pub fn run_loop(sched: &Arc<Scheduler>) {
-    let over = || sched.state.queue.is_closed() || !sched.gate.admits(Write::Bind);
+    let over = || sched.state.queue.is_closed() || !sched.binder.gate.admits(Write::Bind);
     loop {
         if !sched.readiness.wait_current(over) || over() {
             return;

@@ -224,7 +224,7 @@ pub fn schedule_group(
     let mut group_failure = infeasible(gang.min_count, scheduled, remaining);
     let mut error = None;
     let mut evaluated = 0;
-    let nominated = sched.room.for_group();
+    let nominated = sched.state.room.for_group();
     if group_failure.is_none() {
         for (index, member) in members.iter().enumerate() {
             evaluated = index + 1;
@@ -371,7 +371,7 @@ pub fn schedule_group(
         let Some(queued) = members[p.index].take() else {
             continue;
         };
-        sched.room.nominator.forget(queued.pod.uid());
+        sched.state.room.nominator.forget(queued.pod.uid());
         to_binding(
             sched,
             queued,
@@ -450,13 +450,14 @@ fn fail(
     start: Instant,
     group_size: usize,
 ) {
-    sched.handle_failure(FailedAttempt {
+    FailedAttempt {
         queued: member,
         profile,
         failure,
         counted: Some((result, start)),
         group_size: Some(group_size),
-    });
+    }
+    .handle(sched);
 }
 
 /// What upstream's group preemption (DefaultPreemption at PodGroupPostFilter) says of a group
@@ -517,18 +518,13 @@ fn write_condition(
     if with_condition(watched, group.metadata.generation, status, reason, &message).is_none() {
         return;
     }
-    let asked = sched.group_status.try_send(ConditionWrite {
+    sched.reports.group_condition(ConditionWrite {
         namespace: group.metadata.namespace.clone().unwrap_or_default(),
         name: group.metadata.name.clone().unwrap_or_default(),
         status,
         reason,
         message,
     });
-    if let Err(tokio::sync::mpsc::error::TrySendError::Full(write)) = asked {
-        // The group's next attempt asks again; memory stays bounded whatever the API server's
-        // pace and however many groups fail.
-        tracing::debug!(group = %format!("{}/{}", write.namespace, write.name), "PodGroup condition writes are behind; this one is dropped");
-    }
 }
 
 #[cfg(test)]

@@ -44,7 +44,14 @@ pub struct Cache {
     /// The list of nodes (which nodes, in which order) changed since the last snapshot: the
     /// next one is built afresh.
     relisted: bool,
+    /// Told of each pod found bound that this scheduler did not bind, once set.
+    bind_observer: Option<BindObserver>,
 }
+
+/// Told of a pod found bound that this scheduler did not bind: a bind an earlier tether made
+/// just before a restart or a handover (its answer, or its watch event, came too late for that
+/// tether to count it), or one made by anyone else.
+pub type BindObserver = Arc<dyn Fn(Arc<Pod>) + Send + Sync>;
 
 /// Whether a pod holds resources on its node: bound and not finished.
 pub fn occupies_node(pod: &Pod) -> bool {
@@ -55,6 +62,21 @@ pub fn occupies_node(pod: &Pod) -> bool {
 impl Cache {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The pods bound now (the watch confirmed them); from this moment on, each pod found bound
+    /// that this scheduler did not bind goes to `observer` (see [`Cache::bind_observer`]). One
+    /// step under the cache's lock, so that every such bind is either in the list or told to
+    /// `observer` (some may be both).
+    pub fn bound_pods_then_observe(&mut self, observer: BindObserver) -> Vec<Arc<Pod>> {
+        self.bind_observer = Some(observer);
+        self.bound_pods()
+    }
+
+    /// Whom to tell of a pod found bound that this scheduler did not bind, once set. Asked under
+    /// the lock the pod was found bound under, told after it is released.
+    pub fn bind_observer(&self) -> Option<BindObserver> {
+        self.bind_observer.clone()
     }
 
     fn touch(&mut self) {

@@ -25,137 +25,6 @@ use crate::scheduler::framework::events::{
     UNSCHEDULED_POD_ADD,
 };
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::framework::profile::CompiledProfile;
-
-impl Scheduler {
-    /// A nominated pod gave up the room kept for it on its node (deleted, or nominated
-    /// elsewhere or nowhere): pods of its priority or lower waiting for such room may fit now,
-    /// as when a pod there is deleted (upstream moves them the same way; a pod of higher
-    /// priority never left it room).
-    pub fn room_given_up(&self, nominated: &PodInfo) {
-        self.state.queue.on_event_up_to_priority(
-            ASSIGNED_POD_DELETE,
-            Some(EventObject::Pod(nominated.pod.clone())),
-            None,
-            crate::scheduler::framework::runtime::priority(&nominated.pod),
-        );
-    }
-
-    /// Holds the room `pod` (which just left its node) used there, when its profile holds room
-    /// for its workload: not for a pod whose workload still runs another pod there or
-    /// elsewhere (a live migration's source), which the cache tells.
-    pub fn hold_room_of(&self, pod: &Pod) {
-        let Some(node) = pods::node_name(pod) else {
-            return;
-        };
-        let Some(profile) = self.profiles.get(pods::scheduler_name(pod)) else {
-            return;
-        };
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        let Some(who) = self
-            .room
-            .holds
-            .forget(uid)
-            .or_else(|| profile.hold_identity(pod))
-        else {
-            return;
-        };
-        let Some(hold) = profile.room_to_hold(pod, node, &who) else {
-            return;
-        };
-        let owner = pod
-            .metadata
-            .owner_references
-            .as_ref()
-            .and_then(|refs| refs.iter().find(|r| r.controller == Some(true)))
-            .map(|r| r.uid.clone());
-        let sibling_runs = owner.is_some_and(|owner| {
-            self.lock_cache().bound_pods().iter().any(|p| {
-                p.metadata.uid.as_deref() != Some(uid)
-                    && p.metadata.owner_references.as_ref().is_some_and(|refs| {
-                        refs.iter()
-                            .any(|r| r.controller == Some(true) && r.uid == owner)
-                    })
-                    && profile.holds_key(p).as_deref() == Some(hold.key.as_str())
-            })
-        });
-        if sibling_runs {
-            return;
-        }
-        let held = self
-            .room
-            .holds
-            .hold(&hold, pod, node, pods::scheduler_name(pod));
-        match held {
-            Ok(()) => {
-                tracing::info!(workload = %hold.workload, node = %node, seconds = hold.span.as_secs(), "holding the room of a pinned workload whose pod left");
-            }
-            Err(why) => {
-                tracing::info!(workload = %hold.workload, node = %node, why, "not holding the room of a pinned workload whose pod left");
-                self.metrics.room_hold_ended("refused");
-            }
-        }
-        self.metrics.set_room_holds(self.room.holds.len());
-    }
-
-    /// Notes, while `pod` runs, who it would hold room for when it leaves (its profile holds
-    /// room): read once per pod.
-    pub fn remember_hold_identity(&self, pod: &Pod) {
-        let uid = pod.metadata.uid.as_deref().unwrap_or_default();
-        if self.room.holds.knows(uid) {
-            return;
-        }
-        if let Some(who) = self
-            .profiles
-            .get(pods::scheduler_name(pod))
-            .and_then(|p| p.hold_identity(pod))
-        {
-            self.room.holds.remember(uid, who);
-        }
-    }
-
-    /// `pod` was bound: the room held for its workload, if any, is its own now.
-    pub fn claim_hold_of(&self, pod: &Pod) {
-        if self.room.holds.is_empty() {
-            return;
-        }
-        let Some(key) = self
-            .profiles
-            .get(pods::scheduler_name(pod))
-            .and_then(|p| p.holds_key(pod))
-        else {
-            return;
-        };
-        if self.room.holds.release(&key).is_some() {
-            self.metrics.room_hold_ended("claimed");
-            self.metrics.set_room_holds(self.room.holds.len());
-        }
-    }
-
-    /// Ends the holds that expired: pods waiting for that room may fit now.
-    pub fn expire_holds(&self) {
-        let expired = self.room.holds.sweep(std::time::Instant::now());
-        if expired.is_empty() {
-            return;
-        }
-        for hold in &expired {
-            tracing::info!(workload = %hold.workload, node = %hold.node, "the room held for a workload was released: it did not come back in time");
-            self.metrics.room_hold_ended("expired");
-            self.room_given_up(&hold.pod);
-        }
-        self.metrics.set_room_holds(self.room.holds.len());
-    }
-
-    /// Queues a pending pod `profile` serves: PreEnqueue decides whether it is gated; a
-    /// nomination it carries in its status is noted.
-    pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) {
-        if let Some(gone) = self.room.nominator.observe(&info) {
-            self.room_given_up(&gone);
-        }
-        let gate = profile.run_pre_enqueue(&info);
-        self.state.queue.add(info, gate);
-    }
-}
 
 /// What each pod, node and namespace event does to the scheduler's cache and queue.
 pub struct EventHandlers {
@@ -187,26 +56,32 @@ impl EventHandlers {
             // Out of the queue and into the cache under the cache's lock: a pod is never
             // unknown to the scheduler in between (see `knows_pod`).
             sched.state.queue.delete(&uid);
-            sched.room.nominator.forget(&uid);
+            sched.state.room.nominator.forget(&uid);
             let was_assumed = cache.is_assumed(&uid);
             let before = cache.pod(&uid);
             cache.upsert_pod(pod.clone());
+            // Bound, and not by this scheduler: its bind is counted like any other.
+            let by_another = before.is_none() && occupies_node(&pod);
+            let observer = by_another.then(|| cache.bind_observer()).flatten();
             drop(cache);
-            if before.is_none() && occupies_node(&pod) {
-                // Bound, and not by this scheduler: its bind is counted like any other.
-                sched.bound_by_another(pod.clone());
+            if let Some(observer) = observer {
+                observer(pod.clone());
             }
-            if occupies_node(&pod) && before.as_ref().is_none_or(|_| was_assumed) {
-                sched.claim_hold_of(&pod);
-            }
-            if occupies_node(&pod) {
-                sched.remember_hold_identity(&pod);
+            if let Some(profile) = &served_by
+                && occupies_node(&pod)
+            {
+                if before.as_ref().is_none_or(|_| was_assumed) {
+                    sched.state.room.claim_hold_of(&pod, profile);
+                }
+                sched.state.room.remember_hold_identity(&pod, profile);
             }
             let new = Some(EventObject::Pod(pod.clone()));
             match before {
                 Some(old) if !occupies_node(&pod) => {
-                    if occupies_node(&old) {
-                        sched.hold_room_of(&old);
+                    if let Some(profile) = &served_by
+                        && occupies_node(&old)
+                    {
+                        sched.state.room.hold_room_of(&old, profile);
                     }
                     sched.state.queue.on_event(
                         ASSIGNED_POD_DELETE,
@@ -239,9 +114,7 @@ impl EventHandlers {
             if sched.state.queue.delete(&uid) && terminating {
                 sched.reports.skipped_deleting(&pod);
             }
-            if let Some(gone) = sched.room.nominator.forget(&uid) {
-                sched.room_given_up(&gone);
-            }
+            sched.state.room.forget_nomination(&uid);
             return;
         }
         let Some(profile) = served_by else {
@@ -252,7 +125,9 @@ impl EventHandlers {
             return;
         }
         let pod = Arc::new(pod);
-        sched.enqueue(Arc::new(PodInfo::new(pod.clone())), &profile);
+        sched
+            .state
+            .enqueue(Arc::new(PodInfo::new(pod.clone())), &profile);
         if joined_group {
             // The gang's other pods, held at PreEnqueue until minCount exist, may go now.
             sched
@@ -283,22 +158,24 @@ impl EventHandlers {
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         sched.pod_groups.forget_pod(&uid);
         sched.state.queue.delete(&uid);
-        let nominated = sched.room.nominator.forget(&uid);
+        let nominated = sched.state.room.nominator.forget(&uid);
         let mut cache = sched.lock_cache();
         let held = cache.pod(&uid);
         cache.remove_pod(&uid);
         drop(cache);
         if let Some(old) = held {
-            if occupies_node(&old) {
-                sched.hold_room_of(&old);
+            if occupies_node(&old)
+                && let Some(profile) = sched.profiles.get(pods::scheduler_name(&old))
+            {
+                sched.state.room.hold_room_of(&old, &profile);
             }
-            sched.room.holds.forget(&uid);
+            sched.state.room.holds.forget(&uid);
             sched
                 .state
                 .queue
                 .on_event(ASSIGNED_POD_DELETE, Some(EventObject::Pod(old)), None);
         } else if let Some(gone) = nominated {
-            sched.room_given_up(&gone);
+            sched.state.room.given_up(&gone);
         }
     }
 
@@ -375,7 +252,7 @@ impl Index<Pod> for EventHandlers {
         let removed = sched.lock_cache().retain_pods_by_uid(&seen);
         sched.state.queue.retain_uids(&seen);
         sched.pod_groups.retain_pods(&seen);
-        sched.room.nominator.retain(&seen);
+        sched.state.room.nominator.retain(&seen);
         for old in removed {
             sched
                 .state
@@ -511,11 +388,15 @@ mod tests {
         )
         .expect("sort");
         let client = stand_in_client(|_, _, sent| (201, sent));
+        let metrics = Arc::new(Metrics::default());
         Scheduler::new(
-            crate::scheduler::SchedulerState::new(SchedulingQueue::new(sort, profiles.clone())),
+            crate::scheduler::SchedulerState::new(
+                SchedulingQueue::new(sort, profiles.clone()),
+                metrics.clone(),
+            ),
             profiles,
             Services {
-                metrics: Arc::new(Metrics::default()),
+                metrics,
                 reports: Reports::new(client, None, crate::gate::WriteGate::alone()),
                 readiness: crate::watch::Readiness::new(),
                 runtime: tokio::runtime::Handle::current(),
