@@ -620,6 +620,30 @@ impl OwnTether {
         curl(&format!("http://{}/readyz", self.http))
     }
 
+    /// Whether it says it leads (`/readyz` lists `leading`).
+    pub fn leads(&self) -> anyhow::Result<bool> {
+        Ok(self
+            .readyz()?
+            .is_some_and(|body| body.lines().any(|l| l == "leading")))
+    }
+
+    /// A Lease left by an earlier run would make the first replica of a test wait for it to
+    /// expire: deleted before one starts.
+    pub fn fresh_lease() -> anyhow::Result<()> {
+        crate::kubectl_ok(
+            &[
+                "delete",
+                "lease",
+                "tether",
+                "-n",
+                "tether-system",
+                "--ignore-not-found",
+            ],
+            None,
+        )
+        .map(|_| ())
+    }
+
     /// What `/readyz` says, ready or not (a test's failure names the watches still stale).
     pub fn readyz_says(&self) -> String {
         Command::new("curl")

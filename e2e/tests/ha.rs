@@ -31,17 +31,13 @@ async fn replica(name: &str, proxy: &Proxy) -> anyhow::Result<OwnTether> {
     OwnTether::start_with(name, proxy, &["--leader-elect"]).await
 }
 
-/// Whether `tether` says it leads.
-fn leads(tether: &OwnTether) -> anyhow::Result<bool> {
-    Ok(tether
-        .readyz()?
-        .is_some_and(|body| body.lines().any(|l| l == "leading")))
-}
-
 /// Waits (at most `within`) until `tether` says it leads.
 async fn until_leads(tether: &OwnTether, within: Duration) -> anyhow::Result<()> {
     let what = format!("the replica logging to {} to lead", tether.log.display());
-    wait_for(&what, within, || async { Ok(leads(tether)?.then_some(())) }).await
+    wait_for(&what, within, || async {
+        Ok(tether.leads()?.then_some(()))
+    })
+    .await
 }
 
 /// The HTTP status `/explain` answers on `tether` for a request without a token: a standby
@@ -89,22 +85,6 @@ fn write_count(faults: &[Fault]) -> u64 {
         .sum()
 }
 
-/// A Lease left by an earlier run would make the first replica wait for it to expire.
-fn fresh_lease() -> anyhow::Result<()> {
-    kubectl_ok(
-        &[
-            "delete",
-            "lease",
-            "tether",
-            "-n",
-            "tether-system",
-            "--ignore-not-found",
-        ],
-        None,
-    )
-    .map(|_| ())
-}
-
 /// A namespace and `count` nodes for test `name`, two proxies, and the first replica,
 /// `<name>-a` behind the first proxy, leading.
 async fn first_replica_leading(
@@ -113,7 +93,7 @@ async fn first_replica_leading(
     count: usize,
     cpu: &str,
 ) -> anyhow::Result<(TestNamespace, TestNodes, [Proxy; 2], OwnTether)> {
-    fresh_lease()?;
+    OwnTether::fresh_lease()?;
     let ns = TestNamespace::create(client, name).await?;
     let nodes = TestNodes::create(client, name, count, cpu, |_, _| {}).await?;
     let proxies = [Proxy::start().await?, Proxy::start().await?];
@@ -132,7 +112,7 @@ async fn the_standby_takes_over_when_the_leader_is_killed() -> anyhow::Result<()
         first_replica_leading(&client, "ha-kill", 4, "32").await?;
     let standby_writes = writes(&proxy_b);
     let mut b = replica("ha-kill-b", &proxy_b).await?;
-    assert!(!leads(&b)?, "one leader at a time");
+    assert!(!b.leads()?, "one leader at a time");
     assert_eq!(
         (explain_status(&a)?, explain_status(&b)?),
         ("401".to_string(), "503".to_string()),
@@ -230,7 +210,7 @@ async fn a_leader_cut_off_stands_down_and_the_standby_takes_over() -> anyhow::Re
         "healthy: losing the Lease is no fault"
     );
     assert!(a.running() && b.running());
-    assert!(leads(&b)? && !leads(&a)?, "one leader at a time");
+    assert!(b.leads()? && !a.leads()?, "one leader at a time");
 
     web.delete_profile()?;
     drop(b);
@@ -257,7 +237,7 @@ async fn lease_brownouts_hand_over_without_a_restart() -> anyhow::Result<()> {
         let leader = wait_for("a replica to lead", TIMEOUT, || async {
             Ok(tethers
                 .iter()
-                .map(leads)
+                .map(OwnTether::leads)
                 .collect::<anyhow::Result<Vec<_>>>()?
                 .iter()
                 .position(|l| *l))
@@ -288,7 +268,7 @@ async fn lease_brownouts_hand_over_without_a_restart() -> anyhow::Result<()> {
             || async {
                 Ok(tethers
                     .iter()
-                    .map(leads)
+                    .map(OwnTether::leads)
                     .collect::<anyhow::Result<Vec<_>>>()?
                     .iter()
                     .position(|l| *l))
@@ -415,7 +395,7 @@ async fn a_replica_that_cannot_take_its_lease_says_why() -> anyhow::Result<()> {
         "a WARN line says why (log: {})",
         tether.log.display()
     );
-    assert!(!leads(&tether)?);
+    assert!(!tether.leads()?);
     Ok(())
 }
 
@@ -793,7 +773,7 @@ async fn explain_found(
 #[tokio::test]
 async fn explain_finds_the_leader_by_its_lease() -> anyhow::Result<()> {
     let client = client().await?;
-    fresh_lease()?;
+    OwnTether::fresh_lease()?;
     let ns = TestNamespace::create(&client, "ha-explain").await?;
     let nodes = TestNodes::create(&client, "ha-explain", 2, "16", |_, _| {}).await?;
     let [proxy_a, proxy_b] = [Proxy::start().await?, Proxy::start().await?];

@@ -274,17 +274,7 @@ async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Resu
     let nodes = TestNodes::create(&client, name, 2, "16", |_, _| {}).await?;
     let proxy = Proxy::start().await?;
     // The Lease tether's RBAC names; one left by an earlier run would hold the first term back.
-    kubectl_ok(
-        &[
-            "delete",
-            "lease",
-            "tether",
-            "-n",
-            "tether-system",
-            "--ignore-not-found",
-        ],
-        None,
-    )?;
+    OwnTether::fresh_lease()?;
     let tether = OwnTether::start_with(
         name,
         &proxy,
@@ -296,13 +286,8 @@ async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Resu
         ],
     )
     .await?;
-    let leads = || -> anyhow::Result<bool> {
-        Ok(tether
-            .readyz()?
-            .is_some_and(|body| body.lines().any(|l| l == "leading")))
-    };
     wait_for("the replica to lead", Duration::from_secs(60), || async {
-        Ok(leads()?.then_some(()))
+        Ok(tether.leads()?.then_some(()))
     })
     .await?;
     let ledger = BindLedger::start(&client, &ns.name, "app=web");
@@ -373,7 +358,7 @@ async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Resu
         wait_for(
             &format!("term {term}: the replica to lead again"),
             Duration::from_secs(30),
-            || async { Ok(leads()?.then_some(())) },
+            || async { Ok(tether.leads()?.then_some(())) },
         )
         .await?;
         rss.push(settle(term).await?);

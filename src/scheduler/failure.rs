@@ -131,7 +131,25 @@ pub struct FailedAttempt<'a> {
     pub group_size: Option<usize>,
 }
 
-impl FailedAttempt<'_> {
+impl<'a> FailedAttempt<'a> {
+    /// A pod's own cycle that failed with `failure`, counted as an attempt ending in `result`
+    /// that began at `start`.
+    pub fn of_cycle(
+        queued: &'a QueuedPodInfo,
+        profile: &'a CompiledProfile,
+        failure: Failure,
+        result: &'static str,
+        start: Instant,
+    ) -> Self {
+        FailedAttempt {
+            queued,
+            profile,
+            failure,
+            counted: Some((result, start)),
+            group_size: None,
+        }
+    }
+
     /// The one door of every failed attempt (a pod's cycle, a gang member's, a binding cycle):
     /// the attempt counted, the nomination as its failure says, the report handed to the
     /// failure writers (see [`crate::scheduler::outcome::Reports::failed`]; a binding

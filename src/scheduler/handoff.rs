@@ -25,14 +25,7 @@ pub(crate) fn to_binding(
 ) {
     let pod = queued.pod.clone();
     let fail = |result: &'static str, failure: Failure| {
-        FailedAttempt {
-            queued: &queued,
-            profile: &profile,
-            failure,
-            counted: Some((result, start)),
-            group_size: None,
-        }
-        .handle(sched);
+        FailedAttempt::of_cycle(&queued, &profile, failure, result, start).handle(sched);
     };
     let began = Instant::now();
     let permitted = profile.run_permit(&state, &pod, &node, &sched.binder.waiting);

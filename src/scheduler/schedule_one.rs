@@ -42,14 +42,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
         Dispatch::Pod => None,
     };
     let fail = |result: &'static str, failure: Failure| {
-        FailedAttempt {
-            queued: &queued,
-            profile: &profile,
-            failure,
-            counted: Some((result, start)),
-            group_size: None,
-        }
-        .handle(sched);
+        FailedAttempt::of_cycle(&queued, &profile, failure, result, start).handle(sched);
     };
     if let Some(failure) = alone_or_missing {
         return fail("unschedulable", failure);
