@@ -112,6 +112,11 @@ struct RunArgs {
     /// has WatchesCurrent=False (5 to 3600).
     #[arg(long, env = "TETHER_WATCH_STALE_SECONDS", default_value_t = 120)]
     watch_stale_seconds: u64,
+    /// Schedule as kube-scheduler of this Kubernetes minor (e.g. 1.37) instead of the one the
+    /// API server's /version names: for a distribution whose version tether cannot read, or to
+    /// keep the old minor's behaviour through a control plane upgrade. 1.36 to 1.38.
+    #[arg(long, env = "TETHER_KUBERNETES_RELEASE", value_parser = parse_release)]
+    kubernetes_release: Option<tether::k8s::release::Release>,
     /// Owner kinds to follow besides ReplicaSet, Deployment, StatefulSet, Job and KubeVirt's
     /// VirtualMachine(Instance), as group/Kind (e.g. apps.kruise.io/StatefulSet), comma
     /// separated. tether never reads other kinds; grant it get/list/watch on these.
@@ -405,8 +410,15 @@ fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
         },
         instance: args.instance,
         owner_kinds: args.owner_kinds,
+        release: args.kubernetes_release,
         namespace: args.leader_elect_resource_namespace,
     })
+}
+
+fn parse_release(text: &str) -> Result<tether::k8s::release::Release, String> {
+    tether::k8s::release::Release::parse(text)
+        .and_then(tether::k8s::release::Release::supported)
+        .map_err(|e| e.to_string())
 }
 
 fn main() -> anyhow::Result<()> {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl and kwok from the
 # upstream Go modules into the cache. Skips the build when the cache already holds the pinned
-# versions (a stamp records the hash of e2e/k8s/go.mod and go.sum).
+# versions (a stamp records the hash of e2e/k8s/$K8S_VERSION/go.mod and go.sum).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # kstatus (sigs.k8s.io/cli-utils' health verdict, as Flux and kpt compute it) has a stamp of its
@@ -27,7 +27,7 @@ if [[ ! -x "$BIN_DIR/argocd-health" || "$(cat "$BIN_DIR/.argocd-health-stamp" 2>
   echo "$argocd_want" >"$BIN_DIR/.argocd-health-stamp"
 fi
 
-stamp_want=$( (cat "$E2E_DIR/k8s/go.mod" "$E2E_DIR/k8s/go.sum"; echo "$KWOK_VERSION") | sha256sum | cut -d' ' -f1)
+stamp_want=$( (cat "$K8S_MODULE_DIR/go.mod" "$K8S_MODULE_DIR/go.sum"; echo "$KWOK_VERSION") | sha256sum | cut -d' ' -f1)
 if [[ -f "$BIN_DIR/.stamp" && "$(cat "$BIN_DIR/.stamp")" == "$stamp_want" ]]; then
   log "binaries for Kubernetes $K8S_VERSION already cached in $BIN_DIR"
   exit 0
@@ -53,7 +53,7 @@ trap 'rm -rf "$GOCACHE"' EXIT
 start=$(date +%s)
 log "building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION into $BIN_DIR (log: $build_log)"
 (
-  cd "$E2E_DIR/k8s"
+  cd "$K8S_MODULE_DIR"
   go build -trimpath -ldflags "$ldflags" -o "$BIN_DIR/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl

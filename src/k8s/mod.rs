@@ -12,6 +12,7 @@ pub mod patch;
 pub mod pod;
 pub mod pods;
 pub mod quantity;
+pub mod release;
 pub mod resource;
 pub mod taints;
 pub mod volumes;

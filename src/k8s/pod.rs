@@ -78,6 +78,8 @@ pub struct PodSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduler_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_gates: Option<Vec<api::PodSchedulingGate>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduling_group: Option<api::PodSchedulingGroup>,
@@ -119,6 +121,65 @@ pub struct Container {
     pub restart_policy: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restart_policy_rules: Option<Vec<api::ContainerRestartRule>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+    /// Only the mounts with bind mount options (what scheduling reads of them), none when no
+    /// mount has any.
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        deserialize_with = "mounts_with_options"
+    )]
+    pub volume_mounts: Option<Vec<VolumeMount>>,
+}
+
+/// A container's volume mounts as the pod keeps them: those with bind mount options.
+fn mounts_with_options<'de, D>(deserializer: D) -> Result<Option<Vec<VolumeMount>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let mounts: Option<Vec<VolumeMount>> = Deserialize::deserialize(deserializer)?;
+    let kept: Vec<VolumeMount> = mounts
+        .into_iter()
+        .flatten()
+        .filter(|m| m.bind_mount_options.as_ref().is_some_and(|o| !o.is_empty()))
+        .collect();
+    Ok((!kept.is_empty()).then_some(kept))
+}
+
+/// A pod's or a container's security context, as scheduling reads it: the seccomp profile
+/// (NodeDeclaredFeatures' SecurityProfileOCI, from 1.38).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct SecurityContext {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp_profile: Option<SeccompProfile>,
+}
+
+impl SecurityContext {
+    fn of_profile(profile: api::SeccompProfile) -> Self {
+        SecurityContext {
+            seccomp_profile: Some(SeccompProfile {
+                type_: profile.type_,
+            }),
+        }
+    }
+}
+
+/// A seccomp profile's type (`RuntimeDefault`, `Unconfined`, `Localhost`, `OCI`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct SeccompProfile {
+    #[serde(rename = "type", default)]
+    pub type_: String,
+}
+
+/// A container's volume mount, as scheduling reads it: its bind mount options
+/// (NodeDeclaredFeatures' VolumeBindMountOptions, from 1.37).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeMount {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bind_mount_options: Option<Vec<String>>,
 }
 
 /// What the API server and the kubelet report of a pod, as scheduling reads it.
@@ -195,6 +256,19 @@ impl From<api::Container> for Container {
             resources: c.resources,
             restart_policy: c.restart_policy,
             restart_policy_rules: c.restart_policy_rules,
+            security_context: c
+                .security_context
+                .and_then(|sc| sc.seccomp_profile)
+                .map(SecurityContext::of_profile),
+            volume_mounts: {
+                let kept: Vec<VolumeMount> = (c.volume_mounts.into_iter().flatten())
+                    .filter_map(|m| m.bind_mount_options.filter(|o| !o.is_empty()))
+                    .map(|options| VolumeMount {
+                        bind_mount_options: Some(options),
+                    })
+                    .collect();
+                (!kept.is_empty()).then_some(kept)
+            },
         }
     }
 }
@@ -233,6 +307,10 @@ impl From<api::PodSpec> for PodSpec {
             restart_policy: s.restart_policy,
             runtime_class_name: s.runtime_class_name,
             scheduler_name: s.scheduler_name,
+            security_context: s
+                .security_context
+                .and_then(|sc| sc.seccomp_profile)
+                .map(SecurityContext::of_profile),
             scheduling_gates: s.scheduling_gates,
             scheduling_group: s.scheduling_group,
             termination_grace_period_seconds: s.termination_grace_period_seconds,

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
 use crate::k8s::pod::{Container, ContainerStatus, Pod, PodSpec};
 use crate::k8s::quantity::{parse_milli, parse_value};
+use crate::k8s::release::Release;
 
 pub const CPU: &str = "cpu";
 pub const MEMORY: &str = "memory";
@@ -231,17 +232,22 @@ pub fn pod_requests(pod: &Pod, non_zero_defaults: bool) -> Resource {
     )
 }
 
-/// What the incoming pod requests as NodeResourcesFit scores it (kube-scheduler's
-/// calculatePodResourceRequest with the non-zero defaults): each container that names no CPU or
-/// memory request counts 100m / 200Mi, whatever else names it, and pod-level requests are left
-/// out: kube-scheduler v1.37.2 builds Fit's scorer without the PodLevelResources gate (its
-/// `enablePodLevelResources` is never set there), so its scores read the containers alone.
-/// Matched as the reference behaves, measured side by side; BalancedAllocation and Filter do
-/// read pod-level requests. (That scorer does not read status resources either; the pod being
-/// scored is pending and has none, so reading them here changes nothing.) (A pod's requests counted on its node, [`pod_requests`] with
-/// defaults, leave out the defaults for a resource the pod level or a container names.)
-pub fn pod_requests_scored(pod: &Pod) -> Resource {
-    requests_with(pod, Defaults::EveryContainer)
+/// What the incoming pod requests as NodeResourcesFit scores it under kube-scheduler of
+/// `release` (calculatePodResourceRequest with the non-zero defaults): each container that names
+/// no CPU or memory request counts 100m / 200Mi, whatever else names it. From 1.38 the pod-level
+/// requests then stand for the containers' sum where they name a resource; 1.36 and 1.37 build
+/// Fit's scorer without the PodLevelResources gate (its `enablePodLevelResources` is never set
+/// there), so their scores read the containers alone (measured side by side; BalancedAllocation
+/// and Filter read pod-level requests in every release). The scorer's reading of status
+/// resources (1.38) changes nothing here: the pod being scored is pending and has none. (A pod's
+/// requests counted on its node, [`pod_requests`] with defaults, leave out the defaults for a
+/// resource the pod level or a container names.)
+pub fn pod_requests_scored(pod: &Pod, release: Release) -> Resource {
+    if release.at_least(38) {
+        requests_with(pod, Defaults::EveryContainerThenPodLevel)
+    } else {
+        requests_with(pod, Defaults::EveryContainer)
+    }
 }
 
 /// Which containers count the non-zero defaults for a CPU or memory request they do not name.
@@ -253,8 +259,11 @@ enum Defaults {
     /// getNonMissingContainerRequests, for a pod counted on a node).
     WhereNoneNamed,
     /// Every one, and pod-level requests left out (upstream's calculatePodResourceRequest in
-    /// Fit's scorer, for the pod being scored).
+    /// Fit's scorer before 1.38, for the pod being scored).
     EveryContainer,
+    /// Every one, then the pod-level requests in place of the sum where they name a resource
+    /// (Fit's scorer from 1.38).
+    EveryContainerThenPodLevel,
 }
 
 /// The containers' lists as `get` reads them (each with `with_defaults`), added up as
@@ -328,7 +337,7 @@ fn requests_with(pod: &Pod, defaults: Defaults) -> Resource {
     let default = |name: &str| match defaults {
         Defaults::None => false,
         Defaults::WhereNoneNamed => pod_level.is_none() || !named_anywhere(name),
-        Defaults::EveryContainer => true,
+        Defaults::EveryContainer | Defaults::EveryContainerThenPodLevel => true,
     };
     let (default_cpu, default_memory) = (default(CPU), default(MEMORY));
     let infeasible = resize_infeasible(pod);
@@ -544,11 +553,22 @@ mod tests {
         }))
         .expect("a pod");
         let gi = 1024 * 1024 * 1024;
-        let scored = pod_requests_scored(&pod);
+        let scored = pod_requests_scored(&pod, Release::of_minor(37));
         assert_eq!(
             (scored.milli_cpu, scored.memory),
             (2 * DEFAULT_MILLI_CPU_REQUEST, gi + DEFAULT_MEMORY_REQUEST),
-            "each container's defaults; the pod level left out, as upstream's Fit scorer"
+            "each container's defaults; the pod level left out, as 1.37's Fit scorer"
+        );
+        let from_138 = pod_requests_scored(&pod, Release::of_minor(38));
+        assert_eq!(
+            (from_138.milli_cpu, from_138.memory),
+            (1000, gi + DEFAULT_MEMORY_REQUEST),
+            "1.38's Fit scorer: the pod level's cpu, the defaulted containers' memory"
+        );
+        assert_eq!(
+            from_138.scalar.get("hugepages-2Mi"),
+            Some(&(8 * 1024 * 1024)),
+            "1.38: the pod level's huge pages"
         );
         let counted = pod_requests(&pod, true);
         assert_eq!(
@@ -565,11 +585,13 @@ mod tests {
         }
         assert_eq!(scored.scalar.get("hugepages-2Mi"), Some(&(4 * 1024 * 1024)));
         let plain = PodBuilder::new("p").req_cpu("200m").container().build();
-        assert_eq!(
-            pod_requests_scored(&plain),
-            pod_requests(&plain, true),
-            "without pod-level requests the two agree"
-        );
+        for minor in [36, 37, 38] {
+            assert_eq!(
+                pod_requests_scored(&plain, Release::of_minor(minor)),
+                pod_requests(&plain, true),
+                "without pod-level requests the two agree"
+            );
+        }
     }
 
     /// kube-scheduler 1.37's accounting of a running pod (component-helpers' PodRequests with

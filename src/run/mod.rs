@@ -21,6 +21,7 @@ use crate::controller;
 use crate::endpoints::{self, HttpState, Serving};
 use crate::gate::WriteGate;
 use crate::k8s::pod::Pod;
+use crate::k8s::release::Release;
 use crate::leader::{self, Leadership, LeaseConfig};
 use crate::recorder::EventWriter;
 use crate::scheduler::backend::queue::SchedulingQueue;
@@ -72,6 +73,8 @@ pub struct RunConfig {
     /// How long a watch that pods need may stay stale before it is loud (`/readyz` 503, the
     /// profiles' `WatchesCurrent=False`).
     pub watch_stale: std::time::Duration,
+    /// The Kubernetes minor to schedule as, when set; else the API server's.
+    pub release: Option<Release>,
     /// The namespace tether runs in (its pods are never sent to a profile by a
     /// namespaceSelector).
     pub namespace: String,
@@ -91,8 +94,9 @@ enum Ended {
 /// what the next needs, completely, before anything runs. A session whose term is over gives
 /// way to a new one.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
-    let (process, mut died) = Process::new(&config)?;
-    let client = connect(&config, &process.metrics).await?;
+    let metrics = Arc::new(Metrics::default());
+    let (client, release) = connect(&config, &metrics).await?;
+    let (process, mut died) = Process::new(&config, metrics, release)?;
     start_filter_pool(config.parallelism)?;
     let election = start_leader_election(&config, &client, &process);
     let mut tasks = serve_endpoints(&config, &client, &process).await?;
@@ -137,6 +141,8 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
 /// a dead part into an exit, whether this replica leads, and the scheduler the endpoints serve.
 struct Process {
     metrics: Arc<Metrics>,
+    /// The Kubernetes minor whose kube-scheduler this process schedules as.
+    release: Release,
     fatal: Fatal,
     leadership: Leadership,
     serving: Serving,
@@ -147,8 +153,9 @@ struct Process {
 impl Process {
     fn new(
         config: &RunConfig,
+        metrics: Arc<Metrics>,
+        release: Release,
     ) -> anyhow::Result<(Self, tokio::sync::mpsc::UnboundedReceiver<String>)> {
-        let metrics = Arc::new(Metrics::default());
         let (fatal, died) = Fatal::new();
         let leadership = match &config.lease {
             Some(lease) => {
@@ -160,6 +167,7 @@ impl Process {
         metrics.set_leading(!leadership.is_elected());
         let process = Process {
             metrics,
+            release,
             fatal,
             leadership,
             serving: Serving::default(),
@@ -296,14 +304,40 @@ impl Session {
 }
 
 /// The API client, its requests counted in the process's metrics.
-async fn connect(config: &RunConfig, metrics: &Metrics) -> anyhow::Result<kube::Client> {
+/// The API client, and the Kubernetes minor tether schedules as: the one `--kubernetes-release`
+/// names, else the API server's (asked a few times while it does not answer; a release tether
+/// does not schedule as stops the start with the reason).
+async fn connect(config: &RunConfig, metrics: &Metrics) -> anyhow::Result<(kube::Client, Release)> {
     let kube_config = kube::Config::infer()
         .await
         .context("reading the kubeconfig or in-cluster config")?;
     let client = crate::k8s::client::build_counted(kube_config, &metrics.api_requests())?;
     crate::k8s::budget::set(config.budget.clone());
-    Ok(client)
+    let mut tries = 0;
+    let info = loop {
+        match client.apiserver_version().await {
+            Ok(info) => break info,
+            Err(error) if tries < VERSION_TRIES => {
+                tries += 1;
+                tracing::warn!(%error, "the API server did not say its version; asking again");
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            }
+            Err(error) => {
+                return Err(error).context("asking the API server for its version (/version)");
+            }
+        }
+    };
+    let release = match config.release {
+        Some(release) => release,
+        None => Release::from_info(&info)?.supported()?,
+    };
+    tracing::info!(%release, apiserver = %info.git_version, "scheduling as kube-scheduler of this Kubernetes release");
+    metrics.set_release(release, &info.git_version);
+    Ok((client, release))
 }
+
+/// How many more times the API server's version is asked for before the start fails.
+const VERSION_TRIES: usize = 5;
 
 fn start_filter_pool(parallelism: usize) -> anyhow::Result<()> {
     rayon::ThreadPoolBuilder::new()
@@ -446,6 +480,7 @@ fn build_scheduler(
         evictions: Arc::default(),
         activator: Some(sched.activator()),
         metrics: Some(process.metrics.clone()),
+        release: process.release,
     };
     Ok(Parts {
         sched,

@@ -49,6 +49,7 @@ pub struct Metrics {
     watch_current: Family<WatchLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     history_denied: Gauge<i64, std::sync::atomic::AtomicI64>,
     sessions_held: Gauge<i64, std::sync::atomic::AtomicI64>,
+    release_info: Family<ReleaseLabels, IntGauge>,
     room_holds: Gauge<i64, std::sync::atomic::AtomicI64>,
     room_holds_ended: Family<HoldEndLabels, Counter>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
@@ -247,6 +248,12 @@ impl Default for Metrics {
             sessions_held.clone(),
         );
         let room_holds = Gauge::default();
+        let release_info = Family::<ReleaseLabels, IntGauge>::default();
+        registry.register(
+            "kubernetes_release_info",
+            "1, labelled with the Kubernetes minor tether schedules as and the API server's version",
+            release_info.clone(),
+        );
         let build_info = Family::<BuildLabels, IntGauge>::default();
         build_info
             .get_or_create(&BuildLabels {
@@ -376,6 +383,7 @@ impl Default for Metrics {
             watch_current,
             history_denied,
             sessions_held,
+            release_info,
             room_holds,
             room_holds_ended,
             leading,
@@ -386,6 +394,17 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The Kubernetes minor tether schedules as, and the version the API server said.
+    pub fn set_release(&self, release: crate::k8s::release::Release, apiserver: &str) {
+        self.release_info.clear();
+        self.release_info
+            .get_or_create(&ReleaseLabels {
+                release: release.to_string(),
+                apiserver: apiserver.to_string(),
+            })
+            .set(1);
+    }
+
     /// Whether this replica leads now.
     pub fn set_leading(&self, leading: bool) {
         self.leading

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::api::{SchedulingProfile, StickyBinding};
 use crate::k8s::pod::Pod;
+use crate::k8s::release::Release;
 use crate::k8s::{pods, volumes};
 use crate::scheduler::backend::cache::{Cache, occupies_node};
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -41,6 +42,11 @@ pub const KIND: &str = "TetherClusterSnapshot";
 #[serde(rename_all = "camelCase")]
 pub struct ClusterState {
     pub kind: String,
+    /// The API server's version (`v1.37.2`): the release whose kube-scheduler the simulation
+    /// schedules as (a snapshot without it, or of a release tether does not schedule as, is
+    /// simulated as the reference release).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes_version: Option<String>,
     pub nodes: Vec<Node>,
     pub pods: Vec<Pod>,
     #[serde(default)]
@@ -242,8 +248,13 @@ impl ClusterState {
     /// Lists what the scheduler watches (pods without their containers' environment).
     pub async fn read(client: &kube::Client) -> anyhow::Result<Self> {
         let pods: Vec<Pod> = list(client, "pods").await?;
+        let version = client
+            .apiserver_version()
+            .await
+            .context("asking the API server for its version (/version)")?;
         let mut state = ClusterState {
             kind: KIND.into(),
+            kubernetes_version: Some(version.git_version),
             nodes: list(client, "nodes").await?,
             pods,
             namespaces: list(client, "namespaces").await?,
@@ -373,6 +384,14 @@ impl ClusterState {
     }
 
     /// What the plugins read besides the snapshot, filled from these lists.
+    /// The release the cluster ran (see [`ClusterState::kubernetes_version`]).
+    pub fn release(&self) -> Release {
+        self.kubernetes_version
+            .as_deref()
+            .and_then(|v| Release::parse(v).and_then(Release::supported).ok())
+            .unwrap_or_default()
+    }
+
     pub fn handle(&self) -> Handle {
         let storage = Arc::new(StorageIndex::default());
         storage.reset::<PersistentVolume>(arcs(&self.persistent_volumes));
@@ -402,6 +421,7 @@ impl ClusterState {
             self.stateful_sets.clone(),
         );
         Handle {
+            release: self.release(),
             client: None,
             default_selectors: workload_selectors,
             owners,

@@ -58,6 +58,15 @@ pub struct BuildLabels {
     pub commit: &'static str,
 }
 
+/// The labels of `tether_kubernetes_release_info`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReleaseLabels {
+    /// The minor tether schedules as (`1.37`).
+    pub release: String,
+    /// What the API server's `/version` said (`v1.37.2`).
+    pub apiserver: String,
+}
+
 /// The labels of kube-scheduler's `scheduler_unschedulable_pods`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct UnschedulableLabels {

@@ -17,7 +17,9 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
 use crate::scheduler::informers::pod_groups::{COSCHEDULING_EVENT, GroupApi, PodGroupIndex};
-use crate::scheduler::plugins::gang_scheduling::{hold_until_complete, member_events};
+use crate::scheduler::plugins::gang_scheduling::{
+    MIN_COUNT_WAIT, hold_until_complete, member_events,
+};
 use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -47,9 +49,18 @@ impl Plugin for Coscheduling {
 
 impl PreEnqueuePlugin for Coscheduling {
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        hold_until_complete(&self.groups, pod, GroupApi::Coscheduling, |name| {
-            format!("waiting for PodGroup {name:?} (scheduling.x-k8s.io) to appear")
-        })
+        hold_until_complete(
+            &self.groups,
+            pod,
+            GroupApi::Coscheduling,
+            |key| {
+                format!(
+                    "waiting for PodGroup {:?} (scheduling.x-k8s.io) to appear",
+                    key.name
+                )
+            },
+            |_| MIN_COUNT_WAIT.to_string(),
+        )
     }
 }
 

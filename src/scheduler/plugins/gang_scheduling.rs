@@ -12,7 +12,9 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
-use crate::scheduler::informers::pod_groups::{self, GroupApi, GroupRef, PodGroupIndex, Policy};
+use crate::scheduler::informers::pod_groups::{
+    self, GroupApi, GroupKey, GroupRef, PodGroupIndex, Policy,
+};
 use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::expect_no_args;
 
@@ -21,6 +23,8 @@ pub const NAME: &str = "GangScheduling";
 /// Holds a gang's pods back until the gang can be tried whole.
 pub struct GangScheduling {
     groups: Arc<PodGroupIndex>,
+    /// Whose words PreEnqueue says why a pod waits in (they changed in 1.38).
+    release: crate::k8s::release::Release,
 }
 
 impl Plugin for GangScheduling {
@@ -89,32 +93,59 @@ impl PreEnqueuePlugin for GangScheduling {
     /// UnschedulableAndUnresolvable, in upstream's words, while the pod's group is not known,
     /// or is a gang with fewer live pods than its `minCount`.
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
-        hold_until_complete(&self.groups, pod, GroupApi::Workload, |name| {
+        if self.release.at_least(38) {
+            return hold_until_complete(
+                &self.groups,
+                pod,
+                GroupApi::Workload,
+                |key| {
+                    format!(
+                        "pod group {:?} or one of its composite pod group ancestors has not been created yet",
+                        key.name
+                    )
+                },
+                |key| format!("waiting for podgroup/{key} to meet its quorum"),
+            );
+        }
+        hold_until_complete(
+            &self.groups,
+            pod,
+            GroupApi::Workload,
             // Upstream's wording, "pods's" included.
-            format!("waiting for pods's pod group {name:?} to appear in scheduling queue")
-        })
+            |key| {
+                format!(
+                    "waiting for pods's pod group {:?} to appear in scheduling queue",
+                    key.name
+                )
+            },
+            |_| MIN_COUNT_WAIT.to_string(),
+        )
     }
 }
 
+/// Why a gang's pod waits while its group has fewer pods than `minCount`, until 1.38 (and in
+/// Coscheduling).
+pub const MIN_COUNT_WAIT: &str =
+    "waiting for minCount pods from a gang to appear in scheduling queue";
+
 /// PreEnqueue of a gang's pod (of `api`'s groups): held while its group is not known
-/// (`missing` says so) or has fewer live pods than its `minCount`.
+/// (`missing` says so) or has fewer live pods than its `minCount` (`short` says so).
 pub fn hold_until_complete(
     groups: &PodGroupIndex,
     pod: &PodInfo,
     api: GroupApi,
-    missing: impl Fn(&str) -> String,
+    missing: impl Fn(&GroupKey) -> String,
+    short: impl Fn(&GroupKey) -> String,
 ) -> Status {
     let Some(key) = pod_groups::group_of(&pod.pod).filter(|k| k.api == api) else {
         return Status::success();
     };
     let Some(group) = groups.get(&key) else {
-        return Status::unresolvable(missing(&key.name));
+        return Status::unresolvable(missing(&key));
     };
     match group.policy() {
         Policy::Gang { min_count } if groups.member_count(&key) < min_count => {
-            Status::unresolvable(
-                "waiting for minCount pods from a gang to appear in scheduling queue",
-            )
+            Status::unresolvable(short(&key))
         }
         _ => Status::success(),
     }
@@ -129,6 +160,7 @@ pub fn build(
     expect_no_args(NAME, args, path)?;
     Ok(Arc::new(GangScheduling {
         groups: handle.pod_groups.clone(),
+        release: handle.release,
     }))
 }
 
@@ -136,6 +168,7 @@ pub fn build(
 mod tests {
     use super::*;
     use crate::k8s::pod::Pod;
+    use crate::k8s::release::Release;
     use crate::scheduler::informers::Keeps;
     use k8s_openapi::api::scheduling::v1beta1::PodGroup;
     use serde_json::json;
@@ -163,6 +196,7 @@ mod tests {
     fn a_gang_member_waits_for_its_group_and_then_for_min_count_pods() {
         let groups = Arc::new(PodGroupIndex::default());
         let plugin = GangScheduling {
+            release: Release::default(),
             groups: groups.clone(),
         };
         let first = pod("a", "train");
@@ -194,6 +228,7 @@ mod tests {
     #[test]
     fn only_events_of_the_pods_own_group_requeue_it() {
         let plugin = GangScheduling {
+            release: Release::default(),
             groups: Arc::default(),
         };
         let registrations = plugin.events_to_register().expect("registers");

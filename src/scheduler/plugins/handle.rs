@@ -53,6 +53,8 @@ pub struct Handle {
     /// Where plugins count kube-scheduler's metrics of their own (DefaultPreemption's attempts
     /// and victims). `None` in unit tests and simulations.
     pub metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
+    /// The Kubernetes minor whose kube-scheduler the plugins behave as, where minors differ.
+    pub release: crate::k8s::release::Release,
 }
 
 /// A handle without an API client: its plugins write nothing (tests, `tether simulate`), so its
@@ -75,6 +77,7 @@ impl Default for Handle {
             evictions: Arc::default(),
             activator: None,
             metrics: None,
+            release: crate::k8s::release::Release::default(),
         }
     }
 }

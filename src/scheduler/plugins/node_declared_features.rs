@@ -6,12 +6,22 @@
 //! - `RestartAllContainersOnContainerExits`: a container or init container has a restart rule
 //!   with the action `RestartAllContainers`;
 //! - `UserNamespacesHostNetworkSupport`: the pod uses the host network in its own user
-//!   namespace (`hostNetwork: true`, `hostUsers: false`).
+//!   namespace (`hostNetwork: true`, `hostUsers: false`);
+//! - `VolumeBindMountOptions` (from 1.37): a container or init container mounts a volume with
+//!   `bindMountOptions`;
+//! - `PodCertificateMLDSA` (from 1.38): a projected `podCertificate` volume source asks for an
+//!   ML-DSA key (`MLDSA44`, `MLDSA65`, `MLDSA87`);
+//! - `SecurityProfileOCI` (from 1.38): the pod's or a container's seccomp profile is of type
+//!   `OCI`.
+//!
+//! (Upstream also reads ephemeral containers, which tether does not keep: a pod being scheduled
+//! has none, they are added to running pods.)
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use crate::k8s::pod::{Container, Pod};
+use crate::k8s::pod::{Container, Pod, SecurityContext};
+use crate::k8s::release::Release;
 use crate::scheduler::framework::events::{
     ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
 };
@@ -36,9 +46,12 @@ const STATE_KEY: &str = "PreFilterNodeDeclaredFeatures";
 
 const RESTART_ALL_CONTAINERS: &str = "RestartAllContainersOnContainerExits";
 const USER_NAMESPACES_HOST_NETWORK: &str = "UserNamespacesHostNetworkSupport";
+const VOLUME_BIND_MOUNT_OPTIONS: &str = "VolumeBindMountOptions";
+const POD_CERTIFICATE_MLDSA: &str = "PodCertificateMLDSA";
+const SECURITY_PROFILE_OCI: &str = "SecurityProfileOCI";
 
-/// The node features `pod` needs to run.
-pub fn required_features(pod: &Pod) -> BTreeSet<&'static str> {
+/// The node features `pod` needs to run, as kube-scheduler of `release` infers them.
+pub fn required_features(pod: &Pod, release: Release) -> BTreeSet<&'static str> {
     let mut features = BTreeSet::new();
     let Some(spec) = pod.spec.as_ref() else {
         return features;
@@ -56,12 +69,46 @@ pub fn required_features(pod: &Pod) -> BTreeSet<&'static str> {
     if spec.host_network == Some(true) && spec.host_users == Some(false) {
         features.insert(USER_NAMESPACES_HOST_NETWORK);
     }
+    let bind_mount_options = |c: &Container| {
+        c.volume_mounts
+            .iter()
+            .flatten()
+            .any(|m| m.bind_mount_options.as_ref().is_some_and(|o| !o.is_empty()))
+    };
+    let all = || spec.containers.iter().chain(spec.init_containers());
+    if release.at_least(37) && all().any(bind_mount_options) {
+        features.insert(VOLUME_BIND_MOUNT_OPTIONS);
+    }
+    if !release.at_least(38) {
+        return features;
+    }
+    let mldsa = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|source| source.pod_certificate.as_ref())
+        .any(|c| matches!(c.key_type.as_str(), "MLDSA44" | "MLDSA65" | "MLDSA87"));
+    if mldsa {
+        features.insert(POD_CERTIFICATE_MLDSA);
+    }
+    let oci = |sc: Option<&SecurityContext>| {
+        sc.and_then(|sc| sc.seccomp_profile.as_ref())
+            .is_some_and(|p| p.type_ == "OCI")
+    };
+    if oci(spec.security_context.as_ref()) || all().any(|c| oci(c.security_context.as_ref())) {
+        features.insert(SECURITY_PROFILE_OCI);
+    }
     features
 }
 
 /// Rejects nodes that do not declare every feature the pod needs.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct NodeDeclaredFeatures;
+pub struct NodeDeclaredFeatures {
+    /// Whose registry of features the plugin infers by.
+    release: Release,
+}
 
 impl Plugin for NodeDeclaredFeatures {
     fn name(&self) -> &'static str {
@@ -85,10 +132,10 @@ impl Plugin for NodeDeclaredFeatures {
                 ),
                 Arc::new(after_node_change),
             ),
-            Registration::new(
-                ClusterEvent::new(EventResource::Pod, ActionType::UPDATE),
-                Arc::new(after_pod_update),
-            ),
+            Registration::new(ClusterEvent::new(EventResource::Pod, ActionType::UPDATE), {
+                let release = self.release;
+                Arc::new(move |pod, old, new| after_pod_update(release, pod, old, new))
+            }),
         ])
     }
 }
@@ -107,7 +154,12 @@ fn after_node_change(_pod: &PodInfo, old: Option<&EventObject>, new: Option<&Eve
 }
 
 /// The pending pod itself changed what it needs.
-fn after_pod_update(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
+fn after_pod_update(
+    release: Release,
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
     let (Some(old), Some(new)) = (
         old.and_then(EventObject::pod),
         new.and_then(EventObject::pod),
@@ -117,7 +169,7 @@ fn after_pod_update(pod: &PodInfo, old: Option<&EventObject>, new: Option<&Event
     if new.metadata.uid.as_deref() != Some(pod.uid()) {
         return Hint::Skip;
     }
-    if required_features(old) == required_features(new) {
+    if required_features(old, release) == required_features(new, release) {
         Hint::Skip
     } else {
         Hint::Queue
@@ -131,7 +183,7 @@ impl PreFilterPlugin for NodeDeclaredFeatures {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
-        let needed = required_features(&pod.pod);
+        let needed = required_features(&pod.pod, self.release);
         if needed.is_empty() {
             return (PreFilterResult::all_nodes(), Status::skip());
         }
@@ -166,10 +218,12 @@ impl FilterPlugin for NodeDeclaredFeatures {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    _handle: &Handle,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
-    Ok(Arc::new(NodeDeclaredFeatures))
+    Ok(Arc::new(NodeDeclaredFeatures {
+        release: handle.release,
+    }))
 }
 
 #[cfg(test)]
@@ -220,7 +274,7 @@ mod tests {
         let info = PodInfo::new(Arc::new(pod));
         let mut state = CycleState::new();
         let (_, status) = PreFilterPlugin::pre_filter(
-            &NodeDeclaredFeatures,
+            &NodeDeclaredFeatures::default(),
             &mut state,
             &info,
             &Snapshot::default(),
@@ -228,16 +282,16 @@ mod tests {
         if status.is_skip() {
             return Status::success();
         }
-        FilterPlugin::filter(&NodeDeclaredFeatures, &state, &info, node)
+        FilterPlugin::filter(&NodeDeclaredFeatures::default(), &state, &info, node)
     }
 
     #[test]
     fn pods_needing_nothing_skip_and_fit_every_node() {
         let pod = PodBuilder::new("p").build();
-        assert!(required_features(&pod).is_empty());
+        assert!(required_features(&pod, Release::default()).is_empty());
         let mut state = CycleState::new();
         let (_, status) = PreFilterPlugin::pre_filter(
-            &NodeDeclaredFeatures,
+            &NodeDeclaredFeatures::default(),
             &mut state,
             &PodInfo::new(Arc::new(pod)),
             &Snapshot::default(),
@@ -249,7 +303,7 @@ mod tests {
     fn a_pod_fits_only_nodes_declaring_every_feature_it_needs() {
         let both = host_network_userns(restart_all(PodBuilder::new("p").build(), true));
         assert_eq!(
-            required_features(&both),
+            required_features(&both, Release::default()),
             BTreeSet::from([RESTART_ALL_CONTAINERS, USER_NAMESPACES_HOST_NETWORK])
         );
         let unresolvable = Status::new(Code::UnschedulableAndUnresolvable, ERR_REASON);
@@ -294,7 +348,7 @@ mod tests {
     fn host_network_alone_needs_nothing() {
         let mut pod = PodBuilder::new("p").build();
         pod.spec.get_or_insert_with(Default::default).host_network = Some(true);
-        assert!(required_features(&pod).is_empty());
+        assert!(required_features(&pod, Release::default()).is_empty());
     }
 
     #[test]
@@ -312,12 +366,58 @@ mod tests {
 
         let old = EventObject::Pod(Arc::new(PodBuilder::new("p").build()));
         let new = EventObject::Pod(pod.pod.clone());
-        assert_eq!(after_pod_update(&pod, Some(&new), Some(&old)), Hint::Queue);
-        assert_eq!(after_pod_update(&pod, Some(&new), Some(&new)), Hint::Skip);
+        assert_eq!(
+            after_pod_update(Release::default(), &pod, Some(&new), Some(&old)),
+            Hint::Queue
+        );
+        assert_eq!(
+            after_pod_update(Release::default(), &pod, Some(&new), Some(&new)),
+            Hint::Skip
+        );
         let other = EventObject::Pod(Arc::new(PodBuilder::new("q").uid("other").build()));
         assert_eq!(
-            after_pod_update(&pod, Some(&other), Some(&other)),
+            after_pod_update(Release::default(), &pod, Some(&other), Some(&other)),
             Hint::Skip
+        );
+    }
+
+    /// Each release infers the features of its own registry: bind mount options from 1.37,
+    /// ML-DSA pod certificates and OCI seccomp profiles from 1.38.
+    #[test]
+    fn each_release_infers_the_features_of_its_registry() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {
+                "securityContext": {"seccompProfile": {"type": "OCI"}},
+                "containers": [{"name": "c", "volumeMounts": [
+                    {"name": "v", "mountPath": "/v", "bindMountOptions": ["nosuid"]}
+                ]}],
+                "volumes": [{"name": "cert", "projected": {"sources": [
+                    {"podCertificate": {"signerName": "x.io/s", "keyType": "MLDSA65", "credentialBundlePath": "b"}}
+                ]}}],
+            },
+        }))
+        .expect("a pod");
+        let of = |minor| required_features(&pod, Release::of_minor(minor));
+        assert!(of(36).is_empty());
+        assert_eq!(of(37), BTreeSet::from([VOLUME_BIND_MOUNT_OPTIONS]));
+        assert_eq!(
+            of(38),
+            BTreeSet::from([
+                VOLUME_BIND_MOUNT_OPTIONS,
+                POD_CERTIFICATE_MLDSA,
+                SECURITY_PROFILE_OCI
+            ])
+        );
+        let in_a_container: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p"},
+            "spec": {"initContainers": [{"name": "i", "securityContext": {"seccompProfile": {"type": "OCI"}}}],
+                     "containers": [{"name": "c", "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}]},
+        }))
+        .expect("a pod");
+        assert_eq!(
+            required_features(&in_a_container, Release::of_minor(38)),
+            BTreeSet::from([SECURITY_PROFILE_OCI])
         );
     }
 }

@@ -62,6 +62,8 @@ pub struct DefaultPreemption {
     activator: Option<Arc<dyn crate::scheduler::framework::PodActivator>>,
     /// Counts the attempts and victims (kube-scheduler's preemption metrics).
     metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
+    /// The release whose rules apply where releases differ (a victim that has not started).
+    release: crate::k8s::release::Release,
 }
 
 impl Plugin for DefaultPreemption {
@@ -262,7 +264,13 @@ impl DefaultPreemption {
         if let Some(why) = not_eligible(ctx, &self.evictions) {
             return (Nomination::Keep, say(Code::Unschedulable, why.to_string()));
         }
-        let now = Timestamp::now();
+        // The start time of a pod that has not started: now until 1.38, from 1.38 the latest
+        // time there is (kube-scheduler's GetPodStartTime).
+        let now = if self.release.at_least(38) {
+            Timestamp::MAX
+        } else {
+            Timestamp::now()
+        };
         let potential = potential_nodes(ctx);
         let (candidates, failed) = if potential.is_empty() {
             (Vec::new(), Vec::new())
@@ -376,5 +384,6 @@ pub fn build(
         runtime: tokio::runtime::Handle::try_current().ok(),
         activator: handle.activator.clone(),
         metrics: handle.metrics.clone(),
+        release: handle.release,
     }))
 }

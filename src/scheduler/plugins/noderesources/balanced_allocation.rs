@@ -107,7 +107,7 @@ impl NodeResourcesBalancedAllocation {
     fn pod_requests(&self, pod: &PodInfo) -> Vec<i64> {
         self.resources
             .iter()
-            .map(|r| pod_request(pod, &r.name, true))
+            .map(|r| pod_request(pod, &r.name))
             .collect()
     }
 
@@ -211,7 +211,7 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
             return Ok(self.score_node(node, |i| s.pod_requests[i], s.dra.as_ref()));
         }
         // PreScore did not run: a best-effort pod scores 0 everywhere, as upstream.
-        let pod_request_of = |i: usize| pod_request(pod, &self.resources[i].name, true);
+        let pod_request_of = |i: usize| pod_request(pod, &self.resources[i].name);
         if (0..self.resources.len()).all(|i| pod_request_of(i) == 0) {
             return Ok(0);
         }

@@ -20,6 +20,7 @@ use super::scoring::{
     least_requested_score, most_requested_score, utilization, validate_shape,
 };
 use crate::k8s::names::is_extended_resource_name;
+use crate::k8s::release::Release;
 use crate::k8s::resource::Resource;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
@@ -109,7 +110,9 @@ pub fn build(
     default_resource_specs(&mut args.scoring_strategy.resources);
     args.validate(path)?;
     Ok(Arc::new(
-        NodeResourcesFit::from_validated(args).with_devices(handle.devices.clone()),
+        NodeResourcesFit::from_validated(args)
+            .with_devices(handle.devices.clone())
+            .scoring_as(handle.release),
     ))
 }
 
@@ -121,6 +124,8 @@ pub struct NodeResourcesFit {
     strategy: Strategy,
     /// The DeviceClasses, for the extended resources they serve.
     devices: Option<Arc<DeviceIndex>>,
+    /// The release whose scorer this one is (which reads pod-level requests from 1.38).
+    release: Release,
 }
 
 /// What PreFilter computes for Filter: the requests to check, ignored resources left out, and
@@ -163,10 +168,17 @@ impl NodeResourcesFit {
             resources: args.scoring_strategy.resources,
             strategy,
             devices: None,
+            release: Release::default(),
         }
     }
 
     /// The plugin reading DeviceClasses from `devices` (for the extended resources they serve).
+    /// Scores as kube-scheduler of `release` does.
+    pub(super) fn scoring_as(mut self, release: Release) -> Self {
+        self.release = release;
+        self
+    }
+
     pub(super) fn with_devices(mut self, devices: Arc<DeviceIndex>) -> Self {
         self.devices = Some(devices);
         self
@@ -474,7 +486,7 @@ impl PreScorePlugin for NodeResourcesFit {
         _nodes: &[Arc<NodeInfo>],
         _snapshot: &Snapshot,
     ) -> Status {
-        let scored = crate::k8s::resource::pod_requests_scored(&pod.pod);
+        let scored = crate::k8s::resource::pod_requests_scored(&pod.pod, self.release);
         let pod_requests = self
             .resources
             .iter()
@@ -493,7 +505,7 @@ impl ScorePlugin for NodeResourcesFit {
         Ok(match state.read::<PreScoreState>(PRE_SCORE_KEY) {
             Some(s) => self.score_node(node, |i| s.pod_requests[i], s.dra.as_ref()),
             None => {
-                let scored = crate::k8s::resource::pod_requests_scored(&pod.pod);
+                let scored = crate::k8s::resource::pod_requests_scored(&pod.pod, self.release);
                 let dra = self.dra_scoring();
                 self.score_node(
                     node,

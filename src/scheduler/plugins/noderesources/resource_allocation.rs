@@ -40,16 +40,10 @@ pub fn default_resource_specs(resources: &mut Vec<ResourceSpec>) {
     }
 }
 
-/// The pod's request of one resource as kube-scheduler's resourceAllocationScorer counts it:
-/// with `use_requested` false, cpu and memory are the non-zero requests of the pod being
-/// scored (see [`crate::k8s::resource::pod_requests_scored`]). Computes them each time: call
-/// it once per cycle, as PreScore does, or use [`request_of`].
-pub fn pod_request(pod: &PodInfo, name: &str, use_requested: bool) -> i64 {
-    if use_requested {
-        request_of(&pod.requests, name)
-    } else {
-        request_of(&crate::k8s::resource::pod_requests_scored(&pod.pod), name)
-    }
+/// The pod's request of one resource as a scorer that uses the requested amounts counts it (for
+/// the non-zero requests Fit scores, see [`crate::k8s::resource::pod_requests_scored`]).
+pub fn pod_request(pod: &PodInfo, name: &str) -> i64 {
+    request_of(&pod.requests, name)
 }
 
 /// One resource of `r` by name.

@@ -12,6 +12,7 @@ use super::args::LABEL_HOSTNAME;
 use crate::k8s::labels::{Requirement, Selector, SelectorError};
 use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::pod::PodSpec;
+use crate::k8s::release::Release;
 use crate::k8s::taints::find_untolerated;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::parallel::fold_per_thread;
@@ -39,6 +40,11 @@ pub(super) struct Constraint {
     pub(super) topology_key: Arc<Label>,
     /// The labelSelector with the pod's values for `matchLabelKeys` merged in.
     pub(super) selector: Selector,
+    /// The selector the pods counted in a domain are matched by: `selector`, but nothing for an
+    /// empty one before 1.38 (kube-scheduler's countPodsMatchSelector returned 0 for an empty
+    /// selector until 1.38, which counts every pod of the namespace; the incoming pod's own
+    /// match reads `selector` in every release).
+    pub(super) counted: Selector,
     /// Fewer eligible domains than this make the global minimum 0 (DoNotSchedule only).
     pub(super) min_domains: i64,
     /// nodeAffinityPolicy Honor (the default): only nodes matching the pod's nodeSelector and
@@ -53,6 +59,7 @@ impl Constraint {
     pub(super) fn parse(
         c: &TopologySpreadConstraint,
         pod_labels: &BTreeMap<String, String>,
+        release: Release,
     ) -> Result<Self, SelectorError> {
         let mut selector = Selector::from_label_selector(c.label_selector.as_ref())?;
         for key in c.match_label_keys.iter().flatten() {
@@ -60,10 +67,16 @@ impl Constraint {
                 selector.add(Requirement::In(key.clone(), vec![value.clone()]));
             }
         }
+        let counted = if selector.is_empty() && !release.at_least(38) {
+            Selector::nothing()
+        } else {
+            selector.clone()
+        };
         Ok(Constraint {
             max_skew: i64::from(c.max_skew),
             topology_key: topology::label(&c.topology_key),
             selector,
+            counted,
             min_domains: i64::from(c.min_domains.unwrap_or(1)),
             honor_node_affinity: c.node_affinity_policy.as_deref() != Some("Ignore"),
             honor_node_taints: c.node_taints_policy.as_deref() == Some("Honor"),
@@ -122,8 +135,8 @@ pub(super) fn has_all_keys(node: &NodeInfo, constraints: &[Constraint]) -> bool 
 }
 
 /// Which constraints count the pods of each group, answered once per group in a cycle: pods in
-/// the incoming pod's namespace, not terminating, that the constraint's selector matches. An
-/// empty selector counts nothing, as kube-scheduler's countPodsMatchSelector.
+/// the incoming pod's namespace, not terminating, that the constraint's counting selector
+/// matches (see [`Constraint::counted`]).
 #[derive(Debug)]
 pub(super) struct Counted {
     pub(super) selectors: Vec<Selector>,
@@ -134,7 +147,7 @@ pub(super) struct Counted {
 impl Counted {
     pub(super) fn new(constraints: &[Constraint], namespace: &str) -> Self {
         Counted {
-            selectors: constraints.iter().map(|c| c.selector.clone()).collect(),
+            selectors: constraints.iter().map(|c| c.counted.clone()).collect(),
             namespace: namespace.to_string(),
             memo: GroupMemo::new(),
         }
@@ -155,13 +168,11 @@ impl Counted {
     }
 }
 
-/// Whether a constraint of a pod in `namespace` with `selector` counts the pods of `group`: in
-/// that namespace, not terminating, matched by the selector (an empty one counts nothing).
+/// Whether a constraint of a pod in `namespace` counting by `selector` (its
+/// [`Constraint::counted`]) counts the pods of `group`: in that namespace, not terminating,
+/// matched by the selector.
 pub(super) fn counts_group(selector: &Selector, namespace: &str, group: &PodGroup) -> bool {
-    !selector.is_empty()
-        && !group.terminating()
-        && group.namespace() == namespace
-        && selector.matches(group.labels())
+    !group.terminating() && group.namespace() == namespace && selector.matches(group.labels())
 }
 
 /// Domain (the id of a topology value) → matching pods in that domain, for one constraint.

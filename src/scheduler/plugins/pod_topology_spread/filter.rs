@@ -76,7 +76,7 @@ impl PreFilterState {
                 continue;
             }
             let counted = (pods.iter())
-                .filter(|p| counts_group(&c.selector, pod.namespace(), &p.group))
+                .filter(|p| counts_group(&c.counted, pod.namespace(), &p.group))
                 .count();
             if counted > 0 {
                 let n = i64::try_from(counted).unwrap_or(i64::MAX);

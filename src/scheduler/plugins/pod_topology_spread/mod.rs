@@ -23,6 +23,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 
 use crate::k8s::labels::SelectorError;
+use crate::k8s::release::Release;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -60,7 +61,9 @@ pub fn build(
     let selectors = handle.default_selectors.clone();
     let args: PodTopologySpreadArgs = decode_args(args, path)?;
     args.validate(path)?;
-    Ok(Arc::new(PodTopologySpread::new(args, selectors)))
+    let mut plugin = PodTopologySpread::new(args, selectors);
+    plugin.release = handle.release;
+    Ok(Arc::new(plugin))
 }
 
 /// The plugin: its default constraints and where default selectors come from.
@@ -71,6 +74,8 @@ pub struct PodTopologySpread {
     /// every topology key, so nodes without a zone label still get hostname spreading.
     system_defaulted: bool,
     selectors: Arc<dyn DefaultSelectorSource>,
+    /// The release whose counting this plugin follows (see [`Constraint::counted`]).
+    release: Release,
 }
 
 impl PodTopologySpread {
@@ -85,6 +90,7 @@ impl PodTopologySpread {
             },
             system_defaulted,
             selectors,
+            release: Release::default(),
         }
     }
 
@@ -95,7 +101,7 @@ impl PodTopologySpread {
             return own_constraints(pod)
                 .iter()
                 .filter(|c| c.when_unsatisfiable == action)
-                .map(|c| Constraint::parse(c, pod.labels()))
+                .map(|c| Constraint::parse(c, pod.labels(), self.release))
                 .collect();
         }
         let defaults: Vec<_> = self
@@ -116,8 +122,9 @@ impl PodTopologySpread {
         defaults
             .into_iter()
             .map(|c| {
-                let mut parsed = Constraint::parse(c, pod.labels())?;
+                let mut parsed = Constraint::parse(c, pod.labels(), self.release)?;
                 parsed.selector = selector.clone();
+                parsed.counted = selector.clone();
                 Ok(parsed)
             })
             .collect()

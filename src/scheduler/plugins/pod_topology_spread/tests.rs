@@ -969,3 +969,45 @@ fn the_remedy_names_the_skew_the_pod_would_make() {
         )
     );
 }
+
+/// A constraint with an empty `labelSelector: {}`: until 1.38 kube-scheduler counts no existing
+/// pod for it (countPodsMatchSelector's early return), so every node is as good as any; from
+/// 1.38 it counts every pod of the namespace, so the pod spreads away from the full zone. The
+/// incoming pod's own match counts in both.
+#[test]
+fn an_empty_selector_counts_every_pod_of_the_namespace_from_1_38() {
+    let mut everything = spread(1, "zone", DO_NOT_SCHEDULE, &[]);
+    everything.label_selector = Some(LabelSelector::default());
+    let pod = PodInfo::new(Arc::new(incoming(vec![everything]).build()));
+    let others = (0..2)
+        .map(|i| {
+            PodBuilder::new(&format!("other-{i}"))
+                .label("app", "other")
+                .node_name("node-a")
+                .build()
+        })
+        .collect();
+    let snap = snapshot(four_nodes(), others);
+    let as_release = |minor| {
+        let mut pl = plugin();
+        pl.release = crate::k8s::release::Release::of_minor(minor);
+        run_filter(&pl, &pod, &snap)
+    };
+    let everywhere = [
+        ("node-a", OK),
+        ("node-b", OK),
+        ("node-x", OK),
+        ("node-y", OK),
+    ];
+    assert_eq!(as_release(37), want_codes(&everywhere));
+    assert_eq!(as_release(36), want_codes(&everywhere));
+    assert_eq!(
+        as_release(38),
+        want_codes(&[
+            ("node-a", UNSCHED),
+            ("node-b", UNSCHED),
+            ("node-x", OK),
+            ("node-y", OK),
+        ])
+    );
+}
