@@ -70,7 +70,10 @@ fn calculate_priority(sum: i64, num_containers: i64) -> i64 {
 
 /// Scores nodes by the container images of the pod they already hold.
 #[derive(Clone, Copy, Debug, Default)]
-pub struct ImageLocality;
+pub struct ImageLocality {
+    /// Whose threshold the sum is scaled by (image volumes count from 1.37).
+    release: crate::k8s::release::Release,
+}
 
 impl Plugin for ImageLocality {
     fn name(&self) -> &'static str {
@@ -104,9 +107,14 @@ impl PreScorePlugin for ImageLocality {
             .iter()
             .flatten()
             .chain(&spec.containers);
-        // 1.37 counts every image volume too, towards the threshold the sum is scaled by.
+        // From 1.37 every image volume counts too, towards the threshold the sum is scaled by.
         let image_volumes = spec.volumes.iter().flatten().filter(|v| v.image.is_some());
-        let num_containers = (containers.clone().count() + image_volumes.count()) as i64;
+        let image_volumes = if self.release.at_least(37) {
+            image_volumes.count()
+        } else {
+            0
+        };
+        let num_containers = (containers.clone().count() + image_volumes) as i64;
         // As upstream's sumImageScores: init containers, containers and image volumes.
         let volume_images = spec
             .volumes
@@ -156,10 +164,12 @@ impl ScorePlugin for ImageLocality {
 pub fn build(
     args: Option<&serde_json::Value>,
     path: &FieldPath,
-    _handle: &Handle,
+    handle: &Handle,
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     expect_no_args(NAME, args, path)?;
-    Ok(Arc::new(ImageLocality))
+    Ok(Arc::new(ImageLocality {
+        release: handle.release,
+    }))
 }
 
 #[cfg(test)]
@@ -227,8 +237,13 @@ mod tests {
         let pod = pod.info();
         let snap = snapshot(nodes, vec![]);
         let mut state = CycleState::new();
-        let status =
-            PreScorePlugin::pre_score(&ImageLocality, &mut state, &pod, snap.nodes(), &snap);
+        let status = PreScorePlugin::pre_score(
+            &ImageLocality::default(),
+            &mut state,
+            &pod,
+            snap.nodes(),
+            &snap,
+        );
         if status.is_skip() {
             return None;
         }
@@ -236,7 +251,9 @@ mod tests {
         Some(
             snap.nodes()
                 .iter()
-                .map(|n| ScorePlugin::score(&ImageLocality, &state, &pod, n).expect("score"))
+                .map(|n| {
+                    ScorePlugin::score(&ImageLocality::default(), &state, &pod, n).expect("score")
+                })
                 .collect(),
         )
     }

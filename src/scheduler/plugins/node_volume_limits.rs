@@ -35,6 +35,8 @@ pub const ERR_REASON: &str = "node(s) exceed max volume count";
 /// Rejects nodes where the pod's volumes would pass a driver's attach limit.
 pub struct NodeVolumeLimits {
     storage: Arc<StorageIndex>,
+    /// Whose checks apply (a missing driver keeps pods off from 1.37).
+    release: crate::k8s::release::Release,
 }
 
 /// Why a pod's volumes cannot be counted.
@@ -208,14 +210,15 @@ impl FilterPlugin for NodeVolumeLimits {
         };
         let stores = self.storage.read();
         let csi_node = stores.csi_nodes.get(&node.name);
-        // 1.37 (VolumeLimitScaling, beta and on): a driver that asks for it keeps pods off the
-        // nodes it is not installed on.
+        // From 1.37 (VolumeLimitScaling, beta and on; alpha and off in 1.36): a driver that
+        // asks for it keeps pods off the nodes it is not installed on.
         let mut drivers: Vec<&str> = new_volumes.values().map(String::as_str).collect();
         drivers.sort_unstable();
         drivers.dedup();
+        let checks_drivers = self.release.at_least(37);
         if let Some(missing) = drivers
             .into_iter()
-            .find(|d| !driver_installed(&stores, d, csi_node.map(|n| n.as_ref())))
+            .find(|d| checks_drivers && !driver_installed(&stores, d, csi_node.map(|n| n.as_ref())))
         {
             return Status::unschedulable(format!(
                 "{missing} CSI driver is not installed on the node"
@@ -327,7 +330,10 @@ pub fn build(
 ) -> Result<Arc<dyn Plugin>, FieldErrors> {
     let storage = handle.storage.clone();
     expect_no_args(NAME, args, path)?;
-    Ok(Arc::new(NodeVolumeLimits { storage }))
+    Ok(Arc::new(NodeVolumeLimits {
+        storage,
+        release: handle.release,
+    }))
 }
 
 #[cfg(test)]
@@ -380,7 +386,10 @@ mod tests {
         }
         storage.apply(Arc::new(csi_node("full", 1)));
         storage.apply(Arc::new(csi_node("roomy", 2)));
-        let plugin = NodeVolumeLimits { storage };
+        let plugin = NodeVolumeLimits {
+            storage,
+            release: Default::default(),
+        };
         let holder = |node: &str| {
             PodBuilder::new("holder")
                 .claim("c1")
@@ -431,6 +440,7 @@ mod tests {
         storage.apply(Arc::new(elsewhere));
         let plugin = NodeVolumeLimits {
             storage: storage.clone(),
+            release: Default::default(),
         };
         let pod = PodBuilder::new("p").claim("c1").info();
         let run = |node: &str| {

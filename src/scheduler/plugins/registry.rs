@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::k8s::release::Release;
 use crate::scheduler::framework::Plugin;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::plugins;
@@ -108,7 +109,7 @@ pub fn registry() -> Vec<Registration> {
 
 /// kube-scheduler's default plugins (its v1 `multiPoint` defaults that tether implements), in
 /// their order, with their default score weights (those of [`registry`]) where they score.
-pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
+pub fn default_multi_point(release: Release) -> Vec<(&'static str, Option<i32>)> {
     use plugins::*;
     let known = registry();
     let scoring = [
@@ -121,12 +122,17 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         noderesources::balanced_allocation::NAME,
         image_locality::NAME,
     ];
+    // From 1.37 NodeName comes before NodeUnschedulable.
+    let (first, second) = if release.at_least(37) {
+        (node_name::NAME, node_unschedulable::NAME)
+    } else {
+        (node_unschedulable::NAME, node_name::NAME)
+    };
     [
         scheduling_gates::NAME,
         priority_sort::NAME,
-        // 1.37: NodeName before NodeUnschedulable.
-        node_name::NAME,
-        node_unschedulable::NAME,
+        first,
+        second,
         taint_toleration::NAME,
         node_affinity::NAME,
         node_ports::NAME,
@@ -143,10 +149,13 @@ pub fn default_multi_point() -> Vec<(&'static str, Option<i32>)> {
         image_locality::NAME,
         default_binder::NAME,
         node_declared_features::NAME,
-        // Upstream's default with GenericWorkload on; inert where no pod names a PodGroup.
+        // From 1.37 upstream's default with GenericWorkload on; inert where no pod names a
+        // PodGroup. 1.36 serves its Workload API at v1alpha2 only, behind gates off by default,
+        // and its kube-scheduler schedules such pods one by one, as tether does without it.
         gang_scheduling::NAME,
     ]
     .into_iter()
+    .filter(|name| *name != gang_scheduling::NAME || release.at_least(37))
     .map(|name| {
         let weight = known
             .iter()

@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use crate::api::{PluginSet, SchedulingProfileSpec};
+use crate::k8s::release::Release;
 use crate::scheduler::framework::{ExtensionPoint, Plugin};
 use crate::scheduler::plugins::registry::{Registration, default_multi_point};
 
@@ -26,13 +27,14 @@ pub(super) type MultiPoint = Vec<(String, Option<i32>)>;
 pub(super) fn multi_point_list(
     spec: &SchedulingProfileSpec,
     known: &HashMap<&str, Registration>,
+    release: Release,
     errs: &mut FieldErrors,
 ) -> MultiPoint {
     let set = spec.plugins.as_ref().and_then(|p| p.multi_point.as_ref());
     let disabled: Vec<&str> = set
         .map(|s| s.disabled.iter().map(|p| p.name.as_str()).collect())
         .unwrap_or_default();
-    let mut list: MultiPoint = default_multi_point()
+    let mut list: MultiPoint = default_multi_point(release)
         .into_iter()
         .filter(|(n, _)| !disabled.contains(&"*") && !disabled.contains(n))
         .map(|(n, w)| (n.to_string(), w))

@@ -259,7 +259,7 @@ pub fn compile(
     let known: HashMap<&str, Registration> = registry().into_iter().map(|r| (r.name, r)).collect();
 
     check_numbers(spec, &mut errs);
-    let multi_point = multi_point_list(spec, &known, &mut errs);
+    let multi_point = multi_point_list(spec, &known, handle.release, &mut errs);
     let args = plugin_args(spec, &known, &mut errs);
 
     let mut names: Vec<&str> = multi_point.iter().map(|(n, _)| n.as_str()).collect();

@@ -26,6 +26,39 @@ fn set(enabled: Vec<PluginRef>, disabled: Vec<PluginRef>) -> Option<PluginSet> {
     Some(PluginSet { enabled, disabled })
 }
 
+/// kube-scheduler 1.36's default profile: NodeUnschedulable before NodeName, no GangScheduling
+/// (its Workload API gates are off), and VolumeBinding scores nothing (no shape defaulted; one
+/// given is refused, naming the gate).
+#[test]
+fn the_default_profile_of_1_36_is_its_kube_schedulers() {
+    let handle = Handle {
+        release: crate::k8s::release::Release::of_minor(36),
+        ..Handle::default()
+    };
+    let c = default_profile("tether-scheduler", &handle).expect("compiles");
+    let e = c.effective;
+    assert_eq!(e.pre_enqueue, ["SchedulingGates", "DynamicResources"]);
+    assert_eq!(e.filter[..2], ["NodeUnschedulable", "NodeName"]);
+    let spec: SchedulingProfileSpec = serde_json::from_value(serde_json::json!({
+        "schedulerName": "s",
+        "pluginConfig": [{"name": "VolumeBinding", "args": {"shape": []}}],
+    }))
+    .expect("a spec");
+    let Err(refused) = compile(&spec, "v1", &handle) else {
+        panic!("a shape is refused in 1.36");
+    };
+    assert!(
+        refused.to_string().contains(
+            "pluginConfig[0].args.shape: Invalid value: []: unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring"
+        ),
+        "{refused}"
+    );
+    assert!(
+        compile(&spec, "v1", &Handle::default()).is_ok(),
+        "1.37 defaults it"
+    );
+}
+
 #[test]
 fn the_default_profile_is_kube_schedulers() {
     let c = default_profile("tether-scheduler", &Handle::default()).expect("compiles");

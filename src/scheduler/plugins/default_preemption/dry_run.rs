@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::k8s::labels::Selector;
 use crate::k8s::pod::Pod;
+use crate::k8s::release::Release;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::runtime::priority;
@@ -45,11 +46,13 @@ pub fn more_important_first(a: &PodInfo, b: &PodInfo, now: Timestamp) -> Orderin
 }
 
 /// Splits pods (in their order) into those whose eviction some budget does not allow and the
-/// others, counting each eviction against the budgets that select the pod, up to the first it
-/// would break (kube-scheduler 1.37's FilterVictimsWithPDBViolation).
+/// others, counting each eviction against the budgets that select the pod: from 1.37 up to the
+/// first it would break (FilterVictimsWithPDBViolation), in 1.36 every one of them
+/// (filterPodsWithPDBViolation).
 pub fn split_by_budgets(
     pods: &[Arc<PodInfo>],
     budgets: &[Arc<PodDisruptionBudget>],
+    release: Release,
 ) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
     let mut allowed: Vec<i32> = budgets
         .iter()
@@ -90,10 +93,12 @@ pub fn split_by_budgets(
                 }
                 allowed[i] -= 1;
                 if allowed[i] < 0 {
-                    // 1.37: the first budget it would break decides; the budgets after it
-                    // are not counted down for this pod.
                     violates = true;
-                    break;
+                    if release.at_least(37) {
+                        // The first budget it would break decides; the budgets after it are not
+                        // counted down for this pod.
+                        break;
+                    }
                 }
             }
         }
@@ -117,6 +122,8 @@ pub struct DryRun<'a> {
     /// profile runs such a plugin): the dry run then tells it which pods it took off.
     pub removed_pods_matter: bool,
     pub now: Timestamp,
+    /// Whose rules count the budgets down (see [`split_by_budgets`]).
+    pub release: Release,
     /// The evictions already decided: a going pod is a victim, never reprieved.
     pub evictions: &'a super::evictions::Evictions,
 }
@@ -203,7 +210,7 @@ impl DryRun<'_> {
         let (going, potential): (Vec<_>, Vec<_>) = potential
             .into_iter()
             .partition(|p| self.evictions.going(&p.pod));
-        let (violating, fine) = split_by_budgets(&potential, self.budgets);
+        let (violating, fine) = split_by_budgets(&potential, self.budgets, self.release);
         let any_going = !going.is_empty();
         let mut victims = going;
         let mut pdb_violations = 0;

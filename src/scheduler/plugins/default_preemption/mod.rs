@@ -204,6 +204,7 @@ impl DefaultPreemption {
                 .iter()
                 .any(|p| p.filter_reads_removed_pods() && !ctx.state.skips_filter(p.name())),
             now,
+            release: self.release,
             evictions: &self.evictions,
         };
         let order: Vec<&Arc<NodeInfo>> = (0..potential.len())
@@ -309,15 +310,20 @@ impl DefaultPreemption {
         };
         *victims = Some(best.victims.len());
         let own = priority(&ctx.pod.pod);
-        // 1.37 says where the pod is going, after the filters' reasons.
-        let found = say(
-            Code::Success,
-            format!(
-                "found a potential placement for pod on node {}, preempting {} victims",
-                best.node,
-                best.victims.len()
-            ),
-        );
+        // From 1.37 it says where the pod is going, after the filters' reasons; 1.36 says
+        // nothing.
+        let found = if self.release.at_least(37) {
+            say(
+                Code::Success,
+                format!(
+                    "found a potential placement for pod on node {}, preempting {} victims",
+                    best.node,
+                    best.victims.len()
+                ),
+            )
+        } else {
+            Status::success()
+        };
         let victims = self.evictions.start(best.victims.iter().map(|v| &v.pod));
         if victims.is_empty() {
             // Every victim is already going: nothing to carry out, as upstream.

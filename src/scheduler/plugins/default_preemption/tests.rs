@@ -122,6 +122,7 @@ fn victims_are_the_fewest_and_least_important_that_make_room() {
         fresh_pre_filter: true,
         removed_pods_matter: true,
         now: Timestamp::now(),
+        release: crate::k8s::release::Release::default(),
         evictions: &Evictions::default(),
     };
     let candidate = dry
@@ -200,6 +201,7 @@ fn candidate_on(
         fresh_pre_filter: super::fresh_pre_filter(&profile, &state),
         removed_pods_matter: true,
         now: Timestamp::now(),
+        release: crate::k8s::release::Release::default(),
         evictions: &Evictions::default(),
     };
     dry.select_victims(snap.get(node).expect("the node")).ok()
@@ -260,6 +262,7 @@ fn skipped_pre_filters_are_not_run_again_and_change_no_victim() {
                 fresh_pre_filter: fresh,
                 removed_pods_matter: true,
                 now: Timestamp::now(),
+                release: crate::k8s::release::Release::default(),
                 evictions: &evictions,
             };
             ["n1", "n2"].map(|n| {
@@ -765,7 +768,11 @@ fn a_pod_is_counted_against_budgets_up_to_the_first_it_would_break() {
     // b is selected by both; c by the second only.
     let budgets = [budget("first", "b", 0), budget("second", "b,c", 1)];
     let pod = |name: &str| Arc::new(PodBuilder::new(name).label("app", name).info());
-    let (violating, fine) = super::dry_run::split_by_budgets(&[pod("b"), pod("c")], &budgets);
+    let (violating, fine) = super::dry_run::split_by_budgets(
+        &[pod("b"), pod("c")],
+        &budgets,
+        crate::k8s::release::Release::default(),
+    );
     let names = |pods: &[Arc<crate::scheduler::framework::pod_info::PodInfo>]| {
         pods.iter()
             .map(|p| p.pod.metadata.name.clone().unwrap_or_default())

@@ -85,6 +85,9 @@ pub struct DynamicResources {
     events: Option<crate::recorder::EventWriter>,
     /// Where PostFilter's deallocation runs; `None` outside a tokio runtime (unit tests).
     runtime: Option<tokio::runtime::Handle>,
+    /// The release whose rules apply where releases differ (DeviceTaintRules from 1.37,
+    /// PostFilter's words).
+    release: crate::k8s::release::Release,
 }
 
 /// The claim of a pod's extended resources as a set of nodes needs it (those whose
@@ -265,7 +268,12 @@ impl PreFilterPlugin for DynamicResources {
             let everyone: Vec<_> = devices.all_claims().cloned().collect();
             let allocated = Allocated::of(everyone.iter());
             let slices: Vec<_> = devices.slices.values().cloned().collect();
-            let rules: Vec<_> = devices.taint_rules.values().cloned().collect();
+            // DeviceTaintRules apply from 1.37 (DRADeviceTaintRules, off by default in 1.36).
+            let rules: Vec<_> = if self.release.at_least(37) {
+                devices.taint_rules.values().cloned().collect()
+            } else {
+                Vec::new()
+            };
             s.inputs = Some(Inputs {
                 to_allocate: to_allocate.clone(),
                 everyone,
@@ -719,6 +727,7 @@ pub fn build(
         gate: handle.gate.clone(),
         events: handle.events.clone(),
         runtime: tokio::runtime::Handle::try_current().ok(),
+        release: handle.release,
     }))
 }
 

@@ -21,14 +21,21 @@ impl PostFilterPlugin for DynamicResources {
                 Status::error(format!("cannot read {STATE_KEY:?} from cycleState")),
             );
         };
-        let nothing = || {
+        // Until 1.37 kube-scheduler said why nothing was freed, and every unschedulable pod's
+        // message carried it; from 1.37 it says nothing.
+        let nothing = |before_137: &str| {
+            let reasons = if self.release.at_least(37) {
+                Vec::new()
+            } else {
+                vec![before_137.to_string()]
+            };
             (
                 Nomination::Keep,
-                Status::with_reasons(Code::Unschedulable, Vec::new()),
+                Status::with_reasons(Code::Unschedulable, reasons),
             )
         };
         if s.claims.is_empty() && s.extended.is_none() {
-            return nothing();
+            return nothing("no new claims to deallocate");
         }
         let pod_uid = ctx.pod.uid();
         let candidate = locks::lock(&s.unavailable).iter().find_map(|&i| {
@@ -45,11 +52,11 @@ impl PostFilterPlugin for DynamicResources {
         let Some(claim) = candidate else {
             return match s.extended.as_ref().filter(|e| e.stale()) {
                 Some(ext) => self.delete_stale(&ext.claim),
-                None => nothing(),
+                None => nothing("still not schedulable"),
             };
         };
         let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
-            return nothing();
+            return nothing("still not schedulable");
         };
         let mut freed = (*claim).clone();
         if let Some(st) = freed.status.as_mut() {

@@ -507,7 +507,25 @@ pub fn build(
     let storage = handle.storage.clone();
     let client = handle.client.clone();
     let gate = handle.gate.clone();
-    let args = decode_args::<VolumeBindingArgs>(args, path)?.defaulted();
+    // Until 1.37 kube-scheduler does not score volumes (StorageCapacityScoring alpha and off in
+    // 1.36): no shape is defaulted, and one given is refused.
+    let scores = handle.release.at_least(37);
+    if !scores && let Some(shape) = args.and_then(|a| a.get("shape")) {
+        let mut errs = FieldErrors::new();
+        errs.push(
+            path.child("shape"),
+            format!(
+                "Invalid value: {shape}: unexpected field `shape`, remove it or turn on the feature gate StorageCapacityScoring"
+            ),
+        );
+        return Err(errs);
+    }
+    let mut args = decode_args::<VolumeBindingArgs>(args, path)?;
+    if scores {
+        args = args.defaulted();
+    } else {
+        args.shape = None;
+    }
     args.validate(path)?;
     Ok(Arc::new(VolumeBinding {
         args,
