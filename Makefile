@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e test demo soak bench
+.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo soak bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -130,6 +130,42 @@ soak: ## 30 min of churn on 200 nodes against a release build (SOAK_MINUTES, SOA
 	  $(CARGO) test -p tether-e2e --test soak -- --ignored --nocapture --test-threads=1 || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
 	exit $$status
+
+# The side-by-side subset (fidelity.rs, dra.rs: tether against kube-scheduler) on the running
+# cluster, for one release; `make test` runs it among the rest on the default release.
+fidelity: ## tether and kube-scheduler side by side (fidelity.rs, dra.rs) on `make cluster` (K8S_VERSION picks the release)
+	$(CARGO) build --bin tether
+	e2e/scripts/tether-up.sh
+	@status=0; $(CARGO) test -p tether-e2e --test fidelity --test dra -- --nocapture --test-threads=1 || status=$$?; \
+	e2e/scripts/tether-down.sh; \
+	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; fi; exit $$status
+
+# The other supported releases, one after the other, each on a control plane of its own:
+# v1.36.5 whole; 1.38 as far as the Go module proxy serves it (v1.38.0-beta.0's kube-scheduler,
+# against the v1.37.2 control plane, tether scheduling as 1.38: 1.38's API server does not build
+# from the proxy yet). Stops a running cluster first.
+MATRIX_RELEASES ?= v1.36.5
+MATRIX_SCHEDULERS ?= v1.38.0-beta.0
+test-matrix: ## the side-by-side subset against each other supported release (v1.36.5; v1.38.0-beta.0's kube-scheduler on the v1.37.2 control plane)
+	@set -e; e2e/scripts/cluster-down.sh >/dev/null 2>&1 || true; \
+	for v in $(MATRIX_RELEASES); do \
+	  echo "== Kubernetes $$v"; \
+	  K8S_VERSION=$$v e2e/scripts/build-k8s.sh; \
+	  K8S_VERSION=$$v NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	  status=0; K8S_VERSION=$$v $(MAKE) --no-print-directory fidelity || status=$$?; \
+	  K8S_VERSION=$$v e2e/scripts/cluster-down.sh --keep-logs; \
+	  if [ $$status -ne 0 ]; then echo "Kubernetes $$v: the side-by-side tests failed (logs in .cluster/logs)"; exit $$status; fi; \
+	done; \
+	for v in $(MATRIX_SCHEDULERS); do \
+	  echo "== kube-scheduler $$v on the default control plane, tether scheduling as its release"; \
+	  sched=$$(e2e/scripts/build-reference-scheduler.sh $$v | tail -n 1); \
+	  release=$$(echo $$v | sed -E 's/^v([0-9]+\.[0-9]+).*/\1/'); \
+	  $(MAKE) --no-print-directory k8s-bins; \
+	  NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	  status=0; TETHER_KUBE_SCHEDULER=$$sched TETHER_KUBERNETES_RELEASE=$$release $(MAKE) --no-print-directory fidelity || status=$$?; \
+	  e2e/scripts/cluster-down.sh --keep-logs; \
+	  if [ $$status -ne 0 ]; then echo "kube-scheduler $$v: the side-by-side tests failed (logs in .cluster/logs)"; exit $$status; fi; \
+	done
 
 # `make test` starts its own cluster when none is running and stops it afterwards.
 test: fmt-check lint unit crds-check monitoring-check ## everything CI runs: fmt, clippy, unit, crds drift, the alerts' tests, e2e

@@ -40,7 +40,7 @@ const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("TETHER_COMMIT"),
-    "; schedules as kube-scheduler v1.37.2)"
+    "; schedules as kube-scheduler of the cluster's release, 1.36 to 1.38)"
 );
 
 /// tether: a Kubernetes scheduler whose scheduling policy lives in custom resources.

@@ -60,9 +60,13 @@ apiserver_ready() {
 }
 
 # start_apiserver: starts kube-apiserver on 127.0.0.1:$APISERVER_PORT and waits until it is ready.
-# It serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and pods'
-# spec.schedulingGroup), beta and off by default in 1.37, as a cluster that runs gangs does.
+# From 1.37 it serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and
+# pods' spec.schedulingGroup), beta and off by default, as a cluster that runs gangs does; 1.36
+# has only an alpha v1alpha2 of it, which tether does not serve, and runs with its defaults.
 start_apiserver() {
+  local workload_api=(--feature-gates GenericWorkload=true --runtime-config scheduling.k8s.io/v1beta1=true)
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  if (( minor < 37 )); then workload_api=(); fi
   start kube-apiserver "$BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \
@@ -74,6 +78,6 @@ start_apiserver() {
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
     --endpoint-reconciler-type none --allow-privileged \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false \
-    --feature-gates GenericWorkload=true --runtime-config scheduling.k8s.io/v1beta1=true
+    "${workload_api[@]}"
   wait_healthy kube-apiserver apiserver_ready
 }

@@ -11,8 +11,13 @@ use anyhow::{Context, anyhow};
 
 use crate::{kubeconfig_path, repo_dir};
 
-/// The kube-scheduler binary e2e/scripts/build-k8s.sh built, next to `$TETHER_KUBECTL`.
+/// The kube-scheduler binary e2e/scripts/build-k8s.sh built, next to `$TETHER_KUBECTL`; or
+/// `$TETHER_KUBE_SCHEDULER`, one of another release (e2e/scripts/build-reference-scheduler.sh:
+/// `make test-matrix` compares tether scheduling as 1.38 with 1.38's kube-scheduler so).
 pub fn kube_scheduler_bin() -> anyhow::Result<PathBuf> {
+    if let Some(own) = std::env::var_os("TETHER_KUBE_SCHEDULER") {
+        return Ok(PathBuf::from(own));
+    }
     let kubectl = std::env::var_os("TETHER_KUBECTL")
         .ok_or_else(|| anyhow!("TETHER_KUBECTL is not set: run the tests through make"))?;
     PathBuf::from(kubectl)

@@ -475,3 +475,28 @@ async fn every_metric_the_alerts_and_the_dashboard_read_is_exported() -> anyhow:
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// tether schedules as the kube-scheduler of the API server's own release (or of
+/// `$TETHER_KUBERNETES_RELEASE`, when `make test-matrix` pins it): `/metrics` says which, beside
+/// what the API server's `/version` says, read here through kube's client.
+#[tokio::test]
+async fn the_release_tether_schedules_as_is_the_api_servers() -> anyhow::Result<()> {
+    let info = client().await?.apiserver_version().await?;
+    let want = match std::env::var("TETHER_KUBERNETES_RELEASE") {
+        Ok(pinned) => pinned,
+        Err(_) => format!("{}.{}", info.major, info.minor.trim_end_matches('+')),
+    };
+    let line = format!(
+        "tether_kubernetes_release_info{{release=\"{want}\",apiserver=\"{}\"}} 1",
+        info.git_version
+    );
+    let text = scrape()?;
+    assert!(
+        text.lines().any(|l| l == line),
+        "/metrics lacks {line:?}; it has: {:?}",
+        text.lines()
+            .filter(|l| l.starts_with("tether_kubernetes_release_info"))
+            .collect::<Vec<_>>()
+    );
+    Ok(())
+}

@@ -191,7 +191,14 @@ pub fn run_device_watches(
         run_one::<ResourceSlice, _>(feed.clone(), client.clone(), "resourceslices", d, readiness),
         run_one::<DeviceClass, _>(feed.clone(), client.clone(), "deviceclasses", d, readiness),
         run_one::<ResourceClaim, _>(feed.clone(), client.clone(), "resourceclaims", d, readiness),
-        run_one::<DeviceTaintRule, _>(feed, client, "devicetaintrules", d, readiness),
+        // Served from 1.37 (resource.k8s.io/v1); 1.36 applies none.
+        crate::scheduler::informers::pod_groups::watch_optional(
+            Api::<DeviceTaintRule>::all(client),
+            "devicetaintrules",
+            d,
+            feed,
+            readiness,
+        ),
     );
     async move {
         let (a, b, c, d) = watches;

@@ -411,10 +411,11 @@ pub fn run_coscheduling_watch(
     )
 }
 
-/// Feeds `feed` from a watch of `api`, a kind the API server may not serve, until the process
-/// stops. While it answers 404 (not served) or 403 (tether may not list it) the watch counts
-/// as current with no objects and is tried again after 1 s doubling to 30 s.
-fn watch_optional<K, I>(
+/// Feeds `feed` from a watch of `api`, a kind the API server may not serve (the Workload API,
+/// scheduler-plugins' PodGroups, DeviceTaintRules before 1.37), until the process stops. While
+/// it answers 404 (not served) or 403 (tether may not list it) the watch counts as current with
+/// no objects and is tried again after 1 s doubling to 30 s.
+pub fn watch_optional<K, I>(
     api: Api<K>,
     what: &'static str,
     plugins: &'static [&'static str],
@@ -445,11 +446,11 @@ where
                 {
                     match why {
                         Unavailable::NotServed => {
-                            tracing::debug!(kind = what, "not served; no such groups")
+                            tracing::debug!(kind = what, "not served; there are none")
                         }
                         Unavailable::Forbidden => tracing::warn!(
                             kind = what,
-                            "tether may not list these (RBAC): the pods naming such a group wait for it; the ClusterRole needs list and watch on them"
+                            "tether may not list these (RBAC): scheduling goes on as if there were none; the ClusterRole needs list and watch on them"
                         ),
                     }
                     feed.reset(Vec::new());
