@@ -49,6 +49,15 @@ pub fn kubeconfig_path() -> PathBuf {
 }
 
 /// A client for the local cluster, checked to answer. Fails with what to do when it is not up.
+/// The minor of the local control plane's release (37 for v1.37.2), as its API server says.
+pub async fn cluster_minor(client: &Client) -> anyhow::Result<u32> {
+    let info = client.apiserver_version().await?;
+    info.minor
+        .trim_end_matches('+')
+        .parse()
+        .with_context(|| format!("the API server's minor {:?}", info.minor))
+}
+
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path();
     if !path.exists() {

@@ -1025,6 +1025,12 @@ async fn a_running_pods_pod_level_status_counts_as_with_kube_scheduler() -> anyh
     use kube::api::{Patch, PatchParams};
     let _alone = ALONE.lock().await;
     let client = client().await?;
+    if tether_e2e::cluster_minor(&client).await? < 37 {
+        // 1.36 sums each container's larger of spec and status and reads no pod-level status:
+        // a difference tether keeps (docs/install.md, "Compatibility", not followed yet).
+        eprintln!("not compared on 1.36: tether counts running pods as 1.37 does");
+        return Ok(());
+    }
     let ns = TestNamespace::create(&client, "fidelity-resize").await?;
     let nodes = TestNodes::create(&client, "fidelity-resize", 1, "4", |_, _| {}).await?;
     let class = format!("fidelity-resize-{}", unique_suffix());
