@@ -541,7 +541,7 @@ mod tests {
         assert!(VERSION.starts_with(env!("CARGO_PKG_VERSION")));
         let commit = env!("TETHER_COMMIT");
         assert!(!commit.is_empty() && VERSION.contains(&format!("commit {commit}")));
-        assert!(VERSION.contains("kube-scheduler v1.37.2"));
+        assert!(VERSION.contains("kube-scheduler of the cluster's release, 1.36 to 1.38"));
     }
 
     #[test]

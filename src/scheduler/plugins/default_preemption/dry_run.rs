@@ -38,11 +38,22 @@ pub fn start_time(pod: &Pod, now: Timestamp) -> Timestamp {
         .map_or(now, |t| t.0)
 }
 
-/// Upstream's MoreImportantPod as an ordering: higher priority first, then the older.
-pub fn more_important_first(a: &PodInfo, b: &PodInfo, now: Timestamp) -> Ordering {
-    priority(&b.pod)
+/// Upstream's MoreImportantPod as an ordering: higher priority first, then the older; from 1.38
+/// (MoreImportantVictim) a tie, two pods not started among them, goes to the lower UID.
+pub fn more_important_first(
+    a: &PodInfo,
+    b: &PodInfo,
+    now: Timestamp,
+    release: Release,
+) -> Ordering {
+    let order = priority(&b.pod)
         .cmp(&priority(&a.pod))
-        .then_with(|| start_time(&a.pod, now).cmp(&start_time(&b.pod, now)))
+        .then_with(|| start_time(&a.pod, now).cmp(&start_time(&b.pod, now)));
+    if release.at_least(38) {
+        order.then_with(|| a.uid().cmp(b.uid()))
+    } else {
+        order
+    }
 }
 
 /// Splits pods (in their order) into those whose eviction some budget does not allow and the
@@ -68,14 +79,22 @@ pub fn split_by_budgets(
         .map(|b| {
             let s = b.spec.as_ref()?.selector.as_ref()?;
             let selector = Selector::from_label_selector(Some(s)).ok()?;
-            (!selector.is_empty()).then_some(selector)
+            // From 1.38 an empty selector selects every pod of the namespace; before, none.
+            (!selector.is_empty() || release.at_least(38)).then_some(selector)
         })
         .collect();
+    let no_labels = std::collections::BTreeMap::new();
     let (mut violating, mut fine) = (Vec::new(), Vec::new());
     for pod in pods {
         let meta = &pod.pod.metadata;
         let mut violates = false;
-        if let Some(labels) = meta.labels.as_ref().filter(|l| !l.is_empty()) {
+        // Until 1.38 a pod without labels is selected by no budget.
+        let labels = match meta.labels.as_ref().filter(|l| !l.is_empty()) {
+            Some(labels) => Some(labels),
+            None if release.at_least(38) => Some(&no_labels),
+            None => None,
+        };
+        if let Some(labels) = labels {
             for (i, budget) in budgets.iter().enumerate() {
                 let Some(selector) = &selectors[i] else {
                     continue;
@@ -204,7 +223,7 @@ impl DryRun<'_> {
         if !status.is_success() {
             return Err(status);
         }
-        potential.sort_by(|a, b| more_important_first(a, b, self.now));
+        potential.sort_by(|a, b| more_important_first(a, b, self.now, self.release));
         // A going pod leaves whatever this pod does: its room is taken first, it costs no
         // budget and it is not reprieved (reprieving it would evict another in its place).
         let (going, potential): (Vec<_>, Vec<_>) = potential
@@ -230,9 +249,13 @@ impl DryRun<'_> {
             }
         }
         if any_going || (!violating.is_empty() && !fine.is_empty()) {
-            victims.sort_by(|a, b| more_important_first(a, b, self.now));
+            victims.sort_by(|a, b| more_important_first(a, b, self.now, self.release));
         }
         if victims.is_empty() {
+            // 1.38 rejects the node as no candidate; before it, the preemption errs.
+            if self.release.at_least(38) {
+                return Err(Status::unresolvable(ERR_NO_VICTIMS));
+            }
             return Err(Status::error(format!(
                 "expected at least one victim pod on node {:?}",
                 node.name

@@ -598,7 +598,14 @@ fn candidates_are_picked_as_upstreams_select_best_candidate_table() {
                     .enumerate()
                     .map(|(i, (p, t))| victim(format!("{node}-{i}"), *p, *t))
                     .collect();
-                victims.sort_by(|a, b| dry_run::more_important_first(a, b, now));
+                victims.sort_by(|a, b| {
+                    dry_run::more_important_first(
+                        a,
+                        b,
+                        now,
+                        crate::k8s::release::Release::default(),
+                    )
+                });
                 Candidate {
                     node: (*node).into(),
                     victims,
