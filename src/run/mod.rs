@@ -10,6 +10,7 @@
 //! does not exit, so kubelet's restart backoff never stands between the cluster and a leader.
 //! A part that dies still stops the process.
 
+mod connect;
 mod sessions;
 
 use std::net::SocketAddr;
@@ -95,9 +96,9 @@ enum Ended {
 /// way to a new one.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let (client, release) = connect(&config, &metrics).await?;
+    let (client, release) = connect::connect(&config, &metrics).await?;
     let (process, mut died) = Process::new(&config, metrics, release)?;
-    start_filter_pool(config.parallelism)?;
+    connect::start_filter_pool(config.parallelism)?;
     let election = start_leader_election(&config, &client, &process);
     let mut tasks = serve_endpoints(&config, &client, &process).await?;
     tasks.push(tokio::spawn(sessions::watch_freed(
@@ -304,49 +305,6 @@ impl Session {
 }
 
 /// The API client, its requests counted in the process's metrics.
-/// The API client, and the Kubernetes minor tether schedules as: the one `--kubernetes-release`
-/// names, else the API server's (asked a few times while it does not answer; a release tether
-/// does not schedule as stops the start with the reason).
-async fn connect(config: &RunConfig, metrics: &Metrics) -> anyhow::Result<(kube::Client, Release)> {
-    let kube_config = kube::Config::infer()
-        .await
-        .context("reading the kubeconfig or in-cluster config")?;
-    let client = crate::k8s::client::build_counted(kube_config, &metrics.api_requests())?;
-    crate::k8s::budget::set(config.budget.clone());
-    let mut tries = 0;
-    let info = loop {
-        match client.apiserver_version().await {
-            Ok(info) => break info,
-            Err(error) if tries < VERSION_TRIES => {
-                tries += 1;
-                tracing::warn!(%error, "the API server did not say its version; asking again");
-                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
-            }
-            Err(error) => {
-                return Err(error).context("asking the API server for its version (/version)");
-            }
-        }
-    };
-    let release = match config.release {
-        Some(release) => release,
-        None => Release::from_info(&info)?.supported()?,
-    };
-    tracing::info!(%release, apiserver = %info.git_version, "scheduling as kube-scheduler of this Kubernetes release");
-    metrics.set_release(release, &info.git_version);
-    Ok((client, release))
-}
-
-/// How many more times the API server's version is asked for before the start fails.
-const VERSION_TRIES: usize = 5;
-
-fn start_filter_pool(parallelism: usize) -> anyhow::Result<()> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(parallelism.max(1))
-        .thread_name(|i| format!("filter-score-{i}"))
-        .build_global()
-        .context("starting the Filter/Score thread pool")
-}
-
 /// Every object a watch skips as unreadable gets a Warning event `Unreadable` (when the watch
 /// first skips it, written through this session's gate), so its owner learns why what needs it
 /// waits without reading tether's log.
