@@ -58,6 +58,19 @@ pub async fn cluster_minor(client: &Client) -> anyhow::Result<u32> {
         .with_context(|| format!("the API server's minor {:?}", info.minor))
 }
 
+/// The minor of the release the side-by-side tests compare under: `$TETHER_KUBERNETES_RELEASE`
+/// (`1.38`) when `make test-matrix` pins tether and the reference to a release, else the control
+/// plane's ([`cluster_minor`]).
+pub async fn compared_minor(client: &Client) -> anyhow::Result<u32> {
+    match std::env::var("TETHER_KUBERNETES_RELEASE") {
+        Ok(pinned) => pinned
+            .strip_prefix("1.")
+            .and_then(|m| m.parse().ok())
+            .with_context(|| format!("TETHER_KUBERNETES_RELEASE={pinned:?}")),
+        Err(_) => cluster_minor(client).await,
+    }
+}
+
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path();
     if !path.exists() {
