@@ -91,14 +91,20 @@ pub fn dispatch(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInf
 /// Upstream's validatePodGroup (with PodGroupPreemptionPolicy off, its 1.37 default), for a
 /// Workload API group: its pods (those to place, then those scheduled before) share the first
 /// one's schedulerName and preemption policy, and each has the group's priority
-/// (`spec.priority`, 0 when unset). The first broken rule, in upstream's words.
+/// (`spec.priority`, 0 when unset). The first broken rule, in upstream's words: from 1.38
+/// (validatePodGroupHierarchy) worded for a hierarchy, naming the pods and the group, and the
+/// preemption policy the group's own when it sets one.
 fn validate<'a>(
     group: &Group,
     pods: impl IntoIterator<Item = &'a crate::k8s::pod::Pod>,
+    release: crate::k8s::release::Release,
 ) -> Result<(), String> {
     let Group::Workload(group) = group else {
         return Ok(());
     };
+    if release.at_least(38) {
+        return validate_hierarchy(group, pods);
+    }
     let group_priority = group.spec.priority.unwrap_or(0);
     let policy = |pod: &crate::k8s::pod::Pod| {
         pod.spec
@@ -133,11 +139,89 @@ fn validate<'a>(
     Ok(())
 }
 
+/// 1.38's validatePodGroupHierarchy for a lone PodGroup: the first queued pod is the
+/// reference for the schedulerName, the group's priority for every pod's, the group's
+/// `preemptionPolicy` (else the first pod's) for every pod's.
+fn validate_hierarchy<'a>(
+    group: &k8s_openapi::api::scheduling::v1beta1::PodGroup,
+    pods: impl IntoIterator<Item = &'a crate::k8s::pod::Pod>,
+) -> Result<(), String> {
+    let group_priority = group.spec.priority.unwrap_or(0);
+    let group_key = format!(
+        "podgroup/{}/{}",
+        group.metadata.namespace.as_deref().unwrap_or_default(),
+        group.metadata.name.as_deref().unwrap_or_default()
+    );
+    let policy = |pod: &crate::k8s::pod::Pod| {
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.preemption_policy.clone())
+            .unwrap_or_else(|| "PreemptLowerPriority".to_string())
+    };
+    let key = |pod: &crate::k8s::pod::Pod| {
+        format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
+    let mut first: Option<(String, String, String)> = None;
+    for pod in pods {
+        let name = pods::scheduler_name(pod).to_string();
+        let (scheduler, first_key, expected_policy) = first
+            .get_or_insert_with(|| {
+                let expected = group
+                    .spec
+                    .preemption_policy
+                    .clone()
+                    .unwrap_or_else(|| policy(pod));
+                (name.clone(), key(pod), expected)
+            })
+            .clone();
+        if name != scheduler {
+            return Err(format!(
+                "all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: {name:?} ({:?}) and {scheduler:?} ({first_key:?})",
+                key(pod)
+            ));
+        }
+        let own = priority(pod);
+        if own != group_priority {
+            return Err(format!(
+                "all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got {own} ({:?}) and {group_priority} ({group_key:?})",
+                key(pod)
+            ));
+        }
+        let own = policy(pod);
+        if own != expected_policy {
+            return Err(format!(
+                "all pods in a pod group hierarchy should have the same preemption policy, got {own} ({:?}) and {expected_policy}",
+                key(pod)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
-/// `scheduled` members placed (before or in this cycle) and `remaining` still to try.
-fn infeasible(min_count: usize, scheduled: usize, remaining: usize) -> Option<String> {
+/// `scheduled` members placed (before or in this cycle), `unschedulable` rejected and
+/// `remaining` still to try, in `release`'s words.
+fn infeasible(
+    release: crate::k8s::release::Release,
+    min_count: usize,
+    scheduled: usize,
+    unschedulable: usize,
+    remaining: usize,
+) -> Option<String> {
     (scheduled.saturating_add(remaining) < min_count).then(|| {
-        format!("minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining")
+        if release.at_least(38) {
+            format!(
+                "scheduling policy's minimum threshold ({min_count}) cannot be satisfied: {scheduled} scheduled, {unschedulable} unschedulable, {remaining} not-evaluated"
+            )
+        } else {
+            format!(
+                "minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+            )
+        }
     })
 }
 
@@ -149,12 +233,13 @@ struct Placed {
     choice: Choice,
 }
 
-/// Members in upstream's order: priority (highest first), attempts (fewest first), when they
-/// were queued, name.
+/// Members in upstream's order (PodGroupMemberPodsOrderingFunc): priority (highest first),
+/// attempts (most first: a pod's timestamp is renewed with each attempt, so the one tried most
+/// is the oldest), when they were queued, name.
 fn order(a: &QueuedPodInfo, b: &QueuedPodInfo) -> std::cmp::Ordering {
     priority(&b.pod.pod)
         .cmp(&priority(&a.pod.pod))
-        .then(a.attempts.cmp(&b.attempts))
+        .then(b.attempts.cmp(&a.attempts))
         .then(a.timestamp.cmp(&b.timestamp))
         .then_with(|| a.pod.key().cmp(&b.pod.key()))
 }
@@ -202,26 +287,39 @@ pub fn schedule_group(
         .iter()
         .map(|m| m.pod.pod.as_ref())
         .chain(scheduled_before.iter().map(Arc::as_ref));
-    if let Err(refused) = validate(&gang.group, pods) {
+    if let Err(refused) = validate(&gang.group, pods, profile.release) {
         let status = Status::error(refused);
         tracing::warn!(group = %group_name, error = %status, "pod group refused");
+        // 1.38 says so on the PodGroup as a PodGroupError.
+        let reason = if profile.release.at_least(38) {
+            "PodGroupError"
+        } else {
+            "SchedulerError"
+        };
+        let failed = GroupError {
+            status: &status,
+            member: None,
+            reason,
+        };
         return fail_group(
             sched,
             &profile,
             &gang,
             &members,
-            &status,
+            failed,
             start,
             start.elapsed(),
         );
     }
+    let release = profile.release;
     let mut scheduled = already;
     let mut remaining = members.len();
     let mut placed: Vec<Placed> = Vec::new();
     let mut own_failures: Vec<(usize, Failure)> = Vec::new();
     let mut rejected_by: BTreeSet<&'static str> = BTreeSet::from([group_plugin]);
     let mut retry_after: Option<Duration> = None;
-    let mut group_failure = infeasible(gang.min_count, scheduled, remaining);
+    let mut unschedulable = 0;
+    let mut group_failure = infeasible(release, gang.min_count, scheduled, 0, remaining);
     let mut error = None;
     let mut evaluated = 0;
     let nominated = sched.state.room.for_group();
@@ -233,8 +331,10 @@ pub fn schedule_group(
             let mut state = CycleState::new();
             if let Some(err) = &pod.parse_error {
                 remaining -= 1;
+                unschedulable += 1;
                 own_failures.push((index, Failure::invalid_affinity(err, snapshot.len())));
-                group_failure = infeasible(gang.min_count, scheduled, remaining);
+                group_failure =
+                    infeasible(release, gang.min_count, scheduled, unschedulable, remaining);
                 if group_failure.is_some() {
                     break;
                 }
@@ -264,6 +364,7 @@ pub fn schedule_group(
                         });
                     } else {
                         sched.lock_cache().forget_pod(pod.uid());
+                        unschedulable += 1;
                         rejected_by.extend(status.plugin);
                         own_failures.push((
                             index,
@@ -272,6 +373,7 @@ pub fn schedule_group(
                     }
                 }
                 ScheduleResult::Unschedulable(diagnosis) => {
+                    unschedulable += 1;
                     rejected_by.extend(diagnosis.unschedulable_plugins.iter().copied());
                     let failure = Failure::unschedulable(diagnosis);
                     retry_after = match (retry_after, failure.retry_after) {
@@ -281,11 +383,12 @@ pub fn schedule_group(
                     own_failures.push((index, failure));
                 }
                 ScheduleResult::Error(status) => {
-                    error = Some(status);
+                    error = Some((index, status));
                     break;
                 }
             }
-            group_failure = infeasible(gang.min_count, scheduled, remaining);
+            group_failure =
+                infeasible(release, gang.min_count, scheduled, unschedulable, remaining);
             if group_failure.is_some() {
                 break;
             }
@@ -294,7 +397,7 @@ pub fn schedule_group(
     let search = start.elapsed();
     sched.metrics.scheduling_algorithm(search);
 
-    let release = |placed: &[Placed]| {
+    let give_back = |placed: &[Placed]| {
         for p in placed.iter().rev() {
             let pod = &members[p.index].pod;
             profile.run_unreserve(&p.state, pod, &p.node);
@@ -302,14 +405,19 @@ pub fn schedule_group(
         }
     };
 
-    if let Some(status) = error {
-        release(&placed);
+    if let Some((index, status)) = error {
+        give_back(&placed);
         tracing::warn!(group = %group_name, profile = %profile.source, error = %status, "pod group scheduling error");
-        return fail_group(sched, &profile, &gang, &members, &status, start, search);
+        let failed = GroupError {
+            status: &status,
+            member: Some(index),
+            reason: "SchedulerError",
+        };
+        return fail_group(sched, &profile, &gang, &members, failed, start, search);
     }
 
     if let Some(message) = group_failure {
-        release(&placed);
+        give_back(&placed);
         let preemption = group_preemption(sched, &profile, &gang, &members);
         let full = match &preemption {
             Some(said) => format!("{message}, {said}"),
@@ -326,10 +434,26 @@ pub fn schedule_group(
         };
         let mut own: std::collections::HashMap<usize, Failure> = own_failures.into_iter().collect();
         let size = members.len();
+        // From 1.38 a member that did not fail on its own says its parent group is
+        // unschedulable, retried by what helps the group; one that did keeps its own reason and
+        // plugins.
+        let parent = |member: &QueuedPodInfo| Failure {
+            reason: FailureReason::Unschedulable,
+            message: format!(
+                "parent pod group {:?} is unschedulable",
+                pod_group_name(member)
+            ),
+            rejected_by: vec![group_plugin],
+            retry_after,
+            nomination: NominationOutcome::PostFilter(None),
+        };
         for (index, member) in members.iter().enumerate() {
-            let failure = if placed.iter().any(|p| p.index == index) {
+            let own_failure = own.remove(&index);
+            let failure = if release.at_least(38) {
+                own_failure.unwrap_or_else(|| parent(member))
+            } else if placed.iter().any(|p| p.index == index) {
                 group_failure(format!("{GROUP_UNSCHEDULABLE}, {full}"))
-            } else if let Some(mut failure) = own.remove(&index) {
+            } else if let Some(mut failure) = own_failure {
                 // Its own reason, requeued by what may help any member of the group.
                 failure.rejected_by = rejected_by.clone();
                 failure
@@ -404,19 +528,47 @@ fn result_label_of(failure: &Failure) -> &'static str {
     }
 }
 
-/// A group cycle that ended in an error (`status`) before any member was placed for good:
-/// each member fails with it, the PodGroup says `SchedulerError`, the cycle counts as `error`.
+/// Why a group cycle ended in an error: the status, the member it came from (none for a group
+/// refused as a whole), and the reason the PodGroup's condition gives.
+struct GroupError<'a> {
+    status: &'a Status,
+    member: Option<usize>,
+    reason: &'static str,
+}
+
+/// The name of the PodGroup `member` names (its `spec.schedulingGroup.podGroupName`).
+fn pod_group_name(member: &QueuedPodInfo) -> String {
+    pod_groups::group_of(&member.pod.pod)
+        .map(|key| key.name)
+        .unwrap_or_default()
+}
+
+/// A group cycle that ended in an error before any member was placed for good: each member
+/// fails with it (from 1.38, those it did not come from say their parent group erred), the
+/// PodGroup says so with the error's reason, the cycle counts as `error`.
 fn fail_group(
     sched: &Arc<Scheduler>,
     profile: &CompiledProfile,
     gang: &Gang,
     members: &[QueuedPodInfo],
-    status: &Status,
+    failed: GroupError<'_>,
     start: Instant,
     search: Duration,
 ) {
-    for member in members {
-        let failure = Failure::error(status);
+    let GroupError {
+        status,
+        member: erring,
+        reason,
+    } = failed;
+    for (index, member) in members.iter().enumerate() {
+        let failure = if profile.release.at_least(38) && erring.is_some_and(|i| i != index) {
+            Failure::error(&Status::error(format!(
+                "parent pod group {:?} encountered an error",
+                pod_group_name(member)
+            )))
+        } else {
+            Failure::error(status)
+        };
         fail(
             sched,
             profile,
@@ -427,13 +579,7 @@ fn fail_group(
             members.len(),
         );
     }
-    write_condition(
-        sched,
-        &gang.group,
-        "False",
-        "SchedulerError",
-        status.message(),
-    );
+    write_condition(sched, &gang.group, "False", reason, status.message());
     sched
         .metrics
         .podgroup_attempt("error", &profile.scheduler_name, search, start.elapsed());
@@ -532,15 +678,45 @@ mod tests {
     use super::*;
     use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
+    use crate::k8s::release::Release;
+
     #[test]
     fn placement_is_infeasible_once_min_count_is_out_of_reach() {
-        assert_eq!(infeasible(4, 0, 4), None);
+        let r37 = Release::of_minor(37);
+        assert_eq!(infeasible(r37, 4, 0, 0, 4), None);
         assert_eq!(
-            infeasible(4, 1, 2).as_deref(),
+            infeasible(r37, 4, 1, 1, 2).as_deref(),
             Some("minCount (4) cannot be satisfied: 1 scheduled, 2 remaining")
         );
-        assert_eq!(infeasible(3, 2, 1), None);
-        assert_eq!(infeasible(0, 0, 0), None);
+        assert_eq!(infeasible(r37, 3, 2, 0, 1), None);
+        assert_eq!(infeasible(r37, 0, 0, 0, 0), None);
+        assert_eq!(
+            infeasible(Release::of_minor(38), 4, 1, 2, 0).as_deref(),
+            Some(
+                "scheduling policy's minimum threshold (4) cannot be satisfied: 1 scheduled, 2 unschedulable, 0 not-evaluated"
+            )
+        );
+    }
+
+    /// Members go in upstream's order: the one tried most first among pods of one priority.
+    #[test]
+    fn members_tried_more_often_go_first() {
+        use crate::scheduler::testing::PodBuilder;
+        let now = Instant::now();
+        let queued = |name: &str, attempts: u32| QueuedPodInfo {
+            pod: Arc::new(PodBuilder::new(name).info()),
+            initial_attempt_timestamp: now,
+            timestamp: now,
+            attempts,
+            unschedulable_plugins: BTreeSet::new(),
+            unschedulable_count: 0,
+            consecutive_errors_count: 0,
+            gated_by: None,
+        };
+        let mut members = [queued("a", 1), queued("b", 3), queued("c", 2)];
+        members.sort_by(order);
+        let names: Vec<&str> = members.iter().map(|m| m.pod.name()).collect();
+        assert_eq!(names, ["b", "c", "a"]);
     }
 
     #[test]
@@ -555,16 +731,17 @@ mod tests {
             g.spec.priority = priority;
             Group::Workload(Arc::new(g))
         };
+        let r37 = Release::of_minor(37);
         let a = PodBuilder::new("a").scheduler_name("s").build();
         let b = PodBuilder::new("b").scheduler_name("s").build();
-        assert_eq!(validate(&group(None), [&a, &b]), Ok(()));
+        assert_eq!(validate(&group(None), [&a, &b], r37), Ok(()));
         let other = PodBuilder::new("c").scheduler_name("t").build();
         assert_eq!(
-            validate(&group(None), [&a, &other]),
+            validate(&group(None), [&a, &other], r37),
             Err("all pods in a single pod group should have the same .spec.schedulerName set, got: \"t\" and \"s\"".into())
         );
         assert_eq!(
-            validate(&group(Some(5)), [&a]),
+            validate(&group(Some(5)), [&a], r37),
             Err("all pods in a single pod group should have the same priority as the pod group's priority, got 0 and 5".into())
         );
         let mut never = PodBuilder::new("d").scheduler_name("s").build();
@@ -572,7 +749,7 @@ mod tests {
             spec.preemption_policy = Some("Never".into());
         }
         assert_eq!(
-            validate(&group(None), [&a, &never]),
+            validate(&group(None), [&a, &never], r37),
             Err("all pods in a single pod group should have the same preemption policy, got Never and PreemptLowerPriority".into())
         );
         let cosched = Group::Coscheduling(Arc::new(pod_groups::CoschedulingGroup {
@@ -582,9 +759,28 @@ mod tests {
             min_member: 2,
         }));
         assert_eq!(
-            validate(&cosched, [&a, &other]),
+            validate(&cosched, [&a, &other], r37),
             Ok(()),
             "not a rule of Coscheduling"
+        );
+        // 1.38's words, naming the pods and the group; the group's own preemption policy wins.
+        let r38 = Release::of_minor(38);
+        assert_eq!(
+            validate(&group(None), [&a, &other], r38),
+            Err("all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: \"t\" (\"default/c\") and \"s\" (\"default/a\")".into())
+        );
+        assert_eq!(
+            validate(&group(Some(5)), [&a], r38),
+            Err("all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 0 (\"default/a\") and 5 (\"podgroup/default/g\")".into())
+        );
+        let Group::Workload(g) = group(None) else {
+            unreachable!("a Workload group")
+        };
+        let mut never_group = (*g).clone();
+        never_group.spec.preemption_policy = Some("Never".into());
+        assert_eq!(
+            validate(&Group::Workload(Arc::new(never_group)), [&never, &a], r38),
+            Err("all pods in a pod group hierarchy should have the same preemption policy, got PreemptLowerPriority (\"default/a\") and Never".into())
         );
     }
 

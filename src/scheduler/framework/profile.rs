@@ -38,6 +38,9 @@ pub struct CompiledProfile {
     pub post_bind: Vec<Arc<dyn Plugin>>,
     /// The events that may make a pod this profile rejected schedulable, by plugin.
     pub hints: Arc<QueueingHints>,
+    /// The Kubernetes release whose kube-scheduler the profile schedules as (its plugins were
+    /// built for it; the group cycle words its outcomes by it).
+    pub release: crate::k8s::release::Release,
 }
 
 /// How long a pod that failed waits before it is tried again: from `initial`, doubling with each

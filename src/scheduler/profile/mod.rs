@@ -374,6 +374,7 @@ pub fn compile(
         bind: take(ExtensionPoint::Bind),
         post_bind: take(ExtensionPoint::PostBind),
         hints: Arc::default(),
+        release: handle.release,
     };
     // The plugins that can reject a pod say which events may help it.
     let rejecting = [

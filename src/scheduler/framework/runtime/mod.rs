@@ -931,6 +931,7 @@ mod tests {
             bind: vec![],
             post_bind: vec![],
             hints: Arc::default(),
+            release: Default::default(),
         };
         let pod = PodBuilder::new("p").info();
         let node = Arc::new(NodeBuilder::new("n1").info(vec![]));
