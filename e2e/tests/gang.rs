@@ -212,7 +212,8 @@ struct Seen {
     fits: (String, String, String),
     /// The gang that does not: its condition.
     refused: (String, String, String),
-    /// How many of the refused gang's members say `pod group is unschedulable, <condition>`.
+    /// How many of the refused gang's members say `pod group is unschedulable, <condition>`
+    /// (from 1.38: `parent pod group "too-big" is unschedulable`).
     members_naming_the_group: usize,
 }
 
@@ -233,10 +234,15 @@ async fn whole_or_not_at_all(scheduler: &str, test: &str) -> anyhow::Result<Seen
 
     gang(&ns.name, &nodes, scheduler, "too-big", 4, 4)?;
     let refused = condition_becomes(&client, &ns.name, "too-big", "False").await?;
+    let naming = if tether_e2e::compared_minor(&client).await? >= 38 {
+        "parent pod group \"too-big\" is unschedulable".to_string()
+    } else {
+        format!("pod group is unschedulable, {}", refused.2)
+    };
     let mut members_naming_the_group = 0;
     for i in 0..4 {
         let message = unscheduled_message(&client, &ns.name, &format!("too-big-{i}")).await?;
-        if message == format!("pod group is unschedulable, {}", refused.2) {
+        if message == naming {
             members_naming_the_group += 1;
         }
     }
@@ -277,9 +283,13 @@ async fn a_gang_is_placed_whole_or_not_at_all_as_kube_scheduler_places_it() -> a
     let upstream = whole_or_not_at_all(&reference, "gang-ref").await?;
     drop(kube);
     println!("kube-scheduler: {upstream:?}");
+    let recorded = if tether_e2e::compared_minor(&client().await?).await? >= 38 {
+        "scheduling policy's minimum threshold (4) cannot be satisfied: 1 scheduled, 1 unschedulable, 2 not-evaluated, pod group preemption: No preemption victims found for incoming preemptor"
+    } else {
+        "minCount (4) cannot be satisfied: 1 scheduled, 2 remaining, pod group preemption: No preemption victims found for incoming preemptor"
+    };
     assert_eq!(
-        upstream.refused.2,
-        "minCount (4) cannot be satisfied: 1 scheduled, 2 remaining, pod group preemption: No preemption victims found for incoming preemptor",
+        upstream.refused.2, recorded,
         "the reference's message is the one recorded"
     );
 
@@ -457,7 +467,7 @@ async fn coscheduling_pod_groups_are_placed_by_the_same_group_cycle() -> anyhow:
     }
     let message = unscheduled_message(client, ns_name, "too-big-0").await?;
     assert!(
-        message.contains("minCount (4) cannot be satisfied") || message.starts_with("0/"),
+        message.contains("(4) cannot be satisfied") || message.starts_with("0/"),
         "{message}"
     );
     plain(ns_name, nodes, sched, "plain")?;
@@ -544,12 +554,12 @@ async fn a_gang_of_8_is_bound_whole_and_one_of_8_with_room_for_6_binds_none() ->
     wait_bound(client, ns_name, "taken-1", TIMEOUT).await?;
     gang(ns_name, nodes, sched, "short", 8, 8)?;
     let refused = condition_becomes(client, ns_name, "short", "False").await?;
-    assert!(
-        refused
-            .2
-            .starts_with("minCount (8) cannot be satisfied: 6 scheduled, 1 remaining"),
-        "{refused:?}"
-    );
+    let said = if tether_e2e::compared_minor(client).await? >= 38 {
+        "scheduling policy's minimum threshold (8) cannot be satisfied: 6 scheduled, 1 unschedulable, 1 not-evaluated"
+    } else {
+        "minCount (8) cannot be satisfied: 6 scheduled, 1 remaining"
+    };
+    assert!(refused.2.starts_with(said), "{refused:?}");
     for i in 0..6 {
         plain(ns_name, nodes, sched, &format!("after-{i}"))?;
     }
