@@ -133,17 +133,19 @@ soak: ## 30 min of churn on 200 nodes against a release build (SOAK_MINUTES, SOA
 
 # The side-by-side subset (fidelity.rs, dra.rs: tether against kube-scheduler) on the running
 # cluster, for one release; `make test` runs it among the rest on the default release.
-fidelity: ## tether and kube-scheduler side by side (fidelity.rs, dra.rs) on `make cluster` (K8S_VERSION picks the release)
+FIDELITY_TESTS ?= fidelity dra
+fidelity: ## tether and kube-scheduler side by side (FIDELITY_TESTS: fidelity.rs, dra.rs) on `make cluster` (K8S_VERSION picks the release)
 	$(CARGO) build --bin tether
 	e2e/scripts/tether-up.sh
-	@status=0; $(CARGO) test -p tether-e2e --test fidelity --test dra -- --nocapture --test-threads=1 || status=$$?; \
+	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(FIDELITY_TESTS)) -- --nocapture --test-threads=1 || status=$$?; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; fi; exit $$status
 
 # The other supported releases, one after the other, each on a control plane of its own:
 # v1.36.5 whole; 1.38 as far as the Go module proxy serves it (v1.38.0-beta.0's kube-scheduler,
 # against the v1.37.2 control plane, tether scheduling as 1.38: 1.38's API server does not build
-# from the proxy yet). Stops a running cluster first.
+# from the proxy yet; gang.rs too, the Workload API being served there). Stops a running cluster
+# first.
 MATRIX_RELEASES ?= v1.36.5
 MATRIX_SCHEDULERS ?= v1.38.0-beta.0
 test-matrix: ## the side-by-side subset against each other supported release (v1.36.5; v1.38.0-beta.0's kube-scheduler on the v1.37.2 control plane)
@@ -162,7 +164,7 @@ test-matrix: ## the side-by-side subset against each other supported release (v1
 	  release=$$(echo $$v | sed -E 's/^v([0-9]+\.[0-9]+).*/\1/'); \
 	  $(MAKE) --no-print-directory k8s-bins; \
 	  NODES=$(NODES) e2e/scripts/cluster-up.sh; \
-	  status=0; TETHER_KUBE_SCHEDULER=$$sched TETHER_KUBERNETES_RELEASE=$$release $(MAKE) --no-print-directory fidelity || status=$$?; \
+	  status=0; TETHER_KUBE_SCHEDULER=$$sched TETHER_KUBERNETES_RELEASE=$$release $(MAKE) --no-print-directory fidelity FIDELITY_TESTS="fidelity dra gang" || status=$$?; \
 	  e2e/scripts/cluster-down.sh --keep-logs; \
 	  if [ $$status -ne 0 ]; then echo "kube-scheduler $$v: the side-by-side tests failed (logs in .cluster/logs)"; exit $$status; fi; \
 	done

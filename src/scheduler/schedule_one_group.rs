@@ -418,11 +418,23 @@ pub fn schedule_group(
 
     if let Some(message) = group_failure {
         give_back(&placed);
-        let preemption = group_preemption(sched, &profile, &gang, &members);
-        let full = match &preemption {
-            Some(said) => format!("{message}, {said}"),
-            None => message.clone(),
-        };
+        // What the group's PostFilter plugins say, in their order: from 1.38 DynamicResources
+        // has one for groups, which says it freed what it could (upstream says so whether or not
+        // the group holds claims), then DefaultPreemption's.
+        let mut full = message.clone();
+        let dra_for_groups = release.at_least(38)
+            && matches!(gang.group, Group::Workload(_))
+            && profile
+                .post_filter
+                .iter()
+                .any(|p| p.name() == crate::scheduler::plugins::dynamic_resources::NAME);
+        if dra_for_groups {
+            full.push_str(", deallocation and deletion of ResourceClaims completed");
+        }
+        if let Some(said) = group_preemption(sched, &profile, &gang, &members) {
+            full.push_str(", ");
+            full.push_str(&said);
+        }
         tracing::info!(group = %group_name, profile = %profile.source, reason = %full, "pod group is unschedulable");
         let rejected_by: Vec<&'static str> = rejected_by.into_iter().collect();
         let group_failure = |message: String| Failure {
