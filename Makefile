@@ -160,7 +160,7 @@ test-matrix: ## the side-by-side subset against each other supported release (v1
 	done; \
 	for v in $(MATRIX_SCHEDULERS); do \
 	  echo "== kube-scheduler $$v on the default control plane, tether scheduling as its release"; \
-	  sched=$$(e2e/scripts/build-reference-scheduler.sh $$v | tail -n 1); \
+	  sched=$$(e2e/scripts/build-reference-scheduler.sh $$v); \
 	  release=$$(echo $$v | sed -E 's/^v([0-9]+\.[0-9]+).*/\1/'); \
 	  $(MAKE) --no-print-directory k8s-bins; \
 	  NODES=$(NODES) e2e/scripts/cluster-up.sh; \

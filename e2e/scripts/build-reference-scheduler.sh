@@ -6,7 +6,8 @@
 # on the default release's control plane (see `make test-matrix`).
 set -euo pipefail
 version=${1:?usage: build-reference-scheduler.sh <version pinned in e2e/k8s/>}
-K8S_VERSION=$version source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+export K8S_VERSION=$version
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 out=$TETHER_CACHE/kube-scheduler-$version
 want=$(cat "$K8S_MODULE_DIR/go.mod" "$K8S_MODULE_DIR/go.sum" | sha256sum | cut -d' ' -f1)

@@ -87,6 +87,7 @@ main() {
   done
 
   mkdir -p "$LOG_DIR" "$PID_DIR"
+  echo "$K8S_VERSION" >"$CLUSTER_DIR/k8s-version"
   if [[ ${ETCD_TMPFS:-0} == 1 ]]; then
     [[ -d /dev/shm && -w /dev/shm ]] || die "ETCD_TMPFS=1 needs a writable /dev/shm"
     mktemp -d /dev/shm/tether-etcd.XXXXXX >"$CLUSTER_DIR/etcd-data-dir"

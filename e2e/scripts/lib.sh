@@ -4,10 +4,13 @@ set -euo pipefail
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 REPO_DIR=$(cd "$E2E_DIR/.." && pwd)
 
+CLUSTER_DIR=${TETHER_CLUSTER_DIR:-$REPO_DIR/.cluster}
+
 # The Kubernetes release of the local control plane: one of those pinned in e2e/k8s/<version>/
 # (a go.mod and go.sum each), v1.37.2 unless K8S_VERSION names another (`K8S_VERSION=v1.36.5
-# make cluster`). etcd is the version that release's go.mod pins.
-K8S_VERSION=${K8S_VERSION:-v1.37.2}
+# make cluster`), or the release of the cluster running now (cluster-up.sh records it, so that
+# every later command finds its binaries). etcd is the version that release's go.mod pins.
+K8S_VERSION=${K8S_VERSION:-$(cat "$CLUSTER_DIR/k8s-version" 2>/dev/null || echo v1.37.2)}
 K8S_MODULE_DIR=$E2E_DIR/k8s/$K8S_VERSION
 if [[ ! -f "$K8S_MODULE_DIR/go.mod" ]]; then
   printf '[tether-e2e] ERROR: Kubernetes %s is not pinned here; pinned: %s\n' "$K8S_VERSION" \
@@ -16,15 +19,17 @@ if [[ ! -f "$K8S_MODULE_DIR/go.mod" ]]; then
 fi
 ETCD_VERSION=$(awk '$1 == "go.etcd.io/etcd/server/v3" && $2 ~ /^v/ {print $2}' "$K8S_MODULE_DIR/go.mod")
 KWOK_VERSION=v0.8.0
-# Kubernetes 1.38 needs Go 1.27: the go command takes this approved toolchain from the module
-# proxy (about 76 MB, once per machine) whatever Go the machine has.
-export GOTOOLCHAIN=go1.27.3
+# Kubernetes 1.38 needs Go 1.27: for a release whose go.mod says so, the go command takes this
+# approved toolchain from the module proxy (about 76 MB, once per machine) whatever Go the
+# machine has.
+if grep -q '^go 1\.27' "$K8S_MODULE_DIR/go.mod"; then
+  export GOTOOLCHAIN=go1.27.3
+fi
 
 # Binaries are cached outside the repository so that a fresh clone reuses them.
 TETHER_CACHE=${TETHER_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/tether}
 BIN_DIR=${TETHER_K8S_BIN:-$TETHER_CACHE/k8s-$K8S_VERSION-etcd-$ETCD_VERSION-kwok-$KWOK_VERSION/bin}
 
-CLUSTER_DIR=${TETHER_CLUSTER_DIR:-$REPO_DIR/.cluster}
 LOG_DIR=$CLUSTER_DIR/logs
 PKI_DIR=$CLUSTER_DIR/pki
 

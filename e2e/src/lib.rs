@@ -48,7 +48,6 @@ pub fn kubeconfig_path() -> PathBuf {
         .unwrap_or_else(|| repo_dir().join(".cluster/kubeconfig"))
 }
 
-/// A client for the local cluster, checked to answer. Fails with what to do when it is not up.
 /// The minor of the local control plane's release (37 for v1.37.2), as its API server says.
 pub async fn cluster_minor(client: &Client) -> anyhow::Result<u32> {
     let info = client.apiserver_version().await?;
@@ -64,6 +63,7 @@ pub async fn cluster_minor(client: &Client) -> anyhow::Result<u32> {
 pub async fn compared_minor(client: &Client) -> anyhow::Result<u32> {
     match std::env::var("TETHER_KUBERNETES_RELEASE") {
         Ok(pinned) => pinned
+            .trim_start_matches('v')
             .strip_prefix("1.")
             .and_then(|m| m.parse().ok())
             .with_context(|| format!("TETHER_KUBERNETES_RELEASE={pinned:?}")),
@@ -71,6 +71,7 @@ pub async fn compared_minor(client: &Client) -> anyhow::Result<u32> {
     }
 }
 
+/// A client for the local cluster, checked to answer. Fails with what to do when it is not up.
 pub async fn client() -> anyhow::Result<Client> {
     let path = kubeconfig_path();
     if !path.exists() {

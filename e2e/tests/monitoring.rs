@@ -496,7 +496,11 @@ async fn every_metric_the_alerts_and_the_dashboard_read_is_exported() -> anyhow:
 async fn the_release_tether_schedules_as_is_the_api_servers() -> anyhow::Result<()> {
     let info = client().await?.apiserver_version().await?;
     let want = match std::env::var("TETHER_KUBERNETES_RELEASE") {
-        Ok(pinned) => pinned,
+        // `v1.38` or `1.38.0` pins 1.38 as `1.38` does.
+        Ok(pinned) => {
+            let minor = pinned.trim_start_matches('v').split('.').take(2);
+            minor.collect::<Vec<_>>().join(".")
+        }
         Err(_) => format!("{}.{}", info.major, info.minor.trim_end_matches('+')),
     };
     let line = format!(

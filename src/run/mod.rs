@@ -96,8 +96,8 @@ enum Ended {
 /// way to a new one.
 pub async fn run(config: RunConfig) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let (client, release) = connect::connect(&config, &metrics).await?;
-    let (process, mut died) = Process::new(&config, metrics, release)?;
+    let client = connect::connect(&config, &metrics).await?;
+    let (process, mut died) = Process::new(&config, metrics)?;
     connect::start_filter_pool(config.parallelism)?;
     let election = start_leader_election(&config, &client, &process);
     let mut tasks = serve_endpoints(&config, &client, &process).await?;
@@ -142,8 +142,6 @@ pub async fn run(config: RunConfig) -> anyhow::Result<()> {
 /// a dead part into an exit, whether this replica leads, and the scheduler the endpoints serve.
 struct Process {
     metrics: Arc<Metrics>,
-    /// The Kubernetes minor whose kube-scheduler this process schedules as.
-    release: Release,
     fatal: Fatal,
     leadership: Leadership,
     serving: Serving,
@@ -155,7 +153,6 @@ impl Process {
     fn new(
         config: &RunConfig,
         metrics: Arc<Metrics>,
-        release: Release,
     ) -> anyhow::Result<(Self, tokio::sync::mpsc::UnboundedReceiver<String>)> {
         let (fatal, died) = Fatal::new();
         let leadership = match &config.lease {
@@ -168,7 +165,6 @@ impl Process {
         metrics.set_leading(!leadership.is_elected());
         let process = Process {
             metrics,
-            release,
             fatal,
             leadership,
             serving: Serving::default(),
@@ -200,7 +196,8 @@ impl Session {
     ) -> anyhow::Result<Session> {
         let readiness = Readiness::loud_after(config.watch_stale);
         let gate = WriteGate::new(process.leadership.clone());
-        let parts = build_scheduler(config, client, process, &readiness, &gate)?;
+        let release = connect::release(config, client, &process.metrics).await?;
+        let parts = build_scheduler(config, client, process, release, &readiness, &gate)?;
         let tasks =
             start_watches_and_controllers(config, client, process, &readiness, &gate, &parts).await;
         let scheduling = start_scheduling_loop(process, &parts)?;
@@ -304,7 +301,6 @@ impl Session {
     }
 }
 
-/// The API client, its requests counted in the process's metrics.
 /// Every object a watch skips as unreadable gets a Warning event `Unreadable` (when the watch
 /// first skips it, written through this session's gate), so its owner learns why what needs it
 /// waits without reading tether's log.
@@ -364,6 +360,7 @@ fn build_scheduler(
     config: &RunConfig,
     client: &kube::Client,
     process: &Process,
+    release: Release,
     readiness: &Arc<Readiness>,
     gate: &WriteGate,
 ) -> anyhow::Result<Parts> {
@@ -438,7 +435,7 @@ fn build_scheduler(
         evictions: Arc::default(),
         activator: Some(sched.activator()),
         metrics: Some(process.metrics.clone()),
-        release: process.release,
+        release,
     };
     Ok(Parts {
         sched,
@@ -737,13 +734,18 @@ fn record_missed_binds(
             })
         })
     };
-    let (writer, spawner) = (history.clone(), runtime.clone());
+    // The cache holds the observer, and the history writer reads the cache: the observer holds
+    // the writer weakly, or the two would keep each other (and a lost term's session) alive.
+    let (writer, spawner) = (Arc::downgrade(history), runtime.clone());
     let observer: BindObserver = {
         let (records, reads) = (records.clone(), reads.clone());
         Arc::new(move |pod| {
+            let Some(writer) = writer.upgrade() else {
+                return;
+            };
             if records(&pod) {
                 spawner.spawn(reconcile::record_missed_binds(
-                    writer.clone(),
+                    writer,
                     vec![pod],
                     reads.clone(),
                 ));

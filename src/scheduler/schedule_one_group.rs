@@ -61,6 +61,10 @@ pub fn dispatch(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInf
     }
     let Some(group) = sched.pod_groups.get(&key) else {
         let message = match key.api {
+            GroupApi::Workload if profile.release.at_least(38) => format!(
+                "pod group {:?} or one of its composite pod group ancestors has not been created yet",
+                key.name
+            ),
             GroupApi::Workload => format!(
                 "waiting for pods's pod group {:?} to appear in scheduling queue",
                 key.name

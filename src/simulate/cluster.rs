@@ -383,7 +383,6 @@ impl ClusterState {
         Ok(state)
     }
 
-    /// What the plugins read besides the snapshot, filled from these lists.
     /// The release the cluster ran (see [`ClusterState::kubernetes_version`]).
     pub fn release(&self) -> Release {
         self.kubernetes_version
@@ -392,6 +391,7 @@ impl ClusterState {
             .unwrap_or_default()
     }
 
+    /// What the plugins read besides the snapshot, filled from these lists.
     pub fn handle(&self) -> Handle {
         let storage = Arc::new(StorageIndex::default());
         storage.reset::<PersistentVolume>(arcs(&self.persistent_volumes));

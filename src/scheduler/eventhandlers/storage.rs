@@ -192,10 +192,13 @@ pub fn run_device_watches(
         run_one::<DeviceClass, _>(feed.clone(), client.clone(), "deviceclasses", d, readiness),
         run_one::<ResourceClaim, _>(feed.clone(), client.clone(), "resourceclaims", d, readiness),
         // Served from 1.37 (resource.k8s.io/v1); 1.36 applies none.
+        // A rule tether may not read could taint any device: DRA's pods wait, as for a failing
+        // watch.
         crate::scheduler::informers::pod_groups::watch_optional(
             Api::<DeviceTaintRule>::all(client),
             "devicetaintrules",
             d,
+            crate::scheduler::informers::pod_groups::WhenForbidden::Waits,
             feed,
             readiness,
         ),

@@ -382,6 +382,7 @@ where
         Api::<PodGroup>::all(client),
         "podgroups",
         crate::scheduler::framework::needs::GANG_PLUGINS,
+        WhenForbidden::NoneExist("the pods naming such a group wait for it"),
         feed,
         readiness,
     )
@@ -406,19 +407,30 @@ pub fn run_coscheduling_watch(
         Api::<kube::api::DynamicObject>::all_with(client, &coscheduling_resource()),
         "podgroups.scheduling.x-k8s.io",
         crate::scheduler::framework::needs::COSCHEDULING_PLUGINS,
+        WhenForbidden::NoneExist("the pods naming such a group wait for it"),
         feed,
         readiness,
     )
 }
 
+/// What a watch of an optional kind does while tether may not list it (403).
+#[derive(Clone, Copy)]
+pub enum WhenForbidden {
+    /// Counts as current with no objects; the warning says what then happens.
+    NoneExist(&'static str),
+    /// Stays stale (its plugins' pods wait, as for a watch that fails), tried again.
+    Waits,
+}
+
 /// Feeds `feed` from a watch of `api`, a kind the API server may not serve (the Workload API,
 /// scheduler-plugins' PodGroups, DeviceTaintRules before 1.37), until the process stops. While
-/// it answers 404 (not served) or 403 (tether may not list it) the watch counts as current with
-/// no objects and is tried again after 1 s doubling to 30 s.
+/// it answers 404 (not served) the watch counts as current with no objects; a 403 (tether may
+/// not list it) does as `forbidden` says. Either is tried again after 1 s doubling to 30 s.
 pub fn watch_optional<K, I>(
     api: Api<K>,
     what: &'static str,
     plugins: &'static [&'static str],
+    forbidden: WhenForbidden,
     feed: Arc<I>,
     readiness: &Arc<Readiness>,
 ) -> impl Future<Output = ()> + Send + 'static
@@ -444,14 +456,23 @@ where
                 if let Err(e) = &event
                     && let Some(why) = unavailable(e)
                 {
-                    match why {
-                        Unavailable::NotServed => {
+                    match (why, forbidden) {
+                        (Unavailable::NotServed, _) => {
                             tracing::debug!(kind = what, "not served; there are none")
                         }
-                        Unavailable::Forbidden => tracing::warn!(
-                            kind = what,
-                            "tether may not list these (RBAC): scheduling goes on as if there were none; the ClusterRole needs list and watch on them"
-                        ),
+                        (Unavailable::Forbidden, WhenForbidden::NoneExist(then)) => {
+                            tracing::warn!(
+                                kind = what,
+                                "tether may not list these (RBAC): {then}; the ClusterRole needs list and watch on them"
+                            )
+                        }
+                        (Unavailable::Forbidden, WhenForbidden::Waits) => {
+                            tracing::warn!(
+                                kind = what,
+                                "tether may not list these (RBAC): the pods that need them wait; the ClusterRole needs list and watch on them"
+                            );
+                            break;
+                        }
                     }
                     feed.reset(Vec::new());
                     registered.listed();

@@ -172,13 +172,13 @@ impl NodeResourcesFit {
         }
     }
 
-    /// The plugin reading DeviceClasses from `devices` (for the extended resources they serve).
     /// Scores as kube-scheduler of `release` does.
     pub(super) fn scoring_as(mut self, release: Release) -> Self {
         self.release = release;
         self
     }
 
+    /// The plugin reading DeviceClasses from `devices` (for the extended resources they serve).
     pub(super) fn with_devices(mut self, devices: Arc<DeviceIndex>) -> Self {
         self.devices = Some(devices);
         self
