@@ -114,7 +114,8 @@ async fn the_image_builds_from_scratch_and_its_tether_schedules_a_pod() -> anyho
     )?;
     let version = String::from_utf8_lossy(&version.stdout).into_owned();
     assert!(
-        version.contains(&commit) && version.contains("kube-scheduler v1.37"),
+        version.contains(&commit)
+            && version.contains("schedules as kube-scheduler of the cluster's release"),
         "{version}"
     );
     let shell = podman()
