@@ -39,16 +39,9 @@ build_log="$TETHER_CACHE/logs/build-$K8S_VERSION.log"
 : >"$build_log"
 rm -f "$BIN_DIR/.stamp"
 
-minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$K8S_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
- -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+ldflags=$(k8s_ldflags "$K8S_VERSION")
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
-# The binaries are what is cached; Go's build cache for them would be ~4 GiB more on disk, so the
-# build uses a scratch one, removed when it ends.
-GOCACHE=$(mktemp -d "${TMPDIR:-/tmp}/tether-go-build.XXXXXX")
-export GOCACHE
-trap 'rm -rf "$GOCACHE"' EXIT
+use_scratch_gocache
 
 start=$(date +%s)
 log "building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION into $BIN_DIR (log: $build_log)"

@@ -18,13 +18,9 @@ fi
 command -v go >/dev/null || die "go is not installed; kube-scheduler is built from Go modules"
 mkdir -p "$out" "$TETHER_CACHE/logs"
 build_log="$TETHER_CACHE/logs/build-kube-scheduler-$version.log"
-minor=${version#v1.}; minor=${minor%%.*}
-pkg=k8s.io/component-base/version
-ldflags="-s -w -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
- -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
-GOCACHE=$(mktemp -d "${TMPDIR:-/tmp}/tether-go-build.XXXXXX")
-export GOCACHE CGO_ENABLED=0 GOFLAGS=-mod=mod
-trap 'rm -rf "$GOCACHE"' EXIT
+ldflags=$(k8s_ldflags "$version")
+export CGO_ENABLED=0 GOFLAGS=-mod=mod
+use_scratch_gocache
 log "building kube-scheduler $version into $out (log: $build_log)"
 (cd "$K8S_MODULE_DIR" && go build -trimpath -ldflags "$ldflags" -o "$out/" k8s.io/kubernetes/cmd/kube-scheduler) \
   >"$build_log" 2>&1 || { tail -n 30 "$build_log" >&2; die "the build failed; read $build_log"; }

@@ -46,5 +46,22 @@ KWOK_PORT=${KWOK_PORT:-16280}
 # restart and cluster-down.sh find it whatever their environment.
 etcd_data_dir() { cat "$CLUSTER_DIR/etcd-data-dir" 2>/dev/null || echo "$CLUSTER_DIR/etcd"; }
 
+# The linker flags that stamp a Kubernetes binary with its release ($1, e.g. v1.37.2), as
+# `kubectl version` and the API server's /version report it.
+k8s_ldflags() {
+  local minor=${1#v1.}; minor=${minor%%.*}
+  local pkg=k8s.io/component-base/version
+  echo "-s -w -X $pkg.gitVersion=$1 -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor \
+ -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+}
+
+# A scratch Go build cache for this script, removed when it exits: the binaries are what is
+# cached; Go's build cache for Kubernetes would be ~4 GiB more on disk.
+use_scratch_gocache() {
+  GOCACHE=$(mktemp -d "${TMPDIR:-/tmp}/tether-go-build.XXXXXX")
+  export GOCACHE
+  trap 'rm -rf "$GOCACHE"' EXIT
+}
+
 log() { printf '[tether-e2e] %s\n' "$*" >&2; }
 die() { printf '[tether-e2e] ERROR: %s\n' "$*" >&2; exit 1; }

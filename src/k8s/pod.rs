@@ -139,12 +139,15 @@ where
     D: serde::Deserializer<'de>,
 {
     let mounts: Option<Vec<VolumeMount>> = Deserialize::deserialize(deserializer)?;
+    Ok(with_options(mounts.into_iter().flatten()))
+}
+
+/// The mounts with bind mount options, none when no mount has any.
+fn with_options(mounts: impl Iterator<Item = VolumeMount>) -> Option<Vec<VolumeMount>> {
     let kept: Vec<VolumeMount> = mounts
-        .into_iter()
-        .flatten()
         .filter(|m| m.bind_mount_options.as_ref().is_some_and(|o| !o.is_empty()))
         .collect();
-    Ok((!kept.is_empty()).then_some(kept))
+    (!kept.is_empty()).then_some(kept)
 }
 
 /// A pod's or a container's security context, as scheduling reads it: the seccomp profile
@@ -260,15 +263,11 @@ impl From<api::Container> for Container {
                 .security_context
                 .and_then(|sc| sc.seccomp_profile)
                 .map(SecurityContext::of_profile),
-            volume_mounts: {
-                let kept: Vec<VolumeMount> = (c.volume_mounts.into_iter().flatten())
-                    .filter_map(|m| m.bind_mount_options.filter(|o| !o.is_empty()))
-                    .map(|options| VolumeMount {
-                        bind_mount_options: Some(options),
-                    })
-                    .collect();
-                (!kept.is_empty()).then_some(kept)
-            },
+            volume_mounts: with_options(c.volume_mounts.into_iter().flatten().map(|m| {
+                VolumeMount {
+                    bind_mount_options: m.bind_mount_options,
+                }
+            })),
         }
     }
 }

@@ -110,12 +110,6 @@ fn validate<'a>(
         return validate_hierarchy(group, pods);
     }
     let group_priority = group.spec.priority.unwrap_or(0);
-    let policy = |pod: &crate::k8s::pod::Pod| {
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.preemption_policy.clone())
-            .unwrap_or_else(|| "PreemptLowerPriority".to_string())
-    };
     let mut first: Option<(String, String)> = None;
     for pod in pods {
         let name = pods::scheduler_name(pod).to_string();
@@ -143,6 +137,14 @@ fn validate<'a>(
     Ok(())
 }
 
+/// A pod's preemption policy, `PreemptLowerPriority` when unset.
+fn policy(pod: &crate::k8s::pod::Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.clone())
+        .unwrap_or_else(|| "PreemptLowerPriority".to_string())
+}
+
 /// 1.38's validatePodGroupHierarchy for a lone PodGroup: the first queued pod is the
 /// reference for the schedulerName, the group's priority for every pod's, the group's
 /// `preemptionPolicy` (else the first pod's) for every pod's.
@@ -156,12 +158,6 @@ fn validate_hierarchy<'a>(
         group.metadata.namespace.as_deref().unwrap_or_default(),
         group.metadata.name.as_deref().unwrap_or_default()
     );
-    let policy = |pod: &crate::k8s::pod::Pod| {
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.preemption_policy.clone())
-            .unwrap_or_else(|| "PreemptLowerPriority".to_string())
-    };
     let key = |pod: &crate::k8s::pod::Pod| {
         format!(
             "{}/{}",
