@@ -27,7 +27,11 @@ if [[ ! -x "$BIN_DIR/argocd-health" || "$(cat "$BIN_DIR/.argocd-health-stamp" 2>
   echo "$argocd_want" >"$BIN_DIR/.argocd-health-stamp"
 fi
 
-stamp_want=$( (cat "$K8S_MODULE_DIR/go.mod" "$K8S_MODULE_DIR/go.sum"; echo "$KWOK_VERSION") | sha256sum | cut -d' ' -f1)
+stand_in_scripts() {
+  if grep -q '=> \./stand-in/' "$K8S_MODULE_DIR/go.mod"; then cat "$E2E_DIR"/scripts/stand-in-*.sh; fi
+}
+stamp_want=$( (cat "$K8S_MODULE_DIR/go.mod" "$K8S_MODULE_DIR/go.sum"; echo "$KWOK_VERSION"; stand_in_scripts) |
+  sha256sum | cut -d' ' -f1)
 if [[ -f "$BIN_DIR/.stamp" && "$(cat "$BIN_DIR/.stamp")" == "$stamp_want" ]]; then
   log "binaries for Kubernetes $K8S_VERSION already cached in $BIN_DIR"
   exit 0
@@ -42,6 +46,7 @@ rm -f "$BIN_DIR/.stamp"
 ldflags=$(k8s_ldflags "$K8S_VERSION")
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 use_scratch_gocache
+prepare_stand_ins
 
 start=$(date +%s)
 log "building Kubernetes $K8S_VERSION, etcd $ETCD_VERSION and kwok $KWOK_VERSION into $BIN_DIR (log: $build_log)"

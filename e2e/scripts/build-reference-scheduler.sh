@@ -21,6 +21,7 @@ build_log="$TETHER_CACHE/logs/build-kube-scheduler-$version.log"
 ldflags=$(k8s_ldflags "$version")
 export CGO_ENABLED=0 GOFLAGS=-mod=mod
 use_scratch_gocache
+prepare_stand_ins
 log "building kube-scheduler $version into $out (log: $build_log)"
 (cd "$K8S_MODULE_DIR" && go build -trimpath -ldflags "$ldflags" -o "$out/" k8s.io/kubernetes/cmd/kube-scheduler) \
   >"$build_log" 2>&1 || { tail -n 30 "$build_log" >&2; die "the build failed; read $build_log"; }

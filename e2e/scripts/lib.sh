@@ -63,5 +63,16 @@ use_scratch_gocache() {
   trap 'rm -rf "$GOCACHE"' EXIT
 }
 
+# Writes the stand-ins a pinned release's go.mod points at (`=> ./stand-in/<module>`) for the
+# modules of it the Go module proxy does not serve yet (see stand-in-apiextensions-api.sh). They
+# are written into the release's directory, ignored by git, before each build.
+prepare_stand_ins() {
+  if grep -q '=> \./stand-in/apiextensions-api' "$K8S_MODULE_DIR/go.mod"; then
+    log "writing the stand-in for k8s.io/apiextensions-api (not served by the module proxy yet)"
+    (cd "$K8S_MODULE_DIR" && bash "$E2E_DIR/scripts/stand-in-apiextensions-api.sh" \
+      "$K8S_MODULE_DIR/stand-in/apiextensions-api") || die "the apiextensions-api stand-in failed"
+  fi
+}
+
 log() { printf '[tether-e2e] %s\n' "$*" >&2; }
 die() { printf '[tether-e2e] ERROR: %s\n' "$*" >&2; exit 1; }

@@ -134,6 +134,7 @@ require (
 	gopkg.in/inf.v0 v0.9.1 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/api v0.38.0-beta.0 // indirect
+	k8s.io/apiextensions-api v0.38.0-beta.0 // indirect
 	k8s.io/apiextensions-apiserver v0.0.0 // indirect
 	k8s.io/apimachinery v0.38.0-beta.0 // indirect
 	k8s.io/apiserver v0.38.0-beta.0 // indirect
@@ -177,7 +178,8 @@ require (
 
 replace (
 	k8s.io/api => k8s.io/api v0.38.0-beta.0
-	k8s.io/apiextensions-api => k8s.io/apiextensions-api v0.38.0-beta.0
+	// Not served by the module proxy yet: written by e2e/scripts/stand-in-apiextensions-api.sh.
+	k8s.io/apiextensions-api => ./stand-in/apiextensions-api
 	k8s.io/apiextensions-apiserver => k8s.io/apiextensions-apiserver v0.38.0-beta.0
 	k8s.io/apimachinery => k8s.io/apimachinery v0.38.0-beta.0
 	k8s.io/apiserver => k8s.io/apiserver v0.38.0-beta.0
