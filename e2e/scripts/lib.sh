@@ -7,10 +7,10 @@ REPO_DIR=$(cd "$E2E_DIR/.." && pwd)
 CLUSTER_DIR=${TETHER_CLUSTER_DIR:-$REPO_DIR/.cluster}
 
 # The Kubernetes release of the local control plane: one of those pinned in e2e/k8s/<version>/
-# (a go.mod and go.sum each), v1.37.2 unless K8S_VERSION names another (`K8S_VERSION=v1.36.5
-# make cluster`), or the release of the cluster running now (cluster-up.sh records it, so that
+# (a go.mod and go.sum each), the newest (v1.38.0-beta.0, the newest 1.38 the Go module proxy
+# serves) unless K8S_VERSION names another (`K8S_VERSION=v1.37.2 make cluster`), or the release of the cluster running now (cluster-up.sh records it, so that
 # every later command finds its binaries). etcd is the version that release's go.mod pins.
-K8S_VERSION=${K8S_VERSION:-$(cat "$CLUSTER_DIR/k8s-version" 2>/dev/null || echo v1.37.2)}
+K8S_VERSION=${K8S_VERSION:-$(cat "$CLUSTER_DIR/k8s-version" 2>/dev/null || echo v1.38.0-beta.0)}
 K8S_MODULE_DIR=$E2E_DIR/k8s/$K8S_VERSION
 if [[ ! -f "$K8S_MODULE_DIR/go.mod" ]]; then
   printf '[tether-e2e] ERROR: Kubernetes %s is not pinned here; pinned: %s\n' "$K8S_VERSION" \

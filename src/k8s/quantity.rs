@@ -96,9 +96,39 @@ pub fn parse_ratio(input: &str) -> Result<(i128, i128), QuantityError> {
     Ok((num, den))
 }
 
+/// Compares two quantities exactly, as apimachinery's `Quantity.Cmp` does (nothing rounded:
+/// `1.8` is more than `1.5`, though both are 2 as whole units). Malformed input is an error.
+pub fn compare(a: &str, b: &str) -> Result<std::cmp::Ordering, QuantityError> {
+    let (an, ad) = parse_ratio(a)?;
+    let (bn, bd) = parse_ratio(b)?;
+    // Both denominators are powers of ten of at most 10^60 together with the numerators'
+    // 30 digits; a product past i128 is compared on the whole-unit values instead, which only
+    // quantities far beyond any real one reach.
+    match (an.checked_mul(bd), bn.checked_mul(ad)) {
+        (Some(l), Some(r)) => Ok(l.cmp(&r)),
+        _ => Ok(ceil_div(an, ad).cmp(&ceil_div(bn, bd))),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compares_exactly_where_whole_units_would_round_alike() {
+        use std::cmp::Ordering::*;
+        assert_eq!(
+            compare("1.8", "1.5"),
+            Ok(Greater),
+            "both are 2 as whole units"
+        );
+        assert_eq!(parse_value("1.8"), parse_value("1.5"));
+        assert_eq!(compare("1Gi", "1073741824"), Ok(Equal));
+        assert_eq!(compare("999m", "1"), Ok(Less));
+        assert_eq!(compare("1e3", "1k"), Ok(Equal));
+        assert_eq!(compare("-1", "0"), Ok(Less));
+        assert!(compare("x", "1").is_err());
+    }
 
     #[test]
     fn parses_the_quantity_forms_kubernetes_accepts() {

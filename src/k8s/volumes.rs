@@ -156,6 +156,22 @@ pub fn capacity_limit(c: &CSIStorageCapacity) -> Option<i64> {
         .and_then(|q| quantity::parse_value(&q.0).ok())
 }
 
+/// Whether a CSIStorageCapacity has room for the claim's request (its `maximumVolumeSize`, else
+/// its `capacity`, at least the request). `exact`: compared as written (kube-scheduler 1.38 on);
+/// else both rounded up to whole bytes first, as 1.36 and 1.37 compare them (a request of 1.8
+/// fits a limit of 1.5 there: both are 2).
+pub fn capacity_holds(c: &CSIStorageCapacity, pvc: &PersistentVolumeClaim, exact: bool) -> bool {
+    let Some(limit) = c.maximum_volume_size.as_ref().or(c.capacity.as_ref()) else {
+        return false;
+    };
+    if !exact {
+        return quantity::parse_value(&limit.0).is_ok_and(|l| l >= claim_request(pvc));
+    }
+    let zero = Quantity("0".into());
+    let request = requested_storage(pvc).unwrap_or(&zero);
+    quantity::compare(&limit.0, &request.0).is_ok_and(|o| o.is_ge())
+}
+
 /// A volume's capacity in bytes (0 when it names none).
 pub fn pv_capacity(pv: &PersistentVolume) -> i64 {
     pv.spec
@@ -339,6 +355,40 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_capacitys_room_is_compared_rounded_before_1_38_and_as_written_after() {
+        let capacity = |limit: &str| CSIStorageCapacity {
+            maximum_volume_size: Some(Quantity(limit.into())),
+            ..Default::default()
+        };
+        let claim = |request: &str| {
+            let mut pvc = PersistentVolumeClaim::default();
+            pvc.spec
+                .get_or_insert_default()
+                .resources
+                .get_or_insert_default()
+                .requests
+                .get_or_insert_default()
+                .insert("storage".into(), Quantity(request.into()));
+            pvc
+        };
+        // 1.8 and 1.5 are both 2 whole bytes.
+        assert!(capacity_holds(&capacity("1.5"), &claim("1.8"), false));
+        assert!(!capacity_holds(&capacity("1.5"), &claim("1.8"), true));
+        assert!(capacity_holds(&capacity("1Gi"), &claim("1Gi"), true));
+        assert!(!capacity_holds(&capacity("1Gi"), &claim("2Gi"), false));
+        assert!(capacity_holds(
+            &capacity("1Gi"),
+            &PersistentVolumeClaim::default(),
+            true
+        ));
+        assert!(!capacity_holds(
+            &CSIStorageCapacity::default(),
+            &claim("1"),
+            true
+        ));
     }
 
     #[test]

@@ -28,6 +28,12 @@ pub struct ConditionWrite {
     pub status: &'static str,
     pub reason: &'static str,
     pub message: String,
+    /// The UID of the group the cycle placed; [`Self::keep_true`] writes only to that group.
+    pub uid: Option<String>,
+    /// kube-scheduler 1.38's rule: a condition that is True is never written again, and a group
+    /// deleted and made anew under the same name (another UID) is not written to by a cycle of
+    /// the old one. 1.36 and 1.37 write True again when its generation, reason or message moved.
+    pub keep_true: bool,
 }
 
 /// How many times a write is tried when the PodGroup changed between its read and the patch.
@@ -50,6 +56,14 @@ pub async fn write_conditions(
         let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
         for _ in 0..CONDITION_TRIES {
             let current = match api.get_opt(&write.name).await {
+                Ok(Some(current))
+                    if write.keep_true
+                        && write.uid.is_some()
+                        && current.metadata.uid != write.uid =>
+                {
+                    tracing::debug!(group = %group, "the PodGroup was made anew since the cycle; its condition is not written");
+                    break;
+                }
                 Ok(Some(current)) => current,
                 Ok(None) => break,
                 Err(e) => {
@@ -68,6 +82,7 @@ pub async fn write_conditions(
                 write.status,
                 write.reason,
                 &write.message,
+                write.keep_true,
             ) else {
                 break;
             };
@@ -98,21 +113,23 @@ pub async fn write_conditions(
 }
 
 /// `conditions` with [`INITIALLY_SCHEDULED`] set to `status`/`reason`/`message`, or None when
-/// nothing is to be written: it is True already and would not be, or it says the same for the
-/// same generation. The transition time moves only when the status does.
+/// nothing is to be written: it is True already and would not be (or, `keep_true`, is True at
+/// all), or it says the same for the same generation. The transition time moves only when the
+/// status does.
 pub fn with_condition(
     mut conditions: Vec<Condition>,
     generation: Option<i64>,
     status: &str,
     reason: &str,
     message: &str,
+    keep_true: bool,
 ) -> Option<Vec<Condition>> {
     let now = Time(jiff::Timestamp::now());
     match conditions
         .iter_mut()
         .find(|c| c.type_ == INITIALLY_SCHEDULED)
     {
-        Some(c) if c.status == "True" && status != "True" => None,
+        Some(c) if c.status == "True" && (keep_true || status != "True") => None,
         Some(c)
             if c.status == status
                 && c.reason == reason

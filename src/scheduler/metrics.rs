@@ -91,14 +91,14 @@ struct Upstream {
     /// `scheduler_scheduling_algorithm_duration_seconds`: from the start of the cycle to the
     /// end of the search for a node (PostFilter included).
     algorithm_duration: Histogram,
-    /// `scheduler_podgroup_schedule_attempts_total{result,profile}`: each group cycle, by its
-    /// result (scheduled, unschedulable, error).
-    podgroup_attempts: Family<AttemptLabels, Counter>,
-    /// `scheduler_podgroup_scheduling_attempt_duration_seconds{result,profile}`.
-    podgroup_attempt_duration: Family<AttemptLabels, Histogram>,
-    /// `scheduler_podgroup_scheduling_algorithm_duration_seconds`: the search for the members'
-    /// nodes.
-    podgroup_algorithm_duration: Histogram,
+    /// `scheduler_podgroup_schedule_attempts_total{result,profile,entity}`: each group cycle,
+    /// by its result (scheduled, unschedulable, error).
+    podgroup_attempts: Family<GroupAttemptLabels, Counter>,
+    /// `scheduler_podgroup_scheduling_attempt_duration_seconds{result,profile,entity}`.
+    podgroup_attempt_duration: Family<GroupAttemptLabels, Histogram>,
+    /// `scheduler_podgroup_scheduling_algorithm_duration_seconds{profile,entity}`: the search
+    /// for the members' nodes.
+    podgroup_algorithm_duration: Family<GroupSearchLabels, Histogram>,
 }
 
 impl Default for Metrics {
@@ -130,7 +130,9 @@ impl Default for Metrics {
             podgroup_attempt_duration: Family::new_with_constructor(
                 attempt_buckets as fn() -> Histogram,
             ),
-            podgroup_algorithm_duration: attempt_buckets(),
+            podgroup_algorithm_duration: Family::new_with_constructor(
+                attempt_buckets as fn() -> Histogram,
+            ),
         };
         root.register(
             "scheduler_unschedulable_pods",
@@ -542,9 +544,10 @@ impl Metrics {
     /// A group cycle ended: `result` is scheduled, unschedulable or error; `search` is how
     /// long the search for the members' nodes took, `took` the whole cycle.
     pub fn podgroup_attempt(&self, result: &str, profile: &str, search: Duration, took: Duration) {
-        let labels = AttemptLabels {
+        let labels = GroupAttemptLabels {
             result: result.into(),
             profile: profile.into(),
+            entity: "podgroup",
         };
         self.upstream.podgroup_attempts.get_or_create(&labels).inc();
         self.upstream
@@ -553,6 +556,10 @@ impl Metrics {
             .observe(took.as_secs_f64());
         self.upstream
             .podgroup_algorithm_duration
+            .get_or_create(&GroupSearchLabels {
+                profile: labels.profile,
+                entity: labels.entity,
+            })
             .observe(search.as_secs_f64());
     }
 

@@ -483,7 +483,7 @@ pub fn schedule_group(
                 size,
             );
         }
-        write_condition(sched, &gang.group, "False", "Unschedulable", full);
+        write_condition(sched, &gang.group, release, "False", "Unschedulable", full);
         sched.metrics.podgroup_attempt(
             "unschedulable",
             &profile.scheduler_name,
@@ -526,7 +526,14 @@ pub fn schedule_group(
         }
     }
     if placed_any {
-        write_condition(sched, &gang.group, "True", "Scheduled", String::new());
+        write_condition(
+            sched,
+            &gang.group,
+            profile.release,
+            "True",
+            "Scheduled",
+            String::new(),
+        );
     }
     sched
         .metrics
@@ -591,7 +598,14 @@ fn fail_group(
             members.len(),
         );
     }
-    write_condition(sched, &gang.group, "False", reason, status.message());
+    write_condition(
+        sched,
+        &gang.group,
+        profile.release,
+        "False",
+        reason,
+        status.message(),
+    );
     sched
         .metrics
         .podgroup_attempt("error", &profile.scheduler_name, search, start.elapsed());
@@ -660,6 +674,7 @@ fn group_preemption(
 fn write_condition(
     sched: &Scheduler,
     group: &Group,
+    release: crate::k8s::release::Release,
     status: &'static str,
     reason: &'static str,
     message: String,
@@ -673,7 +688,17 @@ fn write_condition(
         .as_ref()
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default();
-    if with_condition(watched, group.metadata.generation, status, reason, &message).is_none() {
+    let keep_true = release.at_least(38);
+    if with_condition(
+        watched,
+        group.metadata.generation,
+        status,
+        reason,
+        &message,
+        keep_true,
+    )
+    .is_none()
+    {
         return;
     }
     sched.reports.group_condition(ConditionWrite {
@@ -682,6 +707,8 @@ fn write_condition(
         status,
         reason,
         message,
+        uid: group.metadata.uid.clone(),
+        keep_true,
     });
 }
 
@@ -798,21 +825,37 @@ mod tests {
 
     #[test]
     fn the_condition_is_written_once_and_never_regresses_from_true() {
-        let first = with_condition(Vec::new(), Some(1), "False", "Unschedulable", "m")
+        let first = with_condition(Vec::new(), Some(1), "False", "Unschedulable", "m", false)
             .expect("a new condition");
         assert_eq!(first.len(), 1);
         assert_eq!(
-            with_condition(first.clone(), Some(1), "False", "Unschedulable", "m"),
+            with_condition(first.clone(), Some(1), "False", "Unschedulable", "m", false),
             None,
             "the same again is not written"
         );
-        let scheduled = with_condition(first, Some(1), "True", "Scheduled", "")
+        let scheduled = with_condition(first, Some(1), "True", "Scheduled", "", false)
             .expect("False to True is written");
         assert_eq!(scheduled[0].status, "True");
         assert_eq!(
-            with_condition(scheduled, Some(2), "False", "Unschedulable", "m"),
+            with_condition(
+                scheduled.clone(),
+                Some(2),
+                "False",
+                "Unschedulable",
+                "m",
+                false
+            ),
             None,
             "True never goes back"
+        );
+        assert!(
+            with_condition(scheduled.clone(), Some(2), "True", "Scheduled", "", false).is_some(),
+            "1.37 writes True again for a new generation"
+        );
+        assert_eq!(
+            with_condition(scheduled, Some(2), "True", "Scheduled", "", true),
+            None,
+            "1.38 never writes a True condition again"
         );
     }
 }

@@ -13,6 +13,24 @@ pub struct AttemptLabels {
     pub profile: String,
 }
 
+/// A group cycle's labels: kube-scheduler 1.38's (1.37 had no `entity`; the label is added for
+/// every release, as a query that does not name it reads the same series).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupAttemptLabels {
+    /// scheduled, unschedulable or error.
+    pub result: String,
+    pub profile: String,
+    /// What the cycle placed: `podgroup` (1.38 also knows `compositepodgroup`).
+    pub entity: &'static str,
+}
+
+/// The group search's labels (1.38's; 1.37's histogram had none).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GroupSearchLabels {
+    pub profile: String,
+    pub entity: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProfileLabels {
     pub profile: String,

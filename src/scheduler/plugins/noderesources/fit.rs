@@ -293,7 +293,10 @@ impl Plugin for NodeResourcesFit {
         NAME
     }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        Some(super::fit_hints::registrations(self.devices.clone()))
+        Some(super::fit_hints::registrations(
+            self.devices.clone(),
+            self.release,
+        ))
     }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

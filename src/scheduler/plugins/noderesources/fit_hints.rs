@@ -1,12 +1,14 @@
 //! NodeResourcesFit's queueing hints: a pod deleted or scaled down (it freed resources), a
 //! node added that has room for the pod, or a node whose allocatable grew in a resource the pod
-//! requests; a DeviceClass added or changed that serves an extended resource the pod requests.
+//! requests (from 1.38 also its nominated node shrinking below it); a DeviceClass added or
+//! changed that serves an extended resource the pod requests.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::resource::v1::DeviceClass;
 
+use crate::k8s::release::Release;
 use crate::k8s::resource::{self, Resource};
 use crate::scheduler::framework::events::{
     self, ActionType, ClusterEvent, EventObject, EventResource, Hint, Registration,
@@ -17,7 +19,7 @@ use crate::scheduler::informers::devices::{
 };
 
 /// The events that can make a pod NodeResourcesFit rejected schedulable.
-pub fn registrations(devices: Option<Arc<DeviceIndex>>) -> Vec<Registration> {
+pub fn registrations(devices: Option<Arc<DeviceIndex>>, release: Release) -> Vec<Registration> {
     vec![
         Registration::new(
             ClusterEvent::new(
@@ -31,7 +33,9 @@ pub fn registrations(devices: Option<Arc<DeviceIndex>>) -> Vec<Registration> {
                 EventResource::Node,
                 ActionType::ADD | ActionType::UPDATE_NODE_ALLOCATABLE,
             ),
-            Arc::new(move |pod, old, new| after_node_change(devices.as_deref(), pod, old, new)),
+            Arc::new(move |pod, old, new| {
+                after_node_change(devices.as_deref(), release, pod, old, new)
+            }),
         ),
         Registration::new(
             ClusterEvent::new(
@@ -113,30 +117,63 @@ fn allocatable(node: &Node) -> Resource {
 /// A node added with room for the pod on an empty node; a node whose allocatable grew in a
 /// resource the pod requests (or in pods), where the pod would fit when empty. An extended
 /// resource a DeviceClass serves (`devices`) that the node's allocatable lacks is left out, as
-/// Filter leaves it to DynamicResources.
+/// Filter leaves it to DynamicResources. From 1.38 also the pod's nominated node shrinking
+/// below its CPU, memory or ephemeral storage (a pod of no group, which fitted there before):
+/// it is tried again at once, to preempt elsewhere.
 fn after_node_change(
     devices: Option<&DeviceIndex>,
+    release: Release,
     pod: &PodInfo,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Hint {
     let (old, new) = events::nodes(old, new);
     let Some(new) = new else { return Hint::Queue };
-    let mut requests = resource::pod_requests(&pod.pod, false);
+    let pod_requests = resource::pod_requests(&pod.pod, false);
+    // What Filter weighs on a node with this allocatable.
+    let weighed = |room: &Resource| {
+        let mut requests = pod_requests.clone();
+        if let Some(devices) = devices
+            && requests
+                .scalar
+                .keys()
+                .any(|n| is_dra_extended_resource_name(n))
+        {
+            let d = devices.read();
+            requests.scalar.retain(|name, _| {
+                room.scalar.get(name).is_some_and(|a| *a > 0)
+                    || d.class_for_resource(name).is_none()
+            });
+        }
+        requests
+    };
     let room = allocatable(new);
-    if let Some(devices) = devices
-        && requests
-            .scalar
-            .keys()
-            .any(|n| is_dra_extended_resource_name(n))
-    {
-        let d = devices.read();
-        requests.scalar.retain(|name, _| {
-            room.scalar.get(name).is_some_and(|a| *a > 0) || d.class_for_resource(name).is_none()
-        });
-    }
+    let requests = weighed(&room);
     if !fits_empty(&requests, &room) {
-        return Hint::Skip;
+        let nominated = pod
+            .pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref());
+        let nominated_here = nominated.is_some() && nominated == new.metadata.name.as_deref();
+        let lost_native = requests.milli_cpu > room.milli_cpu
+            || requests.memory > room.memory
+            || requests.ephemeral_storage > room.ephemeral_storage;
+        let fitted_before = old.is_some_and(|old| {
+            let before = allocatable(old);
+            fits_empty(&weighed(&before), &before)
+        });
+        return events::queue_if(
+            release.at_least(38)
+                && pod
+                    .pod
+                    .spec
+                    .as_ref()
+                    .is_none_or(|s| s.scheduling_group.is_none())
+                && nominated_here
+                && lost_native
+                && fitted_before,
+        );
     }
     let Some(old) = old else { return Hint::Queue };
     let before = allocatable(old);
@@ -185,7 +222,13 @@ mod tests {
             .info();
         let devices = DeviceIndex::default();
         assert_eq!(
-            after_node_change(Some(&devices), &pod, None, node("4", "110").as_ref()),
+            after_node_change(
+                Some(&devices),
+                Release::default(),
+                &pod,
+                None,
+                node("4", "110").as_ref()
+            ),
             Hint::Skip,
             "no class serves the GPU: the node lacks it"
         );
@@ -194,9 +237,53 @@ mod tests {
         .expect("a class");
         Keeps::apply(&devices, Arc::new(class));
         assert_eq!(
-            after_node_change(Some(&devices), &pod, None, node("4", "110").as_ref()),
+            after_node_change(
+                Some(&devices),
+                Release::default(),
+                &pod,
+                None,
+                node("4", "110").as_ref()
+            ),
             Hint::Queue,
             "a class serves the GPU through DRA"
+        );
+    }
+
+    /// 1.38: the pod's nominated node shrinking below its CPU sends it back at once (to preempt
+    /// elsewhere); 1.37 waits for a node with room.
+    #[test]
+    fn a_nominated_node_that_shrank_below_the_pod_retries_it_from_1_38() {
+        let mut pod = PodBuilder::new("p").req_cpu("3").info();
+        let hint =
+            |pod: &PodInfo, release: u32, old: &Option<EventObject>, new: &Option<EventObject>| {
+                after_node_change(
+                    None,
+                    Release::of_minor(release),
+                    pod,
+                    old.as_ref(),
+                    new.as_ref(),
+                )
+            };
+        let (big, small) = (node("4", "110"), node("2", "110"));
+        assert_eq!(
+            hint(&pod, 38, &big, &small),
+            Hint::Skip,
+            "not its nominated node"
+        );
+        let mut nominated = (*pod.pod).clone();
+        nominated.status.get_or_insert_default().nominated_node_name = Some("n1".into());
+        pod = PodInfo::new(Arc::new(nominated));
+        assert_eq!(hint(&pod, 38, &big, &small), Hint::Queue);
+        assert_eq!(hint(&pod, 37, &big, &small), Hint::Skip, "1.37 skips");
+        assert_eq!(
+            hint(&pod, 38, &small, &small),
+            Hint::Skip,
+            "it did not fit before either"
+        );
+        assert_eq!(
+            hint(&pod, 38, &None, &small),
+            Hint::Skip,
+            "added, not shrunk"
         );
     }
 
@@ -204,7 +291,7 @@ mod tests {
     fn nodes_help_when_they_have_room_or_grew_in_what_the_pod_requests() {
         let pod = PodBuilder::new("p").req_cpu("2").info();
         let hint = |old: &Option<EventObject>, new: &Option<EventObject>| {
-            after_node_change(None, &pod, old.as_ref(), new.as_ref())
+            after_node_change(None, Release::default(), &pod, old.as_ref(), new.as_ref())
         };
         assert_eq!(
             hint(&None, &node("4", "110")),

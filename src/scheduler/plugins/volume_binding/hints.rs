@@ -14,7 +14,7 @@ use crate::scheduler::plugins::helper::after_claim_of_pod;
 
 const MIGRATED_PLUGINS: &str = "storage.alpha.kubernetes.io/migrated-plugins";
 
-pub fn registrations() -> Vec<Registration> {
+pub fn registrations(exact_sizes: bool) -> Vec<Registration> {
     let add_update = ActionType::ADD | ActionType::UPDATE;
     vec![
         Registration::new(
@@ -43,7 +43,11 @@ pub fn registrations() -> Vec<Registration> {
         ),
         Registration::new(
             ClusterEvent::new(EventResource::CSIStorageCapacity, add_update),
-            Arc::new(after_capacity_change),
+            if exact_sizes {
+                Arc::new(after_capacity_grew_as_written)
+            } else {
+                Arc::new(after_capacity_change)
+            },
         ),
     ]
 }
@@ -101,7 +105,8 @@ fn after_csi_driver_change(
     )
 }
 
-/// A capacity added, or one whose limit went up.
+/// A capacity added, or one whose limit went up by a whole byte at least (1.36, 1.37 compare
+/// the limits rounded up to whole bytes).
 fn after_capacity_change(
     _: &PodInfo,
     old: Option<&EventObject>,
@@ -115,6 +120,30 @@ fn after_capacity_change(
                 (Some(o), Some(n)) => queue_if(n > o),
             }
         }
+        _ => Hint::Queue,
+    }
+}
+
+/// A capacity added, or one whose limit went up at all, compared as written (1.38).
+fn after_capacity_grew_as_written(
+    _: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    let limit = |c: &CSIStorageCapacity| {
+        c.maximum_volume_size
+            .as_ref()
+            .or(c.capacity.as_ref())
+            .map(|q| q.0.clone())
+    };
+    match objects::<CSIStorageCapacity>(old, new) {
+        (Some(old), Some(new)) => match (limit(old), limit(new)) {
+            (_, None) => Hint::Skip,
+            (None, Some(_)) => Hint::Queue,
+            (Some(o), Some(n)) => {
+                queue_if(crate::k8s::quantity::compare(&n, &o).is_ok_and(|c| c.is_gt()))
+            }
+        },
         _ => Hint::Queue,
     }
 }

@@ -61,6 +61,9 @@ pub struct Claims {
     pub drivers: BTreeMap<String, Arc<CSIDriver>>,
     /// Every CSIStorageCapacity, for drivers that report capacity.
     pub capacities: Vec<Arc<CSIStorageCapacity>>,
+    /// Whether a capacity's limit and a claim's request are compared as written (1.38 on) or
+    /// rounded up to whole bytes first (1.36, 1.37): [`volumes::capacity_holds`].
+    pub exact_sizes: bool,
 }
 
 /// A node's verdict: the volumes chosen, or the reasons it does not fit (in upstream's order),
@@ -308,14 +311,13 @@ fn capacity_for(
     if !reports {
         return Some(None);
     }
-    let request = volumes::claim_request(claim);
     let class_name = class.metadata.name.as_deref().unwrap_or_default();
     claims
         .capacities
         .iter()
         .find(|c| {
             c.storage_class_name == class_name
-                && volumes::capacity_limit(c).is_some_and(|l| l >= request)
+                && volumes::capacity_holds(c, claim, claims.exact_sizes)
                 && c.node_topology.as_ref().is_some_and(|t| {
                     Selector::from_label_selector(Some(t)).is_ok_and(|s| s.matches(labels))
                 })

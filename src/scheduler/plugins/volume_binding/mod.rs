@@ -61,6 +61,8 @@ pub struct VolumeBinding {
     client: Option<kube::Client>,
     /// Asked before PreBind writes.
     gate: WriteGate,
+    /// Storage sizes compared as written (kube-scheduler 1.38 on), not rounded to whole bytes.
+    exact_sizes: bool,
 }
 
 /// What the cycle learnt of the pod's claims, and what each node and the reservation chose.
@@ -76,7 +78,7 @@ impl Plugin for VolumeBinding {
         NAME
     }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        Some(hints::registrations())
+        Some(hints::registrations(self.exact_sizes))
     }
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)
@@ -219,8 +221,9 @@ impl PreFilterPlugin for VolumeBinding {
         }
         match read_claims(&stores, &pod.pod) {
             Err(status) => (all, status),
-            Ok(claims) => {
+            Ok(mut claims) => {
                 drop(stores);
+                claims.exact_sizes = self.exact_sizes;
                 state.write(
                     STATE_KEY,
                     State {
@@ -532,5 +535,6 @@ pub fn build(
         storage,
         client,
         gate,
+        exact_sizes: handle.release.at_least(38),
     }))
 }

@@ -18,6 +18,7 @@ fn plugin(storage: &Arc<StorageIndex>) -> VolumeBinding {
         storage: storage.clone(),
         client: None,
         gate: WriteGate::alone(),
+        exact_sizes: false,
     }
 }
 
