@@ -678,3 +678,114 @@ async fn a_provisioning_that_times_out_shows_as_kube_schedulers() -> anyhow::Res
     nodes.delete().await?;
     delete_volumes_of(&class)
 }
+
+/// Side by side with kube-scheduler of the cluster's release: a claim of 1.8 bytes against a
+/// driver that reports a largest volume of 1.5 bytes on the one node that has capacity. Up to
+/// 1.37 both are 2 whole bytes, so VolumeBinding keeps that node (the pod is nominated to it
+/// while its volume would be provisioned); from 1.38 they are compared as written, and no node
+/// has room. Each scheduler's pod must end as the other's does.
+#[tokio::test]
+async fn a_claims_size_against_a_drivers_capacity_is_weighed_as_by_kube_scheduler()
+-> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "vol-capacity").await?;
+    let nodes = TestNodes::create(&client, "vol-capacity", 2, "16", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let (reference, tether) = (
+        format!("vol-cap-ref-{suffix}"),
+        format!("vol-cap-tether-{suffix}"),
+    );
+    let _kube = ReferenceScheduler::start_with(
+        "kube-scheduler-vol-capacity",
+        vec![json!({"schedulerName": reference})],
+    )?;
+    apply_profile(&client, &tether, json!({"schedulerName": tether})).await?;
+    let (driver, class) = (
+        format!("capacity-{suffix}.e2e.tether.dev"),
+        format!("capacity-{suffix}"),
+    );
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIDriver",
+        "metadata": {"name": driver, "labels": {VOLUME_OF: class}},
+        "spec": {"storageCapacity": true, "attachRequired": false},
+    }))?;
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
+        "metadata": {"name": class, "labels": {VOLUME_OF: class}},
+        "provisioner": driver, "volumeBindingMode": "WaitForFirstConsumer",
+    }))?;
+    let roomy = nodes.names[0].clone();
+    apply(json!({
+        "apiVersion": "storage.k8s.io/v1", "kind": "CSIStorageCapacity",
+        "metadata": {"name": "on-first-node", "namespace": ns.name},
+        "storageClassName": class,
+        "nodeTopology": {"matchLabels": {"kubernetes.io/hostname": roomy}},
+        "capacity": "1500m", "maximumVolumeSize": "1500m",
+    }))?;
+
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    for scheduler in [&reference, &tether] {
+        let claim = format!("data-{scheduler}");
+        apply(json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": claim, "namespace": ns.name},
+            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                     "resources": {"requests": {"storage": "1800m"}}},
+        }))?;
+        let mut spec = json!({"schedulerName": scheduler,
+            "containers": [{"name": "c", "image": "pause"}],
+            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]});
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("app-{scheduler}"), "namespace": ns.name}, "spec": spec}))?;
+    }
+    // Nominated to a node (its volume to be provisioned there), or refused with a message.
+    let outcome = |scheduler: String| {
+        let pods = pods.clone();
+        async move {
+            wait_for(
+                &format!("{scheduler}'s pod nominated or refused"),
+                Duration::from_secs(60),
+                || async {
+                    let now = shown(&pods.get(&format!("app-{scheduler}")).await?);
+                    Ok(match (now.nominated, now.failed) {
+                        (Some(node), _) => Some(format!("nominated to {node}")),
+                        (None, Some((reason, message))) => Some(format!("{reason}: {message}")),
+                        _ => None,
+                    })
+                },
+            )
+            .await
+        }
+    };
+    let theirs = outcome(reference.clone()).await?;
+    let ours = outcome(tether.clone()).await?;
+    println!("kube-scheduler: {theirs}; tether: {ours}");
+    assert_eq!(ours, theirs, "tether's pod ends as kube-scheduler's");
+    let minor = tether_e2e::compared_minor(&client).await?;
+    if minor >= 38 {
+        assert!(
+            theirs.starts_with("Unschedulable: ")
+                && theirs.contains(" 2 node(s) did not have enough free storage"),
+            "the reference itself (1.38 compares as written): {theirs}"
+        );
+    } else {
+        assert_eq!(
+            theirs,
+            format!("nominated to {roomy}"),
+            "the reference itself (1.{minor} rounds both to whole bytes)"
+        );
+    }
+
+    kubectl_ok(
+        &["delete", "schedulingprofile", &tether, "--ignore-not-found"],
+        None,
+    )?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    kubectl_ok(
+        &["delete", "csidriver", &driver, "--ignore-not-found"],
+        None,
+    )?;
+    delete_volumes_of(&class)
+}
