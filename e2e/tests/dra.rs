@@ -377,6 +377,17 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
         json!({"schedulerName": tether, "plugins": {"postFilter": {"disabled": [{"name": "*"}]}}}),
     )
     .await?;
+    // A DeviceTaintRule without a selector taints no device (where the kind is served, 1.37
+    // on): every case below allocates as if it were not there.
+    let unselective = format!("dra-taints-nothing-{suffix}");
+    let rules_served = tether_e2e::cluster_minor(&client).await? >= 37;
+    if rules_served {
+        apply(json!({
+            "apiVersion": "resource.k8s.io/v1", "kind": "DeviceTaintRule",
+            "metadata": {"name": unselective},
+            "spec": {"taint": {"key": "example.com/everything", "effect": "NoSchedule"}},
+        }))?;
+    }
     let class = devices.class.as_str();
     let model = |m: &str| format!("device.attributes[\"{}\"].model == \"{m}\"", devices.driver);
     let cases = [
@@ -411,6 +422,14 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
             devices: json!({"requests": [{"name": "gpu", "exactly": {
                 "deviceClassName": class, "allocationMode": "All",
                 "selectors": [{"cel": {"expression": model("a100")}}]}}]}),
+        },
+        Case {
+            // Every device big enough: the a100s (40Gi) are left out, not the claim refused.
+            name: "all-large",
+            devices: json!({"requests": [{"name": "gpu", "exactly": {
+                "deviceClassName": class, "allocationMode": "All",
+                "selectors": [{"cel": {"expression": format!("{} || {}", model("a100"), model("h100"))}}],
+                "capacity": {"requests": {"memory": "64Gi"}}}}]}),
         },
         Case {
             name: "memory",
@@ -484,6 +503,9 @@ async fn claims_get_the_devices_kube_scheduler_gives_them() -> anyhow::Result<()
     }
     drop(kube);
     kubectl_ok(&["delete", "sp", &tether], None)?;
+    if rules_served {
+        kubectl_ok(&["delete", "devicetaintrule", &unselective], None)?;
+    }
     assert!(
         differ.is_empty(),
         "tether allocated otherwise than kube-scheduler:\n{}",

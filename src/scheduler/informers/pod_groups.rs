@@ -447,7 +447,28 @@ where
     let registered = readiness.register_for(what, crate::watch::Need::Plugins(plugins));
     async move {
         let mut delay = Duration::from_secs(1);
+        // Set while the kind counts as none (not served, or not readable where none are
+        // assumed): the feed stays current with nothing in it, and a plain list asks whether
+        // that changed. Starting the watch to ask would mark the feed failing for each try,
+        // and a pod tried in that moment would wait on a watch it does not need.
+        let mut counted_as_none = false;
         loop {
+            if counted_as_none {
+                match api.list(&kube::api::ListParams::default().limit(1)).await {
+                    Err(kube::Error::Api(e))
+                        if e.code == 404
+                            || (e.code == 403
+                                && matches!(forbidden, WhenForbidden::NoneExist(_))) =>
+                    {
+                        tokio::time::sleep(delay).await;
+                        delay = (delay * 2).min(NOT_SERVED_MAX_DELAY);
+                        continue;
+                    }
+                    // Served and readable now, or an answer that says nothing of it: the watch
+                    // decides.
+                    _ => counted_as_none = false,
+                }
+            }
             let mut applier = watch::Applier::new(Some(registered.clone()));
             let mut events =
                 std::pin::pin!(watch::watch(api.clone(), what, Some(registered.clone())));
@@ -476,6 +497,7 @@ where
                     }
                     feed.reset(Vec::new());
                     registered.listed();
+                    counted_as_none = true;
                     break;
                 }
                 served |= event.is_ok();

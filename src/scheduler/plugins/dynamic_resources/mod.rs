@@ -109,6 +109,8 @@ struct Inputs {
     slices: Vec<Arc<k8s_openapi::api::resource::v1::ResourceSlice>>,
     rules: Vec<Arc<k8s_openapi::api::resource::v1::DeviceTaintRule>>,
     allocated: Allocated,
+    /// The release whose allocator rules apply ([`Allocator::following`]).
+    release: crate::k8s::release::Release,
 }
 
 /// An allocator with claims' devices freed: its variant (by address) and the freed claims.
@@ -281,10 +283,11 @@ impl PreFilterPlugin for DynamicResources {
                 slices: slices.clone(),
                 rules: rules.clone(),
                 allocated: allocated.clone(),
+                release: self.release,
             });
             if !to_allocate.is_empty() {
                 match Allocator::new(to_allocate, &devices.classes, slices, rules, allocated) {
-                    Ok(a) => s.allocator = Some(a),
+                    Ok(a) => s.allocator = Some(a.following(self.release)),
                     Err(e) => verdict = Status::error(e),
                 }
             }
@@ -377,7 +380,8 @@ impl DynamicResources {
             inputs.slices.clone(),
             inputs.rules.clone(),
             inputs.allocated.clone(),
-        )?;
+        )?
+        .following(inputs.release);
         let v = Arc::new(Variant {
             allocator,
             claim,

@@ -88,13 +88,16 @@ impl State {
         }
         let mut to_allocate = inputs.to_allocate.clone();
         to_allocate.extend(variant.map(|v| v.claim.clone()));
-        let allocator = Arc::new(Allocator::new(
-            to_allocate,
-            &inputs.classes,
-            inputs.slices.clone(),
-            inputs.rules.clone(),
-            Allocated::of(inputs.everyone.iter().filter(|c| !frees(c))),
-        )?);
+        let allocator = Arc::new(
+            Allocator::new(
+                to_allocate,
+                &inputs.classes,
+                inputs.slices.clone(),
+                inputs.rules.clone(),
+                Allocated::of(inputs.everyone.iter().filter(|c| !frees(c))),
+            )?
+            .following(inputs.release),
+        );
         Ok(Some(
             locks::lock(&self.freed)
                 .entry(key)

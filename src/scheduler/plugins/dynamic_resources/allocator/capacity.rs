@@ -6,7 +6,9 @@
 //! not ask for consumes the policy's `default`, else the whole capacity. A device takes the
 //! request while what its shares and the ones being allocated consume stays within each
 //! capacity's value and the policy holds. Ranges are stepped in whole units, as upstream with
-//! DRAFractionalCapacityRange off (its default at 1.37's compatibility version).
+//! DRAFractionalCapacityRange off (its default at 1.37's compatibility version); from 1.38
+//! (`fractional`: the gate GA) in thousandths where the range's min, max and step are all exact
+//! in thousandths and the step is at least `1m`.
 
 use std::collections::BTreeMap;
 
@@ -48,14 +50,15 @@ fn whole(nanos: i128) -> i128 {
 pub fn consumed(
     requests: &BTreeMap<String, String>,
     capacity: &BTreeMap<String, DeviceCapacity>,
+    fractional: bool,
 ) -> Result<Option<BTreeMap<String, Amount>>, String> {
     if requests.keys().any(|name| !capacity.contains_key(name)) {
         return Ok(None);
     }
     let mut out = BTreeMap::new();
     for (name, cap) in capacity {
-        let c =
-            consumed_of(requests.get(name), cap).map_err(|e| format!("capacity {name:?}: {e}"))?;
+        let c = consumed_of(requests.get(name), cap, fractional)
+            .map_err(|e| format!("capacity {name:?}: {e}"))?;
         if c.nanos < 0 {
             return Err(format!("capacity {name:?}: capacity value is negative"));
         }
@@ -64,7 +67,41 @@ pub fn consumed(
     Ok(Some(out))
 }
 
-fn consumed_of(request: Option<&String>, cap: &DeviceCapacity) -> Result<Amount, String> {
+/// Nano-units per thousandth.
+const PER_MILLI: i128 = 1_000_000;
+
+/// `a` in thousandths, when that loses nothing and fits an i64 (upstream's safeMilliValue).
+fn exact_milli(a: &Amount) -> Option<i128> {
+    (a.nanos.rem_euclid(PER_MILLI) == 0)
+        .then_some(a.nanos / PER_MILLI)
+        .filter(|m| i64::try_from(*m).is_ok())
+}
+
+/// The range's (min, step) in thousandths when 1.38 steps it so (upstream's useMilli): min,
+/// max and step all exact in thousandths, the step at least `1m`.
+fn milli_range(
+    range: &k8s_openapi::api::resource::v1::CapacityRequestPolicyRange,
+    fractional: bool,
+) -> Option<(i128, i128)> {
+    if !fractional {
+        return None;
+    }
+    let milli = |q: &k8s_openapi::apimachinery::pkg::api::resource::Quantity| {
+        amount(&q.0).ok().as_ref().and_then(exact_milli)
+    };
+    let min = milli(&range.min)?;
+    if range.max.as_ref().is_some_and(|m| milli(m).is_none()) {
+        return None;
+    }
+    let step = milli(range.step.as_ref()?)?;
+    (step >= 1).then_some((min, step))
+}
+
+fn consumed_of(
+    request: Option<&String>,
+    cap: &DeviceCapacity,
+    fractional: bool,
+) -> Result<Amount, String> {
     let policy = cap.request_policy.as_ref();
     let Some(request) = request else {
         return match policy.and_then(|p| p.default.as_ref()) {
@@ -84,6 +121,35 @@ fn consumed_of(request: Option<&String>, cap: &DeviceCapacity) -> Result<Amount,
         let Some(step) = &range.step else {
             return Ok(request);
         };
+        if let Some((min, step)) = milli_range(range, fractional) {
+            let Some(req) = exact_milli(&request) else {
+                return Err(format!(
+                    "capacity request cannot be represented in the device's range arithmetic: request {} is not a representable milli value",
+                    request.text
+                ));
+            };
+            let added = req - min;
+            let n = added.div_euclid(step) + i128::from(added.rem_euclid(step) != 0);
+            let value = min + step * n;
+            if value > i128::from(i64::MAX) {
+                return Err(format!(
+                    "capacity request cannot be represented in the device's range arithmetic: rounding request {} up to the next step passes the milli-value range",
+                    request.text
+                ));
+            }
+            let text = if value % 1000 == 0 {
+                format_like(
+                    value / 1000,
+                    &range.step.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
+                )
+            } else {
+                format!("{value}m")
+            };
+            return Ok(Amount {
+                nanos: value * PER_MILLI,
+                text,
+            });
+        }
         let step_text = &step.0;
         let step = whole(amount(step_text)?.nanos);
         let (req, min) = (whole(request.nanos), whole(min.nanos));
@@ -122,7 +188,7 @@ fn consumed_of(request: Option<&String>, cap: &DeviceCapacity) -> Result<Amount,
 }
 
 /// Whether `c` breaks the capacity's policy (upstream's violatesPolicy).
-fn violates(c: &Amount, policy: Option<&CapacityRequestPolicy>) -> bool {
+fn violates(c: &Amount, policy: Option<&CapacityRequestPolicy>, fractional: bool) -> bool {
     let Some(policy) = policy else {
         return false;
     };
@@ -142,6 +208,9 @@ fn violates(c: &Amount, policy: Option<&CapacityRequestPolicy>) -> bool {
             .is_some_and(|m| c.nanos > m.nanos)
         {
             return true;
+        }
+        if let Some((min, step)) = milli_range(range, fractional) {
+            return exact_milli(c).is_none_or(|c| (c - min).rem_euclid(step) != 0);
         }
         if let (Some(step), Ok(min)) = (&range.step, amount(&range.min.0)) {
             let step = amount(&step.0).map(|s| whole(s.nanos)).unwrap_or(0);
@@ -165,12 +234,13 @@ pub fn fits(
     capacity: &BTreeMap<String, DeviceCapacity>,
     allocated: Option<&BTreeMap<String, i128>>,
     allocating: Option<&BTreeMap<String, i128>>,
+    fractional: bool,
 ) -> bool {
     capacity.iter().all(|(name, cap)| {
         let Some(c) = consumed.get(name) else {
             return true;
         };
-        if violates(c, cap.request_policy.as_ref()) {
+        if violates(c, cap.request_policy.as_ref(), fractional) {
             return false;
         }
         let held =
@@ -247,20 +317,68 @@ mod tests {
         [("bandwidth".to_string(), v.to_string())].into()
     }
 
+    /// 1.38 (DRAFractionalCapacityRange GA) steps a range of thousandths in thousandths; 1.37
+    /// rounds min, step and request up to whole units first.
+    #[test]
+    fn a_fractional_range_is_stepped_in_thousandths_from_1_38() {
+        let c = cap("4", Some(range("500m", "500m", None)));
+        let got = |fractional| {
+            consumed(&req("1.2"), &c, fractional)
+                .expect("ok")
+                .expect("has it")["bandwidth"]
+                .text
+                .clone()
+        };
+        assert_eq!(got(true), "1500m");
+        assert_eq!(got(false), "2");
+        let whole = cap("4", Some(range("1", "1", None)));
+        assert_eq!(
+            consumed(&req("1.2"), &whole, true)
+                .expect("ok")
+                .expect("has it")["bandwidth"]
+                .text,
+            "2",
+            "a whole range steps in whole units written plainly"
+        );
+        assert!(
+            consumed(&req("1.0001"), &c, true).is_err(),
+            "a request finer than a thousandth cannot be stepped"
+        );
+        let at = |q: &str, fractional| {
+            fits(
+                &consumed(&req(q), &c, fractional)
+                    .expect("ok")
+                    .expect("has it"),
+                &c,
+                None,
+                None,
+                fractional,
+            )
+        };
+        assert!(at("1.5", true));
+        assert!(at("1.5", false), "2 whole units, a whole step from 1");
+    }
+
     #[test]
     fn a_request_is_rounded_up_as_the_policy_says() {
         let c = cap("100Gi", Some(range("10Gi", "10Gi", None)));
-        let got = consumed(&req("25Gi"), &c).expect("ok").expect("has it");
+        let got = consumed(&req("25Gi"), &c, false)
+            .expect("ok")
+            .expect("has it");
         assert_eq!(got["bandwidth"].text, "30Gi");
-        let got = consumed(&req("1Gi"), &c).expect("ok").expect("has it");
+        let got = consumed(&req("1Gi"), &c, false)
+            .expect("ok")
+            .expect("has it");
         assert_eq!(got["bandwidth"].text, "10Gi", "below min: min");
-        let got = consumed(&BTreeMap::new(), &c).expect("ok").expect("has it");
+        let got = consumed(&BTreeMap::new(), &c, false)
+            .expect("ok")
+            .expect("has it");
         assert_eq!(
             got["bandwidth"].text, "100Gi",
             "not asked, no default: all of it"
         );
         assert_eq!(
-            consumed(&[("other".to_string(), "1".to_string())].into(), &c),
+            consumed(&[("other".to_string(), "1".to_string())].into(), &c, false),
             Ok(None)
         );
     }
@@ -268,19 +386,29 @@ mod tests {
     #[test]
     fn shares_fit_while_the_capacity_holds() {
         let c = cap("100Gi", Some(range("10Gi", "10Gi", Some("60Gi"))));
-        let thirty = consumed(&req("25Gi"), &c).expect("ok").expect("has it");
+        let thirty = consumed(&req("25Gi"), &c, false)
+            .expect("ok")
+            .expect("has it");
         let sixty_gi = 60 * (1i128 << 30) * NANO;
         let held: BTreeMap<String, i128> = [("bandwidth".to_string(), sixty_gi)].into();
-        assert!(fits(&thirty, &c, None, None));
-        assert!(fits(&thirty, &c, Some(&held), None), "60 + 30 of 100");
+        assert!(fits(&thirty, &c, None, None, false));
+        assert!(
+            fits(&thirty, &c, Some(&held), None, false),
+            "60 + 30 of 100"
+        );
         let more: BTreeMap<String, i128> =
             [("bandwidth".to_string(), 20 * (1i128 << 30) * NANO)].into();
         assert!(
-            !fits(&thirty, &c, Some(&held), Some(&more)),
+            !fits(&thirty, &c, Some(&held), Some(&more), false),
             "60 + 20 + 30 > 100"
         );
-        let seventy = consumed(&req("70Gi"), &c).expect("ok").expect("has it");
-        assert!(!fits(&seventy, &c, None, None), "past the range's max");
+        let seventy = consumed(&req("70Gi"), &c, false)
+            .expect("ok")
+            .expect("has it");
+        assert!(
+            !fits(&seventy, &c, None, None, false),
+            "past the range's max"
+        );
     }
 
     #[test]

@@ -1,6 +1,8 @@
 //! The allocator of structured parameters: which devices of the ResourceSlices a node sees
 //! satisfy a pod's claims, as kube-scheduler v1.37.2's allocator with its default features
-//! (the "incubating" one of k8s.io/dynamic-resource-allocation).
+//! (the "incubating" one of k8s.io/dynamic-resource-allocation), and, [`Allocator::following`]
+//! 1.38, as v1.38's (the "stable" one, which its default features pick: the differences are
+//! named on [`Allocator::stable`] and in `capacity`).
 //!
 //! - Pools: the slices of the node (`nodeName`), those whose `nodeSelector` matches it, those
 //!   for `allNodes`, and those that choose per device (`perDeviceNodeSelection`); of each pool
@@ -64,6 +66,33 @@ fn compile_all(
 }
 
 impl Allocator {
+    /// The allocator as kube-scheduler of `release` runs it (see [`Allocator::stable`]).
+    pub fn following(mut self, release: crate::k8s::release::Release) -> Self {
+        self.stable = release.at_least(38);
+        self
+    }
+
+    /// Whether an empty device could serve the want's capacity requests: an `All` request
+    /// leaves out a device too small for it (upstream checks the device's static capacity
+    /// there, and what its shares hold only when it takes the device).
+    fn could_hold(
+        &self,
+        c: &Candidate<'_>,
+        plan: &ClaimPlan,
+        w: &Want,
+    ) -> Result<bool, AllocateError> {
+        let no_capacity = BTreeMap::new();
+        let caps = c.device.capacity.as_ref().unwrap_or(&no_capacity);
+        match capacity::consumed(&w.capacity, caps, self.stable) {
+            Err(e) => Err(AllocateError::Fatal(format!(
+                "claim {}, request {}: checking capacity for device {}: {e}",
+                plan.key, w.own_name, c.id.device
+            ))),
+            Ok(None) => Ok(false),
+            Ok(Some(consumed)) => Ok(capacity::fits(&consumed, caps, None, None, self.stable)),
+        }
+    }
+
     /// Plans the claims to allocate against the classes; `Err` is what upstream reports as the
     /// attempt's error (a missing class, a request tether cannot serve).
     pub fn new(
@@ -174,6 +203,7 @@ impl Allocator {
             shared_slices,
             slices_of_pool,
             taint_rules,
+            stable: false,
             allocated,
             selectable: Mutex::default(),
         })
@@ -219,22 +249,27 @@ impl Allocator {
                     }
                     for p in &search.pools {
                         let pool_id = format!("{}/{}", p.driver, p.name);
-                        if p.incomplete {
-                            return Err(AllocateError::Fatal(format!(
-                                "claim {}, request {}: asks for all devices, but resource pool {pool_id} is currently being updated",
-                                plan.key, w.own_name
-                            )));
-                        }
-                        if p.invalid {
-                            return Err(AllocateError::Fatal(format!(
-                                "claim {}, request {}: asks for all devices, but resource pool {pool_id} is currently invalid",
-                                plan.key, w.own_name
-                            )));
-                        }
+                        let state = if p.incomplete {
+                            "being updated"
+                        } else if p.invalid {
+                            "invalid"
+                        } else {
+                            continue;
+                        };
+                        let why = format!(
+                            "claim {}, request {}: asks for all devices, but resource pool {pool_id} is currently {state}",
+                            plan.key, w.own_name
+                        );
+                        // 1.38: this node cannot be used now; before: the attempt fails.
+                        return Err(if self.stable {
+                            AllocateError::OnNode(why)
+                        } else {
+                            AllocateError::Fatal(why)
+                        });
                     }
                     let mut found = Vec::new();
                     for (i, c) in candidates.iter().enumerate() {
-                        if self.is_selectable(c, ci, ri, wi)? {
+                        if self.is_selectable(c, ci, ri, wi)? && self.could_hold(c, plan, w)? {
                             found.push(i);
                         }
                     }

@@ -154,6 +154,13 @@ pub struct Allocator {
     /// slice is in the key because a pool's slices on different nodes may name their devices
     /// alike.
     pub(super) selectable: Mutex<HashMap<SelectableKey, bool>>,
+    /// kube-scheduler 1.38's allocator (upstream's stable variant, which 1.38 picks with its
+    /// default gates; 1.36 and 1.37 pick the incubating one): an `All` request meeting a pool
+    /// being updated rejects the node, not the attempt; a device that lost
+    /// `allowMultipleAllocations` while shares of it live is not taken whole; versions compare
+    /// as semantic versions (build metadata ignored) in matchAttribute and distinctAttribute;
+    /// a consumable capacity's fractional range is stepped in thousandths.
+    pub(super) stable: bool,
 }
 
 /// A device the node sees, in search order.

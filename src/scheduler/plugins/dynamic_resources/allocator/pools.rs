@@ -158,8 +158,9 @@ impl Allocator {
                     };
                     let mut taints = d.taints.clone().unwrap_or_default();
                     for rule in &self.taint_rules {
+                        // A rule without a selector taints no device (upstream's tracker).
                         let sel = rule.spec.device_selector.as_ref();
-                        let hit = sel.is_none_or(|sel| {
+                        let hit = sel.is_some_and(|sel| {
                             sel.driver.as_ref().is_none_or(|v| *v == id.driver)
                                 && sel.pool.as_ref().is_none_or(|v| *v == id.pool)
                                 && sel.device.as_ref().is_none_or(|v| *v == id.device)

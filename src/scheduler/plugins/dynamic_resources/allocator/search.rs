@@ -66,6 +66,20 @@ enum AttrValue {
     Version(String),
 }
 
+impl AttrValue {
+    /// The value as a constraint compares it: from 1.38 (`stable`) a version without its build
+    /// metadata, as semantic versions compare (`1.2.3+a` equals `1.2.3+b`); before, as written.
+    fn compared(self, stable: bool) -> AttrValue {
+        match self {
+            AttrValue::Version(v) if stable => match v.split_once('+') {
+                Some((version, _build)) => AttrValue::Version(version.to_string()),
+                None => AttrValue::Version(v),
+            },
+            other => other,
+        }
+    }
+}
+
 fn attr_value(a: &DeviceAttribute) -> Option<AttrValue> {
     if let Some(v) = a.int {
         Some(AttrValue::Int(v))
@@ -188,7 +202,9 @@ impl<'s, 'a> Search<'s, 'a> {
             let in_use = if w.admin {
                 !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci))
             } else {
-                alloc.allocated.devices.contains(&cand.id) || self.picked.contains_key(&cand.id)
+                alloc.allocated.devices.contains(&cand.id)
+                    || self.picked.contains_key(&cand.id)
+                    || self.shared_but_not_shareable(cand, multi)
             };
             if in_use || !alloc.is_selectable(cand, ci, ri, wi)? {
                 continue;
@@ -202,6 +218,15 @@ impl<'s, 'a> Search<'s, 'a> {
             self.remove(ci, c);
         }
         Ok(false)
+    }
+
+    /// 1.38: a device that no longer allows multiple allocations while shares of it live (in
+    /// claims allocated already or chosen in this search) is not taken whole.
+    fn shared_but_not_shareable(&self, cand: &Candidate<'_>, multi: bool) -> bool {
+        self.alloc.stable
+            && !multi
+            && (self.alloc.allocated.shared.contains_key(&cand.id)
+                || self.allocating.contains_key(&cand.id))
     }
 
     /// Checks and records candidate `c` for want `wi`: taints, counters, constraints.
@@ -222,7 +247,9 @@ impl<'s, 'a> Search<'s, 'a> {
             return Ok(false);
         }
         if !w.admin
-            && (alloc.allocated.devices.contains(&cand.id) || self.picked.contains_key(&cand.id))
+            && (alloc.allocated.devices.contains(&cand.id)
+                || self.picked.contains_key(&cand.id)
+                || self.shared_but_not_shareable(cand, multi))
         {
             return Ok(false);
         }
@@ -237,7 +264,7 @@ impl<'s, 'a> Search<'s, 'a> {
         // Capacity: what the request consumes must fit beside the device's shares.
         let no_capacity = BTreeMap::new();
         let caps = cand.device.capacity.as_ref().unwrap_or(&no_capacity);
-        let share_consumed = match capacity::consumed(&w.capacity, caps) {
+        let share_consumed = match capacity::consumed(&w.capacity, caps, alloc.stable) {
             Err(e) => {
                 return Err(AllocateError::Fatal(format!(
                     "claim {}, request {}: checking capacity for device {}: {e}",
@@ -252,6 +279,7 @@ impl<'s, 'a> Search<'s, 'a> {
             caps,
             alloc.allocated.shared.get(&cand.id),
             self.allocating.get(&cand.id),
+            alloc.stable,
         ) {
             return Ok(false);
         }
@@ -300,7 +328,9 @@ impl<'s, 'a> Search<'s, 'a> {
             }
             let state = &mut self.constraint_state[ci][k];
             if let Some(fqn) = &constraint.match_attribute {
-                let Some(v) = lookup_attribute(cand.device, &cand.id.driver, fqn) else {
+                let Some(v) = lookup_attribute(cand.device, &cand.id.driver, fqn)
+                    .map(|v| v.compared(alloc.stable))
+                else {
                     ok = false;
                     break;
                 };
@@ -313,7 +343,9 @@ impl<'s, 'a> Search<'s, 'a> {
                 state.count += 1;
                 applied.push(k);
             } else if let Some(fqn) = &constraint.distinct_attribute {
-                let Some(v) = lookup_attribute(cand.device, &cand.id.driver, fqn) else {
+                let Some(v) = lookup_attribute(cand.device, &cand.id.driver, fqn)
+                    .map(|v| v.compared(alloc.stable))
+                else {
                     ok = false;
                     break;
                 };

@@ -14,6 +14,7 @@ use k8s_openapi::api::resource::v1::{
     DeviceToleration, ExactDeviceRequest, ResourceClaim, ResourceClaimSpec, ResourcePool,
     ResourceSlice, ResourceSliceSpec,
 };
+use k8s_openapi::api::resource::v1::{DeviceTaintRule, DeviceTaintRuleSpec, DeviceTaintSelector};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use kube::api::ObjectMeta;
 
@@ -246,16 +247,26 @@ fn run(
     allocated: &[(&str, &str, &str)],
     node: &str,
 ) -> Result<Option<Vec<AllocationResult>>, String> {
+    run_as(37, claims, slices, allocated, &[], node)
+}
+
+/// [`run`] as kube-scheduler 1.`minor`'s allocator, with `shared` devices holding shares.
+fn run_as(
+    minor: u32,
+    claims: Vec<Arc<ResourceClaim>>,
+    slices: Vec<SliceSpec>,
+    allocated: &[(&str, &str, &str)],
+    shared: &[(&str, &str, &str)],
+    node: &str,
+) -> Result<Option<Vec<AllocationResult>>, String> {
+    let id = |(d, p, n): &(&str, &str, &str)| DeviceId {
+        driver: d.to_string(),
+        pool: p.to_string(),
+        device: n.to_string(),
+    };
     let allocated = Allocated {
-        shared: HashMap::new(),
-        devices: allocated
-            .iter()
-            .map(|(d, p, n)| DeviceId {
-                driver: d.to_string(),
-                pool: p.to_string(),
-                device: n.to_string(),
-            })
-            .collect(),
+        shared: shared.iter().map(|d| (id(d), BTreeMap::new())).collect(),
+        devices: allocated.iter().map(id).collect(),
     };
     let allocator = Allocator::new(
         claims,
@@ -263,7 +274,8 @@ fn run(
         slices.into_iter().map(SliceSpec::build).collect(),
         Vec::new(),
         allocated,
-    )?;
+    )?
+    .following(crate::k8s::release::Release::of_minor(minor));
     let labels = node_1_labels();
     allocator
         .allocate(
@@ -1305,4 +1317,215 @@ fn claims_share_a_device_while_its_capacity_holds() {
         "node-1",
     );
     assert_eq!(found, Ok(None), "30 + 30 + 50 is more than 100");
+}
+
+/// 1.38's allocator: an `All` request meeting a pool being updated rejects this node only.
+#[test]
+fn all_devices_of_an_incomplete_pool_reject_the_node_from_1_38() {
+    let mut s = slice(
+        "slice-1",
+        "node-1",
+        "pool-1",
+        "driver-a",
+        vec![device("device-1")],
+    );
+    s.count = 2;
+    let found = run_as(
+        38,
+        vec![claim("claim-0", vec![all_of("req-0", "class-a")], vec![])],
+        vec![s],
+        &[],
+        &[],
+        "node-1",
+    );
+    assert_eq!(
+        found,
+        Err("on node: claim default/claim-0, request req-0: asks for all devices, but resource pool driver-a/pool-1 is currently being updated".into())
+    );
+}
+
+/// 1.38's allocator: a device that lost `allowMultipleAllocations` while a share of it lives
+/// is not given whole to another claim; 1.37's gives it.
+#[test]
+fn a_device_with_a_live_share_is_not_taken_whole_from_1_38() {
+    let slices = || {
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![device("device-1")],
+        )]
+    };
+    let want = || vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])];
+    let shared = [("driver-a", "pool-1", "device-1")];
+    assert_eq!(
+        run_as(38, want(), slices(), &[], &shared, "node-1"),
+        Ok(None)
+    );
+    let found = run_as(37, want(), slices(), &[], &shared, "node-1")
+        .expect("no error")
+        .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[("req-0", "driver-a/pool-1/device-1")]])
+    );
+}
+
+/// 1.38's allocator compares versions as semantic versions: build metadata does not count,
+/// so `1.2.3+a` and `1.2.3+b` match (and are not distinct); 1.37's compares the strings.
+#[test]
+fn versions_match_without_their_build_metadata_from_1_38() {
+    let slices = || {
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                with_attr(
+                    device("device-1"),
+                    "driver-a/driver",
+                    version_attr("1.2.3+a"),
+                ),
+                with_attr(
+                    device("device-2"),
+                    "driver-a/driver",
+                    version_attr("1.2.3+b"),
+                ),
+            ],
+        )]
+    };
+    let matching = || {
+        vec![claim(
+            "claim-0",
+            vec![exact("req-0", "class-a", 2)],
+            vec![match_attribute("driver-a/driver", &[])],
+        )]
+    };
+    assert!(matches!(
+        run_as(38, matching(), slices(), &[], &[], "node-1"),
+        Ok(Some(_))
+    ));
+    assert_eq!(
+        run_as(37, matching(), slices(), &[], &[], "node-1"),
+        Ok(None)
+    );
+    let distinct = || {
+        vec![claim(
+            "claim-0",
+            vec![exact("req-0", "class-a", 2)],
+            vec![DeviceConstraint {
+                distinct_attribute: Some("driver-a/driver".into()),
+                ..Default::default()
+            }],
+        )]
+    };
+    assert_eq!(
+        run_as(38, distinct(), slices(), &[], &[], "node-1"),
+        Ok(None)
+    );
+    assert!(matches!(
+        run_as(37, distinct(), slices(), &[], &[], "node-1"),
+        Ok(Some(_))
+    ));
+}
+
+/// A DeviceTaintRule taints the devices its selector names; one without a selector taints no
+/// device (upstream's ResourceSlice tracker), not every device.
+#[test]
+fn a_taint_rule_without_a_selector_taints_no_device() {
+    let rule = |selector: Option<DeviceTaintSelector>| {
+        Arc::new(DeviceTaintRule {
+            metadata: meta("rule"),
+            spec: DeviceTaintRuleSpec {
+                device_selector: selector,
+                taint: DeviceTaint {
+                    key: "example.com/broken".into(),
+                    effect: "NoSchedule".into(),
+                    ..Default::default()
+                },
+            },
+            status: None,
+        })
+    };
+    let allocate = |rules: Vec<Arc<DeviceTaintRule>>| {
+        let allocator = Allocator::new(
+            vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
+            &classes(),
+            vec![
+                slice(
+                    "slice-1",
+                    "node-1",
+                    "pool-1",
+                    "driver-a",
+                    vec![device("device-1")],
+                )
+                .build(),
+            ],
+            rules,
+            Allocated::default(),
+        )
+        .expect("planned");
+        let labels = node_1_labels();
+        allocator
+            .allocate(
+                &NodeView {
+                    name: "node-1",
+                    labels: &labels,
+                },
+                None,
+            )
+            .map(|found| found.is_some())
+            .map_err(|e| e.to_string())
+    };
+    assert_eq!(
+        allocate(vec![rule(None)]),
+        Ok(true),
+        "no selector, no taint"
+    );
+    let named = DeviceTaintSelector {
+        driver: Some("driver-a".into()),
+        device: Some("device-1".into()),
+        ..Default::default()
+    };
+    assert_eq!(
+        allocate(vec![rule(Some(named))]),
+        Ok(false),
+        "the device it names is tainted"
+    );
+}
+
+/// `allocationMode: All` with capacity requests takes every selectable device that could hold
+/// them and leaves out the ones too small, as upstream; it does not fail the request.
+#[test]
+fn all_devices_leave_out_those_too_small_for_the_capacity_asked() {
+    let mut all = all_of("req-0", "class-a");
+    if let Some(e) = all.exactly.as_mut() {
+        e.capacity = Some(k8s_openapi::api::resource::v1::CapacityRequirements {
+            requests: Some([("memory".to_string(), Quantity("60Gi".into()))].into()),
+        });
+    }
+    let found = run(
+        vec![claim("claim-0", vec![all], vec![])],
+        vec![slice(
+            "slice-1",
+            "node-1",
+            "pool-1",
+            "driver-a",
+            vec![
+                with_memory(device("small"), "40Gi"),
+                with_memory(device("large"), "80Gi"),
+                device("none"),
+            ],
+        )],
+        &[],
+        "node-1",
+    )
+    .expect("no error")
+    .expect("allocated");
+    assert_eq!(
+        picked(&found),
+        picks(&[&[("req-0", "driver-a/pool-1/large")]])
+    );
 }
