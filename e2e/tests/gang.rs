@@ -611,3 +611,126 @@ async fn of_two_coscheduling_groups_that_do_not_fit_together_one_is_placed_then_
 
     setup.finish().await
 }
+
+/// What a scheduler made of a gang with a gated member and of a group of the basic policy.
+#[derive(Debug, PartialEq)]
+struct GatedAndBasic {
+    /// Members of the gang (minCount 2, three members, one gated) bound once a plain pod
+    /// created after them is bound.
+    bound_while_one_is_gated: usize,
+    /// The basic group (one member of 1 CPU, one too big for any node): its condition.
+    basic_condition: (String, String, String),
+    /// The basic group's members bound.
+    basic_bound: usize,
+    /// Why the basic group's big member waits.
+    basic_refused: String,
+}
+
+/// Three nodes of 2 CPUs. A gang of minCount 2 whose third member carries a scheduling gate:
+/// nothing of it is bound while the gate stands (a plain pod made after it is), and all three
+/// once the gate is removed. A PodGroup of the basic policy: its member that fits is bound,
+/// the other says why it waits, and the group's condition is written.
+async fn gated_and_basic(scheduler: &str, test: &str) -> anyhow::Result<GatedAndBasic> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, test).await?;
+    let nodes = TestNodes::create(&client, test, 3, "2", |_, _| {}).await?;
+
+    // The gated member first: two ungated ones would meet minCount 2 on their own before it
+    // came.
+    pod_group(&ns.name, "held", 2)?;
+    let mut spec = json!({
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "schedulingGroup": {"podGroupName": "held"},
+        "schedulingGates": [{"name": "example.com/not-yet"}],
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+    });
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "held-2", "namespace": ns.name}, "spec": spec}))?;
+    member(&ns.name, &nodes, scheduler, "held", 0)?;
+    member(&ns.name, &nodes, scheduler, "held", 1)?;
+    plain(&ns.name, &nodes, scheduler, "witness")?;
+    wait_bound(&client, &ns.name, "witness", TIMEOUT).await?;
+    let bound_while_one_is_gated = bound_count(&client, &ns.name, "held").await?;
+    tether_e2e::kubectl_ok(
+        &[
+            "patch",
+            "pod",
+            "held-2",
+            "-n",
+            &ns.name,
+            "--type",
+            "json",
+            "-p",
+            r#"[{"op": "remove", "path": "/spec/schedulingGates"}]"#,
+        ],
+        None,
+    )?;
+    wait_for("the gang bound whole once ungated", TIMEOUT, || async {
+        Ok((bound_count(&client, &ns.name, "held").await? == 3).then_some(()))
+    })
+    .await?;
+
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "basic", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"basic": {}}},
+    }))?;
+    member(&ns.name, &nodes, scheduler, "basic", 0)?;
+    let mut big = json!({
+        "schedulerName": scheduler,
+        "terminationGracePeriodSeconds": 0,
+        "schedulingGroup": {"podGroupName": "basic"},
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "8"}}}],
+    });
+    nodes.isolate(&mut big);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "basic-1", "namespace": ns.name}, "spec": big}))?;
+    wait_bound(&client, &ns.name, "basic-0", TIMEOUT).await?;
+    let basic_refused = unscheduled_message(&client, &ns.name, "basic-1").await?;
+    let basic_condition = wait_for("the basic group's condition", TIMEOUT, || async {
+        initially_scheduled(&client, &ns.name, "basic").await
+    })
+    .await?;
+    let basic_bound = bound_count(&client, &ns.name, "basic").await?;
+
+    ns.delete().await?;
+    nodes.delete().await?;
+    Ok(GatedAndBasic {
+        bound_while_one_is_gated,
+        basic_condition,
+        basic_bound,
+        basic_refused: basic_refused.replace(scheduler, "SCHEDULER"),
+    })
+}
+
+/// Side by side with kube-scheduler of the cluster's release: a gang waits whole while one of
+/// its members is gated (upstream gates the group's entity), and a group of the basic policy
+/// goes through the group cycle (its condition written, its members placed one by one).
+#[tokio::test]
+async fn a_gated_member_holds_its_gang_and_a_basic_group_is_placed_as_by_kube_scheduler()
+-> anyhow::Result<()> {
+    let reference = format!("gang-gated-ref-{}", unique_suffix());
+    let kube = ReferenceScheduler::start_gated(
+        "kube-scheduler-gang-gated",
+        json!({"profiles": [{"schedulerName": reference}]}),
+        &["GenericWorkload=true"],
+    )?;
+    let upstream = gated_and_basic(&reference, "gang-gated-ref").await?;
+    drop(kube);
+    println!("kube-scheduler: {upstream:?}");
+    assert_eq!(
+        upstream.bound_while_one_is_gated, 0,
+        "the reference itself holds the gang"
+    );
+
+    let client = client().await?;
+    let ours = format!("gang-gated-tether-{}", unique_suffix());
+    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
+    let tether = gated_and_basic(&ours, "gang-gated-tether").await?;
+    println!("tether: {tether:?}");
+    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
+    assert_eq!(tether, upstream);
+    Ok(())
+}

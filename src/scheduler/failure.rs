@@ -116,7 +116,7 @@ pub fn one_node_fit_error(status: &Status) -> String {
     format!("0/1 nodes are available: {}.", reasons.join(", "))
 }
 
-/// A failed attempt, as the one door for failures ([`Scheduler::handle_failure`]) takes it.
+/// A failed attempt, handed to the one door for failures, [`FailedAttempt::handle`].
 pub struct FailedAttempt<'a> {
     pub queued: &'a QueuedPodInfo,
     pub profile: &'a CompiledProfile,

@@ -40,9 +40,12 @@ const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 /// ScheduleOne dispatches a pod or its group): alone, with its gang in a group cycle, or not at
 /// all while the group it names is not known.
 pub enum Dispatch {
-    /// Alone: it names no group its profile serves, or a group of the basic policy.
+    /// Alone: it names no group its profile serves.
     Pod,
-    /// With its gang (a group of the gang policy its profile serves).
+    /// With its group in a group cycle: one of the gang policy (`minCount` of it placed or
+    /// none), or of the basic policy (a gang of `minCount` 1, as upstream's getMinCount: the
+    /// members that fit are placed, each other fails alone, and the group's condition is
+    /// written).
     Group(Gang),
     /// Back to wait: it names a group its profile serves (GangScheduling's, or Coscheduling's)
     /// that is not known (any more: deleted after the pod passed PreEnqueue); never placed
@@ -82,14 +85,15 @@ pub fn dispatch(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInf
             nomination: NominationOutcome::Untouched,
         });
     };
-    match group.policy() {
-        Policy::Gang { min_count } => Dispatch::Group(Gang {
-            key,
-            group,
-            min_count,
-        }),
-        Policy::Basic => Dispatch::Pod,
-    }
+    let min_count = match group.policy() {
+        Policy::Gang { min_count } => min_count,
+        Policy::Basic => 1,
+    };
+    Dispatch::Group(Gang {
+        key,
+        group,
+        min_count,
+    })
 }
 
 /// Upstream's validatePodGroup (with PodGroupPreemptionPolicy off, its 1.37 default), for a
@@ -254,6 +258,14 @@ pub fn schedule_group(
     let start = Instant::now();
     let group_plugin = plugin_for(gang.key.api);
     let in_group = |pod: &crate::k8s::pod::Pod| gang.key.has_member(pod);
+    if sched
+        .state
+        .queue
+        .hold_group_while_gated(in_group, first.pod.uid(), group_plugin)
+    {
+        tracing::debug!(group = %gang.key, "a member is held by a scheduling gate; the group waits for it");
+        return;
+    }
     let mut members = sched
         .state
         .queue

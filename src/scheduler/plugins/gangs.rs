@@ -23,8 +23,9 @@ pub fn plugin_for(api: GroupApi) -> &'static str {
 }
 
 /// The gang `pod` belongs to, when `profile` runs the plugin of its group's API and its
-/// PodGroup is in `groups` (the scheduler's, or a simulation's) with the gang policy. A pod
-/// of a basic group, or of a group not seen (any more), is scheduled alone.
+/// PodGroup is in `groups` (the scheduler's, or a simulation's); a group of the basic policy
+/// is a gang of `minCount` 1 (upstream's getMinCount). A pod of a group not seen (any more)
+/// is scheduled alone.
 pub fn gang_of_pod(
     groups: &PodGroupIndex,
     profile: &CompiledProfile,
@@ -35,12 +36,13 @@ pub fn gang_of_pod(
         return None;
     }
     let group = groups.get(&key)?;
-    match group.policy() {
-        Policy::Gang { min_count } => Some(Gang {
-            key,
-            group,
-            min_count,
-        }),
-        Policy::Basic => None,
-    }
+    let min_count = match group.policy() {
+        Policy::Gang { min_count } => min_count,
+        Policy::Basic => 1,
+    };
+    Some(Gang {
+        key,
+        group,
+        min_count,
+    })
 }

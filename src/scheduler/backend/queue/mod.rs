@@ -431,6 +431,57 @@ impl SchedulingQueue {
         taken
     }
 
+    /// Whether a member of the group of `popped` (those `in_group` says are its members) is
+    /// held at PreEnqueue by a plugin other than `group_plugin` (a scheduling gate): then, as
+    /// upstream's queue gates a PodGroup's whole entity while any of its pods is gated, the
+    /// popped pod and its waiting siblings are held by `group_plugin` instead of tried, with no
+    /// failure written. The held member's release (its gates removed) puts it back in the
+    /// active queue, and its group cycle takes them all.
+    pub fn hold_group_while_gated(
+        &self,
+        in_group: impl Fn(&crate::k8s::pod::Pod) -> bool,
+        popped: &str,
+        group_plugin: &'static str,
+    ) -> bool {
+        let mut st = self.lock();
+        let gated = st.entries.iter().any(|(uid, e)| {
+            uid != popped
+                && e.pool == Pool::Gated
+                && e.info.gated_by != Some(group_plugin)
+                && in_group(&e.info.pod.pod)
+        });
+        if !gated {
+            return false;
+        }
+        let siblings: Vec<String> = st
+            .entries
+            .iter()
+            .filter(|(uid, e)| {
+                (uid.as_str() == popped
+                    || matches!(e.pool, Pool::Active | Pool::Backoff | Pool::Unschedulable))
+                    && in_group(&e.info.pod.pod)
+            })
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in siblings {
+            let Some(entry) = st.entries.get_mut(&uid) else {
+                continue;
+            };
+            let from = entry.in_flight_from.take();
+            if uid == popped {
+                // Not an attempt: upstream never pops a gated entity.
+                entry.info.attempts = entry.info.attempts.saturating_sub(1);
+            }
+            entry.pool = Pool::Gated;
+            entry.info.gated_by = Some(group_plugin);
+            entry.backoff_until = None;
+            st.gated.insert(uid);
+            Self::land(&mut st, from);
+        }
+        // Their entries in activeQ and backoffQ are stale now (another pool) and skipped.
+        true
+    }
+
     /// The pods of a group (those `in_group` says are its members) waiting in the queue (held
     /// at PreEnqueue included), for `tether explain`.
     pub fn pending_of_group(

@@ -1440,3 +1440,55 @@ fn popping_a_gang_member_takes_its_waiting_siblings() {
         .unwrap_or_else(|e| e.into_inner())
         .retain(|n| *n != "gang-held");
 }
+
+/// A group waits whole while one of its members is held by another PreEnqueue plugin (a
+/// scheduling gate), as upstream gates a PodGroup's entity: the popped member and its waiting
+/// siblings are held by the group's plugin, not tried (the popped one's attempt not counted);
+/// once the gate is gone, the released member's cycle takes them all.
+#[test]
+fn a_group_waits_whole_while_a_member_is_gated() {
+    let q = queue();
+    q.add(member("held-a", "h"), None);
+    q.add(member("held-b", "h"), None);
+    HELD.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push("held-gated");
+    q.add(member("held-gated", "h"), Some("Fit"));
+    let key_h = crate::scheduler::informers::pod_groups::GroupKey {
+        api: crate::scheduler::informers::pod_groups::GroupApi::Workload,
+        namespace: "default".to_string(),
+        name: "h".to_string(),
+    };
+    let in_h = |pod: &crate::k8s::pod::Pod| {
+        crate::scheduler::informers::pod_groups::group_of(pod).as_ref() == Some(&key_h)
+    };
+    let first = q.pop().expect("held-a");
+    assert_eq!(first.pod.name(), "held-a");
+    assert!(q.hold_group_while_gated(in_h, first.pod.uid(), "GangScheduling"));
+    q.add(pod("plain", 0), None);
+    assert_eq!(
+        pop_names(&q, 1),
+        ["plain"],
+        "the group's pods are not popped while one is gated"
+    );
+    assert_eq!(q.lengths().3, 3, "all three held");
+
+    HELD.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|n| *n != "held-gated");
+    q.update(member("held-gated", "h"), None);
+    let released = q.pop().expect("the released member");
+    assert_eq!(released.pod.name(), "held-gated");
+    assert!(!q.hold_group_while_gated(in_h, released.pod.uid(), "GangScheduling"));
+    let taken = q.take_group(in_h, released.pod.uid(), "GangScheduling");
+    let mut names: Vec<(String, u32)> = taken
+        .iter()
+        .map(|p| (p.pod.name().to_string(), p.attempts))
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [("held-a".to_string(), 1), ("held-b".to_string(), 1)],
+        "taken with the released one; held-a's held pop was no attempt"
+    );
+}
