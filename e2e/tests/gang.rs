@@ -624,6 +624,8 @@ struct GatedAndBasic {
     basic_bound: usize,
     /// Why the basic group's big member waits.
     basic_refused: String,
+    /// A gang of preemptionPolicy Never that fits nowhere: its condition.
+    never_condition: (String, String, String),
 }
 
 /// Three nodes of 2 CPUs. A gang of minCount 2 whose third member carries a scheduling gate:
@@ -695,6 +697,37 @@ async fn gated_and_basic(scheduler: &str, test: &str) -> anyhow::Result<GatedAnd
     .await?;
     let basic_bound = bound_count(&client, &ns.name, "basic").await?;
 
+    // A gang whose pods may not preempt (their PriorityClass says Never), too big for any node.
+    let never_class = format!("{test}-never");
+    apply(
+        json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                 "metadata": {"name": never_class}, "value": 0, "preemptionPolicy": "Never"}),
+    )?;
+    // From 1.38 the group has the policy of its own PriorityClass (and refuses pods that
+    // differ); 1.37 reads the pods'.
+    let mut group_spec = json!({"schedulingPolicy": {"gang": {"minCount": 2}}});
+    if tether_e2e::cluster_minor(&client).await? >= 38 {
+        group_spec["priorityClassName"] = json!(never_class);
+    }
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "never", "namespace": ns.name}, "spec": group_spec,
+    }))?;
+    for i in 0..2 {
+        let mut spec = json!({
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 0,
+            "priorityClassName": never_class,
+            "schedulingGroup": {"podGroupName": "never"},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}],
+        });
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": format!("never-{i}"), "namespace": ns.name}, "spec": spec}))?;
+    }
+    let never_condition = condition_becomes(&client, &ns.name, "never", "False").await?;
+    tether_e2e::kubectl_ok(&["delete", "priorityclass", &never_class], None)?;
+
     ns.delete().await?;
     nodes.delete().await?;
     Ok(GatedAndBasic {
@@ -702,6 +735,7 @@ async fn gated_and_basic(scheduler: &str, test: &str) -> anyhow::Result<GatedAnd
         basic_condition,
         basic_bound,
         basic_refused: basic_refused.replace(scheduler, "SCHEDULER"),
+        never_condition,
     })
 }
 

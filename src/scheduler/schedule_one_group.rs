@@ -162,13 +162,8 @@ fn validate_hierarchy<'a>(
         group.metadata.namespace.as_deref().unwrap_or_default(),
         group.metadata.name.as_deref().unwrap_or_default()
     );
-    let key = |pod: &crate::k8s::pod::Pod| {
-        format!(
-            "{}/{}",
-            pod.metadata.namespace.as_deref().unwrap_or_default(),
-            pod.metadata.name.as_deref().unwrap_or_default()
-        )
-    };
+    // Upstream names the pods by name alone (the group by its key).
+    let key = |pod: &crate::k8s::pod::Pod| pod.metadata.name.clone().unwrap_or_default();
     let mut first: Option<(String, String, String)> = None;
     for pod in pods {
         let name = pods::scheduler_name(pod).to_string();
@@ -430,11 +425,14 @@ pub fn schedule_group(
 
     if let Some(message) = group_failure {
         give_back(&placed);
-        // What the group's PostFilter plugins say, in their order: from 1.38 DynamicResources
-        // has one for groups, which says it freed what it could (upstream says so whether or not
-        // the group holds claims), then DefaultPreemption's.
+        // What the group's PostFilter plugins say, in their order: DynamicResources' says it
+        // freed what it could (upstream says so whether or not the group holds claims), then
+        // DefaultPreemption's. Until 1.38 a verdict of DefaultPreemption's that no preemption
+        // can resolve (no victims) is said alone, as upstream's framework returns it alone.
         let mut full = message.clone();
-        let dra_for_groups = release.at_least(38)
+        let preemption = group_preemption(sched, &profile, &gang, &members);
+        let alone = !release.at_least(38) && preemption.as_ref().is_some_and(|p| p.unresolvable);
+        let dra_for_groups = !alone
             && matches!(gang.group, Group::Workload(_))
             && profile
                 .post_filter
@@ -443,9 +441,9 @@ pub fn schedule_group(
         if dra_for_groups {
             full.push_str(", deallocation and deletion of ResourceClaims completed");
         }
-        if let Some(said) = group_preemption(sched, &profile, &gang, &members) {
+        if let Some(said) = preemption {
             full.push_str(", ");
-            full.push_str(&said);
+            full.push_str(&said.words);
         }
         tracing::info!(group = %group_name, profile = %profile.source, reason = %full, "pod group is unschedulable");
         let rejected_by: Vec<&'static str> = rejected_by.into_iter().collect();
@@ -647,7 +645,8 @@ fn fail(
 /// What upstream's group preemption (DefaultPreemption at PodGroupPostFilter) says of a group
 /// that did not fit, where tether can tell without running it: with no pod of lower priority
 /// than the group's on any node, there is nothing to preempt, and upstream says `pod group
-/// preemption: No preemption victims found for incoming preemptor`. tether does not preempt
+/// preemption: No preemption victims found for incoming preemptor`; a group that may not
+/// preempt (Never) is `not eligible due to preemptionPolicy=Never.`. tether does not preempt
 /// for pod groups yet; where such pods exist, the message says so instead. None when the
 /// profile does not run DefaultPreemption.
 fn group_preemption(
@@ -655,10 +654,28 @@ fn group_preemption(
     profile: &CompiledProfile,
     gang: &Gang,
     members: &[QueuedPodInfo],
-) -> Option<String> {
+) -> Option<GroupPreemption> {
     use crate::scheduler::plugins::default_preemption;
     if !profile.uses(default_preemption::NAME) {
         return None;
+    }
+    // The group's preemption policy: 1.38's the PodGroup's where it sets one; else (and in
+    // 1.37, PodGroupPreemptionPolicy off) Never when any member to place says Never.
+    let members_never = members.iter().any(|m| policy(&m.pod.pod) == "Never");
+    let never = match &gang.group {
+        Group::Workload(group) if profile.release.at_least(38) => {
+            match group.spec.preemption_policy.as_deref() {
+                Some(set) if !set.is_empty() => set == "Never",
+                _ => members_never,
+            }
+        }
+        _ => members_never,
+    };
+    if never {
+        return Some(GroupPreemption {
+            words: "pod group preemption: not eligible due to preemptionPolicy=Never.".into(),
+            unresolvable: false,
+        });
     }
     let group_priority = gang
         .group
@@ -671,10 +688,27 @@ fn group_preemption(
         .iter()
         .any(|node| node.pods.iter().any(|p| priority(&p.pod) < group_priority));
     Some(if lower {
-        "pod group preemption: not attempted (tether does not preempt for pod groups yet)".into()
+        GroupPreemption {
+            words:
+                "pod group preemption: not attempted (tether does not preempt for pod groups yet)"
+                    .into(),
+            unresolvable: true,
+        }
     } else {
-        "pod group preemption: No preemption victims found for incoming preemptor".into()
+        GroupPreemption {
+            words: "pod group preemption: No preemption victims found for incoming preemptor"
+                .into(),
+            unresolvable: true,
+        }
     })
+}
+
+/// What the group's preemption says, and whether its verdict is one no preemption can resolve
+/// (upstream's UnschedulableAndUnresolvable: no victims) or a plain Unschedulable (a group that
+/// may not preempt).
+struct GroupPreemption {
+    words: String,
+    unresolvable: bool,
 }
 
 /// Asks for the group's `PodGroupInitiallyScheduled` condition, as upstream writes it: never
@@ -818,11 +852,11 @@ mod tests {
         let r38 = Release::of_minor(38);
         assert_eq!(
             validate(&group(None), [&a, &other], r38),
-            Err("all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: \"t\" (\"default/c\") and \"s\" (\"default/a\")".into())
+            Err("all pods in a pod group hierarchy should have the same .spec.schedulerName set, got: \"t\" (\"c\") and \"s\" (\"a\")".into())
         );
         assert_eq!(
             validate(&group(Some(5)), [&a], r38),
-            Err("all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 0 (\"default/a\") and 5 (\"podgroup/default/g\")".into())
+            Err("all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 0 (\"a\") and 5 (\"podgroup/default/g\")".into())
         );
         let Group::Workload(g) = group(None) else {
             unreachable!("a Workload group")
@@ -831,7 +865,7 @@ mod tests {
         never_group.spec.preemption_policy = Some("Never".into());
         assert_eq!(
             validate(&Group::Workload(Arc::new(never_group)), [&never, &a], r38),
-            Err("all pods in a pod group hierarchy should have the same preemption policy, got PreemptLowerPriority (\"default/a\") and Never".into())
+            Err("all pods in a pod group hierarchy should have the same preemption policy, got PreemptLowerPriority (\"a\") and Never".into())
         );
     }
 
