@@ -121,6 +121,7 @@ fn consumed_of(
         let Some(step) = &range.step else {
             return Ok(request);
         };
+        let step_text = &step.0;
         if let Some((min, step)) = milli_range(range, fractional) {
             let Some(req) = exact_milli(&request) else {
                 return Err(format!(
@@ -138,10 +139,7 @@ fn consumed_of(
                 ));
             }
             let text = if value % 1000 == 0 {
-                format_like(
-                    value / 1000,
-                    &range.step.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
-                )
+                format_like(value / 1000, step_text)
             } else {
                 format!("{value}m")
             };
@@ -150,7 +148,6 @@ fn consumed_of(
                 text,
             });
         }
-        let step_text = &step.0;
         let step = whole(amount(step_text)?.nanos);
         let (req, min) = (whole(request.nanos), whole(min.nanos));
         if request.nanos > i128::from(i64::MAX) * NANO {

@@ -8,8 +8,9 @@ use k8s_openapi::api::resource::v1::{
 };
 
 use super::capacity;
+use super::capacity_of;
 use super::model::{
-    AllocateError, Allocator, Candidate, DeviceId, MAX_DEVICES_PER_CLAIM, Pool, consumed,
+    AllocateError, Allocator, Candidate, DeviceId, MAX_DEVICES_PER_CLAIM, Pool, Want, consumed,
 };
 
 /// The device a want took, by candidate index.
@@ -198,15 +199,7 @@ impl<'s, 'a> Search<'s, 'a> {
                 return Err(AllocateError::TimedOut);
             }
             let cand = &self.candidates[c];
-            let multi = cand.device.allow_multiple_allocations == Some(true);
-            let in_use = if w.admin {
-                !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci))
-            } else {
-                alloc.allocated.devices.contains(&cand.id)
-                    || self.picked.contains_key(&cand.id)
-                    || self.shared_but_not_shareable(cand, multi)
-            };
-            if in_use || !alloc.is_selectable(cand, ci, ri, wi)? {
+            if self.in_use(cand, ci, w) || !alloc.is_selectable(cand, ci, ri, wi)? {
                 continue;
             }
             if !self.add(ci, ri, wi, c, false)? {
@@ -220,13 +213,23 @@ impl<'s, 'a> Search<'s, 'a> {
         Ok(false)
     }
 
-    /// 1.38: a device that no longer allows multiple allocations while shares of it live (in
-    /// claims allocated already or chosen in this search) is not taken whole.
-    fn shared_but_not_shareable(&self, cand: &Candidate<'_>, multi: bool) -> bool {
-        self.alloc.stable
-            && !multi
-            && (self.alloc.allocated.shared.contains_key(&cand.id)
-                || self.allocating.contains_key(&cand.id))
+    /// Whether `cand` is not free for want `w` of claim `ci`: with admin access, only when the
+    /// same claim took it already and it is not shared; else when another claim holds it whole
+    /// (allocated, or picked in this search), or (1.38) it no longer allows multiple
+    /// allocations while shares of it live.
+    fn in_use(&self, cand: &Candidate<'_>, ci: usize, w: &Want) -> bool {
+        let multi = cand.device.allow_multiple_allocations == Some(true);
+        if w.admin {
+            return !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci));
+        }
+        self.alloc.allocated.devices.contains(&cand.id)
+            || self.picked.contains_key(&cand.id)
+            || (self.alloc.stable && !multi && self.has_shares(&cand.id))
+    }
+
+    /// Whether shares of the device live: in claims allocated already or chosen in this search.
+    fn has_shares(&self, id: &DeviceId) -> bool {
+        self.alloc.allocated.shared.contains_key(id) || self.allocating.contains_key(id)
     }
 
     /// Checks and records candidate `c` for want `wi`: taints, counters, constraints.
@@ -242,15 +245,7 @@ impl<'s, 'a> Search<'s, 'a> {
         let plan = &alloc.plans[ci];
         let w = &plan.requests[ri].wants[wi];
         let cand = &self.candidates[c];
-        let multi = cand.device.allow_multiple_allocations == Some(true);
-        if w.admin && !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci)) {
-            return Ok(false);
-        }
-        if !w.admin
-            && (alloc.allocated.devices.contains(&cand.id)
-                || self.picked.contains_key(&cand.id)
-                || self.shared_but_not_shareable(cand, multi))
-        {
+        if self.in_use(cand, ci, w) {
             return Ok(false);
         }
         // Taints: NoSchedule and NoExecute must be tolerated.
@@ -262,21 +257,12 @@ impl<'s, 'a> Search<'s, 'a> {
             return Ok(false);
         }
         // Capacity: what the request consumes must fit beside the device's shares.
-        let no_capacity = BTreeMap::new();
-        let caps = cand.device.capacity.as_ref().unwrap_or(&no_capacity);
-        let share_consumed = match capacity::consumed(&w.capacity, caps, alloc.stable) {
-            Err(e) => {
-                return Err(AllocateError::Fatal(format!(
-                    "claim {}, request {}: checking capacity for device {}: {e}",
-                    plan.key, w.own_name, cand.id
-                )));
-            }
-            Ok(None) => return Ok(false),
-            Ok(Some(consumed)) => consumed,
+        let Some(share_consumed) = alloc.consumption(cand.device, plan, w, &cand.id)? else {
+            return Ok(false);
         };
         if !capacity::fits(
             &share_consumed,
-            caps,
+            capacity_of(cand.device),
             alloc.allocated.shared.get(&cand.id),
             self.allocating.get(&cand.id),
             alloc.stable,
@@ -284,9 +270,8 @@ impl<'s, 'a> Search<'s, 'a> {
             return Ok(false);
         }
         // Counters, unless a share of the device already took them.
-        let already_shared = multi
-            && (alloc.allocated.shared.contains_key(&cand.id)
-                || self.allocating.contains_key(&cand.id));
+        let multi = cand.device.allow_multiple_allocations == Some(true);
+        let already_shared = multi && self.has_shares(&cand.id);
         let consumptions = if already_shared {
             Vec::new()
         } else {
