@@ -147,13 +147,15 @@ pub fn claim_has_request(pvc: &PersistentVolumeClaim) -> bool {
     requested_storage(pvc).is_some()
 }
 
-/// The largest volume a CSIStorageCapacity says can be made, in bytes: its
+/// The largest volume a CSIStorageCapacity says can be made, as written: its
 /// `maximumVolumeSize`, else its `capacity`.
+pub fn capacity_limit_as_written(c: &CSIStorageCapacity) -> Option<&Quantity> {
+    c.maximum_volume_size.as_ref().or(c.capacity.as_ref())
+}
+
+/// [`capacity_limit_as_written`] in bytes, rounded up.
 pub fn capacity_limit(c: &CSIStorageCapacity) -> Option<i64> {
-    c.maximum_volume_size
-        .as_ref()
-        .or(c.capacity.as_ref())
-        .and_then(|q| quantity::parse_value(&q.0).ok())
+    capacity_limit_as_written(c).and_then(|q| quantity::parse_value(&q.0).ok())
 }
 
 /// Whether a CSIStorageCapacity has room for the claim's request (its `maximumVolumeSize`, else
@@ -161,7 +163,7 @@ pub fn capacity_limit(c: &CSIStorageCapacity) -> Option<i64> {
 /// else both rounded up to whole bytes first, as 1.36 and 1.37 compare them (a request of 1.8
 /// fits a limit of 1.5 there: both are 2).
 pub fn capacity_holds(c: &CSIStorageCapacity, pvc: &PersistentVolumeClaim, exact: bool) -> bool {
-    let Some(limit) = c.maximum_volume_size.as_ref().or(c.capacity.as_ref()) else {
+    let Some(limit) = capacity_limit_as_written(c) else {
         return false;
     };
     if !exact {

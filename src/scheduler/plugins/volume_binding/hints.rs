@@ -130,18 +130,13 @@ fn after_capacity_grew_as_written(
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Hint {
-    let limit = |c: &CSIStorageCapacity| {
-        c.maximum_volume_size
-            .as_ref()
-            .or(c.capacity.as_ref())
-            .map(|q| q.0.clone())
-    };
+    let limit = volumes::capacity_limit_as_written;
     match objects::<CSIStorageCapacity>(old, new) {
         (Some(old), Some(new)) => match (limit(old), limit(new)) {
             (_, None) => Hint::Skip,
             (None, Some(_)) => Hint::Queue,
             (Some(o), Some(n)) => {
-                queue_if(crate::k8s::quantity::compare(&n, &o).is_ok_and(|c| c.is_gt()))
+                queue_if(crate::k8s::quantity::compare(&n.0, &o.0).is_ok_and(|c| c.is_gt()))
             }
         },
         _ => Hint::Queue,

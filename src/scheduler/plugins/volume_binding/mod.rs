@@ -139,11 +139,15 @@ fn claim_problem(stores: &Stores, pod: &Pod) -> Option<String> {
 }
 
 /// Sorts the pod's claims into bound ones and ones to bind here (upstream's
-/// GetPodVolumeClaims), with what Filter will need of volumes, classes and drivers.
+/// GetPodVolumeClaims), with what Filter will need of volumes, classes and drivers, and how it
+/// compares sizes (`exact_sizes`).
 /// `Err(status)`: the pod cannot be scheduled now.
-fn read_claims(stores: &Stores, pod: &Pod) -> Result<Claims, Status> {
+fn read_claims(stores: &Stores, pod: &Pod, exact_sizes: bool) -> Result<Claims, Status> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let mut claims = Claims::default();
+    let mut claims = Claims {
+        exact_sizes,
+        ..Claims::default()
+    };
     let mut immediate = false;
     for c in volumes::pod_claims(pod) {
         let Some(pvc) = stores.claim(namespace, &c.name) else {
@@ -219,11 +223,10 @@ impl PreFilterPlugin for VolumeBinding {
         if let Some(problem) = claim_problem(&stores, &pod.pod) {
             return (all, Status::unresolvable(problem));
         }
-        match read_claims(&stores, &pod.pod) {
+        match read_claims(&stores, &pod.pod, self.exact_sizes) {
             Err(status) => (all, status),
-            Ok(mut claims) => {
+            Ok(claims) => {
                 drop(stores);
-                claims.exact_sizes = self.exact_sizes;
                 state.write(
                     STATE_KEY,
                     State {
