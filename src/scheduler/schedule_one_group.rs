@@ -24,7 +24,7 @@ use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 use crate::scheduler::group_status::{ConditionWrite, with_condition};
 use crate::scheduler::handoff::{search_over_message, to_binding};
-use crate::scheduler::informers::pod_groups::{self, Group, GroupApi, Policy};
+use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
 use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::plugins::gangs::{Gang, plugin_for};
 
@@ -85,10 +85,7 @@ pub fn dispatch(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInf
             nomination: NominationOutcome::Untouched,
         });
     };
-    let min_count = match group.policy() {
-        Policy::Gang { min_count } => min_count,
-        Policy::Basic => 1,
-    };
+    let min_count = group.policy().min_count();
     Dispatch::Group(Gang {
         key,
         group,

@@ -122,6 +122,17 @@ pub enum Policy {
     Gang { min_count: usize },
 }
 
+impl Policy {
+    /// How many pods a group cycle must place: the gang's `minCount`, 1 for the basic policy
+    /// (upstream's getMinCount).
+    pub fn min_count(self) -> usize {
+        match self {
+            Policy::Gang { min_count } => min_count,
+            Policy::Basic => 1,
+        }
+    }
+}
+
 /// The group a pod names (`spec.schedulingGroup.podGroupName`), if any.
 pub fn group_name(pod: &Pod) -> Option<&str> {
     pod.spec

@@ -2,9 +2,7 @@
 //! Coscheduling scheduler-plugins'), and the gang a pod belongs to under a profile.
 
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::informers::pod_groups::{
-    self, Group, GroupApi, GroupKey, PodGroupIndex, Policy,
-};
+use crate::scheduler::informers::pod_groups::{self, Group, GroupApi, GroupKey, PodGroupIndex};
 use crate::scheduler::plugins::{coscheduling, gang_scheduling};
 
 /// A pod's gang: its PodGroup (of either API), with the gang policy.
@@ -36,10 +34,7 @@ pub fn gang_of_pod(
         return None;
     }
     let group = groups.get(&key)?;
-    let min_count = match group.policy() {
-        Policy::Gang { min_count } => min_count,
-        Policy::Basic => 1,
-    };
+    let min_count = group.policy().min_count();
     Some(Gang {
         key,
         group,
