@@ -524,6 +524,30 @@ async fn a_claim_is_provisioned_on_the_node_the_scheduler_chose() -> anyhow::Res
     delete_volumes_of(&class)
 }
 
+/// The claim `data-<scheduler>` of `size` in `class` and the pod `app-<scheduler>` that uses it,
+/// for `scheduler`, on `nodes` only.
+fn claim_and_pod(
+    ns: &str,
+    nodes: &TestNodes,
+    scheduler: &str,
+    class: &str,
+    size: &str,
+) -> anyhow::Result<()> {
+    let claim = format!("data-{scheduler}");
+    apply(json!({
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": claim, "namespace": ns},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
+                 "resources": {"requests": {"storage": size}}},
+    }))?;
+    let mut spec = json!({"schedulerName": scheduler,
+        "containers": [{"name": "c", "image": "pause"}],
+        "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]});
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": format!("app-{scheduler}"), "namespace": ns}, "spec": spec}))
+}
+
 /// What a pod shows of its placement: its nominated node, and its `PodScheduled=False`
 /// condition's reason and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -601,19 +625,7 @@ async fn a_provisioning_that_times_out_shows_as_kube_schedulers() -> anyhow::Res
         }),
     );
     for scheduler in [&reference, &tether] {
-        let claim = format!("data-{scheduler}");
-        apply(json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": ns.name},
-            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                     "resources": {"requests": {"storage": "1Gi"}}},
-        }))?;
-        let mut spec = json!({"schedulerName": scheduler,
-            "containers": [{"name": "c", "image": "pause"}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]});
-        nodes.isolate(&mut spec);
-        apply(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("app-{scheduler}"), "namespace": ns.name}, "spec": spec}))?;
+        claim_and_pod(&ns.name, &nodes, scheduler, &class, "1Gi")?;
     }
 
     // Created, nominated while PreBind waits, then failed with the nomination cleared.
@@ -725,19 +737,7 @@ async fn a_claims_size_against_a_drivers_capacity_is_weighed_as_by_kube_schedule
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     for scheduler in [&reference, &tether] {
-        let claim = format!("data-{scheduler}");
-        apply(json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": claim, "namespace": ns.name},
-            "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": class,
-                     "resources": {"requests": {"storage": "1800m"}}},
-        }))?;
-        let mut spec = json!({"schedulerName": scheduler,
-            "containers": [{"name": "c", "image": "pause"}],
-            "volumes": [{"name": "data", "persistentVolumeClaim": {"claimName": claim}}]});
-        nodes.isolate(&mut spec);
-        apply(json!({"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": format!("app-{scheduler}"), "namespace": ns.name}, "spec": spec}))?;
+        claim_and_pod(&ns.name, &nodes, scheduler, &class, "1800m")?;
     }
     // Nominated to a node (its volume to be provisioned there), or refused with a message.
     let outcome = |scheduler: String| {
