@@ -465,20 +465,20 @@ where
         let mut counted_as_none = false;
         loop {
             if counted_as_none {
-                match api.list(&kube::api::ListParams::default().limit(1)).await {
-                    Err(kube::Error::Api(e))
-                        if e.code == 404
-                            || (e.code == 403
-                                && matches!(forbidden, WhenForbidden::NoneExist(_))) =>
-                    {
-                        tokio::time::sleep(delay).await;
-                        delay = (delay * 2).min(NOT_SERVED_MAX_DELAY);
-                        continue;
-                    }
-                    // Served and readable now, or an answer that says nothing of it: the watch
-                    // decides.
-                    _ => counted_as_none = false,
+                let probe = api.list(&kube::api::ListParams::default().limit(1)).await;
+                let still_none = matches!(
+                    (probe.as_ref().err().and_then(api_unavailable), forbidden),
+                    (Some(Unavailable::NotServed), _)
+                        | (Some(Unavailable::Forbidden), WhenForbidden::NoneExist(_))
+                );
+                if still_none {
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(NOT_SERVED_MAX_DELAY);
+                    continue;
                 }
+                // Served and readable now, or an answer that says nothing of it: the watch
+                // decides.
+                counted_as_none = false;
             }
             let mut applier = watch::Applier::new(Some(registered.clone()));
             let mut events =
@@ -603,13 +603,18 @@ enum Unavailable {
 fn unavailable(error: &kube::runtime::watcher::Error) -> Option<Unavailable> {
     use kube::runtime::watcher::Error;
     match error {
-        Error::InitialListFailed(kube::Error::Api(e))
-        | Error::WatchStartFailed(kube::Error::Api(e))
-        | Error::WatchFailed(kube::Error::Api(e)) => match e.code {
-            404 => Some(Unavailable::NotServed),
-            403 => Some(Unavailable::Forbidden),
-            _ => None,
-        },
+        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => {
+            api_unavailable(e)
+        }
+        _ => None,
+    }
+}
+
+/// Why the API server's answer says the kind is unavailable: 404 not served, 403 not readable.
+fn api_unavailable(error: &kube::Error) -> Option<Unavailable> {
+    match error {
+        kube::Error::Api(e) if e.code == 404 => Some(Unavailable::NotServed),
+        kube::Error::Api(e) if e.code == 403 => Some(Unavailable::Forbidden),
         _ => None,
     }
 }
