@@ -12,9 +12,17 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, DeviceCapacity};
+use k8s_openapi::api::resource::v1::{CapacityRequestPolicy, Device, DeviceCapacity};
 
 use crate::k8s::quantity;
+
+/// No capacities, for a device that names none.
+pub(crate) static NO_CAPACITY: BTreeMap<String, DeviceCapacity> = BTreeMap::new();
+
+/// A device's capacities (none when it names none).
+pub fn of(device: &Device) -> &BTreeMap<String, DeviceCapacity> {
+    device.capacity.as_ref().unwrap_or(&NO_CAPACITY)
+}
 
 /// An amount of a capacity: exact, in nano-units, and as the quantity the result shows.
 #[derive(Clone, Debug, PartialEq, Eq)]

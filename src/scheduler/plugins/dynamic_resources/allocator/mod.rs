@@ -29,11 +29,12 @@ use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
-    AllocationResult, Device, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
+    AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
     DeviceRequestAllocationResult, DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
 };
 
 mod capacity;
+pub(crate) use self::capacity::NO_CAPACITY;
 mod explain;
 mod model;
 mod pools;
@@ -84,26 +85,8 @@ impl Allocator {
         Ok(self
             .consumption(c.device, plan, w, &c.id.device)?
             .is_some_and(|consumed| {
-                capacity::fits(&consumed, capacity_of(c.device), None, None, self.stable)
+                capacity::fits(&consumed, capacity::of(c.device), None, None, self.stable)
             }))
-    }
-
-    /// What want `w` of `plan`'s claim consumes of each of `device`'s capacities, or None when
-    /// it asks for a capacity the device lacks (another device may serve it). A request the
-    /// range arithmetic cannot represent fails the attempt, the device `named` in the error.
-    fn consumption(
-        &self,
-        device: &Device,
-        plan: &ClaimPlan,
-        w: &Want,
-        named: &dyn std::fmt::Display,
-    ) -> Result<Option<BTreeMap<String, capacity::Amount>>, AllocateError> {
-        capacity::consumed(&w.capacity, capacity_of(device), self.stable).map_err(|e| {
-            AllocateError::Fatal(format!(
-                "claim {}, request {}: checking capacity for device {named}: {e}",
-                plan.key, w.own_name
-            ))
-        })
     }
 
     /// Plans the claims to allocate against the classes; `Err` is what upstream reports as the
@@ -483,22 +466,13 @@ fn capacity_requests(
 
 pub(crate) static NO_ATTRIBUTES: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceAttribute> =
     BTreeMap::new();
-pub(crate) static NO_CAPACITY: BTreeMap<String, k8s_openapi::api::resource::v1::DeviceCapacity> =
-    BTreeMap::new();
-
-/// A device's capacities (none when it names none).
-fn capacity_of(
-    device: &Device,
-) -> &BTreeMap<String, k8s_openapi::api::resource::v1::DeviceCapacity> {
-    device.capacity.as_ref().unwrap_or(&NO_CAPACITY)
-}
 
 /// The device as its CEL selectors see it.
 fn device_view<'a>(c: &'a Candidate<'_>) -> DeviceView<'a> {
     DeviceView {
         driver: &c.slice.spec.driver,
         attributes: c.device.attributes.as_ref().unwrap_or(&NO_ATTRIBUTES),
-        capacity: capacity_of(c.device),
+        capacity: capacity::of(c.device),
         allow_multiple_allocations: c.device.allow_multiple_allocations,
     }
 }

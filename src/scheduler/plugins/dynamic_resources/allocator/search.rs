@@ -8,9 +8,9 @@ use k8s_openapi::api::resource::v1::{
 };
 
 use super::capacity;
-use super::capacity_of;
 use super::model::{
-    AllocateError, Allocator, Candidate, DeviceId, MAX_DEVICES_PER_CLAIM, Pool, Want, consumed,
+    AllocateError, Allocator, Candidate, ClaimPlan, DeviceId, MAX_DEVICES_PER_CLAIM, Pool, Want,
+    consumed,
 };
 
 /// The device a want took, by candidate index.
@@ -105,6 +105,26 @@ fn lookup_attribute(device: &Device, driver: &str, fqn: &str) -> Option<AttrValu
         return attrs.get(id).and_then(attr_value);
     }
     None
+}
+
+impl Allocator {
+    /// What want `w` of `plan`'s claim consumes of each of `device`'s capacities, or None when
+    /// it asks for a capacity the device lacks (another device may serve it). A request the
+    /// range arithmetic cannot represent fails the attempt, the device `named` in the error.
+    pub(super) fn consumption(
+        &self,
+        device: &Device,
+        plan: &ClaimPlan,
+        w: &Want,
+        named: &dyn std::fmt::Display,
+    ) -> Result<Option<BTreeMap<String, capacity::Amount>>, AllocateError> {
+        capacity::consumed(&w.capacity, capacity::of(device), self.stable).map_err(|e| {
+            AllocateError::Fatal(format!(
+                "claim {}, request {}: checking capacity for device {named}: {e}",
+                plan.key, w.own_name
+            ))
+        })
+    }
 }
 
 pub(super) struct Search<'s, 'a> {
@@ -262,7 +282,7 @@ impl<'s, 'a> Search<'s, 'a> {
         };
         if !capacity::fits(
             &share_consumed,
-            capacity_of(cand.device),
+            capacity::of(cand.device),
             alloc.allocated.shared.get(&cand.id),
             self.allocating.get(&cand.id),
             alloc.stable,
