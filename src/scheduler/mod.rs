@@ -16,6 +16,8 @@ pub mod eventhandlers;
 pub mod explain;
 pub mod failure;
 pub mod framework;
+pub mod group_placement;
+pub mod group_preemption;
 pub mod group_status;
 pub mod handoff;
 pub mod informers;

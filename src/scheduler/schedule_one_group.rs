@@ -21,7 +21,9 @@ use crate::scheduler::algorithm::{self, Choice, ScheduleResult};
 use crate::scheduler::failure::{FailedAttempt, Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
-use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
+use crate::scheduler::framework::{CycleState, Nomination, QueuedPodInfo, Status};
+use crate::scheduler::group_placement::{GROUP_UNSCHEDULABLE, infeasible};
+use crate::scheduler::group_preemption::{self, policy};
 use crate::scheduler::group_status::{ConditionWrite, with_condition};
 use crate::scheduler::handoff::{search_over_message, to_binding};
 use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
@@ -31,10 +33,6 @@ use crate::scheduler::plugins::gangs::{Gang, plugin_for};
 /// The PodGroup condition the group cycle writes (upstream's
 /// `PodGroupInitiallyScheduled`): True once the group was placed, never False again after.
 pub use crate::scheduler::group_status::INITIALLY_SCHEDULED;
-
-/// The prefix of a placed member's message when its group was not placed (upstream's
-/// errPodGroupUnschedulable).
-const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
 
 /// How a popped pod is scheduled, decided once at the top of its cycle (as upstream's
 /// ScheduleOne dispatches a pod or its group): alone, with its gang in a group cycle, or not at
@@ -138,14 +136,6 @@ fn validate<'a>(
     Ok(())
 }
 
-/// A pod's preemption policy, `PreemptLowerPriority` when unset.
-fn policy(pod: &crate::k8s::pod::Pod) -> String {
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.preemption_policy.clone())
-        .unwrap_or_else(|| "PreemptLowerPriority".to_string())
-}
-
 /// 1.38's validatePodGroupHierarchy for a lone PodGroup: the first queued pod is the
 /// reference for the schedulerName, the group's priority for every pod's, the group's
 /// `preemptionPolicy` (else the first pod's) for every pod's.
@@ -196,29 +186,6 @@ fn validate_hierarchy<'a>(
         }
     }
     Ok(())
-}
-
-/// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
-/// `scheduled` members placed (before or in this cycle), `unschedulable` rejected and
-/// `remaining` still to try, in `release`'s words.
-fn infeasible(
-    release: crate::k8s::release::Release,
-    min_count: usize,
-    scheduled: usize,
-    unschedulable: usize,
-    remaining: usize,
-) -> Option<String> {
-    (scheduled.saturating_add(remaining) < min_count).then(|| {
-        if release.at_least(38) {
-            format!(
-                "scheduling policy's minimum threshold ({min_count}) cannot be satisfied: {scheduled} scheduled, {unschedulable} unschedulable, {remaining} not-evaluated"
-            )
-        } else {
-            format!(
-                "minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
-            )
-        }
-    })
 }
 
 /// A member placed in this cycle: assumed on `node`, reserved.
@@ -424,11 +391,14 @@ pub fn schedule_group(
         give_back(&placed);
         // What the group's PostFilter plugins say, in their order: DynamicResources' says it
         // freed what it could (upstream says so whether or not the group holds claims), then
-        // DefaultPreemption's. Until 1.38 a verdict of DefaultPreemption's that no preemption
-        // can resolve (no victims) is said alone, as upstream's framework returns it alone.
+        // DefaultPreemption's. A success (a preemption decided) is said alone, and so, until
+        // 1.38, is a verdict no preemption can resolve (no victims), as upstream's framework
+        // returns either alone.
         let mut full = message.clone();
-        let preemption = group_preemption(sched, &profile, &gang, &members);
-        let alone = !release.at_least(38) && preemption.as_ref().is_some_and(|p| p.unresolvable);
+        let preemption = group_preemption::run(sched, &profile, &gang, &members, already);
+        let alone = preemption
+            .as_ref()
+            .is_some_and(|p| p.succeeded || (!release.at_least(38) && p.unresolvable));
         let dra_for_groups = !alone
             && matches!(gang.group, Group::Workload(_))
             && profile
@@ -438,9 +408,12 @@ pub fn schedule_group(
         if dra_for_groups {
             full.push_str(", deallocation and deletion of ResourceClaims completed");
         }
+        let mut nominations: std::collections::HashMap<usize, String> = Default::default();
+        let waiting_on_preemption = preemption.as_ref().is_some_and(|p| p.succeeded);
         if let Some(said) = preemption {
             full.push_str(", ");
             full.push_str(&said.words);
+            nominations.extend(said.nominations);
         }
         tracing::info!(group = %group_name, profile = %profile.source, reason = %full, "pod group is unschedulable");
         let rejected_by: Vec<&'static str> = rejected_by.into_iter().collect();
@@ -480,6 +453,11 @@ pub fn schedule_group(
                 debug_assert!(index >= evaluated);
                 group_failure(message.clone())
             };
+            let mut failure = failure;
+            if let Some(node) = nominations.remove(&index) {
+                // Nominated where the preemption makes room for it.
+                failure.nomination = NominationOutcome::PostFilter(Some(Nomination::Node(node)));
+            }
             fail(
                 sched,
                 &profile,
@@ -491,12 +469,14 @@ pub fn schedule_group(
             );
         }
         write_condition(sched, &gang.group, release, "False", "Unschedulable", full);
-        sched.metrics.podgroup_attempt(
-            "unschedulable",
-            &profile.scheduler_name,
-            search,
-            start.elapsed(),
-        );
+        let result = if waiting_on_preemption {
+            "waiting_on_preemption"
+        } else {
+            "unschedulable"
+        };
+        sched
+            .metrics
+            .podgroup_attempt(result, &profile.scheduler_name, search, start.elapsed());
         return;
     }
 
@@ -637,75 +617,6 @@ fn fail(
         group_size: Some(group_size),
     }
     .handle(sched);
-}
-
-/// What upstream's group preemption (DefaultPreemption at PodGroupPostFilter) says of a group
-/// that did not fit, where tether can tell without running it: with no pod of lower priority
-/// than the group's on any node, there is nothing to preempt, and upstream says `pod group
-/// preemption: No preemption victims found for incoming preemptor`; a group that may not
-/// preempt (Never) is `not eligible due to preemptionPolicy=Never.`. tether does not preempt
-/// for pod groups yet; where such pods exist, the message says so instead. None when the
-/// profile does not run DefaultPreemption.
-fn group_preemption(
-    sched: &Scheduler,
-    profile: &CompiledProfile,
-    gang: &Gang,
-    members: &[QueuedPodInfo],
-) -> Option<GroupPreemption> {
-    use crate::scheduler::plugins::default_preemption;
-    if !profile.uses(default_preemption::NAME) {
-        return None;
-    }
-    // The group's preemption policy: 1.38's the PodGroup's where it sets one; else (and in
-    // 1.37, PodGroupPreemptionPolicy off) Never when any member to place says Never.
-    let members_never = members.iter().any(|m| policy(&m.pod.pod) == "Never");
-    let never = match &gang.group {
-        Group::Workload(group) if profile.release.at_least(38) => {
-            match group.spec.preemption_policy.as_deref() {
-                Some(set) if !set.is_empty() => set == "Never",
-                _ => members_never,
-            }
-        }
-        _ => members_never,
-    };
-    if never {
-        return Some(GroupPreemption {
-            words: "pod group preemption: not eligible due to preemptionPolicy=Never.".into(),
-            unresolvable: false,
-        });
-    }
-    let group_priority = gang
-        .group
-        .priority()
-        .or_else(|| members.first().map(|m| priority(&m.pod.pod)))
-        .unwrap_or(0);
-    let snapshot = sched.lock_cache().snapshot();
-    let lower = snapshot
-        .nodes()
-        .iter()
-        .any(|node| node.pods.iter().any(|p| priority(&p.pod) < group_priority));
-    Some(if lower {
-        GroupPreemption {
-            words:
-                "pod group preemption: not attempted (tether does not preempt for pod groups yet)"
-                    .into(),
-            unresolvable: true,
-        }
-    } else {
-        GroupPreemption {
-            words: "pod group preemption: No preemption victims found for incoming preemptor"
-                .into(),
-            unresolvable: true,
-        }
-    })
-}
-
-/// What the group's preemption says, and whether its verdict is one no preemption can resolve
-/// (upstream's UnschedulableAndUnresolvable: no victims) or a plain Unschedulable (a group that
-/// may not preempt).
-struct GroupPreemption {
-    words: String,
-    unresolvable: bool,
 }
 
 /// Asks for the group's `PodGroupInitiallyScheduled` condition, as upstream writes it: never

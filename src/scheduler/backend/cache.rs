@@ -199,12 +199,7 @@ impl Cache {
 
     /// Assumes `pod` runs on `node` from now on, before the bind is confirmed.
     pub fn assume_pod(&mut self, pod: &PodInfo, node: &str) {
-        let mut bound = (*pod.pod).clone();
-        bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
-        let info = Arc::new(PodInfo {
-            pod: Arc::new(bound),
-            ..pod.clone()
-        });
+        let info = Arc::new(pod.on_node(node));
         let uid = pod.uid().to_string();
         self.remove_pod(&uid);
         self.node_mut(node).add_pod(info);

@@ -7,6 +7,7 @@ pub mod affinity_terms;
 pub mod cycle_state;
 pub mod events;
 pub mod extension_point;
+pub mod group_post_filter;
 pub mod interner;
 pub mod needs;
 pub mod node_info;
@@ -149,6 +150,10 @@ pub trait Plugin: Send + Sync + 'static {
         None
     }
     fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        None
+    }
+    /// Runs when a pod group's cycle could not place it (upstream's PodGroupPostFilter).
+    fn group_post_filter(&self) -> Option<&dyn group_post_filter::GroupPostFilterPlugin> {
         None
     }
     fn pre_score(&self) -> Option<&dyn PreScorePlugin> {

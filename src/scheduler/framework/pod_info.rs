@@ -174,6 +174,16 @@ impl PodInfo {
         pods::node_name(&self.pod)
     }
 
+    /// This pod as if bound to `node` (what an assumed pod looks like on its node).
+    pub fn on_node(&self, node: &str) -> PodInfo {
+        let mut bound = (*self.pod).clone();
+        bound.spec.get_or_insert_with(Default::default).node_name = Some(node.to_string());
+        PodInfo {
+            pod: Arc::new(bound),
+            ..self.clone()
+        }
+    }
+
     /// The pod's inter-pod affinity and anti-affinity terms, parsed.
     pub fn terms(&self) -> &AffinityTerms {
         self.group.terms()

@@ -1,9 +1,11 @@
 //! Carrying a preemption out, off the scheduling cycle (kube-scheduler's asynchronous
-//! preemption): the lower-priority pods nominated to the node lose their nomination, and each
-//! victim gets the `DisruptionTarget` condition, is deleted, and gets a `Preempted` event.
+//! preemption): the lower-priority pods nominated to the preemptor's nodes lose their
+//! nomination, and each victim gets the `DisruptionTarget` condition, is deleted, and gets a
+//! `Preempted` event. The preemptor is a pod, or a pod group preempting as one unit.
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::Resource;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
 
@@ -12,10 +14,78 @@ use crate::gate::{Write, WriteGate};
 use crate::k8s::pod::Pod;
 use crate::recorder::{EventType, EventWriter};
 use crate::scheduler::framework::PodActivator;
+use crate::scheduler::framework::group_post_filter::GroupPreemptor;
 
-/// What to do: the preemptor, its node, the victims and the nominations to clear.
+/// Who preempts: one pod, or a pod group (its members to place, held while the writes run).
+pub enum Preemptor {
+    Pod(Arc<Pod>),
+    Group {
+        group: GroupPreemptor,
+        members: Vec<Arc<Pod>>,
+    },
+}
+
+impl Preemptor {
+    /// The word upstream's messages use for it.
+    fn kind_word(&self) -> &'static str {
+        match self {
+            Preemptor::Pod(_) => "pod",
+            Preemptor::Group { .. } => "podgroup",
+        }
+    }
+
+    fn uid(&self) -> String {
+        match self {
+            Preemptor::Pod(pod) => pod.metadata.uid.clone().unwrap_or_default(),
+            Preemptor::Group { group, .. } => group.uid.clone(),
+        }
+    }
+
+    fn key(&self) -> String {
+        match self {
+            Preemptor::Pod(pod) => format!("{}/{}", name_of(pod).0, name_of(pod).1),
+            Preemptor::Group { group, .. } => format!("{}/{}", group.namespace, group.name),
+        }
+    }
+
+    fn scheduler_name(&self) -> String {
+        match self {
+            Preemptor::Pod(pod) => pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.scheduler_name.clone())
+                .unwrap_or_default(),
+            Preemptor::Group { group, .. } => group.scheduler_name.clone(),
+        }
+    }
+
+    fn object_ref(&self) -> ObjectReference {
+        match self {
+            Preemptor::Pod(pod) => pod.object_ref(&()),
+            Preemptor::Group { group, .. } => ObjectReference {
+                api_version: Some(group.api_version.clone()),
+                kind: Some(group.kind.clone()),
+                namespace: Some(group.namespace.clone()),
+                name: Some(group.name.clone()),
+                uid: Some(group.uid.clone()),
+                ..ObjectReference::default()
+            },
+        }
+    }
+
+    /// The pods held back while the writes run, and tried again when one fails.
+    pub fn held(&self) -> Vec<Arc<Pod>> {
+        match self {
+            Preemptor::Pod(pod) => vec![pod.clone()],
+            Preemptor::Group { members, .. } => members.clone(),
+        }
+    }
+}
+
+/// What to do: the preemptor, the node it preempts on (`cluster` for a group, as upstream
+/// says), the victims and the nominations to clear.
 pub struct Preemption {
-    pub preemptor: Arc<Pod>,
+    pub preemptor: Preemptor,
     pub node: String,
     pub victims: Vec<Arc<Pod>>,
     pub outranked: Vec<Arc<Pod>>,
@@ -45,23 +115,27 @@ pub async fn carry_out(
     activator: Option<Arc<dyn PodActivator>>,
     p: Preemption,
 ) {
-    let preemptor = format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1);
+    let preemptor = p.preemptor.key();
     let victims = p.victims.clone();
-    let pod = p.preemptor.clone();
+    let held = p.preemptor.held();
     // Fenced as a whole: when the term ends half-way, the victims not deleted yet are left.
     let result = gate
         .write(Write::Eviction, actuate(client, events, &evictions, p))
         .await;
     // The writes ended: the preemptor may be tried again (the plugin held it when it began).
     if let Some(activator) = &activator {
-        activator.preempted(pod.metadata.uid.as_deref().unwrap_or_default(), &victims);
+        for pod in &held {
+            activator.preempted(pod.metadata.uid.as_deref().unwrap_or_default(), &victims);
+        }
     }
     match result {
         Ok(Failed(false)) => {}
         Ok(Failed(true)) => {
             tracing::info!(pod = %preemptor, "a write of the preemption failed; the preemptor is tried again");
             if let Some(activator) = &activator {
-                activator.activate(&pod);
+                for pod in &held {
+                    activator.activate(pod);
+                }
             }
         }
         Err(refused) => {
@@ -101,13 +175,11 @@ async fn actuate(
             failed = true;
         }
     }
-    let scheduler = p
-        .preemptor
-        .spec
-        .as_ref()
-        .and_then(|s| s.scheduler_name.clone())
-        .unwrap_or_default();
-    let preemptor_uid = p.preemptor.metadata.uid.clone().unwrap_or_default();
+    let scheduler = p.preemptor.scheduler_name();
+    let preemptor_uid = p.preemptor.uid();
+    let kind = p.preemptor.kind_word();
+    let preemptor_ref = p.preemptor.object_ref();
+    let preemptor_key = p.preemptor.key();
     for victim in &p.victims {
         if victim.metadata.deletion_timestamp.is_some() {
             continue;
@@ -120,7 +192,7 @@ async fn actuate(
                 "type": "DisruptionTarget",
                 "status": "True",
                 "reason": "PreemptionByScheduler",
-                "message": format!("{scheduler}: preempting to accommodate a higher priority pod"),
+                "message": format!("{scheduler}: preempting to accommodate a higher priority {kind}"),
                 "observedGeneration": victim.metadata.generation,
                 "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
             }]},
@@ -155,14 +227,14 @@ async fn actuate(
             }
             Ok(_) => {}
         }
-        tracing::info!(victim = %format!("{ns}/{name}"), node = %p.node, preemptor = %format!("{}/{}", name_of(&p.preemptor).0, name_of(&p.preemptor).1), "preempted");
+        tracing::info!(victim = %format!("{ns}/{name}"), node = %p.node, preemptor = %preemptor_key, "preempted");
         if let Some(events) = &events {
-            let note = format!("Preempted by pod {preemptor_uid} on node {}", p.node);
+            let note = format!("Preempted by {kind} {preemptor_uid} on node {}", p.node);
             // About the victim, related to the preemptor, as upstream's.
             let _ = events
                 .publish_related(
                     &victim.object_ref(&()),
-                    Some(&p.preemptor.object_ref(&())),
+                    Some(&preemptor_ref),
                     EventType::Normal,
                     "Preempted",
                     "Preempting",
@@ -251,7 +323,7 @@ mod tests {
                 Arc::default(),
                 Some(activations.clone()),
                 Preemption {
-                    preemptor: preemptor.clone(),
+                    preemptor: Preemptor::Pod(preemptor.clone()),
                     node: "n1".into(),
                     victims: vec![running(victim)],
                     outranked: vec![],

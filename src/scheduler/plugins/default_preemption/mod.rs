@@ -19,6 +19,7 @@ pub mod actuate;
 pub mod args;
 pub mod dry_run;
 pub mod evictions;
+pub mod group;
 #[cfg(test)]
 mod tests;
 
@@ -74,6 +75,11 @@ impl Plugin for DefaultPreemption {
         Some(Vec::new())
     }
     fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn group_post_filter(
+        &self,
+    ) -> Option<&dyn crate::scheduler::framework::group_post_filter::GroupPostFilterPlugin> {
         Some(self)
     }
 }
@@ -337,7 +343,7 @@ impl DefaultPreemption {
             .map(|p| p.pod.clone())
             .collect();
         let preemption = actuate::Preemption {
-            preemptor: ctx.pod.pod.clone(),
+            preemptor: actuate::Preemptor::Pod(ctx.pod.pod.clone()),
             node: best.node.clone(),
             victims,
             outranked,

@@ -1,0 +1,73 @@
+//! PodGroupPostFilter: what runs when a pod group's cycle could not place it (upstream's
+//! PodGroupPostFilterPlugin, through which DefaultPreemption preempts for a whole group).
+//!
+//! The plugin sees the group as one preemptor and is handed the group cycle's own placement as
+//! a function of a snapshot (upstream's PodGroupSchedulingFunc): it changes the cluster in a
+//! copy (victims taken off) and asks where the members would then go, without knowing how the
+//! group cycle places them.
+
+use std::sync::Arc;
+
+use super::pod_info::PodInfo;
+use super::profile::CompiledProfile;
+use super::snapshot::Snapshot;
+use super::{NominatedPods, Status};
+use crate::k8s::pod::Pod;
+
+/// The group that did not fit, as a preemptor.
+#[derive(Clone, Debug)]
+pub struct GroupPreemptor {
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+    /// `apiVersion` and `kind` of the group's object (events name it as their related object).
+    pub api_version: String,
+    pub kind: String,
+    /// The schedulerName its members ask for (the victims' DisruptionTarget names it).
+    pub scheduler_name: String,
+    pub priority: i32,
+    /// Its preemption policy is Never (the group's own from 1.38, else any member's).
+    pub never: bool,
+}
+
+/// What preemption needs to know of the group a pod on a node belongs to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VictimGroup {
+    /// The group's key (`namespace/name`): the pods of one group with `disruptionMode: All`
+    /// go as one unit.
+    pub key: String,
+    /// Its `disruptionMode` is All: its scheduled pods are evicted together or not at all.
+    pub disrupt_all: bool,
+    /// The group's own priority (`spec.priority`), when it sets one.
+    pub priority: Option<i32>,
+}
+
+/// Where the group cycle placed the members it placed on a snapshot: (index into the
+/// members, node), in the order it placed them; or why it could not place the group.
+pub type Placement = Result<Vec<(usize, String)>, String>;
+
+/// What a PodGroupPostFilter plugin is given.
+pub struct GroupPostFilterContext<'a> {
+    pub profile: &'a CompiledProfile,
+    pub preemptor: &'a GroupPreemptor,
+    /// The members the cycle tried, in its order.
+    pub members: &'a [Arc<PodInfo>],
+    /// The cycle's view of the cluster.
+    pub snapshot: &'a Snapshot,
+    pub nominated: &'a dyn NominatedPods,
+    /// The group of a pod on a node, when it names one this scheduler knows.
+    pub group_of: &'a (dyn Fn(&Pod) -> Option<VictimGroup> + Sync),
+    /// Runs the group cycle's placement on a snapshot (nothing reserved, nothing written).
+    pub place: &'a dyn Fn(&Snapshot) -> Placement,
+}
+
+/// What the plugin decided: on Success, the node each member (by index) is nominated to.
+pub struct GroupPostFilterResult {
+    pub status: Status,
+    pub nominations: Vec<(usize, String)>,
+}
+
+/// Runs when a group cycle could not place its group.
+pub trait GroupPostFilterPlugin: Send + Sync {
+    fn group_post_filter(&self, ctx: &GroupPostFilterContext<'_>) -> GroupPostFilterResult;
+}

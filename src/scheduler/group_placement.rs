@@ -1,0 +1,99 @@
+//! Placing a gang's members on a snapshot, as the group cycle does but without reserving or
+//! assuming anything: what group preemption asks of the group cycle on a cluster without its
+//! potential victims (upstream's PodGroupSchedulingFunc). And the rule both follow: a group
+//! whose `minCount` is out of reach stops.
+
+use std::sync::Arc;
+
+use crate::scheduler::Scheduler;
+use crate::scheduler::algorithm::{self, ScheduleResult};
+use crate::scheduler::framework::CycleState;
+use crate::scheduler::framework::QueuedPodInfo;
+use crate::scheduler::framework::group_post_filter::Placement;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::snapshot::Snapshot;
+
+/// The prefix of a placed member's message when its group was not placed (upstream's
+/// errPodGroupUnschedulable).
+pub const GROUP_UNSCHEDULABLE: &str = "pod group is unschedulable";
+
+/// Upstream's PlacementFeasible: the message when `min_count` can no longer be reached with
+/// `scheduled` members placed (before or in this cycle), `unschedulable` rejected and
+/// `remaining` still to try, in `release`'s words.
+pub fn infeasible(
+    release: crate::k8s::release::Release,
+    min_count: usize,
+    scheduled: usize,
+    unschedulable: usize,
+    remaining: usize,
+) -> Option<String> {
+    (scheduled.saturating_add(remaining) < min_count).then(|| {
+        if release.at_least(38) {
+            format!(
+                "scheduling policy's minimum threshold ({min_count}) cannot be satisfied: {scheduled} scheduled, {unschedulable} unschedulable, {remaining} not-evaluated"
+            )
+        } else {
+            format!(
+                "minCount ({min_count}) cannot be satisfied: {scheduled} scheduled, {remaining} remaining"
+            )
+        }
+    })
+}
+
+/// The members (in the cycle's order) placed on `snapshot` one after another, each seeing
+/// those before it, with `already` members scheduled before and `min_count` to reach: where
+/// each placed member went, or why the group does not fit.
+pub fn place_on(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    members: &[QueuedPodInfo],
+    (already, min_count): (usize, usize),
+    snapshot: &Snapshot,
+) -> Placement {
+    let nominated = sched.state.room.for_group();
+    let mut snapshot = snapshot.clone();
+    let (mut scheduled, mut unschedulable, mut remaining) = (already, 0, members.len());
+    let mut placed = Vec::new();
+    for (index, member) in members.iter().enumerate() {
+        remaining -= 1;
+        if member.pod.parse_error.is_some() {
+            unschedulable += 1;
+        } else {
+            let mut state = CycleState::new();
+            match algorithm::schedule_pod_with(
+                profile,
+                &mut state,
+                &member.pod,
+                &snapshot,
+                &sched.start_index,
+                &nominated,
+                false,
+            ) {
+                ScheduleResult::Scheduled { node, .. } => {
+                    if let Some(info) = snapshot.get(&node) {
+                        let mut info = (**info).clone();
+                        info.add_pod(Arc::new(member.pod.on_node(&node)));
+                        snapshot = snapshot.with_node(info);
+                    }
+                    scheduled += 1;
+                    placed.push((index, node));
+                }
+                ScheduleResult::Unschedulable(_) => unschedulable += 1,
+                ScheduleResult::Error(status) => return Err(status.message()),
+            }
+        }
+        if let Some(message) = infeasible(
+            profile.release,
+            min_count,
+            scheduled,
+            unschedulable,
+            remaining,
+        ) {
+            return Err(message);
+        }
+    }
+    if placed.is_empty() {
+        return Err(GROUP_UNSCHEDULABLE.into());
+    }
+    Ok(placed)
+}

@@ -1,0 +1,147 @@
+//! The group cycle's PodGroupPostFilter: when a gang did not fit, the profile's group
+//! PostFilter plugins (DefaultPreemption) are asked, in order, to make room for it as one unit
+//! (upstream's RunPodGroupPostFilterPlugins); the first that succeeds decides.
+
+use crate::k8s::pod::Pod;
+use crate::scheduler::Scheduler;
+use crate::scheduler::framework::group_post_filter::{
+    GroupPostFilterContext, GroupPreemptor, VictimGroup,
+};
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::runtime::priority;
+use crate::scheduler::framework::{Code, QueuedPodInfo};
+use crate::scheduler::group_placement::place_on;
+use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
+use crate::scheduler::plugins::gangs::Gang;
+
+/// What the group's preemption said: its words (appended to the group's message), whether no
+/// preemption can resolve the group (upstream's UnschedulableAndUnresolvable: no victims, until
+/// 1.38), and on success the node each member (by index) is nominated to.
+pub struct GroupPreemption {
+    pub words: String,
+    pub unresolvable: bool,
+    pub succeeded: bool,
+    pub nominations: Vec<(usize, String)>,
+}
+
+/// A member's preemption policy, `PreemptLowerPriority` when unset.
+pub fn policy(pod: &Pod) -> String {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.preemption_policy.clone())
+        .unwrap_or_else(|| "PreemptLowerPriority".to_string())
+}
+
+/// Runs the profile's group PostFilter plugins for `gang`, whose `members` (in the cycle's
+/// order; `already` more scheduled before) did not fit. None when the profile runs none, or the
+/// group is not of the Workload API (a Coscheduling group is never a preemptor upstream).
+pub fn run(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    gang: &Gang,
+    members: &[QueuedPodInfo],
+    already: usize,
+) -> Option<GroupPreemption> {
+    let Group::Workload(object) = &gang.group else {
+        return None;
+    };
+    let plugins: Vec<_> = profile
+        .post_filter
+        .iter()
+        .filter_map(|p| p.group_post_filter())
+        .collect();
+    if plugins.is_empty() {
+        return None;
+    }
+    // The group's preemption policy: 1.38's the PodGroup's where it sets one; else (and in
+    // 1.37, PodGroupPreemptionPolicy off) Never when any member to place says Never.
+    let members_never = members.iter().any(|m| policy(&m.pod.pod) == "Never");
+    let never = match object.spec.preemption_policy.as_deref() {
+        Some(set) if !set.is_empty() && profile.release.at_least(38) => set == "Never",
+        _ => members_never,
+    };
+    let preemptor = GroupPreemptor {
+        namespace: gang.key.namespace.clone(),
+        name: gang.key.name.clone(),
+        uid: object.metadata.uid.clone().unwrap_or_default(),
+        api_version: "scheduling.k8s.io/v1beta1".into(),
+        kind: "PodGroup".into(),
+        scheduler_name: members
+            .first()
+            .map(|m| crate::k8s::pods::scheduler_name(&m.pod.pod).to_string())
+            .unwrap_or_default(),
+        priority: gang
+            .group
+            .priority()
+            .or_else(|| members.first().map(|m| priority(&m.pod.pod)))
+            .unwrap_or(0),
+        never,
+    };
+    let pods: Vec<_> = members.iter().map(|m| m.pod.clone()).collect();
+    let snapshot = sched.lock_cache().snapshot();
+    let nominated = sched.state.room.for_group();
+    let group_of = |pod: &Pod| victim_group(sched, pod);
+    let place = |on: &_| place_on(sched, profile, members, (already, gang.min_count), on);
+    let ctx = GroupPostFilterContext {
+        profile,
+        preemptor: &preemptor,
+        members: &pods,
+        snapshot: &snapshot,
+        nominated: &nominated,
+        group_of: &group_of,
+        place: &place,
+    };
+    let mut reasons = Vec::new();
+    for plugin in plugins {
+        let result = plugin.group_post_filter(&ctx);
+        let status = result.status;
+        match status.code {
+            Code::Success => {
+                return Some(GroupPreemption {
+                    words: status.message(),
+                    unresolvable: false,
+                    succeeded: true,
+                    nominations: result.nominations,
+                });
+            }
+            Code::UnschedulableAndUnresolvable => {
+                return Some(GroupPreemption {
+                    words: status.message(),
+                    unresolvable: true,
+                    succeeded: false,
+                    nominations: Vec::new(),
+                });
+            }
+            _ => reasons.push(status.message()),
+        }
+    }
+    Some(GroupPreemption {
+        words: reasons.join(", "),
+        unresolvable: false,
+        succeeded: false,
+        nominations: Vec::new(),
+    })
+}
+
+/// The group of a pod on a node as preemption sees it: a pod naming a Workload API PodGroup;
+/// its `disruptionMode` and priority when the group is known.
+fn victim_group(sched: &Scheduler, pod: &Pod) -> Option<VictimGroup> {
+    let key = pod_groups::group_of(pod)?;
+    if key.api != GroupApi::Workload {
+        return None;
+    }
+    let group = match sched.pod_groups.get(&key) {
+        Some(Group::Workload(group)) => Some(group),
+        _ => None,
+    };
+    Some(VictimGroup {
+        key: key.to_string(),
+        disrupt_all: group.as_ref().is_some_and(|g| {
+            g.spec
+                .disruption_mode
+                .as_ref()
+                .is_some_and(|d| d.all.is_some())
+        }),
+        priority: group.and_then(|g| g.spec.priority),
+    })
+}

@@ -1,0 +1,430 @@
+//! DefaultPreemption for a pod group (upstream's PodGroupPostFilter, workload-aware
+//! preemption): the group preempts as one unit, across the whole cluster.
+//!
+//! 1. A group that may not preempt (Never) is told so; one whose members' nominated nodes still
+//!    have a lower-priority pod going because of a preemption waits for it (its nominations
+//!    stand).
+//! 2. The potential victims are units of every node: the scheduled pods of a group with
+//!    `disruptionMode: All` together (wherever they run), every other pod alone, each of lower
+//!    priority than the group.
+//! 3. All of them are taken off a copy of the cluster and the group cycle places the members
+//!    there once; where it cannot, preemption cannot help.
+//! 4. Each unit is then given back, those a PodDisruptionBudget protects first and the most
+//!    important first: it is spared when every member still fits where it was placed (each
+//!    seeing the members placed before it); otherwise it is a victim.
+//! 5. The victims are evicted off the cycle ([`super::actuate`]) and each member is nominated to
+//!    its node; the members wait until the evictions' writes end.
+//!
+//! Where tether differs (named in install.md): the placement on the victimless cluster reserves
+//! nothing (upstream runs Reserve, which only matters for members sharing claims or volumes),
+//! the reprieve runs each member's PreFilter again on the changed cluster instead of updating the
+//! placement's cycle states, and 1.38's ranking of nodes by the victims they would cost
+//! (RankNodes, and Reserve's condemned set) is not followed: the group cycle places the members
+//! as it would on an empty cluster of the same nodes.
+
+use std::cmp::Ordering;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::dry_run::{split_by_budgets, start_time};
+use super::evictions::Evictions;
+use super::{DefaultPreemption, actuate, preempted};
+use crate::k8s::release::Release;
+use crate::scheduler::framework::group_post_filter::{
+    GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult,
+};
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::runtime::{Diagnosis, nominated_node, priority};
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{Code, CycleState, Status};
+
+/// What a unit of victims is, for their order (upstream's victimRank).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum UnitKind {
+    Pod = 1,
+    PodGroup = 2,
+}
+
+/// Pods evicted together or not at all.
+#[derive(Clone, Debug)]
+pub struct Unit {
+    pub pods: Vec<Arc<PodInfo>>,
+    pub priority: i32,
+    pub kind: UnitKind,
+}
+
+impl Unit {
+    fn earliest_start(&self, now: Timestamp) -> Timestamp {
+        self.pods
+            .iter()
+            .map(|p| start_time(&p.pod, now))
+            .min()
+            .unwrap_or(now)
+    }
+
+    fn first_uid(&self) -> &str {
+        self.pods.first().map_or("", |p| p.uid())
+    }
+}
+
+/// Upstream's MoreImportantVictim as an ordering (most important first): priority, kind (a
+/// group before a pod), more pods, the earliest start; from 1.38 then the first pod's UID.
+pub fn more_important_first(a: &Unit, b: &Unit, now: Timestamp, release: Release) -> Ordering {
+    let order = b
+        .priority
+        .cmp(&a.priority)
+        .then(b.kind.cmp(&a.kind))
+        .then(b.pods.len().cmp(&a.pods.len()))
+        .then_with(|| a.earliest_start(now).cmp(&b.earliest_start(now)));
+    if release.at_least(38) {
+        order.then_with(|| a.first_uid().cmp(b.first_uid()))
+    } else {
+        order
+    }
+}
+
+/// Every pod of the cluster as a unit of victims (upstream's getCrossNodesVictims): the pods
+/// of one group with `disruptionMode: All` make one unit, wherever they run; any other pod is
+/// one. A unit's priority is its pods' own from 1.38; until then a grouped pod's is its group's
+/// (where the group sets one), and a grouped pod alone counts as a group.
+pub fn units(ctx: &GroupPostFilterContext<'_>, release: Release) -> Vec<Unit> {
+    let mut out: Vec<Unit> = Vec::new();
+    let mut by_group: HashMap<String, usize> = HashMap::new();
+    for node in ctx.snapshot.nodes() {
+        for pod in &node.pods {
+            let group = (ctx.group_of)(&pod.pod);
+            let own = priority(&pod.pod);
+            let priority = match &group {
+                Some(g) if !release.at_least(38) => g.priority.unwrap_or(own),
+                _ => own,
+            };
+            match group {
+                Some(g) if g.disrupt_all => match by_group.get(&g.key) {
+                    Some(&i) => out[i].pods.push(pod.clone()),
+                    None => {
+                        by_group.insert(g.key, out.len());
+                        out.push(Unit {
+                            pods: vec![pod.clone()],
+                            priority,
+                            kind: UnitKind::PodGroup,
+                        });
+                    }
+                },
+                grouped => out.push(Unit {
+                    pods: vec![pod.clone()],
+                    priority,
+                    kind: if grouped.is_some() && !release.at_least(38) {
+                        UnitKind::PodGroup
+                    } else {
+                        UnitKind::Pod
+                    },
+                }),
+            }
+        }
+    }
+    out
+}
+
+/// Splits units (in their order) into those with pods some budget does not let go, each with
+/// how many, and the others (upstream's FilterVictimsWithPDBViolation: a unit is atomic).
+fn split_units_by_budgets(
+    units: Vec<Unit>,
+    budgets: &[Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
+    release: Release,
+) -> (Vec<(Unit, usize)>, Vec<Unit>) {
+    let pods: Vec<Arc<PodInfo>> = units.iter().flat_map(|u| u.pods.clone()).collect();
+    let (violating, _) = split_by_budgets(&pods, budgets, release);
+    let violating: HashSet<&str> = violating.iter().map(|p| p.uid()).collect();
+    let (mut protected, mut free) = (Vec::new(), Vec::new());
+    for unit in units {
+        let count = unit
+            .pods
+            .iter()
+            .filter(|p| violating.contains(p.uid()))
+            .count();
+        if count > 0 {
+            protected.push((unit, count));
+        } else {
+            free.push(unit);
+        }
+    }
+    (protected, free)
+}
+
+/// The cluster as the trial sees it: node infos changed so far, over the cycle's snapshot.
+struct Trial<'a> {
+    base: &'a Snapshot,
+    changed: HashMap<String, NodeInfo>,
+}
+
+impl<'a> Trial<'a> {
+    fn new(base: &'a Snapshot) -> Self {
+        Trial {
+            base,
+            changed: HashMap::new(),
+        }
+    }
+
+    fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
+        if !self.changed.contains_key(name) {
+            let info = self.base.get(name)?;
+            self.changed.insert(name.to_string(), (**info).clone());
+        }
+        self.changed.get_mut(name)
+    }
+
+    fn remove(&mut self, unit: &Unit) {
+        for pod in &unit.pods {
+            if let Some(node) = pod.node_name().map(str::to_string)
+                && let Some(info) = self.node_mut(&node)
+            {
+                info.remove_pod(pod.uid());
+            }
+        }
+    }
+
+    fn add(&mut self, unit: &Unit) {
+        for pod in &unit.pods {
+            if let Some(node) = pod.node_name().map(str::to_string)
+                && let Some(info) = self.node_mut(&node)
+            {
+                info.add_pod(pod.clone());
+            }
+        }
+    }
+
+    fn snapshot(&self) -> Snapshot {
+        self.base.with_changed(
+            self.changed.values().cloned().map(Arc::new),
+            self.base.namespace_labels.clone(),
+            self.base.image_node_counts.clone(),
+        )
+    }
+}
+
+/// Whether every member still fits on the node it was placed on in `snapshot`, in the order
+/// it was placed, each seeing those before it.
+fn all_still_fit(
+    ctx: &GroupPostFilterContext<'_>,
+    snapshot: Snapshot,
+    placement: &[(usize, String)],
+) -> bool {
+    let mut snapshot = snapshot;
+    for (index, node) in placement {
+        let Some(pod) = ctx.members.get(*index) else {
+            return false;
+        };
+        let mut state = CycleState::new();
+        let mut diagnosis = Diagnosis::default();
+        if ctx
+            .profile
+            .run_pre_filter(&mut state, pod, &snapshot, &mut diagnosis)
+            .is_err()
+        {
+            return false;
+        }
+        let Some(info) = snapshot.get(node) else {
+            return false;
+        };
+        let status =
+            ctx.profile
+                .run_filters_with_nominated(&state, pod, info, ctx.nominated, &snapshot);
+        if !status.is_success() {
+            return false;
+        }
+        let mut info = (**info).clone();
+        info.add_pod(Arc::new(pod.on_node(node)));
+        snapshot = snapshot.with_node(info);
+    }
+    true
+}
+
+/// The victims chosen, and the placement they make room for.
+struct Decision {
+    victims: Vec<Unit>,
+    placement: Vec<(usize, String)>,
+}
+
+impl DefaultPreemption {
+    /// The group's preemption, unprefixed: its status and, on Success, the members'
+    /// nominations.
+    fn preempt_group(&self, ctx: &GroupPostFilterContext<'_>) -> GroupPostFilterResult {
+        let release = self.release;
+        let fail = |code, message: &str| GroupPostFilterResult {
+            status: Status::new(code, message),
+            nominations: Vec::new(),
+        };
+        let group = ctx.preemptor;
+        if group.never {
+            return fail(
+                Code::Unschedulable,
+                "not eligible due to preemptionPolicy=Never.",
+            );
+        }
+        if let Some(nominations) = ongoing(ctx, &self.evictions) {
+            return GroupPostFilterResult {
+                status: Status::new(Code::Success, "ongoing preemption on nominated nodes"),
+                nominations,
+            };
+        }
+        let now = if release.at_least(38) {
+            Timestamp::MAX
+        } else {
+            Timestamp::now()
+        };
+        let potential: Vec<Unit> = units(ctx, release)
+            .into_iter()
+            .filter(|u| u.priority < group.priority)
+            .collect();
+        if potential.is_empty() {
+            // Until 1.38 no preemption can resolve it; from 1.38 a plain rejection.
+            let code = if release.at_least(38) {
+                Code::Unschedulable
+            } else {
+                Code::UnschedulableAndUnresolvable
+            };
+            return fail(code, "No preemption victims found for incoming preemptor");
+        }
+        let decision = match self.decide(ctx, potential, now) {
+            Ok(decision) => decision,
+            Err(message) => return fail(Code::Unschedulable, &message),
+        };
+        let count: usize = decision.victims.iter().map(|u| u.pods.len()).sum();
+        self.carry_out_group(ctx, &decision);
+        GroupPostFilterResult {
+            status: Status::new(
+                Code::Success,
+                format!("found a placement for podgroup, preempting {count} victims"),
+            ),
+            nominations: decision.placement,
+        }
+    }
+
+    /// Steps 3 and 4: where the members go with every potential victim gone, and which of
+    /// those must go for it.
+    fn decide(
+        &self,
+        ctx: &GroupPostFilterContext<'_>,
+        mut potential: Vec<Unit>,
+        now: Timestamp,
+    ) -> Result<Decision, String> {
+        let mut trial = Trial::new(ctx.snapshot);
+        for unit in &potential {
+            trial.remove(unit);
+        }
+        let placement = (ctx.place)(&trial.snapshot())?;
+        potential.sort_by(|a, b| more_important_first(a, b, now, self.release));
+        let budgets = self.budgets.all();
+        let (protected, free) = split_units_by_budgets(potential, &budgets, self.release);
+        let mut victims = Vec::new();
+        for unit in protected.into_iter().map(|(u, _)| u).chain(free) {
+            trial.add(&unit);
+            if all_still_fit(ctx, trial.snapshot(), &placement) {
+                continue;
+            }
+            trial.remove(&unit);
+            victims.push(unit);
+        }
+        Ok(Decision { victims, placement })
+    }
+
+    /// Step 5: the evictions, off the cycle, with the members held until their writes end.
+    fn carry_out_group(&self, ctx: &GroupPostFilterContext<'_>, decision: &Decision) {
+        let pods: Vec<Arc<crate::k8s::pod::Pod>> = decision
+            .victims
+            .iter()
+            .flat_map(|u| u.pods.iter().map(|p| p.pod.clone()))
+            .collect();
+        let victims = self.evictions.start(pods.iter());
+        if victims.is_empty() {
+            return;
+        }
+        let members: HashSet<&str> = ctx.members.iter().map(|m| m.uid()).collect();
+        let nodes: HashSet<&str> = decision.placement.iter().map(|(_, n)| n.as_str()).collect();
+        let mut seen = HashSet::new();
+        let outranked = nodes
+            .iter()
+            .flat_map(|node| ctx.nominated.for_node(node))
+            .filter(|p| priority(&p.pod) < ctx.preemptor.priority && !members.contains(p.uid()))
+            .filter(|p| seen.insert(p.uid().to_string()))
+            .map(|p| p.pod.clone())
+            .collect();
+        let held: Vec<Arc<crate::k8s::pod::Pod>> =
+            ctx.members.iter().map(|m| m.pod.clone()).collect();
+        tracing::info!(
+            group = %format!("{}/{}", ctx.preemptor.namespace, ctx.preemptor.name),
+            victims = pods.len(),
+            evicting = victims.len(),
+            "preempting for a pod group"
+        );
+        let preemption = actuate::Preemption {
+            preemptor: actuate::Preemptor::Group {
+                group: ctx.preemptor.clone(),
+                members: held,
+            },
+            node: "cluster".into(),
+            victims,
+            outranked,
+        };
+        if let (Some(client), Some(runtime)) = (&self.client, &self.runtime) {
+            if let Some(activator) = &self.activator {
+                for member in ctx.members {
+                    activator.preempting(member.uid());
+                }
+            }
+            runtime.spawn(actuate::carry_out(
+                client.clone(),
+                self.events.clone(),
+                self.gate.clone(),
+                self.evictions.clone(),
+                self.activator.clone(),
+                preemption,
+            ));
+        }
+    }
+}
+
+/// The members' current nominations when any of their nominated nodes still has a pod of
+/// lower priority going because of a preemption (upstream's isOngoingPreemption).
+fn ongoing(
+    ctx: &GroupPostFilterContext<'_>,
+    evictions: &Evictions,
+) -> Option<Vec<(usize, String)>> {
+    let nominations: Vec<(usize, String)> = ctx
+        .members
+        .iter()
+        .enumerate()
+        .filter_map(|(i, m)| {
+            ctx.nominated
+                .node_of(m.uid())
+                .or_else(|| nominated_node(&m.pod).map(String::from))
+                .map(|n| (i, n))
+        })
+        .collect();
+    let waiting = nominations.iter().any(|(_, node)| {
+        ctx.snapshot.get(node).is_some_and(|info| {
+            info.pods
+                .iter()
+                .any(|p| priority(&p.pod) < ctx.preemptor.priority && preempted(&p.pod, evictions))
+        })
+    });
+    waiting.then_some(nominations)
+}
+
+impl GroupPostFilterPlugin for DefaultPreemption {
+    /// Every message is prefixed `pod group preemption: `, as upstream's.
+    fn group_post_filter(&self, ctx: &GroupPostFilterContext<'_>) -> GroupPostFilterResult {
+        let mut result = self.preempt_group(ctx);
+        let message = result.status.message();
+        if !message.is_empty() {
+            result.status = Status::new(
+                result.status.code,
+                format!("pod group preemption: {message}"),
+            );
+        }
+        result
+    }
+}
