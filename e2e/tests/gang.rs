@@ -5,7 +5,7 @@
 //! does not show here (two gangs competing for room, members arriving one by one) is checked
 //! against what a user relies on.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -769,6 +769,289 @@ async fn a_gated_member_holds_its_gang_and_a_basic_group_is_placed_as_by_kube_sc
     let ours = format!("gang-gated-tether-{}", unique_suffix());
     apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
     let tether = gated_and_basic(&ours, "gang-gated-tether").await?;
+    println!("tether: {tether:?}");
+    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
+    assert_eq!(tether, upstream);
+    Ok(())
+}
+
+/// The finalizer that keeps a victim terminating until the test lets it go (so what the
+/// preemption wrote can be read before its preemptor moves on).
+const HOLD: &str = "e2e.tether.dev/hold";
+
+/// A pod bound to `node` (no scheduler), asking for `cpu`, of PriorityClass `class`, naming
+/// `group` when given, held by [`HOLD`].
+fn pinned(
+    ns: &str,
+    nodes: &TestNodes,
+    name: &str,
+    (group, class, cpu): (Option<&str>, &str, &str),
+    node: usize,
+) -> anyhow::Result<()> {
+    let mut spec = json!({
+        "nodeName": nodes.names[node],
+        "priorityClassName": class,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}],
+    });
+    if let Some(group) = group {
+        spec["schedulingGroup"] = json!({"podGroupName": group});
+    }
+    nodes.isolate(&mut spec);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": name, "namespace": ns, "finalizers": [HOLD]}, "spec": spec}))
+}
+
+/// What a gang's preemption did, as the user sees it.
+#[derive(Debug, PartialEq)]
+struct GangPreemption {
+    /// The pods evicted.
+    victims: BTreeSet<String>,
+    /// Their `DisruptionTarget` condition: (reason, message with the scheduler's name as
+    /// `<scheduler>`).
+    disruption: BTreeSet<(String, String)>,
+    /// Their `Preempted` events: (victim, related kind/name, note with the group's UID as
+    /// `<uid>`).
+    events: BTreeSet<(String, String, String)>,
+    /// The preemptor's PodGroup while its victims terminate: (status, reason, message).
+    waiting: (String, String, String),
+    /// The test nodes (by index) its members were nominated to.
+    nominated: BTreeSet<usize>,
+    /// The test nodes (by index) its members were bound to once the victims were gone.
+    bound: BTreeSet<usize>,
+    /// Its condition then.
+    placed: (String, String, String),
+}
+
+/// Four nodes of 4 CPUs. Lower-priority groups hold them: `whole` (disruptionMode All) with a
+/// pod of 4 CPUs on node 0 and of 2 on node 2, `each` (disruptionMode Single) with a pod of 4
+/// CPUs on node 1 and of 2 on node 3; pods of a top priority take the other 2 CPUs of nodes 2
+/// and 3. A gang of two pods of 4 CPUs then fits only on nodes 0 and 1: it evicts `whole`
+/// as one unit (its pod on node 2 too) and `each`'s pod on node 1 alone, never a pod of higher
+/// priority, and is bound there once they are gone.
+async fn gang_preempts(scheduler: &str, test: &str) -> anyhow::Result<GangPreemption> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, test).await?;
+    let nodes = TestNodes::create(&client, test, 4, "4", |_, _| {}).await?;
+    let class = |name: &str| format!("{test}-{name}");
+    for (name, value) in [("low", 100), ("pre", 1000), ("top", 2000)] {
+        apply(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": class(name)}, "value": value}),
+        )?;
+    }
+    for (name, mode) in [("whole", "all"), ("each", "single")] {
+        apply(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": ns.name},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                     "priorityClassName": class("low"), "disruptionMode": {mode: {}}},
+        }))?;
+    }
+    let low = class("low");
+    let top = class("top");
+    let held = [
+        ("whole-0", Some("whole"), low.as_str(), "4", 0),
+        ("whole-1", Some("whole"), low.as_str(), "2", 2),
+        ("each-0", Some("each"), low.as_str(), "4", 1),
+        ("each-1", Some("each"), low.as_str(), "2", 3),
+        ("top-0", None, top.as_str(), "2", 2),
+        ("top-1", None, top.as_str(), "2", 3),
+    ];
+    for (name, group, class, cpu, node) in held {
+        pinned(&ns.name, &nodes, name, (group, class, cpu), node)?;
+    }
+
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "pre", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "priorityClassName": class("pre")},
+    }))?;
+    for i in 0..2 {
+        let mut spec = json!({
+            "schedulerName": scheduler,
+            "priorityClassName": class("pre"),
+            "terminationGracePeriodSeconds": 0,
+            "schedulingGroup": {"podGroupName": "pre"},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}],
+        });
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": format!("pre-{i}"), "namespace": ns.name}, "spec": spec}))?;
+    }
+
+    // The victims terminate (held by the finalizer) and each has its event.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let terminating = || async {
+        let list = pods.list(&Default::default()).await?;
+        Ok::<_, anyhow::Error>(
+            list.items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_some())
+                .collect::<Vec<Pod>>(),
+        )
+    };
+    let events_of = |victims: Vec<String>| {
+        let client = client.clone();
+        let ns = ns.name.clone();
+        async move {
+            let mut seen = Vec::new();
+            for victim in victims {
+                seen.extend(preempted_events(&client, &ns, &victim).await?);
+            }
+            Ok::<_, anyhow::Error>(seen)
+        }
+    };
+    let (victim_pods, events) = wait_for(
+        "the victims terminating, each with its event",
+        TIMEOUT,
+        || async {
+            let victims = terminating().await?;
+            let names: Vec<String> = victims
+                .iter()
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            let events = events_of(names.clone()).await?;
+            Ok((victims.len() >= 3 && events.len() >= victims.len()).then_some((victims, events)))
+        },
+    )
+    .await?;
+    let groups: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
+        Api::namespaced(client.clone(), &ns.name);
+    let uid = groups.get("pre").await?.metadata.uid.unwrap_or_default();
+    let waiting = condition_becomes(&client, &ns.name, "pre", "False").await?;
+    let nominated = wait_for("the members nominated", TIMEOUT, || async {
+        let mut nodes_of = BTreeSet::new();
+        for i in 0..2 {
+            let pod = pods.get(&format!("pre-{i}")).await?;
+            let nominated = pod.status.and_then(|s| s.nominated_node_name);
+            match nominated.and_then(|n| nodes.names.iter().position(|m| *m == n)) {
+                Some(index) => nodes_of.insert(index),
+                None => return Ok(None),
+            };
+        }
+        Ok(Some(nodes_of))
+    })
+    .await?;
+
+    // Let the victims go: the gang is bound where they were.
+    for (name, ..) in held {
+        let _ = tether_e2e::kubectl(
+            &[
+                "patch",
+                "pod",
+                name,
+                "-n",
+                &ns.name,
+                "--type",
+                "json",
+                "-p",
+                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
+            ],
+            None,
+        );
+    }
+    let mut bound = BTreeSet::new();
+    for i in 0..2 {
+        let node = wait_bound(&client, &ns.name, &format!("pre-{i}"), TIMEOUT).await?;
+        bound.extend(nodes.names.iter().position(|n| *n == node));
+    }
+    let placed = condition_becomes(&client, &ns.name, "pre", "True").await?;
+
+    ns.delete().await?;
+    nodes.delete().await?;
+    for name in ["low", "pre", "top"] {
+        tether_e2e::kubectl_ok(&["delete", "priorityclass", &class(name)], None)?;
+    }
+    Ok(GangPreemption {
+        victims: victim_pods
+            .iter()
+            .filter_map(|p| p.metadata.name.clone())
+            .collect(),
+        disruption: victim_pods
+            .iter()
+            .filter_map(|p| {
+                let c = p
+                    .status
+                    .as_ref()?
+                    .conditions
+                    .as_ref()?
+                    .iter()
+                    .find(|c| c.type_ == "DisruptionTarget")?;
+                Some((
+                    c.reason.clone().unwrap_or_default(),
+                    c.message
+                        .clone()
+                        .unwrap_or_default()
+                        .replace(scheduler, "<scheduler>"),
+                ))
+            })
+            .collect(),
+        events: events
+            .into_iter()
+            .map(|(victim, related, note)| (victim, related, note.replace(&uid, "<uid>")))
+            .collect(),
+        waiting,
+        nominated,
+        bound,
+        placed,
+    })
+}
+
+/// The `Preempted` events about `victim`: (victim, related `kind/name`, note).
+async fn preempted_events(
+    client: &kube::Client,
+    ns: &str,
+    victim: &str,
+) -> anyhow::Result<Vec<(String, String, String)>> {
+    use k8s_openapi::api::events::v1::Event;
+    let events: Api<Event> = Api::namespaced(client.clone(), ns);
+    Ok(events
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| {
+            e.reason.as_deref() == Some("Preempted")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(victim)
+        })
+        .map(|e| {
+            let related = e
+                .related
+                .map(|r| {
+                    format!(
+                        "{}/{}",
+                        r.kind.unwrap_or_default(),
+                        r.name.unwrap_or_default()
+                    )
+                })
+                .unwrap_or_default();
+            (victim.to_string(), related, e.note.unwrap_or_default())
+        })
+        .collect())
+}
+
+/// Side by side with kube-scheduler of the cluster's release (GenericWorkload on): a gang
+/// that fits nowhere preempts as one unit: the same victims (a group of disruptionMode All
+/// whole, a Single group's pod alone, never a pod of higher priority), the same
+/// DisruptionTarget conditions, events and PodGroup messages, the members nominated to and
+/// then bound on the same nodes.
+#[tokio::test]
+async fn a_gang_preempts_lower_groups_as_units_as_kube_scheduler_does() -> anyhow::Result<()> {
+    let reference = format!("gang-preempt-ref-{}", unique_suffix());
+    let kube = ReferenceScheduler::start_gated(
+        "kube-scheduler-gang-preempt",
+        json!({"profiles": [{"schedulerName": reference}]}),
+        &["GenericWorkload=true"],
+    )?;
+    let upstream = gang_preempts(&reference, "gang-preempt-ref").await?;
+    drop(kube);
+    println!("kube-scheduler: {upstream:?}");
+
+    let client = client().await?;
+    let ours = format!("gang-preempt-tether-{}", unique_suffix());
+    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
+    let tether = gang_preempts(&ours, "gang-preempt-tether").await?;
     println!("tether: {tether:?}");
     tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
     assert_eq!(tether, upstream);
