@@ -36,8 +36,8 @@ impl Plugin for GangScheduling {
         Some(self)
     }
 
-    /// A pod of the same group added (pending or bound), the group added or changed (its
-    /// `minCount` lowered).
+    /// A pod of the same group added (pending or bound), the group added or its `minCount`
+    /// lowered.
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(member_events(ClusterEvent::new(
             EventResource::PodGroup,
@@ -50,9 +50,23 @@ impl Plugin for GangScheduling {
 /// or `group_event` (its group added or changed), each only for the pod's own group.
 pub fn member_events(group_event: ClusterEvent) -> Vec<Registration> {
     let same_group: fn(&PodInfo, Option<&EventObject>, Option<&EventObject>) -> Hint =
-        |pod, _old, new| {
+        |pod, old, new| {
             // Asked of every held member of every gang at each pod added: nothing allocated.
             let mine = pod_groups::group_ref(&pod.pod);
+            // A Workload PodGroup changed: only a gang's lowered `minCount` may help (its
+            // status, such as the condition the group cycle writes, never does), as upstream's
+            // isSchedulableAfterPodGroupUpdated.
+            if let (Some(EventObject::PodGroup(before)), Some(EventObject::PodGroup(after))) =
+                (old, new)
+            {
+                let lowered = match (pod_groups::policy(before), pod_groups::policy(after)) {
+                    (Policy::Gang { min_count: was }, Policy::Gang { min_count: now }) => now < was,
+                    _ => false,
+                };
+                if !lowered {
+                    return Hint::Skip;
+                }
+            }
             let theirs = match new {
                 Some(EventObject::Pod(other)) => pod_groups::group_ref(other),
                 Some(EventObject::PodGroup(group)) => Some(GroupRef {
@@ -239,6 +253,14 @@ mod tests {
         assert_eq!(hint(&me, None, Some(&sibling)), Hint::Queue);
         assert_eq!(hint(&me, None, Some(&stranger)), Hint::Skip);
         let own = EventObject::PodGroup(group("train", 2));
-        assert_eq!(hint(&me, None, Some(&own)), Hint::Queue);
+        assert_eq!(hint(&me, None, Some(&own)), Hint::Queue, "its group added");
+        // Changed: only a lowered minCount helps; a status write (the same spec) does not.
+        let mut written = (*group("train", 2)).clone();
+        written.status = Some(Default::default());
+        let written = EventObject::PodGroup(Arc::new(written));
+        assert_eq!(hint(&me, Some(&own), Some(&written)), Hint::Skip);
+        let lowered = EventObject::PodGroup(group("train", 1));
+        assert_eq!(hint(&me, Some(&own), Some(&lowered)), Hint::Queue);
+        assert_eq!(hint(&me, Some(&lowered), Some(&own)), Hint::Skip);
     }
 }
