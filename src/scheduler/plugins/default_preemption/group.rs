@@ -288,7 +288,8 @@ impl DefaultPreemption {
             };
             return fail(code, "No preemption victims found for incoming preemptor");
         }
-        let decision = match self.decide(ctx, potential, now) {
+        let budgets = self.budgets.all();
+        let decision = match self.decide(ctx, potential, now, &budgets) {
             Ok(decision) => decision,
             Err(message) => return fail(Code::Unschedulable, &message),
         };
@@ -310,6 +311,7 @@ impl DefaultPreemption {
         ctx: &GroupPostFilterContext<'_>,
         mut potential: Vec<Unit>,
         now: Timestamp,
+        budgets: &[Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
     ) -> Result<Decision, String> {
         let mut trial = Trial::new(ctx.snapshot);
         for unit in &potential {
@@ -317,8 +319,7 @@ impl DefaultPreemption {
         }
         let placement = (ctx.place)(&trial.snapshot())?;
         potential.sort_by(|a, b| more_important_first(a, b, now, self.release));
-        let budgets = self.budgets.all();
-        let (protected, free) = split_units_by_budgets(potential, &budgets, self.release);
+        let (protected, free) = split_units_by_budgets(potential, budgets, self.release);
         let mut victims = Vec::new();
         for unit in protected.into_iter().map(|(u, _)| u).chain(free) {
             trial.add(&unit);
@@ -426,5 +427,284 @@ impl GroupPostFilterPlugin for DefaultPreemption {
             );
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::framework::NoNominations;
+    use crate::scheduler::framework::group_post_filter::{GroupPreemptor, Placement, VictimGroup};
+    use crate::scheduler::plugins::default_preemption::args::DefaultPreemptionArgs;
+    use crate::scheduler::plugins::handle::Handle;
+    use crate::scheduler::profile::default_profile;
+    use crate::scheduler::testing::{NodeBuilder, PodBuilder, snapshot};
+
+    fn plugin(release: Release) -> DefaultPreemption {
+        DefaultPreemption {
+            args: DefaultPreemptionArgs::default(),
+            budgets: Arc::default(),
+            client: None,
+            events: None,
+            gate: crate::gate::WriteGate::alone(),
+            evictions: Arc::default(),
+            runtime: None,
+            activator: None,
+            metrics: None,
+            release,
+        }
+    }
+
+    fn preemptor(priority: i32) -> GroupPreemptor {
+        GroupPreemptor {
+            namespace: "default".into(),
+            name: "pre".into(),
+            uid: "pre-uid".into(),
+            api_version: "scheduling.k8s.io/v1beta1".into(),
+            kind: "PodGroup".into(),
+            scheduler_name: "tether-scheduler".into(),
+            priority,
+            never: false,
+        }
+    }
+
+    /// A pod of `priority` asking for `cpu` on `node`, labelled `app=<name>`.
+    fn running(name: &str, node: &str, priority: i32, cpu: &str) -> crate::k8s::pod::Pod {
+        PodBuilder::new(name)
+            .uid(name)
+            .label("app", name)
+            .req_cpu(cpu)
+            .priority(priority)
+            .node_name(node)
+            .build()
+    }
+
+    /// The group of the pods whose name starts `whole-` (disruptionMode All, priority 5) and
+    /// `each-` (Single, priority 5).
+    fn groups(pod: &crate::k8s::pod::Pod) -> Option<VictimGroup> {
+        let name = pod.metadata.name.as_deref().unwrap_or_default();
+        let (key, _) = name
+            .split_once('-')
+            .filter(|(g, _)| *g == "whole" || *g == "each")?;
+        Some(VictimGroup {
+            key: key.to_string(),
+            disrupt_all: key == "whole",
+            priority: Some(5),
+        })
+    }
+
+    /// Places each member on the first node (in the snapshot's order) whose filters pass, each
+    /// seeing those placed before it: a gang of all of them.
+    fn first_fit(
+        profile: &crate::scheduler::framework::profile::CompiledProfile,
+        members: &[Arc<PodInfo>],
+        on: &Snapshot,
+    ) -> Placement {
+        let mut snapshot = on.clone();
+        let mut placed = Vec::new();
+        for (index, pod) in members.iter().enumerate() {
+            let mut state = CycleState::new();
+            let mut diagnosis = Diagnosis::default();
+            if profile
+                .run_pre_filter(&mut state, pod, &snapshot, &mut diagnosis)
+                .is_err()
+            {
+                return Err("rejected at PreFilter".into());
+            }
+            let node = snapshot
+                .nodes()
+                .iter()
+                .find(|n| profile.run_filter(&state, pod, n).is_success())
+                .cloned()
+                .ok_or_else(|| format!("{} fits nowhere", pod.name()))?;
+            let mut info = (*node).clone();
+            info.add_pod(Arc::new(pod.on_node(&node.name)));
+            snapshot = snapshot.with_node(info);
+            placed.push((index, node.name.clone()));
+        }
+        Ok(placed)
+    }
+
+    fn victims_of(
+        release: Release,
+        snap: &Snapshot,
+        members: &[Arc<PodInfo>],
+        budgets: &[Arc<k8s_openapi::api::policy::v1::PodDisruptionBudget>],
+    ) -> Result<Vec<String>, String> {
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let group = preemptor(1000);
+        let place = |on: &Snapshot| first_fit(&profile, members, on);
+        let ctx = GroupPostFilterContext {
+            profile: &profile,
+            preemptor: &group,
+            members,
+            snapshot: snap,
+            nominated: &NoNominations,
+            group_of: &groups,
+            place: &place,
+        };
+        let plugin = plugin(release);
+        let potential: Vec<Unit> = units(&ctx, release)
+            .into_iter()
+            .filter(|u| u.priority < group.priority)
+            .collect();
+        let decision = plugin.decide(&ctx, potential, Timestamp::MAX, budgets)?;
+        let mut names: Vec<String> = decision
+            .victims
+            .iter()
+            .flat_map(|u| u.pods.iter().map(|p| p.name().to_string()))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    fn gang(count: usize, cpu: &str) -> Vec<Arc<PodInfo>> {
+        (0..count)
+            .map(|i| {
+                Arc::new(
+                    PodBuilder::new(&format!("pre-{i}"))
+                        .uid(&format!("pre-{i}"))
+                        .req_cpu(cpu)
+                        .priority(1000)
+                        .info(),
+                )
+            })
+            .collect()
+    }
+
+    /// A group of disruptionMode All goes whole (its pod elsewhere too), one of Single loses
+    /// only the pod in the way, and a pod of higher priority is never a victim.
+    #[test]
+    fn an_all_group_goes_whole_and_a_single_groups_pod_alone() {
+        let snap = snapshot(
+            vec![
+                NodeBuilder::new("n0"),
+                NodeBuilder::new("n1"),
+                NodeBuilder::new("n2"),
+                NodeBuilder::new("n3"),
+            ],
+            vec![
+                running("whole-0", "n0", 5, "4"),
+                running("whole-1", "n2", 5, "2"),
+                running("each-0", "n1", 5, "4"),
+                running("each-1", "n3", 5, "2"),
+                running("top-0", "n2", 2000, "2"),
+                running("top-1", "n3", 2000, "2"),
+            ],
+        );
+        for release in [Release::of_minor(37), Release::of_minor(38)] {
+            assert_eq!(
+                victims_of(release, &snap, &gang(2, "4"), &[]),
+                Ok(vec!["each-0".into(), "whole-0".into(), "whole-1".into()]),
+                "{release:?}"
+            );
+        }
+    }
+
+    /// Units are given back most important first, those a budget protects before any other:
+    /// of two lone pods either of which makes room, the protected one stays.
+    #[test]
+    fn a_unit_a_budget_protects_is_spared_first() {
+        let snap = snapshot(
+            vec![NodeBuilder::new("n0")],
+            vec![running("a", "n0", 5, "2"), running("b", "n0", 5, "2")],
+        );
+        let members = gang(1, "2");
+        let r38 = Release::of_minor(38);
+        // Alike but for their UIDs: from 1.38 the lower UID is the more important, spared.
+        assert_eq!(victims_of(r38, &snap, &members, &[]), Ok(vec!["b".into()]));
+        let protect_b = Arc::new(k8s_openapi::api::policy::v1::PodDisruptionBudget {
+            metadata: k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                name: Some("keep-b".into()),
+                namespace: Some("default".into()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetSpec {
+                selector: Some(
+                    k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                        match_labels: Some([("app".to_string(), "b".to_string())].into()),
+                        ..Default::default()
+                    },
+                ),
+                ..Default::default()
+            }),
+            status: Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus {
+                disruptions_allowed: Some(0),
+                ..Default::default()
+            }),
+        });
+        assert_eq!(
+            victims_of(r38, &snap, &members, &[protect_b]),
+            Ok(vec!["a".into()])
+        );
+    }
+
+    /// Where the group does not fit even with every lower pod gone, preemption cannot help,
+    /// and says why.
+    #[test]
+    fn a_group_that_fits_nowhere_without_its_victims_evicts_nobody() {
+        let snap = snapshot(
+            vec![NodeBuilder::new("n0")],
+            vec![running("a", "n0", 5, "2")],
+        );
+        assert_eq!(
+            victims_of(Release::of_minor(38), &snap, &gang(2, "4"), &[]),
+            Err("pre-1 fits nowhere".into())
+        );
+    }
+
+    /// Until 1.38 a grouped pod counts at its group's priority and ranks as a group; from
+    /// 1.38 at its own, as a pod.
+    #[test]
+    fn a_grouped_pods_priority_and_rank_follow_the_release() {
+        let snap = snapshot(
+            vec![NodeBuilder::new("n0")],
+            vec![
+                running("whole-0", "n0", 7, "1"),
+                running("whole-1", "n0", 7, "1"),
+                running("each-0", "n0", 7, "1"),
+                running("lone", "n0", 7, "1"),
+            ],
+        );
+        let profile = default_profile("tether-scheduler", &Handle::default())
+            .expect("compiles")
+            .profile;
+        let group = preemptor(1000);
+        let place = |_: &Snapshot| -> Placement { Ok(Vec::new()) };
+        let ctx = GroupPostFilterContext {
+            profile: &profile,
+            preemptor: &group,
+            members: &[],
+            snapshot: &snap,
+            nominated: &NoNominations,
+            group_of: &groups,
+            place: &place,
+        };
+        let seen = |release| {
+            let mut units: Vec<(usize, i32, UnitKind)> = units(&ctx, release)
+                .iter()
+                .map(|u| (u.pods.len(), u.priority, u.kind))
+                .collect();
+            units.sort();
+            units
+        };
+        assert_eq!(
+            seen(Release::of_minor(37)),
+            [
+                (1, 5, UnitKind::PodGroup),
+                (1, 7, UnitKind::Pod),
+                (2, 5, UnitKind::PodGroup)
+            ]
+        );
+        assert_eq!(
+            seen(Release::of_minor(38)),
+            [
+                (1, 7, UnitKind::Pod),
+                (1, 7, UnitKind::Pod),
+                (2, 7, UnitKind::PodGroup)
+            ]
+        );
     }
 }
