@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rand::Rng;
 use rayon::prelude::*;
 
+use crate::scheduler::framework::group_post_filter::{NODE_RANKS, RankedBy};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
@@ -230,6 +231,13 @@ pub fn schedule_pod_with(
             choice: Choice::OnlyFeasible,
         };
     }
+
+    // A member placed for a group's preemption (1.38) is scored among the feasible nodes that
+    // cost the fewest victims only.
+    let feasible = match state.read::<RankedBy>(NODE_RANKS) {
+        Some(RankedBy(ranks)) => ranks.cheapest(feasible),
+        None => feasible,
+    };
 
     // PreScore, Score.
     let scores = match prioritize(profile, state, pod, &feasible, snapshot, None) {

@@ -9,7 +9,7 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::{self, ScheduleResult};
 use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::QueuedPodInfo;
-use crate::scheduler::framework::group_post_filter::Placement;
+use crate::scheduler::framework::group_post_filter::{NODE_RANKS, NodeRanks, Placement, RankedBy};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 
@@ -42,13 +42,15 @@ pub fn infeasible(
 
 /// The members (in the cycle's order) placed on `snapshot` one after another, each seeing
 /// those before it, with `already` members scheduled before and `min_count` to reach: where
-/// each placed member went, or why the group does not fit.
+/// each placed member went, or why the group does not fit. With `ranks`, each member is
+/// scored among the cheapest feasible nodes only and condemns what its node costs.
 pub fn place_on(
     sched: &Scheduler,
     profile: &CompiledProfile,
     members: &[QueuedPodInfo],
     (already, min_count): (usize, usize),
     snapshot: &Snapshot,
+    ranks: Option<Arc<dyn NodeRanks>>,
 ) -> Placement {
     let nominated = sched.state.room.for_group();
     let mut snapshot = snapshot.clone();
@@ -60,6 +62,9 @@ pub fn place_on(
             unschedulable += 1;
         } else {
             let mut state = CycleState::new();
+            if let Some(ranks) = &ranks {
+                state.write(NODE_RANKS, RankedBy(ranks.clone()));
+            }
             match algorithm::schedule_pod_with(
                 profile,
                 &mut state,
@@ -74,6 +79,9 @@ pub fn place_on(
                         let mut info = (**info).clone();
                         info.add_pod(Arc::new(member.pod.on_node(&node)));
                         snapshot = snapshot.with_node(info);
+                    }
+                    if let Some(ranks) = &ranks {
+                        ranks.condemn(&node);
                     }
                     scheduled += 1;
                     placed.push((index, node));

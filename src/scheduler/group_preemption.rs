@@ -81,7 +81,16 @@ pub fn run(
     let snapshot = sched.lock_cache().snapshot();
     let nominated = sched.state.room.for_group();
     let group_of = |pod: &Pod| victim_group(sched, pod);
-    let place = |on: &_| place_on(sched, profile, members, (already, gang.min_count), on);
+    let place = |on: &_, ranks| {
+        place_on(
+            sched,
+            profile,
+            members,
+            (already, gang.min_count),
+            on,
+            ranks,
+        )
+    };
     let ctx = GroupPostFilterContext {
         profile,
         preemptor: &preemptor,

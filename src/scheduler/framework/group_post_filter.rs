@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 
+use super::node_info::NodeInfo;
 use super::pod_info::PodInfo;
 use super::profile::CompiledProfile;
 use super::snapshot::Snapshot;
@@ -46,6 +47,28 @@ pub struct VictimGroup {
 /// members, node), in the order it placed them; or why it could not place the group.
 pub type Placement = Result<Vec<(usize, String)>, String>;
 
+/// How a preemption's trial placement weighs nodes by the victims a member would cost there
+/// (1.38's RankNodes and DefaultPreemption's Reserve): a member is scored among the feasible
+/// nodes of the lowest cost only, and its placement condemns the victims on its node, which
+/// then cost the next members nothing.
+pub trait NodeRanks: Send + Sync {
+    /// Of `feasible` (two or more), those of the lowest cost, in their order.
+    fn cheapest(&self, feasible: Vec<Arc<NodeInfo>>) -> Vec<Arc<NodeInfo>>;
+    /// A member was placed on `node`: the victims still there are condemned.
+    fn condemn(&self, node: &str);
+}
+
+/// The [`CycleState`](super::CycleState) key a member's [`NodeRanks`] is carried under.
+pub const NODE_RANKS: &str = "PodGroupPreemptionState";
+
+/// A member's [`NodeRanks`], as its cycle state holds it.
+#[derive(Clone)]
+pub struct RankedBy(pub Arc<dyn NodeRanks>);
+
+/// The group cycle's placement on a snapshot, weighing nodes by the given ranks where there
+/// are any.
+pub type PlaceFn<'a> = dyn Fn(&Snapshot, Option<Arc<dyn NodeRanks>>) -> Placement + 'a;
+
 /// What a PodGroupPostFilter plugin is given.
 pub struct GroupPostFilterContext<'a> {
     pub profile: &'a CompiledProfile,
@@ -57,8 +80,9 @@ pub struct GroupPostFilterContext<'a> {
     pub nominated: &'a dyn NominatedPods,
     /// The group of a pod on a node, when it names one this scheduler knows.
     pub group_of: &'a (dyn Fn(&Pod) -> Option<VictimGroup> + Sync),
-    /// Runs the group cycle's placement on a snapshot (nothing reserved, nothing written).
-    pub place: &'a dyn Fn(&Snapshot) -> Placement,
+    /// Runs the group cycle's placement on a snapshot (nothing reserved, nothing written),
+    /// weighing nodes by the given ranks where there are any.
+    pub place: &'a PlaceFn<'a>,
 }
 
 /// What the plugin decided: on Success, the node each member (by index) is nominated to.

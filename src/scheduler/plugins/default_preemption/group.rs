@@ -33,7 +33,7 @@ use super::evictions::Evictions;
 use super::{DefaultPreemption, actuate, preempted};
 use crate::k8s::release::Release;
 use crate::scheduler::framework::group_post_filter::{
-    GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult,
+    GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult, NodeRanks,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -242,6 +242,146 @@ fn all_still_fit(
     true
 }
 
+/// What a unit of victims costs where it runs, for [`Ranks`].
+struct Cost {
+    priority: i32,
+    kind: UnitKind,
+    pods: usize,
+    /// Its pods a budget does not let go.
+    pdb_violations: usize,
+}
+
+/// 1.38's node ranking during a group's preemption (upstream's PodGroupPreemptionState with
+/// DefaultPreemption's RankNodes and Reserve): a node costs the units of victims still on it
+/// (not condemned by a member placed before), compared as upstream's CompareVictimSets.
+struct Ranks {
+    costs: Vec<Cost>,
+    /// Node → the units with pods on it (indexes into `costs`), most important first.
+    by_node: HashMap<String, Vec<usize>>,
+    condemned: std::sync::Mutex<HashSet<usize>>,
+}
+
+impl Ranks {
+    /// Over `ordered`, the potential victims in the order they are given back (with their
+    /// budget violations).
+    fn new(ordered: &[(Unit, usize)], now: Timestamp, release: Release) -> Self {
+        let mut by_node: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, (unit, _)) in ordered.iter().enumerate() {
+            for pod in &unit.pods {
+                let list = by_node
+                    .entry(pod.node_name().unwrap_or_default().to_string())
+                    .or_default();
+                if !list.contains(&i) {
+                    list.push(i);
+                }
+            }
+        }
+        for list in by_node.values_mut() {
+            list.sort_by(|&a, &b| more_important_first(&ordered[a].0, &ordered[b].0, now, release));
+        }
+        Ranks {
+            costs: ordered
+                .iter()
+                .map(|(u, violations)| Cost {
+                    priority: u.priority,
+                    kind: u.kind,
+                    pods: u.pods.len(),
+                    pdb_violations: *violations,
+                })
+                .collect(),
+            by_node,
+            condemned: std::sync::Mutex::default(),
+        }
+    }
+
+    /// The units on `node` not condemned yet, most important first.
+    fn surviving(&self, node: &str, condemned: &HashSet<usize>) -> Vec<usize> {
+        self.by_node
+            .get(node)
+            .map(|list| {
+                list.iter()
+                    .copied()
+                    .filter(|i| !condemned.contains(i))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Upstream's CompareVictimSets: none is cheapest; then fewer budget violations, then
+    /// priority band by band from the most important (a lower band, or fewer pods in it), fewer
+    /// pods, unit by unit a lesser kind and fewer pods, fewer units.
+    fn compare(&self, a: &[usize], b: &[usize]) -> Ordering {
+        if a.is_empty() || b.is_empty() {
+            return a.len().cmp(&b.len());
+        }
+        let cost = |i: usize| &self.costs[i];
+        let sum = |s: &[usize], f: fn(&Cost) -> usize| s.iter().map(|&i| f(cost(i))).sum::<usize>();
+        let by_budget = sum(a, |c| c.pdb_violations).cmp(&sum(b, |c| c.pdb_violations));
+        if by_budget != Ordering::Equal {
+            return by_budget;
+        }
+        let (mut i, mut j) = (0, 0);
+        while i < a.len() && j < b.len() {
+            let (pa, pb) = (cost(a[i]).priority, cost(b[j]).priority);
+            if pa != pb {
+                return pa.cmp(&pb);
+            }
+            let band = |s: &[usize], k: &mut usize| {
+                let mut pods = 0;
+                while *k < s.len() && cost(s[*k]).priority == pa {
+                    pods += cost(s[*k]).pods;
+                    *k += 1;
+                }
+                pods
+            };
+            let (na, nb) = (band(a, &mut i), band(b, &mut j));
+            if na != nb {
+                return na.cmp(&nb);
+            }
+        }
+        let by_pods = sum(a, |c| c.pods).cmp(&sum(b, |c| c.pods));
+        if by_pods != Ordering::Equal {
+            return by_pods;
+        }
+        for (&x, &y) in a.iter().zip(b) {
+            let order = cost(x)
+                .kind
+                .cmp(&cost(y).kind)
+                .then(cost(x).pods.cmp(&cost(y).pods));
+            if order != Ordering::Equal {
+                return order;
+            }
+        }
+        a.len().cmp(&b.len())
+    }
+}
+
+impl NodeRanks for Ranks {
+    fn cheapest(&self, feasible: Vec<Arc<NodeInfo>>) -> Vec<Arc<NodeInfo>> {
+        let condemned = crate::locks::lock(&self.condemned).clone();
+        let sets: Vec<Vec<usize>> = feasible
+            .iter()
+            .map(|n| self.surviving(&n.name, &condemned))
+            .collect();
+        let Some(best) = sets.iter().min_by(|a, b| self.compare(a, b)) else {
+            return feasible;
+        };
+        let best = best.clone();
+        feasible
+            .into_iter()
+            .zip(&sets)
+            .filter(|(_, set)| self.compare(set, &best) == Ordering::Equal)
+            .map(|(node, _)| node)
+            .collect()
+    }
+
+    fn condemn(&self, node: &str) {
+        let mut condemned = crate::locks::lock(&self.condemned);
+        let surviving = self.surviving(node, &condemned);
+        condemned.extend(surviving);
+    }
+}
+
 /// The victims chosen, and the placement they make room for.
 struct Decision {
     victims: Vec<Unit>,
@@ -317,11 +457,21 @@ impl DefaultPreemption {
         for unit in &potential {
             trial.remove(unit);
         }
-        let placement = (ctx.place)(&trial.snapshot())?;
         potential.sort_by(|a, b| more_important_first(a, b, now, self.release));
         let (protected, free) = split_units_by_budgets(potential, budgets, self.release);
+        // The order units are given back in: those a budget protects, then the others, each
+        // most important first.
+        let ordered: Vec<(Unit, usize)> = protected
+            .into_iter()
+            .chain(free.into_iter().map(|u| (u, 0)))
+            .collect();
+        let ranks: Option<Arc<dyn NodeRanks>> = self
+            .release
+            .at_least(38)
+            .then(|| Arc::new(Ranks::new(&ordered, now, self.release)) as Arc<dyn NodeRanks>);
+        let placement = (ctx.place)(&trial.snapshot(), ranks)?;
         let mut victims = Vec::new();
-        for unit in protected.into_iter().map(|(u, _)| u).chain(free) {
+        for (unit, _) in ordered {
             trial.add(&unit);
             if all_still_fit(ctx, trial.snapshot(), &placement) {
                 continue;
@@ -495,10 +645,12 @@ mod tests {
 
     /// Places each member on the first node (in the snapshot's order) whose filters pass, each
     /// seeing those placed before it: a gang of all of them.
+    /// With `ranks`, among the cheapest feasible nodes only, condemning what each costs.
     fn first_fit(
         profile: &crate::scheduler::framework::profile::CompiledProfile,
         members: &[Arc<PodInfo>],
         on: &Snapshot,
+        ranks: Option<Arc<dyn NodeRanks>>,
     ) -> Placement {
         let mut snapshot = on.clone();
         let mut placed = Vec::new();
@@ -511,12 +663,22 @@ mod tests {
             {
                 return Err("rejected at PreFilter".into());
             }
-            let node = snapshot
+            let mut feasible: Vec<Arc<NodeInfo>> = snapshot
                 .nodes()
                 .iter()
-                .find(|n| profile.run_filter(&state, pod, n).is_success())
+                .filter(|n| profile.run_filter(&state, pod, n).is_success())
+                .cloned()
+                .collect();
+            if let Some(ranks) = ranks.as_ref().filter(|_| feasible.len() > 1) {
+                feasible = ranks.cheapest(feasible);
+            }
+            let node = feasible
+                .first()
                 .cloned()
                 .ok_or_else(|| format!("{} fits nowhere", pod.name()))?;
+            if let Some(ranks) = &ranks {
+                ranks.condemn(&node.name);
+            }
             let mut info = (*node).clone();
             info.add_pod(Arc::new(pod.on_node(&node.name)));
             snapshot = snapshot.with_node(info);
@@ -535,7 +697,7 @@ mod tests {
             .expect("compiles")
             .profile;
         let group = preemptor(1000);
-        let place = |on: &Snapshot| first_fit(&profile, members, on);
+        let place = |on: &Snapshot, ranks| first_fit(&profile, members, on, ranks);
         let ctx = GroupPostFilterContext {
             profile: &profile,
             preemptor: &group,
@@ -641,6 +803,44 @@ mod tests {
         );
     }
 
+    /// From 1.38 each member goes where it costs the fewest victims, and what one condemned
+    /// costs the next nothing: of a lone pod and a group of two (one per node), the lower
+    /// priority goes; at one priority the lone pod and the group (the cheapest node first);
+    /// until 1.38 the first node that fits.
+    #[test]
+    fn from_1_38_members_go_where_they_cost_the_fewest_victims() {
+        let with_lone_at = |priority| {
+            snapshot(
+                vec![
+                    NodeBuilder::new("n0"),
+                    NodeBuilder::new("n1"),
+                    NodeBuilder::new("n2"),
+                    NodeBuilder::new("n3"),
+                ],
+                vec![
+                    running("lone", "n0", priority, "4"),
+                    running("whole-0", "n1", 5, "4"),
+                    running("whole-1", "n2", 5, "4"),
+                    running("top", "n3", 2000, "4"),
+                ],
+            )
+        };
+        let members = gang(2, "4");
+        let r38 = Release::of_minor(38);
+        assert_eq!(
+            victims_of(r38, &with_lone_at(7), &members, &[]),
+            Ok(vec!["whole-0".into(), "whole-1".into()])
+        );
+        assert_eq!(
+            victims_of(r38, &with_lone_at(5), &members, &[]),
+            Ok(vec!["lone".into(), "whole-0".into(), "whole-1".into()])
+        );
+        assert_eq!(
+            victims_of(Release::of_minor(37), &with_lone_at(7), &members, &[]),
+            Ok(vec!["lone".into(), "whole-0".into(), "whole-1".into()])
+        );
+    }
+
     /// Where the group does not fit even with every lower pod gone, preemption cannot help,
     /// and says why.
     #[test]
@@ -672,7 +872,7 @@ mod tests {
             .expect("compiles")
             .profile;
         let group = preemptor(1000);
-        let place = |_: &Snapshot| -> Placement { Ok(Vec::new()) };
+        let place = |_: &Snapshot, _| -> Placement { Ok(Vec::new()) };
         let ctx = GroupPostFilterContext {
             profile: &profile,
             preemptor: &group,
