@@ -1069,3 +1069,138 @@ async fn a_gang_preempts_lower_groups_as_units_as_kube_scheduler_does() -> anyho
     assert_eq!(tether, upstream);
     Ok(())
 }
+
+/// Four nodes of 4 CPUs: node 0 holds a lone pod of a middle priority, nodes 1 and 2 the two
+/// pods of a low group of disruptionMode All, node 3 a pod of top priority. A gang of two pods
+/// of 4 CPUs fits on any two of the first three with their pods gone: the pods evicted, and
+/// the nodes (by index) it is bound to.
+async fn cheapest_victims(
+    scheduler: &str,
+    test: &str,
+) -> anyhow::Result<(BTreeSet<String>, BTreeSet<usize>)> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, test).await?;
+    let nodes = TestNodes::create(&client, test, 4, "4", |_, _| {}).await?;
+    let class = |name: &str| format!("{test}-{name}");
+    for (name, value) in [("low", 100), ("mid", 200), ("pre", 1000), ("top", 2000)] {
+        apply(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": class(name)}, "value": value}),
+        )?;
+    }
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "whole", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                 "priorityClassName": class("low"), "disruptionMode": {"all": {}}},
+    }))?;
+    let (low, mid, top) = (class("low"), class("mid"), class("top"));
+    let held = [
+        ("lone", None, mid.as_str(), 0),
+        ("whole-0", Some("whole"), low.as_str(), 1),
+        ("whole-1", Some("whole"), low.as_str(), 2),
+        ("top", None, top.as_str(), 3),
+    ];
+    for (name, group, class, node) in held {
+        pinned(&ns.name, &nodes, name, (group, class, "4"), node)?;
+    }
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "pre", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "priorityClassName": class("pre")},
+    }))?;
+    for i in 0..2 {
+        let mut spec = json!({
+            "schedulerName": scheduler,
+            "priorityClassName": class("pre"),
+            "terminationGracePeriodSeconds": 0,
+            "schedulingGroup": {"podGroupName": "pre"},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}],
+        });
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": format!("pre-{i}"), "namespace": ns.name}, "spec": spec}))?;
+    }
+    // Once both members are nominated the preemption was decided; the victims go when let go.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    wait_for("the members nominated", TIMEOUT, || async {
+        for i in 0..2 {
+            let pod = pods.get(&format!("pre-{i}")).await?;
+            if pod.status.and_then(|s| s.nominated_node_name).is_none() {
+                return Ok(None);
+            }
+        }
+        Ok(Some(()))
+    })
+    .await?;
+    for (name, ..) in held {
+        let _ = tether_e2e::kubectl(
+            &[
+                "patch",
+                "pod",
+                name,
+                "-n",
+                &ns.name,
+                "--type",
+                "json",
+                "-p",
+                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
+            ],
+            None,
+        );
+    }
+    let mut bound = BTreeSet::new();
+    for i in 0..2 {
+        let node = wait_bound(&client, &ns.name, &format!("pre-{i}"), TIMEOUT).await?;
+        bound.extend(nodes.names.iter().position(|n| *n == node));
+    }
+    let left: BTreeSet<String> = pods
+        .list(&Default::default())
+        .await?
+        .items
+        .into_iter()
+        .filter_map(|p| p.metadata.name)
+        .collect();
+    let victims = held
+        .iter()
+        .map(|(name, ..)| name.to_string())
+        .filter(|name| !left.contains(name))
+        .collect();
+
+    ns.delete().await?;
+    nodes.delete().await?;
+    for name in ["low", "mid", "pre", "top"] {
+        tether_e2e::kubectl_ok(&["delete", "priorityclass", &class(name)], None)?;
+    }
+    Ok((victims, bound))
+}
+
+/// From 1.38, side by side with kube-scheduler: each member goes where it costs the fewest
+/// victims (RankNodes), so a gang evicts a low group whole rather than a pod of higher
+/// priority. (1.37 places the members as on an empty cluster: its victims vary from run to
+/// run, and the test has nothing to compare.)
+#[tokio::test]
+async fn from_1_38_a_gang_evicts_the_cheapest_victims_as_kube_scheduler_does() -> anyhow::Result<()>
+{
+    let client = client().await?;
+    if tether_e2e::compared_minor(&client).await? < 38 {
+        return Ok(());
+    }
+    let reference = format!("gang-cheapest-ref-{}", unique_suffix());
+    let kube = ReferenceScheduler::start_gated(
+        "kube-scheduler-gang-cheapest",
+        json!({"profiles": [{"schedulerName": reference}]}),
+        &["GenericWorkload=true"],
+    )?;
+    let upstream = cheapest_victims(&reference, "gang-cheapest-ref").await?;
+    drop(kube);
+    println!("kube-scheduler: {upstream:?}");
+
+    let ours = format!("gang-cheapest-tether-{}", unique_suffix());
+    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
+    let tether = cheapest_victims(&ours, "gang-cheapest-tether").await?;
+    println!("tether: {tether:?}");
+    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
+    assert_eq!(tether, upstream);
+    Ok(())
+}
