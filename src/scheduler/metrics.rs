@@ -88,6 +88,17 @@ struct Upstream {
     preemption_attempts: Counter,
     /// `scheduler_preemption_victims`: the victims of each preemption decided.
     preemption_victims: Histogram,
+    /// `scheduler_workload_preemption_attempts_total{preemptor,result}`: every run of a pod
+    /// group's preemption.
+    workload_preemption_attempts: Family<WorkloadPreemptionLabels, Counter>,
+    /// `scheduler_workload_preemption_victims{preemptor}`: the pods each group preemption
+    /// decided evicts.
+    workload_preemption_victims: Family<PreemptorLabels, Histogram>,
+    /// `scheduler_preemption_workload_disruptions{preemptor,victim}`: the units it evicts, by
+    /// kind.
+    workload_disruptions: Family<DisruptionLabels, Histogram>,
+    /// `scheduler_preemption_pdb_violations_total{preemptor}`: victims a budget did not let go.
+    pdb_violations: Family<PreemptorLabels, Counter>,
     /// `scheduler_scheduling_algorithm_duration_seconds`: from the start of the cycle to the
     /// end of the search for a node (PostFilter included).
     algorithm_duration: Histogram,
@@ -125,6 +136,14 @@ impl Default for Metrics {
             unschedulable_seen: Mutex::default(),
             preemption_attempts: Counter::default(),
             preemption_victims: victim_buckets(),
+            workload_preemption_attempts: Family::default(),
+            workload_preemption_victims: Family::new_with_constructor(
+                workload_victim_buckets as fn() -> Histogram,
+            ),
+            workload_disruptions: Family::new_with_constructor(
+                workload_victim_buckets as fn() -> Histogram,
+            ),
+            pdb_violations: Family::default(),
             algorithm_duration: attempt_buckets(),
             podgroup_attempts: Family::default(),
             podgroup_attempt_duration: Family::new_with_constructor(
@@ -148,6 +167,26 @@ impl Default for Metrics {
             "scheduler_preemption_victims",
             "Number of selected preemption victims",
             upstream.preemption_victims.clone(),
+        );
+        root.register(
+            "scheduler_workload_preemption_attempts",
+            "Total preemption attempts initiated by workload (either pod groups or composite pod groups) in the cluster till now.",
+            upstream.workload_preemption_attempts.clone(),
+        );
+        root.register(
+            "scheduler_workload_preemption_victims",
+            "Number of pod preemption victims caused by workload preemption (either pod groups or composite pod groups).",
+            upstream.workload_preemption_victims.clone(),
+        );
+        root.register(
+            "scheduler_preemption_workload_disruptions",
+            "Number of preemption units evicted by a single workload preemption (either pod groups or composite pod groups), by victim type.",
+            upstream.workload_disruptions.clone(),
+        );
+        root.register(
+            "scheduler_preemption_pdb_violations",
+            "Total number of pod disruption budget violations caused by preemption.",
+            upstream.pdb_violations.clone(),
         );
         root.register(
             "scheduler_scheduling_algorithm_duration_seconds",
@@ -541,6 +580,49 @@ impl Metrics {
         }
     }
 
+    /// A pod's preemption decided evicts `violations` pods a budget did not let go.
+    pub fn pdb_violations(&self, preemptor: &'static str, violations: usize) {
+        if violations > 0 {
+            self.upstream
+                .pdb_violations
+                .get_or_create(&PreemptorLabels { preemptor })
+                .inc_by(violations as u64);
+        }
+    }
+
+    /// A pod group's preemption ran, with `result` (its code, in upstream's words).
+    pub fn workload_preemption_attempt(&self, result: &'static str) {
+        self.upstream
+            .workload_preemption_attempts
+            .get_or_create(&WorkloadPreemptionLabels {
+                preemptor: "podgroup",
+                result,
+            })
+            .inc();
+    }
+
+    /// A pod group's preemption decided to evict `pods` pods, as `units` (by kind: `pod`,
+    /// `podgroup`; kinds with none left out), `violations` of them against a budget.
+    pub fn workload_preemption(
+        &self,
+        pods: usize,
+        units: &[(&'static str, usize)],
+        violations: usize,
+    ) {
+        let preemptor = "podgroup";
+        self.upstream
+            .workload_preemption_victims
+            .get_or_create(&PreemptorLabels { preemptor })
+            .observe(pods as f64);
+        for &(victim, n) in units.iter().filter(|(_, n)| *n > 0) {
+            self.upstream
+                .workload_disruptions
+                .get_or_create(&DisruptionLabels { preemptor, victim })
+                .observe(n as f64);
+        }
+        self.pdb_violations(preemptor, violations);
+    }
+
     /// A group cycle ended: `result` is scheduled, unschedulable or error; `search` is how
     /// long the search for the members' nodes took, `took` the whole cycle.
     pub fn podgroup_attempt(&self, result: &str, profile: &str, search: Duration, took: Duration) {
@@ -806,6 +888,9 @@ mod tests {
         m.scheduling_algorithm(Duration::from_millis(3));
         m.preemption_attempt(None);
         m.preemption_attempt(Some(3));
+        m.workload_preemption_attempt("Success");
+        m.workload_preemption(3, &[("pod", 1), ("podgroup", 1)], 2);
+        m.pdb_violations("pod", 0);
         m.api_requests()
             .requests
             .get_or_create(&crate::k8s::client_metrics::RequestLabels {
@@ -823,6 +908,11 @@ mod tests {
             "scheduler_preemption_attempts_total 2".into(),
             "scheduler_preemption_victims_count 1".into(),
             "scheduler_preemption_victims_sum 3.0".into(),
+            r#"scheduler_workload_preemption_attempts_total{preemptor="podgroup",result="Success"} 1"#.into(),
+            r#"scheduler_workload_preemption_victims_sum{preemptor="podgroup"} 3.0"#.into(),
+            r#"scheduler_preemption_workload_disruptions_count{preemptor="podgroup",victim="pod"} 1"#.into(),
+            r#"scheduler_preemption_workload_disruptions_count{preemptor="podgroup",victim="podgroup"} 1"#.into(),
+            r#"scheduler_preemption_pdb_violations_total{preemptor="podgroup"} 2"#.into(),
             r#"rest_client_requests_total{code="201",method="POST",host="10.0.0.1:443"} 1"#.into(),
             format!(r#"tether_build_info{{version="{version}",commit="{commit}"}} 1"#),
             r#"tether_history_writes_total{result="failed"} 0"#.into(),
@@ -844,6 +934,12 @@ mod tests {
         );
         assert_eq!(buckets("scheduler_preemption_victims"), 8);
         assert!(text.contains(r#"scheduler_preemption_victims_bucket{le="64.0"} 1"#));
+        // ExponentialBuckets(1, 2, 11), plus +Inf.
+        assert_eq!(buckets("scheduler_workload_preemption_victims"), 12);
+        assert!(
+            !text.contains(r#"scheduler_preemption_pdb_violations_total{preemptor="pod"}"#),
+            "none counted for a preemption without violations"
+        );
     }
 
     /// A profile's readiness follows the controller's verdicts; a deleted profile leaves.

@@ -31,6 +31,30 @@ pub struct GroupSearchLabels {
     pub entity: &'static str,
 }
 
+/// A workload preemption's labels (kube-scheduler 1.38's; 1.37's attempts had `result` alone
+/// and its victims none: the label is added for every release).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkloadPreemptionLabels {
+    /// Who preempted: `podgroup` (1.38 also knows `compositepodgroup`).
+    pub preemptor: &'static str,
+    /// The PostFilter's code: Success, Unschedulable, UnschedulableAndUnresolvable, Error.
+    pub result: &'static str,
+}
+
+/// Who preempted (`pod` or `podgroup`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PreemptorLabels {
+    pub preemptor: &'static str,
+}
+
+/// The units a workload preemption evicted, by what they were: `pod` (alone) or `podgroup`
+/// (a group of disruptionMode All, whole).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DisruptionLabels {
+    pub preemptor: &'static str,
+    pub victim: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProfileLabels {
     pub profile: String,
@@ -138,6 +162,11 @@ pub struct ExtensionPointLabels {
 /// kube-scheduler's: 1, 2, 4… 64 victims.
 pub(super) fn victim_buckets() -> Histogram {
     Histogram::new(exponential_buckets(1.0, 2.0, 7))
+}
+
+/// A workload preemption's victims and units: 1 to 1024, doubling.
+pub(super) fn workload_victim_buckets() -> Histogram {
+    Histogram::new(exponential_buckets(1.0, 2.0, 11))
 }
 
 pub(super) fn extension_point_buckets() -> Histogram {

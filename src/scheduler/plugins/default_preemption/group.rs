@@ -386,6 +386,8 @@ impl NodeRanks for Ranks {
 struct Decision {
     victims: Vec<Unit>,
     placement: Vec<(usize, String)>,
+    /// The victims' pods a budget does not let go.
+    violations: usize,
 }
 
 impl DefaultPreemption {
@@ -471,15 +473,21 @@ impl DefaultPreemption {
             .then(|| Arc::new(Ranks::new(&ordered, now, self.release)) as Arc<dyn NodeRanks>);
         let placement = (ctx.place)(&trial.snapshot(), ranks)?;
         let mut victims = Vec::new();
-        for (unit, _) in ordered {
+        let mut violations = 0;
+        for (unit, violating) in ordered {
             trial.add(&unit);
             if all_still_fit(ctx, trial.snapshot(), &placement) {
                 continue;
             }
             trial.remove(&unit);
+            violations += violating;
             victims.push(unit);
         }
-        Ok(Decision { victims, placement })
+        Ok(Decision {
+            victims,
+            placement,
+            violations,
+        })
     }
 
     /// Step 5: the evictions, off the cycle, with the members held until their writes end.
@@ -489,6 +497,17 @@ impl DefaultPreemption {
             .iter()
             .flat_map(|u| u.pods.iter().map(|p| p.pod.clone()))
             .collect();
+        if let Some(metrics) = &self.metrics {
+            let count = |kind| decision.victims.iter().filter(|u| u.kind == kind).count();
+            metrics.workload_preemption(
+                pods.len(),
+                &[
+                    ("pod", count(UnitKind::Pod)),
+                    ("podgroup", count(UnitKind::PodGroup)),
+                ],
+                decision.violations,
+            );
+        }
         let victims = self.evictions.start(pods.iter());
         if victims.is_empty() {
             return;
@@ -569,6 +588,14 @@ impl GroupPostFilterPlugin for DefaultPreemption {
     /// Every message is prefixed `pod group preemption: `, as upstream's.
     fn group_post_filter(&self, ctx: &GroupPostFilterContext<'_>) -> GroupPostFilterResult {
         let mut result = self.preempt_group(ctx);
+        if let Some(metrics) = &self.metrics {
+            metrics.workload_preemption_attempt(match result.status.code {
+                Code::Success => "Success",
+                Code::Unschedulable => "Unschedulable",
+                Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
+                _ => "Error",
+            });
+        }
         let message = result.status.message();
         if !message.is_empty() {
             result.status = Status::new(

@@ -315,6 +315,9 @@ impl DefaultPreemption {
             );
         };
         *victims = Some(best.victims.len());
+        if let Some(metrics) = &self.metrics {
+            metrics.pdb_violations("pod", best.pdb_violations);
+        }
         let own = priority(&ctx.pod.pod);
         // From 1.37 it says where the pod is going, after the filters' reasons; 1.36 says
         // nothing.
