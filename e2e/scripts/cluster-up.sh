@@ -118,7 +118,13 @@ main() {
     crd/podgroups.scheduling.x-k8s.io >/dev/null \
     || die "the fixture CRDs were not established; read $LOG_DIR/kube-apiserver.log"
 
+  # From 1.37 kube-controller-manager runs with GenericWorkload too, as a cluster that runs
+  # gangs does: 1.38's ResourceClaim controller makes no claim for a pod of a PodGroup without it.
+  local kcm_gates=(--feature-gates GenericWorkload=true)
+  local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+  if (( minor < 37 )); then kcm_gates=(); fi
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \
+    "${kcm_gates[@]}" \
     --kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \
     --authorization-kubeconfig "$CLUSTER_DIR/controller-manager.kubeconfig" \

@@ -1,5 +1,6 @@
-//! Placing a gang's members on a snapshot, as the group cycle does but without reserving or
-//! assuming anything: what group preemption asks of the group cycle on a cluster without its
+//! Placing a gang's members on a snapshot, as the group cycle does but holding nothing once
+//! done (each member reserved while the next is placed, then given back; nothing assumed in
+//! the cache): what group preemption asks of the group cycle on a cluster without its
 //! potential victims (upstream's PodGroupSchedulingFunc). And the rule both follow: a group
 //! whose `minCount` is out of reach stops.
 
@@ -9,9 +10,11 @@ use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::{self, ScheduleResult};
 use crate::scheduler::framework::CycleState;
 use crate::scheduler::framework::QueuedPodInfo;
-use crate::scheduler::framework::group_post_filter::{NODE_RANKS, NodeRanks, Placement, RankedBy};
+use crate::scheduler::framework::group_post_filter::{
+    NODE_RANKS, Placement, RankedBy, TrialCluster,
+};
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{REMOVED_PODS_KEY, RemovedPods};
 
 /// The prefix of a placed member's message when its group was not placed (upstream's
 /// errPodGroupUnschedulable).
@@ -40,20 +43,45 @@ pub fn infeasible(
     })
 }
 
-/// The members (in the cycle's order) placed on `snapshot` one after another, each seeing
-/// those before it, with `already` members scheduled before and `min_count` to reach: where
-/// each placed member went, or why the group does not fit. With `ranks`, each member is
-/// scored among the cheapest feasible nodes only and condemns what its node costs.
+/// The members (in the cycle's order) placed on `trial` one after another, each seeing those
+/// before it (added to its node and reserved), with `already` members scheduled before and
+/// `min_count` to reach: where each placed member went, or why the group does not fit. With
+/// ranks, each member is scored among the cheapest feasible nodes only and condemns what its
+/// node costs. Every reservation is given back before it returns.
 pub fn place_on(
     sched: &Scheduler,
     profile: &CompiledProfile,
     members: &[QueuedPodInfo],
     (already, min_count): (usize, usize),
-    snapshot: &Snapshot,
-    ranks: Option<Arc<dyn NodeRanks>>,
+    trial: TrialCluster<'_>,
+) -> Placement {
+    let mut reserved: Vec<(CycleState, usize, String)> = Vec::new();
+    let placement = place_reserving(
+        sched,
+        profile,
+        members,
+        (already, min_count),
+        trial,
+        &mut reserved,
+    );
+    for (state, index, node) in reserved.iter().rev() {
+        profile.run_unreserve(state, &members[*index].pod, node);
+    }
+    placement
+}
+
+/// [`place_on`]'s loop; what it reserved is left in `reserved` for the caller to give back.
+fn place_reserving(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    members: &[QueuedPodInfo],
+    (already, min_count): (usize, usize),
+    trial: TrialCluster<'_>,
+    reserved: &mut Vec<(CycleState, usize, String)>,
 ) -> Placement {
     let nominated = sched.state.room.for_group();
-    let mut snapshot = snapshot.clone();
+    let mut snapshot = trial.snapshot.clone();
+    let ranks = trial.ranks;
     let (mut scheduled, mut unschedulable, mut remaining) = (already, 0, members.len());
     let mut placed = Vec::new();
     for (index, member) in members.iter().enumerate() {
@@ -65,6 +93,9 @@ pub fn place_on(
             if let Some(ranks) = &ranks {
                 state.write(NODE_RANKS, RankedBy(ranks.clone()));
             }
+            if !trial.removed.is_empty() {
+                state.write(REMOVED_PODS_KEY, RemovedPods(trial.removed.clone()));
+            }
             match algorithm::schedule_pod_with(
                 profile,
                 &mut state,
@@ -75,16 +106,22 @@ pub fn place_on(
                 false,
             ) {
                 ScheduleResult::Scheduled { node, .. } => {
-                    if let Some(info) = snapshot.get(&node) {
-                        let mut info = (**info).clone();
-                        info.add_pod(Arc::new(member.pod.on_node(&node)));
-                        snapshot = snapshot.with_node(info);
+                    let status = profile.run_reserve(&mut state, &member.pod, &node);
+                    if status.is_success() {
+                        if let Some(info) = snapshot.get(&node) {
+                            let mut info = (**info).clone();
+                            info.add_pod(Arc::new(member.pod.on_node(&node)));
+                            snapshot = snapshot.with_node(info);
+                        }
+                        if let Some(ranks) = &ranks {
+                            ranks.condemn(&node);
+                        }
+                        scheduled += 1;
+                        placed.push((index, node.clone()));
+                        reserved.push((state, index, node));
+                    } else {
+                        unschedulable += 1;
                     }
-                    if let Some(ranks) = &ranks {
-                        ranks.condemn(&node);
-                    }
-                    scheduled += 1;
-                    placed.push((index, node));
                 }
                 ScheduleResult::Unschedulable(_) => unschedulable += 1,
                 ScheduleResult::Error(status) => return Err(status.message()),

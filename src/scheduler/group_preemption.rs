@@ -5,7 +5,7 @@
 use crate::k8s::pod::Pod;
 use crate::scheduler::Scheduler;
 use crate::scheduler::framework::group_post_filter::{
-    GroupPostFilterContext, GroupPreemptor, VictimGroup,
+    GroupPostFilterContext, GroupPreemptor, TrialCluster, VictimGroup,
 };
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
@@ -81,15 +81,8 @@ pub fn run(
     let snapshot = sched.lock_cache().snapshot();
     let nominated = sched.state.room.for_group();
     let group_of = |pod: &Pod| victim_group(sched, pod);
-    let place = |on: &_, ranks| {
-        place_on(
-            sched,
-            profile,
-            members,
-            (already, gang.min_count),
-            on,
-            ranks,
-        )
+    let place = |trial: TrialCluster<'_>| {
+        place_on(sched, profile, members, (already, gang.min_count), trial)
     };
     let ctx = GroupPostFilterContext {
         profile,

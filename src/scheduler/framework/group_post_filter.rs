@@ -6,6 +6,7 @@
 //! copy (victims taken off) and asks where the members would then go, without knowing how the
 //! group cycle places them.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use super::node_info::NodeInfo;
@@ -65,9 +66,18 @@ pub const NODE_RANKS: &str = "PodGroupPreemptionState";
 #[derive(Clone)]
 pub struct RankedBy(pub Arc<dyn NodeRanks>);
 
-/// The group cycle's placement on a snapshot, weighing nodes by the given ranks where there
-/// are any.
-pub type PlaceFn<'a> = dyn Fn(&Snapshot, Option<Arc<dyn NodeRanks>>) -> Placement + 'a;
+/// The cluster a trial placement runs on: a snapshot with pods taken off it (`removed`, by UID:
+/// the plugins that free what such pods held beyond their node, DynamicResources' devices, are
+/// told), and the ranks nodes are weighed by where there are any.
+pub struct TrialCluster<'a> {
+    pub snapshot: &'a Snapshot,
+    pub removed: &'a HashSet<String>,
+    pub ranks: Option<Arc<dyn NodeRanks>>,
+}
+
+/// The group cycle's placement on a trial cluster: each member reserved as it is placed (so the
+/// next sees what it took) and every reservation given back before it returns.
+pub type PlaceFn<'a> = dyn Fn(TrialCluster<'_>) -> Placement + 'a;
 
 /// What a PodGroupPostFilter plugin is given.
 pub struct GroupPostFilterContext<'a> {
@@ -80,8 +90,7 @@ pub struct GroupPostFilterContext<'a> {
     pub nominated: &'a dyn NominatedPods,
     /// The group of a pod on a node, when it names one this scheduler knows.
     pub group_of: &'a (dyn Fn(&Pod) -> Option<VictimGroup> + Sync),
-    /// Runs the group cycle's placement on a snapshot (nothing reserved, nothing written),
-    /// weighing nodes by the given ranks where there are any.
+    /// Runs the group cycle's placement on a trial cluster (nothing held, nothing written).
     pub place: &'a PlaceFn<'a>,
 }
 

@@ -15,12 +15,15 @@
 //! 5. The victims are evicted off the cycle ([`super::actuate`]) and each member is nominated to
 //!    its node; the members wait until the evictions' writes end.
 //!
-//! Where tether differs (named in install.md): the placement on the victimless cluster reserves
-//! nothing (upstream runs Reserve, which only matters for members sharing claims or volumes),
-//! the reprieve runs each member's PreFilter again on the changed cluster instead of updating the
-//! placement's cycle states, and 1.38's ranking of nodes by the victims they would cost
-//! (RankNodes, and Reserve's condemned set) is not followed: the group cycle places the members
-//! as it would on an empty cluster of the same nodes.
+//! Each member of the trial placement and of each reprieve check is reserved as it is placed
+//! (so the next sees its devices and volumes taken) and every reservation is given back; the
+//! pods taken off are named to the plugins that free what they held beyond their node
+//! (DynamicResources counts their claims' devices as free), as a pod's own dry run does.
+//!
+//! Where tether differs (named in install.md): the reprieve runs each member's PreFilter again
+//! on the changed cluster instead of updating the placement's cycle states; 1.38's ranking
+//! applies to the nodes the search found feasible (upstream also searches them in rank order);
+//! and the victims' devices count as freed (upstream's group preemption does not free them).
 
 use std::cmp::Ordering;
 use std::collections::{HashMap, HashSet};
@@ -33,13 +36,13 @@ use super::evictions::Evictions;
 use super::{DefaultPreemption, actuate, preempted};
 use crate::k8s::release::Release;
 use crate::scheduler::framework::group_post_filter::{
-    GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult, NodeRanks,
+    GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult, NodeRanks, TrialCluster,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::runtime::{Diagnosis, nominated_node, priority};
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::framework::{Code, CycleState, Status};
+use crate::scheduler::framework::{Code, CycleState, REMOVED_PODS_KEY, RemovedPods, Status};
 
 /// What a unit of victims is, for their order (upstream's victimRank).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -158,6 +161,8 @@ fn split_units_by_budgets(
 struct Trial<'a> {
     base: &'a Snapshot,
     changed: HashMap<String, NodeInfo>,
+    /// The pods taken off (by UID).
+    removed: HashSet<String>,
 }
 
 impl<'a> Trial<'a> {
@@ -165,6 +170,7 @@ impl<'a> Trial<'a> {
         Trial {
             base,
             changed: HashMap::new(),
+            removed: HashSet::new(),
         }
     }
 
@@ -178,6 +184,7 @@ impl<'a> Trial<'a> {
 
     fn remove(&mut self, unit: &Unit) {
         for pod in &unit.pods {
+            self.removed.insert(pod.uid().to_string());
             if let Some(node) = pod.node_name().map(str::to_string)
                 && let Some(info) = self.node_mut(&node)
             {
@@ -188,6 +195,7 @@ impl<'a> Trial<'a> {
 
     fn add(&mut self, unit: &Unit) {
         for pod in &unit.pods {
+            self.removed.remove(pod.uid());
             if let Some(node) = pod.node_name().map(str::to_string)
                 && let Some(info) = self.node_mut(&node)
             {
@@ -205,19 +213,40 @@ impl<'a> Trial<'a> {
     }
 }
 
-/// Whether every member still fits on the node it was placed on in `snapshot`, in the order
-/// it was placed, each seeing those before it.
+/// Whether every member still fits on the node it was placed on in `trial`, in the order it
+/// was placed, each seeing those before it (added to its node and reserved, every reservation
+/// given back before it returns).
 fn all_still_fit(
     ctx: &GroupPostFilterContext<'_>,
-    snapshot: Snapshot,
+    trial: &Trial<'_>,
     placement: &[(usize, String)],
 ) -> bool {
-    let mut snapshot = snapshot;
+    let mut reserved: Vec<(CycleState, usize, &str)> = Vec::new();
+    let fits = fit_reserving(ctx, trial, placement, &mut reserved);
+    for (state, index, node) in reserved.iter().rev() {
+        if let Some(pod) = ctx.members.get(*index) {
+            ctx.profile.run_unreserve(state, pod, node);
+        }
+    }
+    fits
+}
+
+/// [`all_still_fit`]'s loop; what it reserved is left in `reserved` to give back.
+fn fit_reserving<'p>(
+    ctx: &GroupPostFilterContext<'_>,
+    trial: &Trial<'_>,
+    placement: &'p [(usize, String)],
+    reserved: &mut Vec<(CycleState, usize, &'p str)>,
+) -> bool {
+    let mut snapshot = trial.snapshot();
     for (index, node) in placement {
         let Some(pod) = ctx.members.get(*index) else {
             return false;
         };
         let mut state = CycleState::new();
+        if !trial.removed.is_empty() {
+            state.write(REMOVED_PODS_KEY, RemovedPods(trial.removed.clone()));
+        }
         let mut diagnosis = Diagnosis::default();
         if ctx
             .profile
@@ -235,9 +264,13 @@ fn all_still_fit(
         if !status.is_success() {
             return false;
         }
+        if !ctx.profile.run_reserve(&mut state, pod, node).is_success() {
+            return false;
+        }
         let mut info = (**info).clone();
         info.add_pod(Arc::new(pod.on_node(node)));
         snapshot = snapshot.with_node(info);
+        reserved.push((state, *index, node));
     }
     true
 }
@@ -471,12 +504,17 @@ impl DefaultPreemption {
             .release
             .at_least(38)
             .then(|| Arc::new(Ranks::new(&ordered, now, self.release)) as Arc<dyn NodeRanks>);
-        let placement = (ctx.place)(&trial.snapshot(), ranks)?;
+        let snapshot = trial.snapshot();
+        let placement = (ctx.place)(TrialCluster {
+            snapshot: &snapshot,
+            removed: &trial.removed,
+            ranks,
+        })?;
         let mut victims = Vec::new();
         let mut violations = 0;
         for (unit, violating) in ordered {
             trial.add(&unit);
-            if all_still_fit(ctx, trial.snapshot(), &placement) {
+            if all_still_fit(ctx, &trial, &placement) {
                 continue;
             }
             trial.remove(&unit);
@@ -724,7 +762,8 @@ mod tests {
             .expect("compiles")
             .profile;
         let group = preemptor(1000);
-        let place = |on: &Snapshot, ranks| first_fit(&profile, members, on, ranks);
+        let place =
+            |trial: TrialCluster<'_>| first_fit(&profile, members, trial.snapshot, trial.ranks);
         let ctx = GroupPostFilterContext {
             profile: &profile,
             preemptor: &group,
@@ -899,7 +938,7 @@ mod tests {
             .expect("compiles")
             .profile;
         let group = preemptor(1000);
-        let place = |_: &Snapshot, _| -> Placement { Ok(Vec::new()) };
+        let place = |_: TrialCluster<'_>| -> Placement { Ok(Vec::new()) };
         let ctx = GroupPostFilterContext {
             profile: &profile,
             preemptor: &group,
