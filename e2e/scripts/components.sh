@@ -63,10 +63,17 @@ apiserver_ready() {
 # From 1.37 it serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and
 # pods' spec.schedulingGroup), beta and off by default, as a cluster that runs gangs does; 1.36
 # has only an alpha v1alpha2 of it, which tether does not serve, and runs with its defaults.
+# From 1.38 also topology-aware placement (PodGroups' schedulingConstraints).
 start_apiserver() {
   local workload_api=(--feature-gates GenericWorkload=true --runtime-config scheduling.k8s.io/v1beta1=true)
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   if (( minor < 37 )); then workload_api=(); fi
+  # From 1.38 a PodGroup may also name a topology key (TopologyAwareWorkloadScheduling, beta
+  # and off by default there): without the gate kube-apiserver drops the field.
+  if (( minor >= 38 )); then
+    workload_api=(--feature-gates GenericWorkload=true,TopologyAwareWorkloadScheduling=true
+      --runtime-config scheduling.k8s.io/v1beta1=true)
+  fi
   start kube-apiserver "$BIN_DIR/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_CLIENT_PORT" \
     --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$APISERVER_PORT" \

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rand::Rng;
 use rayon::prelude::*;
 
-use crate::scheduler::framework::group_post_filter::{NODE_RANKS, RankedBy};
+use crate::scheduler::framework::group_post_filter::{
+    IN_PLACEMENT, InPlacement, NODE_RANKS, RankedBy,
+};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
@@ -124,7 +126,10 @@ pub fn schedule_pod_with(
             diagnosis
         })
     };
-    let num_all = snapshot.len();
+    // A member placed in one placement (a topology domain) searches its nodes alone.
+    let placement = state.read::<InPlacement>(IN_PLACEMENT).map(|p| p.0.clone());
+    let in_placement = |name: &str| placement.as_ref().is_none_or(|p| p.contains(name));
+    let num_all = placement.as_ref().map_or(snapshot.len(), |p| p.len());
     if num_all == 0 {
         // No nodes: the nomination ends, as upstream's clearNominatedNode.
         return ScheduleResult::Unschedulable(Diagnosis {
@@ -160,6 +165,7 @@ pub fn schedule_pod_with(
     // A node the pod was nominated to (by preemption) is tried first, alone, as upstream's
     // evaluateNominatedNode: the room made for it is there.
     if let Some(node) = nominated_node(&pod.pod)
+        .filter(|n| in_placement(n))
         .filter(|n| {
             narrowed
                 .node_names
@@ -183,9 +189,17 @@ pub fn schedule_pod_with(
     let candidates: Vec<&Arc<NodeInfo>> = match &narrowed.node_names {
         Some(names) => {
             diagnosis.absent_nodes_status = Some(left_out_status(&narrowed_by));
-            names.iter().filter_map(|n| snapshot.get(n)).collect()
+            names
+                .iter()
+                .filter(|n| in_placement(n))
+                .filter_map(|n| snapshot.get(n))
+                .collect()
         }
-        None => snapshot.nodes().iter().collect(),
+        None => snapshot
+            .nodes()
+            .iter()
+            .filter(|n| in_placement(&n.name))
+            .collect(),
     };
     if candidates.is_empty() {
         // PreFilter named only nodes that do not exist: every node is absent.

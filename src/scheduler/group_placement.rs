@@ -1,20 +1,27 @@
 //! Placing a gang's members on a snapshot, as the group cycle does but holding nothing once
 //! done (each member reserved while the next is placed, then given back; nothing assumed in
 //! the cache): what group preemption asks of the group cycle on a cluster without its
-//! potential victims (upstream's PodGroupSchedulingFunc). And the rule both follow: a group
-//! whose `minCount` is out of reach stops.
+//! potential victims (upstream's PodGroupSchedulingFunc, [`crate::scheduler::group_preemption`]),
+//! and what topology-aware placement runs in each domain
+//! ([`crate::scheduler::group_topology`]). And the rule both follow: a group whose `minCount`
+//! is out of reach stops.
 
+use std::collections::{BTreeSet, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::scheduler::Scheduler;
-use crate::scheduler::algorithm::{self, ScheduleResult};
-use crate::scheduler::framework::CycleState;
-use crate::scheduler::framework::QueuedPodInfo;
+use crate::scheduler::algorithm::{self, Choice, ScheduleResult};
+use crate::scheduler::failure::Failure;
 use crate::scheduler::framework::group_post_filter::{
-    NODE_RANKS, Placement, RankedBy, TrialCluster,
+    IN_PLACEMENT, InPlacement, NODE_RANKS, NodeRanks, RankedBy,
 };
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::{REMOVED_PODS_KEY, RemovedPods};
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{
+    CycleState, QueuedPodInfo, REMOVED_PODS_KEY, RemovedPods, Status,
+};
+use crate::scheduler::handoff::search_over_message;
 
 /// The prefix of a placed member's message when its group was not placed (upstream's
 /// errPodGroupUnschedulable).
@@ -43,55 +50,84 @@ pub fn infeasible(
     })
 }
 
-/// The members (in the cycle's order) placed on `trial` one after another, each seeing those
-/// before it (added to its node and reserved), with `already` members scheduled before and
-/// `min_count` to reach: where each placed member went, or why the group does not fit. With
-/// ranks, each member is scored among the cheapest feasible nodes only and condemns what its
-/// node costs. Every reservation is given back before it returns.
-pub fn place_on(
-    sched: &Scheduler,
-    profile: &CompiledProfile,
-    members: &[QueuedPodInfo],
-    (already, min_count): (usize, usize),
-    trial: TrialCluster<'_>,
-) -> Placement {
-    let mut reserved: Vec<(CycleState, usize, String)> = Vec::new();
-    let placement = place_reserving(
-        sched,
-        profile,
-        members,
-        (already, min_count),
-        trial,
-        &mut reserved,
-    );
-    for (state, index, node) in reserved.iter().rev() {
-        profile.run_unreserve(state, &members[*index].pod, node);
-    }
-    placement
+/// A member placed in a trial: its node, its cycle state (PreFilter and Filter ran, its
+/// reservation given back) and how it won.
+pub struct Assigned {
+    pub index: usize,
+    pub node: String,
+    pub state: CycleState,
+    pub choice: Choice,
 }
 
-/// [`place_on`]'s loop; what it reserved is left in `reserved` for the caller to give back.
-fn place_reserving(
+/// What a trial of the group on one cluster (or one placement of it) found.
+#[derive(Default)]
+pub struct Evaluation {
+    pub placed: Vec<Assigned>,
+    /// The members that failed on their own, with why.
+    pub own_failures: Vec<(usize, Failure)>,
+    /// Why the group cannot be placed there, once `minCount` is out of reach.
+    pub group_failure: Option<String>,
+    /// Every plugin that rejected a member.
+    pub rejected_by: BTreeSet<&'static str>,
+    pub retry_after: Option<Duration>,
+    /// An error, and the member it came from.
+    pub error: Option<(usize, Status)>,
+    /// How many members were tried.
+    pub evaluated: usize,
+}
+
+impl Evaluation {
+    /// The group fits: no error, `minCount` reached, at least one member placed.
+    pub fn feasible(&self) -> bool {
+        self.error.is_none() && self.group_failure.is_none() && !self.placed.is_empty()
+    }
+}
+
+/// The cluster of one trial: a snapshot with pods taken off it, the ranks nodes are weighed
+/// by, and the nodes the members may take (all when `None`).
+pub struct Trial<'a> {
+    pub snapshot: &'a Snapshot,
+    pub removed: &'a HashSet<String>,
+    pub ranks: Option<Arc<dyn NodeRanks>>,
+    pub placement: Option<Arc<HashSet<String>>>,
+}
+
+/// The members (in the cycle's order) tried on `trial` one after another, each seeing those
+/// before it (added to its node and reserved), with `already` members scheduled before and
+/// `min_count` to reach; stops once `minCount` is out of reach. Every reservation is given back
+/// before it returns.
+pub fn evaluate(
     sched: &Scheduler,
     profile: &CompiledProfile,
     members: &[QueuedPodInfo],
     (already, min_count): (usize, usize),
-    trial: TrialCluster<'_>,
-    reserved: &mut Vec<(CycleState, usize, String)>,
-) -> Placement {
+    trial: &Trial<'_>,
+) -> Evaluation {
     let nominated = sched.state.room.for_group();
+    let release = profile.release;
     let mut snapshot = trial.snapshot.clone();
-    let ranks = trial.ranks;
+    let nodes = trial.placement.as_ref().map_or(snapshot.len(), |p| p.len());
+    let mut out = Evaluation::default();
     let (mut scheduled, mut unschedulable, mut remaining) = (already, 0, members.len());
-    let mut placed = Vec::new();
+    out.group_failure = infeasible(release, min_count, scheduled, 0, remaining);
+    if out.group_failure.is_some() {
+        return out;
+    }
     for (index, member) in members.iter().enumerate() {
+        out.evaluated = index + 1;
         remaining -= 1;
-        if member.pod.parse_error.is_some() {
+        let pod = &member.pod;
+        if let Some(err) = &pod.parse_error {
             unschedulable += 1;
+            out.own_failures
+                .push((index, Failure::invalid_affinity(err, nodes)));
         } else {
             let mut state = CycleState::new();
-            if let Some(ranks) = &ranks {
+            if let Some(ranks) = &trial.ranks {
                 state.write(NODE_RANKS, RankedBy(ranks.clone()));
+            }
+            if let Some(placement) = &trial.placement {
+                state.write(IN_PLACEMENT, InPlacement(placement.clone()));
             }
             if !trial.removed.is_empty() {
                 state.write(REMOVED_PODS_KEY, RemovedPods(trial.removed.clone()));
@@ -99,46 +135,63 @@ fn place_reserving(
             match algorithm::schedule_pod_with(
                 profile,
                 &mut state,
-                &member.pod,
+                pod,
                 &snapshot,
                 &sched.start_index,
                 &nominated,
                 false,
             ) {
-                ScheduleResult::Scheduled { node, .. } => {
-                    let status = profile.run_reserve(&mut state, &member.pod, &node);
+                ScheduleResult::Scheduled { node, choice, .. } => {
+                    let status = profile.run_reserve(&mut state, pod, &node);
                     if status.is_success() {
                         if let Some(info) = snapshot.get(&node) {
                             let mut info = (**info).clone();
-                            info.add_pod(Arc::new(member.pod.on_node(&node)));
+                            info.add_pod(Arc::new(pod.on_node(&node)));
                             snapshot = snapshot.with_node(info);
                         }
-                        if let Some(ranks) = &ranks {
+                        if let Some(ranks) = &trial.ranks {
                             ranks.condemn(&node);
                         }
                         scheduled += 1;
-                        placed.push((index, node.clone()));
-                        reserved.push((state, index, node));
+                        out.placed.push(Assigned {
+                            index,
+                            node,
+                            state,
+                            choice,
+                        });
                     } else {
                         unschedulable += 1;
+                        out.rejected_by.extend(status.plugin);
+                        out.own_failures.push((
+                            index,
+                            Failure::after_status(&status, true, search_over_message(&status)),
+                        ));
                     }
                 }
-                ScheduleResult::Unschedulable(_) => unschedulable += 1,
-                ScheduleResult::Error(status) => return Err(status.message()),
+                ScheduleResult::Unschedulable(diagnosis) => {
+                    unschedulable += 1;
+                    out.rejected_by
+                        .extend(diagnosis.unschedulable_plugins.iter().copied());
+                    let failure = Failure::unschedulable(diagnosis);
+                    out.retry_after = match (out.retry_after, failure.retry_after) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                    out.own_failures.push((index, failure));
+                }
+                ScheduleResult::Error(status) => {
+                    out.error = Some((index, status));
+                    break;
+                }
             }
         }
-        if let Some(message) = infeasible(
-            profile.release,
-            min_count,
-            scheduled,
-            unschedulable,
-            remaining,
-        ) {
-            return Err(message);
+        out.group_failure = infeasible(release, min_count, scheduled, unschedulable, remaining);
+        if out.group_failure.is_some() {
+            break;
         }
     }
-    if placed.is_empty() {
-        return Err(GROUP_UNSCHEDULABLE.into());
+    for a in out.placed.iter().rev() {
+        profile.run_unreserve(&a.state, &members[a.index].pod, &a.node);
     }
-    Ok(placed)
+    out
 }

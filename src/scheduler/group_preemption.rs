@@ -4,13 +4,15 @@
 
 use crate::k8s::pod::Pod;
 use crate::scheduler::Scheduler;
+use crate::scheduler::framework::group_post_filter::Placement;
 use crate::scheduler::framework::group_post_filter::{
     GroupPostFilterContext, GroupPreemptor, TrialCluster, VictimGroup,
 };
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{Code, QueuedPodInfo};
-use crate::scheduler::group_placement::place_on;
+use crate::scheduler::group_placement::{GROUP_UNSCHEDULABLE, Trial, evaluate};
+use crate::scheduler::group_topology;
 use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
 use crate::scheduler::plugins::gangs::Gang;
 
@@ -81,9 +83,7 @@ pub fn run(
     let snapshot = sched.lock_cache().snapshot();
     let nominated = sched.state.room.for_group();
     let group_of = |pod: &Pod| victim_group(sched, pod);
-    let place = |trial: TrialCluster<'_>| {
-        place_on(sched, profile, members, (already, gang.min_count), trial)
-    };
+    let place = |trial: TrialCluster<'_>| place_on(sched, profile, members, (gang, already), trial);
     let ctx = GroupPostFilterContext {
         profile,
         preemptor: &preemptor,
@@ -146,4 +146,46 @@ fn victim_group(sched: &Scheduler, pod: &Pod) -> Option<VictimGroup> {
         }),
         priority: group.and_then(|g| g.spec.priority),
     })
+}
+
+/// Where the group cycle would place the members on `trial` (upstream's
+/// PodGroupSchedulingFunc, for group preemption): in the best domain of its topology
+/// constraint where it has one, else on the whole cluster. Nothing is held once it returns.
+pub fn place_on(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    members: &[QueuedPodInfo],
+    (gang, already): (&Gang, usize),
+    trial: TrialCluster<'_>,
+) -> Placement {
+    let whole = Trial {
+        snapshot: trial.snapshot,
+        removed: trial.removed,
+        ranks: trial.ranks,
+        placement: None,
+    };
+    let evaluation = match group_topology::key_of(gang, profile.release) {
+        Some(key) => {
+            match group_topology::search(sched, profile, members, (gang, already), &whole, &key) {
+                group_topology::Search::Placed { winner, .. } => winner,
+                group_topology::Search::Refused { message, .. } => return Err(message),
+                group_topology::Search::Error { status, .. } => return Err(status.message()),
+            }
+        }
+        None => evaluate(sched, profile, members, (already, gang.min_count), &whole),
+    };
+    if let Some((_, status)) = &evaluation.error {
+        return Err(status.message());
+    }
+    if let Some(message) = evaluation.group_failure {
+        return Err(message);
+    }
+    if evaluation.placed.is_empty() {
+        return Err(GROUP_UNSCHEDULABLE.into());
+    }
+    Ok(evaluation
+        .placed
+        .into_iter()
+        .map(|a| (a.index, a.node))
+        .collect())
 }

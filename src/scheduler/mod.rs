@@ -19,6 +19,7 @@ pub mod framework;
 pub mod group_placement;
 pub mod group_preemption;
 pub mod group_status;
+pub mod group_topology;
 pub mod handoff;
 pub mod informers;
 pub mod metrics;

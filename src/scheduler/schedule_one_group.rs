@@ -17,14 +17,15 @@ use std::time::{Duration, Instant};
 
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
-use crate::scheduler::algorithm::{self, Choice, ScheduleResult};
+use crate::scheduler::algorithm::{self, ScheduleResult};
 use crate::scheduler::failure::{FailedAttempt, Failure, NominationOutcome};
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::{CycleState, Nomination, QueuedPodInfo, Status};
-use crate::scheduler::group_placement::{GROUP_UNSCHEDULABLE, infeasible};
+use crate::scheduler::group_placement::{Assigned, GROUP_UNSCHEDULABLE, infeasible};
 use crate::scheduler::group_preemption::{self, policy};
 use crate::scheduler::group_status::{ConditionWrite, with_condition};
+use crate::scheduler::group_topology;
 use crate::scheduler::handoff::{search_over_message, to_binding};
 use crate::scheduler::informers::pod_groups::{self, Group, GroupApi};
 use crate::scheduler::outcome::FailureReason;
@@ -188,14 +189,6 @@ fn validate_hierarchy<'a>(
     Ok(())
 }
 
-/// A member placed in this cycle: assumed on `node`, reserved.
-struct Placed {
-    index: usize,
-    state: CycleState,
-    node: String,
-    choice: Choice,
-}
-
 /// Members in upstream's order (PodGroupMemberPodsOrderingFunc): priority (highest first),
 /// attempts (most first: a pod's timestamp is renewed with each attempt, so the one tried most
 /// is the oldest), when they were queued, name.
@@ -285,7 +278,7 @@ pub fn schedule_group(
     let release = profile.release;
     let mut scheduled = already;
     let mut remaining = members.len();
-    let mut placed: Vec<Placed> = Vec::new();
+    let mut placed: Vec<Assigned> = Vec::new();
     let mut own_failures: Vec<(usize, Failure)> = Vec::new();
     let mut rejected_by: BTreeSet<&'static str> = BTreeSet::from([group_plugin]);
     let mut retry_after: Option<Duration> = None;
@@ -294,7 +287,34 @@ pub fn schedule_group(
     let mut error = None;
     let mut evaluated = 0;
     let nominated = sched.state.room.for_group();
-    if group_failure.is_none() {
+    let topology = group_topology::key_of(&gang, release).filter(|_| group_failure.is_none());
+    if let Some(key) = &topology {
+        // Placed inside one domain of its topology constraint (1.38).
+        let cycle = group_topology::cycle(sched, &profile, &members, (&gang, already), key);
+        if let Some((member, status)) = cycle.error {
+            tracing::warn!(group = %group_name, profile = %profile.source, error = %status, "pod group scheduling error");
+            let failed = GroupError {
+                status: &status,
+                member,
+                reason: "SchedulerError",
+            };
+            return fail_group(
+                sched,
+                &profile,
+                &gang,
+                &members,
+                failed,
+                start,
+                start.elapsed(),
+            );
+        }
+        placed = cycle.placed;
+        own_failures = cycle.own_failures;
+        rejected_by.extend(cycle.rejected_by);
+        retry_after = cycle.retry_after;
+        group_failure = cycle.group_failure;
+        evaluated = cycle.evaluated;
+    } else if group_failure.is_none() {
         for (index, member) in members.iter().enumerate() {
             evaluated = index + 1;
             let pod = &member.pod;
@@ -327,7 +347,7 @@ pub fn schedule_group(
                     let status = profile.run_reserve(&mut state, pod, &node);
                     if status.is_success() {
                         scheduled += 1;
-                        placed.push(Placed {
+                        placed.push(Assigned {
                             index,
                             state,
                             node,
@@ -368,7 +388,7 @@ pub fn schedule_group(
     let search = start.elapsed();
     sched.metrics.scheduling_algorithm(search);
 
-    let give_back = |placed: &[Placed]| {
+    let give_back = |placed: &[Assigned]| {
         for p in placed.iter().rev() {
             let pod = &members[p.index].pod;
             profile.run_unreserve(&p.state, pod, &p.node);

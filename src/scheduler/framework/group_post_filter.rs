@@ -62,6 +62,15 @@ pub trait NodeRanks: Send + Sync {
 /// The [`CycleState`](super::CycleState) key a member's [`NodeRanks`] is carried under.
 pub const NODE_RANKS: &str = "PodGroupPreemptionState";
 
+/// The [`CycleState`](super::CycleState) key of the nodes a member being placed in one
+/// placement (a topology domain) may take.
+pub const IN_PLACEMENT: &str = "Placement";
+
+/// The nodes of the placement a member is placed in (by name); the search counts only them
+/// (`0/N nodes are available` counts them), while the plugins still see the whole cluster.
+#[derive(Clone)]
+pub struct InPlacement(pub Arc<HashSet<String>>);
+
 /// A member's [`NodeRanks`], as its cycle state holds it.
 #[derive(Clone)]
 pub struct RankedBy(pub Arc<dyn NodeRanks>);
