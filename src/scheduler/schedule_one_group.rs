@@ -419,7 +419,12 @@ pub fn schedule_group(
         let alone = preemption
             .as_ref()
             .is_some_and(|p| p.succeeded || (!release.at_least(38) && p.unresolvable));
+        // DynamicResources says nothing for a group with scheduling constraints (1.38's
+        // topology-aware groups).
+        let constrained = matches!(&gang.group, Group::Workload(g)
+            if release.at_least(38) && g.spec.scheduling_constraints.is_some());
         let dra_for_groups = !alone
+            && !constrained
             && matches!(gang.group, Group::Workload(_))
             && profile
                 .post_filter
