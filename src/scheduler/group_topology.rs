@@ -31,6 +31,7 @@ use crate::k8s::pods;
 use crate::k8s::release::Release;
 use crate::scheduler::Scheduler;
 use crate::scheduler::failure::Failure;
+use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{QueuedPodInfo, Status};
@@ -300,45 +301,47 @@ fn choose(
     if feasible.len() == 1 {
         return 0;
     }
-    let fit = profile.uses(crate::scheduler::plugins::noderesources::fit::NAME);
+    let runs_fit = profile.uses(crate::scheduler::plugins::noderesources::fit::NAME);
     let counts: Vec<i64> = feasible
         .iter()
         .map(|(_, e)| i64::try_from(already.saturating_add(e.placed.len())).unwrap_or(i64::MAX))
         .collect();
-    let most = counts.iter().copied().max().unwrap_or(0).max(1);
-    let mut best = (0, i64::MIN);
-    for (k, (i, evaluation)) in feasible.iter().enumerate() {
-        let mut score = counts[k].saturating_mul(100) / most;
-        if fit {
-            score = score.saturating_add(fit_score(snapshot, &domains[*i], members, evaluation));
-        }
-        if score > best.1 {
-            best = (k, score);
+    let fit: Vec<Option<i64>> = feasible
+        .iter()
+        .map(|(i, e)| {
+            runs_fit.then(|| {
+                fit_score(
+                    snapshot,
+                    &domains[*i].nodes,
+                    e.placed.iter().map(|a| members[a.index].pod.as_ref()),
+                )
+            })
+        })
+        .collect();
+    let scores = totals(&counts, &fit);
+    let mut best = 0;
+    for (k, score) in scores.iter().enumerate() {
+        if *score > scores[best] {
+            best = k;
         }
     }
-    best.0
+    best
 }
 
-/// NodeResourcesFit's placement score (MostAllocated, cpu and memory of weight 1): the
-/// members placed and the placement's pods, their non-zero requests summed, against the
+/// NodeResourcesFit's placement score (MostAllocated, cpu and memory of weight 1): the pods
+/// `placed` there and the placement's own, their non-zero requests summed, against the
 /// placement's allocatable.
-fn fit_score(
+pub fn fit_score<'a>(
     snapshot: &Snapshot,
-    domain: &Domain,
-    members: &[QueuedPodInfo],
-    evaluation: &Evaluation,
+    nodes: &HashSet<String>,
+    placed: impl IntoIterator<Item = &'a PodInfo>,
 ) -> i64 {
     let (mut cpu, mut memory, mut cpu_alloc, mut memory_alloc) = (0i64, 0i64, 0i64, 0i64);
-    for a in &evaluation.placed {
-        let r = &members[a.index].pod.non_zero_requests;
-        cpu = cpu.saturating_add(r.milli_cpu);
-        memory = memory.saturating_add(r.memory);
+    for pod in placed {
+        cpu = cpu.saturating_add(pod.non_zero_requests.milli_cpu);
+        memory = memory.saturating_add(pod.non_zero_requests.memory);
     }
-    for node in snapshot
-        .nodes()
-        .iter()
-        .filter(|n| domain.nodes.contains(&n.name))
-    {
+    for node in snapshot.nodes().iter().filter(|n| nodes.contains(&n.name)) {
         cpu = cpu.saturating_add(node.non_zero_requested.milli_cpu);
         memory = memory.saturating_add(node.non_zero_requested.memory);
         cpu_alloc = cpu_alloc.saturating_add(node.allocatable.milli_cpu);
@@ -354,6 +357,17 @@ fn fit_score(
         weights += 1;
     }
     if weights == 0 { 0 } else { sum / weights }
+}
+
+/// Each placement's total score: PodGroupPodsCount's (`counts`: the group's pods there,
+/// normalized to the most) plus NodeResourcesFit's (`fit`, where the profile runs it).
+pub fn totals(counts: &[i64], fit: &[Option<i64>]) -> Vec<i64> {
+    let most = counts.iter().copied().max().unwrap_or(0).max(1);
+    counts
+        .iter()
+        .zip(fit)
+        .map(|(&count, fit)| (count.saturating_mul(100) / most).saturating_add(fit.unwrap_or(0)))
+        .collect()
 }
 
 /// A group cycle's outcome in the chosen placement, its members placed for real (assumed in
@@ -573,6 +587,11 @@ mod tests {
             ..Default::default()
         };
         // cpu 4/4 → 100, memory 4Gi/8Gi → 50.
-        assert_eq!(fit_score(&snap, &domain, &members, &evaluation), 75);
+        let placed = evaluation
+            .placed
+            .iter()
+            .map(|a| members[a.index].pod.as_ref());
+        assert_eq!(fit_score(&snap, &domain.nodes, placed), 75);
+        assert_eq!(totals(&[4, 2], &[Some(75), Some(90)]), [175, 140]);
     }
 }

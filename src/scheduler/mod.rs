@@ -47,6 +47,7 @@ use self::framework::events::PROFILE_CHANGE;
 use self::framework::pod_info::PodInfo;
 use self::framework::profile::{CompiledProfile, ProfileRegistry};
 use self::informers::pod_groups::{GroupKey, PodGroupIndex};
+
 use self::metrics::Metrics;
 use self::outcome::Reports;
 use crate::gate::WriteGate;
@@ -312,17 +313,37 @@ impl Scheduler {
                 .queue
                 .pending_of_group(|p| gang.key.has_member(p));
             let uids: std::collections::HashSet<&str> = members.iter().map(|m| m.uid()).collect();
-            let scheduled_before = self.scheduled_before(&gang.key, &uids).len();
-            explanation.group = Some(explain::explain_group(
-                &profile,
-                gang.key.to_string(),
-                gang.min_count,
-                scheduled_before,
-                members,
-                &snapshot,
-                &nominated,
-                limits,
-            ));
+            let scheduled = self.scheduled_before(&gang.key, &uids);
+            let explained = explain::Gang {
+                pod_group: gang.key.to_string(),
+                min_count: gang.min_count,
+                scheduled_before: scheduled.len(),
+            };
+            // A group placed within one domain of its topology key: domain by domain.
+            let domains = group_topology::key_of(&gang, profile.release)
+                .map(|key| group_topology::domains(&snapshot, &key, &scheduled));
+            explanation.group = Some(match domains {
+                Some(Ok(domains)) => explain::explain_domains(
+                    &profile, &explained, members, &snapshot, &nominated, limits, &domains,
+                ),
+                Some(Err(why)) => explain::GroupExplanation {
+                    pod_group: explained.pod_group,
+                    min_count: explained.min_count,
+                    scheduled_before: explained.scheduled_before,
+                    verdict: format!("cannot determine domain for already scheduled pods: {why}"),
+                    ..Default::default()
+                },
+                None => explain::explain_group(
+                    &profile,
+                    explained.pod_group,
+                    explained.min_count,
+                    explained.scheduled_before,
+                    members,
+                    &snapshot,
+                    &nominated,
+                    limits,
+                ),
+            });
         }
         let own = profile.holds_key(&pod);
         // Only the holds of the pod's own namespace (the caller may get pods there): another

@@ -14,7 +14,9 @@ use crate::scheduler::framework::runtime::priority;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{CycleState, NominatedPods};
 
-use super::types::{GroupExplanation, GroupMember};
+use super::types::{DomainExplanation, GroupExplanation, GroupMember};
+use crate::scheduler::framework::group_post_filter::{IN_PLACEMENT, InPlacement};
+use crate::scheduler::group_topology::{Domain, fit_score, totals};
 
 /// The gang `pod_group` (namespace/name), with `min_count`, `scheduled_before` of its pods
 /// assumed or bound already and `pending` waiting, tried whole on `snapshot`.
@@ -41,11 +43,134 @@ pub fn explain_group(
     pod_group: String,
     min_count: usize,
     scheduled_before: usize,
-    mut pending: Vec<Arc<PodInfo>>,
+    pending: Vec<Arc<PodInfo>>,
     snapshot: &Snapshot,
     nominated: &dyn NominatedPods,
     limits: GroupLimits,
 ) -> GroupExplanation {
+    let gang = Gang {
+        pod_group,
+        min_count,
+        scheduled_before,
+    };
+    explain_in(profile, &gang, pending, snapshot, nominated, limits, None)
+}
+
+/// The group being explained: its PodGroup (namespace/name), `minCount` and members assumed or
+/// bound already.
+pub struct Gang {
+    pub pod_group: String,
+    pub min_count: usize,
+    pub scheduled_before: usize,
+}
+
+/// The gang tried in each of `domains` (its topology key's), as the group cycle tries them:
+/// each domain's verdict and score, the chosen one's members (or, when none holds the group,
+/// the first's). Each domain's dry run is bounded by `limits`.
+pub fn explain_domains(
+    profile: &CompiledProfile,
+    gang: &Gang,
+    pending: Vec<Arc<PodInfo>>,
+    snapshot: &Snapshot,
+    nominated: &dyn NominatedPods,
+    limits: GroupLimits,
+    domains: &[Domain],
+) -> GroupExplanation {
+    let tried: Vec<GroupExplanation> = domains
+        .iter()
+        .map(|d| {
+            explain_in(
+                profile,
+                gang,
+                pending.clone(),
+                snapshot,
+                nominated,
+                limits,
+                Some(&d.nodes),
+            )
+        })
+        .collect();
+    let fits: Vec<usize> = (0..tried.len()).filter(|&i| tried[i].placed).collect();
+    let runs_fit = profile.uses(crate::scheduler::plugins::noderesources::fit::NAME);
+    let by_key: std::collections::HashMap<String, &Arc<PodInfo>> =
+        pending.iter().map(|p| (p.key(), p)).collect();
+    let counts: Vec<i64> = fits
+        .iter()
+        .map(|&i| {
+            let fit = tried[i].members.iter().filter(|m| m.node.is_some()).count();
+            i64::try_from(gang.scheduled_before.saturating_add(fit)).unwrap_or(i64::MAX)
+        })
+        .collect();
+    let fit: Vec<Option<i64>> = fits
+        .iter()
+        .map(|&i| {
+            runs_fit.then(|| {
+                let placed = tried[i]
+                    .members
+                    .iter()
+                    .filter(|m| m.node.is_some())
+                    .filter_map(|m| by_key.get(&m.pod).map(|p| p.as_ref()));
+                fit_score(snapshot, &domains[i].nodes, placed)
+            })
+        })
+        .collect();
+    let scores = totals(&counts, &fit);
+    // The highest score, the first of equals (as the group cycle chooses).
+    let mut best: Option<usize> = None;
+    for k in 0..fits.len() {
+        if best.is_none_or(|b| scores[k] > scores[b]) {
+            best = Some(k);
+        }
+    }
+    let chosen = best.map(|k| fits[k]);
+    let mut rows = Vec::new();
+    for (i, (domain, explained)) in domains.iter().zip(&tried).enumerate() {
+        rows.push(DomainExplanation {
+            domain: domain.name.clone(),
+            nodes: domain.nodes.len(),
+            placed: explained.placed,
+            score: fits.iter().position(|&f| f == i).map(|k| scores[k]),
+            chosen: chosen == Some(i),
+            verdict: explained.verdict.clone(),
+        });
+    }
+    let shown = chosen.unwrap_or(0);
+    let mut out = tried.into_iter().nth(shown).unwrap_or_default();
+    out.verdict = match chosen {
+        Some(i) => format!(
+            "placed within {:?}, the best of {} that fit",
+            domains[i].name,
+            fits.len()
+        ),
+        None => format!(
+            "0/{} placements are available{}",
+            domains.len(),
+            rows.first()
+                .map(|r| format!("; the first, {:?}: {}", r.domain, r.verdict))
+                .unwrap_or_else(|| ": no node carries the key".into())
+        ),
+    };
+    out.domains = rows;
+    out
+}
+
+/// [`explain_group`] with the members searching `placement`'s nodes alone, when given.
+fn explain_in(
+    profile: &CompiledProfile,
+    gang: &Gang,
+    mut pending: Vec<Arc<PodInfo>>,
+    snapshot: &Snapshot,
+    nominated: &dyn NominatedPods,
+    limits: GroupLimits,
+    placement: Option<&Arc<std::collections::HashSet<String>>>,
+) -> GroupExplanation {
+    let Gang {
+        pod_group,
+        min_count,
+        scheduled_before,
+    } = gang;
+    let (pod_group, min_count, scheduled_before) =
+        (pod_group.clone(), *min_count, *scheduled_before);
     pending.sort_by(|a, b| {
         priority(&b.pod)
             .cmp(&priority(&a.pod))
@@ -63,6 +188,9 @@ pub fn explain_group(
             break;
         }
         let mut state = CycleState::new();
+        if let Some(nodes) = placement {
+            state.write(IN_PLACEMENT, InPlacement(nodes.clone()));
+        }
         let result = algorithm::schedule_pod_with(
             profile, &mut state, pod, &current, &start, nominated, false,
         );
@@ -123,5 +251,6 @@ pub fn explain_group(
         members,
         verdict,
         not_tried,
+        domains: Vec::new(),
     }
 }

@@ -15,7 +15,7 @@ mod types;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-pub use self::group::{GroupLimits, explain_group};
+pub use self::group::{Gang, GroupLimits, explain_domains, explain_group};
 pub use self::types::{
     Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom, NodeFilters,
     NodeScores, PluginScore, held_requests,

@@ -42,6 +42,28 @@ fn group(out: &mut String, e: &Explanation) {
         return;
     };
     let _ = writeln!(out, "\nGANG {} ({})", g.pod_group, g.verdict);
+    if !g.domains.is_empty() {
+        let rows: Vec<Vec<String>> = std::iter::once(vec![
+            "DOMAIN".into(),
+            "NODES".into(),
+            "SCORE".into(),
+            "VERDICT".into(),
+        ])
+        .chain(g.domains.iter().map(|d| {
+            vec![
+                if d.chosen {
+                    format!("{} (chosen)", d.domain)
+                } else {
+                    d.domain.clone()
+                },
+                d.nodes.to_string(),
+                d.score.map_or_else(|| "-".into(), |s| s.to_string()),
+                d.verdict.clone(),
+            ]
+        }))
+        .collect();
+        table(out, &rows);
+    }
     let rows: Vec<Vec<String>> =
         std::iter::once(vec!["MEMBER".into(), "NODE".into(), "WHY NOT".into()])
             .chain(g.members.iter().map(|m| {

@@ -310,3 +310,90 @@ fn a_gang_member_is_explained_with_where_each_member_fits() {
     );
     assert_eq!((late.members.len(), late.not_tried), (0, 5));
 }
+
+/// A gang bound to a topology key is explained domain by domain: the ones that hold it with
+/// their scores, the chosen one (the fullest), and why another does not; its members are those
+/// of the chosen domain, each searching that domain's nodes alone.
+#[test]
+fn a_rack_bound_gang_is_explained_domain_by_domain() {
+    use crate::scheduler::group_topology::domains;
+    let profile = default_profile("tether-scheduler", &Handle::default())
+        .expect("compiles")
+        .profile;
+    let rack = |name: &str, rack: &str, cpu: &str, memory: &str| {
+        NodeBuilder::new(name)
+            .label("example.com/rack", rack)
+            .allocatable("cpu", cpu)
+            .allocatable("memory", memory)
+    };
+    let snap = snapshot(
+        vec![
+            rack("a1", "a", "2", "4Gi"),
+            rack("a2", "a", "2", "4Gi"),
+            rack("b1", "b", "4", "8Gi"),
+            rack("b2", "b", "4", "8Gi"),
+            rack("c1", "c", "1", "2Gi"),
+            rack("c2", "c", "1", "2Gi"),
+            NodeBuilder::new("big").allocatable("cpu", "16"),
+        ],
+        vec![],
+    );
+    let members: Vec<Arc<PodInfo>> = (0..4)
+        .map(|i| {
+            let pod = PodBuilder::new(&format!("m{i}"))
+                .uid(&format!("m{i}"))
+                .req_cpu("1")
+                .req("memory", "1Gi")
+                .build();
+            Arc::new(PodInfo::new(Arc::new(pod)))
+        })
+        .collect();
+    let gang = Gang {
+        pod_group: "default/train".into(),
+        min_count: 4,
+        scheduled_before: 0,
+    };
+    let racks = domains(&snap, "example.com/rack", &[]).expect("domains");
+    let g = explain_domains(
+        &profile,
+        &gang,
+        members,
+        &snap,
+        &NoNominations,
+        GroupLimits::NONE,
+        &racks,
+    );
+    let rows: Vec<(&str, bool, Option<i64>, bool)> = g
+        .domains
+        .iter()
+        .map(|d| (d.domain.as_str(), d.placed, d.score, d.chosen))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("a", true, Some(175), true),
+            ("b", true, Some(137), false),
+            ("c", false, None, false)
+        ]
+    );
+    assert!(
+        g.domains[2]
+            .verdict
+            .contains("0/2 nodes are available: 2 Insufficient cpu."),
+        "{}",
+        g.domains[2].verdict
+    );
+    assert_eq!(g.verdict, "placed within \"a\", the best of 2 that fit");
+    assert!(
+        g.members
+            .iter()
+            .all(|m| matches!(m.node.as_deref(), Some("a1" | "a2"))),
+        "{:?}",
+        g.members
+    );
+    let text = render::text(&Explanation {
+        group: Some(g),
+        ..Default::default()
+    });
+    assert!(text.contains("a (chosen)"), "{text}");
+}

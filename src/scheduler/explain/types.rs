@@ -85,6 +85,30 @@ pub struct GroupExplanation {
     /// Pending members not dry-run: past the explanation's cap of members, or its deadline.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub not_tried: usize,
+    /// For a group placed within one domain of a topology key (1.38): each domain, how the
+    /// group fares there and how it scored; `members` are then those of the chosen domain (or
+    /// of the first tried when none holds the group).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub domains: Vec<DomainExplanation>,
+}
+
+/// One domain of a gang's topology key, the gang tried in it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DomainExplanation {
+    /// The key's value.
+    pub domain: String,
+    pub nodes: usize,
+    /// Whether the group fits there (`minCount` reached).
+    pub placed: bool,
+    /// Its score among the domains that fit (PodGroupPodsCount plus NodeResourcesFit's
+    /// MostAllocated over the domain); the highest is chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub score: Option<i64>,
+    /// Whether it is the domain chosen.
+    pub chosen: bool,
+    /// How many fit, and what keeps the rest out.
+    pub verdict: String,
 }
 
 fn is_zero(n: &usize) -> bool {
