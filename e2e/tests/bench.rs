@@ -269,7 +269,7 @@ async fn bench() -> anyhow::Result<()> {
     let contenders = Contender::ALL.map(Contender::label);
     let workloads: Vec<&str> = Workload::ALL
         .iter()
-        .chain([&Workload::Gang])
+        .chain([&Workload::Gang, &Workload::GangRacks])
         .map(|w| w.label())
         .collect();
     let wanted = |(c, w, m): &(Contender, Workload, Mode)| {
@@ -281,9 +281,14 @@ async fn bench() -> anyhow::Result<()> {
     let mut results = run_all(&bench, pods, &runs).await?;
     // Gangs: BENCH_GANGS groups of 16 (100 unless told otherwise), each placed whole.
     let gang_pods = env_or("BENCH_GANGS", 100) * tether_e2e::bench::GANG_SIZE;
-    let gang_runs: Vec<_> = [Contender::KubeScheduler, Contender::Tether]
+    // And the same gangs each within one of four racks (1.38).
+    let gang_runs: Vec<_> = [Workload::Gang, Workload::GangRacks]
         .into_iter()
-        .map(|c| (c, Workload::Gang, Mode::Batch))
+        .flat_map(|w| {
+            [Contender::KubeScheduler, Contender::Tether]
+                .into_iter()
+                .map(move |c| (c, w, Mode::Batch))
+        })
         .filter(|r| wanted(r))
         .collect();
     results.extend(run_all(&bench, gang_pods, &gang_runs).await?);

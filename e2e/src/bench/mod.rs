@@ -86,7 +86,13 @@ pub enum Workload {
     /// Gangs of [`GANG_SIZE`] pods (PodGroups of the Workload API, minCount their size), each
     /// placed whole in one group cycle; kube-scheduler runs with GenericWorkload on.
     Gang,
+    /// The same gangs, each to be placed within one of the bench nodes' four racks (1.38's
+    /// topology-aware placement); kube-scheduler runs with TopologyAwareWorkloadScheduling too.
+    GangRacks,
 }
+
+/// The bench nodes' rack label (four racks, round-robin).
+pub const RACK: &str = "e2e.tether.dev/rack";
 
 /// The pods of one gang in the [`Workload::Gang`] workload.
 pub const GANG_SIZE: usize = 16;
@@ -106,6 +112,7 @@ impl Workload {
             Workload::AntiAffinity => "PodAntiAffinity",
             Workload::PreferredAffinity => "PreferredPodAffinity",
             Workload::Gang => "GangScheduling",
+            Workload::GangRacks => "GangSchedulingRacks",
         }
     }
 }
@@ -171,9 +178,12 @@ pub struct Bench {
 }
 
 impl Bench {
-    /// Creates `nodes` nodes of 32 CPUs (zones a/b/c round-robin).
+    /// Creates `nodes` nodes of 32 CPUs (zones a/b/c and racks 0 to 3 round-robin).
     pub async fn new(client: kube::Client, nodes: usize) -> anyhow::Result<Self> {
-        let nodes = TestNodes::create(&client, "bench", nodes, "32", |_, _| {}).await?;
+        let nodes = TestNodes::create(&client, "bench", nodes, "32", |i, node| {
+            node["metadata"]["labels"][RACK] = json!(format!("rack-{}", i % 4));
+        })
+        .await?;
         Ok(Bench { client, nodes })
     }
 
@@ -231,13 +241,17 @@ impl Bench {
         if workload == Workload::PreferredAffinity {
             self.running_pods(&ns.name, pods / 10).await?;
         }
-        if workload == Workload::Gang {
+        if matches!(workload, Workload::Gang | Workload::GangRacks) {
             for group in 0..pods.div_ceil(GANG_SIZE) {
                 let size = GANG_SIZE.min(pods - group * GANG_SIZE);
+                let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": size}}});
+                if workload == Workload::GangRacks {
+                    spec["schedulingConstraints"] = json!({"topology": [{"key": RACK}]});
+                }
                 apply(json!({
                     "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
                     "metadata": {"name": format!("gang-{group}"), "namespace": ns.name},
-                    "spec": {"schedulingPolicy": {"gang": {"minCount": size}}},
+                    "spec": spec,
                 }))?;
             }
         }
@@ -351,7 +365,7 @@ impl Bench {
             "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}}}]});
         self.nodes.isolate(&mut spec);
         match workload {
-            Workload::Basic | Workload::AntiAffinity | Workload::Gang => {}
+            Workload::Basic | Workload::AntiAffinity | Workload::Gang | Workload::GangRacks => {}
             Workload::Spread => {
                 spec["topologySpreadConstraints"] = json!([
                     {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
@@ -453,7 +467,7 @@ impl PodMaker {
         let mut labels = json!({"bench": "measured"});
         match self.workload {
             Workload::Spread => labels = json!({"bench": "spread"}),
-            Workload::Gang => {
+            Workload::Gang | Workload::GangRacks => {
                 spec["schedulingGroup"] =
                     json!({"podGroupName": format!("gang-{}", i / GANG_SIZE)});
             }
@@ -617,7 +631,14 @@ type Usage = (f64, f64);
 impl Process {
     /// kube-scheduler for `workload` (with GenericWorkload on for gangs).
     fn kube_scheduler(scheduler: &str, workload: Workload) -> anyhow::Result<Self> {
-        Self::kube_scheduler_serving(scheduler, None, workload == Workload::Gang)
+        let gates = match workload {
+            Workload::Gang => Some("GenericWorkload=true"),
+            Workload::GangRacks => {
+                Some("GenericWorkload=true,TopologyAwareWorkloadScheduling=true")
+            }
+            _ => None,
+        };
+        Self::kube_scheduler_serving(scheduler, None, gates)
     }
 
     /// kube-scheduler, serving its probes on `port` when given (its own certificate, in a
@@ -625,7 +646,7 @@ impl Process {
     fn kube_scheduler_serving(
         scheduler: &str,
         port: Option<u16>,
-        gangs: bool,
+        gates: Option<&str>,
     ) -> anyhow::Result<Self> {
         let bin = crate::reference::kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
@@ -642,8 +663,8 @@ impl Process {
         let log = std::fs::File::create(logs.join("bench-kube-scheduler.log"))?;
         let mut cmd = Command::new(&bin);
         cmd.arg(format!("--config={}", config.display()));
-        if gangs {
-            cmd.arg("--feature-gates=GenericWorkload=true");
+        if let Some(gates) = gates {
+            cmd.arg(format!("--feature-gates={gates}"));
         }
         match port {
             Some(port) => {
