@@ -105,6 +105,10 @@ pub fn evaluate(
 ) -> Evaluation {
     let nominated = sched.state.room.for_group();
     let release = profile.release;
+    if let Some(ranks) = &trial.ranks {
+        // Each trial (each placement) condemns afresh.
+        ranks.forget_condemned();
+    }
     let mut snapshot = trial.snapshot.clone();
     let nodes = trial.placement.as_ref().map_or(snapshot.len(), |p| p.len());
     let mut out = Evaluation::default();

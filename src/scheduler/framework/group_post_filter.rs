@@ -57,6 +57,9 @@ pub trait NodeRanks: Send + Sync {
     fn cheapest(&self, feasible: Vec<Arc<NodeInfo>>) -> Vec<Arc<NodeInfo>>;
     /// A member was placed on `node`: the victims still there are condemned.
     fn condemn(&self, node: &str);
+    /// A trial of another placement begins: nothing is condemned (upstream's Unreserve gives
+    /// back what a placement's members condemned when its evaluation is reverted).
+    fn forget_condemned(&self);
 }
 
 /// The [`CycleState`](super::CycleState) key a member's [`NodeRanks`] is carried under.

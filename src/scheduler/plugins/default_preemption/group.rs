@@ -413,6 +413,10 @@ impl NodeRanks for Ranks {
         let surviving = self.surviving(node, &condemned);
         condemned.extend(surviving);
     }
+
+    fn forget_condemned(&self) {
+        crate::locks::lock(&self.condemned).clear();
+    }
 }
 
 /// The victims chosen, and the placement they make room for.
@@ -905,6 +909,37 @@ mod tests {
             victims_of(Release::of_minor(37), &with_lone_at(7), &members, &[]),
             Ok(vec!["lone".into(), "whole-0".into(), "whole-1".into()])
         );
+    }
+
+    /// What a trial condemned is forgotten when the next trial (another placement) begins:
+    /// a group of victims spread over two racks costs the second rack's members again.
+    #[test]
+    fn condemned_victims_are_forgotten_between_trials() {
+        let unit = Unit {
+            pods: vec![
+                Arc::new(PodBuilder::new("w0").uid("w0").node_name("n0").info()),
+                Arc::new(PodBuilder::new("w1").uid("w1").node_name("n1").info()),
+            ],
+            priority: 5,
+            kind: UnitKind::PodGroup,
+        };
+        let ranks = Ranks::new(&[(unit, 0)], Timestamp::MAX, Release::of_minor(38));
+        let nodes = snapshot(
+            vec![NodeBuilder::new("n1"), NodeBuilder::new("free")],
+            vec![],
+        );
+        let names = |kept: Vec<Arc<NodeInfo>>| -> Vec<String> {
+            kept.iter().map(|n| n.name.clone()).collect()
+        };
+        assert_eq!(names(ranks.cheapest(nodes.nodes().to_vec())), ["free"]);
+        ranks.condemn("n0");
+        assert_eq!(
+            names(ranks.cheapest(nodes.nodes().to_vec())),
+            ["n1", "free"],
+            "the group is condemned already: n1 costs nothing more"
+        );
+        ranks.forget_condemned();
+        assert_eq!(names(ranks.cheapest(nodes.nodes().to_vec())), ["free"]);
     }
 
     /// Where the group does not fit even with every lower pod gone, preemption cannot help,
