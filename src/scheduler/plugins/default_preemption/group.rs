@@ -581,21 +581,7 @@ impl DefaultPreemption {
             victims,
             outranked,
         };
-        if let (Some(client), Some(runtime)) = (&self.client, &self.runtime) {
-            if let Some(activator) = &self.activator {
-                for member in ctx.members {
-                    activator.preempting(member.uid());
-                }
-            }
-            runtime.spawn(actuate::carry_out(
-                client.clone(),
-                self.events.clone(),
-                self.gate.clone(),
-                self.evictions.clone(),
-                self.activator.clone(),
-                preemption,
-            ));
-        }
+        self.carry_out(preemption);
     }
 }
 

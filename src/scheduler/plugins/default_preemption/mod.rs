@@ -358,21 +358,32 @@ impl DefaultPreemption {
             evicting = preemption.victims.len(),
             "preempting"
         );
-        if let (Some(client), Some(runtime)) = (&self.client, &self.runtime) {
-            // Not tried again until the writes end (upstream's PreEnqueue while preempting).
-            if let Some(activator) = &self.activator {
-                activator.preempting(ctx.pod.uid());
-            }
-            runtime.spawn(actuate::carry_out(
-                client.clone(),
-                self.events.clone(),
-                self.gate.clone(),
-                self.evictions.clone(),
-                self.activator.clone(),
-                preemption,
-            ));
-        }
+        self.carry_out(preemption);
         (Nomination::Node(best.node.clone()), found)
+    }
+}
+
+impl DefaultPreemption {
+    /// Starts carrying `preemption` out off the cycle: its preemptor (the pod, or the group's
+    /// members) is not tried again until the writes end (upstream's PreEnqueue while
+    /// preempting). Nothing runs outside a tokio runtime or without a client (unit tests).
+    fn carry_out(&self, preemption: actuate::Preemption) {
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return;
+        };
+        if let Some(activator) = &self.activator {
+            for pod in preemption.preemptor.held() {
+                activator.preempting(pod.metadata.uid.as_deref().unwrap_or_default());
+            }
+        }
+        runtime.spawn(actuate::carry_out(
+            client.clone(),
+            self.events.clone(),
+            self.gate.clone(),
+            self.evictions.clone(),
+            self.activator.clone(),
+            preemption,
+        ));
     }
 }
 
