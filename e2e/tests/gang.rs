@@ -802,6 +802,105 @@ fn pinned(
                  "metadata": {"name": name, "namespace": ns, "finalizers": [HOLD]}, "spec": spec}))
 }
 
+/// PriorityClasses `<test>-<name>` of each value.
+fn priority_classes(test: &str, classes: &[(&str, i32)]) -> anyhow::Result<()> {
+    for (name, value) in classes {
+        apply(
+            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                     "metadata": {"name": format!("{test}-{name}")}, "value": value}),
+        )?;
+    }
+    Ok(())
+}
+
+/// Deletes the PriorityClasses [`priority_classes`] made.
+fn delete_priority_classes(test: &str, classes: &[(&str, i32)]) -> anyhow::Result<()> {
+    for (name, _) in classes {
+        tether_e2e::kubectl_ok(
+            &["delete", "priorityclass", &format!("{test}-{name}")],
+            None,
+        )?;
+    }
+    Ok(())
+}
+
+/// The preemptor of the preemption scenarios: PodGroup `pre` (gang, minCount 2, PriorityClass
+/// `class`) and its two pods of 4 CPUs, `pre-0` and `pre-1`.
+fn preemptor(ns: &str, nodes: &TestNodes, scheduler: &str, class: &str) -> anyhow::Result<()> {
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "pre", "namespace": ns},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "priorityClassName": class},
+    }))?;
+    for i in 0..2 {
+        let mut spec = json!({
+            "schedulerName": scheduler,
+            "priorityClassName": class,
+            "terminationGracePeriodSeconds": 0,
+            "schedulingGroup": {"podGroupName": "pre"},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}],
+        });
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": format!("pre-{i}"), "namespace": ns}, "spec": spec}))?;
+    }
+    Ok(())
+}
+
+/// The test nodes (by index) both members of `pre` are nominated to, once both are.
+async fn preemptor_nominated(
+    client: &kube::Client,
+    ns: &str,
+    nodes: &TestNodes,
+) -> anyhow::Result<BTreeSet<usize>> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    wait_for("the members nominated", TIMEOUT, || async {
+        let mut nodes_of = BTreeSet::new();
+        for i in 0..2 {
+            let pod = pods.get(&format!("pre-{i}")).await?;
+            let nominated = pod.status.and_then(|s| s.nominated_node_name);
+            match nominated.and_then(|n| nodes.names.iter().position(|m| *m == n)) {
+                Some(index) => nodes_of.insert(index),
+                None => return Ok(None),
+            };
+        }
+        Ok(Some(nodes_of))
+    })
+    .await
+}
+
+/// Lets the `held` pods go (removes [`HOLD`]), then waits for both members of `pre` to be
+/// bound: the test nodes (by index) they are bound to.
+async fn let_go_then_bound(
+    client: &kube::Client,
+    ns: &str,
+    nodes: &TestNodes,
+    held: impl IntoIterator<Item = &str>,
+) -> anyhow::Result<BTreeSet<usize>> {
+    for name in held {
+        let _ = tether_e2e::kubectl(
+            &[
+                "patch",
+                "pod",
+                name,
+                "-n",
+                ns,
+                "--type",
+                "json",
+                "-p",
+                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
+            ],
+            None,
+        );
+    }
+    let mut bound = BTreeSet::new();
+    for i in 0..2 {
+        let node = wait_bound(client, ns, &format!("pre-{i}"), TIMEOUT).await?;
+        bound.extend(nodes.names.iter().position(|n| *n == node));
+    }
+    Ok(bound)
+}
+
 /// What a gang's preemption did, as the user sees it.
 #[derive(Debug, PartialEq)]
 struct GangPreemption {
@@ -835,12 +934,8 @@ async fn gang_preempts(scheduler: &str, test: &str) -> anyhow::Result<GangPreemp
     let ns = TestNamespace::create(&client, test).await?;
     let nodes = TestNodes::create(&client, test, 4, "4", |_, _| {}).await?;
     let class = |name: &str| format!("{test}-{name}");
-    for (name, value) in [("low", 100), ("pre", 1000), ("top", 2000)] {
-        apply(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                     "metadata": {"name": class(name)}, "value": value}),
-        )?;
-    }
+    let classes = [("low", 100), ("pre", 1000), ("top", 2000)];
+    priority_classes(test, &classes)?;
     for (name, mode) in [("whole", "all"), ("each", "single")] {
         apply(json!({
             "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
@@ -863,23 +958,7 @@ async fn gang_preempts(scheduler: &str, test: &str) -> anyhow::Result<GangPreemp
         pinned(&ns.name, &nodes, name, (group, class, cpu), node)?;
     }
 
-    apply(json!({
-        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": "pre", "namespace": ns.name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "priorityClassName": class("pre")},
-    }))?;
-    for i in 0..2 {
-        let mut spec = json!({
-            "schedulerName": scheduler,
-            "priorityClassName": class("pre"),
-            "terminationGracePeriodSeconds": 0,
-            "schedulingGroup": {"podGroupName": "pre"},
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}],
-        });
-        nodes.isolate(&mut spec);
-        apply(json!({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": format!("pre-{i}"), "namespace": ns.name}, "spec": spec}))?;
-    }
+    preemptor(&ns.name, &nodes, scheduler, &class("pre"))?;
 
     // The victims terminate (held by the finalizer) and each has its event.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
@@ -932,49 +1011,15 @@ async fn gang_preempts(scheduler: &str, test: &str) -> anyhow::Result<GangPreemp
         "{scheduler}: the group's message {message:?}"
     );
     let waiting = (status, reason, fit.to_string());
-    let nominated = wait_for("the members nominated", TIMEOUT, || async {
-        let mut nodes_of = BTreeSet::new();
-        for i in 0..2 {
-            let pod = pods.get(&format!("pre-{i}")).await?;
-            let nominated = pod.status.and_then(|s| s.nominated_node_name);
-            match nominated.and_then(|n| nodes.names.iter().position(|m| *m == n)) {
-                Some(index) => nodes_of.insert(index),
-                None => return Ok(None),
-            };
-        }
-        Ok(Some(nodes_of))
-    })
-    .await?;
+    let nominated = preemptor_nominated(&client, &ns.name, &nodes).await?;
 
     // Let the victims go: the gang is bound where they were.
-    for (name, ..) in held {
-        let _ = tether_e2e::kubectl(
-            &[
-                "patch",
-                "pod",
-                name,
-                "-n",
-                &ns.name,
-                "--type",
-                "json",
-                "-p",
-                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
-            ],
-            None,
-        );
-    }
-    let mut bound = BTreeSet::new();
-    for i in 0..2 {
-        let node = wait_bound(&client, &ns.name, &format!("pre-{i}"), TIMEOUT).await?;
-        bound.extend(nodes.names.iter().position(|n| *n == node));
-    }
+    let bound = let_go_then_bound(&client, &ns.name, &nodes, held.iter().map(|h| h.0)).await?;
     let placed = condition_becomes(&client, &ns.name, "pre", "True").await?;
 
     ns.delete().await?;
     nodes.delete().await?;
-    for name in ["low", "pre", "top"] {
-        tether_e2e::kubectl_ok(&["delete", "priorityclass", &class(name)], None)?;
-    }
+    delete_priority_classes(test, &classes)?;
     Ok(GangPreemption {
         victims: victim_pods
             .iter()
@@ -1082,12 +1127,8 @@ async fn cheapest_victims(
     let ns = TestNamespace::create(&client, test).await?;
     let nodes = TestNodes::create(&client, test, 4, "4", |_, _| {}).await?;
     let class = |name: &str| format!("{test}-{name}");
-    for (name, value) in [("low", 100), ("mid", 200), ("pre", 1000), ("top", 2000)] {
-        apply(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                     "metadata": {"name": class(name)}, "value": value}),
-        )?;
-    }
+    let classes = [("low", 100), ("mid", 200), ("pre", 1000), ("top", 2000)];
+    priority_classes(test, &classes)?;
     apply(json!({
         "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
         "metadata": {"name": "whole", "namespace": ns.name},
@@ -1104,56 +1145,11 @@ async fn cheapest_victims(
     for (name, group, class, node) in held {
         pinned(&ns.name, &nodes, name, (group, class, "4"), node)?;
     }
-    apply(json!({
-        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-        "metadata": {"name": "pre", "namespace": ns.name},
-        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "priorityClassName": class("pre")},
-    }))?;
-    for i in 0..2 {
-        let mut spec = json!({
-            "schedulerName": scheduler,
-            "priorityClassName": class("pre"),
-            "terminationGracePeriodSeconds": 0,
-            "schedulingGroup": {"podGroupName": "pre"},
-            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "4"}}}],
-        });
-        nodes.isolate(&mut spec);
-        apply(json!({"apiVersion": "v1", "kind": "Pod",
-                     "metadata": {"name": format!("pre-{i}"), "namespace": ns.name}, "spec": spec}))?;
-    }
+    preemptor(&ns.name, &nodes, scheduler, &class("pre"))?;
     // Once both members are nominated the preemption was decided; the victims go when let go.
+    preemptor_nominated(&client, &ns.name, &nodes).await?;
+    let bound = let_go_then_bound(&client, &ns.name, &nodes, held.iter().map(|h| h.0)).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    wait_for("the members nominated", TIMEOUT, || async {
-        for i in 0..2 {
-            let pod = pods.get(&format!("pre-{i}")).await?;
-            if pod.status.and_then(|s| s.nominated_node_name).is_none() {
-                return Ok(None);
-            }
-        }
-        Ok(Some(()))
-    })
-    .await?;
-    for (name, ..) in held {
-        let _ = tether_e2e::kubectl(
-            &[
-                "patch",
-                "pod",
-                name,
-                "-n",
-                &ns.name,
-                "--type",
-                "json",
-                "-p",
-                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
-            ],
-            None,
-        );
-    }
-    let mut bound = BTreeSet::new();
-    for i in 0..2 {
-        let node = wait_bound(&client, &ns.name, &format!("pre-{i}"), TIMEOUT).await?;
-        bound.extend(nodes.names.iter().position(|n| *n == node));
-    }
     let left: BTreeSet<String> = pods
         .list(&Default::default())
         .await?
@@ -1169,9 +1165,7 @@ async fn cheapest_victims(
 
     ns.delete().await?;
     nodes.delete().await?;
-    for name in ["low", "mid", "pre", "top"] {
-        tether_e2e::kubectl_ok(&["delete", "priorityclass", &class(name)], None)?;
-    }
+    delete_priority_classes(test, &classes)?;
     Ok((victims, bound))
 }
 
@@ -1249,12 +1243,8 @@ async fn gpu_gang_preempts(
             {"name": "gpus", "exactly": {"deviceClassName": gpu_class, "count": 4}}]}}},
     }))?;
     let class = |name: &str| format!("{test}-{name}");
-    for (name, value) in [("low", 100), ("high", 1000)] {
-        apply(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                     "metadata": {"name": class(name)}, "value": value}),
-        )?;
-    }
+    let classes = [("low", 100), ("high", 1000)];
+    priority_classes(test, &classes)?;
     let gang_of = |name: &str, priority: &str, mode: Option<&str>| {
         let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": 2}},
                               "priorityClassName": class(priority)});
@@ -1338,9 +1328,7 @@ async fn gpu_gang_preempts(
 
     ns.delete().await?;
     nodes.delete().await?;
-    for name in ["low", "high"] {
-        tether_e2e::kubectl_ok(&["delete", "priorityclass", &class(name)], None)?;
-    }
+    delete_priority_classes(test, &classes)?;
     for slice in &slices {
         tether_e2e::kubectl_ok(
             &["delete", "resourceslice", slice, "--ignore-not-found"],
