@@ -1,6 +1,7 @@
 //! Prometheus metrics of the scheduler, named after kube-scheduler's where one exists; the
 //! process's own (`process.rs`) and the API client's (`k8s::client_metrics`) beside them.
 
+mod groups;
 mod labels;
 mod process;
 
@@ -606,99 +607,6 @@ impl Metrics {
         if let Some(victims) = victims {
             self.upstream.preemption_victims.observe(victims as f64);
         }
-    }
-
-    /// A pod's preemption decided evicts `violations` pods a budget did not let go.
-    pub fn pdb_violations(&self, preemptor: &'static str, violations: usize) {
-        if violations > 0 {
-            self.upstream
-                .pdb_violations
-                .get_or_create(&PreemptorLabels { preemptor })
-                .inc_by(violations as u64);
-        }
-    }
-
-    /// A group's topology constraint gave `count` placements.
-    pub fn generated_placements(&self, profile: &str, count: usize) {
-        self.upstream
-            .generated_placements
-            .get_or_create(&GroupSearchLabels {
-                profile: profile.into(),
-                entity: "podgroup",
-            })
-            .inc_by(count as u64);
-    }
-
-    /// One placement was tried for a group: `feasible` or not, in `took`.
-    pub fn placement_evaluation(&self, profile: &str, feasible: bool, took: Duration) {
-        let labels = GroupAttemptLabels {
-            result: if feasible { "feasible" } else { "infeasible" }.into(),
-            profile: profile.into(),
-            entity: "podgroup",
-        };
-        self.upstream
-            .placement_evaluations
-            .get_or_create(&labels)
-            .inc();
-        self.upstream
-            .placement_evaluation_duration
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
-    }
-
-    /// A pod group's preemption ran, with `result` (its code, in upstream's words).
-    pub fn workload_preemption_attempt(&self, result: &'static str) {
-        self.upstream
-            .workload_preemption_attempts
-            .get_or_create(&WorkloadPreemptionLabels {
-                preemptor: "podgroup",
-                result,
-            })
-            .inc();
-    }
-
-    /// A pod group's preemption decided to evict `pods` pods, as `units` (by kind: `pod`,
-    /// `podgroup`; kinds with none left out), `violations` of them against a budget.
-    pub fn workload_preemption(
-        &self,
-        pods: usize,
-        units: &[(&'static str, usize)],
-        violations: usize,
-    ) {
-        let preemptor = "podgroup";
-        self.upstream
-            .workload_preemption_victims
-            .get_or_create(&PreemptorLabels { preemptor })
-            .observe(pods as f64);
-        for &(victim, n) in units.iter().filter(|(_, n)| *n > 0) {
-            self.upstream
-                .workload_disruptions
-                .get_or_create(&DisruptionLabels { preemptor, victim })
-                .observe(n as f64);
-        }
-        self.pdb_violations(preemptor, violations);
-    }
-
-    /// A group cycle ended: `result` is scheduled, unschedulable or error; `search` is how
-    /// long the search for the members' nodes took, `took` the whole cycle.
-    pub fn podgroup_attempt(&self, result: &str, profile: &str, search: Duration, took: Duration) {
-        let labels = GroupAttemptLabels {
-            result: result.into(),
-            profile: profile.into(),
-            entity: "podgroup",
-        };
-        self.upstream.podgroup_attempts.get_or_create(&labels).inc();
-        self.upstream
-            .podgroup_attempt_duration
-            .get_or_create(&labels)
-            .observe(took.as_secs_f64());
-        self.upstream
-            .podgroup_algorithm_duration
-            .get_or_create(&GroupSearchLabels {
-                profile: labels.profile,
-                entity: labels.entity,
-            })
-            .observe(search.as_secs_f64());
     }
 
     /// The search for a node (Filter, Score, PostFilter) ended `took` after the cycle began.
