@@ -69,9 +69,11 @@ start_apiserver() {
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   if (( minor < 37 )); then workload_api=(); fi
   # From 1.38 a PodGroup may also name a topology key (TopologyAwareWorkloadScheduling, beta
-  # and off by default there): without the gate kube-apiserver drops the field.
+  # and off by default there): without the gate kube-apiserver drops the field. And groups may
+  # form a hierarchy under CompositePodGroups (CompositePodGroup, beta and off by default; it
+  # needs the other two).
   if (( minor >= 38 )); then
-    workload_api=(--feature-gates GenericWorkload=true,TopologyAwareWorkloadScheduling=true
+    workload_api=(--feature-gates GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true
       --runtime-config scheduling.k8s.io/v1beta1=true)
   fi
   start kube-apiserver "$BIN_DIR/kube-apiserver" \

@@ -516,6 +516,17 @@ async fn start_watches_and_controllers(
             ),
         )),
         tokio::spawn(fatal.forever(
+            "the CompositePodGroup watch",
+            pod_groups::composite::run_composite_watch(
+                Arc::new(pod_groups::composite::CompositeFeed {
+                    index: parts.pod_groups.clone(),
+                    events: parts.sched.state.queue.clone(),
+                }),
+                client.clone(),
+                readiness,
+            ),
+        )),
+        tokio::spawn(fatal.forever(
             "the workload selector watches",
             selectors::run_watches(parts.selectors.clone(), client.clone(), readiness),
         )),

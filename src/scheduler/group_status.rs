@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::api::{Api, Patch, PatchParams};
 
 use crate::gate::Write;
+use crate::scheduler::informers::pod_groups::composite::COMPOSITE_INITIALLY_SCHEDULED;
 
 /// The condition type the group cycle sets on a Workload API PodGroup.
 pub const INITIALLY_SCHEDULED: &str = "PodGroupInitiallyScheduled";
@@ -34,6 +35,42 @@ pub struct ConditionWrite {
     /// deleted and made anew under the same name (another UID) is not written to by a cycle of
     /// the old one. 1.36 and 1.37 write True again when its generation, reason or message moved.
     pub keep_true: bool,
+    /// Whether the group is a CompositePodGroup (its condition is
+    /// `CompositePodGroupInitiallyScheduled`), else a PodGroup.
+    pub composite: bool,
+}
+
+/// What a condition write reads of the group before it patches.
+struct Read {
+    uid: Option<String>,
+    generation: Option<i64>,
+    resource_version: Option<String>,
+    conditions: Vec<Condition>,
+}
+
+/// Reads the group `write` is for (None: not found).
+async fn read(client: &kube::Client, write: &ConditionWrite) -> Result<Option<Read>, kube::Error> {
+    if write.composite {
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            client.clone(),
+            &write.namespace,
+            &crate::scheduler::informers::pod_groups::composite::composite_resource(),
+        );
+        return Ok(api.get_opt(&write.name).await?.map(|g| Read {
+            uid: g.metadata.uid,
+            generation: g.metadata.generation,
+            resource_version: g.metadata.resource_version,
+            conditions: serde_json::from_value(g.data["status"]["conditions"].clone())
+                .unwrap_or_default(),
+        }));
+    }
+    let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
+    Ok(api.get_opt(&write.name).await?.map(|g| Read {
+        uid: g.metadata.uid,
+        generation: g.metadata.generation,
+        resource_version: g.metadata.resource_version,
+        conditions: g.status.and_then(|s| s.conditions).unwrap_or_default(),
+    }))
 }
 
 /// How many times a write is tried when the PodGroup changed between its read and the patch.
@@ -53,32 +90,30 @@ pub async fn write_conditions(
 ) {
     while let Some(write) = asked.recv().await {
         let group = format!("{}/{}", write.namespace, write.name);
-        let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
+        let condition_type = if write.composite {
+            COMPOSITE_INITIALLY_SCHEDULED
+        } else {
+            INITIALLY_SCHEDULED
+        };
         for _ in 0..CONDITION_TRIES {
-            let current = match api.get_opt(&write.name).await {
+            let current = match read(&client, &write).await {
                 Ok(Some(current))
-                    if write.keep_true
-                        && write.uid.is_some()
-                        && current.metadata.uid != write.uid =>
+                    if write.keep_true && write.uid.is_some() && current.uid != write.uid =>
                 {
-                    tracing::debug!(group = %group, "the PodGroup was made anew since the cycle; its condition is not written");
+                    tracing::debug!(group = %group, "the group was made anew since the cycle; its condition is not written");
                     break;
                 }
                 Ok(Some(current)) => current,
                 Ok(None) => break,
                 Err(e) => {
-                    tracing::debug!(group = %group, error = %e, "could not read the PodGroup; its condition is not written");
+                    tracing::debug!(group = %group, error = %e, "could not read the group; its condition is not written");
                     break;
                 }
             };
-            let conditions = current
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.clone())
-                .unwrap_or_default();
-            let Some(conditions) = with_condition(
-                conditions,
-                current.metadata.generation,
+            let Some(conditions) = with_condition_of(
+                condition_type,
+                current.conditions,
+                current.generation,
                 write.status,
                 write.reason,
                 &write.message,
@@ -87,15 +122,28 @@ pub async fn write_conditions(
                 break;
             };
             let patch = serde_json::json!({
-                "metadata": {"resourceVersion": current.metadata.resource_version},
+                "metadata": {"resourceVersion": current.resource_version},
                 "status": {"conditions": conditions},
             });
-            let written = gate
-                .write(
-                    Write::PodGroupStatus,
-                    api.patch_status(&write.name, &PatchParams::default(), &Patch::Merge(&patch)),
-                )
-                .await;
+            let params = PatchParams::default();
+            let patched = async {
+                if write.composite {
+                    let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+                        client.clone(),
+                        &write.namespace,
+                        &crate::scheduler::informers::pod_groups::composite::composite_resource(),
+                    );
+                    api.patch_status(&write.name, &params, &Patch::Merge(&patch))
+                        .await
+                        .map(drop)
+                } else {
+                    let api: Api<PodGroup> = Api::namespaced(client.clone(), &write.namespace);
+                    api.patch_status(&write.name, &params, &Patch::Merge(&patch))
+                        .await
+                        .map(drop)
+                }
+            };
+            let written = gate.write(Write::PodGroupStatus, patched).await;
             match written {
                 Ok(Ok(_)) => break,
                 Ok(Err(kube::Error::Api(e))) if e.code == 409 => continue,
@@ -117,6 +165,27 @@ pub async fn write_conditions(
 /// all), or it says the same for the same generation. The transition time moves only when the
 /// status does.
 pub fn with_condition(
+    conditions: Vec<Condition>,
+    generation: Option<i64>,
+    status: &str,
+    reason: &str,
+    message: &str,
+    keep_true: bool,
+) -> Option<Vec<Condition>> {
+    with_condition_of(
+        INITIALLY_SCHEDULED,
+        conditions,
+        generation,
+        status,
+        reason,
+        message,
+        keep_true,
+    )
+}
+
+/// [`with_condition`] for the condition `condition_type`.
+pub fn with_condition_of(
+    condition_type: &str,
     mut conditions: Vec<Condition>,
     generation: Option<i64>,
     status: &str,
@@ -125,10 +194,7 @@ pub fn with_condition(
     keep_true: bool,
 ) -> Option<Vec<Condition>> {
     let now = Time(jiff::Timestamp::now());
-    match conditions
-        .iter_mut()
-        .find(|c| c.type_ == INITIALLY_SCHEDULED)
-    {
+    match conditions.iter_mut().find(|c| c.type_ == condition_type) {
         Some(c) if c.status == "True" && (keep_true || status != "True") => None,
         Some(c)
             if c.status == status
@@ -150,7 +216,7 @@ pub fn with_condition(
         }
         None => {
             conditions.push(Condition {
-                type_: INITIALLY_SCHEDULED.into(),
+                type_: condition_type.into(),
                 status: status.into(),
                 reason: reason.into(),
                 message: message.into(),

@@ -290,7 +290,7 @@ pub fn search(
 
 /// The index (into `feasible`) of the placement with the highest score: NodeResourcesFit's
 /// (when the profile runs it) plus PodGroupPodsCount's, the first on a tie.
-fn choose(
+pub fn choose(
     profile: &CompiledProfile,
     snapshot: &Snapshot,
     members: &[QueuedPodInfo],

@@ -12,6 +12,8 @@ pub mod algorithm;
 pub mod backend;
 pub mod binder;
 pub mod binding;
+pub mod composite_cycle;
+pub mod composite_placement;
 pub mod eventhandlers;
 pub mod explain;
 pub mod failure;

@@ -38,6 +38,15 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             schedule_one_group::schedule_group(sched, queued, profile, gang);
             return;
         }
+        Dispatch::Composite(root, tree) => {
+            crate::scheduler::composite_cycle::schedule_composite(
+                sched,
+                queued,
+                profile,
+                (root, tree),
+            );
+            return;
+        }
         Dispatch::MissingGroup(failure) => Some(failure),
         Dispatch::Pod => None,
     };

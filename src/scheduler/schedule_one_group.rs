@@ -46,6 +46,12 @@ pub enum Dispatch {
     /// members that fit are placed, each other fails alone, and the group's condition is
     /// written).
     Group(Gang),
+    /// With every pod of its hierarchy (1.38's CompositePodGroups) in one cycle: the root
+    /// CompositePodGroup and the tree under it.
+    Composite(
+        crate::scheduler::informers::pod_groups::composite::CompositeKey,
+        crate::scheduler::informers::pod_groups::composite::Tree,
+    ),
     /// Back to wait: it names a group its profile serves (GangScheduling's, or Coscheduling's)
     /// that is not known (any more: deleted after the pod passed PreEnqueue); never placed
     /// alone.
@@ -84,6 +90,32 @@ pub fn dispatch(sched: &Scheduler, profile: &CompiledProfile, pod: &QueuedPodInf
             nomination: NominationOutcome::Untouched,
         });
     };
+    if profile.release.at_least(38) && sched.pod_groups.has_parent(&key) {
+        use crate::scheduler::informers::pod_groups::composite::Root;
+        let missing = || {
+            Dispatch::MissingGroup(Failure {
+                reason: FailureReason::Unschedulable,
+                message: format!(
+                    "pod group {:?} or one of its composite pod group ancestors has not been created yet",
+                    key.name
+                ),
+                rejected_by: vec![plugin],
+                retry_after: None,
+                nomination: NominationOutcome::Untouched,
+            })
+        };
+        match sched.pod_groups.root_of(&key) {
+            Ok(Some(Root::Composite(root))) => {
+                return match sched.pod_groups.tree(&root) {
+                    Some(tree) => Dispatch::Composite(root, tree),
+                    None => missing(),
+                };
+            }
+            Ok(Some(Root::Alone)) => {}
+            Ok(None) => return missing(),
+            Err(cycle) => return Dispatch::MissingGroup(Failure::error(&Status::error(cycle))),
+        }
+    }
     let min_count = group.policy().min_count();
     Dispatch::Group(Gang {
         key,
@@ -192,7 +224,7 @@ fn validate_hierarchy<'a>(
 /// Members in upstream's order (PodGroupMemberPodsOrderingFunc): priority (highest first),
 /// attempts (most first: a pod's timestamp is renewed with each attempt, so the one tried most
 /// is the oldest), when they were queued, name.
-fn order(a: &QueuedPodInfo, b: &QueuedPodInfo) -> std::cmp::Ordering {
+pub(crate) fn order(a: &QueuedPodInfo, b: &QueuedPodInfo) -> std::cmp::Ordering {
     priority(&b.pod.pod)
         .cmp(&priority(&a.pod.pod))
         .then(b.attempts.cmp(&a.attempts))
@@ -625,7 +657,7 @@ fn fail_group(
 
 /// One member's failed attempt: counted, reported and sent back to the queue, backing off as
 /// its group of `group_size` does.
-fn fail(
+pub(crate) fn fail(
     sched: &Arc<Scheduler>,
     profile: &CompiledProfile,
     member: &QueuedPodInfo,
@@ -688,6 +720,7 @@ fn write_condition(
         message,
         uid: group.metadata.uid.clone(),
         keep_true,
+        composite: false,
     });
 }
 

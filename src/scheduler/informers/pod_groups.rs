@@ -23,6 +23,8 @@ use crate::k8s::pod::Pod;
 use crate::scheduler::informers::Keeps;
 use crate::watch::{self, Index, Readiness};
 
+pub mod composite;
+
 /// The longest wait between two tries of the PodGroup watch while the API is not served.
 const NOT_SERVED_MAX_DELAY: Duration = Duration::from_secs(30);
 
@@ -221,6 +223,8 @@ pub fn key(group: &PodGroup) -> GroupKey {
 struct Inner {
     groups: HashMap<GroupKey, Arc<PodGroup>>,
     coscheduling: HashMap<GroupKey, Arc<CoschedulingGroup>>,
+    /// CompositePodGroups (1.38), the parents of a hierarchy.
+    composites: HashMap<composite::CompositeKey, Arc<composite::CompositeGroup>>,
     /// The pods (UIDs) naming each group that are not finished or being deleted, pending or
     /// bound.
     members: HashMap<GroupKey, BTreeSet<String>>,

@@ -12,6 +12,7 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath};
 use crate::scheduler::framework::{Plugin, PreEnqueuePlugin, Status};
+use crate::scheduler::informers::pod_groups::composite::{COMPOSITE_EVENT, CompositeGroup, Root};
 use crate::scheduler::informers::pod_groups::{
     self, GroupApi, GroupKey, GroupRef, PodGroupIndex, Policy,
 };
@@ -39,10 +40,71 @@ impl Plugin for GangScheduling {
     /// A pod of the same group added (pending or bound), the group added or its `minCount`
     /// lowered.
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        Some(member_events(ClusterEvent::new(
+        let mut events = member_events(ClusterEvent::new(
             EventResource::PodGroup,
             ActionType::ADD | ActionType::UPDATE,
-        )))
+        ));
+        if self.release.at_least(38) {
+            // The pods of a hierarchy (1.38's CompositePodGroups): any pod, PodGroup or
+            // CompositePodGroup of their namespace added, or a CompositePodGroup's
+            // `minGroupCount` lowered, may complete it. Coarser than upstream's same-hierarchy
+            // check: PreEnqueue decides again.
+            let groups = self.groups.clone();
+            let in_hierarchy =
+                move |pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>| {
+                    hierarchy_hint(&groups, pod, old, new)
+                };
+            let hint: crate::scheduler::framework::events::HintFn = Arc::new(in_hierarchy);
+            for event in [
+                ClusterEvent::new(EventResource::UnschedulablePod, ActionType::ADD),
+                ClusterEvent::new(EventResource::AssignedPod, ActionType::ADD),
+                ClusterEvent::new(EventResource::PodGroup, ActionType::ADD),
+                ClusterEvent::new(COMPOSITE_EVENT, ActionType::ADD | ActionType::UPDATE),
+            ] {
+                events.push(Registration::new(event, hint.clone()));
+            }
+        }
+        Some(events)
+    }
+}
+
+/// Whether an event may let a held pod of a hierarchy go (see `events_to_register`).
+fn hierarchy_hint(
+    groups: &PodGroupIndex,
+    pod: &PodInfo,
+    old: Option<&EventObject>,
+    new: Option<&EventObject>,
+) -> Hint {
+    let Some(mine) = pod_groups::group_of(&pod.pod).filter(|k| groups.has_parent(k)) else {
+        return Hint::Skip;
+    };
+    let namespace = match new {
+        Some(EventObject::Pod(other)) => other.metadata.namespace.as_deref(),
+        Some(EventObject::PodGroup(group)) => group.metadata.namespace.as_deref(),
+        Some(other) => match other.custom::<CompositeGroup>() {
+            Some(after) => {
+                let lowered = match old.and_then(|o| o.custom::<CompositeGroup>()) {
+                    Some(before) => match (before.policy, after.policy) {
+                        (Policy::Gang { min_count: was }, Policy::Gang { min_count: now }) => {
+                            now < was
+                        }
+                        _ => false,
+                    },
+                    None => true,
+                };
+                if !lowered {
+                    return Hint::Skip;
+                }
+                Some(after.namespace.as_str())
+            }
+            None => return Hint::Skip,
+        },
+        None => return Hint::Skip,
+    };
+    if namespace == Some(mine.namespace.as_str()) {
+        Hint::Queue
+    } else {
+        Hint::Skip
     }
 }
 
@@ -108,6 +170,9 @@ impl PreEnqueuePlugin for GangScheduling {
     /// or is a gang with fewer live pods than its `minCount`.
     fn pre_enqueue(&self, pod: &PodInfo) -> Status {
         if self.release.at_least(38) {
+            if let Some(held) = hold_hierarchy(&self.groups, pod) {
+                return held;
+            }
             return hold_until_complete(
                 &self.groups,
                 pod,
@@ -135,6 +200,36 @@ impl PreEnqueuePlugin for GangScheduling {
             |_| MIN_COUNT_WAIT.to_string(),
         )
     }
+}
+
+/// PreEnqueue of a pod whose PodGroup has a parent (1.38): held, in upstream's words, while
+/// an ancestor is not known or the root's hierarchy is not ready (see [`PodGroupIndex::ready`]);
+/// an error when the parents loop. None for a pod of no hierarchy.
+fn hold_hierarchy(groups: &PodGroupIndex, pod: &PodInfo) -> Option<Status> {
+    let key = pod_groups::group_of(&pod.pod).filter(|k| groups.has_parent(k))?;
+    let missing = || {
+        Status::unresolvable(format!(
+            "pod group {:?} or one of its composite pod group ancestors has not been created yet",
+            key.name
+        ))
+    };
+    let root = match groups.root_of(&key) {
+        Err(cycle) => return Some(Status::error(cycle)),
+        Ok(Some(Root::Composite(root))) => root,
+        Ok(Some(Root::Alone)) => return None,
+        Ok(None) => return Some(missing()),
+    };
+    let Some(tree) = groups.tree(&root) else {
+        return Some(missing());
+    };
+    if groups.ready(&tree) {
+        return Some(Status::success());
+    }
+    Some(Status::unresolvable(if tree.group.is_basic() {
+        format!("waiting for {root} tree to have at least one ready child group")
+    } else {
+        format!("waiting for {root} to meet its quorum")
+    }))
 }
 
 /// Why a gang's pod waits while its group has fewer pods than `minCount`, until 1.38 (and in
