@@ -91,8 +91,7 @@ fn job_set(
     Ok(())
 }
 
-/// The `type` condition with `status` on `kind` `name`: (reason, message up to what
-/// preemption adds).
+/// The `type` condition with `status` on `kind` `name`: (reason, message).
 async fn condition(
     ns: &str,
     (kind, name): (&str, &str),
@@ -118,24 +117,13 @@ async fn condition(
                 .map(|c| {
                     (
                         c["reason"].as_str().unwrap_or_default().to_string(),
-                        verdict(c["message"].as_str().unwrap_or_default()),
+                        c["message"].as_str().unwrap_or_default().to_string(),
                     )
                 });
             Ok(found)
         },
     )
     .await
-}
-
-/// A group's message up to its verdict: what DefaultPreemption appends after it is not
-/// compared (tether does not preempt for a hierarchy yet).
-fn verdict(message: &str) -> String {
-    for end in ["not-evaluated", "is unschedulable"] {
-        if let Some(at) = message.find(end) {
-            return message[..at + end.len()].to_string();
-        }
-    }
-    message.to_string()
 }
 
 /// What a scheduler did with the two scenarios below.

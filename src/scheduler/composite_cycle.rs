@@ -36,12 +36,14 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::composite_placement::{Cycle, Leaf, Results, Verdict, settle};
 use crate::scheduler::failure::{Failure, NominationOutcome};
+use crate::scheduler::framework::group_post_filter::{GroupPreemptor, TrialCluster};
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::framework::{QueuedPodInfo, Status};
+use crate::scheduler::framework::{Nomination, QueuedPodInfo, Status};
 use crate::scheduler::group_status::ConditionWrite;
 use crate::scheduler::handoff::{search_over_message, to_binding};
 use crate::scheduler::informers::pod_groups;
 use crate::scheduler::informers::pod_groups::composite::{CompositeKey, MAX_DEPTH, Member, Tree};
+use crate::scheduler::metrics::groups::COMPOSITE;
 use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::plugins::gang_scheduling;
 use crate::scheduler::schedule_one_group::{fail, order};
@@ -142,16 +144,41 @@ pub fn schedule_composite(
     }
 
     let snapshot = sched.lock_cache().snapshot();
+    let none_removed = HashSet::new();
     let cycle = Cycle {
         sched,
         profile: &profile,
         leaves: &leaves,
+        removed: &none_removed,
+        ranks: None,
     };
     let mut results = Results::default();
     cycle.eval(&tree, &snapshot, &None, &mut results);
     let search = start.elapsed();
     sched.metrics.scheduling_algorithm(search);
-    let verdicts = settle(&tree, &results);
+    let mut verdicts = settle(&tree, &results);
+    // Not placed: the profile's group PostFilter plugins (DefaultPreemption) make room for the
+    // hierarchy as one preemptor; what they say is appended to every group's message.
+    let mut nominations: HashMap<(String, usize), String> = HashMap::new();
+    let mut waiting_on_preemption = false;
+    if let Some(Verdict::Unschedulable(_)) = verdicts.composites.get(tree.group.name())
+        && let Some(said) = preempt(sched, &profile, (&root, &tree), &leaves)
+    {
+        waiting_on_preemption = said.succeeded;
+        nominations = said.nominations;
+        for verdict in verdicts
+            .leaves
+            .values_mut()
+            .chain(verdicts.composites.values_mut())
+        {
+            if let Verdict::Unschedulable(m) | Verdict::Error(m) = verdict
+                && !said.words.is_empty()
+            {
+                m.push_str(", ");
+                m.push_str(&said.words);
+            }
+        }
+    }
     let root_verdict = verdicts
         .composites
         .get(tree.group.name())
@@ -240,21 +267,108 @@ pub fn schedule_composite(
                     },
                 ),
             };
+            let mut failure = failure;
+            if let Some(node) = nominations.remove(&(name.clone(), index)) {
+                // Nominated where the preemption makes room for it.
+                failure.nomination = NominationOutcome::PostFilter(Some(Nomination::Node(node)));
+            }
             fail(sched, &profile, &member, result, failure, start, size);
         }
     }
     let result = match root_verdict {
         Verdict::Scheduled if placed_any => "scheduled",
         Verdict::Error(_) => "error",
+        _ if waiting_on_preemption => "waiting_on_preemption",
         _ => "unschedulable",
     };
-    sched
-        .metrics
-        .podgroup_attempt(result, &profile.scheduler_name, search, start.elapsed());
+    sched.metrics.group_attempt(
+        COMPOSITE,
+        result,
+        &profile.scheduler_name,
+        (search, start.elapsed()),
+    );
 }
 
 /// A rule checked at each group of a hierarchy: the group, its parent, its depth.
 type Check<'a> = dyn FnMut(&Tree, Option<&Member>, usize) -> Result<(), String> + 'a;
+
+/// What the hierarchy's preemption said: its words, whether it succeeded, and each member's
+/// nomination (by leaf name and index in its members).
+struct Said {
+    words: String,
+    succeeded: bool,
+    nominations: HashMap<(String, usize), String>,
+}
+
+/// The hierarchy as one preemptor (upstream's PodGroupPostFilter for a CompositePodGroup): its
+/// root's priority and preemption policy, every leaf's pods as the members, placed by the
+/// hierarchy's own cycle on each trial cluster. None when the profile runs no group PostFilter.
+fn preempt(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    (root, tree): (&CompositeKey, &Tree),
+    leaves: &HashMap<String, Leaf>,
+) -> Option<Said> {
+    let Member::Composite(object) = &tree.group else {
+        return None;
+    };
+    let mut flat: Vec<QueuedPodInfo> = Vec::new();
+    let mut offsets: HashMap<String, usize> = HashMap::new();
+    let mut owner: Vec<(String, usize)> = Vec::new();
+    for key in tree.leaves() {
+        if let Some(leaf) = leaves.get(&key.name) {
+            offsets.insert(key.name.clone(), flat.len());
+            for (i, member) in leaf.members.iter().enumerate() {
+                flat.push(member.clone());
+                owner.push((key.name.clone(), i));
+            }
+        }
+    }
+    let never = match object.preemption_policy.as_deref() {
+        Some(set) => set == "Never",
+        None => flat
+            .iter()
+            .any(|m| crate::scheduler::group_preemption::policy(&m.pod.pod) == "Never"),
+    };
+    let preemptor = GroupPreemptor {
+        namespace: root.namespace.clone(),
+        name: root.name.clone(),
+        uid: object.uid.clone().unwrap_or_default(),
+        api_version: "scheduling.k8s.io/v1beta1".into(),
+        kind: "CompositePodGroup".into(),
+        scheduler_name: flat
+            .first()
+            .map(|m| pods::scheduler_name(&m.pod.pod).to_string())
+            .unwrap_or_default(),
+        priority: tree.group.priority(),
+        never,
+    };
+    let place = |trial: TrialCluster<'_>| {
+        let cycle = Cycle {
+            sched,
+            profile,
+            leaves,
+            removed: trial.removed,
+            ranks: trial.ranks,
+        };
+        let placed = cycle.place(tree, trial.snapshot)?;
+        Ok(placed
+            .into_iter()
+            .filter_map(|(leaf, i, node)| Some((offsets.get(&leaf)?.checked_add(i)?, node)))
+            .collect())
+    };
+    let said =
+        crate::scheduler::group_preemption::preempt(sched, profile, &preemptor, &flat, &place)?;
+    Some(Said {
+        words: said.words,
+        succeeded: said.succeeded,
+        nominations: said
+            .nominations
+            .into_iter()
+            .filter_map(|(i, node)| Some((owner.get(i)?.clone(), node)))
+            .collect(),
+    })
+}
 
 /// Upstream's validatePodGroupHierarchy: no deeper than [`MAX_DEPTH`] (no CompositePodGroup at
 /// that depth), every group of the root's Workload and priority, preemption policies that agree,

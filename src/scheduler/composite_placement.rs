@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use crate::k8s::pod::Pod;
 use crate::scheduler::Scheduler;
+use crate::scheduler::framework::group_post_filter::NodeRanks;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{CycleState, QueuedPodInfo};
@@ -75,12 +76,49 @@ pub struct Cycle<'a> {
     pub sched: &'a Scheduler,
     pub profile: &'a CompiledProfile,
     pub leaves: &'a HashMap<String, Leaf>,
+    /// Pods taken off the cluster (a preemption's trial: its victims).
+    pub removed: &'a HashSet<String>,
+    /// The ranks a preemption's trial weighs nodes by.
+    pub ranks: Option<Arc<dyn NodeRanks>>,
 }
 
 /// The nodes of a placement (None: every node).
 pub type Nodes = Option<Arc<HashSet<String>>>;
 
 impl Cycle<'_> {
+    /// Where the hierarchy `tree` (its root) goes on `snapshot`: each standing leaf's placed
+    /// pods (leaf name, index into its members, node), or why it does not fit. Nothing is held
+    /// once it returns.
+    pub fn place(
+        &self,
+        tree: &Tree,
+        snapshot: &Snapshot,
+    ) -> Result<Vec<(String, usize, String)>, String> {
+        let mut results = Results::default();
+        match self.eval(tree, snapshot, &None, &mut results) {
+            (Verdict::Scheduled, true) => {}
+            (Verdict::Scheduled, false) => {
+                return Err(crate::scheduler::group_placement::GROUP_UNSCHEDULABLE.into());
+            }
+            (Verdict::Unschedulable(m) | Verdict::Error(m), _) => return Err(m),
+        }
+        let mut out = Vec::new();
+        for name in standing_leaves(tree, &results) {
+            if let Some(e) = results
+                .leaves
+                .get(&name)
+                .and_then(|f| f.evaluation.as_ref())
+            {
+                out.extend(
+                    e.placed
+                        .iter()
+                        .map(|a| (name.clone(), a.index, a.node.clone())),
+                );
+            }
+        }
+        Ok(out)
+    }
+
     /// Evaluates `tree` on `snapshot` inside `placement`, its results (and its subtree's) put in
     /// `results`; returns its verdict and whether it placed any pod.
     pub fn eval(
@@ -143,9 +181,11 @@ impl Cycle<'_> {
                 "no feasible placements found".into(),
             ));
         }
-        self.sched
-            .metrics
-            .generated_placements(&self.profile.scheduler_name, domains.len());
+        self.sched.metrics.generated_placements(
+            &self.profile.scheduler_name,
+            entity(group),
+            domains.len(),
+        );
         Ok((domains, true))
     }
 
@@ -174,14 +214,13 @@ impl Cycle<'_> {
         } else {
             1
         };
-        let removed = HashSet::new();
         let mut first: Option<Evaluation> = None;
         let mut feasible: Vec<(usize, Evaluation)> = Vec::new();
         for (i, domain) in domains.iter().enumerate() {
             let trial = Trial {
                 snapshot,
-                removed: &removed,
-                ranks: None,
+                removed: self.removed,
+                ranks: self.ranks.clone(),
                 placement: Some(domain.nodes.clone()),
             };
             let started = Instant::now();
@@ -202,7 +241,7 @@ impl Cycle<'_> {
             }
             let fits = evaluation.group_failure.is_none();
             self.sched.metrics.placement_evaluation(
-                &self.profile.scheduler_name,
+                (&self.profile.scheduler_name, entity(&tree.group)),
                 fits,
                 started.elapsed(),
             );
@@ -292,7 +331,7 @@ impl Cycle<'_> {
             }
             let fits = verdict == Verdict::Scheduled;
             self.sched.metrics.placement_evaluation(
-                &self.profile.scheduler_name,
+                (&self.profile.scheduler_name, entity(&tree.group)),
                 fits,
                 started.elapsed(),
             );
@@ -462,6 +501,14 @@ impl Cycle<'_> {
             any = false;
         }
         (verdict, any)
+    }
+}
+
+/// A group's metrics entity label.
+fn entity(group: &Member) -> &'static str {
+    match group {
+        Member::Leaf(_) => crate::scheduler::metrics::groups::PODGROUP,
+        Member::Composite(_) => crate::scheduler::metrics::groups::COMPOSITE,
     }
 }
 

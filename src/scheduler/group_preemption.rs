@@ -47,14 +47,6 @@ pub fn run(
     let Group::Workload(object) = &gang.group else {
         return None;
     };
-    let plugins: Vec<_> = profile
-        .post_filter
-        .iter()
-        .filter_map(|p| p.group_post_filter())
-        .collect();
-    if plugins.is_empty() {
-        return None;
-    }
     // The group's preemption policy: 1.38's the PodGroup's where it sets one; else (and in
     // 1.37, PodGroupPreemptionPolicy off) Never when any member to place says Never.
     let members_never = members.iter().any(|m| policy(&m.pod.pod) == "Never");
@@ -79,19 +71,39 @@ pub fn run(
             .unwrap_or(0),
         never,
     };
+    let place = |trial: TrialCluster<'_>| place_on(sched, profile, members, (gang, already), trial);
+    preempt(sched, profile, &preemptor, members, &place)
+}
+
+/// Runs the profile's group PostFilter plugins for `preemptor`, whose `members` (in the cycle's
+/// order) `place` puts on a trial cluster; None when the profile runs none.
+pub fn preempt(
+    sched: &Scheduler,
+    profile: &CompiledProfile,
+    preemptor: &GroupPreemptor,
+    members: &[QueuedPodInfo],
+    place: &crate::scheduler::framework::group_post_filter::PlaceFn<'_>,
+) -> Option<GroupPreemption> {
+    let plugins: Vec<_> = profile
+        .post_filter
+        .iter()
+        .filter_map(|p| p.group_post_filter())
+        .collect();
+    if plugins.is_empty() {
+        return None;
+    }
     let pods: Vec<_> = members.iter().map(|m| m.pod.clone()).collect();
     let snapshot = sched.lock_cache().snapshot();
     let nominated = sched.state.room.for_group();
     let group_of = |pod: &Pod| victim_group(sched, pod);
-    let place = |trial: TrialCluster<'_>| place_on(sched, profile, members, (gang, already), trial);
     let ctx = GroupPostFilterContext {
         profile,
-        preemptor: &preemptor,
+        preemptor,
         members: &pods,
         snapshot: &snapshot,
         nominated: &nominated,
         group_of: &group_of,
-        place: &place,
+        place,
     };
     let mut reasons = Vec::new();
     for plugin in plugins {
@@ -131,6 +143,14 @@ fn victim_group(sched: &Scheduler, pod: &Pod) -> Option<VictimGroup> {
     let key = pod_groups::group_of(pod)?;
     if key.api != GroupApi::Workload {
         return None;
+    }
+    if let Some(ancestor) = sched.pod_groups.all_ancestor(&key) {
+        // Under a CompositePodGroup whose disruptionMode is All: its whole hierarchy goes.
+        return Some(VictimGroup {
+            key: ancestor.key().to_string(),
+            disrupt_all: true,
+            priority: ancestor.priority,
+        });
     }
     let group = match sched.pod_groups.get(&key) {
         Some(Group::Workload(group)) => Some(group),

@@ -38,6 +38,7 @@ use crate::scheduler::framework::{QueuedPodInfo, Status};
 use crate::scheduler::group_placement::{Assigned, Evaluation, Trial, evaluate};
 use crate::scheduler::handoff::search_over_message;
 use crate::scheduler::informers::pod_groups::Group;
+use crate::scheduler::metrics::groups::PODGROUP;
 use crate::scheduler::plugins::gangs::Gang;
 use crate::scheduler::plugins::noderesources::scoring::most_requested_score;
 
@@ -183,7 +184,7 @@ pub fn search(
     }
     sched
         .metrics
-        .generated_placements(&profile.scheduler_name, domains.len());
+        .generated_placements(&profile.scheduler_name, PODGROUP, domains.len());
     let try_domain = |domain: &Domain| {
         let started = Instant::now();
         let trial = Trial {
@@ -195,7 +196,7 @@ pub fn search(
         let evaluation = evaluate(sched, profile, members, (already, gang.min_count), &trial);
         if evaluation.error.is_none() {
             sched.metrics.placement_evaluation(
-                &profile.scheduler_name,
+                (&profile.scheduler_name, PODGROUP),
                 evaluation.feasible(),
                 started.elapsed(),
             );

@@ -1,7 +1,7 @@
 //! Prometheus metrics of the scheduler, named after kube-scheduler's where one exists; the
 //! process's own (`process.rs`) and the API client's (`k8s::client_metrics`) beside them.
 
-mod groups;
+pub mod groups;
 mod labels;
 mod process;
 

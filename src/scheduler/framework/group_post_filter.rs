@@ -32,6 +32,18 @@ pub struct GroupPreemptor {
     pub never: bool,
 }
 
+impl GroupPreemptor {
+    /// Its metrics' entity label: `compositepodgroup` for a CompositePodGroup, else
+    /// `podgroup`.
+    pub fn entity(&self) -> &'static str {
+        if self.kind == "CompositePodGroup" {
+            "compositepodgroup"
+        } else {
+            "podgroup"
+        }
+    }
+}
+
 /// What preemption needs to know of the group a pod on a node belongs to.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct VictimGroup {

@@ -11,6 +11,11 @@ use super::labels::{
     WorkloadPreemptionLabels,
 };
 
+/// The entity label of a PodGroup.
+pub const PODGROUP: &str = "podgroup";
+/// The entity label of a CompositePodGroup (1.38).
+pub const COMPOSITE: &str = "compositepodgroup";
+
 impl Metrics {
     /// A pod's preemption decided evicts `violations` pods a budget did not let go.
     pub fn pdb_violations(&self, preemptor: &'static str, violations: usize) {
@@ -22,23 +27,28 @@ impl Metrics {
         }
     }
 
-    /// A group's topology constraint gave `count` placements.
-    pub fn generated_placements(&self, profile: &str, count: usize) {
+    /// The topology constraint of a group (an `entity`) gave `count` placements.
+    pub fn generated_placements(&self, profile: &str, entity: &'static str, count: usize) {
         self.upstream
             .generated_placements
             .get_or_create(&GroupSearchLabels {
                 profile: profile.into(),
-                entity: "podgroup",
+                entity,
             })
             .inc_by(count as u64);
     }
 
-    /// One placement was tried for a group: `feasible` or not, in `took`.
-    pub fn placement_evaluation(&self, profile: &str, feasible: bool, took: Duration) {
+    /// One placement was tried for a group (an `entity`): `feasible` or not, in `took`.
+    pub fn placement_evaluation(
+        &self,
+        (profile, entity): (&str, &'static str),
+        feasible: bool,
+        took: Duration,
+    ) {
         let labels = GroupAttemptLabels {
             result: if feasible { "feasible" } else { "infeasible" }.into(),
             profile: profile.into(),
-            entity: "podgroup",
+            entity,
         };
         self.upstream
             .placement_evaluations
@@ -50,14 +60,12 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// A pod group's preemption ran, with `result` (its code, in upstream's words).
-    pub fn workload_preemption_attempt(&self, result: &'static str) {
+    /// A group's preemption (a `preemptor` entity) ran, with `result` (its code, in upstream's
+    /// words).
+    pub fn workload_preemption_attempt(&self, preemptor: &'static str, result: &'static str) {
         self.upstream
             .workload_preemption_attempts
-            .get_or_create(&WorkloadPreemptionLabels {
-                preemptor: "podgroup",
-                result,
-            })
+            .get_or_create(&WorkloadPreemptionLabels { preemptor, result })
             .inc();
     }
 
@@ -65,11 +73,11 @@ impl Metrics {
     /// `podgroup`; kinds with none left out), `violations` of them against a budget.
     pub fn workload_preemption(
         &self,
+        preemptor: &'static str,
         pods: usize,
         units: &[(&'static str, usize)],
         violations: usize,
     ) {
-        let preemptor = "podgroup";
         self.upstream
             .workload_preemption_victims
             .get_or_create(&PreemptorLabels { preemptor })
@@ -83,13 +91,24 @@ impl Metrics {
         self.pdb_violations(preemptor, violations);
     }
 
-    /// A group cycle ended: `result` is scheduled, unschedulable or error; `search` is how
-    /// long the search for the members' nodes took, `took` the whole cycle.
+    /// A group cycle of a PodGroup ended: `result` is scheduled, unschedulable or error;
+    /// `search` is how long the search for the members' nodes took, `took` the whole cycle.
     pub fn podgroup_attempt(&self, result: &str, profile: &str, search: Duration, took: Duration) {
+        self.group_attempt(PODGROUP, result, profile, (search, took));
+    }
+
+    /// A group cycle of a root `entity` ended (see [`Self::podgroup_attempt`]).
+    pub fn group_attempt(
+        &self,
+        entity: &'static str,
+        result: &str,
+        profile: &str,
+        (search, took): (Duration, Duration),
+    ) {
         let labels = GroupAttemptLabels {
             result: result.into(),
             profile: profile.into(),
-            entity: "podgroup",
+            entity,
         };
         self.upstream.podgroup_attempts.get_or_create(&labels).inc();
         self.upstream

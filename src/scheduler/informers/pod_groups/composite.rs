@@ -451,6 +451,37 @@ impl PodGroupIndex {
         }
     }
 
+    /// The highest ancestor of PodGroup `key` whose `disruptionMode` is All: its pods go with
+    /// that ancestor's whole hierarchy when preempted. None when there is none (or the parents
+    /// loop).
+    pub fn all_ancestor(&self, key: &GroupKey) -> Option<Arc<CompositeGroup>> {
+        let inner = self.read();
+        let mut parent = inner
+            .groups
+            .get(key)?
+            .spec
+            .parent_composite_pod_group_name
+            .clone()?;
+        let mut highest = None;
+        for _ in 0..=MAX_DEPTH {
+            let at = CompositeKey {
+                namespace: key.namespace.clone(),
+                name: parent,
+            };
+            let Some(group) = inner.composites.get(&at) else {
+                break;
+            };
+            if group.disruption_all {
+                highest = Some(group.clone());
+            }
+            match &group.parent {
+                Some(next) => parent = next.clone(),
+                None => break,
+            }
+        }
+        highest
+    }
+
     /// The CompositePodGroup `key`, as watched.
     pub fn composite(&self, key: &CompositeKey) -> Option<Arc<CompositeGroup>> {
         self.read().composites.get(key).cloned()

@@ -542,6 +542,7 @@ impl DefaultPreemption {
         if let Some(metrics) = &self.metrics {
             let count = |kind| decision.victims.iter().filter(|u| u.kind == kind).count();
             metrics.workload_preemption(
+                ctx.preemptor.entity(),
                 pods.len(),
                 &[
                     ("pod", count(UnitKind::Pod)),
@@ -617,12 +618,13 @@ impl GroupPostFilterPlugin for DefaultPreemption {
     fn group_post_filter(&self, ctx: &GroupPostFilterContext<'_>) -> GroupPostFilterResult {
         let mut result = self.preempt_group(ctx);
         if let Some(metrics) = &self.metrics {
-            metrics.workload_preemption_attempt(match result.status.code {
+            let code = match result.status.code {
                 Code::Success => "Success",
                 Code::Unschedulable => "Unschedulable",
                 Code::UnschedulableAndUnresolvable => "UnschedulableAndUnresolvable",
                 _ => "Error",
-            });
+            };
+            metrics.workload_preemption_attempt(ctx.preemptor.entity(), code);
         }
         let message = result.status.message();
         if !message.is_empty() {
