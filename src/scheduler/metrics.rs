@@ -852,8 +852,8 @@ mod tests {
         m.scheduling_algorithm(Duration::from_millis(3));
         m.preemption_attempt(None);
         m.preemption_attempt(Some(3));
-        m.workload_preemption_attempt("Success");
-        m.workload_preemption(3, &[("pod", 1), ("podgroup", 1)], 2);
+        m.workload_preemption_attempt("podgroup", "Success");
+        m.workload_preemption("podgroup", 3, &[("pod", 1), ("podgroup", 1)], 2);
         m.pdb_violations("pod", 0);
         m.api_requests()
             .requests
