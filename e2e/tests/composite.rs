@@ -5,18 +5,21 @@
 //! group saying why, when no rack holds it. Before 1.38 there is nothing to compare: the tests
 //! pass at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use serde_json::json;
+use tether_e2e::groups::{delete_priority_classes, let_go, pinned, priority_classes};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, unique_suffix, wait_bound, wait_for,
 };
 
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// The rack label's key: made unique to each scenario (`<RACK>-<run>`), so that no other
+/// test's nodes make placements of it.
 const RACK: &str = "e2e.tether.dev/rack";
 const GATES: &[&str] = &[
     "GenericWorkload=true",
@@ -24,27 +27,23 @@ const GATES: &[&str] = &[
     "CompositePodGroup=true",
 ];
 
-/// Nodes with their rack (made unique to the run), CPUs and memory.
+/// Nodes with their rack, CPUs and memory, and the rack label's key (unique to the run).
 async fn racks(
     client: &kube::Client,
     test: &str,
     layout: &[(&str, &str, &str)],
 ) -> anyhow::Result<(TestNodes, String)> {
-    let run = unique_suffix();
-    let layout: Vec<(String, String, String)> = layout
-        .iter()
-        .map(|(rack, cpu, memory)| (format!("{rack}-{run}"), cpu.to_string(), memory.to_string()))
-        .collect();
+    let key = format!("{RACK}-{}", unique_suffix());
     let nodes = TestNodes::create(client, test, layout.len(), "1", |i, node| {
-        let (rack, cpu, memory) = &layout[i];
-        node["metadata"]["labels"][RACK] = json!(rack);
+        let (rack, cpu, memory) = layout[i];
+        node["metadata"]["labels"][key.as_str()] = json!(rack);
         for field in ["allocatable", "capacity"] {
             node["status"][field]["cpu"] = json!(cpu);
             node["status"][field]["memory"] = json!(memory);
         }
     })
     .await?;
-    Ok((nodes, run))
+    Ok((nodes, key))
 }
 
 /// A JobSet's shape: CompositePodGroup `job` (a gang of both children, within one rack), with
@@ -52,28 +51,36 @@ async fn racks(
 /// `worker` CPUs, all needed), every pod asking for 1Gi.
 fn job_set(
     ns: &str,
-    nodes: &TestNodes,
-    scheduler: &str,
+    (nodes, key): (&TestNodes, &str),
+    (scheduler, class): (&str, Option<&str>),
     job: &str,
     leader: &str,
     (workers, worker): (usize, &str),
 ) -> anyhow::Result<()> {
     let workload = json!({"workloadName": job, "templateName": "replica"});
-    apply(json!({
+    let mut root = json!({
         "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "CompositePodGroup",
         "metadata": {"name": job, "namespace": ns},
         "spec": {"workloadRef": workload,
                  "schedulingPolicy": {"gang": {"minGroupCount": 2}},
-                 "schedulingConstraints": {"topology": [{"key": RACK}]}},
-    }))?;
+                 "schedulingConstraints": {"topology": [{"key": key}]}},
+    });
+    if let Some(class) = class {
+        root["spec"]["priorityClassName"] = json!(class);
+    }
+    apply(root)?;
     for (group, count, cpu) in [("leader", 1, leader), ("workers", workers, worker)] {
         let name = format!("{job}-{group}");
-        apply(json!({
+        let mut pod_group = json!({
             "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"parentCompositePodGroupName": job, "workloadRef": workload,
                      "schedulingPolicy": {"gang": {"minCount": count}}},
-        }))?;
+        });
+        if let Some(class) = class {
+            pod_group["spec"]["priorityClassName"] = json!(class);
+        }
+        apply(pod_group)?;
         for i in 0..count {
             let mut spec = json!({
                 "schedulerName": scheduler,
@@ -82,6 +89,9 @@ fn job_set(
                 "containers": [{"name": "c", "image": "pause",
                                 "resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}],
             });
+            if let Some(class) = class {
+                spec["priorityClassName"] = json!(class);
+            }
             nodes.isolate(&mut spec);
             apply(json!({"apiVersion": "v1", "kind": "Pod",
                          "metadata": {"name": format!("{name}-{i}"), "namespace": ns},
@@ -147,7 +157,7 @@ struct Placed {
 async fn placed_by_its_rules(scheduler: &str, test: &str) -> anyhow::Result<Placed> {
     let client = client().await?;
     let ns = TestNamespace::create(&client, test).await?;
-    let (nodes, run) = racks(
+    let (nodes, key) = racks(
         &client,
         test,
         &[
@@ -159,7 +169,14 @@ async fn placed_by_its_rules(scheduler: &str, test: &str) -> anyhow::Result<Plac
         ],
     )
     .await?;
-    job_set(&ns.name, &nodes, scheduler, "job", "2", (3, "1"))?;
+    job_set(
+        &ns.name,
+        (&nodes, &key),
+        (scheduler, None),
+        "job",
+        "2",
+        (3, "1"),
+    )?;
     let node_api: Api<Node> = Api::all(client.clone());
     let mut placed_racks = BTreeMap::new();
     let mut pods_names = vec!["job-leader-0".to_string()];
@@ -172,8 +189,7 @@ async fn placed_by_its_rules(scheduler: &str, test: &str) -> anyhow::Result<Plac
             .metadata
             .labels
             .unwrap_or_default();
-        let rack = labels.get(RACK).cloned().unwrap_or_default();
-        placed_racks.insert(pod.clone(), rack.replace(&format!("-{run}"), ""));
+        placed_racks.insert(pod.clone(), labels.get(&key).cloned().unwrap_or_default());
     }
     let mut placed = vec![
         condition(
@@ -195,7 +211,7 @@ async fn placed_by_its_rules(scheduler: &str, test: &str) -> anyhow::Result<Plac
     }
     nodes.delete().await?;
 
-    let (nodes, _) = racks(
+    let (nodes, key) = racks(
         &client,
         &format!("{test}-2"),
         &[
@@ -206,7 +222,14 @@ async fn placed_by_its_rules(scheduler: &str, test: &str) -> anyhow::Result<Plac
         ],
     )
     .await?;
-    job_set(&ns.name, &nodes, scheduler, "wide", "1", (3, "2"))?;
+    job_set(
+        &ns.name,
+        (&nodes, &key),
+        (scheduler, None),
+        "wide",
+        "1",
+        (3, "2"),
+    )?;
     let mut refused = vec![
         condition(
             &ns.name,
@@ -285,6 +308,165 @@ async fn a_job_set_shaped_hierarchy_lands_as_kube_scheduler_places_it() -> anyho
     let ours = format!("composite-tether-{}", unique_suffix());
     apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
     let tether = placed_by_its_rules(&ours, "composite-tether").await?;
+    println!("tether: {tether:?}");
+    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
+    assert_eq!(tether, upstream);
+    Ok(())
+}
+
+/// What a hierarchy's preemption did, as the user sees it.
+#[derive(Debug, PartialEq)]
+struct Preempted {
+    /// How many lower pods were evicted, and whether all in one rack.
+    victims: usize,
+    in_one_rack: bool,
+    /// Their `DisruptionTarget` condition: (reason, message with the scheduler's name as
+    /// `<scheduler>`).
+    disruption: BTreeSet<(String, String)>,
+    /// The CompositePodGroup's condition while they terminate.
+    waiting: (String, String),
+    /// Whether every pod of the hierarchy was bound in the rack the victims left.
+    landed_there: bool,
+    /// The CompositePodGroup's condition then.
+    placed: (String, String),
+}
+
+/// Racks A and B of two nodes of 2 CPUs; a lower pod of 1 CPU pinned to each node (held by a
+/// finalizer once evicted). A higher JobSet-shaped hierarchy (a leader and three workers of 1
+/// CPU, within one rack) fits in no rack as it is: it preempts as one unit, the two lower pods
+/// of one rack and no more, and lands in that rack once they are gone.
+async fn hierarchy_preempts(scheduler: &str, test: &str) -> anyhow::Result<Preempted> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, test).await?;
+    let (nodes, key) = racks(
+        &client,
+        test,
+        &[
+            ("a", "2", "4Gi"),
+            ("a", "2", "4Gi"),
+            ("b", "2", "4Gi"),
+            ("b", "2", "4Gi"),
+        ],
+    )
+    .await?;
+    let classes = [("low", 100), ("high", 1000)];
+    priority_classes(test, &classes)?;
+    let low = format!("{test}-low");
+    let lows: Vec<String> = (0..4).map(|i| format!("low-{i}")).collect();
+    for (i, name) in lows.iter().enumerate() {
+        pinned(&ns.name, &nodes, name, (None, &low, "1"), i)?;
+    }
+    for name in &lows {
+        wait_bound(&client, &ns.name, name, TIMEOUT).await?;
+    }
+    let high = format!("{test}-high");
+    job_set(
+        &ns.name,
+        (&nodes, &key),
+        (scheduler, Some(&high)),
+        "job",
+        "1",
+        (3, "1"),
+    )?;
+
+    // The victims terminate (held by the finalizer).
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let victims: Vec<(String, usize, (String, String))> =
+        wait_for("the victims terminating", TIMEOUT, || async {
+            let mut found = Vec::new();
+            for (i, name) in lows.iter().enumerate() {
+                let pod = pods.get(name).await?;
+                if pod.metadata.deletion_timestamp.is_none() {
+                    continue;
+                }
+                let Some(c) = pod
+                    .status
+                    .and_then(|s| s.conditions)
+                    .unwrap_or_default()
+                    .into_iter()
+                    .find(|c| c.type_ == "DisruptionTarget")
+                else {
+                    return Ok(None);
+                };
+                let message = c
+                    .message
+                    .unwrap_or_default()
+                    .replace(scheduler, "<scheduler>");
+                found.push((name.clone(), i, (c.reason.unwrap_or_default(), message)));
+            }
+            Ok((found.len() >= 2).then_some(found))
+        })
+        .await?;
+    let waiting = condition(
+        &ns.name,
+        ("CompositePodGroup", "job"),
+        ("CompositePodGroupInitiallyScheduled", "False"),
+    )
+    .await?;
+    let victim_nodes: BTreeSet<usize> = victims.iter().map(|(_, i, _)| *i).collect();
+    // Nodes 0 and 1 are rack A, 2 and 3 rack B.
+    let in_one_rack = victim_nodes.iter().all(|i| *i < 2) || victim_nodes.iter().all(|i| *i >= 2);
+    let_go(&ns.name, lows.iter().map(String::as_str));
+    let mut landed_there = true;
+    for pod in [
+        "job-leader-0",
+        "job-workers-0",
+        "job-workers-1",
+        "job-workers-2",
+    ] {
+        let node = wait_bound(&client, &ns.name, pod, TIMEOUT).await?;
+        let index = nodes.names.iter().position(|n| *n == node);
+        landed_there &= index.is_some_and(|i| victim_nodes.iter().any(|v| v / 2 == i / 2));
+    }
+    let placed = condition(
+        &ns.name,
+        ("CompositePodGroup", "job"),
+        ("CompositePodGroupInitiallyScheduled", "True"),
+    )
+    .await?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    delete_priority_classes(test, &classes)?;
+    Ok(Preempted {
+        victims: victims.len(),
+        in_one_rack,
+        disruption: victims.into_iter().map(|(_, _, d)| d).collect(),
+        waiting,
+        landed_there,
+        placed,
+    })
+}
+
+/// Side by side with kube-scheduler 1.38 (the gates on): a hierarchy that fits nowhere evicts
+/// the fewest lower pods, all within the one rack it then lands in, with the same words.
+#[tokio::test]
+async fn a_hierarchy_preempts_as_one_unit_as_kube_scheduler_does() -> anyhow::Result<()> {
+    let client = client().await?;
+    if tether_e2e::compared_minor(&client).await? < 38 {
+        return Ok(());
+    }
+    let reference = format!("composite-pre-ref-{}", unique_suffix());
+    let kube = ReferenceScheduler::start_gated(
+        "kube-scheduler-composite-preemption",
+        json!({"profiles": [{"schedulerName": reference}]}),
+        GATES,
+    )?;
+    let upstream = hierarchy_preempts(&reference, "composite-pre-ref").await?;
+    drop(kube);
+    println!("kube-scheduler: {upstream:?}");
+    assert_eq!(
+        (
+            upstream.victims,
+            upstream.in_one_rack,
+            upstream.landed_there
+        ),
+        (2, true, true),
+        "the reference itself"
+    );
+
+    let ours = format!("composite-pre-tether-{}", unique_suffix());
+    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
+    let tether = hierarchy_preempts(&ours, "composite-pre-tether").await?;
     println!("tether: {tether:?}");
     tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
     assert_eq!(tether, upstream);

@@ -11,6 +11,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
 use serde_json::{Value, json};
+use tether_e2e::groups::{delete_priority_classes, let_go, pinned, priority_classes};
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, apply, apply_profile, client, unique_suffix, wait_bound, wait_for,
@@ -775,55 +776,6 @@ async fn a_gated_member_holds_its_gang_and_a_basic_group_is_placed_as_by_kube_sc
     Ok(())
 }
 
-/// The finalizer that keeps a victim terminating until the test lets it go (so what the
-/// preemption wrote can be read before its preemptor moves on).
-const HOLD: &str = "e2e.tether.dev/hold";
-
-/// A pod bound to `node` (no scheduler), asking for `cpu`, of PriorityClass `class`, naming
-/// `group` when given, held by [`HOLD`].
-fn pinned(
-    ns: &str,
-    nodes: &TestNodes,
-    name: &str,
-    (group, class, cpu): (Option<&str>, &str, &str),
-    node: usize,
-) -> anyhow::Result<()> {
-    let mut spec = json!({
-        "nodeName": nodes.names[node],
-        "priorityClassName": class,
-        "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}],
-    });
-    if let Some(group) = group {
-        spec["schedulingGroup"] = json!({"podGroupName": group});
-    }
-    nodes.isolate(&mut spec);
-    apply(json!({"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": name, "namespace": ns, "finalizers": [HOLD]}, "spec": spec}))
-}
-
-/// PriorityClasses `<test>-<name>` of each value.
-fn priority_classes(test: &str, classes: &[(&str, i32)]) -> anyhow::Result<()> {
-    for (name, value) in classes {
-        apply(
-            json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
-                     "metadata": {"name": format!("{test}-{name}")}, "value": value}),
-        )?;
-    }
-    Ok(())
-}
-
-/// Deletes the PriorityClasses [`priority_classes`] made.
-fn delete_priority_classes(test: &str, classes: &[(&str, i32)]) -> anyhow::Result<()> {
-    for (name, _) in classes {
-        tether_e2e::kubectl_ok(
-            &["delete", "priorityclass", &format!("{test}-{name}")],
-            None,
-        )?;
-    }
-    Ok(())
-}
-
 /// The preemptor of the preemption scenarios: PodGroup `pre` (gang, minCount 2, PriorityClass
 /// `class`) and its two pods of 4 CPUs, `pre-0` and `pre-1`.
 fn preemptor(ns: &str, nodes: &TestNodes, scheduler: &str, class: &str) -> anyhow::Result<()> {
@@ -877,22 +829,7 @@ async fn let_go_then_bound(
     nodes: &TestNodes,
     held: impl IntoIterator<Item = &str>,
 ) -> anyhow::Result<BTreeSet<usize>> {
-    for name in held {
-        let _ = tether_e2e::kubectl(
-            &[
-                "patch",
-                "pod",
-                name,
-                "-n",
-                ns,
-                "--type",
-                "json",
-                "-p",
-                r#"[{"op": "remove", "path": "/metadata/finalizers"}]"#,
-            ],
-            None,
-        );
-    }
+    let_go(ns, held);
     let mut bound = BTreeSet::new();
     for i in 0..2 {
         let node = wait_bound(client, ns, &format!("pre-{i}"), TIMEOUT).await?;

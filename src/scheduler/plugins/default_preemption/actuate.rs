@@ -30,7 +30,7 @@ impl Preemptor {
     fn kind_word(&self) -> &'static str {
         match self {
             Preemptor::Pod(_) => "pod",
-            Preemptor::Group { .. } => "podgroup",
+            Preemptor::Group { group, .. } => group.entity(),
         }
     }
 
