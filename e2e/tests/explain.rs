@@ -1055,3 +1055,69 @@ async fn explain_tells_which_members_of_a_gang_fit_and_what_blocks_the_rest() ->
     ns.delete().await?;
     nodes.delete().await
 }
+
+/// On a pending pod of a hierarchy (1.38's CompositePodGroups), explain shows the hierarchy:
+/// each group, what it needs and has, so the user sees which group holds the root back (here
+/// the workers, one pod of the two they need). Before 1.38 there are no hierarchies.
+#[tokio::test]
+async fn explain_shows_the_hierarchy_a_pod_waits_in() -> anyhow::Result<()> {
+    let client = client().await?;
+    if tether_e2e::cluster_minor(&client).await? < 38 {
+        return Ok(());
+    }
+    let ns = TestNamespace::create(&client, "explain-hierarchy").await?;
+    let nodes = TestNodes::create(&client, "explain-hierarchy", 1, "4", |_, _| {}).await?;
+    let workload = json!({"workloadName": "job", "templateName": "replica"});
+    tether_e2e::apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "CompositePodGroup",
+        "metadata": {"name": "job", "namespace": ns.name},
+        "spec": {"workloadRef": workload, "schedulingPolicy": {"gang": {"minGroupCount": 2}}},
+    }))?;
+    for (group, min) in [("leader", 1), ("workers", 2)] {
+        tether_e2e::apply(json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": group, "namespace": ns.name},
+            "spec": {"parentCompositePodGroupName": "job", "workloadRef": workload,
+                     "schedulingPolicy": {"gang": {"minCount": min}}},
+        }))?;
+        make_pod(
+            &client,
+            &ns.name,
+            &format!("{group}-0"),
+            "100m",
+            &nodes,
+            "tether-scheduler",
+            json!({"schedulingGroup": {"podGroupName": group}}),
+        )
+        .await?;
+    }
+    let token = service_account_token(&ns.name, "viewer", Grant::Explainer)?;
+    let pod = format!("{}/leader-0", ns.name);
+    let explained = wait_for("the hierarchy explained", BIND_TIMEOUT, || async {
+        let e = explain_json(&pod, &token)?;
+        Ok(e.hierarchy.filter(|h| h.groups.len() == 3))
+    })
+    .await?;
+    revoke(&ns.name, "viewer")?;
+    let rows: Vec<(String, usize, usize, usize)> = explained
+        .groups
+        .iter()
+        .map(|g| (g.group.clone(), g.depth, g.needs, g.has))
+        .collect();
+    assert_eq!(explained.root, format!("compositepodgroup/{}/job", ns.name));
+    assert!(!explained.ready, "{explained:?}");
+    assert_eq!(
+        rows,
+        [
+            (format!("compositepodgroup/{}/job", ns.name), 1, 2, 1),
+            (format!("podgroup/{}/leader", ns.name), 2, 1, 1),
+            (format!("podgroup/{}/workers", ns.name), 2, 2, 1),
+        ]
+    );
+    let text = explain(&pod, &token, &[])?;
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("HIERARCHY compositepodgroup/"), "{text}");
+    ns.delete().await?;
+    nodes.delete().await?;
+    Ok(())
+}

@@ -9,6 +9,7 @@
 //! matters above 100 nodes), and PostFilter (preemption) does not run (it would evict).
 
 mod group;
+mod hierarchy;
 pub mod render;
 mod types;
 
@@ -16,9 +17,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use self::group::{Gang, GroupLimits, explain_domains, explain_group};
+pub use self::hierarchy::explain_hierarchy;
 pub use self::types::{
-    Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom, NodeFilters,
-    NodeScores, PluginScore, held_requests,
+    Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom,
+    HierarchyExplanation, HierarchyGroup, NodeFilters, NodeScores, PluginScore, held_requests,
 };
 use crate::k8s::pod::Pod;
 use crate::scheduler::algorithm;

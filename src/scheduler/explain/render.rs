@@ -32,6 +32,7 @@ pub fn text(e: &Explanation) -> String {
     blocked(&mut out, e);
     held(&mut out, e);
     group(&mut out, e);
+    hierarchy(&mut out, e);
     rejections(&mut out, e);
     out
 }
@@ -74,6 +75,37 @@ fn group(out: &mut String, e: &Explanation) {
                 ]
             }))
             .collect();
+    table(out, &rows);
+}
+
+/// A hierarchy's groups: what each needs and has, and what the last cycle said.
+fn hierarchy(out: &mut String, e: &Explanation) {
+    let Some(h) = &e.hierarchy else {
+        return;
+    };
+    let state = if h.ready {
+        "ready: tried whole"
+    } else {
+        "waiting: not every group it needs is ready"
+    };
+    let _ = writeln!(out, "\nHIERARCHY {} ({state})", h.root);
+    let rows: Vec<Vec<String>> = std::iter::once(vec![
+        "GROUP".into(),
+        "NEEDS".into(),
+        "HAS".into(),
+        "KEY".into(),
+        "LAST".into(),
+    ])
+    .chain(h.groups.iter().map(|g| {
+        vec![
+            format!("{}{}", "  ".repeat(g.depth.saturating_sub(1)), g.group),
+            g.needs.to_string(),
+            g.has.to_string(),
+            g.topology_key.clone().unwrap_or_else(|| "-".into()),
+            g.last.clone().unwrap_or_else(|| "-".into()),
+        ]
+    }))
+    .collect();
     table(out, &rows);
 }
 

@@ -64,6 +64,43 @@ pub struct Explanation {
     /// For a pending member of a gang: the group cycle, run dry over its pending members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupExplanation>,
+    /// For a pending pod of a hierarchy (1.38's CompositePodGroups): its groups, what each
+    /// needs and has, and what the last cycle said of each.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hierarchy: Option<HierarchyExplanation>,
+}
+
+/// A hierarchy of groups under its root CompositePodGroup.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HierarchyExplanation {
+    /// The root (`compositepodgroup/namespace/name`).
+    pub root: String,
+    /// Whether the root is ready: its pods pass PreEnqueue and the hierarchy is tried whole.
+    pub ready: bool,
+    /// Every group, parents before their children.
+    pub groups: Vec<HierarchyGroup>,
+}
+
+/// One group of a hierarchy.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HierarchyGroup {
+    /// `podgroup/namespace/name` or `compositepodgroup/namespace/name`.
+    pub group: String,
+    /// How deep it is (the root is 1).
+    pub depth: usize,
+    /// What it needs: a PodGroup's `minCount` live pods, a CompositePodGroup's `minGroupCount`
+    /// ready children (1 for the basic policy).
+    pub needs: usize,
+    /// What it has of them.
+    pub has: usize,
+    /// The node label key it is placed within one domain of, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_key: Option<String>,
+    /// Its `*InitiallyScheduled` condition: `True`, or `False <reason>: <message>`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<String>,
 }
 
 /// A gang tried whole, as the group cycle tries it.
