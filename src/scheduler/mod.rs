@@ -307,7 +307,7 @@ impl Scheduler {
         let nominated = self.state.room.for_pod(&profile, &pod);
         let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
         let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
-        let hierarchy = pending.then(|| self.hierarchy_of(&profile, &pod)).flatten();
+        let hierarchy = pending.then(|| self::plugins::gangs::hierarchy_of_pod(&self.pod_groups, &profile, &pod)).flatten();
         if let Some((root, tree)) = &hierarchy {
             explanation.hierarchy = Some(explain::explain_hierarchy(&self.pod_groups, root, tree));
         } else if pending
@@ -388,33 +388,6 @@ impl Scheduler {
             .filter(|uid| !pending.contains(uid.as_str()))
             .filter_map(|uid| cache.pod(uid))
             .collect()
-    }
-
-    /// The hierarchy (1.38's CompositePodGroups) `pod` is tried in by `profile`: its root and
-    /// the tree under it, when the pod's PodGroup has a parent and the root is known.
-    fn hierarchy_of(
-        &self,
-        profile: &CompiledProfile,
-        pod: &Pod,
-    ) -> Option<(
-        informers::pod_groups::composite::CompositeKey,
-        informers::pod_groups::composite::Tree,
-    )> {
-        use informers::pod_groups::composite::Root;
-        let key = informers::pod_groups::group_of(pod)?;
-        if !profile.release.at_least(38)
-            || !profile.uses(plugins::gang_scheduling::NAME)
-            || !self.pod_groups.has_parent(&key)
-        {
-            return None;
-        }
-        match self.pod_groups.root_of(&key) {
-            Ok(Some(Root::Composite(root))) => {
-                let tree = self.pod_groups.tree(&root)?;
-                Some((root, tree))
-            }
-            _ => None,
-        }
     }
 
     /// Waits until no binding cycle runs (their binds and history writes are done), at most

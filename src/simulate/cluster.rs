@@ -26,6 +26,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::informers::Keeps;
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::informers::disruption_budgets::DisruptionBudgets;
+use crate::scheduler::informers::pod_groups::composite::CompositeGroup;
 use crate::scheduler::informers::pod_groups::{CoschedulingGroup, PodGroupIndex};
 use crate::scheduler::informers::selectors::{self, WorkloadSelectors};
 use crate::scheduler::informers::storage::StorageIndex;
@@ -87,6 +88,9 @@ pub struct ClusterState {
     /// scheduler-plugins' PodGroups (`scheduling.x-k8s.io/v1alpha1`), where the kind is served.
     #[serde(default)]
     pub coscheduling_pod_groups: Vec<kube::api::DynamicObject>,
+    /// CompositePodGroups (`scheduling.k8s.io/v1beta1`, 1.38), where the kind is served.
+    #[serde(default)]
+    pub composite_pod_groups: Vec<kube::api::DynamicObject>,
 }
 
 /// The objects, each in an `Arc`.
@@ -140,11 +144,15 @@ where
     }
 }
 
-/// scheduler-plugins' PodGroups: none when the kind is not served, or (with a warning) when
-/// the user may not list them.
-async fn list_coscheduling(client: &kube::Client) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
-    let resource = crate::scheduler::informers::pod_groups::coscheduling_resource();
-    let api = Api::<kube::api::DynamicObject>::all_with(client.clone(), &resource);
+/// The objects of a kind tether reads dynamically (scheduler-plugins' PodGroups,
+/// CompositePodGroups): none when the kind is not served, or (with a warning) when the user may
+/// not list them.
+async fn list_dynamic(
+    client: &kube::Client,
+    resource: &kube::api::ApiResource,
+    what: &str,
+) -> anyhow::Result<Vec<kube::api::DynamicObject>> {
+    let api = Api::<kube::api::DynamicObject>::all_with(client.clone(), resource);
     match crate::watch::list_each(api).await {
         Ok((items, _)) => Ok(items
             .into_iter()
@@ -156,12 +164,12 @@ async fn list_coscheduling(client: &kube::Client) -> anyhow::Result<Vec<kube::ap
         Err(e) if crate::k8s::api_errors::not_found(&e) => Ok(Vec::new()),
         Err(kube::Error::Api(e)) if e.code == 403 => {
             eprintln!(
-                "warning: not allowed to list podgroups.scheduling.x-k8s.io ({}): simulating without them",
+                "warning: not allowed to list {what} ({}): simulating without them",
                 e.message
             );
             Ok(Vec::new())
         }
-        Err(e) => Err(e).context("listing podgroups.scheduling.x-k8s.io"),
+        Err(e) => Err(e).with_context(|| format!("listing {what}")),
     }
 }
 
@@ -274,7 +282,18 @@ impl ClusterState {
             resource_claims: list_if_served(client, "resourceclaims").await?,
             device_taint_rules: list_if_served(client, "devicetaintrules").await?,
             pod_groups: list_if_served(client, "podgroups").await?,
-            coscheduling_pod_groups: list_coscheduling(client).await?,
+            coscheduling_pod_groups: list_dynamic(
+                client,
+                &crate::scheduler::informers::pod_groups::coscheduling_resource(),
+                "podgroups.scheduling.x-k8s.io",
+            )
+            .await?,
+            composite_pod_groups: list_dynamic(
+                client,
+                &crate::scheduler::informers::pod_groups::composite::composite_resource(),
+                "compositepodgroups",
+            )
+            .await?,
         };
         state.keep_only_what_scheduling_reads();
         Ok(state)
@@ -361,6 +380,7 @@ impl ClusterState {
             .chain(
                 self.coscheduling_pod_groups
                     .iter_mut()
+                    .chain(self.composite_pod_groups.iter_mut())
                     .map(|o| &mut o.metadata),
             );
         for meta in metas {
@@ -437,6 +457,12 @@ impl ClusterState {
                     self.coscheduling_pod_groups
                         .iter()
                         .map(|o| Arc::new(CoschedulingGroup::from_object(o)))
+                        .collect(),
+                );
+                groups.reset_composites(
+                    self.composite_pod_groups
+                        .iter()
+                        .map(|o| Arc::new(CompositeGroup::from_object(o)))
                         .collect(),
                 );
                 for pod in &self.pods {

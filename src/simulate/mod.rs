@@ -15,6 +15,7 @@
 pub mod cluster;
 pub mod render;
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
@@ -29,6 +30,7 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::informers::pod_groups::composite::{CompositeKey, Member, Tree};
 use crate::scheduler::informers::pod_groups::{self, GroupKey, PodGroupIndex};
 use crate::scheduler::profile::set::{ProfileSet, Verdict};
 
@@ -366,6 +368,12 @@ fn place_in_turn(
         if out[i].is_some() {
             continue;
         }
+        if let Some((root, tree)) =
+            crate::scheduler::plugins::gangs::hierarchy_of_pod(gangs.groups, profile, pod)
+        {
+            place_hierarchy(profile, pods, (i, &root, &tree), (&mut snapshot, &mut out), gangs);
+            continue;
+        }
         let Some((key, min_count)) = gangs.of(profile, pod) else {
             out[i] = Some(place(profile, pod, &mut snapshot));
             continue;
@@ -413,6 +421,53 @@ fn place_in_turn(
         }
     }
     out
+}
+
+/// A hierarchy's pending pods (from `first` on, those of its leaves) placed together at its
+/// first pod's turn, leaf by leaf in the tree's order, each leaf standing when its `minCount`
+/// of pods fit or are bound, each CompositePodGroup when `minGroupCount` of its children stand;
+/// kept only if the root stands. Topology keys are not followed (as for a lone PodGroup).
+fn place_hierarchy(
+    profile: &CompiledProfile,
+    pods: &[&Pod],
+    (first, root, tree): (usize, &CompositeKey, &Tree),
+    (snapshot, out): (&mut Snapshot, &mut [Option<Explanation>]),
+    gangs: &Gangs<'_>,
+) {
+    let leaves = tree.leaves();
+    let mut trial = snapshot.clone();
+    let mut placed: Vec<(usize, Explanation)> = Vec::new();
+    let mut fit: HashMap<String, usize> = HashMap::new();
+    for leaf in &leaves {
+        let mut count = (gangs.bound_members)(leaf);
+        for j in first..pods.len() {
+            if out[j].is_none() && leaf.has_member(pods[j]) {
+                let e = place(profile, pods[j], &mut trial);
+                count += usize::from(e.winner.is_some());
+                placed.push((j, e));
+            }
+        }
+        fit.insert(leaf.name.clone(), count);
+    }
+    fn stands(tree: &Tree, fit: &HashMap<String, usize>) -> bool {
+        match &tree.group {
+            Member::Leaf(_) => fit.get(tree.group.name()).copied().unwrap_or(0) >= tree.group.min_count(),
+            Member::Composite(_) => {
+                tree.children.iter().filter(|c| stands(c, fit)).count() >= tree.group.min_count()
+            }
+        }
+    }
+    let any = placed.iter().any(|(_, e)| e.winner.is_some());
+    let whole = any && stands(tree, &fit);
+    if whole {
+        *snapshot = trial;
+    }
+    for (j, mut e) in placed {
+        if !whole && e.winner.is_some() {
+            unplace(&mut e, format!("{root} is not placed: its groups do not reach their minimum counts"));
+        }
+        out[j] = Some(e);
+    }
 }
 
 /// Places `pod` with `profile` on `snapshot`, counting it on its node.

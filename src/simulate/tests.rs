@@ -505,3 +505,66 @@ fn coscheduling_groups_are_placed_whole_or_not_at_all() {
     assert_eq!(placed(7), 0);
     assert_eq!(placed(6), 6);
 }
+
+fn child_group(name: &str, min_count: i32) -> k8s_openapi::api::scheduling::v1beta1::PodGroup {
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": min_count}},
+                 "parentCompositePodGroupName": "job"},
+    }))
+    .expect("a PodGroup")
+}
+
+/// A 1.38 hierarchy (CompositePodGroup `job`, a gang of its two PodGroups) on 2 + 4 free CPUs:
+/// a leader of 1 pod and workers of 4 fit together, so all five are placed; with workers of 6
+/// the workers cannot stand, so the root does not and the leader that fit is not placed either.
+#[test]
+fn a_hierarchy_is_placed_whole_or_not_at_all() {
+    for (workers, placed) in [(4, true), (6, false)] {
+        let mut cluster = cluster();
+        cluster.kubernetes_version = Some("v1.38.0".into());
+        cluster
+            .pods
+            .retain(|p| p.metadata.name.as_deref() == Some("load"));
+        cluster.pods.push(gang_member("leader-0", "leader"));
+        for i in 0..workers {
+            cluster
+                .pods
+                .push(gang_member(&format!("workers-{i}"), "workers"));
+        }
+        cluster.pod_groups = vec![child_group("leader", 1), child_group("workers", workers)];
+        cluster.composite_pod_groups = vec![
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "CompositePodGroup",
+                "metadata": {"name": "job", "namespace": "default"},
+                "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                         "workloadRef": {"workloadName": "job", "templateName": "t"}},
+            }))
+            .expect("a CompositePodGroup"),
+        ];
+        let sim = simulate(&cluster, &[profile("default", "LeastAllocated")], 0)
+            .expect("serves")
+            .remove(0);
+        let leader = sim
+            .pending
+            .iter()
+            .find(|p| p.pod == "default/leader-0")
+            .expect("leader-0");
+        assert_eq!(leader.candidate.node.is_some(), placed, "{sim:#?}");
+        let placed_workers = sim
+            .pending
+            .iter()
+            .filter(|p| p.pod.starts_with("default/workers-") && p.candidate.node.is_some())
+            .count();
+        assert_eq!(placed_workers, if placed { workers as usize } else { 0 });
+        if !placed {
+            assert_eq!(
+                leader.candidate.message.as_deref(),
+                Some(
+                    "compositepodgroup/default/job is not placed: its groups do not reach their minimum counts"
+                ),
+                "{leader:#?}"
+            );
+        }
+    }
+}

@@ -41,3 +41,31 @@ pub fn gang_of_pod(
         min_count,
     })
 }
+
+/// The hierarchy (1.38's CompositePodGroups) `profile` tries `pod` in: its root and the tree
+/// under it, when the pod's PodGroup (in `groups`, the scheduler's or a simulation's) has a
+/// parent, the profile runs GangScheduling, and the root is known.
+pub fn hierarchy_of_pod(
+    groups: &PodGroupIndex,
+    profile: &CompiledProfile,
+    pod: &crate::k8s::pod::Pod,
+) -> Option<(
+    pod_groups::composite::CompositeKey,
+    pod_groups::composite::Tree,
+)> {
+    use pod_groups::composite::Root;
+    let key = pod_groups::group_of(pod)?;
+    if !profile.release.at_least(38)
+        || !profile.uses(crate::scheduler::plugins::gang_scheduling::NAME)
+        || !groups.has_parent(&key)
+    {
+        return None;
+    }
+    match groups.root_of(&key) {
+        Ok(Some(Root::Composite(root))) => {
+            let tree = groups.tree(&root)?;
+            Some((root, tree))
+        }
+        _ => None,
+    }
+}

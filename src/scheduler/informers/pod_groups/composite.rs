@@ -482,6 +482,12 @@ impl PodGroupIndex {
         highest
     }
 
+    /// Every CompositePodGroup now `groups` (a simulation's snapshot; the watch goes through
+    /// [`CompositeFeed`], which tells the queue).
+    pub fn reset_composites(&self, groups: Vec<Arc<CompositeGroup>>) {
+        self.write().composites = groups.into_iter().map(|g| (g.key(), g)).collect();
+    }
+
     /// The CompositePodGroup `key`, as watched.
     pub fn composite(&self, key: &CompositeKey) -> Option<Arc<CompositeGroup>> {
         self.read().composites.get(key).cloned()
