@@ -567,3 +567,94 @@ fn leaf_identity(g: &PodGroup) -> Identity {
         false,
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::informers::pod_groups::composite::CompositeGroup;
+    use crate::scheduler::testing::PodBuilder;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+    use std::collections::BTreeSet;
+
+    fn leaf(name: &str, policy: serde_json::Value) -> Tree {
+        let group: PodGroup = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"schedulingPolicy": policy, "parentCompositePodGroupName": "job",
+                     "workloadRef": {"workloadName": "w", "podGroupTemplateName": "t"}},
+        }))
+        .expect("a PodGroup");
+        Tree {
+            group: Member::Leaf(Arc::new(group)),
+            children: Vec::new(),
+        }
+    }
+
+    fn root(children: Vec<Tree>) -> Tree {
+        let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "CompositePodGroup",
+            "metadata": {"name": "job", "namespace": "ns"},
+            "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 1}},
+                     "workloadRef": {"workloadName": "w", "templateName": "t"}},
+        }))
+        .expect("a CompositePodGroup");
+        Tree {
+            group: Member::Composite(Arc::new(CompositeGroup::from_object(&object))),
+            children,
+        }
+    }
+
+    fn leaves(pods: &[(&str, &str, i32)]) -> HashMap<String, Leaf> {
+        let mut out: HashMap<String, Leaf> = HashMap::new();
+        for (group, name, priority) in pods {
+            let now = Instant::now();
+            let queued = QueuedPodInfo {
+                pod: Arc::new(PodBuilder::new(name).priority(*priority).info()),
+                initial_attempt_timestamp: now,
+                timestamp: now,
+                attempts: 0,
+                unschedulable_plugins: BTreeSet::new(),
+                unschedulable_count: 0,
+                consecutive_errors_count: 0,
+                gated_by: None,
+            };
+            out.entry(group.to_string())
+                .or_insert_with(|| Leaf {
+                    key: pod_groups::GroupKey {
+                        api: pod_groups::GroupApi::Workload,
+                        namespace: "ns".into(),
+                        name: group.to_string(),
+                    },
+                    members: Vec::new(),
+                    already: Vec::new(),
+                })
+                .members
+                .push(queued);
+        }
+        out
+    }
+
+    /// Upstream's rules, in its words: a basic child under a gang parent; a pod of another
+    /// priority than the root's. A hierarchy that keeps them passes.
+    #[test]
+    fn a_hierarchy_breaking_upstreams_rules_is_refused_in_its_words() {
+        let gang = serde_json::json!({"gang": {"minCount": 1}});
+        let basic = serde_json::json!({"basic": {}});
+        let fine = root(vec![leaf("a", gang.clone()), leaf("b", gang.clone())]);
+        assert_eq!(
+            validate(&fine, &leaves(&[("a", "a-0", 0), ("b", "b-0", 0)])),
+            Ok(())
+        );
+        let mixed = root(vec![leaf("a", gang.clone()), leaf("b", basic)]);
+        assert_eq!(
+            validate(&mixed, &leaves(&[("a", "a-0", 0)])),
+            Err(
+                r#"gang parent "compositepodgroup/ns/job" cannot have basic child "podgroup/ns/b""#
+                    .into()
+            )
+        );
+        assert_eq!(
+            validate(&fine, &leaves(&[("a", "a-0", 0), ("b", "b-0", 5)])),
+            Err(r#"all pods in a pod group hierarchy should have the same priority as the root pod group's priority, got 5 ("b-0") and 0 ("compositepodgroup/ns/job")"#.into())
+        );
+    }
+}

@@ -589,3 +589,114 @@ pub struct Verdicts {
     pub leaves: HashMap<String, Verdict>,
     pub composites: HashMap<String, Verdict>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::informers::pod_groups::composite::CompositeGroup;
+    use k8s_openapi::api::scheduling::v1beta1::PodGroup;
+
+    fn leaf(name: &str) -> Tree {
+        let group: PodGroup = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}},
+        }))
+        .expect("a PodGroup");
+        Tree {
+            group: Member::Leaf(Arc::new(group)),
+            children: Vec::new(),
+        }
+    }
+
+    fn composite(name: &str, children: Vec<Tree>) -> Tree {
+        let object: kube::api::DynamicObject = serde_json::from_value(serde_json::json!({
+            "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "CompositePodGroup",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 1}}},
+        }))
+        .expect("a CompositePodGroup");
+        Tree {
+            group: Member::Composite(Arc::new(CompositeGroup::from_object(&object))),
+            children,
+        }
+    }
+
+    fn found(verdict: Verdict) -> Found {
+        Found {
+            verdict,
+            any: false,
+            evaluation: None,
+        }
+    }
+
+    /// job ⊃ {replica ⊃ {a, b}, c}.
+    fn tree() -> Tree {
+        composite(
+            "job",
+            vec![composite("replica", vec![leaf("a"), leaf("b")]), leaf("c")],
+        )
+    }
+
+    /// A failed root passes its verdict down to every group that stood or was not evaluated;
+    /// a group that failed on its own keeps its reason (upstream's
+    /// completeCompositePodGroupAlgorithmResultMap).
+    #[test]
+    fn a_failed_ancestor_is_named_below_it_unless_a_group_failed_on_its_own() {
+        let mut results = Results::default();
+        let unschedulable = |m: &str| Verdict::Unschedulable(m.into());
+        results
+            .composites
+            .insert("job".into(), found(unschedulable("0/2 placements")));
+        results
+            .composites
+            .insert("replica".into(), found(Verdict::Scheduled));
+        results.leaves.insert("a".into(), found(Verdict::Scheduled));
+        results
+            .leaves
+            .insert("b".into(), found(unschedulable("own reason")));
+        let v = settle(&tree(), &results);
+        let ancestor = unschedulable("ancestor composite pod group \"job\" is unschedulable");
+        assert_eq!(v.composites["job"], unschedulable("0/2 placements"));
+        assert_eq!(v.composites["replica"], ancestor);
+        assert_eq!(v.leaves["a"], ancestor);
+        assert_eq!(v.leaves["b"], unschedulable("own reason"));
+        assert_eq!(v.leaves["c"], ancestor, "not evaluated");
+    }
+
+    /// An ancestor's error wins over a group's own rejection; all standing: all scheduled.
+    #[test]
+    fn an_ancestor_error_wins_and_a_standing_tree_stands() {
+        let mut results = Results::default();
+        results
+            .composites
+            .insert("job".into(), found(Verdict::Error("boom".into())));
+        results
+            .leaves
+            .insert("b".into(), found(Verdict::Unschedulable("own".into())));
+        let v = settle(&tree(), &results);
+        let error =
+            Verdict::Error("ancestor composite pod group \"job\" encountered an error".into());
+        assert_eq!(v.leaves["b"], error);
+        assert_eq!(v.composites["replica"], error);
+
+        let mut results = Results::default();
+        for name in ["job", "replica"] {
+            results
+                .composites
+                .insert(name.into(), found(Verdict::Scheduled));
+        }
+        for name in ["a", "b", "c"] {
+            results
+                .leaves
+                .insert(name.into(), found(Verdict::Scheduled));
+        }
+        let v = settle(&tree(), &results);
+        assert!(
+            v.leaves
+                .values()
+                .chain(v.composites.values())
+                .all(|v| *v == Verdict::Scheduled)
+        );
+        assert_eq!(standing_leaves(&tree(), &results), ["a", "b", "c"]);
+    }
+}

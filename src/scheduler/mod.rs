@@ -307,7 +307,9 @@ impl Scheduler {
         let nominated = self.state.room.for_pod(&profile, &pod);
         let mut explanation = explain::explain_pod(&profile, &pod, &snapshot, &nominated);
         let pending = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
-        let hierarchy = pending.then(|| self::plugins::gangs::hierarchy_of_pod(&self.pod_groups, &profile, &pod)).flatten();
+        let hierarchy = pending
+            .then(|| self::plugins::gangs::hierarchy_of_pod(&self.pod_groups, &profile, &pod))
+            .flatten();
         if let Some((root, tree)) = &hierarchy {
             explanation.hierarchy = Some(explain::explain_hierarchy(&self.pod_groups, root, tree));
         } else if pending

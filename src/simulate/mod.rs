@@ -371,7 +371,13 @@ fn place_in_turn(
         if let Some((root, tree)) =
             crate::scheduler::plugins::gangs::hierarchy_of_pod(gangs.groups, profile, pod)
         {
-            place_hierarchy(profile, pods, (i, &root, &tree), (&mut snapshot, &mut out), gangs);
+            place_hierarchy(
+                profile,
+                pods,
+                (i, &root, &tree),
+                (&mut snapshot, &mut out),
+                gangs,
+            );
             continue;
         }
         let Some((key, min_count)) = gangs.of(profile, pod) else {
@@ -451,7 +457,9 @@ fn place_hierarchy(
     }
     fn stands(tree: &Tree, fit: &HashMap<String, usize>) -> bool {
         match &tree.group {
-            Member::Leaf(_) => fit.get(tree.group.name()).copied().unwrap_or(0) >= tree.group.min_count(),
+            Member::Leaf(_) => {
+                fit.get(tree.group.name()).copied().unwrap_or(0) >= tree.group.min_count()
+            }
             Member::Composite(_) => {
                 tree.children.iter().filter(|c| stands(c, fit)).count() >= tree.group.min_count()
             }
@@ -464,7 +472,10 @@ fn place_hierarchy(
     }
     for (j, mut e) in placed {
         if !whole && e.winner.is_some() {
-            unplace(&mut e, format!("{root} is not placed: its groups do not reach their minimum counts"));
+            unplace(
+                &mut e,
+                format!("{root} is not placed: its groups do not reach their minimum counts"),
+            );
         }
         out[j] = Some(e);
     }
