@@ -1067,6 +1067,10 @@ async fn explain_shows_the_hierarchy_a_pod_waits_in() -> anyhow::Result<()> {
     }
     let ns = TestNamespace::create(&client, "explain-hierarchy").await?;
     let nodes = TestNodes::create(&client, "explain-hierarchy", 1, "4", |_, _| {}).await?;
+    // A profile of its own: its pods, pending while the test runs, are no other test's (the
+    // simulations here compare the default profile's pending pods online and offline).
+    let scheduler = format!("explain-hierarchy-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
     let workload = json!({"workloadName": "job", "templateName": "replica"});
     tether_e2e::apply(json!({
         "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "CompositePodGroup",
@@ -1086,7 +1090,7 @@ async fn explain_shows_the_hierarchy_a_pod_waits_in() -> anyhow::Result<()> {
             &format!("{group}-0"),
             "100m",
             &nodes,
-            "tether-scheduler",
+            &scheduler,
             json!({"schedulingGroup": {"podGroupName": group}}),
         )
         .await?;
@@ -1117,6 +1121,7 @@ async fn explain_shows_the_hierarchy_a_pod_waits_in() -> anyhow::Result<()> {
     let text = explain(&pod, &token, &[])?;
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("HIERARCHY compositepodgroup/"), "{text}");
+    kubectl_ok(&["delete", "sp", &scheduler], None)?;
     ns.delete().await?;
     nodes.delete().await?;
     Ok(())
