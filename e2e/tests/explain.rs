@@ -1126,3 +1126,97 @@ async fn explain_shows_the_hierarchy_a_pod_waits_in() -> anyhow::Result<()> {
     nodes.delete().await?;
     Ok(())
 }
+
+/// On a pending member of a gang whose cycle preempted, explain names each victim unit it
+/// chose and why: a lower group with `disruptionMode: all` whole (both its pods, one on each
+/// node), and a lower pod alone.
+#[tokio::test]
+async fn explain_names_the_victims_a_gangs_preemption_chose() -> anyhow::Result<()> {
+    use tether_e2e::groups::{delete_priority_classes, let_go, pinned, priority_classes};
+    let client = client().await?;
+    if tether_e2e::cluster_minor(&client).await? < 37 {
+        return Ok(());
+    }
+    let test = "explain-victims";
+    let ns = TestNamespace::create(&client, test).await?;
+    let nodes = TestNodes::create(&client, test, 2, "4", |_, _| {}).await?;
+    let classes = [("low", 100), ("high", 1000)];
+    priority_classes(test, &classes)?;
+    let (low, high) = (format!("{test}-low"), format!("{test}-high"));
+    tether_e2e::apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "low", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}},
+                 "priorityClassName": low, "disruptionMode": {"all": {}}},
+    }))?;
+    let held = [
+        ("low-0", Some("low"), 0),
+        ("low-1", Some("low"), 1),
+        ("solo", None, 0),
+    ];
+    for (name, group, node) in held {
+        pinned(&ns.name, &nodes, name, (group, &low, "2"), node)?;
+    }
+    for (name, _, _) in held {
+        tether_e2e::wait_bound(&client, &ns.name, name, BIND_TIMEOUT).await?;
+    }
+    let scheduler = format!("{test}-{}", unique_suffix());
+    apply_profile(&client, &scheduler, json!({"schedulerName": scheduler})).await?;
+    tether_e2e::apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "pre", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}, "priorityClassName": high},
+    }))?;
+    for i in 0..2 {
+        make_pod(
+            &client,
+            &ns.name,
+            &format!("pre-{i}"),
+            "4",
+            &nodes,
+            &scheduler,
+            json!({"priorityClassName": high, "schedulingGroup": {"podGroupName": "pre"}}),
+        )
+        .await?;
+    }
+    let token = service_account_token(&ns.name, "viewer", Grant::Explainer)?;
+    let pod = format!("{}/pre-0", ns.name);
+    let preemption = wait_for("the preemption explained", BIND_TIMEOUT, || async {
+        Ok(explain_json(&pod, &token)?.preemption)
+    })
+    .await?;
+    let text = explain(&pod, &token, &[])?;
+    let text = String::from_utf8_lossy(&text.stdout).into_owned();
+    revoke(&ns.name, "viewer")?;
+    let_go(&ns.name, held.iter().map(|(name, _, _)| *name));
+    let units: std::collections::BTreeSet<String> =
+        preemption.victims.iter().map(|v| v.unit.clone()).collect();
+    assert_eq!(preemption.preemptor, format!("podgroup {}/pre", ns.name));
+    assert_eq!(
+        units,
+        [
+            format!("pod {}/solo", ns.name),
+            format!("podgroup {}/low", ns.name)
+        ]
+        .into(),
+        "{preemption:?}"
+    );
+    let whole = preemption
+        .victims
+        .iter()
+        .find(|v| v.unit.starts_with("podgroup"))
+        .expect("the group");
+    assert_eq!(whole.pods.len(), 2, "{whole:?}");
+    assert!(
+        whole
+            .why
+            .contains("disruptionMode All: its 2 pods go together"),
+        "{whole:?}"
+    );
+    assert!(text.contains("LAST PREEMPTION by podgroup"), "{text}");
+    kubectl_ok(&["delete", "sp", &scheduler], None)?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    delete_priority_classes(test, &classes)?;
+    Ok(())
+}

@@ -4,7 +4,8 @@
 
 use crate::k8s::pod::Pod;
 use crate::scheduler::Scheduler;
-use crate::scheduler::framework::group_post_filter::Placement;
+use crate::scheduler::explain::PreemptionExplanation;
+use crate::scheduler::framework::group_post_filter::{ChosenVictim, Placement};
 use crate::scheduler::framework::group_post_filter::{
     GroupPostFilterContext, GroupPreemptor, TrialCluster, VictimGroup,
 };
@@ -24,6 +25,53 @@ pub struct GroupPreemption {
     pub unresolvable: bool,
     pub succeeded: bool,
     pub nominations: Vec<(usize, String)>,
+}
+
+/// How many groups' last preemption [`Preemptions`] keeps.
+const PREEMPTIONS_KEPT: usize = 1024;
+
+/// The last preemption each group decided (by its key), for `tether explain`: at most
+/// [`PREEMPTIONS_KEPT`] groups, the oldest record forgotten first.
+#[derive(Default)]
+pub struct Preemptions {
+    inner: std::sync::Mutex<(
+        std::collections::HashMap<String, PreemptionExplanation>,
+        std::collections::VecDeque<String>,
+    )>,
+}
+
+impl Preemptions {
+    /// Keeps `victims`, chosen now by `preemptor`, as the last preemption of `group`.
+    pub fn record(&self, group: String, preemptor: String, victims: Vec<ChosenVictim>) {
+        if victims.is_empty() {
+            return;
+        }
+        let mut inner = crate::locks::lock(&self.inner);
+        let (records, order) = &mut *inner;
+        let fresh = records
+            .insert(
+                group.clone(),
+                PreemptionExplanation {
+                    preemptor,
+                    at: jiff::Timestamp::now().to_string(),
+                    victims,
+                },
+            )
+            .is_none();
+        if fresh {
+            order.push_back(group);
+            while order.len() > PREEMPTIONS_KEPT {
+                if let Some(oldest) = order.pop_front() {
+                    records.remove(&oldest);
+                }
+            }
+        }
+    }
+
+    /// The last preemption `group` decided, if kept.
+    pub fn last(&self, group: &str) -> Option<PreemptionExplanation> {
+        crate::locks::lock(&self.inner).0.get(group).cloned()
+    }
 }
 
 /// A member's preemption policy, `PreemptLowerPriority` when unset.
@@ -111,6 +159,22 @@ pub fn preempt(
         let status = result.status;
         match status.code {
             Code::Success => {
+                let unit = format!(
+                    "{} {}/{}",
+                    preemptor.entity(),
+                    preemptor.namespace,
+                    preemptor.name
+                );
+                sched.preemptions.record(
+                    format!(
+                        "{}/{}/{}",
+                        preemptor.entity(),
+                        preemptor.namespace,
+                        preemptor.name
+                    ),
+                    unit,
+                    result.victims,
+                );
                 return Some(GroupPreemption {
                     words: status.message(),
                     unresolvable: false,

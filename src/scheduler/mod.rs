@@ -142,6 +142,8 @@ pub struct Scheduler {
     /// The binding cycles: the pods waiting at Permit, the cycles spawned on the runtime under
     /// the fatal guard, and the write gate every bind asks.
     pub binder: Binder,
+    /// Each group's last preemption, for `tether explain`.
+    pub preemptions: group_preemption::Preemptions,
 }
 
 /// The queue's activator, with the cache to tell whether a preemption's victims are gone.
@@ -212,6 +214,7 @@ impl Scheduler {
             readiness,
             pod_groups,
             binder: Binder::new(runtime, fatal, gate),
+            preemptions: group_preemption::Preemptions::default(),
         })
     }
 
@@ -310,6 +313,16 @@ impl Scheduler {
         let hierarchy = pending
             .then(|| self::plugins::gangs::hierarchy_of_pod(&self.pod_groups, &profile, &pod))
             .flatten();
+        if pending {
+            // The group's (or its hierarchy's) last preemption, by its entity key.
+            let entity = match &hierarchy {
+                Some((root, _)) => Some(root.to_string()),
+                None => informers::pod_groups::group_of(&pod)
+                    .filter(|k| k.api == informers::pod_groups::GroupApi::Workload)
+                    .map(|k| format!("podgroup/{k}")),
+            };
+            explanation.preemption = entity.and_then(|e| self.preemptions.last(&e));
+        }
         if let Some((root, tree)) = &hierarchy {
             explanation.hierarchy = Some(explain::explain_hierarchy(&self.pod_groups, root, tree));
         } else if pending

@@ -20,7 +20,8 @@ pub use self::group::{Gang, GroupLimits, explain_domains, explain_group};
 pub use self::hierarchy::explain_hierarchy;
 pub use self::types::{
     Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom,
-    HierarchyExplanation, HierarchyGroup, NodeFilters, NodeScores, PluginScore, held_requests,
+    HierarchyExplanation, HierarchyGroup, NodeFilters, NodeScores, PluginScore,
+    PreemptionExplanation, held_requests,
 };
 use crate::k8s::pod::Pod;
 use crate::scheduler::algorithm;

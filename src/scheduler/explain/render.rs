@@ -33,6 +33,7 @@ pub fn text(e: &Explanation) -> String {
     held(&mut out, e);
     group(&mut out, e);
     hierarchy(&mut out, e);
+    preemption(&mut out, e);
     rejections(&mut out, e);
     out
 }
@@ -103,6 +104,30 @@ fn hierarchy(out: &mut String, e: &Explanation) {
             g.has.to_string(),
             g.topology_key.clone().unwrap_or_else(|| "-".into()),
             g.last.clone().unwrap_or_else(|| "-".into()),
+        ]
+    }))
+    .collect();
+    table(out, &rows);
+}
+
+/// The victims the group's last preemption chose, each unit and why.
+fn preemption(out: &mut String, e: &Explanation) {
+    let Some(p) = &e.preemption else {
+        return;
+    };
+    let _ = writeln!(out, "\nLAST PREEMPTION by {} at {}", p.preemptor, p.at);
+    let rows: Vec<Vec<String>> = std::iter::once(vec![
+        "VICTIM".into(),
+        "PODS".into(),
+        "PRIORITY".into(),
+        "WHY".into(),
+    ])
+    .chain(p.victims.iter().map(|v| {
+        vec![
+            v.unit.clone(),
+            v.pods.len().to_string(),
+            v.priority.to_string(),
+            v.why.clone(),
         ]
     }))
     .collect();

@@ -68,6 +68,22 @@ pub struct Explanation {
     /// needs and has, and what the last cycle said of each.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hierarchy: Option<HierarchyExplanation>,
+    /// For a pending member of a group (or hierarchy) whose last cycle preempted: the victims
+    /// it chose, each unit and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preemption: Option<PreemptionExplanation>,
+}
+
+/// The last preemption a group decided.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PreemptionExplanation {
+    /// The preemptor (`podgroup namespace/name`, `compositepodgroup namespace/name`).
+    pub preemptor: String,
+    /// When (RFC 3339).
+    pub at: String,
+    /// Each victim unit, as it goes (a group with `disruptionMode: all` whole).
+    pub victims: Vec<crate::scheduler::framework::group_post_filter::ChosenVictim>,
 }
 
 /// A hierarchy of groups under its root CompositePodGroup.

@@ -122,6 +122,22 @@ pub struct GroupPostFilterContext<'a> {
 pub struct GroupPostFilterResult {
     pub status: Status,
     pub nominations: Vec<(usize, String)>,
+    /// On Success, each victim unit chosen and why (for `tether explain`).
+    pub victims: Vec<ChosenVictim>,
+}
+
+/// A victim unit a group's preemption chose, as `tether explain` names it.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ChosenVictim {
+    /// `podgroup <namespace>/<name>` (a group evicted whole), `compositepodgroup …`, or
+    /// `pod <namespace>/<name>`.
+    pub unit: String,
+    /// Its pods (`namespace/name`).
+    pub pods: Vec<String>,
+    pub priority: i32,
+    /// Why it was chosen.
+    pub why: String,
 }
 
 /// Runs when a group cycle could not place its group.

@@ -36,7 +36,8 @@ use super::evictions::Evictions;
 use super::{DefaultPreemption, actuate, preempted};
 use crate::k8s::release::Release;
 use crate::scheduler::framework::group_post_filter::{
-    GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult, NodeRanks, TrialCluster,
+    ChosenVictim, GroupPostFilterContext, GroupPostFilterPlugin, GroupPostFilterResult, NodeRanks,
+    TrialCluster,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -57,6 +58,8 @@ pub struct Unit {
     pub pods: Vec<Arc<PodInfo>>,
     pub priority: i32,
     pub kind: UnitKind,
+    /// The group evicted whole (its key), for a unit of a group with `disruptionMode: all`.
+    pub group: Option<String>,
 }
 
 impl Unit {
@@ -108,11 +111,12 @@ pub fn units(ctx: &GroupPostFilterContext<'_>, release: Release) -> Vec<Unit> {
                 Some(g) if g.disrupt_all => match by_group.get(&g.key) {
                     Some(&i) => out[i].pods.push(pod.clone()),
                     None => {
-                        by_group.insert(g.key, out.len());
+                        by_group.insert(g.key.clone(), out.len());
                         out.push(Unit {
                             pods: vec![pod.clone()],
                             priority,
                             kind: UnitKind::PodGroup,
+                            group: Some(g.key),
                         });
                     }
                 },
@@ -124,11 +128,45 @@ pub fn units(ctx: &GroupPostFilterContext<'_>, release: Release) -> Vec<Unit> {
                     } else {
                         UnitKind::Pod
                     },
+                    group: None,
                 }),
             }
         }
     }
     out
+}
+
+/// A victim unit as `tether explain` names it: the group it goes with (or its pod), its pods,
+/// and why: of lower priority than the preemptor's, and not given back because the placement
+/// did not hold with it (past its budget, when one did not let it go).
+fn chosen(unit: &Unit, violating: usize, preemptor: i32) -> ChosenVictim {
+    let pods: Vec<String> = unit.pods.iter().map(|p| p.key()).collect();
+    let what = match &unit.group {
+        Some(group) if group.starts_with("compositepodgroup/") => group.clone(),
+        Some(group) => format!("podgroup {group}"),
+        None => format!("pod {}", pods.first().cloned().unwrap_or_default()),
+    };
+    let mut why = format!(
+        "priority {} below {preemptor}; the placement does not hold with it given back",
+        unit.priority
+    );
+    if unit.group.is_some() {
+        why.push_str(&format!(
+            "; disruptionMode All: its {} pods go together",
+            pods.len()
+        ));
+    }
+    if violating > 0 {
+        why.push_str(&format!(
+            "; {violating} of its pods past a PodDisruptionBudget (no choice within the budgets held)"
+        ));
+    }
+    ChosenVictim {
+        unit: what,
+        pods,
+        priority: unit.priority,
+        why,
+    }
 }
 
 /// Splits units (in their order) into those with pods some budget does not let go, each with
@@ -421,7 +459,8 @@ impl NodeRanks for Ranks {
 
 /// The victims chosen, and the placement they make room for.
 struct Decision {
-    victims: Vec<Unit>,
+    /// Each victim unit, with how many of its pods a budget does not let go.
+    victims: Vec<(Unit, usize)>,
     placement: Vec<(usize, String)>,
     /// The victims' pods a budget does not let go.
     violations: usize,
@@ -435,6 +474,7 @@ impl DefaultPreemption {
         let fail = |code, message: &str| GroupPostFilterResult {
             status: Status::new(code, message),
             nominations: Vec::new(),
+            victims: Vec::new(),
         };
         let group = ctx.preemptor;
         if group.never {
@@ -447,6 +487,7 @@ impl DefaultPreemption {
             return GroupPostFilterResult {
                 status: Status::new(Code::Success, "ongoing preemption on nominated nodes"),
                 nominations,
+                victims: Vec::new(),
             };
         }
         let now = if release.at_least(38) {
@@ -472,14 +513,20 @@ impl DefaultPreemption {
             Ok(decision) => decision,
             Err(message) => return fail(Code::Unschedulable, &message),
         };
-        let count: usize = decision.victims.iter().map(|u| u.pods.len()).sum();
+        let count: usize = decision.victims.iter().map(|(u, _)| u.pods.len()).sum();
         self.carry_out_group(ctx, &decision);
+        let victims = decision
+            .victims
+            .iter()
+            .map(|(unit, violating)| chosen(unit, *violating, group.priority))
+            .collect();
         GroupPostFilterResult {
             status: Status::new(
                 Code::Success,
                 format!("found a placement for podgroup, preempting {count} victims"),
             ),
             nominations: decision.placement,
+            victims,
         }
     }
 
@@ -523,7 +570,7 @@ impl DefaultPreemption {
             }
             trial.remove(&unit);
             violations += violating;
-            victims.push(unit);
+            victims.push((unit, violating));
         }
         Ok(Decision {
             victims,
@@ -537,10 +584,16 @@ impl DefaultPreemption {
         let pods: Vec<Arc<crate::k8s::pod::Pod>> = decision
             .victims
             .iter()
-            .flat_map(|u| u.pods.iter().map(|p| p.pod.clone()))
+            .flat_map(|(u, _)| u.pods.iter().map(|p| p.pod.clone()))
             .collect();
         if let Some(metrics) = &self.metrics {
-            let count = |kind| decision.victims.iter().filter(|u| u.kind == kind).count();
+            let count = |kind| {
+                decision
+                    .victims
+                    .iter()
+                    .filter(|(u, _)| u.kind == kind)
+                    .count()
+            };
             metrics.workload_preemption(
                 ctx.preemptor.entity(),
                 pods.len(),
@@ -774,7 +827,7 @@ mod tests {
         let mut names: Vec<String> = decision
             .victims
             .iter()
-            .flat_map(|u| u.pods.iter().map(|p| p.name().to_string()))
+            .flat_map(|(u, _)| u.pods.iter().map(|p| p.name().to_string()))
             .collect();
         names.sort();
         Ok(names)
@@ -910,6 +963,7 @@ mod tests {
             ],
             priority: 5,
             kind: UnitKind::PodGroup,
+            group: Some("ns/w".into()),
         };
         let ranks = Ranks::new(&[(unit, 0)], Timestamp::MAX, Release::of_minor(38));
         let nodes = snapshot(
