@@ -269,7 +269,11 @@ async fn bench() -> anyhow::Result<()> {
     let contenders = Contender::ALL.map(Contender::label);
     let workloads: Vec<&str> = Workload::ALL
         .iter()
-        .chain([&Workload::Gang, &Workload::GangRacks])
+        .chain([
+            &Workload::Gang,
+            &Workload::GangRacks,
+            &Workload::GangPreempt,
+        ])
         .map(|w| w.label())
         .collect();
     let wanted = |(c, w, m): &(Contender, Workload, Mode)| {
@@ -281,8 +285,9 @@ async fn bench() -> anyhow::Result<()> {
     let mut results = run_all(&bench, pods, &runs).await?;
     // Gangs: BENCH_GANGS groups of 16 (100 unless told otherwise), each placed whole.
     let gang_pods = env_or("BENCH_GANGS", 100) * tether_e2e::bench::GANG_SIZE;
-    // And the same gangs each within one of four racks (1.38).
-    let gang_runs: Vec<_> = [Workload::Gang, Workload::GangRacks]
+    // And the same gangs each within one of four racks (1.38), and gangs that must preempt a
+    // lower pod on every node they take.
+    let gang_runs: Vec<_> = [Workload::Gang, Workload::GangRacks, Workload::GangPreempt]
         .into_iter()
         .flat_map(|w| {
             [Contender::KubeScheduler, Contender::Tether]

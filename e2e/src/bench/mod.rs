@@ -89,7 +89,14 @@ pub enum Workload {
     /// The same gangs, each to be placed within one of the bench nodes' four racks (1.38's
     /// topology-aware placement); kube-scheduler runs with TopologyAwareWorkloadScheduling too.
     GangRacks,
+    /// Gangs of higher priority whose members (4 CPUs each) fit nowhere until they preempt: a
+    /// lower pod of 31 CPUs on every node first. Measures the time from a member's creation to
+    /// its bind through the group's preemption (workload-aware preemption).
+    GangPreempt,
 }
+
+/// The PriorityClasses of [`Workload::GangPreempt`]: the fillers' and the gangs'.
+pub const PREEMPT_CLASSES: [(&str, i32); 2] = [("bench-low", 100), ("bench-high", 1000)];
 
 /// The bench nodes' rack label (four racks, round-robin).
 pub const RACK: &str = "e2e.tether.dev/rack";
@@ -113,6 +120,7 @@ impl Workload {
             Workload::PreferredAffinity => "PreferredPodAffinity",
             Workload::Gang => "GangScheduling",
             Workload::GangRacks => "GangSchedulingRacks",
+            Workload::GangPreempt => "GangSchedulingPreempting",
         }
     }
 }
@@ -239,14 +247,32 @@ impl Bench {
             )?;
         }
         if workload == Workload::PreferredAffinity {
-            self.running_pods(&ns.name, pods / 10).await?;
+            self.running_pods(&ns.name, pods / 10, "100m", None).await?;
         }
-        if matches!(workload, Workload::Gang | Workload::GangRacks) {
+        if workload == Workload::GangPreempt {
+            for (name, value) in PREEMPT_CLASSES {
+                apply(
+                    json!({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                             "metadata": {"name": name}, "value": value}),
+                )?;
+            }
+            // Every node nearly full of a lower pod: each gang must preempt.
+            let nodes = self.nodes.names.len();
+            self.running_pods(&ns.name, nodes, "31", Some(PREEMPT_CLASSES[0].0))
+                .await?;
+        }
+        if matches!(
+            workload,
+            Workload::Gang | Workload::GangRacks | Workload::GangPreempt
+        ) {
             for group in 0..pods.div_ceil(GANG_SIZE) {
                 let size = GANG_SIZE.min(pods - group * GANG_SIZE);
                 let mut spec = json!({"schedulingPolicy": {"gang": {"minCount": size}}});
                 if workload == Workload::GangRacks {
                     spec["schedulingConstraints"] = json!({"topology": [{"key": RACK}]});
+                }
+                if workload == Workload::GangPreempt {
+                    spec["priorityClassName"] = json!(PREEMPT_CLASSES[1].0);
                 }
                 apply(json!({
                     "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
@@ -334,16 +360,27 @@ impl Bench {
         result
     }
 
-    /// Pods already running (bound by the bench, labelled `existing=yes`) for the preferred
-    /// affinity workload.
-    async fn running_pods(&self, ns: &str, count: usize) -> anyhow::Result<()> {
+    /// Pods already running (bound by the bench, labelled `existing=yes`), of `cpu` each and
+    /// PriorityClass `class` when given: the preferred affinity workload's, and the lower pods
+    /// the preempting gangs evict.
+    async fn running_pods(
+        &self,
+        ns: &str,
+        count: usize,
+        cpu: &str,
+        class: Option<&str>,
+    ) -> anyhow::Result<()> {
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), ns);
         let nodes = self.nodes.names.clone();
         futures::stream::iter(0..count)
             .map(|i| {
                 let (pods, node) = (pods.clone(), nodes[i % nodes.len()].clone());
-                let mut spec = json!({"nodeName": node, "containers": [{"name": "c", "image": "pause",
-                    "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}}}]});
+                let mut spec = json!({"nodeName": node, "terminationGracePeriodSeconds": 0,
+                    "containers": [{"name": "c", "image": "pause",
+                    "resources": {"requests": {"cpu": cpu, "memory": "200Mi"}}}]});
+                if let Some(class) = class {
+                    spec["priorityClassName"] = json!(class);
+                }
                 self.nodes.isolate(&mut spec);
                 async move {
                     let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
@@ -366,6 +403,10 @@ impl Bench {
         self.nodes.isolate(&mut spec);
         match workload {
             Workload::Basic | Workload::AntiAffinity | Workload::Gang | Workload::GangRacks => {}
+            Workload::GangPreempt => {
+                spec["containers"][0]["resources"]["requests"]["cpu"] = json!("4");
+                spec["priorityClassName"] = json!(PREEMPT_CLASSES[1].0);
+            }
             Workload::Spread => {
                 spec["topologySpreadConstraints"] = json!([
                     {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
@@ -467,7 +508,7 @@ impl PodMaker {
         let mut labels = json!({"bench": "measured"});
         match self.workload {
             Workload::Spread => labels = json!({"bench": "spread"}),
-            Workload::Gang | Workload::GangRacks => {
+            Workload::Gang | Workload::GangRacks | Workload::GangPreempt => {
                 spec["schedulingGroup"] =
                     json!({"podGroupName": format!("gang-{}", i / GANG_SIZE)});
             }
@@ -632,7 +673,7 @@ impl Process {
     /// kube-scheduler for `workload` (with GenericWorkload on for gangs).
     fn kube_scheduler(scheduler: &str, workload: Workload) -> anyhow::Result<Self> {
         let gates = match workload {
-            Workload::Gang => Some("GenericWorkload=true"),
+            Workload::Gang | Workload::GangPreempt => Some("GenericWorkload=true"),
             Workload::GangRacks => {
                 Some("GenericWorkload=true,TopologyAwareWorkloadScheduling=true")
             }
