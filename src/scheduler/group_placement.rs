@@ -117,6 +117,8 @@ pub fn evaluate(
     if out.group_failure.is_some() {
         return out;
     }
+    // The pods taken off, shared by every member's cycle state.
+    let removed = Arc::new(trial.removed.clone());
     for (index, member) in members.iter().enumerate() {
         out.evaluated = index + 1;
         remaining -= 1;
@@ -134,7 +136,7 @@ pub fn evaluate(
                 state.write(IN_PLACEMENT, InPlacement(placement.clone()));
             }
             if !trial.removed.is_empty() {
-                state.write(REMOVED_PODS_KEY, RemovedPods(trial.removed.clone()));
+                state.write(REMOVED_PODS_KEY, RemovedPods(removed.clone()));
             }
             match algorithm::schedule_pod_with(
                 profile,

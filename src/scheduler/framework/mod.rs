@@ -226,7 +226,7 @@ pub trait Plugin: Send + Sync + 'static {
 /// in the cycle state under [`REMOVED_PODS_KEY`] for the plugins that
 /// [`Plugin::filter_reads_removed_pods`].
 #[derive(Clone, Debug, Default)]
-pub struct RemovedPods(pub std::collections::HashSet<String>);
+pub struct RemovedPods(pub std::sync::Arc<std::collections::HashSet<String>>);
 
 pub const REMOVED_PODS_KEY: &str = "preemption/removed-pods";
 

@@ -164,7 +164,10 @@ impl DryRun<'_> {
         }
         let mut state = ctx.state.clone();
         if tell {
-            state.write(REMOVED_PODS_KEY, RemovedPods(removed.clone()));
+            state.write(
+                REMOVED_PODS_KEY,
+                RemovedPods(std::sync::Arc::new(removed.clone())),
+            );
         }
         if !self.fresh_pre_filter {
             return ctx.profile.run_filters_with_nominated(

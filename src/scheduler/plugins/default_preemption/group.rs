@@ -198,9 +198,11 @@ fn split_units_by_budgets(
 /// The cluster as the trial sees it: node infos changed so far, over the cycle's snapshot.
 struct Trial<'a> {
     base: &'a Snapshot,
-    changed: HashMap<String, NodeInfo>,
-    /// The pods taken off (by UID).
-    removed: HashSet<String>,
+    /// The nodes changed, shared with the snapshots made of the trial (copied on the next
+    /// change only while one of them is alive).
+    changed: HashMap<String, Arc<NodeInfo>>,
+    /// The pods taken off (by UID), shared with the members' cycle states the same way.
+    removed: Arc<HashSet<String>>,
 }
 
 impl<'a> Trial<'a> {
@@ -208,21 +210,21 @@ impl<'a> Trial<'a> {
         Trial {
             base,
             changed: HashMap::new(),
-            removed: HashSet::new(),
+            removed: Arc::default(),
         }
     }
 
     fn node_mut(&mut self, name: &str) -> Option<&mut NodeInfo> {
         if !self.changed.contains_key(name) {
             let info = self.base.get(name)?;
-            self.changed.insert(name.to_string(), (**info).clone());
+            self.changed.insert(name.to_string(), info.clone());
         }
-        self.changed.get_mut(name)
+        self.changed.get_mut(name).map(Arc::make_mut)
     }
 
     fn remove(&mut self, unit: &Unit) {
         for pod in &unit.pods {
-            self.removed.insert(pod.uid().to_string());
+            Arc::make_mut(&mut self.removed).insert(pod.uid().to_string());
             if let Some(node) = pod.node_name().map(str::to_string)
                 && let Some(info) = self.node_mut(&node)
             {
@@ -233,7 +235,7 @@ impl<'a> Trial<'a> {
 
     fn add(&mut self, unit: &Unit) {
         for pod in &unit.pods {
-            self.removed.remove(pod.uid());
+            Arc::make_mut(&mut self.removed).remove(pod.uid());
             if let Some(node) = pod.node_name().map(str::to_string)
                 && let Some(info) = self.node_mut(&node)
             {
@@ -244,7 +246,7 @@ impl<'a> Trial<'a> {
 
     fn snapshot(&self) -> Snapshot {
         self.base.with_changed(
-            self.changed.values().cloned().map(Arc::new),
+            self.changed.values().cloned(),
             self.base.namespace_labels.clone(),
             self.base.image_node_counts.clone(),
         )

@@ -460,7 +460,7 @@ impl FilterPlugin for DynamicResources {
                 // for nothing: their deallocation requeues the pod).
                 Ok(None)
                     if node.pods.iter().any(|p| holds_claims(&p.pod))
-                        && !s.awaits_deallocation(node, removed_pods.map(|r| &r.0)) =>
+                        && !s.awaits_deallocation(node, removed_pods.map(|r| &*r.0)) =>
                 {
                     return Status::unschedulable("cannot allocate all claims");
                 }
