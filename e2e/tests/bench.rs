@@ -85,6 +85,19 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
         1 + runs.len()
     );
     write_json(&results, "results-small")?;
+    // Two gangs that must preempt (every node holds a lower pod first): 4 of the 6 nodes.
+    let preempting = run_all(
+        &bench,
+        2 * tether_e2e::bench::GANG_SIZE,
+        &[(Contender::Tether, Workload::GangPreempt, Mode::Batch)],
+    )
+    .await?;
+    assert!(
+        preempting
+            .iter()
+            .all(|r| r.pods == 2 * tether_e2e::bench::GANG_SIZE && r.pods_per_second > 0.0),
+        "{preempting:?}"
+    );
     bench.nodes.delete().await?;
 
     // Start to ready, small: the nodes carry their images as the big run's do.
