@@ -75,6 +75,12 @@ fn hierarchy_hint(
     old: Option<&EventObject>,
     new: Option<&EventObject>,
 ) -> Hint {
+    // Asked of every held pod at every event: nothing allocated while no CompositePodGroup
+    // exists (a pod held for a missing ancestor is told by the ancestor's arrival, when one
+    // does).
+    if !groups.has_composites() || pod_groups::group_ref(&pod.pod).is_none() {
+        return Hint::Skip;
+    }
     let Some(mine) = pod_groups::group_of(&pod.pod).filter(|k| groups.has_parent(k)) else {
         return Hint::Skip;
     };

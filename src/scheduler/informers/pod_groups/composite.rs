@@ -493,6 +493,12 @@ impl PodGroupIndex {
         self.read().composites.get(key).cloned()
     }
 
+    /// Whether any CompositePodGroup is known: while none is, no pod is in a hierarchy, and the
+    /// questions asked of every pod at every event stop here.
+    pub fn has_composites(&self) -> bool {
+        !self.read().composites.is_empty()
+    }
+
     /// Whether the PodGroup `key` names a parent.
     pub fn has_parent(&self, key: &GroupKey) -> bool {
         key.api == GroupApi::Workload
