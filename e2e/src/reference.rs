@@ -164,6 +164,31 @@ pub fn parse_scores(log: &str, pod: &str) -> BTreeMap<String, i64> {
     scores
 }
 
+/// A scenario run side by side: first under kube-scheduler (started as `name` with `gates`, a
+/// profile of a fresh schedulerName), then under a tether SchedulingProfile of its own (deleted
+/// after); `run` is given the schedulerName and the scenario's name (`<name>-ref`,
+/// `<name>-tether`). Returns (kube-scheduler's outcome, tether's).
+pub async fn side_by_side<T, F, Fut>(name: &str, gates: &[&str], run: F) -> anyhow::Result<(T, T)>
+where
+    F: Fn(String, String) -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let reference = format!("{name}-ref-{}", crate::unique_suffix());
+    let kube = ReferenceScheduler::start_gated(
+        &format!("kube-scheduler-{name}"),
+        serde_json::json!({"profiles": [{"schedulerName": reference}]}),
+        gates,
+    )?;
+    let upstream = run(reference, format!("{name}-ref")).await?;
+    drop(kube);
+    let ours = format!("{name}-tether-{}", crate::unique_suffix());
+    let client = crate::client().await?;
+    crate::apply_profile(&client, &ours, serde_json::json!({"schedulerName": ours})).await?;
+    let tether = run(ours.clone(), format!("{name}-tether")).await?;
+    crate::kubectl_ok(&["delete", "sp", &ours], None)?;
+    Ok((upstream, tether))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
