@@ -1415,11 +1415,9 @@ async fn gang_shares_a_claim(scheduler: &str, test: &str) -> anyhow::Result<Shar
 }
 
 /// Side by side with kube-scheduler (GenericWorkload on): a gang sharing one unallocated claim
-/// is placed whole where the claim's device is. Fails on tether today (the second member is
-/// refused while the first member's allocation is pending): kept as the proof of what
-/// docs/plans/dra-workload-claims.md builds, and run with `--ignored`.
+/// is placed whole where the claim's device is, and the claim is reserved for both (one
+/// member's PreBind may find it allocated by the other and retry, on both schedulers).
 #[tokio::test]
-#[ignore = "a group cycle's pending claim allocation is not shared between members yet"]
 async fn a_gang_sharing_one_claim_is_placed_as_kube_scheduler_places_it() -> anyhow::Result<()> {
     let client = client().await?;
     if tether_e2e::compared_minor(&client).await? < 37 {

@@ -19,7 +19,7 @@ use crate::scheduler::framework::group_post_filter::{
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
-    CycleState, QueuedPodInfo, REMOVED_PODS_KEY, RemovedPods, Status,
+    CycleState, GROUP_CLAIMS_KEY, GroupClaims, QueuedPodInfo, REMOVED_PODS_KEY, RemovedPods, Status,
 };
 use crate::scheduler::handoff::search_over_message;
 
@@ -117,8 +117,10 @@ pub fn evaluate(
     if out.group_failure.is_some() {
         return out;
     }
-    // The pods taken off, shared by every member's cycle state.
+    // The pods taken off, and the claims the members' allocations made pending, shared by
+    // every member's cycle state.
     let removed = Arc::new(trial.removed.clone());
+    let group_claims = GroupClaims::default();
     for (index, member) in members.iter().enumerate() {
         out.evaluated = index + 1;
         remaining -= 1;
@@ -129,6 +131,7 @@ pub fn evaluate(
                 .push((index, Failure::invalid_affinity(err, nodes)));
         } else {
             let mut state = CycleState::new();
+            state.write(GROUP_CLAIMS_KEY, group_claims.clone());
             if let Some(ranks) = &trial.ranks {
                 state.write(NODE_RANKS, RankedBy(ranks.clone()));
             }

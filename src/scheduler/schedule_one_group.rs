@@ -347,11 +347,16 @@ pub fn schedule_group(
         group_failure = cycle.group_failure;
         evaluated = cycle.evaluated;
     } else if group_failure.is_none() {
+        let group_claims = crate::scheduler::framework::GroupClaims::default();
         for (index, member) in members.iter().enumerate() {
             evaluated = index + 1;
             let pod = &member.pod;
             let snapshot = sched.lock_cache().snapshot();
             let mut state = CycleState::new();
+            state.write(
+                crate::scheduler::framework::GROUP_CLAIMS_KEY,
+                group_claims.clone(),
+            );
             if let Some(err) = &pod.parse_error {
                 remaining -= 1;
                 unschedulable += 1;

@@ -230,6 +230,15 @@ pub struct RemovedPods(pub std::sync::Arc<std::collections::HashSet<String>>);
 
 pub const REMOVED_PODS_KEY: &str = "preemption/removed-pods";
 
+/// The claims whose allocation a member of this group cycle made pending (by UID), shared by
+/// every member's cycle state in one group cycle (or one trial of it): another member naming
+/// the claim reuses that allocation instead of waiting for it (upstream's pendingAllocations of
+/// a PodGroup's cycle).
+#[derive(Clone, Debug, Default)]
+pub struct GroupClaims(pub std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+pub const GROUP_CLAIMS_KEY: &str = "group/pending-claims";
+
 /// The workload a pod holds room for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct HoldIdentity {

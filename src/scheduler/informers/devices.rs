@@ -43,6 +43,10 @@ pub struct Devices {
     pub taint_rules: BTreeMap<String, Arc<DeviceTaintRule>>,
     /// Claims allocated at Reserve and not yet written, by UID.
     in_flight: HashMap<String, Arc<ResourceClaim>>,
+    /// How many more pods share an in-flight allocation (members of one group cycle reusing
+    /// the allocation another member made), by UID: each Unreserve takes one back, the last
+    /// ends it.
+    sharers: HashMap<String, usize>,
 }
 
 impl Default for Devices {
@@ -53,6 +57,7 @@ impl Default for Devices {
             claims: Assumable::new("resourceclaims"),
             taint_rules: BTreeMap::new(),
             in_flight: HashMap::new(),
+            sharers: HashMap::new(),
         }
     }
 }
@@ -131,6 +136,18 @@ impl Devices {
     pub fn in_flight(&self, uid: &str) -> bool {
         self.in_flight.contains_key(uid)
     }
+
+    /// The claim with this UID with the allocation in flight for it, if any.
+    pub fn in_flight_claim(&self, uid: &str) -> Option<&Arc<ResourceClaim>> {
+        self.in_flight.get(uid)
+    }
+
+    /// Ends the in-flight allocation of `uid` and its sharers (the watch showed it written, or
+    /// the claim gone).
+    fn end_in_flight(&mut self, uid: &str) {
+        self.in_flight.remove(uid);
+        self.sharers.remove(uid);
+    }
 }
 
 /// The DRA objects, with a counter bumped on every change (PreBind waits on it for binding
@@ -181,11 +198,33 @@ impl DeviceIndex {
         self.bump();
     }
 
-    /// Ends the in-flight allocation of the claim with this UID (Unreserve).
+    /// Ends the in-flight allocation of the claim with this UID (Unreserve), or takes one
+    /// sharer back from it while others hold it.
     pub fn forget_in_flight(&self, uid: &str) {
-        if self.write().in_flight.remove(uid).is_some() {
+        let mut devices = self.write();
+        if let Some(more) = devices.sharers.get_mut(uid)
+            && *more > 0
+        {
+            *more -= 1;
+            return;
+        }
+        devices.sharers.remove(uid);
+        if devices.in_flight.remove(uid).is_some() {
+            drop(devices);
             self.bump();
         }
+    }
+
+    /// Shares the in-flight allocation of the claim with this UID with one more pod (a member
+    /// of the group cycle whose member made it): it ends only once every sharer's Unreserve
+    /// (or the watch) ends it. False when none is in flight.
+    pub fn share_in_flight(&self, uid: &str) -> bool {
+        let mut devices = self.write();
+        if !devices.in_flight.contains_key(uid) {
+            return false;
+        }
+        *devices.sharers.entry(uid.to_string()).or_insert(0) += 1;
+        true
     }
 }
 
@@ -244,13 +283,13 @@ impl DeviceStored for ResourceClaim {
         }
         let uid = obj.metadata.uid.clone().unwrap_or_default();
         if obj.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
-            devices.in_flight.remove(&uid);
+            devices.end_in_flight(&uid);
         }
         devices.claims.apply(key, obj);
     }
     fn delete(devices: &mut Devices, obj: &Self) {
         if let Some(uid) = obj.metadata.uid.as_deref() {
-            devices.in_flight.remove(uid);
+            devices.end_in_flight(uid);
         }
         devices.claims.delete(&claim_key_of(obj));
     }
@@ -259,7 +298,7 @@ impl DeviceStored for ResourceClaim {
             if o.status.as_ref().is_some_and(|s| s.allocation.is_some())
                 && let Some(uid) = o.metadata.uid.as_deref()
             {
-                devices.in_flight.remove(uid);
+                devices.end_in_flight(uid);
             }
         }
         // A claim deleted while the watch re-listed: its in-flight allocation ends too (one of
@@ -270,6 +309,10 @@ impl DeviceStored for ResourceClaim {
             c.metadata.name.as_deref() == Some(UNWRITTEN_CLAIM_NAME)
                 || listed.contains(&claim_key_of(c))
         });
+        let Devices {
+            in_flight, sharers, ..
+        } = devices;
+        sharers.retain(|uid, _| in_flight.contains_key(uid));
         devices
             .claims
             .reset(objs.into_iter().map(|o| (claim_key_of(&o), o)));
@@ -432,5 +475,26 @@ mod tests {
             "the written allocation ends the flight"
         );
         assert!(allocated(&index));
+    }
+
+    /// An allocation shared by members of one group cycle lasts until the last sharer's
+    /// Unreserve (or the watch) ends it; none in flight cannot be shared.
+    #[test]
+    fn a_shared_in_flight_allocation_ends_with_its_last_sharer() {
+        let index = DeviceIndex::default();
+        Keeps::apply(&index, claim("1", false));
+        assert!(!index.share_in_flight("u1"), "nothing in flight to share");
+        index.set_in_flight(claim("1", true));
+        assert!(index.share_in_flight("u1"));
+        index.forget_in_flight("u1");
+        assert!(allocated(&index), "the other member still holds it");
+        index.forget_in_flight("u1");
+        assert!(!allocated(&index), "the last one frees it");
+        index.set_in_flight(claim("2", true));
+        assert!(index.share_in_flight("u1"));
+        Keeps::apply(&index, claim("3", true));
+        assert!(!index.read().in_flight("u1"), "written: the flight ends");
+        index.forget_in_flight("u1");
+        assert!(allocated(&index), "the written claim stays allocated");
     }
 }

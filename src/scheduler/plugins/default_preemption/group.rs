@@ -279,11 +279,16 @@ fn fit_reserving<'p>(
     reserved: &mut Vec<(CycleState, usize, &'p str)>,
 ) -> bool {
     let mut snapshot = trial.snapshot();
+    let group_claims = crate::scheduler::framework::GroupClaims::default();
     for (index, node) in placement {
         let Some(pod) = ctx.members.get(*index) else {
             return false;
         };
         let mut state = CycleState::new();
+        state.write(
+            crate::scheduler::framework::GROUP_CLAIMS_KEY,
+            group_claims.clone(),
+        );
         if !trial.removed.is_empty() {
             state.write(REMOVED_PODS_KEY, RemovedPods(trial.removed.clone()));
         }

@@ -57,9 +57,9 @@ use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_args};
 use crate::scheduler::framework::{
-    Code, CycleState, FilterPlugin, Nomination, Plugin, PostFilterContext, PostFilterPlugin,
-    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, REMOVED_PODS_KEY,
-    RemovedPods, ReservePlugin, ScorePlugin, Status,
+    Code, CycleState, FilterPlugin, GROUP_CLAIMS_KEY, GroupClaims, Nomination, Plugin,
+    PostFilterContext, PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
+    PreFilterResult, REMOVED_PODS_KEY, RemovedPods, ReservePlugin, ScorePlugin, Status,
 };
 use crate::scheduler::informers::devices::DeviceIndex;
 use crate::scheduler::plugins::handle::Handle;
@@ -151,6 +151,9 @@ struct State {
     /// flight until the watch brings it (an Unreserve after the write does not free the
     /// devices, which stay allocated), and Unreserve takes the pod's reservation back from them.
     written: Mutex<Vec<Arc<ResourceClaim>>>,
+    /// Unallocated claims whose allocation another member of this group cycle made pending:
+    /// reused (with that allocation), not allocated again.
+    shared: Vec<Arc<ResourceClaim>>,
 }
 
 impl State {
@@ -158,7 +161,13 @@ impl State {
         self.claims
             .iter()
             .enumerate()
-            .filter(|(_, c)| !claims::allocated(c))
+            .filter(|(_, c)| !claims::allocated(c) && !self.is_shared(c))
+    }
+
+    fn is_shared(&self, claim: &ResourceClaim) -> bool {
+        self.shared
+            .iter()
+            .any(|s| s.metadata.uid == claim.metadata.uid)
     }
 }
 
@@ -241,18 +250,32 @@ impl PreFilterPlugin for DynamicResources {
         }
         let mut to_allocate = Vec::new();
         let mut verdict = Status::success();
+        let group = state
+            .read::<GroupClaims>(GROUP_CLAIMS_KEY)
+            .map(|g| locks::lock(&g.0).clone())
+            .unwrap_or_default();
         for claim in &found {
-            let on = claim
+            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
+            // An allocation another member of this group cycle made pending: reused.
+            let pending = (!claims::allocated(claim) && group.contains(uid))
+                .then(|| devices.in_flight_claim(uid).cloned())
+                .flatten();
+            let on = pending
+                .as_deref()
+                .unwrap_or(claim)
                 .status
                 .as_ref()
                 .and_then(|st| st.allocation.as_ref())
                 .and_then(|a| a.node_selector.as_ref())
                 .map(Terms::lenient);
             s.available_on.push(on);
+            if let Some(pending) = pending {
+                s.shared.push(pending);
+                continue;
+            }
             if claims::allocated(claim) {
                 continue;
             }
-            let uid = claim.metadata.uid.as_deref().unwrap_or_default();
             if devices.in_flight(uid) {
                 verdict = Status::unresolvable(format!(
                     "resource claim {} is in the process of being allocated",
@@ -613,6 +636,25 @@ impl ReservePlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::success();
         };
+        // The group cycle's pending allocations this pod reuses: one more sharer each (gone
+        // since PreFilter: the pod waits, as for any allocation in flight).
+        let mut shared = Vec::new();
+        for c in &s.shared {
+            let uid = c.metadata.uid.as_deref().unwrap_or_default();
+            if !self.devices.share_in_flight(uid) {
+                for taken in &shared {
+                    let taken: &Arc<ResourceClaim> = taken;
+                    self.devices
+                        .forget_in_flight(taken.metadata.uid.as_deref().unwrap_or_default());
+                }
+                return Status::unschedulable(format!(
+                    "resource claim {} is in the process of being allocated",
+                    claims::key(c)
+                ));
+            }
+            shared.push(c.clone());
+        }
+        let group = state.read::<GroupClaims>(GROUP_CLAIMS_KEY).cloned();
         let mut to_allocate: Vec<Arc<ResourceClaim>> =
             s.to_allocate().map(|(_, c)| c.clone()).collect();
         if s.allocator.is_none() {
@@ -620,6 +662,7 @@ impl ReservePlugin for DynamicResources {
         }
         let variant = locks::lock(&s.extended_by_node).get(node_name).cloned();
         if to_allocate.is_empty() && variant.is_none() {
+            *locks::lock(&s.reserved) = shared;
             return Status::success();
         }
         let Some(found) = locks::lock(&s.by_node).get(node_name).cloned() else {
@@ -648,11 +691,16 @@ impl ReservePlugin for DynamicResources {
             let c = Arc::new(c);
             self.devices.set_in_flight(c.clone());
             if i < users {
+                if let Some(group) = &group {
+                    // Another member of this group cycle naming the claim reuses it.
+                    locks::lock(&group.0).insert(c.metadata.uid.clone().unwrap_or_default());
+                }
                 reserved.push(c);
             } else if let Some(v) = &variant {
                 *locks::lock(&s.reserved_extended) = Some((c, v.mappings.clone()));
             }
         }
+        reserved.extend(shared);
         *locks::lock(&s.reserved) = reserved;
         Status::success()
     }
