@@ -914,9 +914,22 @@ async fn a_statefulset_of_another_api_group_is_its_own_owner_kind() -> anyhow::R
         Ok(pods.get_opt("db-0").await?.is_none().then_some(()))
     })
     .await?;
-    pods.create(&PostParams::default(), &pod).await?;
-    wait_bound(&client, &ns.name, "db-0", TIMEOUT).await?;
-    wait_count(&client, &ns.name, "statefulset.apps.kruise.io-db-0", 2).await?;
+    // kwok deletes a terminating pod by name, and its delete of the first db-0 can land on
+    // the replacement: one that vanished so is made again (three times at most).
+    // A vanished one may have been bound first: the binding is checked to have counted the
+    // last one's bind, every bind once.
+    let mut made = 0;
+    let uid = loop {
+        let created = pods.create(&PostParams::default(), &pod).await?;
+        made += 1;
+        match wait_bound(&client, &ns.name, "db-0", TIMEOUT).await {
+            Ok(_) => break created.metadata.uid.unwrap_or_default(),
+            Err(_) if made < 3 && pods.get_opt("db-0").await?.is_none() => continue,
+            Err(e) => return Err(e),
+        }
+    };
+    let counted = wait_recorded(&client, &ns.name, "statefulset.apps.kruise.io-db-0", &uid).await?;
+    assert!(counted.schedule_count >= 2, "{counted:?}");
     let untouched = bindings.get("statefulset-db-0").await?;
     assert_eq!(
         untouched
