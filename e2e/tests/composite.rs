@@ -12,10 +12,7 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use serde_json::json;
 use tether_e2e::groups::{delete_priority_classes, let_go, pinned, priority_classes};
-use tether_e2e::reference::ReferenceScheduler;
-use tether_e2e::{
-    TestNamespace, TestNodes, apply, apply_profile, client, unique_suffix, wait_bound, wait_for,
-};
+use tether_e2e::{TestNamespace, TestNodes, apply, client, unique_suffix, wait_bound, wait_for};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 /// The rack label's key: made unique to each scenario (`<RACK>-<run>`), so that no other
@@ -290,26 +287,17 @@ async fn a_job_set_shaped_hierarchy_lands_as_kube_scheduler_places_it() -> anyho
     if tether_e2e::compared_minor(&client).await? < 38 {
         return Ok(());
     }
-    let reference = format!("composite-ref-{}", unique_suffix());
-    let kube = ReferenceScheduler::start_gated(
-        "kube-scheduler-composite",
-        json!({"profiles": [{"schedulerName": reference}]}),
-        GATES,
-    )?;
-    let upstream = placed_by_its_rules(&reference, "composite-ref").await?;
-    drop(kube);
-    println!("kube-scheduler: {upstream:?}");
+    let (upstream, tether) =
+        tether_e2e::reference::side_by_side("composite", GATES, |scheduler, test| async move {
+            placed_by_its_rules(&scheduler, &test).await
+        })
+        .await?;
+    println!("kube-scheduler: {upstream:?}\ntether: {tether:?}");
     assert!(
         upstream.racks.values().all(|r| r == "b"),
         "the reference itself packs rack B: {:?}",
         upstream.racks
     );
-
-    let ours = format!("composite-tether-{}", unique_suffix());
-    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
-    let tether = placed_by_its_rules(&ours, "composite-tether").await?;
-    println!("tether: {tether:?}");
-    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
     assert_eq!(tether, upstream);
     Ok(())
 }
@@ -445,15 +433,12 @@ async fn a_hierarchy_preempts_as_one_unit_as_kube_scheduler_does() -> anyhow::Re
     if tether_e2e::compared_minor(&client).await? < 38 {
         return Ok(());
     }
-    let reference = format!("composite-pre-ref-{}", unique_suffix());
-    let kube = ReferenceScheduler::start_gated(
-        "kube-scheduler-composite-preemption",
-        json!({"profiles": [{"schedulerName": reference}]}),
-        GATES,
-    )?;
-    let upstream = hierarchy_preempts(&reference, "composite-pre-ref").await?;
-    drop(kube);
-    println!("kube-scheduler: {upstream:?}");
+    let (upstream, tether) =
+        tether_e2e::reference::side_by_side("composite-pre", GATES, |scheduler, test| async move {
+            hierarchy_preempts(&scheduler, &test).await
+        })
+        .await?;
+    println!("kube-scheduler: {upstream:?}\ntether: {tether:?}");
     assert_eq!(
         (
             upstream.victims,
@@ -463,12 +448,6 @@ async fn a_hierarchy_preempts_as_one_unit_as_kube_scheduler_does() -> anyhow::Re
         (2, true, true),
         "the reference itself"
     );
-
-    let ours = format!("composite-pre-tether-{}", unique_suffix());
-    apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
-    let tether = hierarchy_preempts(&ours, "composite-pre-tether").await?;
-    println!("tether: {tether:?}");
-    tether_e2e::kubectl_ok(&["delete", "sp", &ours], None)?;
     assert_eq!(tether, upstream);
     Ok(())
 }

@@ -46,7 +46,7 @@ use crate::scheduler::informers::pod_groups::composite::{CompositeKey, MAX_DEPTH
 use crate::scheduler::metrics::groups::COMPOSITE;
 use crate::scheduler::outcome::FailureReason;
 use crate::scheduler::plugins::gang_scheduling;
-use crate::scheduler::schedule_one_group::{fail, order};
+use crate::scheduler::schedule_one_group::{fail, stale_watch, take_members};
 
 /// Runs the group cycle of the hierarchy under `root` (`tree`) for `first`, just popped.
 pub fn schedule_composite(
@@ -59,34 +59,23 @@ pub fn schedule_composite(
     let plugin = gang_scheduling::NAME;
     let leaf_keys = tree.leaves();
     let in_tree = |pod: &Pod| leaf_keys.iter().any(|k| k.has_member(pod));
-    if sched
-        .state
-        .queue
-        .hold_group_while_gated(in_tree, first.pod.uid(), plugin)
-    {
-        tracing::debug!(group = %root, "a member is held by a scheduling gate; the hierarchy waits for it");
+    let Some(members) = take_members(sched, in_tree, first, (plugin, &root)) else {
         return;
-    }
-    let mut members = sched
-        .state
-        .queue
-        .take_group(in_tree, first.pod.uid(), plugin);
-    members.push(first);
-    members.sort_by(order);
+    };
     let size = members.len();
-    let in_cycle: HashSet<String> = members.iter().map(|m| m.pod.uid().to_string()).collect();
-    let in_cycle_ref: HashSet<&str> = in_cycle.iter().map(String::as_str).collect();
+    let in_cycle: HashSet<&str> = members.iter().map(|m| m.pod.uid()).collect();
     let mut leaves: HashMap<String, Leaf> = leaf_keys
         .iter()
         .map(|key| {
             let leaf = Leaf {
                 key: key.clone(),
                 members: Vec::new(),
-                already: sched.scheduled_before(key, &in_cycle_ref),
+                already: sched.scheduled_before(key, &in_cycle),
             };
             (key.name.clone(), leaf)
         })
         .collect();
+    drop(in_cycle);
     for member in members {
         let name = pod_groups::group_name(&member.pod.pod).unwrap_or_default();
         if let Some(leaf) = leaves.get_mut(name) {
@@ -94,18 +83,13 @@ pub fn schedule_composite(
         }
     }
 
-    let refused = sched
-        .readiness
-        .stale_for(|plugin| profile.uses(plugin))
-        .map(|watch| {
-            (
-                format!(
-                    "the {watch} watch, which this profile's plugins need, is not current (failing or re-listing); retrying"
-                ),
-                "SchedulerError",
-            )
-        })
-        .or_else(|| validate(&tree, &leaves).err().map(|e| (e, "CompositePodGroupError")));
+    let refused = stale_watch(sched, &profile)
+        .map(|stale| (stale, "SchedulerError"))
+        .or_else(|| {
+            validate(&tree, &leaves)
+                .err()
+                .map(|e| (e, "CompositePodGroupError"))
+        });
     if let Some((message, reason)) = refused {
         tracing::warn!(group = %root, error = %message, "composite pod group refused");
         let status = Status::error(message.clone());
@@ -134,11 +118,11 @@ pub fn schedule_composite(
             };
             condition(sched, &t.group, "False", reason, message.clone());
         });
-        sched.metrics.podgroup_attempt(
+        sched.metrics.group_attempt(
+            COMPOSITE,
             "error",
             &profile.scheduler_name,
-            start.elapsed(),
-            start.elapsed(),
+            (start.elapsed(), start.elapsed()),
         );
         return;
     }

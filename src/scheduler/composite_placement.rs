@@ -42,6 +42,17 @@ pub struct Found {
     pub evaluation: Option<Evaluation>,
 }
 
+impl Found {
+    /// A group that placed nothing, for `verdict`'s reason.
+    fn failed(verdict: Verdict) -> Self {
+        Found {
+            verdict,
+            any: false,
+            evaluation: None,
+        }
+    }
+}
+
 /// Every group's result in one evaluation of a subtree, by name (CompositePodGroups and
 /// PodGroups apart: a PodGroup and a CompositePodGroup may share a name).
 #[derive(Default)]
@@ -138,14 +149,15 @@ impl Cycle<'_> {
     }
 
     /// The placements of `group` inside `placement`: the domains of its key (only the one of
-    /// `scheduled` pods when there are), or the placement itself.
+    /// `scheduled` pods when there are), or the placement itself; and how many that fit end
+    /// the search.
     fn placements(
         &self,
         group: &Member,
         snapshot: &Snapshot,
         placement: &Nodes,
         scheduled: &[Arc<Pod>],
-    ) -> Result<(Vec<Domain>, bool), Verdict> {
+    ) -> Result<(Vec<Domain>, usize), Verdict> {
         let Some(key) = group.topology_key() else {
             let nodes = placement.clone().unwrap_or_else(|| {
                 Arc::new(snapshot.nodes().iter().map(|n| n.name.clone()).collect())
@@ -155,7 +167,7 @@ impl Cycle<'_> {
                     name: String::new(),
                     nodes,
                 }],
-                false,
+                1,
             ));
         };
         let domains = group_topology::domains(snapshot, key, scheduled).map_err(|why| {
@@ -186,34 +198,25 @@ impl Cycle<'_> {
             entity(group),
             domains.len(),
         );
-        Ok((domains, true))
+        let wanted = group_topology::placements_to_find(&domains);
+        Ok((domains, wanted))
     }
 
     /// A PodGroup: tried in each of its placements until enough fit, the best kept.
     fn leaf(&self, tree: &Tree, snapshot: &Snapshot, placement: &Nodes) -> Found {
         let Some(leaf) = self.leaves.get(tree.group.name()) else {
-            return Found {
-                verdict: Verdict::Error(format!("pod group {:?} not found", tree.group.name())),
-                any: false,
-                evaluation: None,
-            };
+            return Found::failed(Verdict::Error(format!(
+                "pod group {:?} not found",
+                tree.group.name()
+            )));
         };
-        let (domains, keyed) =
+        let (domains, wanted) =
             match self.placements(&tree.group, snapshot, placement, &leaf.already) {
                 Ok(placements) => placements,
                 Err(verdict) => {
-                    return Found {
-                        verdict,
-                        any: false,
-                        evaluation: None,
-                    };
+                    return Found::failed(verdict);
                 }
             };
-        let wanted = if keyed {
-            group_topology::placements_to_find(&domains)
-        } else {
-            1
-        };
         let mut first: Option<Evaluation> = None;
         let mut feasible: Vec<(usize, Evaluation)> = Vec::new();
         for (i, domain) in domains.iter().enumerate() {
@@ -299,20 +302,12 @@ impl Cycle<'_> {
             .filter_map(|k| self.leaves.get(&k.name))
             .flat_map(|l| l.already.iter().cloned())
             .collect();
-        let (domains, keyed) = match self.placements(&tree.group, snapshot, placement, &scheduled) {
+        let (domains, wanted) = match self.placements(&tree.group, snapshot, placement, &scheduled)
+        {
             Ok(placements) => placements,
             Err(verdict) => {
-                return Found {
-                    verdict,
-                    any: false,
-                    evaluation: None,
-                };
+                return Found::failed(verdict);
             }
-        };
-        let wanted = if keyed {
-            group_topology::placements_to_find(&domains)
-        } else {
-            1
         };
         let mut first: Option<(Verdict, Results)> = None;
         let mut feasible: Vec<(usize, Results, bool)> = Vec::new();
@@ -323,11 +318,7 @@ impl Cycle<'_> {
             let (verdict, any) = self.children(tree, snapshot, &nodes, &mut subtree);
             if let Verdict::Error(_) = verdict {
                 results.extend(subtree);
-                return Found {
-                    verdict,
-                    any: false,
-                    evaluation: None,
-                };
+                return Found::failed(verdict);
             }
             let fits = verdict == Verdict::Scheduled;
             self.sched.metrics.placement_evaluation(

@@ -224,12 +224,40 @@ fn validate_hierarchy<'a>(
 /// Members in upstream's order (PodGroupMemberPodsOrderingFunc): priority (highest first),
 /// attempts (most first: a pod's timestamp is renewed with each attempt, so the one tried most
 /// is the oldest), when they were queued, name.
-pub(crate) fn order(a: &QueuedPodInfo, b: &QueuedPodInfo) -> std::cmp::Ordering {
+fn order(a: &QueuedPodInfo, b: &QueuedPodInfo) -> std::cmp::Ordering {
     priority(&b.pod.pod)
         .cmp(&priority(&a.pod.pod))
         .then(b.attempts.cmp(&a.attempts))
         .then(a.timestamp.cmp(&b.timestamp))
         .then_with(|| a.pod.key().cmp(&b.pod.key()))
+}
+
+/// The members of a group cycle: `first` (just popped) and every waiting pod `in_group` says
+/// is a member, taken from the queue and put in the cycle's order; None (nothing taken) while a
+/// member is held by a scheduling gate, when `plugin` holds them all instead.
+pub(crate) fn take_members(
+    sched: &Scheduler,
+    in_group: impl Fn(&crate::k8s::pod::Pod) -> bool + Copy,
+    first: QueuedPodInfo,
+    (plugin, group): (&'static str, &dyn std::fmt::Display),
+) -> Option<Vec<QueuedPodInfo>> {
+    let queue = &sched.state.queue;
+    if queue.hold_group_while_gated(in_group, first.pod.uid(), plugin) {
+        tracing::debug!(group = %group, "a member is held by a scheduling gate; the group waits for it");
+        return None;
+    }
+    let mut members = queue.take_group(in_group, first.pod.uid(), plugin);
+    members.push(first);
+    members.sort_by(order);
+    Some(members)
+}
+
+/// Why a group cycle of `profile` cannot run now: a watch its plugins need is not current.
+pub(crate) fn stale_watch(sched: &Scheduler, profile: &CompiledProfile) -> Option<String> {
+    let watch = sched.readiness.stale_for(|plugin| profile.uses(plugin))?;
+    Some(format!(
+        "the {watch} watch, which this profile's plugins need, is not current (failing or re-listing); retrying"
+    ))
 }
 
 /// Runs one group cycle for the gang of `first` (just popped) and its other waiting members.
@@ -242,26 +270,13 @@ pub fn schedule_group(
     let start = Instant::now();
     let group_plugin = plugin_for(gang.key.api);
     let in_group = |pod: &crate::k8s::pod::Pod| gang.key.has_member(pod);
-    if sched
-        .state
-        .queue
-        .hold_group_while_gated(in_group, first.pod.uid(), group_plugin)
-    {
-        tracing::debug!(group = %gang.key, "a member is held by a scheduling gate; the group waits for it");
+    let Some(members) = take_members(sched, in_group, first, (group_plugin, &gang.key)) else {
         return;
-    }
-    let mut members = sched
-        .state
-        .queue
-        .take_group(in_group, first.pod.uid(), group_plugin);
-    members.push(first);
-    members.sort_by(order);
+    };
     let group_name = gang.key.to_string();
 
-    if let Some(watch) = sched.readiness.stale_for(|plugin| profile.uses(plugin)) {
-        let status = Status::error(format!(
-            "the {watch} watch, which this profile's plugins need, is not current (failing or re-listing); retrying"
-        ));
+    if let Some(stale) = stale_watch(sched, &profile) {
+        let status = Status::error(stale);
         let size = members.len();
         for member in &members {
             let failure = Failure::error(&status);
