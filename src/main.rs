@@ -122,6 +122,11 @@ struct RunArgs {
     /// separated. tether never reads other kinds; grant it get/list/watch on these.
     #[arg(long, env = "TETHER_OWNER_KINDS", value_delimiter = ',')]
     owner_kinds: Vec<String>,
+    /// Feature gates as kube-scheduler's `--feature-gates` (`Name=true,...`); tether takes
+    /// DRAWorkloadResourceClaims (off by default, as upstream's beta): turn it on with the same
+    /// gate of kube-apiserver and kube-controller-manager.
+    #[arg(long, env = "TETHER_FEATURE_GATES", default_value = "", value_parser = parse_feature_gates)]
+    feature_gates: tether::k8s::features::FeatureGates,
     /// Take part in leader election on a Lease, so that of several replicas exactly one
     /// schedules and writes while the others stand by with warm caches.
     #[arg(long, env = "TETHER_LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -411,8 +416,13 @@ fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
         instance: args.instance,
         owner_kinds: args.owner_kinds,
         release: args.kubernetes_release,
+        features: args.feature_gates,
         namespace: args.leader_elect_resource_namespace,
     })
+}
+
+fn parse_feature_gates(text: &str) -> Result<tether::k8s::features::FeatureGates, String> {
+    tether::k8s::features::FeatureGates::parse(text).map_err(|e| e.to_string())
 }
 
 fn parse_release(text: &str) -> Result<tether::k8s::release::Release, String> {

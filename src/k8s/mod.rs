@@ -5,6 +5,7 @@ pub mod api_errors;
 pub mod budget;
 pub mod client;
 pub mod client_metrics;
+pub mod features;
 pub mod labels;
 pub mod names;
 pub mod node_selector;

@@ -76,6 +76,8 @@ pub struct RunConfig {
     pub watch_stale: std::time::Duration,
     /// The Kubernetes minor to schedule as, when set; else the API server's.
     pub release: Option<Release>,
+    /// `--feature-gates`: the gates whose default this cluster changes.
+    pub features: crate::k8s::features::FeatureGates,
     /// The namespace tether runs in (its pods are never sent to a profile by a
     /// namespaceSelector).
     pub namespace: String,
@@ -436,6 +438,13 @@ fn build_scheduler(
         activator: Some(sched.activator()),
         metrics: Some(process.metrics.clone()),
         release,
+        features: {
+            let (features, ignored) = config.features.for_release(release);
+            if let Some(why) = ignored {
+                tracing::warn!("{why}");
+            }
+            features
+        },
     };
     Ok(Parts {
         sched,

@@ -19,9 +19,10 @@ use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::{self, ScheduleResult};
 use crate::scheduler::failure::{FailedAttempt, Failure, NominationOutcome};
+use crate::scheduler::framework::group_post_filter::GroupReleaseContext;
 use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::priority;
-use crate::scheduler::framework::{CycleState, Nomination, QueuedPodInfo, Status};
+use crate::scheduler::framework::{Code, CycleState, Nomination, QueuedPodInfo, Status};
 use crate::scheduler::group_placement::{Assigned, GROUP_UNSCHEDULABLE, infeasible};
 use crate::scheduler::group_preemption::{self, policy};
 use crate::scheduler::group_status::{ConditionWrite, with_condition};
@@ -335,6 +336,7 @@ pub fn schedule_group(
     let mut evaluated = 0;
     let nominated = sched.state.room.for_group();
     let topology = group_topology::key_of(&gang, release).filter(|_| group_failure.is_none());
+    let group_claims = crate::scheduler::framework::GroupClaims::default();
     if let Some(key) = &topology {
         // Placed inside one domain of its topology constraint (1.38).
         let cycle = group_topology::cycle(sched, &profile, &members, (&gang, already), key);
@@ -362,7 +364,6 @@ pub fn schedule_group(
         group_failure = cycle.group_failure;
         evaluated = cycle.evaluated;
     } else if group_failure.is_none() {
-        let group_claims = crate::scheduler::framework::GroupClaims::default();
         for (index, member) in members.iter().enumerate() {
             evaluated = index + 1;
             let pod = &member.pod;
@@ -467,23 +468,59 @@ pub fn schedule_group(
         // 1.38, is a verdict no preemption can resolve (no victims), as upstream's framework
         // returns either alone.
         let mut full = message.clone();
-        let preemption = group_preemption::run(sched, &profile, &gang, &members, already);
+        // DynamicResources frees what kept the members off nodes first (nothing for a group
+        // with scheduling constraints, 1.38's topology-aware groups): an error fails the
+        // cycle, an unresolvable verdict ends the group's PostFilter before preemption.
+        let constrained = matches!(&gang.group, Group::Workload(g)
+            if release.at_least(38) && g.spec.scheduling_constraints.is_some());
+        let released = match &gang.group {
+            Group::Workload(_) if !constrained => {
+                let pods: Vec<&crate::k8s::pod::Pod> =
+                    members.iter().map(|m| m.pod.pod.as_ref()).collect();
+                let ctx = GroupReleaseContext {
+                    cycle: &group_claims,
+                    unscheduled: &pods,
+                    scheduled: already,
+                };
+                profile
+                    .post_filter
+                    .iter()
+                    .find_map(|p| Some((p.name(), p.group_release()?.release(&ctx))))
+            }
+            _ => None,
+        };
+        if let Some((plugin, status)) = &released
+            && status.code == Code::Error
+        {
+            let status = Status::error(format!(
+                "error in {plugin:?} PodGroupPostFilter plugins: {}",
+                status.message()
+            ));
+            tracing::warn!(group = %group_name, profile = %profile.source, error = %status, "pod group post-filter error");
+            let failed = GroupError {
+                status: &status,
+                member: None,
+                reason: "SchedulerError",
+            };
+            return fail_group(sched, &profile, &gang, &members, failed, start, search);
+        }
+        let ends = released
+            .as_ref()
+            .is_some_and(|(_, s)| s.code == Code::UnschedulableAndUnresolvable);
+        let preemption = if ends {
+            None
+        } else {
+            group_preemption::run(sched, &profile, &gang, &members, already)
+        };
         let alone = preemption
             .as_ref()
             .is_some_and(|p| p.succeeded || (!release.at_least(38) && p.unresolvable));
-        // DynamicResources says nothing for a group with scheduling constraints (1.38's
-        // topology-aware groups).
-        let constrained = matches!(&gang.group, Group::Workload(g)
-            if release.at_least(38) && g.spec.scheduling_constraints.is_some());
-        let dra_for_groups = !alone
-            && !constrained
-            && matches!(gang.group, Group::Workload(_))
-            && profile
-                .post_filter
-                .iter()
-                .any(|p| p.name() == crate::scheduler::plugins::dynamic_resources::NAME);
-        if dra_for_groups {
-            full.push_str(", deallocation and deletion of ResourceClaims completed");
+        if let Some((_, said)) = released.filter(|_| !alone) {
+            let words = said.message();
+            if !words.is_empty() {
+                full.push_str(", ");
+                full.push_str(&words);
+            }
         }
         let mut nominations: std::collections::HashMap<usize, String> = Default::default();
         let waiting_on_preemption = preemption.as_ref().is_some_and(|p| p.succeeded);

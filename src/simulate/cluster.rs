@@ -18,6 +18,7 @@ use kube::api::{Api, ListParams};
 use serde::{Deserialize, Serialize};
 
 use crate::api::{SchedulingProfile, StickyBinding};
+use crate::k8s::features::FeatureGates;
 use crate::k8s::pod::Pod;
 use crate::k8s::release::Release;
 use crate::k8s::{pods, volumes};
@@ -442,6 +443,17 @@ impl ClusterState {
         );
         Handle {
             release: self.release(),
+            // The API server keeps a PodGroup's claims only with DRAWorkloadResourceClaims on,
+            // which the scheduler then has on too: a snapshot holding one simulates it so.
+            features: FeatureGates {
+                dra_workload_resource_claims: self.release().at_least(37)
+                    && self.pod_groups.iter().any(|g| {
+                        g.spec
+                            .resource_claims
+                            .as_ref()
+                            .is_some_and(|c| !c.is_empty())
+                    }),
+            },
             client: None,
             default_selectors: workload_selectors,
             owners,

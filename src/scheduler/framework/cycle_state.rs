@@ -48,6 +48,11 @@ impl CycleState {
         self.data.insert(key, Arc::new(value));
     }
 
+    /// The value stored under `key`, shared: what a group cycle keeps of a member's state.
+    pub fn shared(&self, key: &'static str) -> Option<super::SharedState> {
+        self.data.get(key).cloned()
+    }
+
     /// The value stored under `key`, if one of type `T` is there.
     pub fn read<T: Any + Send + Sync>(&self, key: &'static str) -> Option<&T> {
         self.data.get(key).and_then(|v| v.downcast_ref::<T>())

@@ -140,6 +140,23 @@ pub struct ChosenVictim {
     pub why: String,
 }
 
+/// What a plugin freeing a group's resources is given.
+pub struct GroupReleaseContext<'a> {
+    /// What the failed cycle kept of its members (each member's state, by pod UID).
+    pub cycle: &'a super::GroupClaims,
+    /// The members the cycle tried, none scheduled, in its order.
+    pub unscheduled: &'a [&'a Pod],
+    /// The group's pods scheduled before the cycle (assumed or bound).
+    pub scheduled: usize,
+}
+
+/// Runs when a group cycle could not place its group, before [`GroupPostFilterPlugin`]s:
+/// Unschedulable with its words lets preemption run after it; UnschedulableAndUnresolvable
+/// ends the group's PostFilter; Error fails the cycle.
+pub trait GroupReleasePlugin: Send + Sync {
+    fn release(&self, ctx: &GroupReleaseContext<'_>) -> Status;
+}
+
 /// Runs when a group cycle could not place its group.
 pub trait GroupPostFilterPlugin: Send + Sync {
     fn group_post_filter(&self, ctx: &GroupPostFilterContext<'_>) -> GroupPostFilterResult;

@@ -156,6 +156,11 @@ pub trait Plugin: Send + Sync + 'static {
     fn group_post_filter(&self) -> Option<&dyn group_post_filter::GroupPostFilterPlugin> {
         None
     }
+    /// Runs when a pod group's cycle could not place it, before the group's preemption: frees
+    /// what kept its members off nodes (DynamicResources' PodGroupPostFilter).
+    fn group_release(&self) -> Option<&dyn group_post_filter::GroupReleasePlugin> {
+        None
+    }
     fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
         None
     }
@@ -230,12 +235,20 @@ pub struct RemovedPods(pub std::sync::Arc<std::collections::HashSet<String>>);
 
 pub const REMOVED_PODS_KEY: &str = "preemption/removed-pods";
 
-/// The claims whose allocation a member of this group cycle made pending (by UID), shared by
-/// every member's cycle state in one group cycle (or one trial of it): another member naming
-/// the claim reuses that allocation instead of waiting for it (upstream's pendingAllocations of
-/// a PodGroup's cycle).
+/// What DynamicResources keeps of one group cycle (or one trial of it), shared by every
+/// member's cycle state (upstream's podGroupStateData).
 #[derive(Clone, Debug, Default)]
-pub struct GroupClaims(pub std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+pub struct GroupClaims {
+    /// The claims whose allocation a member made pending (by UID): another member naming the
+    /// claim reuses that allocation instead of waiting for it (upstream's pendingAllocations).
+    pub pending: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Each member's DynamicResources state (by pod UID) once its PreFilter ran, for the
+    /// group's PostFilter to free what kept the members off nodes (upstream's podsStateData).
+    pub members: std::sync::Arc<std::sync::Mutex<Vec<(String, SharedState)>>>,
+}
+
+/// A plugin's cycle state, shared (see [`CycleState::shared`]).
+pub type SharedState = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 pub const GROUP_CLAIMS_KEY: &str = "group/pending-claims";
 

@@ -55,6 +55,8 @@ pub struct Handle {
     pub metrics: Option<Arc<crate::scheduler::metrics::Metrics>>,
     /// The Kubernetes minor whose kube-scheduler the plugins behave as, where minors differ.
     pub release: crate::k8s::release::Release,
+    /// The feature gates `--feature-gates` set, as they apply to `release`.
+    pub features: crate::k8s::features::FeatureGates,
 }
 
 /// A handle without an API client: its plugins write nothing (tests, `tether simulate`), so its
@@ -78,6 +80,7 @@ impl Default for Handle {
             activator: None,
             metrics: None,
             release: crate::k8s::release::Release::default(),
+            features: Default::default(),
         }
     }
 }

@@ -1,11 +1,14 @@
 //! A pod's ResourceClaims as DynamicResources finds them (upstream's foreachPodResourceClaim
 //! over resourceclaim.Name): a claim named in the pod, or the one kube-controller-manager made
-//! from a template, named in the pod's status and owned by the pod. The errors are upstream's,
-//! word for word: they are what `kubectl describe pod` shows while a pod waits.
+//! from a template, named in the pod's status and owned by the pod (or, with
+//! DRAWorkloadResourceClaims, by the pod's PodGroup). The errors are upstream's, word for word:
+//! they are what `kubectl describe pod` shows while a pod waits.
 
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::PodResourceClaim;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceClaimConsumerReference};
+use k8s_openapi::api::scheduling::v1beta1::PodGroup;
 
 use crate::k8s::pod::Pod;
 use crate::scheduler::informers::devices::Devices;
@@ -34,8 +37,25 @@ pub fn has_claims(pod: &Pod) -> bool {
 
 /// The pod's claims in the order the pod names them, as the scheduler sees them now, or why
 /// one cannot be used (the first reason, in upstream's words). A template claim the controller
-/// chose not to create is left out, as upstream.
-pub fn pod_claims(devices: &Devices, pod: &Pod) -> Result<Vec<Arc<ResourceClaim>>, String> {
+/// chose not to create is left out, as upstream. `accept_group`: a template claim controlled
+/// by the pod's PodGroup is the pod's too (DRAWorkloadResourceClaims).
+pub fn pod_claims(
+    devices: &Devices,
+    pod: &Pod,
+    accept_group: bool,
+) -> Result<Vec<Arc<ResourceClaim>>, String> {
+    Ok(pod_claim_entries(devices, pod, accept_group)?
+        .into_iter()
+        .map(|(claim, _)| claim)
+        .collect())
+}
+
+/// [`pod_claims`], each with the pod's entry that names it.
+pub fn pod_claim_entries<'p>(
+    devices: &Devices,
+    pod: &'p Pod,
+    accept_group: bool,
+) -> Result<Vec<(Arc<ResourceClaim>, &'p PodResourceClaim)>, String> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut claims = Vec::new();
     for pc in pod
@@ -81,15 +101,17 @@ pub fn pod_claims(devices: &Devices, pod: &Pod) -> Result<Vec<Arc<ResourceClaim>
             return Err(format!("resourceclaim {name:?} is being deleted"));
         }
         if must_own {
-            owned_by(claim, pod)?;
+            owned_by(claim, pod, accept_group)?;
         }
-        claims.push(claim.clone());
+        claims.push((claim.clone(), pc));
     }
     Ok(claims)
 }
 
-/// A template claim must be in the pod's namespace and controlled by the pod.
-fn owned_by(claim: &ResourceClaim, pod: &Pod) -> Result<(), String> {
+/// A template claim must be in the pod's namespace and controlled by the pod or, with
+/// `accept_group`, by the PodGroup the pod names (matched by kind, API group and name: a pod
+/// does not know its group's UID).
+fn owned_by(claim: &ResourceClaim, pod: &Pod, accept_group: bool) -> Result<(), String> {
     let claim_key = format!(
         "{}/{}",
         claim.metadata.namespace.as_deref().unwrap_or_default(),
@@ -107,13 +129,105 @@ fn owned_by(claim: &ResourceClaim, pod: &Pod) -> Result<(), String> {
         .iter()
         .flatten()
         .any(|r| r.controller == Some(true) && Some(&r.uid) == pod.metadata.uid.as_ref());
-    if !controlled {
+    if controlled {
+        return Ok(());
+    }
+    if let Some(group) = crate::scheduler::informers::pod_groups::group_name(pod)
+        && accept_group
+    {
+        let by_group = claim
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true))
+            .is_some_and(|r| {
+                r.name == group
+                    && r.kind == "PodGroup"
+                    && r.api_version.starts_with(SCHEDULING_GROUP_PREFIX)
+            });
+        if by_group {
+            return Ok(());
+        }
         return Err(format!(
-            "ResourceClaim {claim_key} was not created for Pod {} (Pod is not owner)",
+            "ResourceClaim {claim_key} was not created for Pod {} (neither Pod nor PodGroup {group} is the owner)",
             pod_key(pod)
         ));
     }
-    Ok(())
+    Err(format!(
+        "ResourceClaim {claim_key} was not created for Pod {} (Pod is not owner)",
+        pod_key(pod)
+    ))
+}
+
+/// The API group of the Workload API, as an owner reference's apiVersion starts (the version
+/// may change; the group may not).
+const SCHEDULING_GROUP_PREFIX: &str = "scheduling.k8s.io/";
+
+/// What a claim the pod names is reserved for when PreBind writes it (upstream's BindTo): the
+/// pod's PodGroup when `group` (DRAWorkloadResourceClaims on, the pod's group) has an entry of
+/// the same name, claim name and template name, else the pod.
+pub fn bind_to(
+    pod: &Pod,
+    group: Option<&PodGroup>,
+    entry: &PodResourceClaim,
+) -> Result<ResourceClaimConsumerReference, String> {
+    if entry.resource_claim_name.is_none() && entry.resource_claim_template_name.is_none() {
+        return Err(format!(
+            "Pod {} claim {}: {UNSUPPORTED}",
+            pod_key(pod),
+            entry.name
+        ));
+    }
+    let Some(group) = group else {
+        return Ok(consumer(pod));
+    };
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let group_namespace = group.metadata.namespace.as_deref().unwrap_or_default();
+    let group_name = group.metadata.name.as_deref().unwrap_or_default();
+    match crate::scheduler::informers::pod_groups::group_name(pod) {
+        None => {
+            return Err(format!(
+                "Pod {} does not belong to a PodGroup",
+                pod_key(pod)
+            ));
+        }
+        Some(named) if named != group_name || namespace != group_namespace => {
+            return Err(format!(
+                "Pod {} belongs to PodGroup {namespace}/{named}, not PodGroup {group_namespace}/{group_name}",
+                pod_key(pod)
+            ));
+        }
+        Some(_) => {}
+    }
+    for g in group.spec.resource_claims.iter().flatten() {
+        if g.resource_claim_name.is_none() && g.resource_claim_template_name.is_none() {
+            return Err(format!(
+                "PodGroup {group_namespace}/{group_name} claim {}: {UNSUPPORTED}",
+                g.name
+            ));
+        }
+        if g.name == entry.name
+            && g.resource_claim_name == entry.resource_claim_name
+            && g.resource_claim_template_name == entry.resource_claim_template_name
+        {
+            return Ok(ResourceClaimConsumerReference {
+                api_group: Some("scheduling.k8s.io".into()),
+                resource: "podgroups".into(),
+                name: group_name.to_string(),
+                uid: group.metadata.uid.clone().unwrap_or_default(),
+            });
+        }
+    }
+    Ok(consumer(pod))
+}
+
+/// upstream's ErrAPIUnsupported, as its errors end.
+const UNSUPPORTED: &str = "none of the supported fields are set";
+
+/// Whether a `reservedFor` entry is a PodGroup's.
+pub fn is_group_consumer(c: &ResourceClaimConsumerReference) -> bool {
+    c.api_group.as_deref() == Some("scheduling.k8s.io") && c.resource == "podgroups"
 }
 
 /// The entry a pod has in `status.reservedFor` of a claim it uses.
@@ -126,14 +240,20 @@ pub fn consumer(pod: &Pod) -> ResourceClaimConsumerReference {
     }
 }
 
-/// Whether the claim is reserved for the pod (some `reservedFor` entry has its UID).
-pub fn reserved_for(claim: &ResourceClaim, pod: &Pod) -> bool {
+/// Whether the claim is reserved for the pod (some `reservedFor` entry has its UID) or, with
+/// `accept_group`, for the PodGroup the pod names (by API group, resource and name: a pod
+/// does not know its group's UID).
+pub fn reserved_for(claim: &ResourceClaim, pod: &Pod, accept_group: bool) -> bool {
     let uid = pod.metadata.uid.as_deref().unwrap_or_default();
+    let group = crate::scheduler::informers::pod_groups::group_name(pod).filter(|_| accept_group);
     claim
         .status
         .as_ref()
         .and_then(|s| s.reserved_for.as_ref())
-        .is_some_and(|r| r.iter().any(|c| c.uid == uid))
+        .is_some_and(|r| {
+            r.iter()
+                .any(|c| c.uid == uid || group.is_some_and(|g| is_group_consumer(c) && c.name == g))
+        })
 }
 
 /// Whether the claim has an allocation.
@@ -160,4 +280,161 @@ pub fn holds_claims(pod: &Pod) -> bool {
             .status
             .as_ref()
             .is_some_and(|s| s.extended_resource_claim_status.is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::informers::Keeps;
+    use crate::scheduler::informers::devices::DeviceIndex;
+
+    fn member() -> Pod {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ml", "name": "worker-0", "uid": "pod-uid"},
+            "spec": {
+                "containers": [],
+                "schedulingGroup": {"podGroupName": "train"},
+                "resourceClaims": [
+                    {"name": "gpu", "resourceClaimTemplateName": "one-gpu"},
+                    {"name": "own", "resourceClaimTemplateName": "one-gpu"},
+                ],
+            },
+            "status": {"resourceClaimStatuses": [
+                {"name": "gpu", "resourceClaimName": "train-gpu-x"},
+                {"name": "own", "resourceClaimName": "worker-0-own-y"},
+            ]},
+        }))
+        .expect("a pod")
+    }
+
+    fn claim(name: &str, owner: serde_json::Value) -> Arc<ResourceClaim> {
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"namespace": "ml", "name": name, "uid": format!("{name}-uid"),
+                    "ownerReferences": [owner]},
+                "spec": {},
+            }))
+            .expect("a claim"),
+        )
+    }
+
+    fn group() -> PodGroup {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"namespace": "ml", "name": "train", "uid": "group-uid"},
+            "spec": {
+                "schedulingPolicy": {"gang": {"minCount": 2}},
+                "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "one-gpu"}],
+            },
+        }))
+        .expect("a podgroup")
+    }
+
+    fn devices() -> Arc<DeviceIndex> {
+        let devices = Arc::new(DeviceIndex::default());
+        Keeps::<ResourceClaim>::reset(
+            &*devices,
+            vec![
+                claim(
+                    "train-gpu-x",
+                    serde_json::json!({"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+                        "name": "train", "uid": "group-uid", "controller": true}),
+                ),
+                claim(
+                    "worker-0-own-y",
+                    serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                        "name": "worker-0", "uid": "pod-uid", "controller": true}),
+                ),
+            ],
+        );
+        devices
+    }
+
+    #[test]
+    fn a_claim_the_pods_group_controls_is_the_pods_only_with_the_gate() {
+        let devices = devices();
+        let pod = member();
+        let off = pod_claims(&devices.read(), &pod, false).expect_err("refused without the gate");
+        assert_eq!(
+            off,
+            "ResourceClaim ml/train-gpu-x was not created for Pod ml/worker-0 (Pod is not owner)"
+        );
+        let on = pod_claims(&devices.read(), &pod, true).expect("the group's claim is the pod's");
+        assert_eq!(on.len(), 2);
+        // Another group's claim is refused in upstream's words.
+        let mut stranger = pod.clone();
+        if let Some(g) = stranger
+            .spec
+            .as_mut()
+            .and_then(|s| s.scheduling_group.as_mut())
+        {
+            g.pod_group_name = Some("other".into());
+        }
+        assert_eq!(
+            pod_claims(&devices.read(), &stranger, true).expect_err("not its group's"),
+            "ResourceClaim ml/train-gpu-x was not created for Pod ml/worker-0 (neither Pod nor PodGroup other is the owner)"
+        );
+    }
+
+    #[test]
+    fn a_claim_the_group_declares_is_bound_to_the_group_and_others_to_the_pod() {
+        let pod = member();
+        let group = group();
+        let entries = pod.spec.as_ref().and_then(|s| s.resource_claims.clone());
+        let entries = entries.expect("entries");
+        let gpu = bind_to(&pod, Some(&group), &entries[0]).expect("bound");
+        assert_eq!(
+            (
+                gpu.api_group.as_deref(),
+                gpu.resource.as_str(),
+                gpu.name.as_str(),
+                gpu.uid.as_str()
+            ),
+            (Some("scheduling.k8s.io"), "podgroups", "train", "group-uid")
+        );
+        let own = bind_to(&pod, Some(&group), &entries[1]).expect("bound");
+        assert_eq!(
+            (own.resource.as_str(), own.uid.as_str()),
+            ("pods", "pod-uid")
+        );
+        // Without the gate (no group given) every claim is the pod's.
+        assert_eq!(
+            bind_to(&pod, None, &entries[0]).expect("bound").resource,
+            "pods"
+        );
+        // A group entry naming another template is not the pod's entry.
+        let mut other = group.clone();
+        if let Some(c) = other.spec.resource_claims.as_mut() {
+            c[0].resource_claim_template_name = Some("two-gpus".into());
+        }
+        assert_eq!(
+            bind_to(&pod, Some(&other), &entries[0])
+                .expect("bound")
+                .resource,
+            "pods"
+        );
+    }
+
+    #[test]
+    fn a_group_reservation_is_the_members_by_name_only_with_the_gate() {
+        let pod = member();
+        let mut c = (*claim("train-gpu-x", serde_json::json!({}))).clone();
+        c.status = Some(
+            serde_json::from_value(serde_json::json!({
+                "reservedFor": [{"apiGroup": "scheduling.k8s.io", "resource": "podgroups",
+                    "name": "train", "uid": "group-uid"}],
+            }))
+            .expect("a status"),
+        );
+        assert!(reserved_for(&c, &pod, true));
+        assert!(!reserved_for(&c, &pod, false));
+        let mut stranger = pod.clone();
+        if let Some(g) = stranger
+            .spec
+            .as_mut()
+            .and_then(|s| s.scheduling_group.as_mut())
+        {
+            g.pod_group_name = Some("other".into());
+        }
+        assert!(!reserved_for(&c, &stranger, true));
+    }
 }

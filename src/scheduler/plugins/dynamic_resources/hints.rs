@@ -14,7 +14,8 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::informers::devices::DeviceIndex;
 
-pub fn registrations(devices: &Arc<DeviceIndex>) -> Vec<Registration> {
+/// `accept_group`: DRAWorkloadResourceClaims (a claim the pod's PodGroup controls is the pod's).
+pub fn registrations(devices: &Arc<DeviceIndex>, accept_group: bool) -> Vec<Registration> {
     let add_update = ActionType::ADD | ActionType::UPDATE;
     let claim_index = devices.clone();
     let pod_index = devices.clone();
@@ -28,14 +29,18 @@ pub fn registrations(devices: &Arc<DeviceIndex>) -> Vec<Registration> {
                 EventResource::ResourceClaim,
                 add_update | ActionType::DELETE,
             ),
-            Arc::new(move |pod, old, new| after_claim_change(&claim_index, pod, old, new)),
+            Arc::new(move |pod, old, new| {
+                after_claim_change(&claim_index, accept_group, pod, old, new)
+            }),
         ),
         Registration::new(
             ClusterEvent::new(
                 EventResource::Pod,
                 ActionType::UPDATE_POD_GENERATED_RESOURCE_CLAIM,
             ),
-            Arc::new(move |pod, _old, new| after_target_pod_update(&pod_index, pod, new)),
+            Arc::new(move |pod, _old, new| {
+                after_target_pod_update(&pod_index, accept_group, pod, new)
+            }),
         ),
         Registration::always(ClusterEvent::new(EventResource::DeviceClass, add_update)),
         Registration::always(ClusterEvent::new(EventResource::ResourceSlice, add_update)),
@@ -47,6 +52,7 @@ pub fn registrations(devices: &Arc<DeviceIndex>) -> Vec<Registration> {
 /// claim of the pod added, or whose status changed, may help it.
 fn after_claim_change(
     devices: &DeviceIndex,
+    accept_group: bool,
     pod: &PodInfo,
     old: Option<&EventObject>,
     new: Option<&EventObject>,
@@ -58,7 +64,7 @@ fn after_claim_change(
             _ => Hint::Queue,
         };
     };
-    let uses = match claims::pod_claims(&devices.read(), &pod.pod) {
+    let uses = match claims::pod_claims(&devices.read(), &pod.pod, accept_group) {
         Err(_) => return Hint::Skip,
         Ok(found) => found
             .iter()
@@ -80,6 +86,7 @@ fn after_claim_change(
 /// The pod's status now names its generated claims: queue once every claim it needs is found.
 fn after_target_pod_update(
     devices: &DeviceIndex,
+    accept_group: bool,
     pod: &PodInfo,
     new: Option<&EventObject>,
 ) -> Hint {
@@ -89,7 +96,7 @@ fn after_target_pod_update(
     if new.metadata.uid != pod.pod.metadata.uid {
         return Hint::Skip;
     }
-    match claims::pod_claims(&devices.read(), new) {
+    match claims::pod_claims(&devices.read(), new, accept_group) {
         Ok(_) => Hint::Queue,
         Err(_) => Hint::Skip,
     }

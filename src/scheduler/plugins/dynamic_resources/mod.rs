@@ -26,10 +26,12 @@ pub mod binding;
 pub mod cel;
 pub mod claims;
 pub mod extended;
+mod group_release;
 pub mod hints;
 mod post_filter;
 mod pre_bind;
 mod preemption;
+mod reserve;
 mod writes;
 
 use std::collections::{BTreeSet, HashMap};
@@ -37,7 +39,9 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::ContainerExtendedResourceRequest;
-use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, ResourceClaim, ResourceClaimConsumerReference,
+};
 use kube::api::Api;
 
 use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
@@ -59,9 +63,11 @@ use crate::scheduler::framework::validation::{FieldErrors, FieldPath, decode_arg
 use crate::scheduler::framework::{
     Code, CycleState, FilterPlugin, GROUP_CLAIMS_KEY, GroupClaims, Nomination, Plugin,
     PostFilterContext, PostFilterPlugin, PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin,
-    PreFilterResult, REMOVED_PODS_KEY, RemovedPods, ReservePlugin, ScorePlugin, Status,
+    PreFilterResult, REMOVED_PODS_KEY, RemovedPods, ReservePlugin, ScorePlugin, SharedState,
+    Status,
 };
 use crate::scheduler::informers::devices::DeviceIndex;
+use crate::scheduler::informers::pod_groups::{Group, GroupApi, GroupKey, PodGroupIndex};
 use crate::scheduler::plugins::handle::Handle;
 use crate::scheduler::plugins::helper::default_normalize_score;
 
@@ -88,6 +94,10 @@ pub struct DynamicResources {
     /// The release whose rules apply where releases differ (DeviceTaintRules from 1.37,
     /// PostFilter's words).
     release: crate::k8s::release::Release,
+    /// DRAWorkloadResourceClaims: a PodGroup's claims are its pods' and reserved for it.
+    group_claims: bool,
+    /// The PodGroups a pod's claims may be reserved for (with `group_claims`).
+    pod_groups: Arc<PodGroupIndex>,
 }
 
 /// The claim of a pod's extended resources as a set of nodes needs it (those whose
@@ -121,6 +131,9 @@ type FreedKey = (Option<usize>, Vec<String>);
 struct State {
     /// The claims the pod names (the extended resources' claim is in `extended`).
     claims: Vec<Arc<ResourceClaim>>,
+    /// Per claim, with DRAWorkloadResourceClaims: what PreBind reserves it for (the pod, or
+    /// its PodGroup); empty without (the pod).
+    bind_to: Vec<ResourceClaimConsumerReference>,
     /// Per claim: the nodes an allocated claim is available on (`None`: any).
     available_on: Vec<Option<Terms>>,
     allocator: Option<Allocator>,
@@ -176,7 +189,7 @@ impl Plugin for DynamicResources {
         NAME
     }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        Some(hints::registrations(&self.devices))
+        Some(hints::registrations(&self.devices, self.group_claims))
     }
     fn pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
         Some(self)
@@ -192,6 +205,11 @@ impl Plugin for DynamicResources {
         true
     }
     fn post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn group_release(
+        &self,
+    ) -> Option<&dyn crate::scheduler::framework::group_post_filter::GroupReleasePlugin> {
         Some(self)
     }
     fn score(&self) -> Option<&dyn ScorePlugin> {
@@ -210,7 +228,7 @@ impl PreEnqueuePlugin for DynamicResources {
         if !claims::has_claims(&pod.pod) {
             return Status::success();
         }
-        match claims::pod_claims(&self.devices.read(), &pod.pod) {
+        match claims::pod_claims(&self.devices.read(), &pod.pod, self.group_claims) {
             Ok(_) => Status::success(),
             Err(why) => Status::unresolvable(why),
         }
@@ -224,6 +242,25 @@ impl PreFilterPlugin for DynamicResources {
         pod: &PodInfo,
         _snapshot: &Snapshot,
     ) -> (PreFilterResult, Status) {
+        let out = self.read_claims(state, pod);
+        // In a group cycle the member's state is kept for the group's PostFilter.
+        if let (Some(group), Some(shared)) = (
+            state.read::<GroupClaims>(GROUP_CLAIMS_KEY),
+            state.shared(STATE_KEY),
+        ) {
+            let uid = pod.uid().to_string();
+            let mut members = locks::lock(&group.members);
+            members.retain(|(u, _)| *u != uid);
+            members.push((uid, shared));
+        }
+        out
+    }
+}
+
+impl DynamicResources {
+    /// PreFilter's work: the pod's claims read, what to allocate and where allocated ones are
+    /// available, kept in the cycle state.
+    fn read_claims(&self, state: &mut CycleState, pod: &PodInfo) -> (PreFilterResult, Status) {
         let all = PreFilterResult::all_nodes();
         let mut s = State::default();
         let has_extended = !pod.requests.scalar.is_empty();
@@ -232,7 +269,7 @@ impl PreFilterPlugin for DynamicResources {
             return (all, Status::skip());
         }
         let devices = self.devices.read();
-        let found = match claims::pod_claims(&devices, &pod.pod) {
+        let entries = match claims::pod_claim_entries(&devices, &pod.pod, self.group_claims) {
             Ok(found) => found,
             Err(why) => {
                 drop(devices);
@@ -243,6 +280,20 @@ impl PreFilterPlugin for DynamicResources {
         s.extended = has_extended
             .then(|| extended::pre_filter(&devices, pod))
             .flatten();
+        if self.group_claims {
+            // Each binding computed beside its claim; upstream computes them over every entry
+            // of the pod while its claims skip a template the controller chose not to create,
+            // which could shift them against each other there (never here).
+            match self.bindings(&pod.pod, &entries) {
+                Ok(bindings) => s.bind_to = bindings,
+                Err(why) => {
+                    drop(devices);
+                    state.write(STATE_KEY, s);
+                    return (all, Status::unresolvable(why));
+                }
+            }
+        }
+        let found: Vec<Arc<ResourceClaim>> = entries.into_iter().map(|(c, _)| c).collect();
         if found.is_empty() && s.extended.is_none() {
             drop(devices);
             state.write(STATE_KEY, s);
@@ -252,7 +303,7 @@ impl PreFilterPlugin for DynamicResources {
         let mut verdict = Status::success();
         let group = state
             .read::<GroupClaims>(GROUP_CLAIMS_KEY)
-            .map(|g| locks::lock(&g.0).clone())
+            .map(|g| locks::lock(&g.pending).clone())
             .unwrap_or_default();
         for claim in &found {
             let uid = claim.metadata.uid.as_deref().unwrap_or_default();
@@ -378,6 +429,36 @@ fn class_problem(
 }
 
 impl DynamicResources {
+    /// What PreBind reserves each of the pod's claims for (upstream's podResourceClaimBindings):
+    /// its PodGroup where the group declares the same claim, else the pod.
+    fn bindings(
+        &self,
+        pod: &Pod,
+        entries: &[(
+            Arc<ResourceClaim>,
+            &k8s_openapi::api::core::v1::PodResourceClaim,
+        )],
+    ) -> Result<Vec<ResourceClaimConsumerReference>, String> {
+        let group = match crate::scheduler::informers::pod_groups::group_name(pod) {
+            None => None,
+            Some(name) => {
+                let key = GroupKey {
+                    api: GroupApi::Workload,
+                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                    name: name.to_string(),
+                };
+                match self.pod_groups.get(&key) {
+                    Some(Group::Workload(group)) => Some(group),
+                    _ => return Err(format!("pod group state not found for pod group {key}")),
+                }
+            }
+        };
+        entries
+            .iter()
+            .map(|(_, entry)| claims::bind_to(pod, group.as_deref(), entry))
+            .collect()
+    }
+
     /// The extended resources' claim for nodes that leave `to_dra` to DRA, with its
     /// allocator: built once per cycle for each such set (nodes mostly agree, so once).
     fn variant(
@@ -520,8 +601,20 @@ impl FilterPlugin for DynamicResources {
         let mut why = Vec::new();
         for (claim, on) in s.claims.iter().zip(&s.available_on) {
             if on.as_ref().is_some_and(|t| !t.matches(&node.name, labels)) {
+                let group = claim
+                    .status
+                    .iter()
+                    .flat_map(|st| st.reserved_for.iter().flatten())
+                    .find(|c| claims::is_group_consumer(c));
+                let until = match group {
+                    Some(g) => format!(
+                        "it is deallocated once its PodGroup {} is deleted, or when the group is placed nowhere with none of its pods scheduled",
+                        g.name
+                    ),
+                    None => "it is deallocated once no pod uses it".to_string(),
+                };
                 why.push(format!(
-                    "claim {} is allocated to devices {} cannot reach (its allocation's node selector); it is deallocated once no pod uses it",
+                    "claim {} is allocated to devices {} cannot reach (its allocation's node selector); {until}",
                     claims::key(claim),
                     node.name
                 ));
@@ -631,140 +724,6 @@ impl ScorePlugin for DynamicResources {
     }
 }
 
-impl ReservePlugin for DynamicResources {
-    fn reserve(&self, state: &mut CycleState, _pod: &PodInfo, node_name: &str) -> Status {
-        let Some(s) = state.read::<State>(STATE_KEY) else {
-            return Status::success();
-        };
-        // The group cycle's pending allocations this pod reuses: one more sharer each (gone
-        // since PreFilter: the pod waits, as for any allocation in flight).
-        let mut shared = Vec::new();
-        for c in &s.shared {
-            let uid = c.metadata.uid.as_deref().unwrap_or_default();
-            if !self.devices.share_in_flight(uid) {
-                for taken in &shared {
-                    let taken: &Arc<ResourceClaim> = taken;
-                    self.devices
-                        .forget_in_flight(taken.metadata.uid.as_deref().unwrap_or_default());
-                }
-                return Status::unschedulable(format!(
-                    "resource claim {} is in the process of being allocated",
-                    claims::key(c)
-                ));
-            }
-            shared.push(c.clone());
-        }
-        let group = state.read::<GroupClaims>(GROUP_CLAIMS_KEY).cloned();
-        let mut to_allocate: Vec<Arc<ResourceClaim>> =
-            s.to_allocate().map(|(_, c)| c.clone()).collect();
-        if s.allocator.is_none() {
-            to_allocate.clear();
-        }
-        let variant = locks::lock(&s.extended_by_node).get(node_name).cloned();
-        if to_allocate.is_empty() && variant.is_none() {
-            *locks::lock(&s.reserved) = shared;
-            return Status::success();
-        }
-        let Some(found) = locks::lock(&s.by_node).get(node_name).cloned() else {
-            return Status::error("claim allocation not found for node");
-        };
-        let users = to_allocate.len();
-        if let Some(v) = &variant {
-            to_allocate.push(v.claim.clone());
-        }
-        if found.len() != to_allocate.len() {
-            return Status::error(format!(
-                "internal error, have {} allocations, {} claims to allocate, want {} claims",
-                found.len(),
-                to_allocate.len(),
-                to_allocate.len()
-            ));
-        }
-        let mut reserved = Vec::new();
-        for (i, (claim, allocation)) in to_allocate.into_iter().zip(found).enumerate() {
-            let mut c = (*claim).clone();
-            let finalizers = c.metadata.finalizers.get_or_insert_default();
-            if !finalizers.iter().any(|f| f == claims::FINALIZER) {
-                finalizers.push(claims::FINALIZER.into());
-            }
-            c.status.get_or_insert_default().allocation = Some(allocation);
-            let c = Arc::new(c);
-            self.devices.set_in_flight(c.clone());
-            if i < users {
-                if let Some(group) = &group {
-                    // Another member of this group cycle naming the claim reuses it.
-                    locks::lock(&group.0).insert(c.metadata.uid.clone().unwrap_or_default());
-                }
-                reserved.push(c);
-            } else if let Some(v) = &variant {
-                *locks::lock(&s.reserved_extended) = Some((c, v.mappings.clone()));
-            }
-        }
-        reserved.extend(shared);
-        *locks::lock(&s.reserved) = reserved;
-        Status::success()
-    }
-
-    fn unreserve(&self, state: &CycleState, pod: &PodInfo, _node_name: &str) {
-        let Some(s) = state.read::<State>(STATE_KEY) else {
-            return;
-        };
-        let written = std::mem::take(&mut *locks::lock(&s.written));
-        // The extended resources' claim: its in-memory allocation dropped; the claim, once
-        // created, deleted (its allocation, if written, stays in flight until the watch shows
-        // the claim gone).
-        if let Some((c, _)) = locks::lock(&s.reserved_extended).take() {
-            self.devices
-                .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
-        }
-        let created = locks::lock(&s.created_extended).take();
-        if let Some((c, allocation_written)) = &created
-            && !allocation_written
-        {
-            self.devices
-                .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
-        }
-        if let (Some((claim, _)), Some(client), Some(runtime)) =
-            (created, &self.client, &self.runtime)
-        {
-            let (client, gate) = (client.clone(), self.gate.clone());
-            runtime.spawn(async move {
-                let deleted = gate
-                    .write(Write::DynamicResources, delete_claim(&client, &claim))
-                    .await;
-                match deleted {
-                    Ok(Ok(())) => {}
-                    Ok(Err(e)) => tracing::warn!(claim = %claims::key(&claim), error = %e, "deleting the extended resources' claim failed"),
-                    Err(refused) => tracing::info!(claim = %claims::key(&claim), %refused, "not deleting the extended resources' claim"),
-                }
-            });
-        }
-        for c in locks::lock(&s.reserved).drain(..) {
-            // An allocation PreBind wrote stays allocated: its devices stay taken until the
-            // watch shows it. One never written is dropped.
-            if !written.iter().any(|w| w.metadata.uid == c.metadata.uid) {
-                self.devices
-                    .forget_in_flight(c.metadata.uid.as_deref().unwrap_or_default());
-            }
-        }
-        // The reservations PreBind wrote for the pod: take them back.
-        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
-            return;
-        };
-        for claim in written
-            .into_iter()
-            .filter(|c| claims::reserved_for(c, &pod.pod))
-        {
-            runtime.spawn(unreserve_claim(
-                client.clone(),
-                self.gate.clone(),
-                claim,
-                pod.pod.metadata.uid.clone().unwrap_or_default(),
-            ));
-        }
-    }
-}
-
 /// Builds the plugin from its args.
 pub fn build(
     args: Option<&serde_json::Value>,
@@ -780,6 +739,8 @@ pub fn build(
         events: handle.events.clone(),
         runtime: tokio::runtime::Handle::try_current().ok(),
         release: handle.release,
+        group_claims: handle.features.dra_workload_resource_claims,
+        pod_groups: handle.pod_groups.clone(),
     }))
 }
 

@@ -37,7 +37,18 @@ impl PostFilterPlugin for DynamicResources {
         if s.claims.is_empty() && s.extended.is_none() {
             return nothing("no new claims to deallocate");
         }
-        let pod_uid = ctx.pod.uid();
+        match self.free_one(s, ctx.pod.uid()) {
+            Some(status) => (Nomination::Keep, status),
+            None => nothing("still not schedulable"),
+        }
+    }
+}
+
+impl DynamicResources {
+    /// upstream's deallocateOrDeletePodClaims: deallocates one claim that kept the pod off a
+    /// node and is reserved for nobody else, or deletes the extended resources' claim an
+    /// earlier attempt left; the outcome, or None when there was nothing to free.
+    pub(super) fn free_one(&self, s: &State, pod_uid: &str) -> Option<Status> {
         let candidate = locks::lock(&s.unavailable).iter().find_map(|&i| {
             let claim = s.claims.get(i)?;
             let reserved = claim
@@ -50,15 +61,23 @@ impl PostFilterPlugin for DynamicResources {
             free.then(|| claim.clone())
         });
         let Some(claim) = candidate else {
-            return match s.extended.as_ref().filter(|e| e.stale()) {
-                Some(ext) => self.delete_stale(&ext.claim),
-                None => nothing("still not schedulable"),
-            };
+            return s
+                .extended
+                .as_ref()
+                .filter(|e| e.stale())
+                .map(|ext| self.delete_stale(&ext.claim));
         };
+        Some(self.deallocate(&claim, "deallocation of ResourceClaim completed"))
+    }
+
+    /// Clears a claim's reservations, allocation and devices (one status write, conditional on
+    /// the version read, bounded: a slow API server delays this failure, not every cycle for
+    /// the client's read timeout); Unschedulable saying `done` once written.
+    pub(super) fn deallocate(&self, claim: &ResourceClaim, done: &str) -> Status {
         let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
-            return nothing("still not schedulable");
+            return Status::with_reasons(Code::Unschedulable, Vec::new());
         };
-        let mut freed = (*claim).clone();
+        let mut freed = claim.clone();
         if let Some(st) = freed.status.as_mut() {
             st.reserved_for = None;
             st.allocation = None;
@@ -69,42 +88,29 @@ impl PostFilterPlugin for DynamicResources {
             freed.metadata.namespace.as_deref().unwrap_or_default(),
         );
         let name = freed.metadata.name.clone().unwrap_or_default();
-        // One write, on the scheduling thread as upstream's, bounded: a slow API server
-        // delays this pod's failure, not every pod's cycle for the client's read timeout.
         let written = bounded(
             runtime,
             self.gate.write(Write::DynamicResources, async {
                 // Only the three fields cleared, conditional on the version read.
-                patch::write_changes(&api, &name, &claim, &freed, Part::Status).await
+                patch::write_changes(&api, &name, claim, &freed, Part::Status).await
             }),
         );
         match written {
-            Ok(Ok(Ok(_))) => (
-                Nomination::Keep,
-                Status::unschedulable("deallocation of ResourceClaim completed"),
-            ),
-            Ok(Ok(Err(e))) => (Nomination::Keep, Status::error(api_errors::message(&e))),
-            Ok(Err(refused)) => (Nomination::Keep, Status::error(refused.to_string())),
-            Err(_) => (
-                Nomination::Keep,
-                Status::error(format!(
-                    "deallocating ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
-                    claims::key(&claim)
-                )),
-            ),
+            Ok(Ok(Ok(_))) => Status::unschedulable(done),
+            Ok(Ok(Err(e))) => Status::error(api_errors::message(&e)),
+            Ok(Err(refused)) => Status::error(refused.to_string()),
+            Err(_) => Status::error(format!(
+                "deallocating ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
+                claims::key(claim)
+            )),
         }
     }
-}
 
-impl DynamicResources {
     /// Deletes the extended resources' claim an earlier attempt made (PostFilter), bounded as
     /// a deallocation is.
-    fn delete_stale(&self, claim: &ResourceClaim) -> (Nomination, Status) {
+    fn delete_stale(&self, claim: &ResourceClaim) -> Status {
         let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
-            return (
-                Nomination::Keep,
-                Status::with_reasons(Code::Unschedulable, Vec::new()),
-            );
+            return Status::with_reasons(Code::Unschedulable, Vec::new());
         };
         let done = bounded(
             runtime,
@@ -112,19 +118,13 @@ impl DynamicResources {
                 .write(Write::DynamicResources, delete_claim(client, claim)),
         );
         match done {
-            Ok(Ok(Ok(()))) => (
-                Nomination::Keep,
-                Status::unschedulable("deletion of ResourceClaim completed"),
-            ),
-            Ok(Ok(Err(e))) => (Nomination::Keep, Status::error(e)),
-            Ok(Err(refused)) => (Nomination::Keep, Status::error(refused.to_string())),
-            Err(_) => (
-                Nomination::Keep,
-                Status::error(format!(
-                    "deleting ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
-                    claims::key(claim)
-                )),
-            ),
+            Ok(Ok(Ok(()))) => Status::unschedulable("deletion of ResourceClaim completed"),
+            Ok(Ok(Err(e))) => Status::error(e),
+            Ok(Err(refused)) => Status::error(refused.to_string()),
+            Err(_) => Status::error(format!(
+                "deleting ResourceClaim {}: no answer within {DEALLOCATION_TIMEOUT:?}",
+                claims::key(claim)
+            )),
         }
     }
 }

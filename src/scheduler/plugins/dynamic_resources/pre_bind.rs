@@ -35,7 +35,7 @@ impl DynamicResources {
             .gate
             .write(
                 Write::DynamicResources,
-                bind_claim(client, created.clone(), allocation, pod),
+                bind_claim(client, created.clone(), allocation, claims::consumer(pod)),
             )
             .await
         {
@@ -84,10 +84,17 @@ impl PreBindPlugin for DynamicResources {
                 return Status::error("DynamicResources has no API client");
             };
             let reserved = locks::lock(&s.reserved).clone();
-            for claim in &s.claims {
-                if claims::reserved_for(claim, pod) {
+            for (i, claim) in s.claims.iter().enumerate() {
+                // Reserved for the pod, or for its PodGroup by a member before it: nothing to
+                // write.
+                if claims::reserved_for(claim, pod, self.group_claims) {
                     continue;
                 }
+                let consumer = s
+                    .bind_to
+                    .get(i)
+                    .cloned()
+                    .unwrap_or_else(|| claims::consumer(pod));
                 let allocation = reserved
                     .iter()
                     .find(|r| r.metadata.uid == claim.metadata.uid)
@@ -97,7 +104,7 @@ impl PreBindPlugin for DynamicResources {
                     .gate
                     .write(
                         Write::DynamicResources,
-                        bind_claim(client, claim.clone(), allocation, pod),
+                        bind_claim(client, claim.clone(), allocation, consumer),
                     )
                     .await;
                 match bound {

@@ -17,7 +17,8 @@ impl State {
     /// taken off by a preemption dry run, `removed`): an allocated claim of the node's own devices,
     /// reserved for nobody, or only for pods not on the node. Those devices come free once
     /// kube-controller-manager deallocates the claim; preemption should not evict others
-    /// meanwhile.
+    /// meanwhile. A claim reserved for a PodGroup is in use while the group exists, pods or
+    /// none: its devices do not come free by themselves.
     pub(super) fn awaits_deallocation(
         &self,
         node: &NodeInfo,
@@ -47,7 +48,9 @@ impl State {
             });
             let users = status.reserved_for.as_deref().unwrap_or_default();
             here && users.iter().all(|u| {
-                !on_node.contains(u.uid.as_str()) && removed.is_none_or(|r| !r.contains(&u.uid))
+                !super::claims::is_group_consumer(u)
+                    && !on_node.contains(u.uid.as_str())
+                    && removed.is_none_or(|r| !r.contains(&u.uid))
             })
         })
     }

@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use k8s_openapi::api::resource::v1::{AllocationResult, ResourceClaim};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, ResourceClaim, ResourceClaimConsumerReference,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, PostParams};
 
@@ -54,13 +56,14 @@ pub(super) async fn unreserve_claim(
     }
 }
 
-/// Writes one claim's allocation (when Reserve chose one) and the pod's reservation, reading
-/// the claim again after a conflict, as upstream's bindClaim.
+/// Writes one claim's allocation (when Reserve chose one) and its reservation for `consumer`
+/// (the pod, or its PodGroup), reading the claim again after a conflict, as upstream's
+/// bindClaim.
 pub(super) async fn bind_claim(
     client: &kube::Client,
     cached: Arc<ResourceClaim>,
     allocation: Option<AllocationResult>,
-    pod: &Pod,
+    consumer: ResourceClaimConsumerReference,
 ) -> Result<ResourceClaim, String> {
     let key = claims::key(&cached);
     let api: Api<ResourceClaim> = Api::namespaced(
@@ -121,7 +124,7 @@ pub(super) async fn bind_claim(
         status
             .reserved_for
             .get_or_insert_default()
-            .push(claims::consumer(pod));
+            .push(consumer.clone());
         match status.allocation.as_mut() {
             None => {
                 return Err(format!(
