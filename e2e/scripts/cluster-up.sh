@@ -120,7 +120,9 @@ main() {
 
   # From 1.37 kube-controller-manager runs with GenericWorkload too, as a cluster that runs
   # gangs does: 1.38's ResourceClaim controller makes no claim for a pod of a PodGroup without it.
-  local kcm_gates=(--feature-gates GenericWorkload=true)
+  # And with DRAWorkloadResourceClaims, as kube-apiserver: the controller makes a PodGroup's
+  # claims from its templates and names them in the group's and its pods' status.
+  local kcm_gates=(--feature-gates GenericWorkload=true,DRAWorkloadResourceClaims=true)
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   if (( minor < 37 )); then kcm_gates=(); fi
   start kube-controller-manager "$BIN_DIR/kube-controller-manager" \

@@ -63,9 +63,13 @@ apiserver_ready() {
 # From 1.37 it serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and
 # pods' spec.schedulingGroup), beta and off by default, as a cluster that runs gangs does; 1.36
 # has only an alpha v1alpha2 of it, which tether does not serve, and runs with its defaults.
-# From 1.38 also topology-aware placement (PodGroups' schedulingConstraints).
+# From 1.37 also a PodGroup's own ResourceClaims (DRAWorkloadResourceClaims, beta and off by
+# default: without it kube-apiserver drops spec.resourceClaims, and kube-controller-manager,
+# which needs the gate too, cannot read PodGroups). From 1.38 also topology-aware placement
+# (PodGroups' schedulingConstraints).
 start_apiserver() {
-  local workload_api=(--feature-gates GenericWorkload=true --runtime-config scheduling.k8s.io/v1beta1=true)
+  local workload_api=(--feature-gates GenericWorkload=true,DRAWorkloadResourceClaims=true
+    --runtime-config scheduling.k8s.io/v1beta1=true)
   local minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
   if (( minor < 37 )); then workload_api=(); fi
   # From 1.38 a PodGroup may also name a topology key (TopologyAwareWorkloadScheduling, beta
@@ -73,7 +77,7 @@ start_apiserver() {
   # form a hierarchy under CompositePodGroups (CompositePodGroup, beta and off by default; it
   # needs the other two).
   if (( minor >= 38 )); then
-    workload_api=(--feature-gates GenericWorkload=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true
+    workload_api=(--feature-gates GenericWorkload=true,DRAWorkloadResourceClaims=true,TopologyAwareWorkloadScheduling=true,CompositePodGroup=true
       --runtime-config scheduling.k8s.io/v1beta1=true)
   fi
   start kube-apiserver "$BIN_DIR/kube-apiserver" \

@@ -45,6 +45,7 @@ mkdir -p "$LOG_DIR" "$(dirname "$PID_FILE")"
 KUBECONFIG=$sa_kubeconfig RUST_LOG=${RUST_LOG:-info,tether=debug} setsid "$TETHER_BIN" run \
   --http-addr "127.0.0.1:$TETHER_HTTP_PORT" --health-addr "127.0.0.1:$TETHER_HEALTH_PORT" --instance tether-local \
   --owner-kinds example.tether.dev/Widget,example.tether.dev/WidgetSet,apps.kruise.io/StatefulSet \
+  --feature-gates DRAWorkloadResourceClaims=true \
   >"$LOG_DIR/tether.log" 2>&1 </dev/null &
 echo $! >"$PID_FILE"
 
