@@ -143,7 +143,7 @@ fidelity: ## tether and kube-scheduler side by side (FIDELITY_TESTS: fidelity.rs
 
 # The other supported releases (`make test` runs on the newest, v1.38.0-beta.0), one after the
 # other, each on a control plane of its own built from that release's pinned modules: the
-# side-by-side tests, and gang.rs where the Workload API is served (1.37 on). Stops a running
+# side-by-side tests, and gang.rs and group_claims.rs where the Workload API is served (1.37 on). Stops a running
 # cluster first.
 MATRIX_RELEASES ?= v1.36.5 v1.37.2
 test-matrix: ## the side-by-side tests against each other supported release (v1.36.5, v1.37.2), each on its own control plane
@@ -151,7 +151,7 @@ test-matrix: ## the side-by-side tests against each other supported release (v1.
 	for v in $(MATRIX_RELEASES); do \
 	  echo "== Kubernetes $$v"; \
 	  minor=$$(echo $$v | sed -E 's/^v1\.([0-9]+).*/\1/'); \
-	  tests="fidelity dra"; if [ $$minor -ge 37 ]; then tests="fidelity dra gang"; fi; \
+	  tests="fidelity dra"; if [ $$minor -ge 37 ]; then tests="fidelity dra gang group_claims"; fi; \
 	  K8S_VERSION=$$v e2e/scripts/build-k8s.sh; \
 	  K8S_VERSION=$$v NODES=$(NODES) e2e/scripts/cluster-up.sh; \
 	  status=0; K8S_VERSION=$$v $(MAKE) --no-print-directory fidelity FIDELITY_TESTS="$$tests" || status=$$?; \

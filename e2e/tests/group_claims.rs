@@ -31,8 +31,12 @@ struct GroupClaims {
     /// The group claim's `reservedFor` (apiGroup, resource, name, whether the UID is the
     /// PodGroup's) once the first two are bound.
     group_claim_reserved_for: Vec<(String, String, String, bool)>,
-    /// The devices allocated to the group claim.
-    group_claim_devices: Vec<String>,
+    /// The group claim and the three members' own claims hold one device each, no device twice.
+    /// (Which device the group claim gets is not compared: kube-scheduler hands a member that
+    /// reuses the group claim's pending allocation its results by position, fresh ones first,
+    /// so that member's PreBind, when it lands first, writes its own claim's device into the
+    /// group claim; which member lands first is a race there.)
+    one_device_per_claim: bool,
     /// Each member's own claim is reserved for that member alone.
     own_claims_reserved_for_their_pod: bool,
     /// The third member, joining the running group, bound without a write to the group claim.
@@ -159,19 +163,22 @@ async fn run(scheduler: &str, test: &str) -> anyhow::Result<GroupClaims> {
     })
     .await?;
     let group_claim_reserved_for = reserved(&bound_claim);
-    let group_claim_devices: Vec<String> = bound_claim
-        .status
-        .as_ref()
-        .and_then(|s| s.allocation.as_ref())
-        .and_then(|a| a.devices.as_ref())
-        .map(|d| {
-            d.results
-                .iter()
-                .flatten()
-                .map(|r| r.device.clone())
-                .collect()
-        })
-        .unwrap_or_default();
+    let devices_of = |claim: &ResourceClaim| -> Vec<String> {
+        claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .map(|d| {
+                d.results
+                    .iter()
+                    .flatten()
+                    .map(|r| r.device.clone())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let mut devices = devices_of(&bound_claim);
     let mut members_share_the_groups_claim = true;
     let mut own_claims_reserved_for_their_pod = true;
     for i in 0..2 {
@@ -200,6 +207,22 @@ async fn run(scheduler: &str, test: &str) -> anyhow::Result<GroupClaims> {
     members_share_the_groups_claim &= claim_named(&third, "gpu").as_deref() == Some(&shared);
     let after = claims.get(&shared).await?.metadata.resource_version;
     let group_claim_untouched_by_a_later_member = before == after;
+    for i in 0..3 {
+        let pod = pods.get(&format!("m-{i}")).await?;
+        let own = claim_named(&pod, "own").unwrap_or_default();
+        let own = wait_for("the member's own claim allocated", TIMEOUT, || async {
+            let c = claims.get(&own).await?;
+            Ok(Some(devices_of(&c)).filter(|d| !d.is_empty()))
+        })
+        .await?;
+        devices.extend(own);
+    }
+    let one_device_per_claim = devices.len() == 4 && {
+        let mut distinct = devices.clone();
+        distinct.sort();
+        distinct.dedup();
+        distinct.len() == 4
+    };
 
     // The members go; the claim stays reserved for the group while it exists. A new gang of
     // the group asks for more CPU than any node has: the group fits nowhere with none of its
@@ -272,7 +295,7 @@ async fn run(scheduler: &str, test: &str) -> anyhow::Result<GroupClaims> {
         nodes: placed,
         members_share_the_groups_claim,
         group_claim_reserved_for,
-        group_claim_devices,
+        one_device_per_claim,
         own_claims_reserved_for_their_pod,
         group_claim_untouched_by_a_later_member,
         group_reservation_taken_back,
@@ -309,6 +332,7 @@ async fn a_pod_groups_claim_is_shared_and_reserved_for_the_group() -> anyhow::Re
         )]
     );
     assert!(tether.own_claims_reserved_for_their_pod);
+    assert!(tether.one_device_per_claim);
     assert!(tether.group_claim_untouched_by_a_later_member);
     assert!(tether.group_reservation_taken_back);
     Ok(())
