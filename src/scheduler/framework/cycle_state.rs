@@ -8,6 +8,9 @@ use std::time::{Duration, Instant};
 
 use super::status::Code;
 
+/// A plugin's cycle state, shared (see [`CycleState::shared`]).
+pub type SharedState = Arc<dyn Any + Send + Sync>;
+
 /// A map from a key private to one plugin to that plugin's data for the current pod.
 /// Written during the serial phases (PreFilter, PreScore, Reserve), read concurrently during
 /// Filter and Score. Values are `Arc`s so that the binding cycle can keep the state cheaply.
@@ -49,7 +52,7 @@ impl CycleState {
     }
 
     /// The value stored under `key`, shared: what a group cycle keeps of a member's state.
-    pub fn shared(&self, key: &'static str) -> Option<super::SharedState> {
+    pub fn shared(&self, key: &'static str) -> Option<SharedState> {
         self.data.get(key).cloned()
     }
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-pub use self::cycle_state::{CycleState, PluginRun};
+pub use self::cycle_state::{CycleState, PluginRun, SharedState};
 pub use self::extension_point::ExtensionPoint;
 pub use self::status::{Code, Status};
 use crate::k8s::pod::Pod;
@@ -246,9 +246,6 @@ pub struct GroupClaims {
     /// group's PostFilter to free what kept the members off nodes (upstream's podsStateData).
     pub members: std::sync::Arc<std::sync::Mutex<Vec<(String, SharedState)>>>,
 }
-
-/// A plugin's cycle state, shared (see [`CycleState::shared`]).
-pub type SharedState = std::sync::Arc<dyn std::any::Any + Send + Sync>;
 
 pub const GROUP_CLAIMS_KEY: &str = "group/pending-claims";
 
