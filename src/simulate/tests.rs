@@ -568,3 +568,28 @@ fn a_hierarchy_is_placed_whole_or_not_at_all() {
         }
     }
 }
+
+/// The API server keeps a PodGroup's `spec.resourceClaims` only with DRAWorkloadResourceClaims
+/// on: a snapshot holding one is simulated with the scheduler's gate on too, one without it
+/// (or of 1.36, where tether reads no v1beta1 PodGroup) with the gate off.
+#[test]
+fn a_snapshot_with_pod_group_claims_simulates_the_gate_on() {
+    let mut group = pod_group("train", 2);
+    group.spec.resource_claims = Some(vec![
+        k8s_openapi::api::scheduling::v1beta1::PodGroupResourceClaim {
+            name: "gpu".into(),
+            resource_claim_template_name: Some("one-gpu".into()),
+            ..Default::default()
+        },
+    ]);
+    let mut state = ClusterState {
+        kubernetes_version: Some("v1.38.0".into()),
+        pod_groups: vec![pod_group("plain", 2)],
+        ..Default::default()
+    };
+    assert!(!state.handle().features.dra_workload_resource_claims);
+    state.pod_groups.push(group);
+    assert!(state.handle().features.dra_workload_resource_claims);
+    state.kubernetes_version = Some("v1.36.5".into());
+    assert!(!state.handle().features.dra_workload_resource_claims);
+}
