@@ -357,6 +357,14 @@ async fn hierarchy_preempts(scheduler: &str, test: &str) -> anyhow::Result<Preem
         (3, "1"),
     )?;
 
+    // The attempt that preempts says so first: read its words before a later attempt (the
+    // victims' updates requeue the hierarchy while they terminate) says `ongoing preemption`.
+    let waiting = condition(
+        &ns.name,
+        ("CompositePodGroup", "job"),
+        ("CompositePodGroupInitiallyScheduled", "False"),
+    )
+    .await?;
     // The victims terminate (held by the finalizer).
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     let victims: Vec<(String, usize, (String, String))> =
@@ -385,12 +393,6 @@ async fn hierarchy_preempts(scheduler: &str, test: &str) -> anyhow::Result<Preem
             Ok((found.len() >= 2).then_some(found))
         })
         .await?;
-    let waiting = condition(
-        &ns.name,
-        ("CompositePodGroup", "job"),
-        ("CompositePodGroupInitiallyScheduled", "False"),
-    )
-    .await?;
     let victim_nodes: BTreeSet<usize> = victims.iter().map(|(_, i, _)| *i).collect();
     // Nodes 0 and 1 are rack A, 2 and 3 rack B.
     let in_one_rack = victim_nodes.iter().all(|i| *i < 2) || victim_nodes.iter().all(|i| *i >= 2);
