@@ -60,7 +60,7 @@ k8s-bins: ## build (or reuse) the cached Kubernetes binaries
 	e2e/scripts/build-k8s.sh
 	e2e/scripts/build-helm.sh
 
-cluster: ## start the local control plane (NODES=3; ETCD_TMPFS=1 keeps etcd's data in memory), kubeconfig in .cluster/kubeconfig
+cluster: ## start the local control plane (NODES=3; ETCD_TMPFS=1 keeps etcd's data in memory; KUEUE=1 starts Kueue beside it), kubeconfig in .cluster/kubeconfig
 	NODES=$(NODES) e2e/scripts/cluster-up.sh
 
 cluster-down: ## stop the local control plane and remove its state
@@ -74,12 +74,14 @@ cluster-down: ## stop the local control plane and remove its state
 # begins at the first node), and bench.rs (a small run of the bench) starts schedulers of its own,
 # so they run last, alone, one test at a time. So do image.rs (it runs tether from the image
 # scripts/image.sh builds) and chart.rs (it installs a tether of its own with Helm: charts/tether,
-# helm from e2e/scripts/build-helm.sh).
+# helm from e2e/scripts/build-helm.sh). kueue.rs starts a real Kueue (built before the tests, by
+# e2e/scripts/build-kueue.sh, cached) beside the shared tether.
 E2E_SHARED := $(filter-out faults ha sampling image chart fidelity dra explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
 	e2e/scripts/build-helm.sh
+	e2e/scripts/build-kueue.sh
 	e2e/scripts/tether-up.sh
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
 	if [ $$status -eq 0 ]; then \

@@ -23,7 +23,7 @@ stop_group() { # name
 
 # Reverse start order: nothing writes to an API server that is already gone.
 etcd_data=$(etcd_data_dir)
-for c in tether kwok kube-controller-manager kube-apiserver etcd; do stop_group "$c"; done
+for c in tether kueue kwok kube-controller-manager kube-apiserver etcd; do stop_group "$c"; done
 # etcd's data in memory (ETCD_TMPFS=1) is outside the cluster's directory.
 case $etcd_data in
   /dev/shm/tether-etcd.*) rm -rf "$etcd_data" ;;

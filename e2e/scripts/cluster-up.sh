@@ -75,6 +75,7 @@ main() {
     log "the cluster is already running"
     apply_nodes
     wait_nodes_ready
+    if [[ ${KUEUE:-0} == 1 ]]; then "$E2E_DIR/scripts/kueue-up.sh"; fi
     log "ready: export KUBECONFIG=$KUBECONFIG_FILE"
     return 0
   fi
@@ -153,6 +154,8 @@ main() {
   wait_nodes_ready
   started_ok=true
   log "cluster up in $(( $(date +%s) - t0 ))s with $NODES nodes"
+  # KUEUE=1: a real Kueue beside it (e2e/scripts/kueue-up.sh), as the Kueue tests start it.
+  if [[ ${KUEUE:-0} == 1 ]]; then "$E2E_DIR/scripts/kueue-up.sh"; fi
   log "ready: export KUBECONFIG=$KUBECONFIG_FILE"
 }
 

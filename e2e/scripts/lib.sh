@@ -39,6 +39,13 @@ ETCD_PEER_PORT=${ETCD_PEER_PORT:-23800}
 APISERVER_PORT=${APISERVER_PORT:-16443}
 KCM_PORT=${KCM_PORT:-16257}
 KWOK_PORT=${KWOK_PORT:-16280}
+# Kueue (e2e/scripts/kueue-up.sh): its webhooks, its probes, its metrics and its visibility API.
+KUEUE_VERSION=${KUEUE_VERSION:-v0.17.0}
+KUEUE_WEBHOOK_PORT=${KUEUE_WEBHOOK_PORT:-16943}
+KUEUE_HEALTH_PORT=${KUEUE_HEALTH_PORT:-16981}
+KUEUE_METRICS_PORT=${KUEUE_METRICS_PORT:-16982}
+KUEUE_VISIBILITY_PORT=${KUEUE_VISIBILITY_PORT:-16983}
+KUEUE_DIR=$TETHER_CACHE/kueue-$KUEUE_VERSION
 
 # etcd's data directory: $CLUSTER_DIR/etcd, or a directory in memory (/dev/shm) when the
 # cluster was started with ETCD_TMPFS=1 (a bench at thousands of nodes: etcd's disk is what

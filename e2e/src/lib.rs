@@ -7,6 +7,7 @@ pub mod bench;
 pub mod faults;
 pub mod ground_truth;
 pub mod groups;
+pub mod kueue;
 pub mod reference;
 
 use std::path::{Path, PathBuf};

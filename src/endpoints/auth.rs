@@ -185,7 +185,8 @@ pub async fn authorize(
     Ok(())
 }
 
-/// Asks the API server whether `user` may `verb` the `resource`.
+/// Asks the API server whether `user` may `verb` the `resource` (`plural` of the core group, or
+/// `plural.group`).
 async fn review_access(
     client: &kube::Client,
     user: &UserInfo,
@@ -202,7 +203,14 @@ async fn review_access(
             extra: user.extra.clone(),
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.to_string()),
-                resource: Some(resource.to_string()),
+                // `plural.group` for a resource outside the core group.
+                resource: Some(
+                    resource
+                        .split_once('.')
+                        .map_or(resource, |(r, _)| r)
+                        .to_string(),
+                ),
+                group: resource.split_once('.').map(|(_, g)| g.to_string()),
                 namespace: namespace.map(str::to_string),
                 name: name.map(str::to_string),
                 ..Default::default()

@@ -202,6 +202,9 @@ pub async fn explain(
     let Some(sched) = state.serving.sched() else {
         return failure(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is starting");
     };
+    // A gated pod: its gates, and what Kueue says where Kueue holds it.
+    let admission =
+        super::admission::of_pod(&state.client, &state.explain_limit.auth, &caller, &pod).await;
     let deadline = std::time::Instant::now() + WORK_DEADLINE;
     let explained = tokio::task::spawn_blocking(move || match explain_pool() {
         // A request whose deadline passed while it waited for the thread is not worked on at
@@ -219,7 +222,10 @@ pub async fn explain(
         None => Err("the explain thread could not be started".to_string()),
     });
     match explained.await {
-        Ok(Ok(Some(explanation))) => Json(explanation).into_response(),
+        Ok(Ok(Some(mut explanation))) => {
+            explanation.admission = admission;
+            Json(explanation).into_response()
+        }
         Ok(Ok(None)) => failure(
             StatusCode::SERVICE_UNAVAILABLE,
             &format!(

@@ -2,6 +2,7 @@
 //! `/explain/{namespace}/{name}` (`tether explain`; a bearer token that may get the pod and
 //! list the nodes, see [`auth`]). On `--health-addr`: `/healthz` and `/readyz` for the probes.
 
+pub mod admission;
 pub mod auth;
 pub mod explain;
 pub mod serve;

@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub use self::group::{Gang, GroupLimits, explain_domains, explain_group};
 pub use self::hierarchy::explain_hierarchy;
 pub use self::types::{
-    Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom,
+    Admission, Blocker, Explanation, FilterVerdict, GroupExplanation, GroupMember, HeldRoom,
     HierarchyExplanation, HierarchyGroup, NodeFilters, NodeScores, PluginScore,
     PreemptionExplanation, held_requests,
 };

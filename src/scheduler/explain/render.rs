@@ -27,6 +27,7 @@ pub fn text(e: &Explanation) -> String {
     if let Some(error) = &e.error {
         let _ = writeln!(out, "Error: {error}");
     }
+    admission(&mut out, e);
     decision(&mut out, e);
     scores(&mut out, e);
     blocked(&mut out, e);
@@ -36,6 +37,41 @@ pub fn text(e: &Explanation) -> String {
     preemption(&mut out, e);
     rejections(&mut out, e);
     out
+}
+
+/// A gated pod: the scheduler does not try it until its gates go; what Kueue says of it.
+fn admission(out: &mut String, e: &Explanation) {
+    let Some(a) = &e.admission else {
+        return;
+    };
+    let _ = writeln!(
+        out,
+        "Gated by {}: not tried until the gates are removed; below is what the scheduler would do then.",
+        a.gates.join(", ")
+    );
+    if let Some(lq) = &a.local_queue {
+        let cq = a
+            .cluster_queue
+            .as_deref()
+            .map(|c| format!(" -> ClusterQueue {c}"))
+            .unwrap_or_default();
+        let _ = writeln!(out, "  Kueue: LocalQueue {lq}{cq}");
+    }
+    if let Some(w) = &a.workload {
+        let _ = writeln!(out, "  Workload {w}");
+    }
+    for c in &a.conditions {
+        let _ = writeln!(out, "    {c}");
+    }
+    for q in &a.quota {
+        let _ = writeln!(out, "  quota {q}");
+    }
+    if let Some(n) = a.pending_workloads {
+        let _ = writeln!(out, "  {n} workload(s) pending in the queue");
+    }
+    for u in &a.unread {
+        let _ = writeln!(out, "  not shown: {u}");
+    }
 }
 
 /// A gang's members tried whole: where each fits, or why not.

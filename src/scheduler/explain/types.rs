@@ -72,6 +72,42 @@ pub struct Explanation {
     /// it chose, each unit and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub preemption: Option<PreemptionExplanation>,
+    /// For a pod held by scheduling gates: which, and, for Kueue's, what Kueue says of its
+    /// workload (the scheduler does not try a gated pod; the cycle above is what it would do).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<Admission>,
+}
+
+/// Why a gated pod is not tried, and, where Kueue holds it, what Kueue says.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Admission {
+    /// The pod's scheduling gates.
+    pub gates: Vec<String>,
+    /// Kueue's LocalQueue (`namespace/name`), from the pod's `kueue.x-k8s.io/queue-name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local_queue: Option<String>,
+    /// The ClusterQueue the LocalQueue sends to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster_queue: Option<String>,
+    /// Kueue's Workload for the pod (`namespace/name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workload: Option<String>,
+    /// The Workload's conditions that decide admission (`QuotaReserved`, `Admitted`,
+    /// `Evicted`), each `Type=Status (Reason): message`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<String>,
+    /// The quota in the way, resource by resource: `cpu: 800m reserved of nominal 1 (flavor f)`
+    /// in the ClusterQueue (or the LocalQueue's own usage, where the caller may not read the
+    /// ClusterQueue).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quota: Vec<String>,
+    /// How many workloads wait in the ClusterQueue (or the LocalQueue).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_workloads: Option<i64>,
+    /// What could not be read, and why.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unread: Vec<String>,
 }
 
 /// The last preemption a group decided.

@@ -1,0 +1,387 @@
+//! Kueue admits, tether places: a real Kueue (`e2e/scripts/kueue-up.sh`, built from the Go
+//! module proxy) on the local control plane, its own controllers suspending, admitting within
+//! ClusterQueue quota and unsuspending; the namespace opted in to a tether profile by the
+//! namespace mechanism, so no pod template names tether.
+
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, ListParams, PropagationPolicy};
+use serde_json::json;
+use tether_e2e::kueue::{self, KUEUE_LABEL, QUEUE_NAME, Queues};
+use tether_e2e::{
+    TestNamespace, TestNodes, apply, apply_profile, client, kubectl_ok, unique_suffix, wait_for,
+};
+
+const TIMEOUT: Duration = Duration::from_secs(90);
+
+/// A Job of `parallelism` pods of `cpu` each in Kueue's LocalQueue `lq`, on the test's nodes.
+fn job(ns: &str, name: &str, parallelism: i32, cpu: &str, nodes: &TestNodes) -> serde_json::Value {
+    let mut spec = json!({
+        "restartPolicy": "Never",
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}],
+    });
+    nodes.isolate(&mut spec);
+    json!({
+        "apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": name, "namespace": ns, "labels": {QUEUE_NAME: "lq"}},
+        "spec": {"parallelism": parallelism, "completions": parallelism,
+                 "template": {"spec": spec}},
+    })
+}
+
+/// The Job's pods that are bound, each with the scheduler it names.
+async fn bound_pods(pods: &Api<Pod>, job: &str) -> anyhow::Result<Vec<(String, String)>> {
+    let listed = pods
+        .list(&ListParams::default().labels(&format!("batch.kubernetes.io/job-name={job}")))
+        .await?;
+    Ok(listed
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let spec = p.spec?;
+            Some((spec.node_name?, spec.scheduler_name.unwrap_or_default()))
+        })
+        .collect())
+}
+
+/// Kueue's verdict on the Job's Workload: its `QuotaReserved` condition (status, message).
+fn quota_reserved(ns: &str, job: &str) -> anyhow::Result<Option<(String, String)>> {
+    quota_reserved_of(ns, "Job", job)
+}
+
+/// Kueue's verdict on the Workload of the `kind` `name` owns: its `QuotaReserved` condition.
+fn quota_reserved_of(ns: &str, kind: &str, name: &str) -> anyhow::Result<Option<(String, String)>> {
+    let listed = kubectl_ok(
+        &["get", "workloads.kueue.x-k8s.io", "-n", ns, "-o", "json"],
+        None,
+    )?;
+    let listed: serde_json::Value = serde_json::from_str(&listed)?;
+    let owned = listed["items"].as_array().into_iter().flatten().find(|w| {
+        w["metadata"]["ownerReferences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|o| o["kind"] == kind && o["name"] == name)
+    });
+    Ok(owned.and_then(|w| {
+        w["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["type"] == "QuotaReserved")
+            .map(|c| {
+                (
+                    c["status"].as_str().unwrap_or_default().to_string(),
+                    c["message"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+    }))
+}
+
+/// A Job within its ClusterQueue's quota is admitted by Kueue and its pods placed by tether; a
+/// second Job over the quota waits suspended (Kueue says why) and, once the first is gone, is
+/// admitted and placed too. No pod names tether: the namespace opted in to tether's profile.
+#[tokio::test]
+async fn a_job_is_admitted_within_quota_and_placed_and_the_next_waits_suspended()
+-> anyhow::Result<()> {
+    kueue::ensure()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kueue-job").await?;
+    let nodes = TestNodes::create(&client, "kueue-job", 2, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-job-{suffix}");
+    opt_in(&client, &ns.name, &profile).await?;
+    let queues = Queues::create(&ns.name, "1")?;
+
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &ns.name);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    apply(job(&ns.name, "first", 2, "400m", &nodes))?;
+    let first = wait_for("the first Job's pods bound", TIMEOUT, || async {
+        let bound = bound_pods(&pods, "first").await?;
+        Ok((bound.len() == 2).then_some(bound))
+    })
+    .await?;
+    assert!(
+        first.iter().all(|(_, scheduler)| *scheduler == profile),
+        "placed by tether's profile: {first:?}"
+    );
+
+    // 800m more does not fit the 1 CPU left of the quota: Kueue keeps it suspended and says so.
+    apply(job(&ns.name, "second", 2, "400m", &nodes))?;
+    let (status, message) = wait_for("Kueue's verdict on the second Job", TIMEOUT, || async {
+        Ok(quota_reserved(&ns.name, "second")?.filter(|(s, _)| s == "False"))
+    })
+    .await?;
+    assert!(message.contains("insufficient"), "{status}: {message}");
+    let second = jobs.get("second").await?;
+    assert_eq!(second.spec.and_then(|s| s.suspend), Some(true));
+    assert!(bound_pods(&pods, "second").await?.is_empty());
+
+    // The first goes (its quota with it): Kueue admits the second, tether places its pods.
+    jobs.delete(
+        "first",
+        &DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        },
+    )
+    .await?;
+    let second = wait_for("the second Job's pods bound", TIMEOUT, || async {
+        let bound = bound_pods(&pods, "second").await?;
+        Ok((bound.len() == 2).then_some(bound))
+    })
+    .await?;
+    assert!(
+        second.iter().all(|(_, scheduler)| *scheduler == profile),
+        "placed by tether's profile: {second:?}"
+    );
+    let (status, _) = quota_reserved(&ns.name, "second")?.unwrap_or_default();
+    assert_eq!(status, "True");
+
+    ns.delete().await?;
+    nodes.delete().await?;
+    queues.delete()?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
+
+/// A plain pod in Kueue's LocalQueue: Kueue gates it (its pod integration), admits it within
+/// quota and ungates it, and tether places it; a second pod over the quota stays gated, and
+/// `tether explain` on it names its gate, LocalQueue, ClusterQueue, Kueue's verdict and the
+/// quota in the way, not only "gated".
+#[tokio::test]
+async fn a_pod_kueue_holds_is_explained_with_its_queue_and_quota() -> anyhow::Result<()> {
+    kueue::ensure()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kueue-pod").await?;
+    let nodes = TestNodes::create(&client, "kueue-pod", 1, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-pod-{suffix}");
+    opt_in(&client, &ns.name, &profile).await?;
+    let queues = Queues::create(&ns.name, "1")?;
+    let pod = |name: &str, cpu: &str| {
+        let mut spec = json!({
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}],
+        });
+        nodes.isolate(&mut spec);
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": ns.name, "labels": {QUEUE_NAME: "lq"}},
+               "spec": spec})
+    };
+    apply(pod("first", "800m"))?;
+    let node = tether_e2e::wait_bound(&client, &ns.name, "first", TIMEOUT).await?;
+    assert_eq!(node, nodes.names[0]);
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let first = pods.get("first").await?;
+    assert_eq!(
+        first.spec.and_then(|s| s.scheduler_name).as_deref(),
+        Some(profile.as_str())
+    );
+
+    apply(pod("second", "400m"))?;
+    let second_uid = pods.get("second").await?.metadata.uid.unwrap_or_default();
+    wait_for("Kueue's verdict on the second pod", TIMEOUT, || async {
+        Ok(quota_reserved_of(&ns.name, "Pod", "second")?.filter(|(s, _)| s == "False"))
+    })
+    .await?;
+    let token = reader_token(&ns.name)?;
+    // Kueue writes its ClusterQueue's figures a moment after its verdict: explain until they
+    // show the first pod's reservation.
+    let want = format!("cpu: 800m reserved of nominal 1 (flavor {})", queues.flavor);
+    let pod_key = format!("{}/second", ns.name);
+    let admission = wait_for("explain to show the quota in the way", TIMEOUT, || async {
+        let explained = explain_json(&pod_key, &token)?;
+        Ok(explained.admission.filter(|a| a.quota.contains(&want)))
+    })
+    .await?;
+    assert!(
+        admission
+            .gates
+            .iter()
+            .any(|g| g == "kueue.x-k8s.io/admission"),
+        "{admission:?}"
+    );
+    assert_eq!(admission.local_queue, Some(format!("{}/lq", ns.name)));
+    assert_eq!(admission.cluster_queue, Some(queues.cluster_queue.clone()));
+    assert!(
+        admission
+            .conditions
+            .first()
+            .is_some_and(|c| c.starts_with("QuotaReserved=False") && c.contains("insufficient")),
+        "{admission:?}"
+    );
+    assert_eq!(admission.pending_workloads, Some(1), "{admission:?}");
+    assert!(admission.unread.is_empty(), "{admission:?}");
+    // The pod stays Kueue's until Kueue lets it go: tether never took it.
+    let second = pods.get("second").await?;
+    assert_eq!(second.metadata.uid.unwrap_or_default(), second_uid);
+    assert!(second.spec.and_then(|s| s.node_name).is_none());
+
+    kubectl_ok(
+        &[
+            "delete",
+            "clusterrolebinding",
+            &format!("{}-reader", ns.name),
+            "--ignore-not-found",
+        ],
+        None,
+    )?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    queues.delete()?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
+
+/// Opts `ns` in to Kueue here and to a new tether profile `profile` (by the namespace
+/// mechanism), and waits until the profile's admission policy is in force.
+async fn opt_in(client: &kube::Client, ns: &str, profile: &str) -> anyhow::Result<()> {
+    let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
+    apply_profile(
+        client,
+        profile,
+        json!({"schedulerName": profile, "namespaceSelector": selector}),
+    )
+    .await?;
+    kubectl_ok(
+        &[
+            "label",
+            "namespace",
+            ns,
+            &format!("{KUEUE_LABEL}=true"),
+            &format!("tether.dev/scheduling-profile={profile}"),
+        ],
+        None,
+    )?;
+    wait_for(
+        "the namespace's pods defaulted to the profile",
+        TIMEOUT,
+        || async {
+            let out = kubectl_ok(
+                &[
+                    "run",
+                    "probe",
+                    "-n",
+                    ns,
+                    "--image=pause",
+                    "--dry-run=server",
+                    "-o",
+                    "jsonpath={.spec.schedulerName}",
+                ],
+                None,
+            )?;
+            Ok((out.trim() == profile).then_some(()))
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+/// A token of a ServiceAccount that may explain (deploy/'s `tether-explainer`) and read
+/// Kueue's queues and workloads.
+fn reader_token(ns: &str) -> anyhow::Result<String> {
+    kubectl_ok(&["-n", ns, "create", "serviceaccount", "reader"], None)?;
+    let subject = format!("--serviceaccount={ns}:reader");
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &format!("{ns}-reader"),
+            "--clusterrole=tether-explainer",
+            &subject,
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "-n",
+            ns,
+            "create",
+            "role",
+            "kueue-reader",
+            "--verb=get,list",
+            "--resource=workloads.kueue.x-k8s.io,localqueues.kueue.x-k8s.io",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "-n",
+            ns,
+            "create",
+            "rolebinding",
+            "kueue-reader",
+            "--role=kueue-reader",
+            &subject,
+        ],
+        None,
+    )?;
+    // ClusterQueues are cluster-scoped: a binding of the cluster's built-in `view` does not
+    // cover them, so one of Kueue's kinds alone, named for this namespace.
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrole",
+            &format!("{ns}-cq-reader"),
+            "--verb=get",
+            "--resource=clusterqueues.kueue.x-k8s.io",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "create",
+            "clusterrolebinding",
+            &format!("{ns}-cq-reader"),
+            &format!("--clusterrole={ns}-cq-reader"),
+            &subject,
+        ],
+        None,
+    )?;
+    Ok(kubectl_ok(
+        &[
+            "-n",
+            ns,
+            "create",
+            "token",
+            "reader",
+            "--audience",
+            "tether",
+        ],
+        None,
+    )?
+    .trim()
+    .to_string())
+}
+
+/// `tether explain <pod> -o json` with `token`, as a person runs it.
+fn explain_json(pod: &str, token: &str) -> anyhow::Result<tether::scheduler::explain::Explanation> {
+    let dir = std::env::temp_dir().join(format!("tether-kueue-token-{}", unique_suffix()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("token");
+    std::fs::write(&file, token)?;
+    let out = std::process::Command::new(tether_e2e::tether_bin())
+        .args([
+            "explain",
+            pod,
+            "--endpoint",
+            &tether_e2e::tether_url(),
+            "--token-file",
+        ])
+        .arg(&file)
+        .args(["-o", "json"])
+        .env("KUBECONFIG", tether_e2e::kubeconfig_path())
+        .output()?;
+    std::fs::remove_dir_all(&dir)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tether explain {pod} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(serde_json::from_slice(&out.stdout)?)
+}

@@ -1,0 +1,292 @@
+//! What holds a gated pod back, for `tether explain`: its scheduling gates and, where Kueue
+//! gates it (`kueue.x-k8s.io/admission`, `kueue.x-k8s.io/topology`), what Kueue says: the
+//! pod's LocalQueue and ClusterQueue, its Workload's admission conditions, the quota in the way
+//! and how many workloads wait. Read from the API when asked (never on the scheduling path),
+//! each only where the caller may read it: the Workload needs `get workloads.kueue.x-k8s.io` in
+//! the pod's namespace, the ClusterQueue's quota `get clusterqueues.kueue.x-k8s.io` (else the
+//! LocalQueue's own figures are shown). Where Kueue is not served, or a read fails, it says so.
+
+use k8s_openapi::api::authentication::v1::UserInfo;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
+use serde_json::Value;
+
+use super::auth::{self, AuthCache};
+use crate::k8s::pod::Pod;
+use crate::scheduler::explain::Admission;
+
+const GROUP: &str = "kueue.x-k8s.io";
+const VERSION: &str = "v1beta2";
+/// The label that names a pod's (or its job's) LocalQueue.
+const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// The gates Kueue puts on the pods it manages.
+const GATE_PREFIX: &str = "kueue.x-k8s.io/";
+/// A Workload's conditions that decide its admission, in the order they are shown.
+const CONDITIONS: [&str; 4] = ["QuotaReserved", "Admitted", "Evicted", "Preempted"];
+
+fn api(client: &kube::Client, kind: &str, plural: &str, ns: Option<&str>) -> Api<DynamicObject> {
+    let resource =
+        ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, VERSION, kind), plural);
+    match ns {
+        Some(ns) => Api::namespaced_with(client.clone(), ns, &resource),
+        None => Api::all_with(client.clone(), &resource),
+    }
+}
+
+/// The pod's gates and what Kueue says of them; None for a pod without gates.
+pub async fn of_pod(
+    client: &kube::Client,
+    cache: &AuthCache,
+    caller: &UserInfo,
+    pod: &Pod,
+) -> Option<Admission> {
+    let gates: Vec<String> = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .map(|g| g.iter().map(|g| g.name.clone()).collect())
+        .unwrap_or_default();
+    if gates.is_empty() {
+        return None;
+    }
+    let mut out = Admission {
+        gates,
+        ..Default::default()
+    };
+    if !out.gates.iter().any(|g| g.starts_with(GATE_PREFIX)) {
+        return Some(out);
+    }
+    let ns = pod.metadata.namespace.clone().unwrap_or_default();
+    if let Err(refused) = auth::authorize(
+        client,
+        cache,
+        caller,
+        "get",
+        "workloads.kueue.x-k8s.io",
+        Some(&ns),
+        None,
+    )
+    .await
+    {
+        out.unread.push(format!("Kueue's workloads: {refused}"));
+        return Some(out);
+    }
+    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    let mut queue = pod
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(QUEUE_LABEL))
+        .cloned();
+    match api(client, "Workload", "workloads", Some(&ns))
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(list) => {
+            if let Some(w) = list.items.iter().find(|w| {
+                w.metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.uid == uid)
+            }) {
+                out.workload = Some(format!(
+                    "{ns}/{}",
+                    w.metadata.name.as_deref().unwrap_or_default()
+                ));
+                out.conditions = conditions(&w.data);
+                out.cluster_queue = str_at(&w.data, &["status", "admission", "clusterQueue"]);
+                queue = queue.or_else(|| str_at(&w.data, &["spec", "queueName"]));
+            }
+        }
+        Err(e) => out
+            .unread
+            .push(format!("Kueue's workloads in {ns}: {}", unread(&e))),
+    }
+    let Some(queue) = queue else {
+        return Some(out);
+    };
+    out.local_queue = Some(format!("{ns}/{queue}"));
+    let local = match api(client, "LocalQueue", "localqueues", Some(&ns))
+        .get(&queue)
+        .await
+    {
+        Ok(lq) => Some(lq),
+        Err(e) => {
+            out.unread
+                .push(format!("LocalQueue {ns}/{queue}: {}", unread(&e)));
+            None
+        }
+    };
+    if out.cluster_queue.is_none() {
+        out.cluster_queue = local
+            .as_ref()
+            .and_then(|lq| str_at(&lq.data, &["spec", "clusterQueue"]));
+    }
+    let cluster = match &out.cluster_queue {
+        Some(cq) => match auth::authorize(
+            client,
+            cache,
+            caller,
+            "get",
+            "clusterqueues.kueue.x-k8s.io",
+            None,
+            Some(cq),
+        )
+        .await
+        {
+            Ok(()) => match api(client, "ClusterQueue", "clusterqueues", None)
+                .get(cq)
+                .await
+            {
+                Ok(found) => Some(found),
+                Err(e) => {
+                    out.unread
+                        .push(format!("ClusterQueue {cq}: {}", unread(&e)));
+                    None
+                }
+            },
+            Err(refused) => {
+                out.unread
+                    .push(format!("ClusterQueue {cq}'s quota: {refused}"));
+                None
+            }
+        },
+        None => None,
+    };
+    match (&cluster, &local) {
+        (Some(cq), _) => {
+            out.quota = cluster_quota(&cq.data);
+            out.pending_workloads = cq.data["status"]["pendingWorkloads"].as_i64();
+        }
+        (None, Some(lq)) => {
+            out.quota = reservations(&lq.data["status"]["flavorsReservation"])
+                .into_iter()
+                .map(|(flavor, resource, total)| {
+                    format!("{resource}: {total} reserved by LocalQueue {queue} (flavor {flavor})")
+                })
+                .collect();
+            out.pending_workloads = lq.data["status"]["pendingWorkloads"].as_i64();
+        }
+        (None, None) => {}
+    }
+    Some(out)
+}
+
+/// A read's failure as a person reads it (Kueue not installed: its kinds are not served).
+fn unread(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) if s.code == 404 => "not found (is Kueue installed?)".to_string(),
+        kube::Error::Api(s) if s.code == 403 => format!("tether may not read it: {}", s.message),
+        other => crate::k8s::api_errors::message(other),
+    }
+}
+
+fn str_at(v: &Value, path: &[&str]) -> Option<String> {
+    let mut at = v;
+    for p in path {
+        at = at.get(p)?;
+    }
+    at.as_str().filter(|s| !s.is_empty()).map(str::to_string)
+}
+
+/// The Workload's admission conditions, `Type=Status (Reason): message`.
+fn conditions(workload: &Value) -> Vec<String> {
+    let all = workload["status"]["conditions"].as_array();
+    CONDITIONS
+        .iter()
+        .filter_map(|t| {
+            let c = all?.iter().find(|c| c["type"] == *t)?;
+            let status = c["status"].as_str().unwrap_or_default();
+            let reason = c["reason"].as_str().unwrap_or_default();
+            let message = c["message"].as_str().unwrap_or_default();
+            Some(format!("{t}={status} ({reason}): {message}"))
+        })
+        .collect()
+}
+
+/// `(flavor, resource, total)` of a `flavorsReservation` list.
+fn reservations(list: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for f in list.as_array().into_iter().flatten() {
+        let flavor = f["name"].as_str().unwrap_or_default();
+        for r in f["resources"].as_array().into_iter().flatten() {
+            out.push((
+                flavor.to_string(),
+                r["name"].as_str().unwrap_or_default().to_string(),
+                r["total"].as_str().unwrap_or("0").to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// Each resource of each flavor of the ClusterQueue: what is reserved of its nominal quota.
+fn cluster_quota(cq: &Value) -> Vec<String> {
+    let reserved = reservations(&cq["status"]["flavorsReservation"]);
+    let mut out = Vec::new();
+    for group in cq["spec"]["resourceGroups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        for f in group["flavors"].as_array().into_iter().flatten() {
+            let flavor = f["name"].as_str().unwrap_or_default();
+            for r in f["resources"].as_array().into_iter().flatten() {
+                let resource = r["name"].as_str().unwrap_or_default();
+                let nominal = match &r["nominalQuota"] {
+                    Value::String(s) => s.clone(),
+                    Value::Number(n) => n.to_string(),
+                    _ => "0".to_string(),
+                };
+                let used = reserved
+                    .iter()
+                    .find(|(fl, res, _)| fl == flavor && res == resource)
+                    .map_or("0", |(_, _, t)| t.as_str());
+                out.push(format!(
+                    "{resource}: {used} reserved of nominal {nominal} (flavor {flavor})"
+                ));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_queues_quota_reads_reserved_against_nominal() {
+        let cq = serde_json::json!({
+            "spec": {"resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                {"name": "default", "resources": [
+                    {"name": "cpu", "nominalQuota": "1"},
+                    {"name": "memory", "nominalQuota": "100Gi"}]}]}]},
+            "status": {"pendingWorkloads": 1, "flavorsReservation": [
+                {"name": "default", "resources": [{"name": "cpu", "total": "800m"}]}]},
+        });
+        assert_eq!(
+            cluster_quota(&cq),
+            vec![
+                "cpu: 800m reserved of nominal 1 (flavor default)".to_string(),
+                "memory: 0 reserved of nominal 100Gi (flavor default)".to_string(),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_workloads_conditions_are_shown_in_admission_order() {
+        let w = serde_json::json!({"status": {"conditions": [
+            {"type": "Admitted", "status": "False", "reason": "NoReservation", "message": "m2"},
+            {"type": "QuotaReserved", "status": "False", "reason": "Pending",
+             "message": "couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, 200m more needed"},
+        ]}});
+        let c = conditions(&w);
+        assert_eq!(c.len(), 2);
+        assert!(
+            c[0].starts_with("QuotaReserved=False (Pending): couldn't assign"),
+            "{c:?}"
+        );
+        assert_eq!(c[1], "Admitted=False (NoReservation): m2");
+    }
+}
