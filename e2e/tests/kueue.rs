@@ -385,3 +385,115 @@ fn explain_json(pod: &str, token: &str) -> anyhow::Result<tether::scheduler::exp
     );
     Ok(serde_json::from_slice(&out.stdout)?)
 }
+
+/// A pod group Kueue admits as one (its pod-group labels) that is also a Workload API gang:
+/// Kueue ungates the three pods together, and tether's group cycle places them whole or not at
+/// all. With room for two, none binds (a scheduler without gangs would bind two) and the
+/// PodGroup says why; once a node comes back, all three bind.
+#[tokio::test]
+async fn a_pod_group_kueue_admits_is_placed_whole_by_tether() -> anyhow::Result<()> {
+    kueue::ensure()?;
+    let client = client().await?;
+    if tether_e2e::compared_minor(&client).await? < 37 {
+        return Ok(());
+    }
+    let ns = TestNamespace::create(&client, "kueue-group").await?;
+    let nodes = TestNodes::create(&client, "kueue-group", 2, "2", |_, _| {}).await?;
+    kubectl_ok(&["cordon", &nodes.names[1]], None)?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-group-{suffix}");
+    opt_in(&client, &ns.name, &profile).await?;
+    let queues = Queues::create(&ns.name, "3")?;
+    apply(json!({
+        "apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+        "metadata": {"name": "train", "namespace": ns.name},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 3}}},
+    }))?;
+    for i in 0..3 {
+        let mut spec = json!({
+            "terminationGracePeriodSeconds": 0,
+            "schedulingGroup": {"podGroupName": "train"},
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+        });
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("w-{i}"), "namespace": ns.name,
+                "labels": {QUEUE_NAME: "lq", "kueue.x-k8s.io/pod-group-name": "train"},
+                "annotations": {"kueue.x-k8s.io/pod-group-total-count": "3"}},
+            "spec": spec}))?;
+    }
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    // Kueue admits the group (three CPUs of quota) and lifts its gates from all three.
+    wait_for("Kueue to ungate the group", TIMEOUT, || async {
+        let listed = pods.list(&ListParams::default()).await?;
+        let ungated = listed
+            .items
+            .iter()
+            .filter(|p| {
+                p.spec
+                    .as_ref()
+                    .and_then(|s| s.scheduling_gates.as_ref())
+                    .is_none_or(|g| g.is_empty())
+            })
+            .count();
+        Ok((ungated == 3).then_some(()))
+    })
+    .await?;
+    // Room for two: tether's group cycle places none and says so on the PodGroup.
+    let groups: Api<k8s_openapi::api::scheduling::v1beta1::PodGroup> =
+        Api::namespaced(client.clone(), &ns.name);
+    let said = wait_for("the PodGroup to say it does not fit", TIMEOUT, || async {
+        let group = groups.get("train").await?;
+        Ok(group
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .into_iter()
+            .find(|c| c.type_ == "PodGroupInitiallyScheduled" && c.status == "False")
+            .map(|c| c.message))
+    })
+    .await?;
+    assert!(
+        said.contains("minCount") || said.contains("minimum"),
+        "{said}"
+    );
+    let bound = pods
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+        .count();
+    assert_eq!(bound, 0, "a gang is placed whole or not at all");
+
+    kubectl_ok(&["uncordon", &nodes.names[1]], None)?;
+    for i in 0..3 {
+        tether_e2e::wait_bound(&client, &ns.name, &format!("w-{i}"), TIMEOUT).await?;
+    }
+    for p in pods.list(&ListParams::default()).await?.items {
+        assert_eq!(
+            p.spec.and_then(|s| s.scheduler_name).as_deref(),
+            Some(profile.as_str())
+        );
+    }
+
+    // The PodGroup keeps its protection finalizer here: take it off so the namespace can go.
+    kubectl_ok(
+        &[
+            "patch",
+            "podgroup",
+            "train",
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ],
+        None,
+    )?;
+    ns.delete().await?;
+    nodes.delete().await?;
+    queues.delete()?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
