@@ -241,13 +241,22 @@ async fn a_pod_kueue_holds_is_explained_with_its_queue_and_quota() -> anyhow::Re
 /// Opts `ns` in to Kueue here and to a new tether profile `profile` (by the namespace
 /// mechanism), and waits until the profile's admission policy is in force.
 async fn opt_in(client: &kube::Client, ns: &str, profile: &str) -> anyhow::Result<()> {
+    opt_in_with(client, ns, profile, json!({})).await
+}
+
+/// [`opt_in`] to a profile with `more` in its spec (plugins, their args).
+async fn opt_in_with(
+    client: &kube::Client,
+    ns: &str,
+    profile: &str,
+    more: serde_json::Value,
+) -> anyhow::Result<()> {
     let selector = json!({"matchLabels": {"kubernetes.io/metadata.name": ns}});
-    apply_profile(
-        client,
-        profile,
-        json!({"schedulerName": profile, "namespaceSelector": selector}),
-    )
-    .await?;
+    let mut spec = json!({"schedulerName": profile, "namespaceSelector": selector});
+    if let (Some(spec), Some(more)) = (spec.as_object_mut(), more.as_object()) {
+        spec.extend(more.clone());
+    }
+    apply_profile(client, profile, spec).await?;
     kubectl_ok(
         &[
             "label",
@@ -492,6 +501,184 @@ async fn a_pod_group_kueue_admits_is_placed_whole_by_tether() -> anyhow::Result<
         None,
     )?;
     ns.delete().await?;
+    nodes.delete().await?;
+    queues.delete()?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
+
+/// Kueue's admission and tether's preemption do not fight: a high-priority pod Kueue has not
+/// admitted (its ClusterQueue's quota is spent and Kueue preempts nothing there) stays gated,
+/// and tether never evicts the admitted low-priority pod for it, while on other nodes the same
+/// pair without Kueue is preempted for at once (the control: tether's preemption works and
+/// had its chance).
+#[tokio::test]
+async fn tether_never_preempts_for_a_pod_kueue_has_not_admitted() -> anyhow::Result<()> {
+    use tether_e2e::groups::{HOLD, delete_priority_classes, let_go, priority_classes};
+    kueue::ensure()?;
+    let client = client().await?;
+    let queued = TestNamespace::create(&client, "kueue-preempt").await?;
+    let plain = TestNamespace::create(&client, "kueue-preempt-plain").await?;
+    let kueue_nodes = TestNodes::create(&client, "kueue-preempt", 1, "1", |_, _| {}).await?;
+    let plain_nodes = TestNodes::create(&client, "kueue-preempt-plain", 1, "1", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-preempt-{suffix}");
+    opt_in(&client, &queued.name, &profile).await?;
+    let queues = Queues::create(&queued.name, "1")?;
+    let test = format!("kueue-preempt-{suffix}");
+    let classes = [("low", 100), ("high", 1000)];
+    priority_classes(&test, &classes)?;
+    let pod = |ns: &str, name: &str, class: &str, nodes: &TestNodes, queue: bool| {
+        let mut spec = json!({
+            "priorityClassName": format!("{test}-{class}"),
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1"}}}],
+        });
+        if !queue {
+            spec["schedulerName"] = json!(profile);
+        }
+        nodes.isolate(&mut spec);
+        let labels = if queue {
+            json!({QUEUE_NAME: "lq"})
+        } else {
+            json!({})
+        };
+        json!({"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": name, "namespace": ns, "labels": labels, "finalizers": [HOLD]},
+               "spec": spec})
+    };
+    apply(pod(&queued.name, "low", "low", &kueue_nodes, true))?;
+    apply(pod(&plain.name, "low", "low", &plain_nodes, false))?;
+    tether_e2e::wait_bound(&client, &queued.name, "low", TIMEOUT).await?;
+    tether_e2e::wait_bound(&client, &plain.name, "low", TIMEOUT).await?;
+
+    apply(pod(&queued.name, "high", "high", &kueue_nodes, true))?;
+    wait_for("Kueue's verdict on the high pod", TIMEOUT, || async {
+        Ok(quota_reserved_of(&queued.name, "Pod", "high")?.filter(|(s, _)| s == "False"))
+    })
+    .await?;
+    // The control: the same pair without Kueue; tether preempts the low one for the high one.
+    apply(pod(&plain.name, "high", "high", &plain_nodes, false))?;
+    let plain_pods: Api<Pod> = Api::namespaced(client.clone(), &plain.name);
+    wait_for("tether to preempt the plain low pod", TIMEOUT, || async {
+        let low = plain_pods.get("low").await?;
+        Ok(low.metadata.deletion_timestamp.map(|_| ()))
+    })
+    .await?;
+    let queued_pods: Api<Pod> = Api::namespaced(client.clone(), &queued.name);
+    let low = queued_pods.get("low").await?;
+    assert!(
+        low.metadata.deletion_timestamp.is_none(),
+        "tether evicted an admitted pod for one Kueue had not admitted"
+    );
+    let high = queued_pods.get("high").await?;
+    assert!(high.spec.as_ref().is_some_and(|s| s.node_name.is_none()));
+    assert!(
+        high.spec
+            .and_then(|s| s.scheduling_gates)
+            .is_some_and(|g| g.iter().any(|g| g.name == "kueue.x-k8s.io/admission")),
+        "the high pod is still Kueue's"
+    );
+
+    let_go(&queued.name, ["low", "high"]);
+    let_go(&plain.name, ["low", "high"]);
+    queued.delete().await?;
+    plain.delete().await?;
+    kueue_nodes.delete().await?;
+    plain_nodes.delete().await?;
+    queues.delete()?;
+    delete_priority_classes(&test, &classes)?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
+
+/// A sticky workload admitted through Kueue returns to its pin: a one-pod Job Kueue admitted
+/// is placed by a profile with StickyNode; its pod replaced goes back to the node it first ran
+/// on, though that node is now the fuller one (the default scores would send it to the other).
+#[tokio::test]
+async fn a_sticky_job_admitted_by_kueue_returns_to_its_pin() -> anyhow::Result<()> {
+    kueue::ensure()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kueue-sticky").await?;
+    let filler_ns = TestNamespace::create(&client, "kueue-sticky-filler").await?;
+    let nodes = TestNodes::create(&client, "kueue-sticky", 2, "4", |_, _| {}).await?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-sticky-{suffix}");
+    opt_in_with(
+        &client,
+        &ns.name,
+        &profile,
+        json!({
+            "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}},
+            "pluginConfig": [{"name": "StickyNode", "args": {"skipMultiReplica": true}}],
+        }),
+    )
+    .await?;
+    let queues = Queues::create(&ns.name, "2")?;
+    apply(job(&ns.name, "db", 1, "1", &nodes))?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let first = wait_for("the Job's pod bound", TIMEOUT, || async {
+        let listed = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=db"))
+            .await?;
+        Ok(listed.items.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+        }))
+    })
+    .await?;
+    let pin = first
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let first_name = first.metadata.name.clone().unwrap_or_default();
+    // The pin's node fills up: by the scores alone a new pod would go to the other node.
+    let mut filler = json!({
+        "nodeName": pin,
+        "terminationGracePeriodSeconds": 0,
+        "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "2"}}}],
+    });
+    nodes.isolate(&mut filler);
+    apply(json!({"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": "filler", "namespace": filler_ns.name}, "spec": filler}))?;
+    tether_e2e::wait_bound(&client, &filler_ns.name, "filler", TIMEOUT).await?;
+    // The pin is recorded before the pod goes.
+    wait_for(
+        "the Job's StickyBinding to pin its node",
+        TIMEOUT,
+        || async {
+            let listed = kubectl_ok(
+                &["get", "stickybindings", "-n", &ns.name, "-o", "json"],
+                None,
+            )?;
+            let listed: serde_json::Value = serde_json::from_str(&listed)?;
+            let pinned = listed["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|b| b["status"]["latest"] == pin.as_str());
+            Ok(pinned.then_some(()))
+        },
+    )
+    .await?;
+    pods.delete(&first_name, &DeleteParams::default()).await?;
+    let replacement = wait_for("the replacement bound", TIMEOUT, || async {
+        let listed = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=db"))
+            .await?;
+        Ok(listed.items.into_iter().find_map(|p| {
+            let name = p.metadata.name.clone()?;
+            (name != first_name && p.metadata.deletion_timestamp.is_none())
+                .then_some(())
+                .and(p.spec.and_then(|s| s.node_name))
+        }))
+    })
+    .await?;
+    assert_eq!(replacement, pin, "the replacement returns to its pin");
+
+    ns.delete().await?;
+    filler_ns.delete().await?;
     nodes.delete().await?;
     queues.delete()?;
     kubectl_ok(&["delete", "sp", &profile], None)?;
