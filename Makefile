@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo soak bench
+.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -173,6 +173,12 @@ test: fmt-check lint unit crds-check monitoring-check ## everything CI runs: fmt
 	  else e2e/scripts/cluster-down.sh; fi; \
 	fi; \
 	exit $$status
+
+demo-kueue: ## batch with quotas, the rest through default logic: Kueue admits, tether places, explain says why a pod waits (starts the cluster with Kueue, and tether)
+	$(CARGO) build --release --bin tether
+	KUEUE=1 NODES=$(NODES) e2e/scripts/cluster-up.sh
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/demo-kueue.sh
 
 demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them, explain one pod
 	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh
