@@ -51,12 +51,21 @@ pub struct Queues {
 
 impl Queues {
     pub fn create(namespace: &str, cpu: &str) -> anyhow::Result<Self> {
+        Self::create_with(namespace, cpu, json!({}))
+    }
+
+    /// [`Queues::create`] with the flavor's `spec` (node labels, a topology, tolerations).
+    pub fn create_with(
+        namespace: &str,
+        cpu: &str,
+        flavor_spec: serde_json::Value,
+    ) -> anyhow::Result<Self> {
         let suffix = crate::unique_suffix();
         let flavor = format!("flavor-{suffix}");
         let cluster_queue = format!("cq-{suffix}");
         apply(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor",
-            "metadata": {"name": flavor},
+            "metadata": {"name": flavor}, "spec": flavor_spec,
         }))?;
         apply(json!({
             "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue",

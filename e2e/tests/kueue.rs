@@ -684,3 +684,100 @@ async fn a_sticky_job_admitted_by_kueue_returns_to_its_pin() -> anyhow::Result<(
     kubectl_ok(&["delete", "sp", &profile], None)?;
     Ok(())
 }
+
+/// Kueue's topology-aware admission and tether agree: a Job of three 1-CPU pods that must run
+/// within one rack (`kueue.x-k8s.io/podset-required-topology`) is admitted where a rack has room
+/// (rack a's nodes are mostly taken), Kueue lifts its topology gate with a node chosen for each
+/// pod, and tether places each pod on the node Kueue chose.
+#[tokio::test]
+async fn a_job_kueue_admits_within_one_rack_is_placed_where_kueue_assigned_it() -> anyhow::Result<()>
+{
+    kueue::ensure()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kueue-tas").await?;
+    let filler_ns = TestNamespace::create(&client, "kueue-tas-filler").await?;
+    let rack = "e2e.tether.dev/rack";
+    let nodes = TestNodes::create(&client, "kueue-tas", 4, "2", |i, node| {
+        node["metadata"]["labels"][rack] = json!(if i < 2 { "rack-a" } else { "rack-b" });
+    })
+    .await?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-tas-{suffix}");
+    opt_in(&client, &ns.name, &profile).await?;
+    let topology = format!("topology-{suffix}");
+    apply(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+        "metadata": {"name": topology},
+        "spec": {"levels": [{"nodeLabel": rack}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }))?;
+    let queues = Queues::create_with(
+        &ns.name,
+        "8",
+        json!({
+            "nodeLabels": {tether_e2e::TEST_KEY: nodes.test},
+            "topologyName": topology,
+            "tolerations": [{"key": tether_e2e::TEST_KEY, "operator": "Equal",
+                             "value": nodes.test, "effect": "NoSchedule"}],
+        }),
+    )?;
+    // Rack a keeps half a CPU per node free: the Job fits rack b only.
+    for i in 0..2 {
+        let mut spec = json!({
+            "nodeName": nodes.names[i],
+            "terminationGracePeriodSeconds": 0,
+            "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": "1500m"}}}],
+        });
+        nodes.isolate(&mut spec);
+        apply(json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": format!("filler-{i}"), "namespace": filler_ns.name},
+                     "spec": spec}))?;
+        tether_e2e::wait_bound(&client, &filler_ns.name, &format!("filler-{i}"), TIMEOUT).await?;
+    }
+    let mut job = job(&ns.name, "ring", 3, "1", &nodes);
+    job["spec"]["template"]["metadata"] =
+        json!({"annotations": {"kueue.x-k8s.io/podset-required-topology": rack}});
+    apply(job)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let placed = wait_for("the Job's pods bound", TIMEOUT, || async {
+        let listed = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=ring"))
+            .await?;
+        let bound: Vec<Pod> = listed
+            .items
+            .into_iter()
+            .filter(|p| p.spec.as_ref().is_some_and(|s| s.node_name.is_some()))
+            .collect();
+        Ok((bound.len() == 3).then_some(bound))
+    })
+    .await?;
+    for pod in &placed {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let node = spec.node_name.clone().unwrap_or_default();
+        let index = nodes.names.iter().position(|n| *n == node).unwrap_or(99);
+        assert!(index >= 2, "{node} is not in rack b");
+        // Kueue's assignment names a node (its lowest level): tether placed the pod there.
+        let chosen = spec
+            .node_selector
+            .as_ref()
+            .and_then(|s| s.get("kubernetes.io/hostname"))
+            .cloned();
+        assert_eq!(chosen.as_deref(), Some(node.as_str()), "{spec:?}");
+        assert_eq!(spec.scheduler_name.as_deref(), Some(profile.as_str()));
+    }
+
+    ns.delete().await?;
+    filler_ns.delete().await?;
+    nodes.delete().await?;
+    queues.delete()?;
+    kubectl_ok(
+        &[
+            "delete",
+            "topology.kueue.x-k8s.io",
+            &topology,
+            "--ignore-not-found",
+        ],
+        None,
+    )?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
