@@ -58,8 +58,7 @@ $KUBECTL create clusterrole demo-kueue-viewer --verb=get,list \
   --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
 $KUBECTL create clusterrolebinding demo-kueue-viewer --clusterrole=demo-kueue-viewer \
   --serviceaccount=default:demo-viewer --dry-run=client -o yaml | $KUBECTL apply -f - >/dev/null
-$KUBECTL create token demo-viewer --audience tether --duration 1h >"$CLUSTER_DIR/demo-viewer.token"
-chmod 600 "$CLUSTER_DIR/demo-viewer.token"
+(umask 077; $KUBECTL create token demo-viewer --audience tether --duration 1h >"$CLUSTER_DIR/demo-viewer.token")
 mkdir -p "$CLUSTER_DIR/bin"
 ln -sf "$TETHER_BIN" "$CLUSTER_DIR/bin/kubectl-tether"
 log "why does the notebook wait? (kubectl tether explain batch-demo/notebook)"

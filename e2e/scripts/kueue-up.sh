@@ -14,10 +14,16 @@ PID_FILE=$CLUSTER_DIR/pids/kueue.pid
 STATE=$CLUSTER_DIR/kueue
 [[ -f $ADMIN_KUBECONFIG ]] || die "no local cluster; run make cluster first"
 
-if [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null \
-  && curl -sf --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null; then
-  log "Kueue is running (pid $(cat "$PID_FILE"))"
-  exit 0
+if [[ -f $PID_FILE ]] && kill -0 "$(cat "$PID_FILE")" 2>/dev/null; then
+  if curl -sf --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null; then
+    log "Kueue is running (pid $(cat "$PID_FILE"))"
+    exit 0
+  fi
+  # Running but not ready (stuck, or a start that failed half-way): stopped before a new one.
+  kill -TERM -- "-$(cat "$PID_FILE")" 2>/dev/null || true
+  sleep 1
+  kill -KILL -- "-$(cat "$PID_FILE")" 2>/dev/null || true
+  rm -f "$PID_FILE"
 fi
 "$E2E_DIR/scripts/build-kueue.sh"
 
@@ -79,6 +85,8 @@ namespaces=(--mount --propagation private)
 if [[ $(id -u) != 0 ]]; then namespaces=(--user --map-root-user "${namespaces[@]}"); fi
 setsid unshare "${namespaces[@]}" "$STATE/run-kueue.sh" >"$LOG_DIR/kueue.log" 2>&1 </dev/null &
 echo $! >"$PID_FILE"
+# A start that fails from here on stops the Kueue it started.
+trap 'kill -- "-$(cat "$PID_FILE" 2>/dev/null)" 2>/dev/null; rm -f "$PID_FILE"' EXIT
 deadline=$(( $(date +%s) + 90 ))
 until curl -sf --max-time 2 "http://127.0.0.1:$KUEUE_HEALTH_PORT/readyz" >/dev/null; do
   kill -0 "$(cat "$PID_FILE")" 2>/dev/null || { tail -n 20 "$LOG_DIR/kueue.log" >&2; die "Kueue exited; read $LOG_DIR/kueue.log"; }
@@ -112,4 +120,5 @@ do
   (( $(date +%s) > deadline )) && die "Kueue's webhooks did not answer within 60s; read $LOG_DIR/kueue.log"
   sleep 0.5
 done
+trap - EXIT
 log "Kueue $KUEUE_VERSION is running (pid $(cat "$PID_FILE"), log $LOG_DIR/kueue.log)"

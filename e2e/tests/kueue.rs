@@ -196,7 +196,9 @@ async fn a_pod_kueue_holds_is_explained_with_its_queue_and_quota() -> anyhow::Re
     let pod_key = format!("{}/second", ns.name);
     let admission = wait_for("explain to show the quota in the way", TIMEOUT, || async {
         let explained = explain_json(&pod_key, &token)?;
-        Ok(explained.admission.filter(|a| a.quota.contains(&want)))
+        Ok(explained
+            .admission
+            .filter(|a| a.quota.contains(&want) && a.pending_workloads == Some(1)))
     })
     .await?;
     assert!(

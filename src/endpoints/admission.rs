@@ -3,8 +3,8 @@
 //! pod's LocalQueue and ClusterQueue, its Workload's admission conditions, the quota in the way
 //! and how many workloads wait. Read from the API when asked (never on the scheduling path),
 //! each only where the caller may read it: the Workload needs `get workloads.kueue.x-k8s.io` in
-//! the pod's namespace, the ClusterQueue's quota `get clusterqueues.kueue.x-k8s.io` (else the
-//! LocalQueue's own figures are shown). Where Kueue is not served, or a read fails, it says so.
+//! the pod's namespace, the LocalQueue `get localqueues.kueue.x-k8s.io` there, the ClusterQueue's
+//! quota `get clusterqueues.kueue.x-k8s.io` (else the LocalQueue's own figures are shown). Where Kueue is not served, or a read fails, it says so.
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -18,6 +18,8 @@ const GROUP: &str = "kueue.x-k8s.io";
 const VERSION: &str = "v1beta2";
 /// The label that names a pod's (or its job's) LocalQueue.
 const QUEUE_LABEL: &str = "kueue.x-k8s.io/queue-name";
+/// The annotation naming the Workload of a pod Kueue gates for topology.
+const WORKLOAD_ANNOTATION: &str = "kueue.x-k8s.io/workload";
 /// The gates Kueue puts on the pods it manages.
 const GATE_PREFIX: &str = "kueue.x-k8s.io/";
 /// A Workload's conditions that decide its admission, in the order they are shown.
@@ -32,19 +34,48 @@ fn api(client: &kube::Client, kind: &str, plural: &str, ns: Option<&str>) -> Api
     }
 }
 
-/// The pod's gates and what Kueue says of them; None for a pod without gates.
+/// How long the reads for one explanation may take in all.
+const READ_DEADLINE: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The pod's gates and what Kueue says of them, read within [`READ_DEADLINE`] (past it, the
+/// gates alone and why); None for a pod without gates.
 pub async fn of_pod(
     client: &kube::Client,
     cache: &AuthCache,
     caller: &UserInfo,
     pod: &Pod,
 ) -> Option<Admission> {
-    let gates: Vec<String> = pod
-        .spec
+    match tokio::time::timeout(READ_DEADLINE, read(client, cache, caller, pod)).await {
+        Ok(found) => found,
+        Err(_) => {
+            let gates = gates_of(pod);
+            (!gates.is_empty()).then(|| Admission {
+                gates,
+                unread: vec![format!(
+                    "Kueue's objects: no answer within {}s",
+                    READ_DEADLINE.as_secs()
+                )],
+                ..Default::default()
+            })
+        }
+    }
+}
+
+fn gates_of(pod: &Pod) -> Vec<String> {
+    pod.spec
         .as_ref()
         .and_then(|s| s.scheduling_gates.as_ref())
         .map(|g| g.iter().map(|g| g.name.clone()).collect())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+async fn read(
+    client: &kube::Client,
+    cache: &AuthCache,
+    caller: &UserInfo,
+    pod: &Pod,
+) -> Option<Admission> {
+    let gates = gates_of(pod);
     if gates.is_empty() {
         return None;
     }
@@ -70,7 +101,23 @@ pub async fn of_pod(
         out.unread.push(format!("Kueue's workloads: {refused}"));
         return Some(out);
     }
-    let uid = pod.metadata.uid.clone().unwrap_or_default();
+    // The pod's Workload: the one Kueue names on the pod (a Job's pod it gates for topology),
+    // else the one the pod or its controller owns (a plain pod, a pod group's member).
+    let named = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(WORKLOAD_ANNOTATION))
+        .cloned();
+    let mut owners: Vec<String> = pod.metadata.uid.iter().cloned().collect();
+    owners.extend(
+        pod.metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .filter(|o| o.controller == Some(true))
+            .map(|o| o.uid.clone()),
+    );
     let mut queue = pod
         .metadata
         .labels
@@ -82,13 +129,15 @@ pub async fn of_pod(
         .await
     {
         Ok(list) => {
-            if let Some(w) = list.items.iter().find(|w| {
-                w.metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.uid == uid)
-            }) {
+            let found = list.items.iter().find(|w| {
+                named.is_some() && w.metadata.name == named
+                    || w.metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|o| owners.contains(&o.uid))
+            });
+            if let Some(w) = found {
                 out.workload = Some(format!(
                     "{ns}/{}",
                     w.metadata.name.as_deref().unwrap_or_default()
@@ -106,16 +155,33 @@ pub async fn of_pod(
         return Some(out);
     };
     out.local_queue = Some(format!("{ns}/{queue}"));
-    let local = match api(client, "LocalQueue", "localqueues", Some(&ns))
-        .get(&queue)
-        .await
+    let local = match auth::authorize(
+        client,
+        cache,
+        caller,
+        "get",
+        "localqueues.kueue.x-k8s.io",
+        Some(&ns),
+        Some(&queue),
+    )
+    .await
     {
-        Ok(lq) => Some(lq),
-        Err(e) => {
+        Err(refused) => {
             out.unread
-                .push(format!("LocalQueue {ns}/{queue}: {}", unread(&e)));
+                .push(format!("LocalQueue {ns}/{queue}: {refused}"));
             None
         }
+        Ok(()) => match api(client, "LocalQueue", "localqueues", Some(&ns))
+            .get(&queue)
+            .await
+        {
+            Ok(lq) => Some(lq),
+            Err(e) => {
+                out.unread
+                    .push(format!("LocalQueue {ns}/{queue}: {}", unread(&e)));
+                None
+            }
+        },
     };
     if out.cluster_queue.is_none() {
         out.cluster_queue = local
