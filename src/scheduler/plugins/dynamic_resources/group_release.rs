@@ -54,17 +54,12 @@ impl GroupReleasePlugin for DynamicResources {
 impl DynamicResources {
     /// Step 2 for the group `pod` names: the outcome of the one write made, or None.
     fn free_group_claim(&self, pod: &Pod, states: &[Arc<State>]) -> Option<Status> {
-        let name = crate::scheduler::informers::pod_groups::group_name(pod)?;
-        let key = GroupKey {
-            api: GroupApi::Workload,
-            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-            name: name.to_string(),
+        let group = match self.pod_group(pod) {
+            Ok(Some(group)) => group,
+            Ok(None) => return None,
+            Err(why) => return Some(Status::error(why)),
         };
-        let Some(Group::Workload(group)) = self.pod_groups.get(&key) else {
-            return Some(Status::error(format!(
-                "pod group state not found for pod group {key}"
-            )));
-        };
+        let key = crate::scheduler::informers::pod_groups::key(&group);
         let group_uid = group.metadata.uid.as_deref().unwrap_or_default();
         for s in states {
             let unavailable: Vec<usize> = locks::lock(&s.unavailable).iter().copied().collect();
@@ -155,25 +150,12 @@ fn bounded_unreserve(
     claim: &ResourceClaim,
     uid: &str,
 ) -> Result<(), String> {
-    let api: Api<ResourceClaim> = Api::namespaced(
-        client.clone(),
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    let name = claim.metadata.name.clone().unwrap_or_default();
-    let patch = serde_json::json!({
-        "metadata": {"uid": claim.metadata.uid},
-        "status": {"reservedFor": [{"$patch": "delete", "uid": uid}]},
-    });
     let written = post_filter::bounded(
         runtime,
-        plugin.gate.write(Write::DynamicResources, async {
-            api.patch_status(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&patch),
-            )
-            .await
-        }),
+        plugin.gate.write(
+            Write::DynamicResources,
+            super::writes::remove_reservation(client, claim, uid),
+        ),
     );
     match written {
         Ok(Ok(Ok(_))) => Ok(()),

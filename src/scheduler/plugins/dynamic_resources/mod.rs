@@ -429,6 +429,26 @@ fn class_problem(
 }
 
 impl DynamicResources {
+    /// The Workload API PodGroup the pod names, as watched (upstream's getPodGroupSnapshot):
+    /// None when it names none, upstream's words when the group is not known.
+    fn pod_group(
+        &self,
+        pod: &Pod,
+    ) -> Result<Option<Arc<k8s_openapi::api::scheduling::v1beta1::PodGroup>>, String> {
+        let Some(name) = crate::scheduler::informers::pod_groups::group_name(pod) else {
+            return Ok(None);
+        };
+        let key = GroupKey {
+            api: GroupApi::Workload,
+            namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+            name: name.to_string(),
+        };
+        match self.pod_groups.get(&key) {
+            Some(Group::Workload(group)) => Ok(Some(group)),
+            _ => Err(format!("pod group state not found for pod group {key}")),
+        }
+    }
+
     /// What PreBind reserves each of the pod's claims for (upstream's podResourceClaimBindings):
     /// its PodGroup where the group declares the same claim, else the pod.
     fn bindings(
@@ -439,20 +459,7 @@ impl DynamicResources {
             &k8s_openapi::api::core::v1::PodResourceClaim,
         )],
     ) -> Result<Vec<ResourceClaimConsumerReference>, String> {
-        let group = match crate::scheduler::informers::pod_groups::group_name(pod) {
-            None => None,
-            Some(name) => {
-                let key = GroupKey {
-                    api: GroupApi::Workload,
-                    namespace: pod.metadata.namespace.clone().unwrap_or_default(),
-                    name: name.to_string(),
-                };
-                match self.pod_groups.get(&key) {
-                    Some(Group::Workload(group)) => Some(group),
-                    _ => return Err(format!("pod group state not found for pod group {key}")),
-                }
-            }
-        };
+        let group = self.pod_group(pod)?;
         entries
             .iter()
             .map(|(_, entry)| claims::bind_to(pod, group.as_deref(), entry))

@@ -19,31 +19,42 @@ use crate::k8s::pod::Pod;
 /// apart, as client-go's DefaultRetry.
 const CONFLICT_RETRIES: usize = 4;
 
-/// Removes the pod from a claim's `status.reservedFor` (a strategic merge patch, as upstream).
+/// Takes the entry of `uid` (a pod's, or a PodGroup's) off a claim's `status.reservedFor`: a
+/// strategic merge patch, as upstream's, which needs no fresh copy of the claim. The caller
+/// holds the write gate.
+pub(super) async fn remove_reservation(
+    client: &kube::Client,
+    claim: &ResourceClaim,
+    uid: &str,
+) -> Result<ResourceClaim, kube::Error> {
+    let api: Api<ResourceClaim> = Api::namespaced(
+        client.clone(),
+        claim.metadata.namespace.as_deref().unwrap_or_default(),
+    );
+    let patch = serde_json::json!({
+        "metadata": {"uid": claim.metadata.uid},
+        "status": {"reservedFor": [{"$patch": "delete", "uid": uid}]},
+    });
+    api.patch_status(
+        claim.metadata.name.as_deref().unwrap_or_default(),
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Strategic(&patch),
+    )
+    .await
+}
+
+/// Removes the pod from a claim's `status.reservedFor` (Unreserve's, logged, not retried).
 pub(super) async fn unreserve_claim(
     client: kube::Client,
     gate: WriteGate,
     claim: Arc<ResourceClaim>,
     pod_uid: String,
 ) {
-    let api: Api<ResourceClaim> = Api::namespaced(
-        client,
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-    );
-    let name = claim.metadata.name.clone().unwrap_or_default();
-    let patch = serde_json::json!({
-        "metadata": {"uid": claim.metadata.uid},
-        "status": {"reservedFor": [{"$patch": "delete", "uid": pod_uid}]},
-    });
     let done = gate
-        .write(Write::DynamicResources, async {
-            api.patch_status(
-                &name,
-                &kube::api::PatchParams::default(),
-                &kube::api::Patch::Strategic(&patch),
-            )
-            .await
-        })
+        .write(
+            Write::DynamicResources,
+            remove_reservation(&client, &claim, &pod_uid),
+        )
         .await;
     match done {
         Ok(Ok(_)) => {}
