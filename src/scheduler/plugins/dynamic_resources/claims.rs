@@ -307,6 +307,19 @@ mod tests {
         .expect("a pod")
     }
 
+    /// `pod` as if it named PodGroup `group`.
+    fn in_group(pod: &Pod, group: &str) -> Pod {
+        let mut moved = pod.clone();
+        if let Some(g) = moved
+            .spec
+            .as_mut()
+            .and_then(|s| s.scheduling_group.as_mut())
+        {
+            g.pod_group_name = Some(group.into());
+        }
+        moved
+    }
+
     fn claim(name: &str, owner: serde_json::Value) -> Arc<ResourceClaim> {
         Arc::new(
             serde_json::from_value(serde_json::json!({
@@ -361,14 +374,7 @@ mod tests {
         let on = pod_claims(&devices.read(), &pod, true).expect("the group's claim is the pod's");
         assert_eq!(on.len(), 2);
         // Another group's claim is refused in upstream's words.
-        let mut stranger = pod.clone();
-        if let Some(g) = stranger
-            .spec
-            .as_mut()
-            .and_then(|s| s.scheduling_group.as_mut())
-        {
-            g.pod_group_name = Some("other".into());
-        }
+        let stranger = in_group(&pod, "other");
         assert_eq!(
             pod_claims(&devices.read(), &stranger, true).expect_err("not its group's"),
             "ResourceClaim ml/train-gpu-x was not created for Pod ml/worker-0 (neither Pod nor PodGroup other is the owner)"
@@ -427,14 +433,7 @@ mod tests {
         );
         assert!(reserved_for(&c, &pod, true));
         assert!(!reserved_for(&c, &pod, false));
-        let mut stranger = pod.clone();
-        if let Some(g) = stranger
-            .spec
-            .as_mut()
-            .and_then(|s| s.scheduling_group.as_mut())
-        {
-            g.pod_group_name = Some("other".into());
-        }
+        let stranger = in_group(&pod, "other");
         assert!(!reserved_for(&c, &stranger, true));
     }
 }
