@@ -104,7 +104,8 @@ BENCH_READY_NODES ?= 5000
 BENCH_SCALE_NODES ?= 5000
 BENCH_SCALE_PODS ?= 0
 BENCH_SCALE_KEEP ?= 0
-bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), each one's start on BENCH_READY_NODES nodes, and with BENCH_SCALE_PODS (e.g. 100000) the scale run on BENCH_SCALE_NODES; writes BENCHMARKS.md and target/bench/*.json
+BENCH_KUEUE_JOBS ?= 1000
+bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), each one's start on BENCH_READY_NODES nodes, BENCH_KUEUE_JOBS Jobs of 4 pods through Kueue (quota for a tenth) with each, and with BENCH_SCALE_PODS (e.g. 100000) the scale run on BENCH_SCALE_NODES; writes BENCHMARKS.md and target/bench/*.json
 	$(CARGO) bench --bench schedule_cycle --bench dra_cycle
 	$(CARGO) build --profile dist --bin tether
 	$(MAKE) --no-print-directory k8s-bins
@@ -113,7 +114,7 @@ bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-sch
 	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODE_LEASE_SECONDS=$${NODE_LEASE_SECONDS:-600} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
 	fi; \
 	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
-	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(BENCH_SCALE_PODS) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) \
+	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(BENCH_SCALE_PODS) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) BENCH_KUEUE_JOBS=$(BENCH_KUEUE_JOBS) \
 	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \

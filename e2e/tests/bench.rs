@@ -5,8 +5,8 @@
 //! Both start schedulers of their own, so they run alone, after the shared tether has stopped.
 
 use tether_e2e::bench::{
-    Bench, Contender, Mode, ReadyResult, RunResult, Workload, into_benchmarks, node_images,
-    ready_report, report, scale_report, start_to_ready, write_json,
+    Bench, Contender, Mode, PODS_PER_JOB, ReadyResult, RunResult, Workload, into_benchmarks,
+    kueue_report, node_images, ready_report, report, scale_report, start_to_ready, write_json,
 };
 use tether_e2e::{TestNodes, client};
 
@@ -241,6 +241,67 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
         bench.nodes.keep();
         return Ok(());
     }
+    bench.nodes.delete().await
+}
+
+/// The Kueue bench, small: 8 Jobs of 4 pods with room for 2 at a time, Kueue + kube-scheduler
+/// and Kueue + tether; every pod bound, each stage timed, nothing ratioed.
+#[tokio::test]
+async fn a_small_kueue_bench_runs_both_schedulers() -> anyhow::Result<()> {
+    const JOBS: usize = 8;
+    let client = client().await?;
+    let bench = Bench::new(client, 6).await?;
+    let mut results = Vec::new();
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        let r = bench.run_kueue(contender, JOBS, 2).await?;
+        println!("{r:?}");
+        assert_eq!(r.pods, JOBS * PODS_PER_JOB, "{r:?}");
+        assert!(
+            r.pods_per_second > 0.0 && r.cpu_seconds > 0.0 && r.peak_rss_mib > 1.0,
+            "{r:?}"
+        );
+        // Quota for 2 of the 8 at once: Kueue admitted them in 4 waves, each after a Job
+        // finished (kwok completes a pod a second after it runs).
+        assert!(
+            r.admitted_to_bound_p99_ms > 0.0 && r.seconds > 3.0,
+            "admitted in waves: {r:?}"
+        );
+        results.push(r);
+    }
+    let table = kueue_report(&results, "make test", "small run");
+    assert_eq!(table.lines().filter(|l| l.starts_with("| ")).count(), 3);
+    bench.nodes.delete().await
+}
+
+/// Batch behind Kueue: `BENCH_KUEUE_JOBS` Jobs of 4 pods (1,000 unless told otherwise) through
+/// one ClusterQueue with room for a tenth of them, Kueue + kube-scheduler and Kueue + tether on
+/// `BENCH_NODES` nodes; writes its table into BENCHMARKS.md and target/bench/kueue.json.
+#[tokio::test]
+#[ignore = "1,000 Jobs through Kueue, twice: make bench"]
+async fn kueue_bench() -> anyhow::Result<()> {
+    let nodes = env_or("BENCH_NODES", 500);
+    let jobs = env_or("BENCH_KUEUE_JOBS", 1000);
+    if jobs == 0 {
+        println!("the Kueue bench is skipped: BENCH_KUEUE_JOBS is 0");
+        return Ok(());
+    }
+    let client = client().await?;
+    let bench = Bench::new(client, nodes).await?;
+    let mut results = Vec::new();
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        let r = bench.run_kueue(contender, jobs, (jobs / 10).max(1)).await?;
+        println!("{r:?}");
+        results.push(r);
+    }
+    write_json(&results, "kueue")?;
+    let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
+    let table = kueue_report(
+        &results,
+        &format!("make bench BENCH_NODES={nodes} BENCH_KUEUE_JOBS={jobs}"),
+        &versions,
+    );
+    into_benchmarks("kueue", Some("Batch behind Kueue"), &table)?;
+    println!("{table}");
     bench.nodes.delete().await
 }
 

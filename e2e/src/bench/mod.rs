@@ -1,7 +1,8 @@
 //! The scheduler bench (`make bench`): kube-scheduler, tether and a raw binder, one at a time,
 //! on the same local cluster, each binding the same pods in a namespace of its own. Workloads
 //! after upstream's scheduler_perf: SchedulingBasic, a hard zone spread with a soft hostname
-//! spread, required pod anti-affinity, and preferred affinity to pods already running.
+//! spread, required pod anti-affinity, and preferred affinity to pods already running; and batch
+//! Jobs behind a real Kueue (kueue.rs).
 //!
 //! What is measured comes from the bench's own watch of the pods (when each was seen bound) and
 //! from /proc (the scheduler process's CPU time and peak resident memory), never from a
@@ -22,9 +23,11 @@ use crate::kubevirt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+mod kueue;
 mod report;
 mod start;
 
+pub use kueue::{KueueResult, PODS_PER_JOB, kueue_report};
 pub use report::{into_benchmarks, report, write_json};
 pub use start::{
     ReadyResult, ScaleResult, node_images, ready_report, scale_report, start_to_ready,
