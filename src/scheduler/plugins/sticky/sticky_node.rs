@@ -13,6 +13,7 @@ use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
 use crate::api::StickyBinding;
+use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::pod::Pod;
 use crate::k8s::volumes;
 use crate::scheduler::framework::HistoryReadership;
@@ -437,6 +438,38 @@ fn cordoned(node: &NodeInfo, pod: &Pod) -> Option<&'static str> {
     (unschedulable && !tolerated).then_some("cordoned (unschedulable)")
 }
 
+/// What of the pod's own node selection leaves `node` out, when it does: its nodeSelector
+/// (the pairs the node lacks) or its required node affinity. A pin the pod itself rules out can
+/// never be met; the pod says so instead of waiting on "didn't match Pod's node
+/// affinity/selector" with no word of the pin (a queue's admission, Kueue's topology
+/// assignment, writes such a selector after the pin was made).
+fn selection_excludes(node: &NodeInfo, pod: &Pod) -> Option<String> {
+    let spec = pod.spec.as_ref()?;
+    let labels = node.labels();
+    let missing: Vec<String> = spec
+        .node_selector
+        .iter()
+        .flatten()
+        .filter(|(k, v)| labels.get(*k) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if !missing.is_empty() {
+        return Some(format!("nodeSelector {}", missing.join(", ")));
+    }
+    let affinity = RequiredNodeAffinity::from_pod(pod);
+    (!affinity.matches_labels(&node.name, labels)).then(|| "required node affinity".to_string())
+}
+
+/// Whether Kueue admitted the pod to a topology domain (its Job's template asks for one).
+fn admitted_by_kueue_topology(pod: &Pod) -> bool {
+    pod.metadata.annotations.as_ref().is_some_and(|a| {
+        a.keys().any(|k| {
+            k.starts_with("kueue.x-k8s.io/podset-") && k.ends_with("-topology")
+                || k == "kueue.x-k8s.io/podset-required-topology-constraints"
+        })
+    })
+}
+
 /// The taint a cordoned node is treated as carrying.
 const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
@@ -568,6 +601,28 @@ impl PreFilterPlugin for StickyNode {
                     node = sticky.node,
                     ns = workload.namespace,
                     binding = workload.binding_name(),
+                )),
+            );
+        }
+        if let Some(excluded) = snapshot
+            .get(&sticky.node)
+            .and_then(|n| selection_excludes(n, &pod.pod))
+        {
+            return (
+                PreFilterResult::all_nodes(),
+                Status::unresolvable(format!(
+                    "{}: the pod's own {excluded} excludes that node{by}; set spec.nodeName of \
+                     StickyBinding {ns}/{binding} to a node it allows, or turn the pin off for \
+                     this pod (annotation {annotation}: \"true\")",
+                    sticky.reason(),
+                    by = if admitted_by_kueue_topology(&pod.pod) {
+                        " (set by Kueue's topology-aware admission)"
+                    } else {
+                        ""
+                    },
+                    ns = workload.namespace,
+                    binding = workload.binding_name(),
+                    annotation = args.disable_annotation,
                 )),
             );
         }
@@ -1203,6 +1258,50 @@ mod tests {
         let tolerating =
             PodBuilder::new("p").toleration(UNSCHEDULABLE_TAINT, "Exists", "", "NoSchedule");
         assert!(attempt(tolerating).is_success());
+    }
+
+    /// A pin the pod's own node selection rules out (Kueue's topology assignment written as a
+    /// nodeSelector after the pin was made) says which part, and what a person can do; a
+    /// selection the pin meets goes there as ever.
+    #[test]
+    fn a_pin_the_pods_own_selector_excludes_says_so() {
+        let plugin = plugin(
+            StickyNodeArgs::default(),
+            vec![binding("default", "pod-p", None, latest("n2"))],
+        );
+        let snap = snapshot(
+            vec![
+                NodeBuilder::new("n1").label("rack", "r1"),
+                NodeBuilder::new("n2").label("rack", "r2"),
+            ],
+            vec![],
+        );
+        let attempt = |pod: PodBuilder| {
+            let mut state = CycleState::new();
+            PreFilterPlugin::pre_filter(&plugin, &mut state, &pod.info(), &snap).1
+        };
+        let assigned = PodBuilder::new("p")
+            .annotation("kueue.x-k8s.io/podset-required-topology", "rack")
+            .node_selector("kubernetes.io/hostname", "n1");
+        let status = attempt(assigned);
+        assert_eq!(status.code, Code::UnschedulableAndUnresolvable);
+        assert_eq!(
+            status.message(),
+            "node(s) didn't match the sticky node n2 of Pod/p: the pod's own nodeSelector \
+             kubernetes.io/hostname=n1 excludes that node (set by Kueue's topology-aware \
+             admission); set spec.nodeName of StickyBinding default/pod-p to a node it \
+             allows, or turn the pin off for this pod (annotation \
+             tether.dev/sticky-node-disabled: \"true\")"
+        );
+        let plain = attempt(PodBuilder::new("p").node_selector("rack", "r1"));
+        assert!(
+            plain
+                .message()
+                .contains("own nodeSelector rack=r1 excludes that node;"),
+            "{}",
+            plain.message()
+        );
+        assert!(attempt(PodBuilder::new("p").node_selector("rack", "r2")).is_success());
     }
 
     /// Uncordoning the pinned node wakes the pod; other nodes' and other changes do not.
