@@ -60,6 +60,8 @@ apiserver_ready() {
 }
 
 # start_apiserver: starts kube-apiserver on 127.0.0.1:$APISERVER_PORT and waits until it is ready.
+# It runs the aggregation layer (a front proxy with its own CA), so that an extension API server
+# on 127.0.0.1 (Kueue's visibility API, reached through an ExternalName Service) is served.
 # From 1.37 it serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and
 # pods' spec.schedulingGroup), beta and off by default, as a cluster that runs gangs does; 1.36
 # has only an alpha v1alpha2 of it, which tether does not serve, and runs with its defaults.
@@ -90,6 +92,12 @@ start_apiserver() {
     --service-account-key-file "$PKI_DIR/sa.pub" --service-account-signing-key-file "$PKI_DIR/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC \
     --endpoint-reconciler-type none --allow-privileged \
+    --requestheader-client-ca-file "$PKI_DIR/front-proxy-ca.crt" \
+    --requestheader-allowed-names front-proxy-client \
+    --requestheader-username-headers X-Remote-User --requestheader-group-headers X-Remote-Group \
+    --requestheader-extra-headers-prefix X-Remote-Extra- \
+    --proxy-client-cert-file "$PKI_DIR/front-proxy-client.crt" \
+    --proxy-client-key-file "$PKI_DIR/front-proxy-client.key" \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false \
     "${workload_api[@]}"
   wait_healthy kube-apiserver apiserver_ready

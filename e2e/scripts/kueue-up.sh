@@ -45,8 +45,15 @@ webhook:
   certDir: $STATE/certs
 leaderElection:
   leaderElect: false
+# Kueue's client allows 20 requests a second by default; a batch platform opens it (the bench
+# admits hundreds of Jobs a minute).
+clientConnection:
+  qps: 500
+  burst: 1000
 internalCertManagement:
   enable: false
+visibilityServer:
+  bindAddress: 127.0.0.1
 manageJobsWithoutQueueName: false
 managedJobsNamespaceSelector:
   matchLabels:
@@ -67,8 +74,8 @@ $KUBECTL create namespace kueue-system --dry-run=client -o yaml | $KUBECTL apply
 # Kueue without its own certificate management reads its metrics server's certificate from
 # /etc/kueue/metrics/certs whether or not that server runs. That path is given to it in a
 # mount namespace of its own, over /etc (an overlay: the machine's /etc is not written). Its
-# visibility API (an aggregated API server, its certificate at /visibility) is off: the local
-# API server runs no aggregation layer.
+# visibility API (an aggregated API server; build-kueue.sh pointed its certificate into the
+# cache) is served on 127.0.0.1 and reached through the local API server's aggregation layer.
 command -v unshare >/dev/null || die "unshare (util-linux) is needed to start Kueue"
 rm -rf "$STATE/etc" && mkdir -p "$STATE/etc/upper" "$STATE/etc/work"
 cat >"$STATE/run-kueue.sh" <<RUN
@@ -78,7 +85,7 @@ mount -t overlay overlay -o lowerdir=/etc,upperdir=$STATE/etc/upper,workdir=$STA
 mkdir -p /etc/kueue/metrics/certs
 cp $STATE/certs/tls.crt $STATE/certs/tls.key /etc/kueue/metrics/certs/
 exec "$KUEUE_DIR/bin/kueue" --config "$STATE/config.yaml" --kubeconfig "$ADMIN_KUBECONFIG" \
-  --visibility-server-port "$KUEUE_VISIBILITY_PORT" --feature-gates VisibilityOnDemand=false
+  --visibility-server-port "$KUEUE_VISIBILITY_PORT"
 RUN
 chmod +x "$STATE/run-kueue.sh"
 namespaces=(--mount --propagation private)
@@ -120,5 +127,31 @@ do
   (( $(date +%s) > deadline )) && die "Kueue's webhooks did not answer within 60s; read $LOG_DIR/kueue.log"
   sleep 0.5
 done
+
+# Its visibility API (pending workloads and their positions, what `tether explain` reads):
+# an APIService whose Service is an ExternalName for localhost, which kube-apiserver's
+# aggregator dials at the APIService's port (no cluster network here).
+$KUBECTL apply -f - >/dev/null <<VIS
+apiVersion: v1
+kind: Service
+metadata: {name: visibility-server, namespace: kueue-system}
+spec:
+  type: ExternalName
+  externalName: localhost
+  ports: [{name: https, port: $KUEUE_VISIBILITY_PORT, protocol: TCP}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: v1beta2.visibility.kueue.x-k8s.io}
+spec:
+  group: visibility.kueue.x-k8s.io
+  version: v1beta2
+  groupPriorityMinimum: 100
+  versionPriority: 100
+  insecureSkipTLSVerify: true
+  service: {name: visibility-server, namespace: kueue-system, port: $KUEUE_VISIBILITY_PORT}
+VIS
+$KUBECTL wait --for=condition=Available --timeout=60s apiservice/v1beta2.visibility.kueue.x-k8s.io >/dev/null \
+  || die "Kueue's visibility API was not available within 60s; read $LOG_DIR/kueue.log and $LOG_DIR/kube-apiserver.log"
 trap - EXIT
 log "Kueue $KUEUE_VERSION is running (pid $(cat "$PID_FILE"), log $LOG_DIR/kueue.log)"

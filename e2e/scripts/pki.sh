@@ -2,7 +2,8 @@
 # Generates the local control plane's credentials into $PKI_DIR: a CA, the API server's serving
 # certificate, kwok's serving certificate (it plays every node's kubelet, which the API server
 # reaches for port-forward and checks against the CA), client certificates for the admin and
-# kube-controller-manager, and the service account signing key pair. Sourced by cluster-up.sh.
+# kube-controller-manager, the aggregation layer's front-proxy CA and client certificate, and the
+# service account signing key pair. Sourced by cluster-up.sh.
 
 pki_client_cert() { # name CN O
   local name=$1 cn=$2 org=$3
@@ -22,6 +23,18 @@ pki_server_cert() { # name CN subjectAltNames
     -extfile <(printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\nsubjectAltName=%s\n' "$sans") 2>/dev/null
 }
 
+# The aggregation layer's front proxy: its own CA (the requestheader CA an extension API server,
+# Kueue's visibility server, trusts) and the client certificate kube-apiserver proxies with.
+pki_front_proxy() {
+  openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/front-proxy-ca.key" \
+    -out "$PKI_DIR/front-proxy-ca.crt" -days 365 -subj "/CN=tether-local-front-proxy-ca" 2>/dev/null
+  openssl req -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/front-proxy-client.key" \
+    -out "$PKI_DIR/front-proxy-client.csr" -subj "/CN=front-proxy-client" 2>/dev/null
+  openssl x509 -req -in "$PKI_DIR/front-proxy-client.csr" -CA "$PKI_DIR/front-proxy-ca.crt" \
+    -CAkey "$PKI_DIR/front-proxy-ca.key" -CAcreateserial -days 365 -out "$PKI_DIR/front-proxy-client.crt" \
+    -extfile <(printf 'keyUsage=critical,digitalSignature,keyEncipherment\nextendedKeyUsage=clientAuth\n') 2>/dev/null
+}
+
 pki_generate() {
   mkdir -p "$PKI_DIR"
   openssl req -x509 -new -newkey rsa:2048 -nodes -keyout "$PKI_DIR/ca.key" -out "$PKI_DIR/ca.crt" \
@@ -31,6 +44,7 @@ pki_generate() {
   pki_server_cert kwok kwok-kubelet IP:127.0.0.1,DNS:localhost
   pki_client_cert admin kubernetes-admin system:masters
   pki_client_cert controller-manager system:kube-controller-manager system:kube-controller-manager
+  pki_front_proxy
   openssl genrsa -out "$PKI_DIR/sa.key" 2048 2>/dev/null
   openssl rsa -in "$PKI_DIR/sa.key" -pubout -out "$PKI_DIR/sa.pub" 2>/dev/null
 }

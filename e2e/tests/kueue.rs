@@ -189,6 +189,12 @@ async fn a_pod_kueue_holds_is_explained_with_its_queue_and_quota() -> anyhow::Re
         Ok(quota_reserved_of(&ns.name, "Pod", "second")?.filter(|(s, _)| s == "False"))
     })
     .await?;
+    // A third behind it, so that the second's place in the queue is told apart from "alone".
+    apply(pod("third", "400m"))?;
+    wait_for("Kueue's verdict on the third pod", TIMEOUT, || async {
+        Ok(quota_reserved_of(&ns.name, "Pod", "third")?.filter(|(s, _)| s == "False"))
+    })
+    .await?;
     let token = reader_token(&ns.name)?;
     // Kueue writes its ClusterQueue's figures a moment after its verdict: explain until they
     // show the first pod's reservation.
@@ -198,7 +204,7 @@ async fn a_pod_kueue_holds_is_explained_with_its_queue_and_quota() -> anyhow::Re
         let explained = explain_json(&pod_key, &token)?;
         Ok(explained
             .admission
-            .filter(|a| a.quota.contains(&want) && a.pending_workloads == Some(1)))
+            .filter(|a| a.quota.contains(&want) && a.pending_workloads == Some(2)))
     })
     .await?;
     assert!(
@@ -217,8 +223,20 @@ async fn a_pod_kueue_holds_is_explained_with_its_queue_and_quota() -> anyhow::Re
             .is_some_and(|c| c.starts_with("QuotaReserved=False") && c.contains("insufficient")),
         "{admission:?}"
     );
-    assert_eq!(admission.pending_workloads, Some(1), "{admission:?}");
+    assert_eq!(admission.pending_workloads, Some(2), "{admission:?}");
+    // Its place among the pending, from Kueue's visibility API: first, the third behind it.
+    assert_eq!(
+        admission.position_in_cluster_queue,
+        Some(0),
+        "{admission:?}"
+    );
+    assert_eq!(admission.position_in_local_queue, Some(0), "{admission:?}");
     assert!(admission.unread.is_empty(), "{admission:?}");
+    let third = explain_json(&format!("{}/third", ns.name), &token)?
+        .admission
+        .unwrap_or_default();
+    assert_eq!(third.position_in_cluster_queue, Some(1), "{third:?}");
+    assert_eq!(third.position_in_local_queue, Some(1), "{third:?}");
     // The pod stays Kueue's until Kueue lets it go: tether never took it.
     let second = pods.get("second").await?;
     assert_eq!(second.metadata.uid.unwrap_or_default(), second_uid);
@@ -319,6 +337,19 @@ fn reader_token(ns: &str) -> anyhow::Result<String> {
             "--resource=workloads.kueue.x-k8s.io,localqueues.kueue.x-k8s.io",
         ],
         None,
+    )?;
+    // And the positions in its queues (Kueue's visibility API, a subresource of LocalQueues).
+    apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "kueue-positions", "namespace": ns},
+        "rules": [{"apiGroups": ["visibility.kueue.x-k8s.io"],
+                   "resources": ["localqueues/pendingworkloads"], "verbs": ["get"]}]}),
+    )?;
+    apply(
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "kueue-positions", "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "kueue-positions"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": ns}]}),
     )?;
     kubectl_ok(
         &[
@@ -769,6 +800,163 @@ async fn a_job_kueue_admits_within_one_rack_is_placed_where_kueue_assigned_it() 
 
     ns.delete().await?;
     filler_ns.delete().await?;
+    nodes.delete().await?;
+    queues.delete()?;
+    kubectl_ok(
+        &[
+            "delete",
+            "topology.kueue.x-k8s.io",
+            &topology,
+            "--ignore-not-found",
+        ],
+        None,
+    )?;
+    kubectl_ok(&["delete", "sp", &profile], None)?;
+    Ok(())
+}
+
+/// Where tether's own rule and Kueue's assignment disagree, the pod says why instead of waiting
+/// in silence: a sticky one-pod Job admitted within one rack runs on the node Kueue chose; a
+/// person moves its pin (the StickyBinding's spec.nodeName) to the other rack; the replacement
+/// pod carries Kueue's assignment (a nodeSelector for the old node), and tether tells in its
+/// FailedScheduling event that the pod's own nodeSelector, set by Kueue's topology-aware
+/// admission, excludes the pin, and what to do. It binds nowhere meanwhile.
+#[tokio::test]
+async fn a_sticky_pin_kueue_assigned_elsewhere_says_why() -> anyhow::Result<()> {
+    kueue::ensure()?;
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "kueue-pin").await?;
+    let rack = "e2e.tether.dev/rack";
+    let nodes = TestNodes::create(&client, "kueue-pin", 2, "4", |i, node| {
+        node["metadata"]["labels"][rack] = json!(format!("rack-{i}"));
+    })
+    .await?;
+    let suffix = unique_suffix();
+    let profile = format!("kueue-pin-{suffix}");
+    opt_in_with(
+        &client,
+        &ns.name,
+        &profile,
+        json!({
+            "plugins": {"multiPoint": {"enabled": [{"name": "StickyNode"}]}},
+            "pluginConfig": [{"name": "StickyNode", "args": {"skipMultiReplica": true}}],
+        }),
+    )
+    .await?;
+    let topology = format!("topology-{suffix}");
+    apply(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+        "metadata": {"name": topology},
+        "spec": {"levels": [{"nodeLabel": rack}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }))?;
+    let queues = Queues::create_with(
+        &ns.name,
+        "4",
+        json!({
+            "nodeLabels": {tether_e2e::TEST_KEY: nodes.test},
+            "topologyName": topology,
+            "tolerations": [{"key": tether_e2e::TEST_KEY, "operator": "Equal",
+                             "value": nodes.test, "effect": "NoSchedule"}],
+        }),
+    )?;
+    let mut job = job(&ns.name, "db", 1, "1", &nodes);
+    job["spec"]["template"]["metadata"] =
+        json!({"annotations": {"kueue.x-k8s.io/podset-required-topology": rack}});
+    apply(job)?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let first = wait_for("the Job's pod bound", TIMEOUT, || async {
+        let listed = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=db"))
+            .await?;
+        Ok(listed.items.into_iter().find(|p| {
+            p.metadata.deletion_timestamp.is_none()
+                && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
+        }))
+    })
+    .await?;
+    let assigned = first
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .unwrap_or_default();
+    let first_name = first.metadata.name.clone().unwrap_or_default();
+    let elsewhere = nodes
+        .names
+        .iter()
+        .find(|n| **n != assigned)
+        .cloned()
+        .unwrap_or_default();
+    // The pin is recorded; then a person moves it to the other rack.
+    let binding = wait_for("the Job's StickyBinding", TIMEOUT, || async {
+        let listed = kubectl_ok(
+            &["get", "stickybindings", "-n", &ns.name, "-o", "json"],
+            None,
+        )?;
+        let listed: serde_json::Value = serde_json::from_str(&listed)?;
+        Ok(listed["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|b| b["status"]["latest"] == assigned.as_str())
+            .and_then(|b| b["metadata"]["name"].as_str().map(str::to_string)))
+    })
+    .await?;
+    kubectl_ok(
+        &[
+            "patch",
+            "stickybinding",
+            &binding,
+            "-n",
+            &ns.name,
+            "--type=merge",
+            "-p",
+            &json!({"spec": {"nodeName": elsewhere}}).to_string(),
+        ],
+        None,
+    )?;
+    pods.delete(&first_name, &DeleteParams::default()).await?;
+    let replacement = wait_for("the replacement pod, ungated", TIMEOUT, || async {
+        let listed = pods
+            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=db"))
+            .await?;
+        Ok(listed.items.into_iter().find(|p| {
+            p.metadata.name.as_deref() != Some(first_name.as_str())
+                && p.metadata.deletion_timestamp.is_none()
+                && p.spec
+                    .as_ref()
+                    .is_some_and(|s| s.scheduling_gates.as_ref().is_none_or(Vec::is_empty))
+        }))
+    })
+    .await?;
+    let name = replacement.metadata.name.clone().unwrap_or_default();
+    let selector = replacement
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_selector.as_ref())
+        .and_then(|s| s.get("kubernetes.io/hostname"))
+        .cloned();
+    assert_eq!(
+        selector.as_deref(),
+        Some(assigned.as_str()),
+        "Kueue keeps the workload's assignment for the replacement"
+    );
+    let events =
+        tether_e2e::wait_event(&client, &ns.name, &name, "FailedScheduling", TIMEOUT, |e| {
+            e.contains(&format!("sticky node {elsewhere}"))
+                && e.contains(&format!(
+                    "nodeSelector kubernetes.io/hostname={assigned} excludes"
+                ))
+                && e.contains("Kueue's topology-aware admission")
+                && e.contains(&format!("StickyBinding {}/{binding}", ns.name))
+        })
+        .await?;
+    let now = pods.get(&name).await?;
+    assert!(
+        now.spec.and_then(|s| s.node_name).is_none(),
+        "bound against its pin or its assignment: {events:?}"
+    );
+
+    ns.delete().await?;
     nodes.delete().await?;
     queues.delete()?;
     kubectl_ok(

@@ -4,7 +4,10 @@
 //! and how many workloads wait. Read from the API when asked (never on the scheduling path),
 //! each only where the caller may read it: the Workload needs `get workloads.kueue.x-k8s.io` in
 //! the pod's namespace, the LocalQueue `get localqueues.kueue.x-k8s.io` there, the ClusterQueue's
-//! quota `get clusterqueues.kueue.x-k8s.io` (else the LocalQueue's own figures are shown). Where Kueue is not served, or a read fails, it says so.
+//! quota `get clusterqueues.kueue.x-k8s.io` (else the LocalQueue's own figures are shown), the
+//! Workload's position among the pending (Kueue's visibility API) `get
+//! localqueues/pendingworkloads.visibility.kueue.x-k8s.io` there. Where Kueue is not served,
+//! or a read fails, it says so.
 
 use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams};
@@ -124,6 +127,7 @@ async fn read(
         .as_ref()
         .and_then(|l| l.get(QUEUE_LABEL))
         .cloned();
+    let mut workload_name = None;
     match api(client, "Workload", "workloads", Some(&ns))
         .list(&ListParams::default())
         .await
@@ -138,6 +142,7 @@ async fn read(
                         .any(|o| owners.contains(&o.uid))
             });
             if let Some(w) = found {
+                workload_name = w.metadata.name.clone();
                 out.workload = Some(format!(
                     "{ns}/{}",
                     w.metadata.name.as_deref().unwrap_or_default()
@@ -183,6 +188,9 @@ async fn read(
             }
         },
     };
+    if let Some(workload) = &workload_name {
+        position(client, cache, caller, &ns, &queue, workload, &mut out).await;
+    }
     if out.cluster_queue.is_none() {
         out.cluster_queue = local
             .as_ref()
@@ -236,6 +244,70 @@ async fn read(
         (None, None) => {}
     }
     Some(out)
+}
+
+/// Kueue's visibility API: the workloads pending in a LocalQueue, with their positions.
+const VISIBILITY_GROUP: &str = "visibility.kueue.x-k8s.io";
+/// How many pending workloads Kueue's visibility API answers with by default.
+const PENDING_LIMIT: usize = 1000;
+
+/// The Workload's place among the pending ones of its LocalQueue (and ClusterQueue), from
+/// Kueue's visibility API, where the caller may read it (`get
+/// localqueues/pendingworkloads.visibility.kueue.x-k8s.io` in the namespace). A Workload not
+/// among them is admitted (or not queued yet): nothing is shown.
+async fn position(
+    client: &kube::Client,
+    cache: &AuthCache,
+    caller: &UserInfo,
+    ns: &str,
+    queue: &str,
+    workload: &str,
+    out: &mut Admission,
+) {
+    let what = format!("the positions in LocalQueue {ns}/{queue}");
+    if let Err(refused) = auth::authorize(
+        client,
+        cache,
+        caller,
+        "get",
+        &format!("localqueues/pendingworkloads.{VISIBILITY_GROUP}"),
+        Some(ns),
+        Some(queue),
+    )
+    .await
+    {
+        out.unread.push(format!("{what}: {refused}"));
+        return;
+    }
+    let resource = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk(VISIBILITY_GROUP, VERSION, "LocalQueue"),
+        "localqueues",
+    );
+    let pending = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &resource)
+        .get_subresource("pendingworkloads", queue)
+        .await;
+    match pending {
+        Ok(summary) => {
+            let items = summary.data["items"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let found = items
+                .iter()
+                .find(|w| w["metadata"]["name"].as_str() == Some(workload));
+            match found {
+                Some(w) => {
+                    out.position_in_cluster_queue = w["positionInClusterQueue"].as_i64();
+                    out.position_in_local_queue = w["positionInLocalQueue"].as_i64();
+                }
+                None if items.len() >= PENDING_LIMIT => out.unread.push(format!(
+                    "{what}: the Workload is not among the first {PENDING_LIMIT} pending"
+                )),
+                None => {}
+            }
+        }
+        Err(e) => out.unread.push(format!("{what}: {}", unread(&e))),
+    }
 }
 
 /// A read's failure as a person reads it (Kueue not installed: its kinds are not served).

@@ -186,7 +186,7 @@ pub async fn authorize(
 }
 
 /// Asks the API server whether `user` may `verb` the `resource` (`plural` of the core group, or
-/// `plural.group`).
+/// `plural.group`, each with `/subresource` after the plural where one is meant).
 async fn review_access(
     client: &kube::Client,
     user: &UserInfo,
@@ -195,6 +195,16 @@ async fn review_access(
     namespace: Option<&str>,
     name: Option<&str>,
 ) -> Result<(), Refusal> {
+    // `plural.group` for a resource outside the core group, `plural/subresource` for a
+    // subresource.
+    let (path, group) = match resource.split_once('.') {
+        Some((path, group)) => (path, Some(group)),
+        None => (resource, None),
+    };
+    let (plural, subresource) = match path.split_once('/') {
+        Some((plural, sub)) => (plural, Some(sub)),
+        None => (path, None),
+    };
     let review = SubjectAccessReview {
         spec: SubjectAccessReviewSpec {
             user: user.username.clone(),
@@ -203,14 +213,9 @@ async fn review_access(
             extra: user.extra.clone(),
             resource_attributes: Some(ResourceAttributes {
                 verb: Some(verb.to_string()),
-                // `plural.group` for a resource outside the core group.
-                resource: Some(
-                    resource
-                        .split_once('.')
-                        .map_or(resource, |(r, _)| r)
-                        .to_string(),
-                ),
-                group: resource.split_once('.').map(|(_, g)| g.to_string()),
+                resource: Some(plural.to_string()),
+                subresource: subresource.map(str::to_string),
+                group: group.map(str::to_string),
                 namespace: namespace.map(str::to_string),
                 name: name.map(str::to_string),
                 ..Default::default()

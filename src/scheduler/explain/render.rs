@@ -69,6 +69,17 @@ fn admission(out: &mut String, e: &Explanation) {
     if let Some(n) = a.pending_workloads {
         let _ = writeln!(out, "  {n} workload(s) pending in the queue");
     }
+    if let Some(p) = a.position_in_cluster_queue {
+        let local = a
+            .position_in_local_queue
+            .map(|l| format!(", {l} in its LocalQueue"))
+            .unwrap_or_default();
+        let next = if p == 0 { " (admitted next)" } else { "" };
+        let _ = writeln!(
+            out,
+            "  position {p} in the ClusterQueue{local}, counted from 0{next}"
+        );
+    }
     for u in &a.unread {
         let _ = writeln!(out, "  not shown: {u}");
     }

@@ -105,6 +105,12 @@ pub struct Admission {
     /// How many workloads wait in the ClusterQueue (or the LocalQueue).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pending_workloads: Option<i64>,
+    /// The Workload's place among those pending, from Kueue's visibility API: in its
+    /// ClusterQueue and in its LocalQueue, counted from 0 (0 is admitted next).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_in_cluster_queue: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position_in_local_queue: Option<i64>,
     /// What could not be read, and why.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub unread: Vec<String>,
