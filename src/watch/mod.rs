@@ -80,6 +80,9 @@ pub trait Index<K>: Send + Sync {
     fn reset(&self, objs: Vec<K>);
     /// The watch failed; it will re-list. Most indexes need not care.
     fn failed(&self, _error: &watcher::Error) {}
+    /// Whether the API server serves the kind `what` (an optional kind's watch answers 404
+    /// while it does not, and the kind counts as empty). Most indexes need not care.
+    fn served(&self, _what: &'static str, _served: bool) {}
     /// For an index whose reset is "apply each object, then drop what the list did not hold":
     /// the key of `obj` (its UID). Then a list's objects are applied one by one as they arrive
     /// and [`Index::listed`] gets their keys at the end, instead of all of them held until

@@ -50,6 +50,9 @@ where
     K: StorageObject + kube::Resource,
     I: Keeps<K>,
 {
+    fn served(&self, what: &'static str, served: bool) {
+        self.index.served(what, served);
+    }
     fn apply(&self, obj: K) {
         let obj = Arc::new(obj);
         let old = self.index.current(obj.as_ref());
@@ -175,7 +178,10 @@ pub fn run_watches(
 
 /// The DRA watches (ResourceSlices, DeviceClasses, ResourceClaims, DeviceTaintRules),
 /// registered in `readiness` now for DynamicResources alone; the returned future runs them
-/// until the process stops.
+/// until the process stops. Each is optional: an API server that does not serve
+/// resource.k8s.io/v1 (DRA turned off) has none of them, said once, and a pod that names a
+/// claim is told why it waits; a kind tether may not read holds DRA's pods back, as a failing
+/// watch does.
 pub fn run_device_watches(
     index: Arc<DeviceIndex>,
     sched: Arc<Scheduler>,
@@ -186,19 +192,41 @@ pub fn run_device_watches(
         index,
         events: sched.state.queue.clone(),
     });
+    use crate::scheduler::informers::pod_groups::{WhenForbidden, watch_optional};
     let d = DRA_PLUGINS;
+    let waits = WhenForbidden::Waits;
     let watches = (
-        run_one::<ResourceSlice, _>(feed.clone(), client.clone(), "resourceslices", d, readiness),
-        run_one::<DeviceClass, _>(feed.clone(), client.clone(), "deviceclasses", d, readiness),
-        run_one::<ResourceClaim, _>(feed.clone(), client.clone(), "resourceclaims", d, readiness),
-        // Served from 1.37 (resource.k8s.io/v1); 1.36 applies none.
-        // A rule tether may not read could taint any device: DRA's pods wait, as for a failing
-        // watch.
-        crate::scheduler::informers::pod_groups::watch_optional(
+        watch_optional(
+            Api::<ResourceSlice>::all(client.clone()),
+            "resourceslices",
+            d,
+            waits,
+            feed.clone(),
+            readiness,
+        ),
+        watch_optional(
+            Api::<DeviceClass>::all(client.clone()),
+            "deviceclasses",
+            d,
+            waits,
+            feed.clone(),
+            readiness,
+        ),
+        watch_optional(
+            Api::<ResourceClaim>::all(client.clone()),
+            "resourceclaims",
+            d,
+            waits,
+            feed.clone(),
+            readiness,
+        ),
+        // Served from 1.37 (resource.k8s.io/v1); 1.36 applies none. A rule tether may not
+        // read could taint any device: DRA's pods wait, as for a failing watch.
+        watch_optional(
             Api::<DeviceTaintRule>::all(client),
             "devicetaintrules",
             d,
-            crate::scheduler::informers::pod_groups::WhenForbidden::Waits,
+            waits,
             feed,
             readiness,
         ),

@@ -7,7 +7,7 @@
 //! it: every scheduling cycle in between counts its devices as taken, as upstream's in-flight
 //! allocations and assume cache do together.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
@@ -47,6 +47,8 @@ pub struct Devices {
     /// the allocation another member made), by UID: each Unreserve takes one back, the last
     /// ends it.
     sharers: HashMap<String, usize>,
+    /// The kinds (by their watch's name, `resourceclaims`) the API server does not serve.
+    not_served: BTreeSet<&'static str>,
 }
 
 impl Default for Devices {
@@ -58,11 +60,18 @@ impl Default for Devices {
             taint_rules: BTreeMap::new(),
             in_flight: HashMap::new(),
             sharers: HashMap::new(),
+            not_served: BTreeSet::new(),
         }
     }
 }
 
 impl Devices {
+    /// Whether the API server serves the kind whose watch is named `what` (as far as the
+    /// watch has seen: served until it answered 404).
+    pub fn served(&self, what: &str) -> bool {
+        !self.not_served.contains(what)
+    }
+
     /// The claim `name` in `namespace` as the API server has it (an allocation in flight is
     /// not in it: see [`Devices::in_flight`]).
     pub fn claim(&self, namespace: &str, name: &str) -> Option<&Arc<ResourceClaim>> {
@@ -266,6 +275,18 @@ impl<K: DeviceStored> Keeps<K> for DeviceIndex {
     }
     fn all(&self) -> Vec<Arc<K>> {
         K::all(&self.read())
+    }
+    fn served(&self, what: &'static str, served: bool) {
+        let mut devices = self.write();
+        let changed = if served {
+            devices.not_served.remove(what)
+        } else {
+            devices.not_served.insert(what)
+        };
+        drop(devices);
+        if changed {
+            self.bump();
+        }
     }
 }
 

@@ -22,4 +22,6 @@ pub trait Keeps<K>: Send + Sync + 'static {
     fn current(&self, obj: &K) -> Option<Arc<K>>;
     /// Every object of the kind, as watched.
     fn all(&self) -> Vec<Arc<K>>;
+    /// Whether the API server serves the kind `what` ([`crate::watch::Index::served`]).
+    fn served(&self, _what: &'static str, _served: bool) {}
 }

@@ -438,9 +438,11 @@ pub enum WhenForbidden {
 }
 
 /// Feeds `feed` from a watch of `api`, a kind the API server may not serve (the Workload API,
-/// scheduler-plugins' PodGroups, DeviceTaintRules before 1.37), until the process stops. While
-/// it answers 404 (not served) the watch counts as current with no objects; a 403 (tether may
-/// not list it) does as `forbidden` says. Either is tried again after 1 s doubling to 30 s.
+/// scheduler-plugins' PodGroups, DRA's kinds, DeviceTaintRules before 1.37), until the process
+/// stops. While it answers 404 (not served) the watch counts as current with no objects, the
+/// feed is told so ([`crate::watch::Index::served`]) and the log says it once (and again when it
+/// is served); a 403 (tether may not list it) does as `forbidden` says. Either is tried again
+/// after 1 s doubling to 30 s.
 pub fn watch_optional<K, I>(
     api: Api<K>,
     what: &'static str,
@@ -467,6 +469,8 @@ where
         // that changed. Starting the watch to ask would mark the feed failing for each try,
         // and a pod tried in that moment would wait on a watch it does not need.
         let mut counted_as_none = false;
+        // Said once per change: not served, then served again.
+        let mut said_not_served = false;
         loop {
             if counted_as_none {
                 let probe = api.list(&kube::api::ListParams::default().limit(1)).await;
@@ -494,7 +498,15 @@ where
                 {
                     match (why, forbidden) {
                         (Unavailable::NotServed, _) => {
-                            tracing::debug!(kind = what, "not served; there are none")
+                            feed.served(what, false);
+                            if !said_not_served {
+                                said_not_served = true;
+                                tracing::warn!(
+                                    kind = what,
+                                    plugins = ?plugins,
+                                    "not served by this API server: tether counts none, the pods that need them are told so, and asks again every 30 s"
+                                );
+                            }
                         }
                         (Unavailable::Forbidden, WhenForbidden::NoneExist(then)) => {
                             tracing::warn!(
@@ -514,6 +526,13 @@ where
                     registered.listed();
                     counted_as_none = true;
                     break;
+                }
+                if event.is_ok() && !served {
+                    feed.served(what, true);
+                    if said_not_served {
+                        said_not_served = false;
+                        tracing::info!(kind = what, "served by the API server now");
+                    }
                 }
                 served |= event.is_ok();
                 applier.apply(feed.as_ref(), event);

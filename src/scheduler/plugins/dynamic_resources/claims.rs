@@ -39,6 +39,18 @@ pub fn has_claims(pod: &Pod) -> bool {
 /// one cannot be used (the first reason, in upstream's words). A template claim the controller
 /// chose not to create is left out, as upstream. `accept_group`: a template claim controlled
 /// by the pod's PodGroup is the pod's too (DRAWorkloadResourceClaims).
+/// Why a pod that names claims cannot have them: the API server does not serve ResourceClaims
+/// (DRA turned off in the cluster), so none can exist. None while they are served.
+pub fn not_served(devices: &Devices, pod: &Pod) -> Option<String> {
+    (!devices.served("resourceclaims")).then(|| {
+        format!(
+            "pod \"{}\" names ResourceClaims, which this API server does not serve \
+             (resource.k8s.io/v1, Dynamic Resource Allocation, is off in the cluster)",
+            pod_key(pod)
+        )
+    })
+}
+
 pub fn pod_claims(
     devices: &Devices,
     pod: &Pod,
@@ -360,6 +372,27 @@ mod tests {
             ],
         );
         devices
+    }
+
+    /// An API server that does not serve ResourceClaims: a pod naming one is told so (and
+    /// nothing else), until the kind is served again.
+    #[test]
+    fn a_pod_naming_claims_where_they_are_not_served_is_told_so() {
+        let devices = devices();
+        let pod = member();
+        assert_eq!(not_served(&devices.read(), &pod), None);
+        Keeps::<ResourceClaim>::served(&*devices, "resourceclaims", false);
+        assert_eq!(
+            not_served(&devices.read(), &pod).as_deref(),
+            Some(
+                "pod \"ml/worker-0\" names ResourceClaims, which this API server does not \
+                 serve (resource.k8s.io/v1, Dynamic Resource Allocation, is off in the cluster)"
+            )
+        );
+        // Another kind's answer says nothing of claims.
+        Keeps::<ResourceClaim>::served(&*devices, "resourceclaims", true);
+        Keeps::<ResourceClaim>::served(&*devices, "devicetaintrules", false);
+        assert_eq!(not_served(&devices.read(), &pod), None);
     }
 
     #[test]

@@ -228,7 +228,11 @@ impl PreEnqueuePlugin for DynamicResources {
         if !claims::has_claims(&pod.pod) {
             return Status::success();
         }
-        match claims::pod_claims(&self.devices.read(), &pod.pod, self.group_claims) {
+        let devices = self.devices.read();
+        if let Some(why) = claims::not_served(&devices, &pod.pod) {
+            return Status::unresolvable(why);
+        }
+        match claims::pod_claims(&devices, &pod.pod, self.group_claims) {
             Ok(_) => Status::success(),
             Err(why) => Status::unresolvable(why),
         }
