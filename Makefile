@@ -16,11 +16,11 @@ export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
-build: ## build the tether binary
-	$(CARGO) build --profile dist --bin tether
+build: ## build the tether binary (target/release/tether; the image and the bench build the fat-LTO `dist` profile)
+	$(CARGO) build --release --bin tether
 
 IMAGE ?= tether:latest
-image: ## build the container image $(IMAGE) FROM scratch (scripts/image.sh: docker when its daemon answers, podman or buildah; no registry needed)
+image: ## build the container image $(IMAGE) FROM scratch, static and reproducible, its SBOM beside it (scripts/image.sh: docker when its daemon answers, podman or buildah; no registry needed; PROFILE=release for a faster build)
 	scripts/image.sh $(IMAGE)
 
 fmt: ## format the code
@@ -73,15 +73,18 @@ cluster-down: ## stop the local control plane and remove its state
 # its own behind a Lease, sampling.rs a tether of its own that must start afresh (its window
 # begins at the first node), and bench.rs (a small run of the bench) starts schedulers of its own,
 # so they run last, alone, one test at a time. So do image.rs (it runs tether from the image
-# scripts/image.sh builds) and chart.rs (it installs a tether of its own with Helm: charts/tether,
-# helm from e2e/scripts/build-helm.sh). kueue.rs starts a real Kueue (built before the tests, by
+# scripts/image.sh builds), chart.rs (it installs a tether of its own with Helm: charts/tether,
+# helm from e2e/scripts/build-helm.sh) and release.rs (scripts/release.sh for this machine's
+# architecture, the workflow through actionlint, the plugin through krew; its tools from
+# e2e/scripts/build-release-tools.sh). kueue.rs starts a real Kueue (built before the tests, by
 # e2e/scripts/build-kueue.sh, cached) beside the shared tether.
-E2E_SHARED := $(filter-out faults ha sampling image chart fidelity dra explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+E2E_SHARED := $(filter-out faults ha sampling image chart release fidelity dra explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
 	e2e/scripts/build-helm.sh
 	e2e/scripts/build-kueue.sh
+	e2e/scripts/build-release-tools.sh >/dev/null
 	e2e/scripts/tether-up.sh
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
 	if [ $$status -eq 0 ]; then \
@@ -92,7 +95,7 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	fi; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
-	$(CARGO) test -p tether-e2e --test faults --test ha --test sampling --test image --test chart -- --test-threads=1 || { \
+	$(CARGO) test -p tether-e2e --test faults --test ha --test sampling --test image --test chart --test release -- --test-threads=1 || { \
 	  echo "the fault and HA tests' tether logs: .cluster/logs/tether-*.log"; exit 1; }
 	TETHER_BIN=$(CURDIR)/target/debug/tether $(CARGO) test -p tether-e2e --test bench -- --test-threads=1 --nocapture
 	$(CARGO) test -p tether-e2e --test soak -- --test-threads=1 --nocapture
@@ -182,7 +185,7 @@ demo-kueue: ## batch with quotas, the rest through default logic: Kueue admits, 
 	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/demo-kueue.sh
 
 demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them, explain one pod
-	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
 	$(KUBECTL) apply -f config/samples/
 	$(KUBECTL) apply -f config/examples/demo-deployment.yaml
 	$(KUBECTL) rollout status deployment/demo-web --timeout=60s
@@ -197,7 +200,7 @@ demo: build cluster ## build, start the cluster and tether, schedule a Deploymen
 	@echo
 	e2e/scripts/demo-sticky.sh
 	@echo
-	e2e/scripts/demo-explain.sh
+	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/demo-explain.sh
 	@echo
 	@echo "tether runs in the background (log: .cluster/logs/tether.log, metrics: http://127.0.0.1:18080/metrics)."
 	@echo "Use the cluster with:"

@@ -4,7 +4,7 @@
 # it may get the pod and list the nodes); the tether binary is on the PATH as kubectl-tether, a kubectl plugin.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-TETHER_BIN=${TETHER_BIN:-$REPO_DIR/target/dist/tether}
+TETHER_BIN=${TETHER_BIN:-$REPO_DIR/target/release/tether}
 TETHER_HTTP_PORT=${TETHER_HTTP_PORT:-18080}
 KUBECTL="$BIN_DIR/kubectl --kubeconfig=$CLUSTER_DIR/kubeconfig"
 

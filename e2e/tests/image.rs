@@ -1,5 +1,8 @@
 //! tether's image, built here and run against the local control plane: `scripts/image.sh` (what
-//! `make image` runs) builds it FROM scratch with podman, and a container of it schedules a pod.
+//! `make image` runs) builds it FROM scratch with podman, twice (the same image ID: it is
+//! reproducible), from a static binary (the image holds no library), with its SBOM beside it; a
+//! container of it schedules a pod. The tests build the `release` profile, minutes faster than
+//! the `dist` (fat LTO) one `make image` ships.
 //!
 //! How the container runs in a sandbox without CAP_SYS_RESOURCE and with hybrid cgroups: podman
 //! asks the runtime to *raise* RLIMIT_NOFILE and RLIMIT_NPROC to its defaults (1048576), which
@@ -24,6 +27,32 @@ use tether_e2e::{
 };
 
 const TAG: &str = "localhost/tether:e2e";
+/// The second build of the same commit.
+const AGAIN: &str = "localhost/tether:e2e-again";
+
+/// The regular files of a tar stream, sorted (directories left out).
+fn list_tar(tar: &[u8]) -> anyhow::Result<Vec<String>> {
+    let mut child = Command::new("tar")
+        .args(["-t", "-v", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().context("tar's stdin")?;
+        stdin.write_all(tar)?;
+    }
+    let out = child.wait_with_output()?;
+    let text = String::from_utf8(out.stdout)?;
+    let mut files: Vec<String> = text
+        .lines()
+        .filter(|l| l.starts_with('-'))
+        .filter_map(|l| l.split_whitespace().last())
+        .map(|f| f.trim_start_matches("./").to_string())
+        .collect();
+    files.sort();
+    Ok(files)
+}
 
 /// podman, with the runtime settings this sandbox needs (see the module's comment).
 fn podman() -> Command {
@@ -74,12 +103,68 @@ async fn the_image_builds_from_scratch_and_its_tether_schedules_a_pod() -> anyho
         "e2e/scripts/install-podman.sh",
     )?;
     run(
-        Command::new(repo.join("scripts/image.sh"))
-            .arg(TAG)
-            .env("ENGINE", "podman")
-            .current_dir(&repo),
-        "scripts/image.sh",
+        &mut Command::new(repo.join("e2e/scripts/install-musl.sh")),
+        "e2e/scripts/install-musl.sh",
     )?;
+    // Built twice from the same commit (the second from scratch, no layer cache): the same
+    // image ID, the digest of its config and layers.
+    let mut ids = Vec::new();
+    for tag in [TAG, AGAIN] {
+        run(
+            Command::new(repo.join("scripts/image.sh"))
+                .arg(tag)
+                .env("ENGINE", "podman")
+                .env("PROFILE", "release")
+                .current_dir(&repo),
+            "scripts/image.sh",
+        )?;
+        let id = run(
+            podman().args(["image", "inspect", "--format", "{{.Id}}", tag]),
+            "podman image inspect",
+        )?;
+        ids.push(String::from_utf8(id.stdout)?.trim().to_string());
+    }
+    assert_eq!(ids[0], ids[1], "two builds of one commit, one image");
+    let _ = podman().args(["rmi", AGAIN]).output();
+
+    // Exactly the static binary, CA certificates, passwd and group: no host library.
+    let container = format!("tether-e2e-files-{}", unique_suffix());
+    run(
+        podman().args(["create", "--name", &container, TAG]),
+        "podman create",
+    )?;
+    let exported = podman().args(["export", &container]).output()?;
+    let _ = podman().args(["rm", &container]).output();
+    let files = list_tar(&exported.stdout)?;
+    assert_eq!(
+        files,
+        [
+            "etc/group",
+            "etc/passwd",
+            "etc/ssl/certs/ca-certificates.crt",
+            "usr/local/bin/tether",
+        ],
+        "the image's files"
+    );
+    // The SBOM beside it names what went into the binary, at the versions Cargo.lock holds.
+    let sbom: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(repo.join("target/image/sbom.cdx.json"))?)?;
+    let components = sbom["components"].as_array().cloned().unwrap_or_default();
+    let version_of = |name: &str| {
+        components
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["version"].as_str().map(str::to_string))
+    };
+    assert!(
+        version_of("kube").is_some_and(|v| v.starts_with("5.")),
+        "kube in the SBOM: {:?}",
+        version_of("kube")
+    );
+    assert!(
+        version_of("k8s-openapi").is_some_and(|v| v.starts_with("0.29")),
+        "k8s-openapi in the SBOM"
+    );
 
     // What the image is: user 65532, the commit it was built from, no shell.
     let commit = String::from_utf8(

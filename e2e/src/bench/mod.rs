@@ -729,7 +729,7 @@ impl Process {
         Ok(Process { child })
     }
 
-    /// The tether binary as shipped (`$TETHER_BIN`, else target/dist/tether, `make build`) as
+    /// The tether binary as shipped (`$TETHER_BIN`, else target/dist/tether, as `make bench` builds it) as
     /// the tether ServiceAccount, with its API budgets opened to 5,000 a second.
     async fn tether(scheduler: &str) -> anyhow::Result<Self> {
         Ok(Self::tether_with_health(scheduler).await?.0)

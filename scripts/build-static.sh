@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Builds tether as a fully static binary (the musl target; no host library is linked),
+# reproducibly: paths remapped, the commit's time as SOURCE_DATE_EPOCH. Prints the binary's path.
+# scripts/image.sh and scripts/release.sh both build through here, so that one build serves both.
+#
+#   scripts/build-static.sh            PROFILE=dist|release (dist, fat LTO, unless told)
+#
+# Needs Rust's x86_64-unknown-linux-musl target (added here when rustup is there) and musl-gcc
+# (Debian's musl-tools; mimalloc and ring are C): e2e/scripts/install-musl.sh installs both.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+profile=${PROFILE:-dist}
+arch=$(uname -m)
+target=$arch-unknown-linux-musl
+log() { printf '[build] %s\n' "$*" >&2; }
+die() { printf '[build] ERROR: %s\n' "$*" >&2; exit 1; }
+
+if ! rustup target list --installed 2>/dev/null | grep -qx "$target"; then
+  command -v rustup >/dev/null || die "the $target target is missing and there is no rustup to add it"
+  log "adding the $target target"
+  rustup target add "$target" >/dev/null
+fi
+command -v musl-gcc >/dev/null \
+  || die "musl-gcc is missing: install musl-tools (apt-get install musl-tools, or e2e/scripts/install-musl.sh)"
+
+commit=$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
+cargo_home=${CARGO_HOME:-$HOME/.cargo}
+target_dir=${CARGO_TARGET_DIR:-target}
+# Every path that could reach the binary (panic locations, generated code) is remapped: the
+# checkout, the target directory, the registry's sources.
+flags="-C target-feature=+crt-static --remap-path-prefix=$PWD=/tether --remap-path-prefix=$(realpath -m "$target_dir")=/target --remap-path-prefix=$cargo_home=/cargo"
+target_env=$(echo "$target" | tr 'a-z-' 'A-Z_')
+log "building tether ($commit) for $target, profile $profile"
+env TETHER_COMMIT="$commit" "CC_${target//-/_}=musl-gcc" "CARGO_TARGET_${target_env}_RUSTFLAGS=$flags" \
+  cargo build --quiet --profile "$profile" --locked --target "$target" --bin tether >&2
+bin=$target_dir/$target/$profile/tether
+if command -v file >/dev/null && file "$bin" | grep -q 'dynamically linked'; then
+  die "$bin is dynamically linked"
+fi
+echo "$bin"
