@@ -134,8 +134,9 @@ struct RunArgs {
     /// How long a Lease not renewed keeps the other replicas from taking it (e.g. 15s).
     #[arg(long, env = "TETHER_LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     leader_elect_lease_duration: std::time::Duration,
-    /// How long the leader keeps leading while it cannot renew the Lease; then it stops
-    /// binding and exits. Shorter than the lease duration.
+    /// How long the leader keeps leading while it cannot renew the Lease; then its term ends:
+    /// it stops binding and writing, starts its scheduler afresh and stands by to compete
+    /// again. Shorter than the lease duration.
     #[arg(long, env = "TETHER_LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
     leader_elect_renew_deadline: std::time::Duration,
     /// How often the leader renews the Lease and a standby tries to take it.

@@ -479,7 +479,7 @@ fn the_chart_lints_and_its_values_do_what_they_say() -> anyhow::Result<()> {
     assert_eq!(budgets, 1, "a budget for two replicas");
     let (pod, budgets) = render(&[
         "image.repository=registry.example/tether",
-        "image.digest=sha256:0123",
+        "image.digest=sha256:0000000000000000000000000000000000000000000000000000000000000123",
         "replicas=1",
         "leaderElection.enabled=false",
         "logFormat=text",
@@ -487,7 +487,7 @@ fn the_chart_lints_and_its_values_do_what_they_say() -> anyhow::Result<()> {
     ])?;
     assert_eq!(
         pod["containers"][0]["image"],
-        "registry.example/tether@sha256:0123"
+        "registry.example/tether@sha256:0000000000000000000000000000000000000000000000000000000000000123"
     );
     assert_eq!(pod["containers"][0]["args"], serde_json::json!(["run"]));
     let log_format = pod["containers"][0]["env"]
@@ -524,9 +524,78 @@ fn the_chart_lints_and_its_values_do_what_they_say() -> anyhow::Result<()> {
         serde_json::json!(["sched"])
     );
 
+    // The values for real clusters: the log level and more env, the critical pods' quota
+    // (rendered only with a critical class), more egress and Cilium's entity.
+    let objects = parse_objects(&template(
+        "tether",
+        "tether-system",
+        &[
+            "logLevel=debug",
+            "extraEnv[0].name=HTTPS_PROXY",
+            "extraEnv[0].value=http://proxy:3128",
+            "networkPolicy.extraEgress[0].ports[0].port=3128",
+            "networkPolicy.cilium=true",
+        ],
+    )?)?;
+    let env = of_kind(&objects, "Deployment")
+        .next()
+        .map(|d| d["spec"]["template"]["spec"]["containers"][0]["env"].clone())
+        .unwrap_or_default();
+    let value_of = |name: &str| {
+        env.as_array()
+            .and_then(|env| env.iter().find(|e| e["name"] == name))
+            .map(|e| e["value"].clone())
+    };
+    assert_eq!(value_of("RUST_LOG"), Some(serde_json::json!("debug")));
+    assert_eq!(
+        value_of("HTTPS_PROXY"),
+        Some(serde_json::json!("http://proxy:3128"))
+    );
+    let policy = of_kind(&objects, "NetworkPolicy")
+        .next()
+        .ok_or_else(|| anyhow!("no NetworkPolicy"))?;
+    let egress = policy["spec"]["egress"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        egress.len(),
+        3,
+        "API server, DNS, and the extra rule: {egress:?}"
+    );
+    assert_eq!(egress[2]["ports"][0]["port"], 3128);
+    let cilium = of_kind(&objects, "CiliumNetworkPolicy")
+        .next()
+        .ok_or_else(|| anyhow!("no CiliumNetworkPolicy"))?;
+    assert_eq!(
+        cilium["spec"]["egress"][0]["toEntities"],
+        serde_json::json!(["kube-apiserver"])
+    );
+    let quota = of_kind(&objects, "ResourceQuota")
+        .next()
+        .ok_or_else(|| anyhow!("no ResourceQuota for the critical class"))?;
+    assert_eq!(
+        quota["spec"]["scopeSelector"]["matchExpressions"][0]["values"],
+        serde_json::json!(["system-cluster-critical"])
+    );
+    let plain = parse_objects(&template(
+        "tether",
+        "tether-system",
+        &["priorityClassName="],
+    )?)?;
+    assert_eq!(
+        of_kind(&plain, "ResourceQuota").count(),
+        0,
+        "no class, no quota"
+    );
+
+    // values.schema.json refuses a misspelled key and a wrong type, naming it, before
+    // anything is rendered; the template refuses what cannot work.
     for (sets, refusal) in [
         ("leaderElection.enabled=false", "turn leader election on"),
-        ("logFormat=xml", "must be text or json"),
+        ("logFormat=xml", "/logFormat"),
+        ("replica=3", "replica"),
+        ("networkPolicy.cilium=yes", "/networkPolicy/cilium"),
     ] {
         let out = helm(&["template", "tether", "charts/tether", "--set", sets])?;
         assert!(
