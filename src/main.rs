@@ -72,7 +72,7 @@ enum Command {
     Simulate(tether::cli::simulate::SimulateArgs),
     /// Print the cluster as tether's scheduler sees it (nodes, pods, profiles, bindings, ...)
     /// as JSON, for `tether simulate --snapshot`.
-    Snapshot,
+    Snapshot(tether::cli::simulate::SnapshotArgs),
     /// Print tether's version, the commit it was built from, and the kube-scheduler release it
     /// matches.
     Version,
@@ -468,7 +468,7 @@ fn main() -> anyhow::Result<()> {
                 }
             }
         }
-        Command::Snapshot => finish(client_command(tether::cli::simulate::snapshot()))?,
+        Command::Snapshot(args) => finish(client_command(tether::cli::simulate::snapshot(&args)))?,
         Command::Version => println!("tether {VERSION}"),
         Command::Crd { reference: true } => print(&tether::api::reference_markdown())?,
         Command::Crd { reference: false } => {

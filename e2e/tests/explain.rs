@@ -59,7 +59,13 @@ fn explain_json(pod: &str, token: &str) -> anyhow::Result<Explanation> {
             String::from_utf8_lossy(&out.stderr)
         );
     }
-    serde_json::from_slice(&out.stdout).context("reading explain's JSON")
+    let read: serde_json::Value =
+        serde_json::from_slice(&out.stdout).context("reading explain's JSON")?;
+    anyhow::ensure!(
+        read["apiVersion"] == "tether.dev/v1alpha1" && read["kind"] == "Explanation",
+        "explain's JSON names its version and kind: {read}"
+    );
+    serde_json::from_value(read).context("reading explain's JSON")
 }
 
 /// What a test's ServiceAccount may do.
@@ -275,6 +281,45 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
         "kubectl tether explain: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // kubectl's flags: a kubeconfig file of its own and a context in it whose namespace is the
+    // test's, so the bare pod name is found there; YAML out, a versioned Explanation.
+    let kubeconfig = plugins.join("config");
+    let mut config: serde_json::Value =
+        serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig_path())?)?;
+    let mut context = config["contexts"][0].clone();
+    context["name"] = json!("explainer");
+    context["context"]["namespace"] = json!(ns.name);
+    if let Some(contexts) = config["contexts"].as_array_mut() {
+        contexts.push(context);
+    }
+    std::fs::write(&kubeconfig, serde_json::to_string(&config)?)?;
+    let out = run(
+        &kubectl_bin,
+        &[
+            "tether",
+            "explain",
+            "web",
+            "--kubeconfig",
+            &kubeconfig.to_string_lossy(),
+            "--context",
+            "explainer",
+            "-o",
+            "yaml",
+            "--endpoint",
+            &tether_url(),
+            "--token-file",
+            &token_file.to_string_lossy(),
+        ],
+        Some(&path),
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.starts_with("apiVersion: tether.dev/v1alpha1\nkind: Explanation\n")
+            && text.contains(&format!("pod: {}/web", ns.name)),
+        "kubectl tether explain --context -o yaml: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     std::fs::remove_dir_all(&plugins)?;
 
     // A pod that fits nowhere: 3.6 CPUs where at most 3.5 are free.
@@ -385,12 +430,18 @@ fn simulate(args: &[&str]) -> anyhow::Result<Result<Simulation, String>> {
     if code == Some(2) {
         return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
-    let mut sims: Vec<Simulation> = serde_json::from_slice(&out.stdout).with_context(|| {
+    let listed: serde_json::Value = serde_json::from_slice(&out.stdout).with_context(|| {
         format!(
             "reading simulate's JSON (exit {code:?}): {}",
             String::from_utf8_lossy(&out.stderr)
         )
     })?;
+    // A versioned list, one simulation per candidate.
+    anyhow::ensure!(
+        listed["apiVersion"] == "tether.dev/v1alpha1" && listed["kind"] == "SimulationList",
+        "simulate's JSON names its version and kind: {listed}"
+    );
+    let mut sims: Vec<Simulation> = serde_json::from_value(listed["items"].clone())?;
     anyhow::ensure!(sims.len() == 1, "one simulation per candidate: {sims:?}");
     let changes = sims[0].changes();
     anyhow::ensure!(

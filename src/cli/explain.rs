@@ -16,8 +16,9 @@ pub struct ExplainArgs {
     pub namespace: Option<String>,
     #[command(flatten)]
     pub endpoint: Endpoint,
-    /// text, or json for tools.
-    #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
+    /// text; json or yaml for tools (an object of apiVersion tether.dev/v1alpha1, kind
+    /// Explanation).
+    #[arg(short, long, default_value = "text", value_parser = ["text", "json", "yaml"])]
     pub output: String,
 }
 
@@ -51,6 +52,8 @@ pub struct Endpoint {
     /// Accept any certificate of an https endpoint.
     #[arg(long)]
     pub insecure_skip_tls_verify: bool,
+    #[command(flatten)]
+    pub kubeconfig: super::kubeconfig::KubeconfigArgs,
 }
 
 /// The way to the leader: an address given, or the Lease's holder through a port-forward.
@@ -106,13 +109,15 @@ impl Endpoint {
         let authorization = self.authorization()?;
         if let Some(url) = &self.endpoint {
             // The kubeconfig gives the default namespace only: none of its credentials is sent.
-            let namespace = kube::Config::infer()
+            let namespace = self
+                .kubeconfig
+                .config()
                 .await
                 .map(|c| c.default_namespace)
                 .unwrap_or_else(|_| "default".into());
             return Ok((self.direct(url, authorization)?, namespace));
         }
-        let config = kube::Config::infer().await.context(
+        let config = self.kubeconfig.config().await.context(
             "reading your kubeconfig, to find the leader through the API server (or pass --endpoint)",
         )?;
         let namespace = config.default_namespace.clone();
@@ -189,7 +194,9 @@ pub async fn run(args: &ExplainArgs) -> anyhow::Result<String> {
     let explanation: Explanation =
         serde_json::from_str(&body).context("reading the endpoint's answer")?;
     Ok(match args.output.as_str() {
-        "json" => serde_json::to_string_pretty(&explanation)? + "\n",
+        format @ ("json" | "yaml") => {
+            super::kubeconfig::structured("Explanation", &explanation, format)?
+        }
         _ => render::text(&explanation),
     })
 }

@@ -3,5 +3,6 @@
 //! simulate` and `tether snapshot`. They read; none writes to the cluster.
 
 pub mod explain;
+pub mod kubeconfig;
 pub mod leader;
 pub mod simulate;

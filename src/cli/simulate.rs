@@ -21,9 +21,19 @@ pub struct SimulateArgs {
     /// Replay against a file `tether snapshot` wrote instead of the cluster.
     #[arg(long)]
     pub snapshot: Option<PathBuf>,
-    /// text, or json for tools.
-    #[arg(short, long, default_value = "text", value_parser = ["text", "json"])]
+    /// text; json or yaml for tools (an object of apiVersion tether.dev/v1alpha1, kind
+    /// SimulationList, one item per candidate profile).
+    #[arg(short, long, default_value = "text", value_parser = ["text", "json", "yaml"])]
     pub output: String,
+    #[command(flatten)]
+    pub kubeconfig: super::kubeconfig::KubeconfigArgs,
+}
+
+/// `tether snapshot`'s flags.
+#[derive(clap::Args, Debug)]
+pub struct SnapshotArgs {
+    #[command(flatten)]
+    pub kubeconfig: super::kubeconfig::KubeconfigArgs,
 }
 
 /// What `tether simulate` ends with.
@@ -91,7 +101,9 @@ pub async fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
     let cluster = match &args.snapshot {
         Some(path) => ClusterState::load(path)?,
         None => {
-            let client = kube::Client::try_default()
+            let client = args
+                .kubeconfig
+                .client()
                 .await
                 .context("reading the kubeconfig (or pass --snapshot)")?;
             ClusterState::read(&client).await?
@@ -113,8 +125,8 @@ pub async fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
         ),
         Ok(sims) => {
             let changes = sims.iter().map(|s| s.changes()).sum();
-            let text = if args.output == "json" {
-                serde_json::to_string_pretty(&sims)? + "\n"
+            let text = if matches!(args.output.as_str(), "json" | "yaml") {
+                crate::cli::kubeconfig::structured("SimulationList", &sims, &args.output)?
             } else {
                 sims.iter().map(render::text).collect::<Vec<_>>().join("\n")
             };
@@ -124,10 +136,8 @@ pub async fn run(args: &SimulateArgs) -> anyhow::Result<Outcome> {
 }
 
 /// `tether snapshot`: the cluster as JSON, for `tether simulate --snapshot`.
-pub async fn snapshot() -> anyhow::Result<String> {
-    let client = kube::Client::try_default()
-        .await
-        .context("reading the kubeconfig")?;
+pub async fn snapshot(args: &SnapshotArgs) -> anyhow::Result<String> {
+    let client = args.kubeconfig.client().await?;
     let state = ClusterState::read(&client).await?;
     Ok(serde_json::to_string(&state)? + "\n")
 }
