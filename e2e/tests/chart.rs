@@ -752,6 +752,13 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
         uninstalled: false,
         checked: false,
     };
+    // `helm install --wait`, the documented command: it returns once the Deployment is
+    // available. The chart's pods name no scheduler: kube-scheduler of the control plane's
+    // release places them (as on any cluster) and kwok runs them on its nodes.
+    let default_scheduler = tether_e2e::reference::ReferenceScheduler::start_preempting(
+        "chart-default-scheduler",
+        &["default-scheduler"],
+    )?;
     helm_ok(&[
         "install",
         &release,
@@ -761,7 +768,11 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
         "--skip-crds",
         "--set",
         &base,
+        "--wait",
+        "--timeout",
+        "120s",
     ])?;
+    drop(default_scheduler);
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
     let field = |pointer: &'static str| {
         let (deployments, fullname) = (deployments.clone(), fullname.clone());
@@ -817,7 +828,7 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
     assert!(!may(&["update", "leases/tether", "-n", "kube-system"])?);
     assert!(!may(&["get", "secrets", "-n", &ns.name])?);
     // Pod Security admission (restricted, enforced) and the Priority admission plugin admit the
-    // pods themselves: the ReplicaSet makes both (they cannot run here; they exist).
+    // pods themselves: the ReplicaSet made both, and --wait saw them ready.
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     wait_for("the release's two pods admitted", TIMEOUT, || async {
         let listed = pods

@@ -137,6 +137,7 @@ impl Context {
             Err(_) => return Ok(()),
         };
         let mut failed = None;
+        let mut conditions: Vec<(String, String, String)> = Vec::new();
         for (profile, verdict) in decided {
             let mut said = defaulting
                 .get(&profile.name_any())
@@ -158,6 +159,12 @@ impl Context {
                 .readiness
                 .stale_loud(|plugin| serving.as_ref().is_some_and(|p| p.uses(plugin)));
             with_watches(&mut status, &stale, verdict.generation);
+            conditions.extend(
+                status
+                    .conditions
+                    .iter()
+                    .map(|c| (profile.name_any(), c.type_.clone(), c.status.clone())),
+            );
             if profile.status.as_ref() == Some(&status) {
                 self.announce(&profile, &verdict).await;
                 continue;
@@ -177,6 +184,13 @@ impl Context {
             }
             self.announce(&profile, &verdict).await;
         }
+        // The conditions as this leader decided them (written, or to be written again on the
+        // next try): `tether_schedulingprofile_condition`.
+        self.scheduler.metrics.set_schedulingprofile_conditions(
+            conditions
+                .iter()
+                .map(|(n, t, s)| (n.as_str(), t.as_str(), s.as_str())),
+        );
         failed.map_or(Ok(()), Err)
     }
 

@@ -41,6 +41,10 @@ pub struct Metrics {
     /// holds now (a deleted profile's leaves).
     profiles_ready: Family<SchedulingProfileLabels, IntGauge>,
     profiles_ready_now: Mutex<HashSet<SchedulingProfileLabels>>,
+    /// `tether_schedulingprofile_condition{schedulingprofile,type,status}`, and the label sets
+    /// it holds now.
+    profile_conditions: Family<SchedulingProfileConditionLabels, IntGauge>,
+    profile_conditions_now: Mutex<HashSet<SchedulingProfileConditionLabels>>,
     pending_pods: Family<QueueLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     /// `tether_oldest_pending_pod_seconds{queue}`.
     oldest_pending: Family<QueueLabels, SecondsGauge>,
@@ -304,6 +308,7 @@ impl Default for Metrics {
         let events_dropped = Counter::default();
         let profiles_serving = Family::default();
         let profiles_ready = Family::default();
+        let profile_conditions = Family::default();
         let pending_pods = Family::default();
         let oldest_pending = Family::default();
         let cache_nodes = Gauge::default();
@@ -340,6 +345,11 @@ impl Default for Metrics {
             "schedulingprofile_ready",
             "1 while a SchedulingProfile's Ready condition is True (its generation serves), 0 while it is False",
             profiles_ready.clone(),
+        );
+        registry.register(
+            "schedulingprofile_condition",
+            "1 for each condition a SchedulingProfile's status holds, labelled with its type and status (Ready, NamespaceDefaulting, HistoryWritable, ...), as the leader last wrote it",
+            profile_conditions.clone(),
         );
         registry.register(
             "oldest_pending_pod_seconds",
@@ -445,6 +455,8 @@ impl Default for Metrics {
             profiles_serving,
             profiles_ready,
             profiles_ready_now: Mutex::default(),
+            profile_conditions,
+            profile_conditions_now: Mutex::default(),
             pending_pods,
             oldest_pending,
             cache_nodes,
@@ -560,6 +572,29 @@ impl Metrics {
         let mut before = locks::lock(&self.profiles_ready_now);
         for gone in before.difference(&now) {
             self.profiles_ready.remove(gone);
+        }
+        *before = now;
+    }
+
+    /// Every SchedulingProfile's conditions now, as (name, type, status): one series of 1 per
+    /// condition; a condition, or a profile, not named leaves the metric.
+    pub fn set_schedulingprofile_conditions<'a>(
+        &self,
+        conditions: impl IntoIterator<Item = (&'a str, &'a str, &'a str)>,
+    ) {
+        let mut now = HashSet::new();
+        for (name, type_, status) in conditions {
+            let labels = SchedulingProfileConditionLabels {
+                schedulingprofile: name.into(),
+                r#type: type_.into(),
+                status: status.into(),
+            };
+            self.profile_conditions.get_or_create(&labels).set(1);
+            now.insert(labels);
+        }
+        let mut before = locks::lock(&self.profile_conditions_now);
+        for gone in before.difference(&now) {
+            self.profile_conditions.remove(gone);
         }
         *before = now;
     }
@@ -907,6 +942,35 @@ mod tests {
     }
 
     /// A profile's readiness follows the controller's verdicts; a deleted profile leaves.
+    #[test]
+    fn schedulingprofile_conditions_follow_the_statuses() {
+        let m = Metrics::default();
+        m.set_schedulingprofile_conditions([
+            ("a", "Ready", "True"),
+            ("a", "NamespaceDefaulting", "False"),
+        ]);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"tether_schedulingprofile_condition{schedulingprofile="a",type="NamespaceDefaulting",status="False"} 1"#
+            ),
+            "{text}"
+        );
+        // Defaulting in force again: the False series goes, the True one comes.
+        m.set_schedulingprofile_conditions([
+            ("a", "Ready", "True"),
+            ("a", "NamespaceDefaulting", "True"),
+        ]);
+        let text = m.encode();
+        assert!(!text.contains(r#"status="False""#), "{text}");
+        assert!(
+            text.contains(
+                r#"tether_schedulingprofile_condition{schedulingprofile="a",type="NamespaceDefaulting",status="True"} 1"#
+            ),
+            "{text}"
+        );
+    }
+
     #[test]
     fn schedulingprofile_readiness_follows_the_set() {
         let m = Metrics::default();

@@ -84,6 +84,17 @@ pub struct QueueLabels {
     pub queue: String,
 }
 
+/// The labels of `tether_schedulingprofile_condition`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SchedulingProfileConditionLabels {
+    /// The SchedulingProfile's name.
+    pub schedulingprofile: String,
+    /// The condition's type (`Ready`, `NamespaceDefaulting`, `HistoryWritable`, …).
+    pub r#type: String,
+    /// Its status: `True`, `False` or `Unknown`.
+    pub status: String,
+}
+
 /// The labels of `tether_schedulingprofile_ready`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SchedulingProfileLabels {
