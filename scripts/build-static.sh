@@ -33,7 +33,8 @@ target_dir=${CARGO_TARGET_DIR:-target}
 flags="-C target-feature=+crt-static --remap-path-prefix=$PWD=/tether --remap-path-prefix=$(realpath -m "$target_dir")=/target --remap-path-prefix=$cargo_home=/cargo"
 target_env=$(echo "$target" | tr 'a-z-' 'A-Z_')
 log "building tether ($commit) for $target, profile $profile"
-env TETHER_COMMIT="$commit" "CC_${target//-/_}=musl-gcc" "CARGO_TARGET_${target_env}_RUSTFLAGS=$flags" \
+# RUSTFLAGS, when set, would replace the target's flags (and the remapping with them).
+env -u RUSTFLAGS TETHER_COMMIT="$commit" "CC_${target//-/_}=musl-gcc" "CARGO_TARGET_${target_env}_RUSTFLAGS=$flags" \
   cargo build --quiet --profile "$profile" --locked --target "$target" --bin tether >&2
 bin=$target_dir/$target/$profile/tether
 if command -v file >/dev/null && file "$bin" | grep -q 'dynamically linked'; then

@@ -55,7 +55,7 @@ chmod 0755 "$root/usr/local/bin/tether" "$root" "$root/usr" "$root/usr/local" "$
   "$root/etc" "$root/etc/ssl" "$root/etc/ssl/certs" "$root/home"
 chmod 0644 "$root$ca" "$root/etc/passwd" "$root/etc/group"
 chmod 1777 "$root/tmp"
-chmod 0750 "$root/home/nonroot"
+chmod 0755 "$root/home/nonroot"
 find "$root" -exec touch -h -d "@$epoch" {} +
 cp scripts/Dockerfile.rootfs "$ctx/Dockerfile"
 scripts/sbom.sh "$target" "$ctx/sbom.cdx.json"

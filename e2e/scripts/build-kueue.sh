@@ -19,16 +19,18 @@ start=$(date +%s)
 log "building Kueue $KUEUE_VERSION into $KUEUE_DIR (log: $build_log)"
 # Its visibility API server reads its certificate from /visibility, a path of the machine's root:
 # the build points it into the cache instead (a variable of Kueue's, set at link time), where a
-# self-signed certificate waits (the APIService skips verifying it, as Kueue's own manifests do).
+# self-signed certificate is written after the build (the APIService skips verifying it, as
+# Kueue's own manifests do).
+GOBIN="$KUEUE_DIR/bin" go install -trimpath \
+  -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/visibility.certDir=$KUEUE_DIR/visibility" \
+  "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" \
+  >"$build_log" 2>&1 || { tail -n 20 "$build_log" >&2; die "Kueue did not build"; }
+# Written only once the build succeeded: the cache check counts on it.
 mkdir -p "$KUEUE_DIR/visibility"
 openssl req -x509 -new -newkey rsa:2048 -nodes -days 3650 -subj "/CN=localhost" \
   -addext "subjectAltName=DNS:localhost,IP:127.0.0.1" \
   -keyout "$KUEUE_DIR/visibility/tls.key" -out "$KUEUE_DIR/visibility/tls.crt" 2>/dev/null \
   || die "openssl did not make the visibility server's certificate"
-GOBIN="$KUEUE_DIR/bin" go install -trimpath \
-  -ldflags "-s -w -X sigs.k8s.io/kueue/pkg/visibility.certDir=$KUEUE_DIR/visibility" \
-  "sigs.k8s.io/kueue/cmd/kueue@$KUEUE_VERSION" \
-  >"$build_log" 2>&1 || { tail -n 20 "$build_log" >&2; die "Kueue did not build"; }
 module_dir=$(go mod download -json "sigs.k8s.io/kueue@$KUEUE_VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
 [[ -d $module_dir/config/components/crd/bases ]] || die "Kueue's module has no CRDs at config/components/crd/bases"
 cp "$module_dir"/config/components/crd/bases/*.yaml "$KUEUE_DIR/crds/"

@@ -5,7 +5,7 @@
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MUSL_TOOLS_VERSION=1.2.3-1
-TARGET=x86_64-unknown-linux-musl
+TARGET=$(uname -m)-unknown-linux-musl
 
 if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
   command -v rustup >/dev/null || die "the $TARGET target is missing and there is no rustup to add it"
@@ -14,6 +14,7 @@ if ! rustup target list --installed 2>/dev/null | grep -qx "$TARGET"; then
 fi
 command -v musl-gcc >/dev/null && exit 0
 command -v apt-get >/dev/null || die "musl-gcc is missing and this machine has no apt-get; install musl-tools"
+[[ $(id -u) == 0 ]] || die "musl-gcc is missing; install musl-tools (apt-get install musl-tools, as root)"
 log "installing musl-tools $MUSL_TOOLS_VERSION from Debian"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq

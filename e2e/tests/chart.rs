@@ -588,6 +588,12 @@ fn the_chart_lints_and_its_values_do_what_they_say() -> anyhow::Result<()> {
         0,
         "no class, no quota"
     );
+    let system = parse_objects(&template("tether", "kube-system", &[])?)?;
+    assert_eq!(
+        of_kind(&system, "ResourceQuota").count(),
+        0,
+        "kube-system's critical pods need no quota, and one would cap the cluster's own"
+    );
 
     // values.schema.json refuses a misspelled key and a wrong type, naming it, before
     // anything is rendered; the template refuses what cannot work.

@@ -109,12 +109,17 @@ impl Endpoint {
         let authorization = self.authorization()?;
         if let Some(url) = &self.endpoint {
             // The kubeconfig gives the default namespace only: none of its credentials is sent.
-            let namespace = self
-                .kubeconfig
-                .config()
-                .await
-                .map(|c| c.default_namespace)
-                .unwrap_or_else(|_| "default".into());
+            // A kubeconfig or context asked for must be found; without either, none is needed.
+            let namespace = match self.kubeconfig.config().await {
+                Ok(config) => config.default_namespace,
+                Err(e)
+                    if self.kubeconfig.kubeconfig.is_some()
+                        || self.kubeconfig.context.is_some() =>
+                {
+                    return Err(e);
+                }
+                Err(_) => "default".into(),
+            };
             return Ok((self.direct(url, authorization)?, namespace));
         }
         let config = self.kubeconfig.config().await.context(

@@ -101,6 +101,11 @@ impl Context {
             .as_ref()
             .and_then(|h| h.denial().current());
         let Ok(permit) = self.gate.admit(Write::ProfileStatus) else {
+            // Not leading: the conditions are the leader's to decide, and this replica's
+            // series (from a term it led) would speak for it.
+            self.scheduler
+                .metrics
+                .set_schedulingprofile_conditions(std::iter::empty());
             return Ok(());
         };
         // The namespaces the Ready profiles select, in force through admission first: their

@@ -941,7 +941,7 @@ mod tests {
         );
     }
 
-    /// A profile's readiness follows the controller's verdicts; a deleted profile leaves.
+    /// A profile's conditions follow what the leader decided; one no longer held leaves.
     #[test]
     fn schedulingprofile_conditions_follow_the_statuses() {
         let m = Metrics::default();
@@ -971,6 +971,7 @@ mod tests {
         );
     }
 
+    /// A profile's readiness follows the controller's verdicts; a deleted profile leaves.
     #[test]
     fn schedulingprofile_readiness_follows_the_set() {
         let m = Metrics::default();

@@ -35,10 +35,6 @@ pub fn has_claims(pod: &Pod) -> bool {
         .is_some_and(|c| !c.is_empty())
 }
 
-/// The pod's claims in the order the pod names them, as the scheduler sees them now, or why
-/// one cannot be used (the first reason, in upstream's words). A template claim the controller
-/// chose not to create is left out, as upstream. `accept_group`: a template claim controlled
-/// by the pod's PodGroup is the pod's too (DRAWorkloadResourceClaims).
 /// Why a pod that names claims cannot have them: the API server does not serve ResourceClaims
 /// (DRA turned off in the cluster), so none can exist. None while they are served.
 pub fn not_served(devices: &Devices, pod: &Pod) -> Option<String> {
@@ -51,6 +47,10 @@ pub fn not_served(devices: &Devices, pod: &Pod) -> Option<String> {
     })
 }
 
+/// The pod's claims in the order the pod names them, as the scheduler sees them now, or why
+/// one cannot be used (the first reason, in upstream's words). A template claim the controller
+/// chose not to create is left out, as upstream. `accept_group`: a template claim controlled
+/// by the pod's PodGroup is the pod's too (DRAWorkloadResourceClaims).
 pub fn pod_claims(
     devices: &Devices,
     pod: &Pod,
