@@ -302,11 +302,12 @@ impl Plugin for StickyNode {
         })
     }
 
-    /// Only a change of the pod's own workload's binding, the pinned node coming (back), an
-    /// edit of the pod itself (its opt-out annotation), or a claim changing (for a released
+    /// Only a change of the pod's own workload's binding, the pinned node coming (back) or its
+    /// labels changing, an edit of the pod itself (its opt-out annotation), or a claim changing (for a released
     /// workload whose volume stayed behind) can change the answer.
     fn events_to_register(&self) -> Option<Vec<Registration>> {
-        let (for_bindings, for_nodes, for_cordon) = (self.clone(), self.clone(), self.clone());
+        let (for_bindings, for_nodes, for_cordon, for_labels) =
+            (self.clone(), self.clone(), self.clone(), self.clone());
         Some(vec![
             Registration::new(
                 ClusterEvent::new(bindings::EVENT_RESOURCE, ActionType::ALL),
@@ -319,6 +320,12 @@ impl Plugin for StickyNode {
             Registration::new(
                 ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_TAINT),
                 Arc::new(move |pod, old, new| for_cordon.after_node_uncordoned(pod, old, new)),
+            ),
+            // The pinned node's labels changed: a pin the pod's own selector ruled out may
+            // match now.
+            Registration::new(
+                ClusterEvent::new(EventResource::Node, ActionType::UPDATE_NODE_LABEL),
+                Arc::new(move |pod, _old, new| for_labels.after_node_added(pod, new)),
             ),
             Registration::new(
                 ClusterEvent::new(EventResource::Pod, ActionType::UPDATE),
@@ -396,6 +403,7 @@ impl StickyNode {
         )
     }
 
+    /// The node added (or its labels changed) is the pod's pin.
     fn after_node_added(&self, pod: &PodInfo, new: Option<&EventObject>) -> Hint {
         let Some(node) = new.and_then(EventObject::node) else {
             return Hint::Queue;
@@ -1323,6 +1331,29 @@ mod tests {
         assert_eq!(hint(node("n2", true), node("n2", false)), Hint::Queue);
         assert_eq!(hint(node("n1", true), node("n1", false)), Hint::Skip);
         assert_eq!(hint(node("n2", false), node("n2", true)), Hint::Skip);
+    }
+
+    /// A label change of the pinned node wakes the pod (its own selector may match the pin
+    /// now); another node's does not.
+    #[test]
+    fn a_label_change_of_the_pin_wakes_the_pod() {
+        let plugin = plugin(
+            StickyNodeArgs::default(),
+            vec![binding("default", "pod-p", None, latest("n2"))],
+        );
+        let pod = PodBuilder::new("p").info();
+        let registrations = Plugin::events_to_register(&plugin).expect("registrations");
+        let labels = registrations
+            .iter()
+            .find(|r| {
+                r.event.resource == EventResource::Node
+                    && r.event.action == ActionType::UPDATE_NODE_LABEL
+            })
+            .and_then(|r| r.hint.clone())
+            .expect("a hint on the nodes' label changes");
+        let node = |name: &str| EventObject::Node(Arc::new(NodeBuilder::new(name).build()));
+        assert_eq!(labels(&pod, None, Some(&node("n2"))), Hint::Queue);
+        assert_eq!(labels(&pod, None, Some(&node("n1"))), Hint::Skip);
     }
 
     /// A pinned pod waiting for room on its pin is nominated to it; one its pin turned down for
