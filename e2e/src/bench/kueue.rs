@@ -238,9 +238,26 @@ impl Bench {
         self.nodes.isolate(&mut spec);
         let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "warm-up"}, "spec": spec}))?;
-        Api::<Pod>::namespaced(self.client.clone(), ns)
-            .create(&PostParams::default(), &pod)
-            .await?;
+        let pods = Api::<Pod>::namespaced(self.client.clone(), ns);
+        // Kueue's pod webhook looks the namespace up in its own cache, which learns of a new
+        // namespace a moment after the API server: until then it refuses the pod with the
+        // namespace "not found".
+        wait_for(
+            "Kueue's webhook to know the namespace",
+            Duration::from_secs(60),
+            || {
+                let (pods, pod) = (pods.clone(), pod.clone());
+                async move {
+                    match pods.create(&PostParams::default(), &pod).await {
+                        Ok(_) => Ok(Some(())),
+                        Err(kube::Error::Api(e)) if e.code == 409 => Ok(Some(())),
+                        Err(kube::Error::Api(e)) if e.message.contains("not found") => Ok(None),
+                        Err(e) => Err(e.into()),
+                    }
+                }
+            },
+        )
+        .await?;
         crate::wait_bound(&self.client, ns, "warm-up", Duration::from_secs(60)).await?;
         Ok(())
     }
