@@ -32,6 +32,67 @@ fn job(ns: &str, name: &str, parallelism: i32, cpu: &str, nodes: &TestNodes) -> 
     })
 }
 
+/// Queues whose flavor is the test's nodes under a Topology of `rack` then hostname, so that
+/// Kueue's topology-aware admission assigns nodes; the Topology's name beside them.
+fn rack_queues(
+    ns: &str,
+    cpu: &str,
+    rack: &str,
+    nodes: &TestNodes,
+    suffix: &str,
+) -> anyhow::Result<(Queues, String)> {
+    let topology = format!("topology-{suffix}");
+    apply(json!({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
+        "metadata": {"name": topology},
+        "spec": {"levels": [{"nodeLabel": rack}, {"nodeLabel": "kubernetes.io/hostname"}]},
+    }))?;
+    let queues = Queues::create_with(
+        ns,
+        cpu,
+        json!({
+            "nodeLabels": {tether_e2e::TEST_KEY: nodes.test},
+            "topologyName": topology,
+            "tolerations": [{"key": tether_e2e::TEST_KEY, "operator": "Equal",
+                             "value": nodes.test, "effect": "NoSchedule"}],
+        }),
+    )?;
+    Ok((queues, topology))
+}
+
+/// The first pod of Job `job` seen bound (not being deleted): its name and node.
+async fn bound_job_pod(pods: &Api<Pod>, job: &str) -> anyhow::Result<(String, String)> {
+    let selector = format!("batch.kubernetes.io/job-name={job}");
+    wait_for("the Job's pod bound", TIMEOUT, || async {
+        let listed = pods.list(&ListParams::default().labels(&selector)).await?;
+        Ok(listed.items.into_iter().find_map(|p| {
+            let node = p.spec.and_then(|s| s.node_name)?;
+            p.metadata.deletion_timestamp.is_none().then_some(())?;
+            Some((p.metadata.name.unwrap_or_default(), node))
+        }))
+    })
+    .await
+}
+
+/// Waits until a StickyBinding in `ns` pins `node` (its `status.latest`); its name.
+async fn binding_pinning(ns: &str, node: &str) -> anyhow::Result<String> {
+    wait_for(
+        "the Job's StickyBinding to pin its node",
+        TIMEOUT,
+        || async {
+            let listed = kubectl_ok(&["get", "stickybindings", "-n", ns, "-o", "json"], None)?;
+            let listed: serde_json::Value = serde_json::from_str(&listed)?;
+            Ok(listed["items"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|b| b["status"]["latest"] == node)
+                .and_then(|b| b["metadata"]["name"].as_str().map(str::to_string)))
+        },
+    )
+    .await
+}
+
 /// The Job's pods that are bound, each with the scheduler it names.
 async fn bound_pods(pods: &Api<Pod>, job: &str) -> anyhow::Result<Vec<(String, String)>> {
     let listed = pods
@@ -658,22 +719,7 @@ async fn a_sticky_job_admitted_by_kueue_returns_to_its_pin() -> anyhow::Result<(
     let queues = Queues::create(&ns.name, "2")?;
     apply(job(&ns.name, "db", 1, "1", &nodes))?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let first = wait_for("the Job's pod bound", TIMEOUT, || async {
-        let listed = pods
-            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=db"))
-            .await?;
-        Ok(listed.items.into_iter().find(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-        }))
-    })
-    .await?;
-    let pin = first
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
-    let first_name = first.metadata.name.clone().unwrap_or_default();
+    let (first_name, pin) = bound_job_pod(&pods, "db").await?;
     // The pin's node fills up: by the scores alone a new pod would go to the other node.
     let mut filler = json!({
         "nodeName": pin,
@@ -685,24 +731,7 @@ async fn a_sticky_job_admitted_by_kueue_returns_to_its_pin() -> anyhow::Result<(
                  "metadata": {"name": "filler", "namespace": filler_ns.name}, "spec": filler}))?;
     tether_e2e::wait_bound(&client, &filler_ns.name, "filler", TIMEOUT).await?;
     // The pin is recorded before the pod goes.
-    wait_for(
-        "the Job's StickyBinding to pin its node",
-        TIMEOUT,
-        || async {
-            let listed = kubectl_ok(
-                &["get", "stickybindings", "-n", &ns.name, "-o", "json"],
-                None,
-            )?;
-            let listed: serde_json::Value = serde_json::from_str(&listed)?;
-            let pinned = listed["items"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|b| b["status"]["latest"] == pin.as_str());
-            Ok(pinned.then_some(()))
-        },
-    )
-    .await?;
+    binding_pinning(&ns.name, &pin).await?;
     pods.delete(&first_name, &DeleteParams::default()).await?;
     let replacement = wait_for("the replacement bound", TIMEOUT, || async {
         let listed = pods
@@ -745,22 +774,7 @@ async fn a_job_kueue_admits_within_one_rack_is_placed_where_kueue_assigned_it() 
     let suffix = unique_suffix();
     let profile = format!("kueue-tas-{suffix}");
     opt_in(&client, &ns.name, &profile).await?;
-    let topology = format!("topology-{suffix}");
-    apply(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
-        "metadata": {"name": topology},
-        "spec": {"levels": [{"nodeLabel": rack}, {"nodeLabel": "kubernetes.io/hostname"}]},
-    }))?;
-    let queues = Queues::create_with(
-        &ns.name,
-        "8",
-        json!({
-            "nodeLabels": {tether_e2e::TEST_KEY: nodes.test},
-            "topologyName": topology,
-            "tolerations": [{"key": tether_e2e::TEST_KEY, "operator": "Equal",
-                             "value": nodes.test, "effect": "NoSchedule"}],
-        }),
-    )?;
+    let (queues, topology) = rack_queues(&ns.name, "8", rack, &nodes, &suffix)?;
     // Rack a keeps half a CPU per node free: the Job fits rack b only.
     for i in 0..2 {
         let mut spec = json!({
@@ -851,43 +865,13 @@ async fn a_sticky_pin_kueue_assigned_elsewhere_says_why() -> anyhow::Result<()> 
         }),
     )
     .await?;
-    let topology = format!("topology-{suffix}");
-    apply(json!({
-        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology",
-        "metadata": {"name": topology},
-        "spec": {"levels": [{"nodeLabel": rack}, {"nodeLabel": "kubernetes.io/hostname"}]},
-    }))?;
-    let queues = Queues::create_with(
-        &ns.name,
-        "4",
-        json!({
-            "nodeLabels": {tether_e2e::TEST_KEY: nodes.test},
-            "topologyName": topology,
-            "tolerations": [{"key": tether_e2e::TEST_KEY, "operator": "Equal",
-                             "value": nodes.test, "effect": "NoSchedule"}],
-        }),
-    )?;
+    let (queues, topology) = rack_queues(&ns.name, "4", rack, &nodes, &suffix)?;
     let mut job = job(&ns.name, "db", 1, "1", &nodes);
     job["spec"]["template"]["metadata"] =
         json!({"annotations": {"kueue.x-k8s.io/podset-required-topology": rack}});
     apply(job)?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    let first = wait_for("the Job's pod bound", TIMEOUT, || async {
-        let listed = pods
-            .list(&ListParams::default().labels("batch.kubernetes.io/job-name=db"))
-            .await?;
-        Ok(listed.items.into_iter().find(|p| {
-            p.metadata.deletion_timestamp.is_none()
-                && p.spec.as_ref().is_some_and(|s| s.node_name.is_some())
-        }))
-    })
-    .await?;
-    let assigned = first
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
-    let first_name = first.metadata.name.clone().unwrap_or_default();
+    let (first_name, assigned) = bound_job_pod(&pods, "db").await?;
     let elsewhere = nodes
         .names
         .iter()
@@ -895,20 +879,7 @@ async fn a_sticky_pin_kueue_assigned_elsewhere_says_why() -> anyhow::Result<()> 
         .cloned()
         .unwrap_or_default();
     // The pin is recorded; then a person moves it to the other rack.
-    let binding = wait_for("the Job's StickyBinding", TIMEOUT, || async {
-        let listed = kubectl_ok(
-            &["get", "stickybindings", "-n", &ns.name, "-o", "json"],
-            None,
-        )?;
-        let listed: serde_json::Value = serde_json::from_str(&listed)?;
-        Ok(listed["items"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .find(|b| b["status"]["latest"] == assigned.as_str())
-            .and_then(|b| b["metadata"]["name"].as_str().map(str::to_string)))
-    })
-    .await?;
+    let binding = binding_pinning(&ns.name, &assigned).await?;
     kubectl_ok(
         &[
             "patch",
