@@ -262,19 +262,15 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
     let pod = format!("{}/web", ns.name);
     let token_file = plugins.join("token");
     std::fs::write(&token_file, &reader)?;
-    let out = run(
-        &kubectl_bin,
-        &[
-            "tether",
-            "explain",
-            &pod,
-            "--endpoint",
-            &tether_url(),
-            "--token-file",
-            &token_file.to_string_lossy(),
-        ],
-        Some(&path),
-    )?;
+    // `kubectl tether explain <args>`, asking the shared tether with the reader's token.
+    let (url, token_path) = (tether_url(), token_file.to_string_lossy().into_owned());
+    let kubectl_tether = |args: &[&str]| {
+        let mut all = vec!["tether", "explain"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--endpoint", &url, "--token-file", &token_path]);
+        run(&kubectl_bin, &all, Some(&path))
+    };
+    let out = kubectl_tether(&[&pod])?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.contains(&format!("Winner: {node} (total {score})")),
@@ -293,25 +289,15 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
         contexts.push(context);
     }
     std::fs::write(&kubeconfig, serde_json::to_string(&config)?)?;
-    let out = run(
-        &kubectl_bin,
-        &[
-            "tether",
-            "explain",
-            "web",
-            "--kubeconfig",
-            &kubeconfig.to_string_lossy(),
-            "--context",
-            "explainer",
-            "-o",
-            "yaml",
-            "--endpoint",
-            &tether_url(),
-            "--token-file",
-            &token_file.to_string_lossy(),
-        ],
-        Some(&path),
-    )?;
+    let out = kubectl_tether(&[
+        "web",
+        "--kubeconfig",
+        &kubeconfig.to_string_lossy(),
+        "--context",
+        "explainer",
+        "-o",
+        "yaml",
+    ])?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success()
