@@ -264,9 +264,9 @@ async fn eight_lost_terms_with_ten_thousand_pending_pods() -> anyhow::Result<()>
 /// A leader with `pending` pods waiting (gated: held in its queue, tried never) and ten bound
 /// pods whose history it keeps loses its Lease eight times (the Lease answered 503 past its
 /// renew deadline) and leads again each time, with a new session that lists everything
-/// afresh. Each ended session is freed (its cache, queue, owner cache, history writer): after
-/// the eighth term, tether's resident memory is within 1.15x of the first term's. Before a
-/// lost term freed its session, each one kept another copy of the cluster.
+/// afresh. Each ended session is freed (its cache, queue, owner cache, history writer): the
+/// least of tether's resident memory after the last three terms is within 1.15x of the first
+/// term's. Before a lost term freed its session, each one kept another copy of the cluster.
 async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Result<()> {
     const TERMS: usize = 8;
     let client = client().await?;
@@ -363,8 +363,15 @@ async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Resu
         .await?;
         rss.push(settle(term).await?);
     }
+    // A leak grows with every term, so each of the last three terms would hold five or more
+    // sessions' worth over the first; one term's sample can stand out alone (CI once saw
+    // 98.8, 96.1, 104.2, 104.8, 98.8, 101.5, 105.8, 116.5 MiB), so the least of the last three
+    // is what is compared.
     let first = rss[0];
-    let last = rss[TERMS - 1];
+    let last = rss[TERMS - 3..]
+        .iter()
+        .copied()
+        .fold(f64::INFINITY, f64::min);
     println!(
         "{pending} pending pods, RSS (MiB) after each of {TERMS} terms: {}",
         rss.iter()
@@ -374,8 +381,8 @@ async fn lost_terms_keep_memory_flat(name: &str, pending: usize) -> anyhow::Resu
     );
     assert!(
         last <= first * 1.15,
-        "memory grew over {TERMS} lost terms: {last:.1} MiB after the last, {first:.1} MiB after \
-         the first (log: {})",
+        "memory grew over {TERMS} lost terms: {last:.1} MiB the least after each of the last \
+         three, {first:.1} MiB after the first (log: {})",
         tether.log.display()
     );
     web.wait_all_bound(10, Duration::from_secs(60)).await?;
