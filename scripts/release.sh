@@ -9,13 +9,14 @@
 # Writes target/publish/VERSION/:
 #   tether-VERSION-linux-ARCH.tar.gz   the static binary (scripts/build-static.sh), LICENSE, README
 #   tether-VERSION-linux-ARCH.sbom.cdx.json   its SBOM (scripts/sbom.sh)
-#   tether-CHART_VERSION.tgz           the chart, packaged (helm: $HELM, else helm on PATH)
+#   tether-CHART_VERSION.tgz           the chart, packaged (helm: $HELM, else helm on PATH),
+#                                      its alerts' runbook URLs at this tag's docs
 #   tether.yaml                        the krew manifest of the kubectl plugin, naming every
 #                                      archive in the directory with its sha256
 #   checksums.txt                      sha256 of each file above
 # PROFILE=release builds faster than the shipped dist (fat LTO) profile (the tests use it).
 # TETHER_REPOSITORY (owner/name on GitHub, the workflow's github.repository) names where the
-# krew manifest's archives are downloaded from.
+# krew manifest's archives are downloaded from and where the chart's runbooks are.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -56,7 +57,15 @@ tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$epoch" \
   -C "$stage" -cf - tether LICENSE README.md | gzip -n -9 >"$out/$name.tar.gz"
 scripts/sbom.sh "$(uname -m)-unknown-linux-musl" "$out/$name.sbom.cdx.json"
 
-"$helm" package charts/tether --destination "$out" >/dev/null
+# The chart, its alerts' runbooks pointed at this tag's docs in the repository released from.
+chart_stage=$stage/chart/tether
+mkdir -p "$(dirname "$chart_stage")"
+cp -R charts/tether "$chart_stage"
+sed -i "s|^  runbookBaseURL: .*|  runbookBaseURL: https://github.com/$repository/blob/$tag/docs/operate.md|" \
+  "$chart_stage/values.yaml"
+grep -q "^  runbookBaseURL: https://github.com/$repository/blob/$tag/" "$chart_stage/values.yaml" \
+  || die "charts/tether/values.yaml has no alerts.runbookBaseURL to point at $tag"
+"$helm" package "$chart_stage" --destination "$out" >/dev/null
 [[ -f $out/tether-$chart_version.tgz ]] || die "helm wrote no $out/tether-$chart_version.tgz"
 
 scripts/krew-manifest.sh "$out" "$tag" "$repository"

@@ -64,6 +64,10 @@ enum Command {
     /// Why a pod went where it went, or why it is pending: asks the running leader to run the
     /// pod's profile again, dry, and prints every filter verdict and score.
     Explain(tether::cli::explain::ExplainArgs),
+    /// Why every pending pod of a namespace (or of all, -A) is pending, grouped by what blocks
+    /// it (the plugins that rejected it and their reasons, a gate, not tried yet), from the
+    /// running leader's queue.
+    Pending(tether::cli::pending::PendingArgs),
     /// What SchedulingProfile changes would do: judges them as the controller would, then
     /// places the pending pods of each one's schedulerName with it and with the live profile,
     /// and prints the placements that differ. Exits 0 when no placement would change, 1 when
@@ -434,6 +438,17 @@ fn parse_release(text: &str) -> Result<tether::k8s::release::Release, String> {
 
 fn main() -> anyhow::Result<()> {
     purge_freed_memory_at_once();
+    // Run as `kubectl_complete-tether` (a link kubectl finds on the PATH): kubectl asks for the
+    // candidates of the words typed after `kubectl tether`.
+    let invoked_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    if invoked_as.as_deref() == Some("kubectl_complete-tether") {
+        use clap::CommandFactory;
+        let words: Vec<String> = std::env::args().skip(1).collect();
+        return print(&tether::cli::complete::candidates(&Cli::command(), &words));
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Completion { shell } => {
@@ -443,6 +458,7 @@ fn main() -> anyhow::Result<()> {
             print(&String::from_utf8_lossy(&out))?;
         }
         Command::Explain(args) => finish(client_command(tether::cli::explain::run(&args)))?,
+        Command::Pending(args) => finish(client_command(tether::cli::pending::run(&args)))?,
         Command::Simulate(args) => {
             // As `kubectl diff`: 0 when no placement would change, 1 when some would (the
             // report says which), 2 when a candidate would not serve or the simulation failed.

@@ -4,14 +4,18 @@
 #          `promtool check rules` on it and `promtool test rules` on deploy/monitoring/tests/
 #          (every alert needs a case where it fires and one where it stays quiet), checks that
 #          every query of deploy/monitoring/dashboard.json parses, and fails when
-#          charts/tether/files/alerts.yaml is not that spec;
-#   sync   (make monitoring-sync): writes charts/tether/files/alerts.yaml from it.
+#          charts/tether/files/alerts.yaml is not that spec or charts/tether/files/dashboard.json
+#          not that dashboard;
+#   sync   (make monitoring-sync): writes charts/tether/files/alerts.yaml from it, and
+#          charts/tether/files/dashboard.json from deploy/monitoring/dashboard.json.
 # promtool is built into the binaries cache first when it is not there (build-promtool.sh).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 MONITORING_DIR=$REPO_DIR/deploy/monitoring
 ALERTS=$MONITORING_DIR/alerts.yaml
 CHART_COPY=$REPO_DIR/charts/tether/files/alerts.yaml
+DASHBOARD=$MONITORING_DIR/dashboard.json
+CHART_DASHBOARD=$REPO_DIR/charts/tether/files/dashboard.json
 
 # The PrometheusRule's spec, unindented: every line after `spec:` indented by two spaces (or
 # blank), up to the first that is not.
@@ -34,7 +38,8 @@ case "${1:-}" in
   sync)
     mkdir -p "$(dirname "$CHART_COPY")"
     chart_copy >"$CHART_COPY"
-    log "wrote ${CHART_COPY#"$REPO_DIR"/}"
+    cp "$DASHBOARD" "$CHART_DASHBOARD"
+    log "wrote ${CHART_COPY#"$REPO_DIR"/} and ${CHART_DASHBOARD#"$REPO_DIR"/}"
     ;;
   check)
     "$E2E_DIR/scripts/build-promtool.sh"
@@ -46,6 +51,8 @@ case "${1:-}" in
       cat "$work/chart.diff" >&2
       die "charts/tether/files/alerts.yaml is not deploy/monitoring/alerts.yaml's spec; run make monitoring-sync"
     fi
+    cmp -s "$DASHBOARD" "$CHART_DASHBOARD" \
+      || die "charts/tether/files/dashboard.json is not deploy/monitoring/dashboard.json; run make monitoring-sync"
     "$BIN_DIR/promtool" check rules "$work/alerts.rules.yaml"
     # Every alert has a test where it fires and one where it does not.
     missing=$(awk '
@@ -70,7 +77,7 @@ case "${1:-}" in
       printf 'groups:\n- name: dashboard\n  rules:\n'
       sed -n 's/^ *"expr": "\(.*\)",\{0,1\}$/\1/p' "$dashboard" | sed \
         -e 's/\\"/"/g' -e 's/\\\\/\\/g' \
-        -e 's/\$__rate_interval/5m/g' -e 's/\$job/.*/g' -e 's/\$profile/.*/g' \
+        -e 's/\$__rate_interval/5m/g' -e 's/\$cluster/.*/g' -e 's/\$job/.*/g' -e 's/\$profile/.*/g' \
         -e "s/'/''/g" | awk '{ printf "  - record: dashboard:query_%d\n    expr: '\''%s'\''\n", NR, $0 }'
     } >"$work/dashboard.rules.yaml"
     queries=$(grep -c '"expr":' "$dashboard")

@@ -85,6 +85,26 @@ impl ReferenceScheduler {
         config: serde_json::Value,
         gates: &[&str],
     ) -> anyhow::Result<Self> {
+        Self::launch(name, config, gates, None)
+    }
+
+    /// As [`ReferenceScheduler::start_config`], serving on `addr` (its own self-signed
+    /// certificate, under `.cluster/<name>-certs`) with `/metrics` open to anyone, as the
+    /// probes are: the tests compare its metrics with tether's.
+    pub fn start_serving(
+        name: &str,
+        config: serde_json::Value,
+        addr: std::net::SocketAddr,
+    ) -> anyhow::Result<Self> {
+        Self::launch(name, config, &[], Some(addr))
+    }
+
+    fn launch(
+        name: &str,
+        config: serde_json::Value,
+        gates: &[&str],
+        serve: Option<std::net::SocketAddr>,
+    ) -> anyhow::Result<Self> {
         let bin = kube_scheduler_bin()?;
         let logs = repo_dir().join(".cluster/logs");
         std::fs::create_dir_all(&logs).context("creating .cluster/logs")?;
@@ -108,9 +128,21 @@ impl ReferenceScheduler {
         if !gates.is_empty() {
             command.arg(format!("--feature-gates={}", gates.join(",")));
         }
+        match serve {
+            Some(addr) => {
+                let certs = repo_dir().join(format!(".cluster/{name}-certs"));
+                command
+                    .arg(format!("--secure-port={}", addr.port()))
+                    .arg(format!("--bind-address={}", addr.ip()))
+                    .arg(format!("--cert-dir={}", certs.display()))
+                    .arg("--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics");
+            }
+            None => {
+                command.arg("--secure-port=0");
+            }
+        }
         let child = command
             .arg(format!("--config={}", config_file.display()))
-            .arg("--secure-port=0")
             .arg("--vmodule=schedule_one=10")
             .stdout(Stdio::null())
             .stderr(out)

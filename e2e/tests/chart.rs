@@ -369,6 +369,29 @@ fn deploy_and_the_chart_hold_the_same_objects() -> anyhow::Result<()> {
                 &serde_saphyr::to_string(&have)?
             )
         );
+        // A runbook base of one's own (a fork, a wiki) is where every alert points.
+        let own = helm_ok(&[
+            "template",
+            "tether",
+            "charts/tether",
+            "--set",
+            "alerts.prometheusRule.enabled=true",
+            "--set",
+            "alerts.runbookBaseURL=https://wiki.example/tether/",
+            "--show-only",
+            "templates/prometheusrule.yaml",
+        ])?;
+        let runbooks: Vec<&str> = own
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("runbook_url: "))
+            .collect();
+        ensure!(
+            !runbooks.is_empty()
+                && runbooks
+                    .iter()
+                    .all(|r| r.starts_with("https://wiki.example/tether#tether")),
+            "runbooks not at the base given: {runbooks:?}"
+        );
     }
     Ok(())
 }

@@ -1257,3 +1257,214 @@ async fn explain_names_the_victims_a_gangs_preemption_chose() -> anyhow::Result<
     delete_priority_classes(test, &classes)?;
     Ok(())
 }
+
+/// `tether pending -o json -n <ns>` (or with `extra` flags instead of `-n`) against the shared
+/// tether with `token`: the summary, or what tether refused with.
+fn pending(
+    ns: &str,
+    token: &str,
+    extra: &[&str],
+) -> anyhow::Result<Result<serde_json::Value, String>> {
+    let dir = tempdir("pending-token")?;
+    let file = dir.join("token");
+    std::fs::write(&file, token)?;
+    let (url, file) = (tether_url(), file.to_string_lossy().into_owned());
+    let mut args = vec![
+        "pending",
+        "-o",
+        "json",
+        "--endpoint",
+        &url,
+        "--token-file",
+        &file,
+    ];
+    if extra.is_empty() {
+        args.extend_from_slice(&["-n", ns]);
+    } else {
+        args.extend_from_slice(extra);
+    }
+    let out = run(&tether_bin(), &args, None);
+    std::fs::remove_dir_all(&dir)?;
+    let out = out?;
+    if !out.status.success() {
+        return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
+    }
+    Ok(Ok(
+        serde_json::from_slice(&out.stdout).context("reading pending's JSON")?
+    ))
+}
+
+/// `tether pending` groups a namespace's pending pods by what blocks them, from the leader's
+/// queue: two pods too big for any node in one group under NodeResourcesFit with its reason
+/// (node counts left out), a gated pod under SchedulingGates with its gate; a bound pod is
+/// not pending. A caller who may not list the namespace's pods is refused, and so is one who
+/// asks for every namespace with a namespace's grant. Also as `kubectl tether pending`.
+#[tokio::test]
+async fn pending_pods_are_grouped_by_what_blocks_them() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "pending").await?;
+    let nodes = TestNodes::create(&client, "pending", 2, "2", |_, _| {}).await?;
+    let scheduler = "tether-scheduler";
+    for name in ["big-0", "big-1"] {
+        make_pod(&client, &ns.name, name, "64", &nodes, scheduler, json!({})).await?;
+    }
+    make_pod(
+        &client,
+        &ns.name,
+        "held",
+        "100m",
+        &nodes,
+        scheduler,
+        json!({"schedulingGates": [{"name": "example.com/held"}]}),
+    )
+    .await?;
+    make_pod(
+        &client,
+        &ns.name,
+        "fits",
+        "100m",
+        &nodes,
+        scheduler,
+        json!({}),
+    )
+    .await?;
+    wait_bound(&client, &ns.name, "fits", BIND_TIMEOUT).await?;
+
+    let lister = service_account_token(&ns.name, "lister", Grant::PodsOnly)?;
+    // Settled once both big pods were tried and their message written.
+    let summary = wait_for(
+        "both big pods rejected and the summary to say so",
+        Duration::from_secs(60),
+        || async {
+            let summary = pending(&ns.name, &lister, &[])?.map_err(|e| anyhow::anyhow!(e))?;
+            let rejected = summary["groups"].as_array().is_some_and(|groups| {
+                groups.iter().any(|g| {
+                    g["pods"] == 2
+                        && g["reason"]
+                            .as_str()
+                            .is_some_and(|r| r.contains("Insufficient cpu"))
+                })
+            });
+            Ok(rejected.then_some(summary))
+        },
+    )
+    .await?;
+    assert!(
+        summary["apiVersion"] == "tether.dev/v1alpha1" && summary["kind"] == "PendingSummary",
+        "versioned: {summary}"
+    );
+    assert_eq!(summary["namespace"], json!(ns.name));
+    assert_eq!(
+        summary["pods"], 3,
+        "the bound pod is not pending: {summary}"
+    );
+    let groups = summary["groups"].as_array().context("groups")?;
+    assert_eq!(groups.len(), 2, "{summary}");
+    let big = &groups[0];
+    let plugins: Vec<&str> = big["plugins"]
+        .as_array()
+        .context("plugins")?
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    assert!(plugins.contains(&"NodeResourcesFit"), "{big}");
+    let reason = big["reason"].as_str().context("reason")?;
+    assert!(
+        reason.split("; ").any(|r| r == "Insufficient cpu"),
+        "the reason without its node count: {reason}"
+    );
+    let mut examples: Vec<&str> = big["examples"]
+        .as_array()
+        .context("examples")?
+        .iter()
+        .filter_map(|p| p.as_str())
+        .collect();
+    examples.sort_unstable();
+    assert_eq!(
+        examples,
+        [format!("{}/big-0", ns.name), format!("{}/big-1", ns.name)]
+    );
+    assert_eq!(
+        groups[1]["plugins"],
+        json!(["SchedulingGates"]),
+        "{summary}"
+    );
+    assert_eq!(groups[1]["reason"], "scheduling gates: example.com/held");
+    assert_eq!(groups[1]["queues"], json!({"gated": 1}));
+
+    // Refusals: no grant at all; a namespace's grant asking for every namespace.
+    let stranger = service_account_token(&ns.name, "stranger", Grant::None)?;
+    let refused = pending(&ns.name, &stranger, &[])?
+        .err()
+        .context("a stranger is answered")?;
+    assert!(
+        refused.contains("403") && refused.contains("list"),
+        "{refused}"
+    );
+    let refused = pending(&ns.name, &lister, &["-A"])?
+        .err()
+        .context("a namespace's grant is answered for every namespace")?;
+    assert!(refused.contains("403"), "{refused}");
+
+    // As a kubectl plugin, in text.
+    let plugins_dir = tempdir("kubectl-plugins-pending")?;
+    std::os::unix::fs::symlink(tether_bin(), plugins_dir.join("kubectl-tether"))?;
+    let token_file = plugins_dir.join("token");
+    std::fs::write(&token_file, &lister)?;
+    let path = format!(
+        "{}:{}",
+        plugins_dir.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let kubectl_bin = PathBuf::from(std::env::var("TETHER_KUBECTL")?);
+    let (url, token_path) = (tether_url(), token_file.to_string_lossy().into_owned());
+    let out = run(
+        &kubectl_bin,
+        &[
+            "tether",
+            "pending",
+            "-n",
+            &ns.name,
+            "-o",
+            "wide",
+            "--endpoint",
+            &url,
+            "--token-file",
+            &token_path,
+        ],
+        Some(&path),
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains(&format!("3 pods pending in namespace {}", ns.name))
+            && text
+                .lines()
+                .any(|l| l.contains("SchedulingGates") && l.contains("gated=1")),
+        "kubectl tether pending: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // kubectl completes the plugin's words through kubectl_complete-tether on the PATH.
+    std::os::unix::fs::symlink(tether_bin(), plugins_dir.join("kubectl_complete-tether"))?;
+    let out = run(&kubectl_bin, &["__complete", "tether", "pend"], Some(&path))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.lines().any(|l| l.starts_with("pending")),
+        "kubectl __complete tether pend: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(
+        &kubectl_bin,
+        &["__complete", "tether", "pending", "--all"],
+        Some(&path),
+    )?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines().any(|l| l.starts_with("--all-namespaces")),
+        "kubectl __complete tether pending --all: {text}"
+    );
+    std::fs::remove_dir_all(&plugins_dir)?;
+
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -146,6 +146,22 @@ fn a_release_is_made_for_this_architecture_and_its_plugin_installs_with_krew() -
         "helm show chart",
     )?;
     assert!(chart.contains(&format!("appVersion: {version}")), "{chart}");
+    // The released chart's alerts point at the runbooks of the tag it was released from.
+    let rules = run(
+        Command::new(&helm)
+            .arg("template")
+            .arg(dir.join(format!("tether-{version}.tgz")))
+            .args(["--set", "alerts.prometheusRule.enabled=true"]),
+        "helm template",
+    )?;
+    let runbook = format!(
+        "runbook_url: https://github.com/example/tether/blob/{tag}/docs/operate.md#tethernoleader"
+    );
+    assert!(rules.contains(&runbook), "{runbook} in:\n{rules}");
+    assert!(
+        !rules.contains("runbook_url: https://github.com/tether-dev/"),
+        "{rules}"
+    );
 
     // krew's validator takes the manifest; krew installs the plugin from the local archive,
     // checking its sha256, and `kubectl tether` runs it.

@@ -10,6 +10,7 @@ use axum::Json;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use k8s_openapi::api::authentication::v1::UserInfo;
 use kube::api::Api;
 
 use super::auth;
@@ -84,7 +85,7 @@ pub struct Limiter {
     per_caller: governor::DefaultKeyedRateLimiter<String>,
     per_source: governor::DefaultKeyedRateLimiter<std::net::IpAddr>,
     /// The reviews' positive answers, taken again for a while.
-    auth: auth::AuthCache,
+    pub(super) auth: auth::AuthCache,
 }
 
 /// The limiter of [`AT_ONCE`] and [`PER_SECOND`].
@@ -102,12 +103,65 @@ pub fn limiter() -> Arc<Limiter> {
 
 /// Whether `name` is a DNS-1123 label (a namespace's name) when `subdomain` is false, or a
 /// DNS-1123 subdomain (a pod's name) when it is: what the API server accepts as such names.
-fn valid_name(name: &str, subdomain: bool) -> bool {
+pub(super) fn valid_name(name: &str, subdomain: bool) -> bool {
     if subdomain {
         names::is_dns1123_subdomain(name, 253)
     } else {
         !name.contains('.') && names::is_dns1123_subdomain(name, 63)
     }
+}
+
+/// What every asking endpoint (`/explain`, `/pending`) does first, in this order, each step
+/// refused with its status: a place among [`AT_ONCE`] requests (before any TokenReview), a
+/// replica that leads, the source address's budget, a caller whose token tether takes, and that
+/// caller's budget. `what` names the requests in the refusals. The place is held while the
+/// permit lives.
+pub(super) async fn admit<'a>(
+    state: &'a HttpState,
+    extensions: &axum::http::Extensions,
+    headers: &HeaderMap,
+    what: &str,
+) -> Result<(tokio::sync::SemaphorePermit<'a>, UserInfo), Response> {
+    let Ok(turn) = state.explain_limit.at_once.try_acquire() else {
+        return Err(failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("more than {AT_ONCE} {what} are under way: try again"),
+        ));
+    };
+    if state.leadership.is_elected() && !state.leadership.is_leading() {
+        return Err(failure(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "this replica is a standby: ask the leader (the holder of the tether Lease)",
+        ));
+    }
+    // The source's budget first: a TokenReview is spent only within it.
+    if let Some(axum::extract::ConnectInfo(peer)) =
+        extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+    {
+        let source = peer.ip().to_canonical();
+        if state.explain_limit.per_source.check_key(&source).is_err() {
+            return Err(failure(
+                StatusCode::TOO_MANY_REQUESTS,
+                &format!(
+                    "more than {PER_SOURCE_PER_SECOND} {what} a second were asked for from {source}: try again"
+                ),
+            ));
+        }
+        state.explain_limit.per_source.retain_recent();
+    }
+    let caller = match auth::authenticate(&state.client, &state.explain_limit.auth, headers).await {
+        Ok(user) => user,
+        Err(refusal) => return Err(failure(refusal.status(), &refusal.to_string())),
+    };
+    let who = caller.username.clone().unwrap_or_default();
+    if state.explain_limit.per_caller.check_key(&who).is_err() {
+        return Err(failure(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!("more than {PER_SECOND} {what} a second were asked for by {who}: try again"),
+        ));
+    }
+    state.explain_limit.per_caller.retain_recent();
+    Ok((turn, caller))
 }
 
 pub async fn explain(
@@ -122,48 +176,10 @@ pub async fn explain(
             "the path must be /explain/<namespace>/<pod>, each a valid Kubernetes name",
         );
     }
-    let Ok(_turn) = state.explain_limit.at_once.try_acquire() else {
-        return failure(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!("more than {AT_ONCE} explanations are under way: try again"),
-        );
+    let (_turn, caller) = match admit(&state, &extensions, &headers, "explanations").await {
+        Ok(admitted) => admitted,
+        Err(refusal) => return refusal,
     };
-    if state.leadership.is_elected() && !state.leadership.is_leading() {
-        return failure(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "this replica is a standby: ask the leader (the holder of the tether Lease)",
-        );
-    }
-    // The source's budget first: a TokenReview is spent only within it.
-    if let Some(axum::extract::ConnectInfo(peer)) =
-        extensions.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-    {
-        let source = peer.ip().to_canonical();
-        if state.explain_limit.per_source.check_key(&source).is_err() {
-            return failure(
-                StatusCode::TOO_MANY_REQUESTS,
-                &format!(
-                    "more than {PER_SOURCE_PER_SECOND} explanations a second were asked for from {source}: try again"
-                ),
-            );
-        }
-        state.explain_limit.per_source.retain_recent();
-    }
-    let caller = match auth::authenticate(&state.client, &state.explain_limit.auth, &headers).await
-    {
-        Ok(user) => user,
-        Err(refusal) => return failure(refusal.status(), &refusal.to_string()),
-    };
-    let who = caller.username.clone().unwrap_or_default();
-    if state.explain_limit.per_caller.check_key(&who).is_err() {
-        return failure(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "more than {PER_SECOND} explanations a second were asked for by {who}: try again"
-            ),
-        );
-    }
-    state.explain_limit.per_caller.retain_recent();
     for (verb, resource, ns, object) in [
         ("get", "pods", Some(namespace.as_str()), Some(name.as_str())),
         ("list", "nodes", None, None),

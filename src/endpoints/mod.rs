@@ -1,10 +1,12 @@
 //! tether's small HTTP surface. On `--http-addr`: `/metrics` (prometheus-client, open) and
 //! `/explain/{namespace}/{name}` (`tether explain`; a bearer token that may get the pod and
-//! list the nodes, see [`auth`]). On `--health-addr`: `/healthz` and `/readyz` for the probes.
+//! list the nodes, see [`auth`]), `/pending[/{namespace}]` (`tether pending`; a token that may
+//! list the pods there). On `--health-addr`: `/healthz` and `/readyz` for the probes.
 
 pub mod admission;
 pub mod auth;
 pub mod explain;
+pub mod pending;
 pub mod serve;
 
 use std::sync::Arc;
@@ -69,6 +71,8 @@ pub fn main_router(state: HttpState) -> Router {
     Router::new()
         .route("/metrics", get(serve_metrics))
         .route("/explain/{namespace}/{name}", get(explain::explain))
+        .route("/pending", get(pending::all))
+        .route("/pending/{namespace}", get(pending::namespaced))
         .with_state(state)
 }
 
@@ -153,16 +157,9 @@ async fn serve_metrics(
 fn refresh_queue_metrics(state: &HttpState) {
     if let Some(sched) = state.serving.sched() {
         let cache = sched.lock_cache();
-        let (nodes, pods) = (cache.node_count(), cache.pod_count());
+        let (nodes, pods, assumed) = (cache.node_count(), cache.pod_count(), cache.assumed_count());
         drop(cache);
-        state
-            .metrics
-            .cache_nodes
-            .set(i64::try_from(nodes).unwrap_or(i64::MAX));
-        state
-            .metrics
-            .cache_pods
-            .set(i64::try_from(pods).unwrap_or(i64::MAX));
+        state.metrics.set_cache_size(nodes, pods, assumed);
     }
     let summary = state
         .serving
@@ -180,6 +177,7 @@ fn refresh_queue_metrics(state: &HttpState) {
             oldest: oldest.map(|since| now.saturating_duration_since(since)),
         })
         .collect();
+    state.metrics.set_queued_entities(&summary.entities);
     state.metrics.set_queue(
         &queues,
         summary

@@ -74,11 +74,13 @@ pub async fn binding_cycle(sched: Arc<Scheduler>, assumed: Assumed, mut slot: Op
         }
         stage = Stage::Permit;
         if let Some(PermitWait { verdict, timeout }) = permit {
+            let began = Instant::now();
             let verdict = sched
                 .binder
                 .waiting
                 .wait(pod_info.uid(), verdict, timeout)
                 .await;
+            sched.metrics.permit_waited(verdict.code, began.elapsed());
             if !verdict.is_success() {
                 permit_rejected = verdict.is_rejected();
                 return verdict;

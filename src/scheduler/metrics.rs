@@ -1,6 +1,7 @@
 //! Prometheus metrics of the scheduler, named after kube-scheduler's where one exists; the
 //! process's own (`process.rs`) and the API client's (`k8s::client_metrics`) beside them.
 
+pub mod cycle;
 pub mod groups;
 mod labels;
 mod process;
@@ -60,6 +61,8 @@ pub struct Metrics {
     room_holds_ended: Family<HoldEndLabels, Counter>,
     leading: Family<LeaderLabels, Gauge<i64, std::sync::atomic::AtomicI64>>,
     upstream: Upstream,
+    /// kube-scheduler's families of attempts, Permit waits, plugin runs, the cache and claims.
+    cycle: cycle::CycleFamilies,
     /// client-go's request metrics of tether's API client.
     api_requests: RequestMetrics,
 }
@@ -242,6 +245,7 @@ impl Default for Metrics {
             "Pod group scheduling algorithm latency in seconds",
             upstream.podgroup_algorithm_duration.clone(),
         );
+        let cycle = cycle::CycleFamilies::register(&mut root);
         root.register_collector(Box::new(ProcessCollector));
         let api_requests = RequestMetrics::default();
         root.register(
@@ -444,7 +448,7 @@ impl Default for Metrics {
             "Pods (bound and assumed) in the scheduler cache",
             cache_pods.clone(),
         );
-        Metrics {
+        let metrics = Metrics {
             registry: root,
             attempts,
             attempt_duration,
@@ -471,8 +475,11 @@ impl Default for Metrics {
             room_holds_ended,
             leading,
             upstream,
+            cycle,
             api_requests,
-        }
+        };
+        metrics.process_families_from_zero();
+        metrics
     }
 }
 
@@ -548,6 +555,7 @@ impl Metrics {
             self.profiles_serving.get_or_create(&labels).set(1);
             self.binds.get_or_create(&labels).inc_by(0);
             self.bind_failures.get_or_create(&labels).inc_by(0);
+            self.group_families_from_zero(scheduler);
         } else {
             self.profiles_serving.remove(&labels);
         }
@@ -663,6 +671,7 @@ impl Metrics {
                 attempts: attempts_label(attempts),
             })
             .observe(since_queued.as_secs_f64());
+        self.observe_pod_attempts(attempts);
     }
 
     /// Extension point `point` (kube-scheduler's name: PreFilter, Score, Bind…) of `profile` ran

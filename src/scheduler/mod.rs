@@ -254,6 +254,9 @@ impl Scheduler {
     /// schedulerName no longer served move to the queue's unserved pool; pods of a newly served
     /// one are queued from it; any change gives unschedulable pods another try.
     pub fn apply_profiles(&self, profiles: HashMap<String, Arc<CompiledProfile>>) {
+        for (name, profile) in &profiles {
+            self.metrics.evaluations_from_zero(name, profile);
+        }
         let (added, removed, changed) = self.profiles.replace_all(profiles);
         for name in &removed {
             self.metrics.profile_serving(name, false);

@@ -91,6 +91,9 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
             .metrics
             .extension_point(point, code, &profile.scheduler_name, took);
     }
+    sched
+        .metrics
+        .plugin_evaluations(&profile.scheduler_name, &state.take_evaluations());
     sched.metrics.plugin_runs(&state.take_plugin_runs());
     let (node, choice) = match result {
         ScheduleResult::Scheduled {

@@ -31,6 +31,8 @@ pub struct Cache {
     /// The nodes with a Node object, by zone: the order snapshots list nodes in.
     tree: NodeTree,
     pods: HashMap<String, PodState>,
+    /// How many of `pods` are assumed (kept as pods come and go, for the metrics).
+    assumed: usize,
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// On how many nodes (with a Node object) each image is: kept as nodes come, change and
     /// go, never recounted over every node.
@@ -185,6 +187,9 @@ impl Cache {
         let Some(state) = self.pods.remove(uid) else {
             return;
         };
+        if state.assumed {
+            self.assumed = self.assumed.saturating_sub(1);
+        }
         if let Some(entry) = self.nodes.get_mut(&state.node) {
             let info = Arc::make_mut(entry);
             info.remove_pod(uid);
@@ -210,6 +215,7 @@ impl Cache {
                 assumed: true,
             },
         );
+        self.assumed += 1;
         self.touch();
     }
 
@@ -333,6 +339,11 @@ impl Cache {
 
     pub fn pod_count(&self) -> usize {
         self.pods.len()
+    }
+
+    /// The pods assumed and not yet confirmed by the watch.
+    pub fn assumed_count(&self) -> usize {
+        self.assumed
     }
 
     /// The current snapshot: the last one when nothing changed since; the last one with the
@@ -563,6 +574,25 @@ mod tests {
         let n1 = snap.get("n1").expect("n1");
         assert_eq!(n1.requested.milli_cpu, 1500);
         assert_eq!(n1.pods.len(), 2);
+    }
+
+    #[test]
+    fn the_assumed_pods_are_counted_as_they_come_and_go() {
+        let mut cache = Cache::default();
+        let a = PodBuilder::new("a").req_cpu("1").info();
+        let b = PodBuilder::new("b").req_cpu("1").info();
+        cache.assume_pod(&a, "n1");
+        cache.assume_pod(&b, "n1");
+        cache.assume_pod(&b, "n2");
+        assert_eq!(
+            cache.assumed_count(),
+            2,
+            "assumed again elsewhere, counted once"
+        );
+        cache.upsert_pod(a.on_node("n1").pod);
+        assert_eq!(cache.assumed_count(), 1, "confirmed by the watch");
+        cache.forget_pod(b.uid());
+        assert_eq!((cache.assumed_count(), cache.pod_count()), (0, 1));
     }
 
     #[test]

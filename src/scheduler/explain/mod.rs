@@ -10,6 +10,7 @@
 
 mod group;
 mod hierarchy;
+pub mod pending;
 pub mod render;
 mod types;
 

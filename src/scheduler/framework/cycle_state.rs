@@ -26,7 +26,13 @@ pub struct CycleState {
     /// In a sampled cycle, every plugin run timed so far (for kube-scheduler's
     /// `scheduler_plugin_execution_duration_seconds`); `None` in the others.
     plugin_runs: Option<Arc<Mutex<Vec<PluginRun>>>>,
+    /// How many times each plugin ran at PreFilter, Filter, PreScore and Score in this cycle's
+    /// search for a node, for kube-scheduler's `scheduler_plugin_evaluation_total`.
+    evaluations: Vec<Evaluations>,
 }
+
+/// One plugin's runs at one extension point: (point, plugin, runs).
+pub type Evaluations = (&'static str, &'static str, u64);
 
 /// One plugin's run at an extension point, with its outcome and duration.
 #[derive(Clone, Copy, Debug)]
@@ -97,6 +103,18 @@ impl CycleState {
     /// The timings recorded so far, taken out.
     pub fn take_timings(&mut self) -> Vec<Timing> {
         std::mem::take(&mut self.timings)
+    }
+
+    /// Records that `plugin` ran `runs` times at `point` (PreFilter, Filter, PreScore, Score).
+    pub fn record_evaluations(&mut self, point: &'static str, plugin: &'static str, runs: u64) {
+        if runs > 0 {
+            self.evaluations.push((point, plugin, runs));
+        }
+    }
+
+    /// The plugin evaluations recorded so far, taken out.
+    pub fn take_evaluations(&mut self) -> Vec<Evaluations> {
+        std::mem::take(&mut self.evaluations)
     }
 
     /// Times every plugin run of this cycle (kube-scheduler samples 10 % of its cycles so).

@@ -212,6 +212,13 @@ pub trait Plugin: Send + Sync + 'static {
         false
     }
 
+    /// Whether the plugin's PreScore is tether's own, where kube-scheduler's plugin of that
+    /// name has none (ImageLocality reads the pod's images once there): its runs are not
+    /// counted in `scheduler_plugin_evaluation_total`, which counts upstream's plugins.
+    fn pre_score_is_own(&self) -> bool {
+        false
+    }
+
     /// Whether the plugin's Filter frees something of the pods a preemption dry run takes off
     /// a node that the node's pods do not show (DynamicResources: the devices of their
     /// claims): the dry run then tells its Filter which pods it took off ([`RemovedPods`]).

@@ -84,6 +84,10 @@ impl Plugin for ImageLocality {
         Some(self)
     }
 
+    fn pre_score_is_own(&self) -> bool {
+        true
+    }
+
     fn score(&self) -> Option<&dyn ScorePlugin> {
         Some(self)
     }

@@ -19,6 +19,7 @@
 
 mod backoff;
 mod heap;
+mod pending;
 mod requeue;
 mod state;
 
@@ -30,6 +31,7 @@ use indexmap::IndexMap;
 
 pub use self::backoff::backoff_duration;
 use self::heap::HeapEntry;
+pub use self::pending::PendingPod;
 use self::state::{Entry, POD_ADD, POD_UPDATE, POP_FROM_BACKOFF, Pool, State};
 pub use self::state::{IncomingCounter, MAX_IN_UNSCHEDULABLE, SchedulingQueue};
 use crate::k8s::pods;
@@ -37,6 +39,7 @@ use crate::locks;
 use crate::scheduler::framework::events::{self, EventObject, HintSource};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
+use crate::scheduler::informers::pod_groups;
 
 /// How many pods [`SchedulingQueue::summary`] reads under the lock at a time.
 const SUMMARY_SLICE: usize = 2048;
@@ -52,6 +55,10 @@ pub struct Summary {
     /// Pods waiting after a rejection, in any sub-queue, by each plugin that rejected them (or
     /// holds them at PreEnqueue) and their schedulerName: (plugin, schedulerName, pods).
     pub rejected_by: Vec<(&'static str, String, usize)>,
+    /// The scheduling entities in each sub-queue, as kube-scheduler 1.38 counts them
+    /// (`scheduler_queued_entities`): `pod` for a pod of no PodGroup, `podgroup` for each
+    /// PodGroup (Workload API) with a member there, however many.
+    pub entities: [(&'static str, usize, usize); 4],
 }
 
 impl Default for Summary {
@@ -64,6 +71,12 @@ impl Default for Summary {
                 ("gated", 0, None),
             ],
             rejected_by: Vec::new(),
+            entities: [
+                ("active", 0, 0),
+                ("backoff", 0, 0),
+                ("unschedulable", 0, 0),
+                ("gated", 0, 0),
+            ],
         }
     }
 }
@@ -620,6 +633,8 @@ impl SchedulingQueue {
         let mut summary = Summary::default();
         // By schedulerName, then plugin: a name is copied once, not once per pod.
         let mut rejected: HashMap<String, HashMap<&'static str, usize>> = HashMap::new();
+        // The PodGroups with a member in each sub-queue.
+        let mut groups: [std::collections::HashSet<(String, String)>; 4] = Default::default();
         let mut at: usize = 0;
         loop {
             let st = self.lock();
@@ -642,6 +657,12 @@ impl SchedulingQueue {
                     *oldest = Some(since);
                 }
                 let info = &entry.info;
+                match pod_groups::group_ref(&info.pod.pod) {
+                    Some(group) if group.api == pod_groups::GroupApi::Workload => {
+                        groups[slot].insert((group.namespace.into(), group.name.into()));
+                    }
+                    _ => summary.entities[slot].1 += 1,
+                }
                 let gate = info
                     .gated_by
                     .filter(|g| !info.unschedulable_plugins.contains(g));
@@ -668,6 +689,9 @@ impl SchedulingQueue {
                 break;
             }
             at = end;
+        }
+        for (slot, groups) in groups.iter().enumerate() {
+            summary.entities[slot].2 = groups.len();
         }
         summary.rejected_by = rejected
             .into_iter()

@@ -150,6 +150,9 @@ impl CompiledProfile {
             let clock = state.plugin_clock();
             let (result, status) = pf.pre_filter(state, pod, snapshot);
             state.record_plugin(plugin.name(), "PreFilter", status.code, clock);
+            if !status.is_skip() {
+                state.record_evaluations("PreFilter", plugin.name(), 1);
+            }
             let status = status.with_plugin(plugin.name());
             if status.is_skip() {
                 state.mark_skip_filter(plugin.name());
@@ -298,6 +301,61 @@ impl CompiledProfile {
         Status::success()
     }
 
+    /// Records the Filter runs of a search for kube-scheduler's `scheduler_plugin_evaluation_total`,
+    /// counted after it from its outcome rather than on each node (an atomic shared by every
+    /// worker, per plugin and node, would cost the search more than the filters): every Filter
+    /// plugin the pod does not skip ran on each of the `passed` nodes, and on each `rejected`
+    /// node up to the plugin that rejected it. The second pass over a node with nominated pods
+    /// is not counted.
+    pub fn record_filter_evaluations(
+        &self,
+        state: &mut CycleState,
+        passed: usize,
+        rejected: &[(String, Status)],
+    ) {
+        let active: Vec<&'static str> = self
+            .filter
+            .iter()
+            .filter(|p| p.filter().is_some() && !state.skips_filter(p.name()))
+            .map(|p| p.name())
+            .collect();
+        let Some(last) = active.len().checked_sub(1) else {
+            return;
+        };
+        // Nodes whose filtering ended at each plugin: where one rejected, else the last.
+        let mut ended_at = vec![0u64; active.len()];
+        for (_, status) in rejected {
+            let at = status
+                .plugin
+                .and_then(|p| active.iter().position(|a| *a == p))
+                .unwrap_or(last);
+            ended_at[at] += 1;
+        }
+        let mut reached = passed as u64;
+        let mut runs = vec![0u64; active.len()];
+        for at in (0..active.len()).rev() {
+            reached += ended_at[at];
+            runs[at] = reached;
+        }
+        for (plugin, runs) in active.into_iter().zip(runs) {
+            state.record_evaluations("Filter", plugin, runs);
+        }
+    }
+
+    /// Records the Score runs of a search over `nodes` nodes: once per node for every Score
+    /// plugin the pod does not skip.
+    pub fn record_score_evaluations(&self, state: &mut CycleState, nodes: usize) {
+        let active: Vec<&'static str> = self
+            .score
+            .iter()
+            .filter(|w| w.plugin.score().is_some() && !state.skips_score(w.plugin.name()))
+            .map(|w| w.plugin.name())
+            .collect();
+        for plugin in active {
+            state.record_evaluations("Score", plugin, nodes as u64);
+        }
+    }
+
     /// Runs the filters as upstream's RunFilterPluginsWithNominatedPods: when pods of at least
     /// the pod's priority are nominated to the node, first with them counted on it (the pod must
     /// leave them room), then, if that passed, without them (what holds only with them there,
@@ -435,6 +493,9 @@ impl CompiledProfile {
                 .pre_score(state, pod, nodes, snapshot)
                 .with_plugin(plugin.name());
             state.record_plugin(plugin.name(), "PreScore", status.code, clock);
+            if !status.is_skip() && !plugin.pre_score_is_own() {
+                state.record_evaluations("PreScore", plugin.name(), 1);
+            }
             if status.is_skip() {
                 state.mark_skip_score(plugin.name());
             } else if !status.is_success() {

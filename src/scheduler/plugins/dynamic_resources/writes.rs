@@ -179,14 +179,14 @@ pub(super) async fn create_claim(
     fresh.metadata.uid = None;
     fresh.status = None;
     let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &namespace);
-    api.create(&PostParams::default(), &fresh)
-        .await
-        .map_err(|e| {
-            format!(
-                "create claim for extended resources {namespace}/: {}",
-                api_errors::message(&e)
-            )
-        })
+    let created = api.create(&PostParams::default(), &fresh).await;
+    crate::scheduler::metrics::cycle::pod_claim_created(created.is_ok());
+    created.map_err(|e| {
+        format!(
+            "create claim for extended resources {namespace}/: {}",
+            api_errors::message(&e)
+        )
+    })
 }
 
 /// Deletes a claim the scheduler created (an extended resource's), its finalizer removed
