@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench
+.PHONY: help build image demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -178,14 +178,28 @@ test: fmt-check lint unit crds-check monitoring-check ## everything CI runs: fmt
 	fi; \
 	exit $$status
 
-demo-kueue: ## batch with quotas, the rest through default logic: Kueue admits, tether places, explain says why a pod waits (starts the cluster with Kueue, and tether)
-	$(CARGO) build --release --bin tether
-	KUEUE=1 NODES=$(NODES) e2e/scripts/cluster-up.sh
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/demo-kueue.sh
+# The demos run the build `make test` runs (the dev profile: three kwok nodes need no optimizer,
+# and a first build takes a third of the release profile's time here), compiled while the
+# Kubernetes binaries are fetched and built: on two cores the one's downloads overlap the other's
+# compiling. A second run reuses both (and `make test` the first's build).
+DEMO_BIN := $(CURDIR)/target/debug/tether
 
-demo: build cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them, explain one pod
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/tether-up.sh
+demo-bins:
+	@$(MAKE) --no-print-directory -j2 demo-tether demo-k8s
+
+demo-tether:
+	$(CARGO) build --bin tether
+
+demo-k8s:
+	e2e/scripts/build-k8s.sh
+
+demo-kueue: demo-bins ## batch with quotas, the rest through default logic: Kueue admits, tether places, explain says why a pod waits (starts the cluster with Kueue, and tether)
+	KUEUE=1 NODES=$(NODES) e2e/scripts/cluster-up.sh
+	TETHER_BIN=$(DEMO_BIN) e2e/scripts/tether-up.sh
+	TETHER_BIN=$(DEMO_BIN) e2e/scripts/demo-kueue.sh
+
+demo: demo-bins cluster ## build, start the cluster and tether, schedule a Deployment and a sticky StatefulSet, show them, explain one pod
+	TETHER_BIN=$(DEMO_BIN) e2e/scripts/tether-up.sh
 	$(KUBECTL) apply -f config/samples/
 	$(KUBECTL) apply -f config/examples/demo-deployment.yaml
 	$(KUBECTL) rollout status deployment/demo-web --timeout=60s
@@ -200,7 +214,7 @@ demo: build cluster ## build, start the cluster and tether, schedule a Deploymen
 	@echo
 	e2e/scripts/demo-sticky.sh
 	@echo
-	TETHER_BIN=$(CURDIR)/target/release/tether e2e/scripts/demo-explain.sh
+	TETHER_BIN=$(DEMO_BIN) e2e/scripts/demo-explain.sh
 	@echo
 	@echo "tether runs in the background (log: .cluster/logs/tether.log, metrics: http://127.0.0.1:18080/metrics)."
 	@echo "Use the cluster with:"

@@ -894,8 +894,15 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
         (status.latest, status.node_count, status.schedule_count)
     };
 
-    // Upgrade: more replicas, other resources, no explainer role.
+    // Upgrade to a second build (another image), with more replicas, other resources and no
+    // explainer role, as the documented `helm upgrade --wait`: it returns once the rollout is
+    // done, every replica of the new build available.
     let generation = field("/metadata/generation").await?;
+    let second_build = format!("{}-rebuilt", repo_version()?);
+    let default_scheduler = tether_e2e::reference::ReferenceScheduler::start_preempting(
+        "chart-default-scheduler-upgrade",
+        &["default-scheduler"],
+    )?;
     helm_ok(&[
         "upgrade",
         &release,
@@ -908,7 +915,35 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
         "replicas=3,resources.requests.cpu=250m,resources.requests.memory=128Mi,resources.limits.memory=512Mi",
         "--set",
         "explainer.enabled=false",
+        "--set",
+        &format!("image.tag={second_build}"),
+        "--wait",
+        "--timeout",
+        "120s",
     ])?;
+    drop(default_scheduler);
+    assert_eq!(
+        field("/spec/template/spec/containers/0/image").await?,
+        format!("tether:{second_build}")
+    );
+    assert_eq!(field("/status/updatedReplicas").await?, 3);
+    assert_eq!(field("/status/availableReplicas").await?, 3);
+    let running: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    let images: Vec<String> = running
+        .list(&ListParams::default().labels("app.kubernetes.io/name=tether"))
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| p.spec?.containers.into_iter().next()?.image)
+        .collect();
+    assert!(
+        images.len() == 3
+            && images
+                .iter()
+                .all(|i| *i == format!("tether:{second_build}")),
+        "the new build's pods alone: {images:?}"
+    );
     assert_eq!(field("/spec/replicas").await?, 3);
     assert_eq!(
         field("/spec/template/spec/containers/0/resources").await?,

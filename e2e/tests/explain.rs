@@ -277,6 +277,16 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
         "kubectl tether explain: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // One node: the winner's verdicts and its score, first of the feasible nodes.
+    let out = kubectl_tether(&[&pod, "--node", &node])?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success()
+            && text.contains(&format!("NODE {node}: feasible"))
+            && text.contains(&format!("SCORE {node}: total {score}, 1st of")),
+        "kubectl tether explain --node: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // kubectl's flags: a kubeconfig file of its own and a context in it whose namespace is the
     // test's, so the bare pod name is found there; YAML out, a versioned Explanation.
     let kubeconfig = plugins.join("config");

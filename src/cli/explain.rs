@@ -16,10 +16,14 @@ pub struct ExplainArgs {
     pub namespace: Option<String>,
     #[command(flatten)]
     pub endpoint: Endpoint,
-    /// text; json or yaml for tools (an object of apiVersion tether.dev/v1alpha1, kind
-    /// Explanation).
-    #[arg(short, long, default_value = "text", value_parser = ["text", "json", "yaml"])]
+    /// text (the FILTER table names the first 20 rejected nodes); wide lists every one; json
+    /// or yaml for tools (an object of apiVersion tether.dev/v1alpha1, kind Explanation).
+    #[arg(short, long, default_value = "text", value_parser = ["text", "wide", "json", "yaml"])]
     pub output: String,
+    /// One node's Filter verdicts and scores (and its rank among the feasible nodes) instead of
+    /// the tables.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
 }
 
 /// How to reach the leader's `--http-addr`.
@@ -202,6 +206,12 @@ pub async fn run(args: &ExplainArgs) -> anyhow::Result<String> {
         format @ ("json" | "yaml") => {
             super::kubeconfig::structured("Explanation", &explanation, format)?
         }
-        _ => render::text(&explanation),
+        wide => render::text_with(
+            &explanation,
+            &render::View {
+                wide: wide == "wide",
+                node: args.node.clone(),
+            },
+        ),
     })
 }

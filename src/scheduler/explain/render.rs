@@ -11,7 +11,26 @@ pub const SCORE_COLUMNS: usize = 4;
 const NAMES_SHOWN: usize = 8;
 
 /// The explanation as text for a terminal.
+/// The rejected nodes the FILTER table lists at most, unless [`View::wide`]: at 5,000 nodes
+/// the table would be thousands of lines; BLOCKED BY counts them all.
+pub const FILTER_NODES_SHOWN: usize = 20;
+
+/// How much of an explanation the text shows.
+#[derive(Clone, Debug, Default)]
+pub struct View {
+    /// Every rejected node in the FILTER table (`-o wide`).
+    pub wide: bool,
+    /// One node's verdicts and scores instead of the tables (`--node NAME`).
+    pub node: Option<String>,
+}
+
+/// The explanation as text, as `tether explain` prints it by default.
 pub fn text(e: &Explanation) -> String {
+    text_with(e, &View::default())
+}
+
+/// The explanation as text, as much of it as `view` asks for.
+pub fn text_with(e: &Explanation, view: &View) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -29,14 +48,116 @@ pub fn text(e: &Explanation) -> String {
     }
     admission(&mut out, e);
     decision(&mut out, e);
+    if let Some(node) = &view.node {
+        one_node(&mut out, e, node);
+        return out;
+    }
     scores(&mut out, e);
     blocked(&mut out, e);
     held(&mut out, e);
     group(&mut out, e);
     hierarchy(&mut out, e);
     preemption(&mut out, e);
-    rejections(&mut out, e);
+    rejections(&mut out, e, view.wide);
     out
+}
+
+/// One node: every Filter verdict on it, and its scores and rank when it was scored.
+fn one_node(out: &mut String, e: &Explanation, name: &str) {
+    let Some(filters) = e.filters.iter().find(|n| n.node == name) else {
+        let _ = writeln!(
+            out,
+            "
+NODE {name}: not among the {} nodes explained (a node of another name, or one the pod's placement leaves out)",
+            e.nodes
+        );
+        return;
+    };
+    if let Some(v) = e.pre_filter.as_ref() {
+        let _ = writeln!(
+            out,
+            "
+NODE {name}: PreFilter {} rejected the pod on every node ({}): {}",
+            v.plugin,
+            v.code,
+            v.reasons.join(", ")
+        );
+        return;
+    }
+    let verdict = if filters.left_out_by_pre_filter {
+        "left out: PreFilter narrowed the search to other nodes"
+    } else if filters.feasible {
+        "feasible"
+    } else {
+        "rejected"
+    };
+    let _ = writeln!(
+        out,
+        "
+NODE {name}: {verdict}"
+    );
+    if !filters.verdicts.is_empty() {
+        let mut rows = vec![vec![
+            "PLUGIN".to_string(),
+            "VERDICT".to_string(),
+            "REASON".to_string(),
+        ]];
+        for v in &filters.verdicts {
+            let mut reason = v.reasons.join(", ");
+            if let Some(remedy) = &v.remedy {
+                reason.push_str(&format!(" → {remedy}"));
+            }
+            rows.push(vec![
+                format!("{}{}", v.plugin, if v.counted { "*" } else { "" }),
+                v.code.clone(),
+                reason,
+            ]);
+        }
+        table(out, &rows);
+    }
+    let Some(rank) = e.scores.iter().position(|s| s.node == name) else {
+        return;
+    };
+    let scored = &e.scores[rank];
+    let best = e.scores.first().map_or(scored.total, |s| s.total);
+    let _ = writeln!(
+        out,
+        "
+SCORE {name}: total {}, {} of {} feasible{}",
+        scored.total,
+        ordinal(rank + 1),
+        e.scores.len(),
+        if rank == 0 {
+            String::new()
+        } else {
+            format!(", {} behind the best", best.saturating_sub(scored.total))
+        }
+    );
+    let mut rows = vec![vec![
+        "PLUGIN".to_string(),
+        "WEIGHT".to_string(),
+        "NORMALIZED (RAW)".to_string(),
+    ]];
+    for p in &scored.plugins {
+        rows.push(vec![
+            p.plugin.clone(),
+            p.weight.to_string(),
+            format!("{} ({})", p.normalized, p.raw),
+        ]);
+    }
+    table(out, &rows);
+}
+
+/// 1st, 2nd, 3rd, 4th… 11th, 12th, 13th, 21st.
+fn ordinal(n: usize) -> String {
+    let suffix = match (n % 10, n % 100) {
+        (_, 11..=13) => "th",
+        (1, _) => "st",
+        (2, _) => "nd",
+        (3, _) => "rd",
+        _ => "th",
+    };
+    format!("{n}{suffix}")
 }
 
 /// A gated pod: the scheduler does not try it until its gates go; what Kueue says of it.
@@ -318,7 +439,7 @@ fn blocked(out: &mut String, e: &Explanation) {
     }
 }
 
-fn rejections(out: &mut String, e: &Explanation) {
+fn rejections(out: &mut String, e: &Explanation, wide: bool) {
     if let Some(v) = &e.pre_filter {
         let _ = writeln!(
             out,
@@ -348,7 +469,13 @@ fn rejections(out: &mut String, e: &Explanation) {
         "VERDICT".to_string(),
         "REASON".to_string(),
     ]];
-    for node in rejected {
+    let shown = if wide {
+        rejected.len()
+    } else {
+        FILTER_NODES_SHOWN
+    };
+    let more = rejected.len().saturating_sub(shown);
+    for node in rejected.into_iter().take(shown) {
         if node.left_out_by_pre_filter {
             rows.push(vec![
                 node.node.clone(),
@@ -382,6 +509,17 @@ fn rejections(out: &mut String, e: &Explanation) {
         }
     }
     table(out, &rows);
+    if more > 0 {
+        let counted = if e.blocked.is_empty() {
+            ""
+        } else {
+            "BLOCKED BY counts them all; "
+        };
+        let _ = writeln!(
+            out,
+            "  and {more} more rejected nodes ({counted}-o wide lists them, --node NAME shows one)"
+        );
+    }
 }
 
 /// Names, the first few of them.

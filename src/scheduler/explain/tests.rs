@@ -397,3 +397,64 @@ fn a_rack_bound_gang_is_explained_domain_by_domain() {
     });
     assert!(text.contains("a (chosen)"), "{text}");
 }
+
+/// At thousands of nodes the text stays readable: the FILTER table names the first 20 rejected
+/// nodes and says how many more (BLOCKED BY counts them all); `-o wide` lists every one;
+/// `--node` shows one node's verdicts, or a feasible node's scores and rank.
+#[test]
+fn the_text_names_a_few_rejected_nodes_and_one_on_request() {
+    let profile = profile();
+    let many: Vec<NodeBuilder> = (0..30)
+        .map(|i| NodeBuilder::new(&format!("n{i:02}")).allocatable("cpu", "1"))
+        .chain([NodeBuilder::new("roomy")])
+        .collect();
+    let pod = PodBuilder::new("big").uid("big").req_cpu("2").build();
+    let e = explain_pod(&profile, &pod, &snapshot(many, vec![]), &NoNominations);
+    let short = render::text(&e);
+    assert!(short.contains("FILTER (30 of 31 nodes rejected"), "{short}");
+    assert!(
+        short.contains("and 10 more rejected nodes (-o wide lists them"),
+        "{short}"
+    );
+    assert_eq!(short.matches("Insufficient cpu").count(), 20, "{short}");
+    let wide = render::text_with(
+        &e,
+        &render::View {
+            wide: true,
+            node: None,
+        },
+    );
+    assert!(!wide.contains("more rejected nodes"), "{wide}");
+    assert!(
+        (0..30).all(|i| wide.contains(&format!("\n  n{i:02} "))),
+        "{wide}"
+    );
+    let one = |node: &str| {
+        render::text_with(
+            &e,
+            &render::View {
+                wide: false,
+                node: Some(node.into()),
+            },
+        )
+    };
+    let rejected = one("n07");
+    assert!(rejected.contains("NODE n07: rejected"), "{rejected}");
+    assert!(
+        rejected
+            .lines()
+            .any(|l| l.contains("NodeResourcesFit*") && l.contains("Insufficient cpu")),
+        "{rejected}"
+    );
+    assert!(
+        !rejected.contains("FILTER ("),
+        "the tables are left out: {rejected}"
+    );
+    let roomy = one("roomy");
+    assert!(
+        roomy.contains("NODE roomy: feasible") && roomy.contains("SCORE roomy: total"),
+        "{roomy}"
+    );
+    assert!(roomy.contains("1st of 1 feasible"), "{roomy}");
+    assert!(one("elsewhere").contains("NODE elsewhere: not among the 31 nodes"));
+}
