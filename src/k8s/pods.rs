@@ -19,6 +19,18 @@ pub fn scheduler_name(pod: &Pod) -> &str {
         .unwrap_or_default()
 }
 
+/// The PodGroup (Workload API) the pod belongs to: `spec.schedulingGroup.podGroupName`, when
+/// set and not empty.
+pub fn pod_group_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()?
+        .scheduling_group
+        .as_ref()?
+        .pod_group_name
+        .as_deref()
+        .filter(|n| !n.is_empty())
+}
+
 /// `spec.nodeName` when the pod is bound (or names its node itself).
 pub fn node_name(pod: &Pod) -> Option<&str> {
     pod.spec

@@ -137,13 +137,7 @@ impl Policy {
 
 /// The group a pod names (`spec.schedulingGroup.podGroupName`), if any.
 pub fn group_name(pod: &Pod) -> Option<&str> {
-    pod.spec
-        .as_ref()?
-        .scheduling_group
-        .as_ref()?
-        .pod_group_name
-        .as_deref()
-        .filter(|n| !n.is_empty())
+    crate::k8s::pods::pod_group_name(pod)
 }
 
 /// The group a pod names, borrowed from the pod: what [`group_of`] owns. Asked of every

@@ -39,7 +39,6 @@ use crate::locks;
 use crate::scheduler::framework::events::{self, EventObject, HintSource};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::{Plugin, QueuedPodInfo};
-use crate::scheduler::informers::pod_groups;
 
 /// How many pods [`SchedulingQueue::summary`] reads under the lock at a time.
 const SUMMARY_SLICE: usize = 2048;
@@ -657,11 +656,11 @@ impl SchedulingQueue {
                     *oldest = Some(since);
                 }
                 let info = &entry.info;
-                match pod_groups::group_ref(&info.pod.pod) {
-                    Some(group) if group.api == pod_groups::GroupApi::Workload => {
-                        groups[slot].insert((group.namespace.into(), group.name.into()));
+                match pods::pod_group_name(&info.pod.pod) {
+                    Some(group) => {
+                        groups[slot].insert((info.pod.namespace().into(), group.into()));
                     }
-                    _ => summary.entities[slot].1 += 1,
+                    None => summary.entities[slot].1 += 1,
                 }
                 let gate = info
                     .gated_by

@@ -4,8 +4,12 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Pool, SUMMARY_SLICE, SchedulingQueue};
+use super::state::{Pool, SchedulingQueue};
 use crate::scheduler::framework::pod_info::PodInfo;
+
+/// How many pods [`SchedulingQueue::pending`] reads under the lock at a time (as the
+/// metrics' summary does).
+const SLICE: usize = 2048;
 
 /// One pending pod: the queue's view of it.
 #[derive(Clone)]
@@ -25,14 +29,14 @@ pub struct PendingPod {
 impl SchedulingQueue {
     /// The pods pending for a profile, of `namespace` or of every namespace: in activeQ,
     /// backoffQ, the unschedulable pool or gated (in flight, assumed and unserved pods are not
-    /// pending for the queue). Read in slices of [`SUMMARY_SLICE`] pods, the lock let go in
+    /// pending for the queue). Read in slices of [`SLICE`] pods, the lock let go in
     /// between, so that the scheduling loop never waits on the walk for long.
     pub fn pending(&self, namespace: Option<&str>) -> Vec<PendingPod> {
         let mut pending = Vec::new();
         let mut at: usize = 0;
         loop {
             let st = self.lock();
-            let end = at.saturating_add(SUMMARY_SLICE).min(st.entries.len());
+            let end = at.saturating_add(SLICE).min(st.entries.len());
             for index in at..end {
                 let Some((_, entry)) = st.entries.get_index(index) else {
                     break;

@@ -1492,3 +1492,28 @@ fn a_group_waits_whole_while_a_member_is_gated() {
         "taken with the released one; held-a's held pop was no attempt"
     );
 }
+
+/// `scheduler_queued_entities`: a pod of no PodGroup is one entity, a PodGroup one however many
+/// of its members wait in the sub-queue; `pending` lists a namespace's pods with where they wait.
+#[test]
+fn the_summary_counts_a_groups_members_as_one_entity() {
+    let q = queue();
+    q.add(pod("alone", 0), None);
+    q.add(pod("also-alone", 0), None);
+    for name in ["m0", "m1", "m2"] {
+        q.add(member(name, "train"), None);
+    }
+    q.add(member("other", "serve"), Some("SchedulingGates"));
+    let entities = q.summary().entities;
+    assert_eq!(entities[0], ("active", 2, 1), "{entities:?}");
+    assert_eq!(entities[3], ("gated", 0, 1), "{entities:?}");
+    let mut pending: Vec<(String, &str)> = q
+        .pending(Some("default"))
+        .into_iter()
+        .map(|p| (p.pod.name().to_string(), p.queue))
+        .collect();
+    pending.sort();
+    assert_eq!(pending.len(), 6);
+    assert_eq!(pending[5], ("other".to_string(), "gated"));
+    assert!(q.pending(Some("elsewhere")).is_empty());
+}
