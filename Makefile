@@ -11,10 +11,10 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench
+.PHONY: help build image image-arm64-check demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
 
 build: ## build the tether binary (target/release/tether; the image and the bench build the fat-LTO `dist` profile)
 	$(CARGO) build --release --bin tether
@@ -22,6 +22,9 @@ build: ## build the tether binary (target/release/tether; the image and the benc
 IMAGE ?= tether:latest
 image: ## build the container image $(IMAGE) FROM scratch, static and reproducible, its SBOM beside it (scripts/image.sh: docker when its daemon answers, podman or buildah; no registry needed; PROFILE=release for a faster build)
 	scripts/image.sh $(IMAGE)
+
+image-arm64-check: ## cross-build the arm64 image here (ARCH=arm64 scripts/image.sh) and run its binary under qemu-user (e2e/tests/image.rs, ignored in make test: minutes)
+	$(CARGO) test -p tether-e2e --test image -- --ignored --test-threads=1 the_arm64_image
 
 fmt: ## format the code
 	$(CARGO) fmt --all

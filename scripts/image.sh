@@ -12,6 +12,9 @@
 #                                   else buildah); podman and buildah build reproducibly
 #     PROFILE=dist|release          the cargo profile (dist, fat LTO, unless told; the tests use
 #                                   release, minutes faster)
+#     ARCH=amd64|arm64              the image's architecture (this machine's unless told; arm64
+#                                   on amd64 is cross-built, see scripts/build-static.sh: FROM
+#                                   scratch, the image runs nothing while it is built)
 #
 # The binary comes from scripts/build-static.sh: it needs the musl target (`rustup target add
 # x86_64-unknown-linux-musl`, done there when rustup is there) and a C compiler for it
@@ -38,8 +41,13 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n1)
 # The commit's time stamps everything, so that two builds of one commit are the same bytes.
 epoch=${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct 2>/dev/null || echo 0)}
 export SOURCE_DATE_EPOCH=$epoch
-bin=$(PROFILE=$profile scripts/build-static.sh)
-target=$(uname -m)-unknown-linux-musl
+case ${ARCH:-$(uname -m)} in
+  x86_64|amd64) arch=x86_64 platform=linux/amd64 ;;
+  aarch64|arm64) arch=aarch64 platform=linux/arm64 ;;
+  *) die "ARCH=${ARCH:-$(uname -m)}: amd64 or arm64" ;;
+esac
+bin=$(ARCH=$arch PROFILE=$profile scripts/build-static.sh)
+target=$arch-unknown-linux-musl
 
 ctx=target/image
 rm -rf "$ctx"
@@ -60,8 +68,8 @@ find "$root" -exec touch -h -d "@$epoch" {} +
 cp scripts/Dockerfile.rootfs "$ctx/Dockerfile"
 scripts/sbom.sh "$target" "$ctx/sbom.cdx.json"
 
-args=(--build-arg "TETHER_COMMIT=$commit" --build-arg "TETHER_VERSION=$version" -t "$tag" -f "$ctx/Dockerfile")
-log "building $tag with $engine"
+args=(--platform "$platform" --build-arg "TETHER_COMMIT=$commit" --build-arg "TETHER_VERSION=$version" -t "$tag" -f "$ctx/Dockerfile")
+log "building $tag ($platform) with $engine"
 case $engine in
   # The image's creation time and every layer's file times are the commit's; no layer is
   # taken from a cache, so a second build proves the first.

@@ -275,3 +275,74 @@ async fn the_image_builds_from_scratch_and_its_tether_schedules_a_pod() -> anyho
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// The arm64 image, cross-built on this x86_64 machine (`ARCH=arm64 scripts/image.sh`: Debian's
+/// aarch64 gcc compiles the C parts and links against Rust's own musl), FROM scratch for
+/// linux/arm64, static; its binary, taken out of the image, runs under qemu-user. A second
+/// static build of minutes, so not in `make test`: `make image-arm64-check`.
+#[test]
+#[ignore = "cross-builds a second static binary (minutes): make image-arm64-check"]
+fn the_arm64_image_cross_builds_and_its_binary_runs_under_qemu() -> anyhow::Result<()> {
+    if std::env::consts::ARCH != "x86_64" {
+        eprintln!("not on x86_64: the release workflow builds arm64 on an arm64 runner");
+        return Ok(());
+    }
+    let repo = repo_dir();
+    run(
+        &mut Command::new(repo.join("e2e/scripts/install-podman.sh")),
+        "e2e/scripts/install-podman.sh",
+    )?;
+    run(
+        Command::new(repo.join("e2e/scripts/install-musl.sh")).env("ARCH", "aarch64"),
+        "ARCH=aarch64 e2e/scripts/install-musl.sh",
+    )?;
+    let tag = "localhost/tether:e2e-arm64";
+    run(
+        Command::new(repo.join("scripts/image.sh"))
+            .arg(tag)
+            .env("ENGINE", "podman")
+            .env("PROFILE", "release")
+            .env("ARCH", "arm64")
+            .current_dir(&repo),
+        "ARCH=arm64 scripts/image.sh",
+    )?;
+    let platform = run(
+        podman().args([
+            "image",
+            "inspect",
+            "--format",
+            "{{.Os}}/{{.Architecture}}",
+            tag,
+        ]),
+        "podman image inspect",
+    )?;
+    assert_eq!(String::from_utf8(platform.stdout)?.trim(), "linux/arm64");
+    let container = format!("tether-e2e-arm64-{}", unique_suffix());
+    run(
+        podman().args(["create", "--name", &container, tag]),
+        "podman create",
+    )?;
+    let dir = repo.join("target/e2e-arm64");
+    std::fs::create_dir_all(&dir)?;
+    let bin = dir.join("tether");
+    let copied = podman()
+        .args(["cp", &format!("{container}:/usr/local/bin/tether")])
+        .arg(&bin)
+        .output();
+    let _ = podman().args(["rm", "-f", &container]).output();
+    let _ = podman().args(["rmi", tag]).output();
+    anyhow::ensure!(copied?.status.success(), "podman cp of the binary failed");
+    let kind = run(Command::new("file").arg(&bin), "file")?;
+    let kind = String::from_utf8(kind.stdout)?;
+    assert!(
+        kind.contains("ARM aarch64") && kind.contains("statically linked"),
+        "{kind}"
+    );
+    let version = run(
+        Command::new("qemu-aarch64-static").arg(&bin).arg("version"),
+        "tether version under qemu-aarch64-static",
+    )?;
+    let said = String::from_utf8(version.stdout)?;
+    assert!(said.starts_with("tether "), "{said}");
+    Ok(())
+}
