@@ -668,8 +668,19 @@ impl Drop for OwnTether {
 
 /// The body of a GET, or None when it did not answer 200.
 pub fn curl(url: &str) -> anyhow::Result<Option<String>> {
+    get(url, &[])
+}
+
+/// As [`curl`], taking any certificate of an https address (a component's self-signed one).
+pub fn curl_self_signed(url: &str) -> anyhow::Result<Option<String>> {
+    get(url, &["-k"])
+}
+
+fn get(url: &str, extra: &[&str]) -> anyhow::Result<Option<String>> {
     let out = Command::new("curl")
-        .args(["-sf", "--max-time", "5", url])
+        .args(["-sf", "--max-time", "5"])
+        .args(extra)
+        .arg(url)
         .output()
         .context("running curl")?;
     Ok(out

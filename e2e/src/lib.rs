@@ -700,6 +700,26 @@ impl TestNodes {
         Ok(made)
     }
 
+    /// Creates pod `name` through `pods`, on these nodes, for `scheduler`, requesting `cpu`
+    /// (one container of the image `pause`).
+    pub async fn create_pod(
+        &self,
+        pods: &Api<k8s_openapi::api::core::v1::Pod>,
+        scheduler: &str,
+        name: &str,
+        cpu: &str,
+    ) -> anyhow::Result<()> {
+        let mut spec = serde_json::json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]});
+        self.isolate(&mut spec);
+        let pod = serde_json::from_value(serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec,
+        }))?;
+        pods.create(&PostParams::default(), &pod)
+            .await
+            .with_context(|| format!("creating pod {name}"))?;
+        Ok(())
+    }
+
     /// Makes a pod (as JSON) select and tolerate this test's nodes.
     pub fn isolate(&self, pod_spec: &mut serde_json::Value) {
         let spec = pod_spec.as_object_mut().expect("a pod spec is an object");

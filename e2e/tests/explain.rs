@@ -35,19 +35,77 @@ fn run(program: &std::path::Path, args: &[&str], path: Option<&str>) -> anyhow::
         .with_context(|| format!("running {}", program.display()))
 }
 
-/// `tether explain <pod> --token <token>` against the tether `make e2e` started, with `args`.
-fn explain(pod: &str, token: &str, args: &[&str]) -> anyhow::Result<Output> {
+/// `tether <args> --endpoint <the tether make e2e started> --token-file <a file of token>`.
+fn with_token(token: &str, args: &[&str]) -> anyhow::Result<Output> {
     let url = tether_url();
     // From a file, as a person passes it: never on the command line, where `ps` shows it.
     let dir = tempdir("token")?;
     let file = dir.join("token");
     std::fs::write(&file, token)?;
     let file = file.to_string_lossy().into_owned();
-    let mut all = vec!["explain", pod, "--endpoint", &url, "--token-file", &file];
-    all.extend_from_slice(args);
+    let mut all = args.to_vec();
+    all.extend_from_slice(&["--endpoint", &url, "--token-file", &file]);
     let out = run(&tether_bin(), &all, None);
     std::fs::remove_dir_all(&dir)?;
     out
+}
+
+/// tether as a kubectl plugin: a directory holding links named `kubectl-tether` and
+/// `kubectl_complete-tether` to the binary and a file of `token`, put first on the PATH kubectl
+/// runs with. Removed when dropped.
+struct KubectlPlugin {
+    dir: PathBuf,
+    path: String,
+    kubectl: PathBuf,
+    token_file: String,
+}
+
+impl KubectlPlugin {
+    fn new(what: &str, token: &str) -> anyhow::Result<Self> {
+        let dir = tempdir(what)?;
+        for name in ["kubectl-tether", "kubectl_complete-tether"] {
+            std::os::unix::fs::symlink(tether_bin(), dir.join(name))?;
+        }
+        let token_file = dir.join("token");
+        std::fs::write(&token_file, token)?;
+        Ok(KubectlPlugin {
+            path: format!(
+                "{}:{}",
+                dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            ),
+            kubectl: PathBuf::from(std::env::var("TETHER_KUBECTL")?),
+            token_file: token_file.to_string_lossy().into_owned(),
+            dir,
+        })
+    }
+
+    /// `kubectl <args>`, the plugin on its PATH.
+    fn kubectl(&self, args: &[&str]) -> anyhow::Result<Output> {
+        run(&self.kubectl, args, Some(&self.path))
+    }
+
+    /// `kubectl tether <args>`, asking the shared tether with the token.
+    fn tether(&self, args: &[&str]) -> anyhow::Result<Output> {
+        let url = tether_url();
+        let mut all = vec!["tether"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--endpoint", &url, "--token-file", &self.token_file]);
+        self.kubectl(&all)
+    }
+}
+
+impl Drop for KubectlPlugin {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// `tether explain <pod> --token <token>` against the tether `make e2e` started, with `args`.
+fn explain(pod: &str, token: &str, args: &[&str]) -> anyhow::Result<Output> {
+    let mut all = vec!["explain", pod];
+    all.extend_from_slice(args);
+    with_token(token, &all)
 }
 
 /// `tether explain <pod> -o json` with `token`.
@@ -251,25 +309,10 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
     );
 
     // As a kubectl plugin: a link named kubectl-tether on the PATH.
-    let plugins = tempdir("kubectl-plugins")?;
-    std::os::unix::fs::symlink(tether_bin(), plugins.join("kubectl-tether"))?;
-    let kubectl_bin = PathBuf::from(std::env::var("TETHER_KUBECTL")?);
-    let path = format!(
-        "{}:{}",
-        plugins.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let plugin = KubectlPlugin::new("kubectl-plugins", &reader)?;
     let pod = format!("{}/web", ns.name);
-    let token_file = plugins.join("token");
-    std::fs::write(&token_file, &reader)?;
     // `kubectl tether explain <args>`, asking the shared tether with the reader's token.
-    let (url, token_path) = (tether_url(), token_file.to_string_lossy().into_owned());
-    let kubectl_tether = |args: &[&str]| {
-        let mut all = vec!["tether", "explain"];
-        all.extend_from_slice(args);
-        all.extend_from_slice(&["--endpoint", &url, "--token-file", &token_path]);
-        run(&kubectl_bin, &all, Some(&path))
-    };
+    let kubectl_tether = |args: &[&str]| plugin.tether(&[&["explain"], args].concat());
     let out = kubectl_tether(&[&pod])?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
@@ -289,7 +332,7 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
     );
     // kubectl's flags: a kubeconfig file of its own and a context in it whose namespace is the
     // test's, so the bare pod name is found there; YAML out, a versioned Explanation.
-    let kubeconfig = plugins.join("config");
+    let kubeconfig = plugin.dir.join("config");
     let mut config: serde_json::Value =
         serde_saphyr::from_str(&std::fs::read_to_string(kubeconfig_path())?)?;
     let mut context = config["contexts"][0].clone();
@@ -316,7 +359,7 @@ async fn explain_tells_why_a_pod_went_where_it_went_and_why_another_waits() -> a
         "kubectl tether explain --context -o yaml: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    std::fs::remove_dir_all(&plugins)?;
+    drop(plugin);
 
     // A pod that fits nowhere: 3.6 CPUs where at most 3.5 are free.
     make_pod(
@@ -1275,27 +1318,13 @@ fn pending(
     token: &str,
     extra: &[&str],
 ) -> anyhow::Result<Result<serde_json::Value, String>> {
-    let dir = tempdir("pending-token")?;
-    let file = dir.join("token");
-    std::fs::write(&file, token)?;
-    let (url, file) = (tether_url(), file.to_string_lossy().into_owned());
-    let mut args = vec![
-        "pending",
-        "-o",
-        "json",
-        "--endpoint",
-        &url,
-        "--token-file",
-        &file,
-    ];
+    let mut args = vec!["pending", "-o", "json"];
     if extra.is_empty() {
         args.extend_from_slice(&["-n", ns]);
     } else {
         args.extend_from_slice(extra);
     }
-    let out = run(&tether_bin(), &args, None);
-    std::fs::remove_dir_all(&dir)?;
-    let out = out?;
+    let out = with_token(token, &args)?;
     if !out.status.success() {
         return Ok(Err(String::from_utf8_lossy(&out.stderr).into_owned()));
     }
@@ -1417,33 +1446,8 @@ async fn pending_pods_are_grouped_by_what_blocks_them() -> anyhow::Result<()> {
     assert!(refused.contains("403"), "{refused}");
 
     // As a kubectl plugin, in text.
-    let plugins_dir = tempdir("kubectl-plugins-pending")?;
-    std::os::unix::fs::symlink(tether_bin(), plugins_dir.join("kubectl-tether"))?;
-    let token_file = plugins_dir.join("token");
-    std::fs::write(&token_file, &lister)?;
-    let path = format!(
-        "{}:{}",
-        plugins_dir.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    let kubectl_bin = PathBuf::from(std::env::var("TETHER_KUBECTL")?);
-    let (url, token_path) = (tether_url(), token_file.to_string_lossy().into_owned());
-    let out = run(
-        &kubectl_bin,
-        &[
-            "tether",
-            "pending",
-            "-n",
-            &ns.name,
-            "-o",
-            "wide",
-            "--endpoint",
-            &url,
-            "--token-file",
-            &token_path,
-        ],
-        Some(&path),
-    )?;
+    let plugin = KubectlPlugin::new("kubectl-plugins-pending", &lister)?;
+    let out = plugin.tether(&["pending", "-n", &ns.name, "-o", "wide"])?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success()
@@ -1455,25 +1459,20 @@ async fn pending_pods_are_grouped_by_what_blocks_them() -> anyhow::Result<()> {
         String::from_utf8_lossy(&out.stderr)
     );
     // kubectl completes the plugin's words through kubectl_complete-tether on the PATH.
-    std::os::unix::fs::symlink(tether_bin(), plugins_dir.join("kubectl_complete-tether"))?;
-    let out = run(&kubectl_bin, &["__complete", "tether", "pend"], Some(&path))?;
+    let out = plugin.kubectl(&["__complete", "tether", "pend"])?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success() && text.lines().any(|l| l.starts_with("pending")),
         "kubectl __complete tether pend: {text}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = run(
-        &kubectl_bin,
-        &["__complete", "tether", "pending", "--all"],
-        Some(&path),
-    )?;
+    let out = plugin.kubectl(&["__complete", "tether", "pending", "--all"])?;
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         text.lines().any(|l| l.starts_with("--all-namespaces")),
         "kubectl __complete tether pending --all: {text}"
     );
-    std::fs::remove_dir_all(&plugins_dir)?;
+    drop(plugin);
 
     nodes.delete().await?;
     ns.delete().await

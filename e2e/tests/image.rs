@@ -80,6 +80,22 @@ fn run(cmd: &mut Command, what: &str) -> anyhow::Result<Output> {
     Ok(out)
 }
 
+/// podman, and what the static build needs for `arch` (this machine's when none) through
+/// e2e/scripts/install-musl.sh.
+fn install_tools(arch: Option<&str>) -> anyhow::Result<()> {
+    let scripts = repo_dir().join("e2e/scripts");
+    run(
+        &mut Command::new(scripts.join("install-podman.sh")),
+        "e2e/scripts/install-podman.sh",
+    )?;
+    let mut musl = Command::new(scripts.join("install-musl.sh"));
+    if let Some(arch) = arch {
+        musl.env("ARCH", arch);
+    }
+    run(&mut musl, "e2e/scripts/install-musl.sh")?;
+    Ok(())
+}
+
 /// Removes the container when the test ends, passed or failed; its log goes to
 /// `.cluster/logs/tether-image.log` first.
 struct Container(String);
@@ -98,14 +114,7 @@ impl Drop for Container {
 #[tokio::test]
 async fn the_image_builds_from_scratch_and_its_tether_schedules_a_pod() -> anyhow::Result<()> {
     let repo = repo_dir();
-    run(
-        &mut Command::new(repo.join("e2e/scripts/install-podman.sh")),
-        "e2e/scripts/install-podman.sh",
-    )?;
-    run(
-        &mut Command::new(repo.join("e2e/scripts/install-musl.sh")),
-        "e2e/scripts/install-musl.sh",
-    )?;
+    install_tools(None)?;
     // Built twice from the same commit (the second from scratch, no layer cache): the same
     // image ID, the digest of its config and layers.
     let mut ids = Vec::new();
@@ -288,14 +297,7 @@ fn the_arm64_image_cross_builds_and_its_binary_runs_under_qemu() -> anyhow::Resu
         return Ok(());
     }
     let repo = repo_dir();
-    run(
-        &mut Command::new(repo.join("e2e/scripts/install-podman.sh")),
-        "e2e/scripts/install-podman.sh",
-    )?;
-    run(
-        Command::new(repo.join("e2e/scripts/install-musl.sh")).env("ARCH", "aarch64"),
-        "ARCH=aarch64 e2e/scripts/install-musl.sh",
-    )?;
+    install_tools(Some("aarch64"))?;
     let tag = "localhost/tether:e2e-arm64";
     run(
         Command::new(repo.join("scripts/image.sh"))

@@ -9,10 +9,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, PostParams};
+use kube::api::Api;
 use serde_json::json;
+use tether_e2e::faults::curl_self_signed;
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, apply_profile, client, free_local_addr, kubectl_ok, tether_url,
@@ -120,17 +121,6 @@ fn evaluated(samples: &[Sample], profile: &str) -> BTreeSet<(String, String)> {
         .collect()
 }
 
-fn scrape(url: &str) -> anyhow::Result<Option<String>> {
-    let out = std::process::Command::new("curl")
-        .args(["-sfk", "--max-time", "5", url])
-        .output()
-        .context("running curl")?;
-    Ok(out
-        .status
-        .success()
-        .then(|| String::from_utf8_lossy(&out.stdout).into_owned()))
-}
-
 /// The exposition at `url` once it holds every sample of [`SAMPLES`] and `profile`'s plugin
 /// evaluations at Score (the fitting pod was scored), or the last one at the deadline.
 async fn scrape_settled(url: &str, profile: &str) -> anyhow::Result<Vec<Sample>> {
@@ -141,7 +131,7 @@ async fn scrape_settled(url: &str, profile: &str) -> anyhow::Result<Vec<Sample>>
         || {
             let last = &last;
             async move {
-                let Some(text) = scrape(url)? else {
+                let Some(text) = curl_self_signed(url)? else {
                     return Ok(None);
                 };
                 let samples = parse(&text)?;
@@ -165,25 +155,6 @@ async fn scrape_settled(url: &str, profile: &str) -> anyhow::Result<Vec<Sample>>
             Err(e.context(format!("still missing: {missing:?}")))
         }
     }
-}
-
-/// A pod for `scheduler` on the test's nodes asking for `cpu`.
-async fn create_pod(
-    pods: &Api<Pod>,
-    nodes: &TestNodes,
-    scheduler: &str,
-    name: &str,
-    cpu: &str,
-) -> anyhow::Result<()> {
-    let mut spec = json!({"schedulerName": scheduler, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]});
-    nodes.isolate(&mut spec);
-    let pod: Pod = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
-    )?;
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .with_context(|| format!("creating pod {name}"))?;
-    Ok(())
 }
 
 #[test]
@@ -215,22 +186,12 @@ async fn kube_schedulers_metric_families_are_tethers_with_the_same_labels() -> a
 
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
     for scheduler in [&reference, &ours] {
-        create_pod(
-            &pods,
-            &nodes,
-            scheduler,
-            &format!("{scheduler}-fits"),
-            "100m",
-        )
-        .await?;
-        create_pod(
-            &pods,
-            &nodes,
-            scheduler,
-            &format!("{scheduler}-too-big"),
-            "64",
-        )
-        .await?;
+        nodes
+            .create_pod(&pods, scheduler, &format!("{scheduler}-fits"), "100m")
+            .await?;
+        nodes
+            .create_pod(&pods, scheduler, &format!("{scheduler}-too-big"), "64")
+            .await?;
     }
     for scheduler in [&reference, &ours] {
         wait_bound(

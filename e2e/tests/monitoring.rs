@@ -14,8 +14,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams, PostParams};
-use serde_json::json;
+use kube::api::{Api, DeleteParams};
 use tether_e2e::{TestNamespace, TestNodes, client, repo_dir, tether_url, wait_bound};
 
 /// The scheduler name of `config/samples/default.yaml`, which `make e2e` serves.
@@ -343,23 +342,6 @@ fn missing(refs: &References, exported: &Exported) -> Vec<String> {
         .collect()
 }
 
-async fn create_pod(
-    pods: &Api<Pod>,
-    nodes: &TestNodes,
-    name: &str,
-    cpu: &str,
-) -> anyhow::Result<()> {
-    let mut spec = json!({"schedulerName": DEFAULT_SCHEDULER, "containers": [{"name": "c", "image": "pause", "resources": {"requests": {"cpu": cpu}}}]});
-    nodes.isolate(&mut spec);
-    let pod: Pod = serde_json::from_value(
-        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
-    )?;
-    pods.create(&PostParams::default(), &pod)
-        .await
-        .with_context(|| format!("creating pod {name}"))?;
-    Ok(())
-}
-
 /// The oracle itself, on the shapes the alerts and panels use.
 #[test]
 fn metric_names_are_read_out_of_promql() {
@@ -440,7 +422,9 @@ async fn every_metric_the_alerts_and_the_dashboard_read_is_exported() -> anyhow:
     let ns = TestNamespace::create(&client, "monitoring").await?;
     let nodes = TestNodes::create(&client, "monitoring", 1, "4", |_, _| {}).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
-    create_pod(&pods, &nodes, "fits-nowhere", "64").await?;
+    nodes
+        .create_pod(&pods, DEFAULT_SCHEDULER, "fits-nowhere", "64")
+        .await?;
 
     let deadline = Instant::now() + Duration::from_secs(180);
     let mut round = 0;
@@ -465,7 +449,9 @@ async fn every_metric_the_alerts_and_the_dashboard_read_is_exported() -> anyhow:
         round += 1;
         let names: Vec<String> = (0..5).map(|i| format!("p{round}-{i}")).collect();
         for name in &names {
-            create_pod(&pods, &nodes, name, "100m").await?;
+            nodes
+                .create_pod(&pods, DEFAULT_SCHEDULER, name, "100m")
+                .await?;
         }
         for name in &names {
             wait_bound(&client, &ns.name, name, Duration::from_secs(30)).await?;

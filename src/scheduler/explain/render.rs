@@ -103,15 +103,7 @@ NODE {name}: {verdict}"
             "REASON".to_string(),
         ]];
         for v in &filters.verdicts {
-            let mut reason = v.reasons.join(", ");
-            if let Some(remedy) = &v.remedy {
-                reason.push_str(&format!(" → {remedy}"));
-            }
-            rows.push(vec![
-                format!("{}{}", v.plugin, if v.counted { "*" } else { "" }),
-                v.code.clone(),
-                reason,
-            ]);
+            rows.push(verdict_cells(v).to_vec());
         }
         table(out, &rows);
     }
@@ -491,20 +483,13 @@ fn rejections(out: &mut String, e: &Explanation, wide: bool) {
             .iter()
             .filter(|v| v.code != "Success" && v.code != "Skip")
         {
-            let mut reason = v.reasons.join(", ");
-            if let Some(remedy) = &v.remedy {
-                reason.push_str(&format!(" → {remedy}"));
-            }
-            rows.push(vec![
-                if first {
-                    node.node.clone()
-                } else {
-                    String::new()
-                },
-                format!("{}{}", v.plugin, if v.counted { "*" } else { "" }),
-                v.code.clone(),
-                reason,
-            ]);
+            let mut row = vec![if first {
+                node.node.clone()
+            } else {
+                String::new()
+            }];
+            row.extend(verdict_cells(v));
+            rows.push(row);
             first = false;
         }
     }
@@ -520,6 +505,20 @@ fn rejections(out: &mut String, e: &Explanation, wide: bool) {
             "  and {more} more rejected nodes ({counted}-o wide lists them, --node NAME shows one)"
         );
     }
+}
+
+/// A Filter verdict's cells: the plugin (`*` when the failure message counts it), the code,
+/// and the reasons with what would have to change.
+fn verdict_cells(v: &super::FilterVerdict) -> [String; 3] {
+    let mut reason = v.reasons.join(", ");
+    if let Some(remedy) = &v.remedy {
+        reason.push_str(&format!(" → {remedy}"));
+    }
+    [
+        format!("{}{}", v.plugin, if v.counted { "*" } else { "" }),
+        v.code.clone(),
+        reason,
+    ]
 }
 
 /// Names, the first few of them.

@@ -32,7 +32,7 @@ use indexmap::IndexMap;
 pub use self::backoff::backoff_duration;
 use self::heap::HeapEntry;
 pub use self::pending::PendingPod;
-use self::state::{Entry, POD_ADD, POD_UPDATE, POP_FROM_BACKOFF, Pool, State};
+use self::state::{Entry, PENDING_QUEUES, POD_ADD, POD_UPDATE, POP_FROM_BACKOFF, Pool, State};
 pub use self::state::{IncomingCounter, MAX_IN_UNSCHEDULABLE, SchedulingQueue};
 use crate::k8s::pods;
 use crate::locks;
@@ -63,19 +63,9 @@ pub struct Summary {
 impl Default for Summary {
     fn default() -> Self {
         Summary {
-            pools: [
-                ("active", 0, None),
-                ("backoff", 0, None),
-                ("unschedulable", 0, None),
-                ("gated", 0, None),
-            ],
+            pools: PENDING_QUEUES.map(|queue| (queue, 0, None)),
             rejected_by: Vec::new(),
-            entities: [
-                ("active", 0, 0),
-                ("backoff", 0, 0),
-                ("unschedulable", 0, 0),
-                ("gated", 0, 0),
-            ],
+            entities: PENDING_QUEUES.map(|queue| (queue, 0, 0)),
         }
     }
 }
@@ -623,17 +613,13 @@ impl SchedulingQueue {
         counts
     }
 
-    /// The queue's [`Summary`] now (pods in flight, assumed or unserved are not in it), read in
-    /// slices of [`SUMMARY_SLICE`] pods with the lock let go in between: however many pods
-    /// wait (100,000 in a large cluster), `/metrics` never holds the scheduling loop up for
-    /// more than one slice. A pod that moves while it is read may be counted in neither of its
-    /// pools or in both, for that read; a queue at rest is counted exactly.
-    pub fn summary(&self) -> Summary {
-        let mut summary = Summary::default();
-        // By schedulerName, then plugin: a name is copied once, not once per pod.
-        let mut rejected: HashMap<String, HashMap<&'static str, usize>> = HashMap::new();
-        // The PodGroups with a member in each sub-queue.
-        let mut groups: [std::collections::HashSet<(String, String)>; 4] = Default::default();
+    /// Calls `each` with every pod pending for a profile (activeQ, backoffQ, the unschedulable
+    /// pool, gated: not in flight, assumed or unserved) and its sub-queue's place in
+    /// [`PENDING_QUEUES`] (and [`Summary::pools`]), reading [`SUMMARY_SLICE`] pods at a time with the lock let go in
+    /// between: however many pods wait (100,000 in a large cluster), a reader never holds the
+    /// scheduling loop up for more than one slice. A pod that moves while it is read may be seen
+    /// in neither of its pools or in both; a queue at rest is read exactly.
+    fn for_each_pending(&self, mut each: impl FnMut(usize, &Entry)) {
         let mut at: usize = 0;
         loop {
             let st = self.lock();
@@ -649,46 +635,59 @@ impl SchedulingQueue {
                     Pool::Gated => 3,
                     Pool::InFlight | Pool::Assumed | Pool::Unserved => continue,
                 };
-                let (_, count, oldest) = &mut summary.pools[slot];
-                *count += 1;
-                let since = entry.info.initial_attempt_timestamp;
-                if oldest.is_none_or(|o| since < o) {
-                    *oldest = Some(since);
-                }
-                let info = &entry.info;
-                match pods::pod_group_name(&info.pod.pod) {
-                    Some(group) => {
-                        groups[slot].insert((info.pod.namespace().into(), group.into()));
-                    }
-                    None => summary.entities[slot].1 += 1,
-                }
-                let gate = info
-                    .gated_by
-                    .filter(|g| !info.unschedulable_plugins.contains(g));
-                let mut plugins = info
-                    .unschedulable_plugins
-                    .iter()
-                    .copied()
-                    .chain(gate)
-                    .peekable();
-                if plugins.peek().is_none() {
-                    continue;
-                }
-                let scheduler = pods::scheduler_name(&info.pod.pod);
-                if !rejected.contains_key(scheduler) {
-                    rejected.insert(scheduler.to_string(), HashMap::new());
-                }
-                if let Some(by_plugin) = rejected.get_mut(scheduler) {
-                    for plugin in plugins {
-                        *by_plugin.entry(plugin).or_default() += 1;
-                    }
-                }
+                each(slot, entry);
             }
             if end >= st.entries.len() {
                 break;
             }
             at = end;
         }
+    }
+
+    /// The queue's [`Summary`] now (pods in flight, assumed or unserved are not in it), read as
+    /// [`SchedulingQueue::for_each_pending`] reads the queue.
+    pub fn summary(&self) -> Summary {
+        let mut summary = Summary::default();
+        // By schedulerName, then plugin: a name is copied once, not once per pod.
+        let mut rejected: HashMap<String, HashMap<&'static str, usize>> = HashMap::new();
+        // The PodGroups with a member in each sub-queue.
+        let mut groups: [std::collections::HashSet<(String, String)>; 4] = Default::default();
+        self.for_each_pending(|slot, entry| {
+            let (_, count, oldest) = &mut summary.pools[slot];
+            *count += 1;
+            let since = entry.info.initial_attempt_timestamp;
+            if oldest.is_none_or(|o| since < o) {
+                *oldest = Some(since);
+            }
+            let info = &entry.info;
+            match pods::pod_group_name(&info.pod.pod) {
+                Some(group) => {
+                    groups[slot].insert((info.pod.namespace().into(), group.into()));
+                }
+                None => summary.entities[slot].1 += 1,
+            }
+            let gate = info
+                .gated_by
+                .filter(|g| !info.unschedulable_plugins.contains(g));
+            let mut plugins = info
+                .unschedulable_plugins
+                .iter()
+                .copied()
+                .chain(gate)
+                .peekable();
+            if plugins.peek().is_none() {
+                return;
+            }
+            let scheduler = pods::scheduler_name(&info.pod.pod);
+            if !rejected.contains_key(scheduler) {
+                rejected.insert(scheduler.to_string(), HashMap::new());
+            }
+            if let Some(by_plugin) = rejected.get_mut(scheduler) {
+                for plugin in plugins {
+                    *by_plugin.entry(plugin).or_default() += 1;
+                }
+            }
+        });
         for (slot, groups) in groups.iter().enumerate() {
             summary.entities[slot].2 = groups.len();
         }

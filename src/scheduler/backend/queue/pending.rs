@@ -4,12 +4,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::state::{Pool, SchedulingQueue};
+use super::state::{PENDING_QUEUES, SchedulingQueue};
 use crate::scheduler::framework::pod_info::PodInfo;
-
-/// How many pods [`SchedulingQueue::pending`] reads under the lock at a time (as the
-/// metrics' summary does).
-const SLICE: usize = 2048;
 
 /// One pending pod: the queue's view of it.
 #[derive(Clone)]
@@ -29,43 +25,24 @@ pub struct PendingPod {
 impl SchedulingQueue {
     /// The pods pending for a profile, of `namespace` or of every namespace: in activeQ,
     /// backoffQ, the unschedulable pool or gated (in flight, assumed and unserved pods are not
-    /// pending for the queue). Read in slices of [`SLICE`] pods, the lock let go in
-    /// between, so that the scheduling loop never waits on the walk for long.
+    /// pending for the queue), read in slices as the metrics' summary reads the queue, so that
+    /// the scheduling loop never waits on the walk for long.
     pub fn pending(&self, namespace: Option<&str>) -> Vec<PendingPod> {
         let mut pending = Vec::new();
-        let mut at: usize = 0;
-        loop {
-            let st = self.lock();
-            let end = at.saturating_add(SLICE).min(st.entries.len());
-            for index in at..end {
-                let Some((_, entry)) = st.entries.get_index(index) else {
-                    break;
-                };
-                let queue = match entry.pool {
-                    Pool::Active => "active",
-                    Pool::Backoff => "backoff",
-                    Pool::Unschedulable => "unschedulable",
-                    Pool::Gated => "gated",
-                    Pool::InFlight | Pool::Assumed | Pool::Unserved => continue,
-                };
-                let info = &entry.info;
-                if namespace.is_some_and(|ns| info.pod.namespace() != ns) {
-                    continue;
-                }
-                pending.push(PendingPod {
-                    pod: info.pod.clone(),
-                    queue,
-                    rejected_by: info.unschedulable_plugins.iter().copied().collect(),
-                    gated_by: info.gated_by,
-                    since: info.initial_attempt_timestamp,
-                    attempts: info.attempts,
-                });
+        self.for_each_pending(|slot, entry| {
+            let info = &entry.info;
+            if namespace.is_some_and(|ns| info.pod.namespace() != ns) {
+                return;
             }
-            if end >= st.entries.len() {
-                break;
-            }
-            at = end;
-        }
+            pending.push(PendingPod {
+                pod: info.pod.clone(),
+                queue: PENDING_QUEUES[slot],
+                rejected_by: info.unschedulable_plugins.iter().copied().collect(),
+                gated_by: info.gated_by,
+                since: info.initial_attempt_timestamp,
+                attempts: info.attempts,
+            });
+        });
         pending
     }
 }

@@ -33,6 +33,10 @@ pub(super) const BACKOFF_COMPLETE: &str = "BackoffComplete";
 /// The event label of a pod taken from backoffQ early, activeQ being empty.
 pub(super) const POP_FROM_BACKOFF: &str = "PopFromBackoffQ";
 
+/// The sub-queues a pod pending for a profile waits in, in the order the queue's summary and
+/// walk number them.
+pub(super) const PENDING_QUEUES: [&str; 4] = ["active", "backoff", "unschedulable", "gated"];
+
 /// Where a queued pod is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Pool {
