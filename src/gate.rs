@@ -52,6 +52,8 @@ pub enum Write {
     DynamicResources,
     /// A PodGroup's `PodGroupInitiallyScheduled` condition (the group cycle).
     PodGroupStatus,
+    /// An ExplainRequest's answer, or its deletion once old.
+    ExplainAnswer,
 }
 
 /// Why a write was refused or abandoned.
@@ -252,7 +254,7 @@ impl Drop for Permit {
 mod tests {
     use super::*;
 
-    const ALL: [Write; 11] = [
+    const ALL: [Write; 12] = [
         Write::Bind,
         Write::History,
         Write::ProfileStatus,
@@ -264,6 +266,7 @@ mod tests {
         Write::VolumeBinding,
         Write::DynamicResources,
         Write::PodGroupStatus,
+        Write::ExplainAnswer,
     ];
 
     #[test]

@@ -18,8 +18,8 @@ PID_FILE=$CLUSTER_DIR/pids/tether.pid
 
 # KubeVirt stand-ins first, so tether's owner watches find them (see e2e/kubevirt/crds.yaml).
 $KUBECTL apply -f "$E2E_DIR/kubevirt/crds.yaml" >/dev/null
-$KUBECTL apply -f "$REPO_DIR/crds/tether.dev.yaml" -f "$REPO_DIR/deploy/namespace.yaml" -f "$REPO_DIR/deploy/rbac.yaml" >/dev/null
-$KUBECTL wait --for=condition=Established --timeout=60s crd/schedulingprofiles.tether.dev crd/stickybindings.tether.dev \
+$KUBECTL apply -f "$REPO_DIR/crds/tether.dev.yaml" -f "$REPO_DIR/deploy/namespace.yaml" -f "$REPO_DIR/deploy/rbac.yaml" -f "$REPO_DIR/deploy/explainrequests.yaml" >/dev/null
+$KUBECTL wait --for=condition=Established --timeout=60s crd/schedulingprofiles.tether.dev crd/stickybindings.tether.dev crd/explainrequests.tether.dev \
   crd/virtualmachines.kubevirt.io crd/virtualmachineinstances.kubevirt.io >/dev/null
 
 token=$($KUBECTL -n tether-system create token tether --duration=24h)

@@ -1477,3 +1477,217 @@ async fn pending_pods_are_grouped_by_what_blocks_them() -> anyhow::Result<()> {
     nodes.delete().await?;
     ns.delete().await
 }
+
+/// A kubeconfig of the local cluster whose user is ServiceAccount `name` of `ns` (a token for
+/// the API server, not for tether), as a person's own kubeconfig is. In `dir`.
+fn kubeconfig_of(dir: &std::path::Path, ns: &str, name: &str) -> anyhow::Result<PathBuf> {
+    let token = kubectl_ok(&["-n", ns, "create", "token", name], None)?;
+    let mut config = kube::config::Kubeconfig::read_from(kubeconfig_path())?;
+    for auth in &mut config.auth_infos {
+        auth.auth_info = Some(kube::config::AuthInfo {
+            token: Some(token.trim().to_string().into()),
+            ..Default::default()
+        });
+    }
+    let path = dir.join(format!("{name}.kubeconfig"));
+    // JSON is YAML: kubectl and tether read it as a kubeconfig.
+    std::fs::write(&path, serde_json::to_vec(&config)?)?;
+    Ok(path)
+}
+
+/// `program args` with `kubeconfig` as the person's kubeconfig and no token or endpoint of
+/// tether's in the environment.
+fn as_user(
+    program: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> anyhow::Result<Output> {
+    use std::io::Write as _;
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .env("KUBECONFIG", kubeconfig)
+        .env_remove("TETHER_TOKEN_FILE")
+        .env_remove("TETHER_ENDPOINT")
+        .env_remove("RUST_BACKTRACE")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("running {}", program.display()))?;
+    if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
+        pipe.write_all(input.as_bytes())?;
+    }
+    drop(child.stdin.take());
+    Ok(child.wait_with_output()?)
+}
+
+/// A user with nothing but a kubeconfig and the ClusterRole tether-explainer asks `tether
+/// explain` and `tether pending` (no token, no endpoint): each is an ExplainRequest made with
+/// the user's credentials, answered by the leader for that user, read and deleted. A user
+/// without the role cannot make one, and one who may not list nodes is refused by tether; a
+/// request that names somebody else as its requester is refused by the admission policy; a
+/// request made with kubectl alone is answered in its status.
+#[tokio::test]
+async fn explain_and_pending_need_nothing_but_a_kubeconfig() -> anyhow::Result<()> {
+    let client = client().await?;
+    let ns = TestNamespace::create(&client, "asks").await?;
+    let nodes = TestNodes::create(&client, "asks", 2, "2", |_, _| {}).await?;
+    let scheduler = "tether-scheduler";
+    make_pod(
+        &client,
+        &ns.name,
+        "fits",
+        "100m",
+        &nodes,
+        scheduler,
+        json!({}),
+    )
+    .await?;
+    make_pod(&client, &ns.name, "big", "64", &nodes, scheduler, json!({})).await?;
+    let node = wait_bound(&client, &ns.name, "fits", BIND_TIMEOUT).await?;
+    wait_event(
+        &client,
+        &ns.name,
+        "big",
+        "FailedScheduling",
+        BIND_TIMEOUT,
+        |_| true,
+    )
+    .await?;
+
+    let dir = tempdir("asks")?;
+    let tether = tether_bin();
+    let kubectl = PathBuf::from(std::env::var("TETHER_KUBECTL")?);
+    for (name, grant) in [
+        ("asker", Grant::Explainer),
+        ("podsonly", Grant::PodsOnly),
+        ("stranger", Grant::None),
+    ] {
+        service_account_token(&ns.name, name, grant)?;
+    }
+    let asker = kubeconfig_of(&dir, &ns.name, "asker")?;
+    let fits = format!("{}/fits", ns.name);
+
+    // explain, -o json: the bound pod's node.
+    let out = as_user(&tether, &asker, &["explain", &fits, "-o", "json"], None)?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tether explain with a kubeconfig: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let explanation: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(explanation["kind"], "Explanation");
+    assert_eq!(explanation["boundTo"], json!(node), "{explanation}");
+    // explain in text, on the pending pod: the reason its FailedScheduling event gives.
+    let out = as_user(&tether, &asker, &["explain", "big", "-n", &ns.name], None)?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("Insufficient cpu"),
+        "tether explain big: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // pending: the big pod under NodeResourcesFit.
+    let out = as_user(
+        &tether,
+        &asker,
+        &["pending", "-n", &ns.name, "-o", "json"],
+        None,
+    )?;
+    anyhow::ensure!(
+        out.status.success(),
+        "tether pending with a kubeconfig: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout)?;
+    assert_eq!(summary["kind"], "PendingSummary");
+    assert_eq!(summary["pods"], 1, "{summary}");
+    assert!(
+        summary["groups"][0]["plugins"]
+            .as_array()
+            .is_some_and(|p| p.contains(&json!("NodeResourcesFit"))),
+        "{summary}"
+    );
+    // The command deleted its requests.
+    let left = kubectl_ok(
+        &["-n", &ns.name, "get", "explainrequests", "-o", "name"],
+        None,
+    )?;
+    assert!(left.trim().is_empty(), "requests left behind: {left}");
+
+    // Without the role: the API server refuses the request, and the command says what to ask for.
+    let stranger = kubeconfig_of(&dir, &ns.name, "stranger")?;
+    let out = as_user(&tether, &stranger, &["explain", &fits], None)?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("tether-explainer"),
+        "a stranger: {said}"
+    );
+    // The role in the namespace only: the request is made, tether refuses it (no nodes).
+    let podsonly = kubeconfig_of(&dir, &ns.name, "podsonly")?;
+    let out = as_user(&tether, &podsonly, &["explain", &fits], None)?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("403") && said.contains("nodes"),
+        "a namespace's grant: {said}"
+    );
+    // Asking in somebody else's name: the admission policy refuses it.
+    let spoof = json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "ExplainRequest",
+        "metadata": {"name": "as-admin", "namespace": ns.name},
+        "spec": {"pod": "fits", "requester": {"username": "system:admin", "groups": ["system:masters"]}},
+    })
+    .to_string();
+    let out = as_user(&kubectl, &podsonly, &["create", "-f", "-"], Some(&spoof))?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("spec.requester must be"),
+        "a request in somebody else's name: {said}"
+    );
+
+    // kubectl alone: the requester as `kubectl auth whoami` gives it; the answer in status.
+    let me: serde_json::Value =
+        serde_json::from_str(&kubectl_ok(&["auth", "whoami", "-o", "json"], None)?)?;
+    let user = &me["status"]["userInfo"];
+    let request = json!({
+        "apiVersion": "tether.dev/v1alpha1", "kind": "ExplainRequest",
+        "metadata": {"name": "by-hand", "namespace": ns.name},
+        "spec": {"pod": "fits", "requester": {"username": user["username"], "groups": user["groups"]}},
+    })
+    .to_string();
+    kubectl_ok(&["create", "-f", "-"], Some(&request))?;
+    let answered = wait_for(
+        "the request made with kubectl to be answered",
+        Duration::from_secs(60),
+        || async {
+            let summary = kubectl_ok(
+                &[
+                    "-n",
+                    &ns.name,
+                    "get",
+                    "explainrequest",
+                    "by-hand",
+                    "-o",
+                    "jsonpath={.status.summary}",
+                ],
+                None,
+            )?;
+            Ok((!summary.is_empty()).then_some(summary))
+        },
+    )
+    .await?;
+    assert_eq!(answered, format!("bound to {node}"));
+    let columns = kubectl_ok(&["-n", &ns.name, "get", "xr", "by-hand"], None)?;
+    assert!(
+        columns.contains("POD") && columns.contains(&format!("bound to {node}")),
+        "kubectl get xr: {columns}"
+    );
+
+    std::fs::remove_dir_all(&dir)?;
+    for name in ["asker", "podsonly", "stranger"] {
+        revoke(&ns.name, name)?;
+    }
+    nodes.delete().await?;
+    ns.delete().await
+}

@@ -3,11 +3,15 @@
 //! Doc comments on these types become the text of `kubectl explain`; they are written for users.
 
 pub mod conditions;
+pub mod explain_request;
 pub mod reference;
 pub mod scheduling_profile;
 mod schema;
 pub mod sticky_binding;
 
+pub use explain_request::{
+    ExplainRequest, ExplainRequestSpec, ExplainRequestStatus, Refusal, Requester,
+};
 pub use scheduling_profile::{
     EffectivePlugins, Plugin, PluginConfig, PluginSet, Plugins, SchedulingProfile,
     SchedulingProfileSpec, SchedulingProfileStatus, WeightedPlugin,
@@ -25,7 +29,11 @@ pub const GROUP: &str = "tether.dev";
 
 /// Every CRD tether serves, in the order `tether crd` prints them.
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    vec![SchedulingProfile::crd(), StickyBinding::crd()]
+    vec![
+        SchedulingProfile::crd(),
+        StickyBinding::crd(),
+        ExplainRequest::crd(),
+    ]
 }
 
 /// The CRDs as one multi-document YAML stream, as `tether crd` prints it and `crds/` stores it.
@@ -92,7 +100,11 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["schedulingprofiles.tether.dev", "stickybindings.tether.dev"]
+            [
+                "schedulingprofiles.tether.dev",
+                "stickybindings.tether.dev",
+                "explainrequests.tether.dev"
+            ]
         );
         for crd in crds() {
             let version = &crd.spec.versions[0];

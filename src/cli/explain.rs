@@ -30,7 +30,7 @@ pub struct ExplainArgs {
 #[derive(clap::Args, Debug)]
 pub struct Endpoint {
     /// The leader's HTTP endpoint, when you reach it yourself (`http://127.0.0.1:8080` behind
-    /// your own port-forward, or an https address). Without it, explain finds the leader: the
+    /// your own port-forward, or an https address). Without it but with --token-file, explain finds the leader: the
     /// holder of the Lease --leader-lease, reached through the API server's port-forward to its
     /// pod (your kubeconfig's credentials serve for that; you need get on the Lease and on
     /// pods, and get and create on pods/portforward in tether's namespace: the Role tether-explainer
@@ -48,9 +48,11 @@ pub struct Endpoint {
     /// `http`, else 8080.
     #[arg(long)]
     pub leader_port: Option<u16>,
-    /// A file holding the bearer token to send: a token bound to the audience `tether`, so
-    /// that no credential for the API server reaches tether (`kubectl create token
-    /// <serviceaccount> --audience tether --duration 1h > token`). tether refuses any other.
+    /// A file holding a bearer token bound to the audience `tether`, to ask the leader's HTTP
+    /// endpoint directly (`kubectl create token <serviceaccount> --audience tether --duration
+    /// 1h > token`; tether refuses any other). Without it and without --endpoint the question
+    /// is an ExplainRequest made with your kubeconfig's credentials (you need the ClusterRole
+    /// tether-explainer).
     #[arg(long, env = "TETHER_TOKEN_FILE")]
     pub token_file: Option<std::path::PathBuf>,
     /// Accept any certificate of an https endpoint.
@@ -70,6 +72,18 @@ pub enum Route {
         leader: Box<leader::Leader>,
         authorization: http::HeaderValue,
     },
+    /// No token and no endpoint: an ExplainRequest made with the kubeconfig's credentials.
+    Request {
+        client: kube::Client,
+    },
+}
+
+/// What is asked.
+pub enum Question<'a> {
+    /// Why pod `name` of `namespace` went where it went, or is pending.
+    Pod { namespace: &'a str, name: &'a str },
+    /// Why the pods of `namespace` (of every namespace: `None`) are pending.
+    Pending { namespace: Option<&'a str> },
 }
 
 impl Endpoint {
@@ -110,6 +124,15 @@ impl Endpoint {
 
     /// The route to the leader and the kubeconfig's namespace.
     pub async fn route(&self) -> anyhow::Result<(Route, String)> {
+        if self.endpoint.is_none() && self.token_file.is_none() {
+            let config = self.kubeconfig.config().await.context(
+                "reading your kubeconfig, to ask with an ExplainRequest (or pass --token-file)",
+            )?;
+            let namespace = config.default_namespace.clone();
+            let client =
+                kube::Client::try_from(config).context("building the API server's client")?;
+            return Ok((Route::Request { client }, namespace));
+        }
         let authorization = self.authorization()?;
         if let Some(url) = &self.endpoint {
             // The kubeconfig gives the default namespace only: none of its credentials is sent.
@@ -141,9 +164,41 @@ impl Endpoint {
         ))
     }
 
+    /// Asks `question` by `route`; the answer's JSON (an Explanation or a PendingSummary). A
+    /// refusal becomes an error with tether's words.
+    pub async fn ask(route: &Route, question: Question<'_>) -> anyhow::Result<String> {
+        let Route::Request { client } = route else {
+            let path = match question {
+                Question::Pod { namespace, name } => format!("/explain/{namespace}/{name}"),
+                Question::Pending { namespace: None } => "/pending".to_string(),
+                Question::Pending {
+                    namespace: Some(namespace),
+                } => format!("/pending/{namespace}"),
+            };
+            return Self::get(route, &path).await;
+        };
+        let status = match question {
+            Question::Pod { namespace, name } => {
+                super::request::ask(client, namespace, Some(name)).await?
+            }
+            Question::Pending {
+                namespace: Some(namespace),
+            } => super::request::ask(client, namespace, None).await?,
+            Question::Pending { namespace: None } => anyhow::bail!(
+                "-A asks the leader directly (an ExplainRequest lives in one namespace): pass --token-file, or -n NAMESPACE"
+            ),
+        };
+        let answer = status
+            .explanation
+            .or(status.pending)
+            .context("tether's answer holds neither an explanation nor a pending summary")?;
+        serde_json::to_string(&answer).context("reading tether's answer")
+    }
+
     /// GETs `path` from the leader; a refusal becomes an error with the leader's words.
     pub async fn get(route: &Route, path: &str) -> anyhow::Result<String> {
         match route {
+            Route::Request { .. } => anyhow::bail!("an ExplainRequest has no path to GET"),
             Route::Direct { url, client } => {
                 let request = http::Request::get(path)
                     .body(Vec::new())
@@ -199,7 +254,14 @@ pub async fn run(args: &ExplainArgs) -> anyhow::Result<String> {
         "{:?} is not a pod: give namespace/name",
         args.pod
     );
-    let body = Endpoint::get(&route, &format!("/explain/{namespace}/{name}")).await?;
+    let body = Endpoint::ask(
+        &route,
+        Question::Pod {
+            namespace: &namespace,
+            name: &name,
+        },
+    )
+    .await?;
     let explanation: Explanation =
         serde_json::from_str(&body).context("reading the endpoint's answer")?;
     Ok(match args.output.as_str() {

@@ -3,7 +3,7 @@
 
 use anyhow::Context;
 
-use super::explain::Endpoint;
+use super::explain::{Endpoint, Question};
 use crate::scheduler::explain::pending::{self, PendingSummary};
 
 /// Which pods and how to print.
@@ -12,7 +12,8 @@ pub struct PendingArgs {
     /// The namespace; by default the kubeconfig's.
     #[arg(short, long, conflicts_with = "all_namespaces")]
     pub namespace: Option<String>,
-    /// Every namespace (you need list on pods across the cluster).
+    /// Every namespace (you need list on pods across the cluster; asked of the leader
+    /// directly, with --token-file).
     #[arg(short = 'A', long)]
     pub all_namespaces: bool,
     #[command(flatten)]
@@ -26,14 +27,16 @@ pub struct PendingArgs {
 /// Runs `tether pending`; the text to print.
 pub async fn run(args: &PendingArgs) -> anyhow::Result<String> {
     let (route, default_namespace) = args.endpoint.route().await?;
-    let path = if args.all_namespaces {
-        "/pending".to_string()
+    let namespace = args.namespace.clone().unwrap_or(default_namespace);
+    let question = if args.all_namespaces {
+        Question::Pending { namespace: None }
     } else {
-        let namespace = args.namespace.clone().unwrap_or(default_namespace);
         anyhow::ensure!(!namespace.is_empty(), "no namespace: give -n or -A");
-        format!("/pending/{namespace}")
+        Question::Pending {
+            namespace: Some(&namespace),
+        }
     };
-    let body = Endpoint::get(&route, &path).await?;
+    let body = Endpoint::ask(&route, question).await?;
     let summary: PendingSummary =
         serde_json::from_str(&body).context("reading the endpoint's answer")?;
     Ok(match args.output.as_str() {

@@ -180,47 +180,65 @@ pub async fn explain(
         Ok(admitted) => admitted,
         Err(refusal) => return refusal,
     };
+    match explain_for(
+        &state.client,
+        &state.explain_limit.auth,
+        state.serving.sched(),
+        &caller,
+        &namespace,
+        &name,
+    )
+    .await
+    {
+        Ok(explanation) => Json(explanation).into_response(),
+        Err((status, message)) => failure(status, &message),
+    }
+}
+
+/// Explains pod `namespace/name` for `caller`, who must be allowed to get it and list the nodes:
+/// the work behind `/explain` and behind an ExplainRequest ([`super::requests`]). A refusal is
+/// the HTTP status and message to answer.
+pub(crate) async fn explain_for(
+    client: &kube::Client,
+    cache: &auth::AuthCache,
+    sched: Option<Arc<crate::scheduler::Scheduler>>,
+    caller: &UserInfo,
+    namespace: &str,
+    name: &str,
+) -> Result<explain::Explanation, (StatusCode, String)> {
     for (verb, resource, ns, object) in [
-        ("get", "pods", Some(namespace.as_str()), Some(name.as_str())),
+        ("get", "pods", Some(namespace), Some(name)),
         ("list", "nodes", None, None),
     ] {
-        if let Err(refusal) = auth::authorize(
-            &state.client,
-            &state.explain_limit.auth,
-            &caller,
-            verb,
-            resource,
-            ns,
-            object,
-        )
-        .await
-        {
-            return failure(refusal.status(), &refusal.to_string());
-        }
+        auth::authorize(client, cache, caller, verb, resource, ns, object)
+            .await
+            .map_err(|refusal| (refusal.status(), refusal.to_string()))?;
     }
-    let pods: Api<Pod> = Api::namespaced(state.client.clone(), &namespace);
-    let pod = match pods.get_opt(&name).await {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let pod = match pods.get_opt(name).await {
         Ok(Some(pod)) => pod,
         Ok(None) => {
-            return failure(
+            return Err((
                 StatusCode::NOT_FOUND,
-                &format!("pod {namespace}/{name} not found"),
-            );
+                format!("pod {namespace}/{name} not found"),
+            ));
         }
         Err(e) => {
-            return failure(
+            return Err((
                 StatusCode::BAD_GATEWAY,
-                &format!("reading pod {namespace}/{name}: {e}"),
-            );
+                format!("reading pod {namespace}/{name}: {e}"),
+            ));
         }
     };
     tracing::info!(pod = %format!("{namespace}/{name}"), user = caller.username.as_deref().unwrap_or_default(), "explaining a pod");
-    let Some(sched) = state.serving.sched() else {
-        return failure(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is starting");
+    let Some(sched) = sched else {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the scheduler is starting".to_string(),
+        ));
     };
     // A gated pod: its gates, and what Kueue says where Kueue holds it.
-    let admission =
-        super::admission::of_pod(&state.client, &state.explain_limit.auth, &caller, &pod).await;
+    let admission = super::admission::of_pod(client, cache, caller, &pod).await;
     let deadline = std::time::Instant::now() + WORK_DEADLINE;
     let explained = tokio::task::spawn_blocking(move || match explain_pool() {
         // A request whose deadline passed while it waited for the thread is not worked on at
@@ -240,20 +258,20 @@ pub async fn explain(
     match explained.await {
         Ok(Ok(Some(mut explanation))) => {
             explanation.admission = admission;
-            Json(explanation).into_response()
+            Ok(explanation)
         }
-        Ok(Ok(None)) => failure(
+        Ok(Ok(None)) => Err((
             StatusCode::SERVICE_UNAVAILABLE,
-            &format!(
+            format!(
                 "explanations are busy: this one waited {}s for its turn; try again",
                 WORK_DEADLINE.as_secs()
             ),
-        ),
-        Ok(Err(message)) => failure(StatusCode::UNPROCESSABLE_ENTITY, &message),
-        Err(e) => failure(
+        )),
+        Ok(Err(message)) => Err((StatusCode::UNPROCESSABLE_ENTITY, message)),
+        Err(e) => Err((
             StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("explaining failed: {e}"),
-        ),
+            format!("explaining failed: {e}"),
+        )),
     }
 }
 

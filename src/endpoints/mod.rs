@@ -7,6 +7,7 @@ pub mod admission;
 pub mod auth;
 pub mod explain;
 pub mod pending;
+pub mod requests;
 pub mod serve;
 
 use std::sync::Arc;

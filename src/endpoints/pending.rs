@@ -47,21 +47,46 @@ async fn answer(
         Ok(admitted) => admitted,
         Err(refusal) => return refusal,
     };
-    if let Err(refusal) = auth::authorize(
+    match pending_for(
         &state.client,
         &state.explain_limit.auth,
+        state.serving.sched(),
         &caller,
+        namespace,
+    )
+    .await
+    {
+        Ok(summary) => Json(summary).into_response(),
+        Err((status, message)) => failure(status, &message),
+    }
+}
+
+/// The pending pods of `namespace` (every namespace for `None`) grouped by blocker, for `caller`,
+/// who must be allowed to list the pods there: the work behind `/pending` and behind an
+/// ExplainRequest without a pod ([`super::requests`]).
+pub(crate) async fn pending_for(
+    client: &kube::Client,
+    cache: &auth::AuthCache,
+    sched: Option<std::sync::Arc<crate::scheduler::Scheduler>>,
+    caller: &k8s_openapi::api::authentication::v1::UserInfo,
+    namespace: Option<String>,
+) -> Result<pending::PendingSummary, (StatusCode, String)> {
+    auth::authorize(
+        client,
+        cache,
+        caller,
         "list",
         "pods",
         namespace.as_deref(),
         None,
     )
     .await
-    {
-        return failure(refusal.status(), &refusal.to_string());
-    }
-    let Some(sched) = state.serving.sched() else {
-        return failure(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is starting");
+    .map_err(|refusal| (refusal.status(), refusal.to_string()))?;
+    let Some(sched) = sched else {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the scheduler is starting".to_string(),
+        ));
     };
     tracing::info!(
         namespace = namespace.as_deref().unwrap_or("(all)"),
@@ -73,11 +98,10 @@ async fn answer(
         pending::summarize(namespace, pods, std::time::Instant::now())
     })
     .await;
-    match walked {
-        Ok(summary) => Json(summary).into_response(),
-        Err(e) => failure(
+    walked.map_err(|e| {
+        (
             StatusCode::INTERNAL_SERVER_ERROR,
-            &format!("reading the queue failed: {e}"),
-        ),
-    }
+            format!("reading the queue failed: {e}"),
+        )
+    })
 }

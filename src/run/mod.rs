@@ -576,6 +576,10 @@ async fn start_watches_and_controllers(
             ),
         )),
         tokio::spawn(fatal.forever(
+            "the ExplainRequest answerer",
+            endpoints::requests::run(client.clone(), parts.sched.clone(), gate.clone()),
+        )),
+        tokio::spawn(fatal.forever(
             "the SchedulingProfile controller",
             controller::scheduling_profile::run(
                 client.clone(),

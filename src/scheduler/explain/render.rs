@@ -442,6 +442,13 @@ fn rejections(out: &mut String, e: &Explanation, wide: bool) {
         );
         return;
     }
+    if e.nodes_omitted > 0 {
+        let _ = writeln!(
+            out,
+            "\n({} node entries left out of this answer to keep it small; --token-file asks the leader for all of them)",
+            e.nodes_omitted
+        );
+    }
     let rejected: Vec<_> = e.filters.iter().filter(|n| !n.feasible).collect();
     if rejected.is_empty() {
         if !e.filters.is_empty() {
