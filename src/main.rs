@@ -157,6 +157,15 @@ struct RunArgs {
     /// namespaceSelector never selects it: tether's own pods do not wait for tether.
     #[arg(long, env = "POD_NAMESPACE", default_value = "tether-system")]
     leader_elect_resource_namespace: String,
+    /// The ValidatingAdmissionPolicy (and its binding, of the same name) that admits an
+    /// ExplainRequest only when its requester is its creator: tether answers none while it is
+    /// missing or changed.
+    #[arg(
+        long,
+        env = "TETHER_EXPLAIN_POLICY",
+        default_value = tether::endpoints::requests::POLICY
+    )]
+    explain_policy: String,
     /// Events written per second at most (0: no limit); binds are never limited.
     #[arg(long, env = "TETHER_EVENTS_QPS", default_value_t = 50.0)]
     events_qps: f64,
@@ -423,6 +432,7 @@ fn run_config(args: RunArgs) -> Result<tether::run::RunConfig, String> {
         release: args.kubernetes_release,
         features: args.feature_gates,
         namespace: args.leader_elect_resource_namespace,
+        explain_policy: args.explain_policy,
     })
 }
 

@@ -42,8 +42,8 @@ pub const ANSWERED_TTL: Duration = Duration::from_secs(600);
 pub const UNANSWERED_TTL: Duration = Duration::from_secs(3600);
 /// The largest answer written into a status: past it, node entries are left out.
 pub const MAX_ANSWER_BYTES: usize = 512 * 1024;
-/// The name of the admission policy (and of its binding) that admits a request only when its
-/// requester is its creator.
+/// The default name of the admission policy (and of its binding) that admits a request only
+/// when its requester is its creator (`--explain-policy`).
 pub const POLICY: &str = "tether-explainrequests";
 /// How long the policy's check is taken again before it is read anew.
 const POLICY_RECHECK: Duration = Duration::from_secs(30);
@@ -187,23 +187,23 @@ impl Book {
 /// Whether the policy that makes `spec.requester` the request's creator is in force: its
 /// binding denies (not only warns or audits) and points at it, and it fails closed. Without
 /// it anybody could ask as anybody, so tether answers nothing.
-async fn policy_in_force(client: &kube::Client) -> Result<(), String> {
+async fn policy_in_force(client: &kube::Client, name: &str) -> Result<(), String> {
     let bindings: Api<ValidatingAdmissionPolicyBinding> = Api::all(client.clone());
     let policies: Api<ValidatingAdmissionPolicy> = Api::all(client.clone());
     let missing = |what: &str| {
         format!(
-            "the ValidatingAdmissionPolicy{what} {POLICY} is not installed (deploy/explainrequests.yaml, or the chart): without it a request could name anybody as its requester, so tether answers none"
+            "the ValidatingAdmissionPolicy{what} {name} is not installed (deploy/explainrequests.yaml, or the chart): without it a request could name anybody as its requester, so tether answers none"
         )
     };
     let binding = bindings
-        .get_opt(POLICY)
+        .get_opt(name)
         .await
-        .map_err(|e| format!("reading ValidatingAdmissionPolicyBinding {POLICY}: {e}"))?
+        .map_err(|e| format!("reading ValidatingAdmissionPolicyBinding {name}: {e}"))?
         .ok_or_else(|| missing("Binding"))?;
     let policy = policies
-        .get_opt(POLICY)
+        .get_opt(name)
         .await
-        .map_err(|e| format!("reading ValidatingAdmissionPolicy {POLICY}: {e}"))?
+        .map_err(|e| format!("reading ValidatingAdmissionPolicy {name}: {e}"))?
         .ok_or_else(|| missing(""))?;
     let spec = binding.spec;
     let denies = spec.validation_actions.iter().any(|a| a == "Deny");
@@ -212,9 +212,9 @@ async fn policy_in_force(client: &kube::Client) -> Result<(), String> {
         .as_ref()
         .and_then(|s| s.failure_policy.as_deref())
         .is_none_or(|p| p == "Fail");
-    if spec.policy_name != POLICY || !denies || !fails_closed {
+    if spec.policy_name != name || !denies || !fails_closed {
         return Err(format!(
-            "the ValidatingAdmissionPolicy {POLICY} or its binding was changed (it must deny, bind {POLICY} and fail closed): tether answers no request until it is as shipped"
+            "the ValidatingAdmissionPolicy {name} or its binding was changed (it must deny, bind {name} and fail closed): tether answers no request until it is as shipped"
         ));
     }
     Ok(())
@@ -348,97 +348,174 @@ fn fit(e: &mut Explanation) -> Option<serde_json::Value> {
     serde_json::to_value(&*e).ok()
 }
 
+/// How long a replica waits before it asks again whether ExplainRequests are served.
+const NOT_SERVED_RETRY: Duration = Duration::from_secs(30);
+
+/// Whether a watch failure says the API server does not serve ExplainRequests (404: the CRD of
+/// this release is not installed) or tether may not read them (403).
+fn unavailable(error: &kube::runtime::watcher::Error) -> bool {
+    use kube::runtime::watcher::Error;
+    matches!(
+        error,
+        Error::InitialListFailed(kube::Error::Api(e))
+            | Error::WatchStartFailed(kube::Error::Api(e))
+            | Error::WatchFailed(kube::Error::Api(e)) if e.code == 404 || e.code == 403
+    )
+}
+
 /// Answers ExplainRequests while this replica leads (a standby's gate admits no write: it
-/// answers nothing, and the new leader answers what was left). Runs until the process stops.
-pub async fn run(client: kube::Client, sched: Arc<Scheduler>, gate: WriteGate) {
-    let api: Api<ExplainRequest> = Api::all(client.clone());
-    let mut events = std::pin::pin!(crate::watch::watch(api, "explainrequests", None));
-    let mut book = Book::default();
-    let mut listed: Option<Vec<ExplainRequest>> = None;
-    let cache = Arc::new(AuthCache::default());
-    let rate =
-        std::num::NonZeroU32::new(PER_NAMESPACE_PER_SECOND).unwrap_or(std::num::NonZeroU32::MIN);
-    let per_namespace: governor::DefaultKeyedRateLimiter<String> =
-        governor::RateLimiter::keyed(governor::Quota::per_second(rate));
-    let mut working = tokio::task::JoinSet::new();
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    let mut policy: Option<(std::time::Instant, Result<(), String>)> = None;
+/// answers nothing, and the new leader answers what was left). Where the API server does not
+/// serve them (the CRDs of an older release) or tether may not read them, says so once and
+/// asks again every [`NOT_SERVED_RETRY`]. Runs until the process stops.
+pub async fn run(
+    client: kube::Client,
+    sched: Arc<Scheduler>,
+    gate: WriteGate,
+    policy_name: String,
+) {
+    let answerer = Answerer {
+        client,
+        sched,
+        gate,
+        policy_name,
+        cache: Arc::new(AuthCache::default()),
+    };
+    let mut said = false;
     loop {
-        tokio::select! {
-            event = events.next() => match event {
-                Some(Ok(Event::Init)) => listed = Some(Vec::new()),
-                Some(Ok(Event::InitApply(request))) => {
-                    if let Some(list) = listed.as_mut() {
-                        list.push(request);
+        match answerer.serve().await {
+            Some(error) => {
+                if !said {
+                    said = true;
+                    tracing::warn!(%error, "ExplainRequests cannot be watched (this release's CRDs and ClusterRole installed?): tether explain works with --token-file meanwhile; asking again every 30 s");
+                }
+                tokio::time::sleep(NOT_SERVED_RETRY).await;
+            }
+            None => return,
+        }
+    }
+}
+
+/// What answering needs.
+struct Answerer {
+    client: kube::Client,
+    sched: Arc<Scheduler>,
+    gate: WriteGate,
+    policy_name: String,
+    cache: Arc<AuthCache>,
+}
+
+impl Answerer {
+    /// Watches and answers until the watch says ExplainRequests are unavailable (that error).
+    async fn serve(&self) -> Option<kube::runtime::watcher::Error> {
+        let (client, gate) = (&self.client, &self.gate);
+        let api: Api<ExplainRequest> = Api::all(client.clone());
+        let mut events = std::pin::pin!(crate::watch::watch(api, "explainrequests", None));
+        let mut book = Book::default();
+        let mut listed: Option<Vec<ExplainRequest>> = None;
+        let rate = std::num::NonZeroU32::new(PER_NAMESPACE_PER_SECOND)
+            .unwrap_or(std::num::NonZeroU32::MIN);
+        let per_namespace: governor::DefaultKeyedRateLimiter<String> =
+            governor::RateLimiter::keyed(governor::Quota::per_second(rate));
+        let mut working = tokio::task::JoinSet::new();
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        let mut policy: Option<(std::time::Instant, Result<(), String>)> = None;
+        loop {
+            tokio::select! {
+                event = events.next() => match event {
+                    Some(Ok(Event::Init)) => listed = Some(Vec::new()),
+                    Some(Ok(Event::InitApply(request))) => {
+                        if let Some(list) = listed.as_mut() {
+                            list.push(request);
+                        }
+                    }
+                    Some(Ok(Event::InitDone)) => book.reset(listed.take().unwrap_or_default()),
+                    Some(Ok(Event::Apply(request))) => book.apply(&request),
+                    Some(Ok(Event::Delete(request))) => book.delete(&request),
+                    Some(Err(e)) if unavailable(&e) => return Some(e),
+                    // The watch notes and retries its other failures.
+                    Some(Err(_)) => {}
+                    None => return None,
+                },
+                Some(done) = working.join_next(), if !working.is_empty() => {
+                    if let Ok(key) = done {
+                        book.in_hand.remove(&key);
                     }
                 }
-                Some(Ok(Event::InitDone)) => book.reset(listed.take().unwrap_or_default()),
-                Some(Ok(Event::Apply(request))) => book.apply(&request),
-                Some(Ok(Event::Delete(request))) => book.delete(&request),
-                // The watch notes and retries its own failures.
-                Some(Err(_)) => {}
-                None => return,
-            },
-            Some(done) = working.join_next(), if !working.is_empty() => {
-                if let Ok(key) = done {
-                    book.in_hand.remove(&key);
+                _ = tick.tick() => {
+                    if gate.admits(Write::ExplainAnswer) {
+                        self.delete_expired(&mut book).await;
+                    }
                 }
             }
-            _ = tick.tick() => {
-                if !gate.admits(Write::ExplainAnswer) {
-                    continue;
+            // Hand out work while there is room and a question whose namespace has budget.
+            while working.len() < AT_ONCE && gate.admits(Write::ExplainAnswer) {
+                let Some(question) =
+                    book.next(|ns| per_namespace.check_key(&ns.to_string()).is_ok())
+                else {
+                    break;
+                };
+                per_namespace.retain_recent();
+                let fresh = policy
+                    .as_ref()
+                    .is_some_and(|(at, _)| at.elapsed() < POLICY_RECHECK);
+                if !fresh {
+                    policy = Some((
+                        std::time::Instant::now(),
+                        policy_in_force(client, &self.policy_name).await,
+                    ));
                 }
-                for key in book.expired(Timestamp::now()) {
-                    book.known.remove(&key);
-                    let api: Api<ExplainRequest> = Api::namespaced(client.clone(), &key.0);
-                    let name = key.1.clone();
-                    let gone = gate
-                        .write(Write::ExplainAnswer, async move {
-                            api.delete(&name, &DeleteParams::default()).await
-                        })
+                let in_force = policy.as_ref().map(|(_, p)| p.clone()).unwrap_or(Ok(()));
+                let (client, cache, sched, gate) = (
+                    client.clone(),
+                    self.cache.clone(),
+                    self.sched.clone(),
+                    gate.clone(),
+                );
+                working.spawn(async move {
+                    let key = (question.namespace.clone(), question.name.clone());
+                    let status = answer(&client, &cache, &sched, in_force, &question).await;
+                    let api: Api<ExplainRequest> =
+                        Api::namespaced(client.clone(), &question.namespace);
+                    let written = gate
+                        .write(
+                            Write::ExplainAnswer,
+                            crate::controller::apply_status(&api, &question.name, &status),
+                        )
                         .await;
-                    if let Ok(Err(e)) = gone
-                        && !crate::k8s::api_errors::not_found(&e)
-                    {
-                        tracing::debug!(request = %format!("{}/{}", key.0, key.1), error = %e, "could not delete an old ExplainRequest");
+                    let request = format!("{}/{}", key.0, key.1);
+                    match written {
+                        Ok(Ok(_)) => tracing::debug!(%request, "answered an ExplainRequest"),
+                        Ok(Err(e)) if crate::k8s::api_errors::not_found(&e) => {}
+                        Ok(Err(e)) => {
+                            tracing::warn!(%request, error = %e, "could not write an ExplainRequest's answer")
+                        }
+                        Err(refused) => {
+                            tracing::debug!(error = %refused, "not answering an ExplainRequest")
+                        }
                     }
-                }
+                    key
+                });
             }
         }
-        // Hand out work while there is room and a question whose namespace has budget.
-        while working.len() < AT_ONCE && gate.admits(Write::ExplainAnswer) {
-            let Some(question) = book.next(|ns| per_namespace.check_key(&ns.to_string()).is_ok())
-            else {
-                break;
-            };
-            per_namespace.retain_recent();
-            let fresh = policy
-                .as_ref()
-                .is_some_and(|(at, _)| at.elapsed() < POLICY_RECHECK);
-            if !fresh {
-                policy = Some((std::time::Instant::now(), policy_in_force(&client).await));
+    }
+
+    /// Deletes the requests past their time to live.
+    async fn delete_expired(&self, book: &mut Book) {
+        for key in book.expired(Timestamp::now()) {
+            book.known.remove(&key);
+            let api: Api<ExplainRequest> = Api::namespaced(self.client.clone(), &key.0);
+            let name = key.1.clone();
+            let gone = self
+                .gate
+                .write(Write::ExplainAnswer, async move {
+                    api.delete(&name, &DeleteParams::default()).await
+                })
+                .await;
+            if let Ok(Err(e)) = gone
+                && !crate::k8s::api_errors::not_found(&e)
+            {
+                tracing::debug!(request = %format!("{}/{}", key.0, key.1), error = %e, "could not delete an old ExplainRequest");
             }
-            let in_force = policy.as_ref().map(|(_, p)| p.clone()).unwrap_or(Ok(()));
-            let (client, cache, sched, gate) =
-                (client.clone(), cache.clone(), sched.clone(), gate.clone());
-            working.spawn(async move {
-                let key = (question.namespace.clone(), question.name.clone());
-                let status = answer(&client, cache.as_ref(), &sched, in_force, &question).await;
-                let api: Api<ExplainRequest> = Api::namespaced(client.clone(), &question.namespace);
-                let written = gate
-                    .write(
-                        Write::ExplainAnswer,
-                        crate::controller::apply_status(&api, &question.name, &status),
-                    )
-                    .await;
-                match written {
-                    Ok(Ok(_)) => tracing::debug!(request = %format!("{}/{}", key.0, key.1), "answered an ExplainRequest"),
-                    Ok(Err(e)) if crate::k8s::api_errors::not_found(&e) => {}
-                    Ok(Err(e)) => tracing::warn!(request = %format!("{}/{}", key.0, key.1), error = %e, "could not write an ExplainRequest's answer"),
-                    Err(refused) => tracing::debug!(error = %refused, "not answering an ExplainRequest"),
-                }
-                key
-            });
         }
     }
 }

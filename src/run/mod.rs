@@ -81,6 +81,8 @@ pub struct RunConfig {
     /// The namespace tether runs in (its pods are never sent to a profile by a
     /// namespaceSelector).
     pub namespace: String,
+    /// The admission policy that vouches for an ExplainRequest's requester.
+    pub explain_policy: String,
 }
 
 /// How a session ended.
@@ -577,7 +579,12 @@ async fn start_watches_and_controllers(
         )),
         tokio::spawn(fatal.forever(
             "the ExplainRequest answerer",
-            endpoints::requests::run(client.clone(), parts.sched.clone(), gate.clone()),
+            endpoints::requests::run(
+                client.clone(),
+                parts.sched.clone(),
+                gate.clone(),
+                config.explain_policy.clone(),
+            ),
         )),
         tokio::spawn(fatal.forever(
             "the SchedulingProfile controller",
