@@ -90,13 +90,15 @@ impl ReferenceScheduler {
 
     /// As [`ReferenceScheduler::start_config`], serving on `addr` (its own self-signed
     /// certificate, under `.cluster/<name>-certs`) with `/metrics` open to anyone, as the
-    /// probes are: the tests compare its metrics with tether's.
+    /// probes are: the tests compare its metrics with tether's. `gates` as
+    /// [`ReferenceScheduler::start_gated`]'s.
     pub fn start_serving(
         name: &str,
         config: serde_json::Value,
+        gates: &[&str],
         addr: std::net::SocketAddr,
     ) -> anyhow::Result<Self> {
-        Self::launch(name, config, &[], Some(addr))
+        Self::launch(name, config, gates, Some(addr))
     }
 
     fn launch(

@@ -103,6 +103,15 @@ fn label_names(samples: &[Sample]) -> BTreeMap<&str, BTreeSet<&str>> {
     names
 }
 
+/// The values label `label` takes on the samples of `family`.
+fn values<'a>(samples: &'a [Sample], family: &str, label: &str) -> BTreeSet<&'a str> {
+    samples
+        .iter()
+        .filter(|(name, _)| name == family)
+        .filter_map(|(_, labels)| labels.get(label).map(String::as_str))
+        .collect()
+}
+
 /// The (extension point, plugin) pairs `scheduler_plugin_evaluation_total` counts for
 /// `profile`.
 fn evaluated(samples: &[Sample], profile: &str) -> BTreeSet<(String, String)> {
@@ -180,6 +189,7 @@ async fn kube_schedulers_metric_families_are_tethers_with_the_same_labels() -> a
     let kube = ReferenceScheduler::start_serving(
         "kube-scheduler-metrics",
         json!({"profiles": [{"schedulerName": reference}]}),
+        &["GenericWorkload=true"],
         addr,
     )?;
     apply_profile(&client, &ours, json!({"schedulerName": ours})).await?;
@@ -203,6 +213,50 @@ async fn kube_schedulers_metric_families_are_tethers_with_the_same_labels() -> a
         .await?;
     }
 
+    // A member of a PodGroup that does not exist: 1.38 counts it `incomplete`.
+    for scheduler in [&reference, &ours] {
+        let mut spec = json!({
+            "schedulerName": scheduler,
+            "schedulingGroup": {"podGroupName": "never-made"},
+            "containers": [{"name": "c", "image": "pause"}],
+        });
+        nodes.isolate(&mut spec);
+        let pod: Pod = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": format!("{scheduler}-lost")}, "spec": spec,
+        }))?;
+        pods.create(&Default::default(), &pod).await?;
+    }
+
+    // The member of no known PodGroup: `incomplete` on both (at least: tether's queue holds
+    // every profile's pods, the other tests' too).
+    for (url, exact) in [
+        (format!("https://{addr}/metrics"), true),
+        (format!("{}/metrics", tether_url()), false),
+    ] {
+        wait_for(
+            &format!("{url} to count the lost member incomplete"),
+            Duration::from_secs(30),
+            || {
+                let url = url.clone();
+                async move {
+                    let Some(text) = curl_self_signed(&url)? else {
+                        return Ok(None);
+                    };
+                    let pods = text
+                        .lines()
+                        .find_map(|l| {
+                            l.strip_prefix("scheduler_pending_pods{queue=\"incomplete\"} ")
+                        })
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .unwrap_or(0.0);
+                    Ok((if exact { pods == 1.0 } else { pods >= 1.0 }).then_some(()))
+                }
+            },
+        )
+        .await?;
+    }
+
     let upstream = scrape_settled(&format!("https://{addr}/metrics"), &reference).await?;
     let tether = scrape_settled(&format!("{}/metrics", tether_url()), &ours).await?;
     drop(kube);
@@ -218,6 +272,14 @@ async fn kube_schedulers_metric_families_are_tethers_with_the_same_labels() -> a
         }
     }
     assert!(differ.is_empty(), "{}", differ.join("\n"));
+
+    // The sub-queues and group pools `scheduler_pending_pods` names, each exported from the
+    // start: 1.38's incomplete and pending beside the four.
+    assert_eq!(
+        values(&tether, "scheduler_pending_pods", "queue"),
+        values(&upstream, "scheduler_pending_pods", "queue"),
+        "the queues of scheduler_pending_pods"
+    );
 
     let kube_pairs = evaluated(&upstream, &reference);
     let tether_pairs: BTreeSet<(String, String)> = evaluated(&tether, &ours)

@@ -209,7 +209,16 @@ fn queue_summary(sched: &Arc<Scheduler>) -> crate::scheduler::backend::queue::Su
     {
         return summary.clone();
     }
-    let summary = sched.state.queue.summary();
+    let groups = sched.pod_groups.clone();
+    let summary = sched.state.queue.summary_with(|namespace, name| {
+        let key = crate::scheduler::informers::pod_groups::GroupKey {
+            api: crate::scheduler::informers::pod_groups::GroupApi::Workload,
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        // A cycle in the hierarchy is an error the pods are told of, not a missing root.
+        !matches!(groups.root_of(&key), Ok(None))
+    });
     *last = Some((std::time::Instant::now(), id, summary.clone()));
     summary
 }

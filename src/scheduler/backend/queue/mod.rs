@@ -22,8 +22,9 @@ mod heap;
 mod pending;
 mod requeue;
 mod state;
+mod summary;
 
-use std::collections::{BTreeMap, BinaryHeap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BinaryHeap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -32,8 +33,9 @@ use indexmap::IndexMap;
 pub use self::backoff::backoff_duration;
 use self::heap::HeapEntry;
 pub use self::pending::PendingPod;
-use self::state::{Entry, PENDING_QUEUES, POD_ADD, POD_UPDATE, POP_FROM_BACKOFF, Pool, State};
+use self::state::{Entry, POD_ADD, POD_UPDATE, POP_FROM_BACKOFF, Pool, State};
 pub use self::state::{IncomingCounter, MAX_IN_UNSCHEDULABLE, SchedulingQueue};
+pub use self::summary::{GROUP_QUEUES, Summary};
 use crate::k8s::pods;
 use crate::locks;
 use crate::scheduler::framework::events::{self, EventObject, HintSource};
@@ -44,31 +46,6 @@ use crate::scheduler::framework::{Plugin, QueuedPodInfo};
 const SUMMARY_SLICE: usize = 2048;
 /// How often a waiting `pop` looks at backoffQ.
 const FLUSH_INTERVAL: Duration = Duration::from_millis(200);
-
-/// What the queue holds, counted in one pass for the metrics read when `/metrics` is scraped.
-#[derive(Clone, Debug)]
-pub struct Summary {
-    /// Each sub-queue (active, backoff, unschedulable, gated): its pods, and when the one that
-    /// has waited longest entered the queue.
-    pub pools: [(&'static str, usize, Option<Instant>); 4],
-    /// Pods waiting after a rejection, in any sub-queue, by each plugin that rejected them (or
-    /// holds them at PreEnqueue) and their schedulerName: (plugin, schedulerName, pods).
-    pub rejected_by: Vec<(&'static str, String, usize)>,
-    /// The scheduling entities in each sub-queue, as kube-scheduler 1.38 counts them
-    /// (`scheduler_queued_entities`): `pod` for a pod of no PodGroup, `podgroup` for each
-    /// PodGroup (Workload API) with a member there, however many.
-    pub entities: [(&'static str, usize, usize); 4],
-}
-
-impl Default for Summary {
-    fn default() -> Self {
-        Summary {
-            pools: PENDING_QUEUES.map(|queue| (queue, 0, None)),
-            rejected_by: Vec::new(),
-            entities: PENDING_QUEUES.map(|queue| (queue, 0, 0)),
-        }
-    }
-}
 
 impl SchedulingQueue {
     /// A queue ordered by `sort`, the QueueSort plugin all profiles share, that asks `hints`
@@ -615,11 +592,20 @@ impl SchedulingQueue {
 
     /// Calls `each` with every pod pending for a profile (activeQ, backoffQ, the unschedulable
     /// pool, gated: not in flight, assumed or unserved) and its sub-queue's place in
-    /// [`PENDING_QUEUES`] (and [`Summary::pools`]), reading [`SUMMARY_SLICE`] pods at a time with the lock let go in
+    /// [`state::PENDING_QUEUES`] (and [`Summary::pools`]), reading [`SUMMARY_SLICE`] pods at a time with the lock let go in
     /// between: however many pods wait (100,000 in a large cluster), a reader never holds the
     /// scheduling loop up for more than one slice. A pod that moves while it is read may be seen
     /// in neither of its pools or in both; a queue at rest is read exactly.
     fn for_each_pending(&self, mut each: impl FnMut(usize, &Entry)) {
+        self.for_each_entry(|slot, entry| {
+            if let Some(slot) = slot {
+                each(slot, entry);
+            }
+        });
+    }
+
+    /// [`SchedulingQueue::for_each_pending`], with the pods in flight too (slot `None`).
+    fn for_each_entry(&self, mut each: impl FnMut(Option<usize>, &Entry)) {
         let mut at: usize = 0;
         loop {
             let st = self.lock();
@@ -629,11 +615,12 @@ impl SchedulingQueue {
                     break;
                 };
                 let slot = match entry.pool {
-                    Pool::Active => 0,
-                    Pool::Backoff => 1,
-                    Pool::Unschedulable => 2,
-                    Pool::Gated => 3,
-                    Pool::InFlight | Pool::Assumed | Pool::Unserved => continue,
+                    Pool::Active => Some(0),
+                    Pool::Backoff => Some(1),
+                    Pool::Unschedulable => Some(2),
+                    Pool::Gated => Some(3),
+                    Pool::InFlight => None,
+                    Pool::Assumed | Pool::Unserved => continue,
                 };
                 each(slot, entry);
             }
@@ -642,64 +629,6 @@ impl SchedulingQueue {
             }
             at = end;
         }
-    }
-
-    /// The queue's [`Summary`] now (pods in flight, assumed or unserved are not in it), read as
-    /// [`SchedulingQueue::for_each_pending`] reads the queue.
-    pub fn summary(&self) -> Summary {
-        let mut summary = Summary::default();
-        // By schedulerName, then plugin: a name is copied once, not once per pod.
-        let mut rejected: HashMap<String, HashMap<&'static str, usize>> = HashMap::new();
-        // The PodGroups with a member in each sub-queue.
-        let mut groups: [std::collections::HashSet<(String, String)>; 4] = Default::default();
-        self.for_each_pending(|slot, entry| {
-            let (_, count, oldest) = &mut summary.pools[slot];
-            *count += 1;
-            let since = entry.info.initial_attempt_timestamp;
-            if oldest.is_none_or(|o| since < o) {
-                *oldest = Some(since);
-            }
-            let info = &entry.info;
-            match pods::pod_group_name(&info.pod.pod) {
-                Some(group) => {
-                    groups[slot].insert((info.pod.namespace().into(), group.into()));
-                }
-                None => summary.entities[slot].1 += 1,
-            }
-            let gate = info
-                .gated_by
-                .filter(|g| !info.unschedulable_plugins.contains(g));
-            let mut plugins = info
-                .unschedulable_plugins
-                .iter()
-                .copied()
-                .chain(gate)
-                .peekable();
-            if plugins.peek().is_none() {
-                return;
-            }
-            let scheduler = pods::scheduler_name(&info.pod.pod);
-            if !rejected.contains_key(scheduler) {
-                rejected.insert(scheduler.to_string(), HashMap::new());
-            }
-            if let Some(by_plugin) = rejected.get_mut(scheduler) {
-                for plugin in plugins {
-                    *by_plugin.entry(plugin).or_default() += 1;
-                }
-            }
-        });
-        for (slot, groups) in groups.iter().enumerate() {
-            summary.entities[slot].2 = groups.len();
-        }
-        summary.rejected_by = rejected
-            .into_iter()
-            .flat_map(|(scheduler, by_plugin)| {
-                by_plugin
-                    .into_iter()
-                    .map(move |(plugin, n)| (plugin, scheduler.clone(), n))
-            })
-            .collect();
-        summary
     }
 
     /// Whether the pod is pending for a profile (in any pool but the unserved one).

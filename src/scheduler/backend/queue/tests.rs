@@ -837,7 +837,9 @@ fn the_summary_counts_each_sub_queue_and_the_rejections_by_plugin() {
             ("active", 0),
             ("backoff", 0),
             ("unschedulable", 2),
-            ("gated", 1)
+            ("gated", 1),
+            ("incomplete", 0),
+            ("pending", 0)
         ]
     );
     assert!(summary.pools[0].2.is_none(), "no pod, no oldest");
@@ -1516,4 +1518,49 @@ fn the_summary_counts_a_groups_members_as_one_entity() {
     assert_eq!(pending.len(), 6);
     assert_eq!(pending[5], ("other".to_string(), "gated"));
     assert!(q.pending(Some("elsewhere")).is_empty());
+}
+
+/// kube-scheduler 1.38's group pools in `scheduler_pending_pods`: the members of a PodGroup not
+/// known yet are `incomplete` (not `gated`, and in no entity); the members that wait in activeQ
+/// while a member of their group is in flight are `pending`; a pod of no group is where it waits.
+#[test]
+fn the_summary_counts_incomplete_and_pending_group_members_apart() {
+    let q = queue();
+    q.add(pod("alone", 0), None);
+    for name in ["lost-0", "lost-1"] {
+        q.add(member(name, "missing"), Some("GangScheduling"));
+    }
+    q.add(member("t0", "train"), None);
+    // The plain pod and t0 are in activeQ; pop both, then put the plain pod back.
+    let popped = pop_names(&q, 2);
+    assert!(popped.contains(&"t0".to_string()), "{popped:?}");
+    q.add(pod("alone-2", 0), None);
+    for name in ["t1", "t2"] {
+        q.add(member(name, "train"), None);
+    }
+    let summary = q.summary_with(|_, group| group != "missing");
+    let counts: Vec<_> = summary.pools.iter().map(|(q, n, _)| (*q, *n)).collect();
+    assert_eq!(
+        counts,
+        [
+            ("active", 1),
+            ("backoff", 0),
+            ("unschedulable", 0),
+            ("gated", 0),
+            ("incomplete", 2),
+            ("pending", 2),
+        ]
+    );
+    assert!(summary.pools[4].2.is_some() && summary.pools[5].2.is_some());
+    assert_eq!(summary.entities[0], ("active", 1, 0));
+    assert_eq!(summary.entities[3], ("gated", 0, 0));
+    // With every root known and nothing in flight, they are counted where they wait.
+    let all_known = queue();
+    for name in ["lost-0", "lost-1"] {
+        all_known.add(member(name, "missing"), Some("GangScheduling"));
+    }
+    let summary = all_known.summary();
+    assert_eq!(summary.pools[3].1, 2);
+    assert_eq!(summary.pools[4].1, 0);
+    assert_eq!(summary.entities[3], ("gated", 0, 1));
 }
