@@ -15,6 +15,9 @@ pub const GROUP_QUEUES: [&str; 2] = ["incomplete", "pending"];
 /// A pod's sub-queue or group pool, and when it entered the queue.
 type Pool = (&'static str, usize, Option<Instant>);
 
+/// A PodGroup's members in each sub-queue: how many, and when the first entered the queue.
+type Members = [(usize, Option<Instant>); 4];
+
 /// What the queue holds, counted in one pass.
 #[derive(Clone, Debug)]
 pub struct Summary {
@@ -70,7 +73,7 @@ impl SchedulingQueue {
         // By schedulerName, then plugin: a name is copied once, not once per pod.
         let mut rejected: HashMap<String, HashMap<&'static str, usize>> = HashMap::new();
         // The members of each PodGroup in each sub-queue, placed once the walk is over.
-        let mut members: HashMap<(String, String), [(usize, Option<Instant>); 4]> = HashMap::new();
+        let mut members: HashMap<(String, String), Members> = HashMap::new();
         let mut in_flight: HashSet<(String, String)> = HashSet::new();
         self.for_each_entry(|slot, entry| {
             let info = &entry.info;
