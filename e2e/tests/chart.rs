@@ -705,6 +705,16 @@ fn release_objects(fullname: &str, profile: &str) -> Vec<(&'static str, String, 
         ("clusterrole", format!("{fullname}-explainer"), false),
         ("role", format!("{fullname}-explainer"), true),
         (
+            "validatingadmissionpolicy",
+            format!("{fullname}-explainrequests"),
+            false,
+        ),
+        (
+            "validatingadmissionpolicybinding",
+            format!("{fullname}-explainrequests"),
+            false,
+        ),
+        (
             "clusterrole",
             format!("{fullname}-stickybindings-view"),
             false,
@@ -810,7 +820,12 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
     assert_eq!(field("/spec/replicas").await?, 2);
     assert_eq!(
         field("/spec/template/spec/containers/0/args").await?,
-        serde_json::json!(["run", "--leader-elect"])
+        // The release's own admission policy for ExplainRequests (deploy/'s is the default).
+        serde_json::json!([
+            "run",
+            "--leader-elect",
+            format!("--explain-policy={fullname}-explainrequests")
+        ])
     );
     assert_eq!(
         field("/spec/template/spec/containers/0/image").await?,
@@ -952,7 +967,12 @@ async fn the_chart_installs_upgrades_and_uninstalls_on_the_cluster() -> anyhow::
     assert_ne!(field("/metadata/generation").await?, generation);
     assert!(
         !exists("clusterrole", &format!("{fullname}-explainer"), None)?
-            && !exists("role", &format!("{fullname}-explainer"), Some(&ns.name))?,
+            && !exists("role", &format!("{fullname}-explainer"), Some(&ns.name))?
+            && !exists(
+                "validatingadmissionpolicy",
+                &format!("{fullname}-explainrequests"),
+                None
+            )?,
         "the upgrade removes what the values no longer render"
     );
     let status: Value = serde_json::from_str(&helm_ok(&[
