@@ -81,7 +81,7 @@ cluster-down: ## stop the local control plane and remove its state
 # architecture, the workflow through actionlint, the plugin through krew; its tools from
 # e2e/scripts/build-release-tools.sh). kueue.rs starts a real Kueue (built before the tests, by
 # e2e/scripts/build-kueue.sh, cached) beside the shared tether.
-E2E_SHARED := $(filter-out faults ha sampling image chart release fidelity dra explain soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+E2E_SHARED := $(filter-out faults ha sampling image chart release fidelity dra explain quickstart soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -94,7 +94,7 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	  $(CARGO) test -p tether-e2e --test fidelity --test dra -- --nocapture --test-threads=1 || status=$$?; \
 	fi; \
 	if [ $$status -eq 0 ]; then \
-	  $(CARGO) test -p tether-e2e --test explain -- --test-threads=1 || status=$$?; \
+	  $(CARGO) test -p tether-e2e --test explain --test quickstart -- --test-threads=1 || status=$$?; \
 	fi; \
 	e2e/scripts/tether-down.sh; \
 	if [ $$status -ne 0 ]; then echo "tether's log: .cluster/logs/tether.log"; exit $$status; fi; \
