@@ -1653,7 +1653,7 @@ async fn explain_and_pending_need_nothing_but_a_kubeconfig() -> anyhow::Result<(
     let request = json!({
         "apiVersion": "tether.dev/v1alpha1", "kind": "ExplainRequest",
         "metadata": {"name": "by-hand", "namespace": ns.name},
-        "spec": {"pod": "fits", "requester": {"username": user["username"], "groups": user["groups"]}},
+        "spec": {"pod": "fits", "requester": user},
     })
     .to_string();
     kubectl_ok(&["create", "-f", "-"], Some(&request))?;
@@ -1683,6 +1683,94 @@ async fn explain_and_pending_need_nothing_but_a_kubeconfig() -> anyhow::Result<(
         columns.contains("POD") && columns.contains(&format!("bound to {node}")),
         "kubectl get xr: {columns}"
     );
+
+    // An answer planted by a co-tenant who may write the status in the namespace (a Role with
+    // every verb there) is refused: only who may `answer` across the cluster writes one.
+    kubectl_ok(
+        &[
+            "-n",
+            &ns.name,
+            "create",
+            "role",
+            "planter",
+            "--verb=*",
+            "--resource=explainrequests.tether.dev,explainrequests.tether.dev/status",
+        ],
+        None,
+    )?;
+    kubectl_ok(
+        &[
+            "-n",
+            &ns.name,
+            "create",
+            "rolebinding",
+            "planter",
+            "--role=planter",
+            &format!("--serviceaccount={}:podsonly", ns.name),
+        ],
+        None,
+    )?;
+    let out = as_user(
+        &kubectl,
+        &podsonly,
+        &[
+            "-n",
+            &ns.name,
+            "patch",
+            "xr",
+            "by-hand",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status": {"summary": "bound to somewhere-else"}}"#,
+        ],
+        None,
+    )?;
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && said.contains("only tether writes"),
+        "a planted answer: {said}"
+    );
+
+    // One requester has 16 requests at most: past that, tether refuses (429).
+    let whoami = as_user(&kubectl, &asker, &["auth", "whoami", "-o", "json"], None)?;
+    let asker_info: serde_json::Value = serde_json::from_slice(&whoami.stdout)?;
+    for i in 0..18 {
+        let request = json!({
+            "apiVersion": "tether.dev/v1alpha1", "kind": "ExplainRequest",
+            "metadata": {"name": format!("many-{i}"), "namespace": ns.name},
+            "spec": {"pod": "fits", "requester": asker_info["status"]["userInfo"]},
+        })
+        .to_string();
+        let out = as_user(&kubectl, &asker, &["create", "-f", "-"], Some(&request))?;
+        anyhow::ensure!(
+            out.status.success(),
+            "request {i}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let codes = wait_for("the 18 requests answered", Duration::from_secs(60), || async {
+        let listed = kubectl_ok(
+            &[
+                "-n",
+                &ns.name,
+                "get",
+                "xr",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.name}={.status.answeredAt}/{.status.refused.code}{\"\\n\"}{end}",
+            ],
+            None,
+        )?;
+        let many: Vec<&str> = listed.lines().filter(|l| l.starts_with("many-")).collect();
+        let answered = many.iter().all(|l| !l.contains("=/"));
+        Ok((many.len() == 18 && answered).then(|| {
+            many.iter()
+                .filter(|l| l.ends_with("/429"))
+                .count()
+        }))
+    })
+    .await?;
+    assert_eq!(codes, 2, "the 17th and 18th refused");
 
     std::fs::remove_dir_all(&dir)?;
     for name in ["asker", "podsonly", "stranger"] {

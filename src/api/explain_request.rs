@@ -12,9 +12,10 @@ use serde::{Deserialize, Serialize};
 /// and delete it.
 ///
 /// The admission policy `tether-explainrequests` admits a request only when `spec.requester`
-/// is who creates it; tether then answers only what that user may read: `get` on the pod and
-/// `list` on nodes (the answer names every node, its taints and what is requested on it), or
-/// `list` on pods for a namespace's pending pods.
+/// is who creates it, and an answer only from tether; tether then answers only what that user
+/// may read: `get` on the pod and `list` on nodes (the answer names every node, its taints and
+/// what is requested on it), or `list` on pods for a namespace's pending pods. One user has at
+/// most 16 requests at a time (past that, they are refused), and users take turns.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "tether.dev",
@@ -62,6 +63,11 @@ pub struct Requester {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 1024))]
     pub uid: Option<String>,
+    /// What else the authenticator said of the user (a token's credential id, its scopes), as
+    /// the API server has it: authorizers may read it, so tether asks with it too.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    #[x_kube(validation = kube::core::Rule::new("size(self) <= 32").message("at most 32 extra keys"))]
+    pub extra: std::collections::BTreeMap<String, Vec<String>>,
 }
 
 /// tether's answer. Set once; the request is not answered again.
@@ -84,14 +90,15 @@ pub struct ExplainRequestStatus {
     pub refused: Option<Refusal>,
 
     /// The explanation of the pod: what `tether explain -o json` prints (kind Explanation).
-    /// At most 512 KiB: on a large cluster the per-node verdicts past that are left out and
-    /// counted in `nodesOmitted`.
+    /// At most 256 KiB: on a large cluster the per-node verdicts past that are left out and
+    /// counted in `passingOmitted`, `rejectedOmitted` and `scoresOmitted`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::schema::preserve_unknown_object")]
     pub explanation: Option<serde_json::Value>,
 
     /// The namespace's pending pods grouped by blocker: what `tether pending -o json` prints
-    /// (kind PendingSummary).
+    /// (kind PendingSummary), at most 256 KiB (the smallest groups past that are counted in
+    /// `groupsOmitted`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "super::schema::preserve_unknown_object")]
     pub pending: Option<serde_json::Value>,
@@ -102,7 +109,8 @@ pub struct ExplainRequestStatus {
 #[serde(rename_all = "camelCase")]
 pub struct Refusal {
     /// The HTTP status of the refusal: 403 (the requester may not read it), 404 (no such
-    /// pod), 422 (it cannot be explained), 429 (too many questions), 503 (try again).
+    /// pod), 422 (it cannot be explained), 429 (the requester has too many requests), 503 (try
+    /// again).
     #[schemars(range(min = 100, max = 599))]
     pub code: i32,
     /// What was refused and why.

@@ -40,6 +40,7 @@ pub async fn ask(
         username: user.username.unwrap_or_default(),
         groups: user.groups.unwrap_or_default(),
         uid: user.uid.filter(|u| !u.is_empty()),
+        extra: user.extra.unwrap_or_default(),
     };
     let mut request = ExplainRequest::new(
         "",
@@ -101,10 +102,10 @@ fn refused_to_make(error: kube::Error, namespace: &str) -> anyhow::Error {
         kube::Error::Api(status)
             if status.code == 403 && status.message.contains("spec.requester") =>
         {
-            "the admission policy tether-explainrequests refused the requester"
+            "the admission policy on ExplainRequests refused the requester"
         }
         kube::Error::Api(status) if status.code == 403 => {
-            "you may not create ExplainRequests there: ask for the ClusterRole tether-explainer (kubectl create clusterrolebinding NAME --clusterrole=tether-explainer --user=YOU), or pass --token-file"
+            "you may not create ExplainRequests there: ask for tether's explainer ClusterRole (tether-explainer from deploy/, RELEASE-explainer from the chart), or pass --token-file"
         }
         kube::Error::Api(status) if status.code == 404 => {
             "this cluster serves no ExplainRequests: install tether's CRDs of this release (kubectl apply -f crds/), or pass --token-file"

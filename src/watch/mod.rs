@@ -1444,6 +1444,14 @@ mod tests {
                     serde_json::json!({}),
                     serde_json::json!({"phase": "Active"}),
                 ),
+                9 => (
+                    "tether.dev/v1alpha1",
+                    "ExplainRequest",
+                    serde_json::json!({"pod": "web-0", "requester": {"username": "alice",
+                    "groups": ["g"], "extra": {"k": ["v"]}}}),
+                    serde_json::json!({"answeredAt": "2026-01-01T00:00:00Z", "summary": "s",
+                    "explanation": {"pod": "n/web-0"}}),
+                ),
                 _ => (
                     "kubevirt.io/v1",
                     "VirtualMachineInstance",
@@ -1550,6 +1558,7 @@ mod tests {
                     Api::<k8s_openapi::api::scheduling::v1beta1::PodGroup>::all,
                 ),
                 8 => listed(items, Api::<core::Namespace>::all),
+                9 => listed(items, Api::<crate::api::ExplainRequest>::all),
                 _ => listed(items, |client| {
                     let vmi = kube::api::ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
                         "kubevirt.io",
@@ -1568,7 +1577,7 @@ mod tests {
             /// list goes on: the readable objects beside it are read, and the watch is current.
             #[test]
             fn no_hostile_object_stops_a_watch_of_any_kind(
-                kind in 0usize..10,
+                kind in 0usize..11,
                 path in 0usize..PATHS.len(),
                 value in 0usize..9,
             ) {

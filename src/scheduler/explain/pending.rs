@@ -26,6 +26,13 @@ pub struct PendingSummary {
     /// The pods pending in it.
     pub pods: usize,
     pub groups: Vec<PendingGroup>,
+    /// The smallest groups left out to keep the answer small (an ExplainRequest's status).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub groups_omitted: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// Pods blocked alike.
@@ -162,6 +169,7 @@ pub fn summarize(
         namespace,
         pods: pending.len(),
         groups,
+        groups_omitted: 0,
     }
 }
 
@@ -210,6 +218,12 @@ pub fn text(summary: &PendingSummary, wide: bool) -> String {
         rows.push(row);
     }
     super::render::table(&mut out, &rows);
+    if summary.groups_omitted > 0 {
+        out.push_str(&format!(
+            "  and {} smaller groups left out of this answer (--token-file asks the leader for all of them)\n",
+            summary.groups_omitted
+        ));
+    }
     out
 }
 

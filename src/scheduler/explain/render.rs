@@ -442,16 +442,16 @@ fn rejections(out: &mut String, e: &Explanation, wide: bool) {
         );
         return;
     }
-    if e.nodes_omitted > 0 {
+    if e.rejected_omitted > 0 || e.scores_omitted > 0 {
         let _ = writeln!(
             out,
-            "\n({} node entries left out of this answer to keep it small; --token-file asks the leader for all of them)",
-            e.nodes_omitted
+            "\n({} rejected nodes and {} scores left out of this answer to keep it small; --token-file asks the leader for all of them)",
+            e.rejected_omitted, e.scores_omitted
         );
     }
     let rejected: Vec<_> = e.filters.iter().filter(|n| !n.feasible).collect();
     if rejected.is_empty() {
-        if !e.filters.is_empty() {
+        if !e.filters.is_empty() || e.passing_omitted > 0 {
             let _ = writeln!(out, "\nEvery node passed every filter.");
         }
         return;
@@ -459,8 +459,11 @@ fn rejections(out: &mut String, e: &Explanation, wide: bool) {
     let _ = writeln!(
         out,
         "\nFILTER ({} of {} nodes rejected; * marks the reason the failure message counts)",
-        rejected.len(),
-        e.filters.len()
+        rejected.len().saturating_add(e.rejected_omitted),
+        e.filters
+            .len()
+            .saturating_add(e.passing_omitted)
+            .saturating_add(e.rejected_omitted)
     );
     let mut rows = vec![vec![
         "NODE".to_string(),
@@ -473,7 +476,10 @@ fn rejections(out: &mut String, e: &Explanation, wide: bool) {
     } else {
         FILTER_NODES_SHOWN
     };
-    let more = rejected.len().saturating_sub(shown);
+    let more = rejected
+        .len()
+        .saturating_add(e.rejected_omitted)
+        .saturating_sub(shown);
     for node in rejected.into_iter().take(shown) {
         if node.left_out_by_pre_filter {
             rows.push(vec![

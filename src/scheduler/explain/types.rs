@@ -29,11 +29,16 @@ pub struct Explanation {
     /// The feasible nodes' scores, best first.
     #[serde(default)]
     pub scores: Vec<NodeScores>,
-    /// Entries of `filters` and `scores` left out to keep the answer small (an ExplainRequest's
-    /// status holds at most 512 KiB): the passing nodes' verdicts first, then the lowest
-    /// scores and the last rejected nodes.
+    /// The passing nodes whose Filter verdicts (every one a success; `scores` lists the nodes)
+    /// were left out of `filters` to keep the answer small (an ExplainRequest's status).
     #[serde(default, skip_serializing_if = "is_zero")]
-    pub nodes_omitted: usize,
+    pub passing_omitted: usize,
+    /// The last rejected nodes left out of `filters` past that.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub rejected_omitted: usize,
+    /// The lowest scores left out of `scores` past that.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub scores_omitted: usize,
     /// The node with the best total (for a bound pod: the node it is bound to, if that is
     /// among the best).
     #[serde(default, skip_serializing_if = "Option::is_none")]
