@@ -42,7 +42,11 @@ current-context: tether
 KCFG
 
 mkdir -p "$LOG_DIR" "$(dirname "$PID_FILE")"
-KUBECONFIG=$sa_kubeconfig RUST_LOG=${RUST_LOG:-info,tether=debug} setsid "$TETHER_BIN" run \
+# tether runs under a shell of its own session (tether-down.sh stops the whole group) that
+# writes how it ended into its log: a death no log line explains still leaves its status.
+KUBECONFIG=$sa_kubeconfig RUST_LOG=${RUST_LOG:-info,tether=debug} setsid bash -c \
+  '"$0" "$@"; status=$?; echo "[tether-e2e] tether exited with status $status ($(date -u +%FT%TZ))" >&2' \
+  "$TETHER_BIN" run \
   --http-addr "127.0.0.1:$TETHER_HTTP_PORT" --health-addr "127.0.0.1:$TETHER_HEALTH_PORT" --instance tether-local \
   --owner-kinds example.tether.dev/Widget,example.tether.dev/WidgetSet,apps.kruise.io/StatefulSet \
   --feature-gates DRAWorkloadResourceClaims=true \
