@@ -186,11 +186,16 @@ pub fn tether_metric(sample: &str) -> anyhow::Result<Option<f64>> {
     if !out.status.success() {
         bail!("tether's /metrics at {url} did not answer");
     }
-    let text = String::from_utf8_lossy(&out.stdout);
-    Ok(text.lines().find_map(|line| {
+    Ok(sample_value(&String::from_utf8_lossy(&out.stdout), sample))
+}
+
+/// The value of `sample` (a name with its labels as exposed, `name{label="v"}`) in the
+/// exposition `text`, when it is there.
+pub fn sample_value(text: &str, sample: &str) -> Option<f64> {
+    text.lines().find_map(|line| {
         let value = line.strip_prefix(sample)?.strip_prefix(' ')?;
         value.trim().parse().ok()
-    }))
+    })
 }
 
 /// Like [`kubectl`], but fails when kubectl fails, with what it printed.

@@ -16,8 +16,8 @@ use serde_json::json;
 use tether_e2e::faults::curl_self_signed;
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
-    TestNamespace, TestNodes, apply_profile, client, free_local_addr, kubectl_ok, tether_url,
-    unique_suffix, wait_bound, wait_for,
+    TestNamespace, TestNodes, apply_profile, client, free_local_addr, kubectl_ok, sample_value,
+    tether_url, unique_suffix, wait_bound, wait_for,
 };
 
 /// The samples compared: kube-scheduler exports each of them after the scenario, and tether
@@ -243,12 +243,7 @@ async fn kube_schedulers_metric_families_are_tethers_with_the_same_labels() -> a
                     let Some(text) = curl_self_signed(&url)? else {
                         return Ok(None);
                     };
-                    let pods = text
-                        .lines()
-                        .find_map(|l| {
-                            l.strip_prefix("scheduler_pending_pods{queue=\"incomplete\"} ")
-                        })
-                        .and_then(|v| v.trim().parse::<f64>().ok())
+                    let pods = sample_value(&text, r#"scheduler_pending_pods{queue="incomplete"}"#)
                         .unwrap_or(0.0);
                     Ok((if exact { pods == 1.0 } else { pods >= 1.0 }).then_some(()))
                 }

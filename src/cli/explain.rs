@@ -30,11 +30,11 @@ pub struct ExplainArgs {
 #[derive(clap::Args, Debug)]
 pub struct Endpoint {
     /// The leader's HTTP endpoint, when you reach it yourself (`http://127.0.0.1:8080` behind
-    /// your own port-forward, or an https address). Without it but with --token-file, explain finds the leader: the
-    /// holder of the Lease --leader-lease, reached through the API server's port-forward to its
-    /// pod (your kubeconfig's credentials serve for that; you need get on the Lease and on
-    /// pods, and get and create on pods/portforward in tether's namespace: the Role tether-explainer
-    /// there grants them).
+    /// your own port-forward, or an https address). Without it but with --token-file, explain
+    /// finds the leader: the holder of the Lease --leader-lease, reached through the API
+    /// server's port-forward to its pod (your kubeconfig's credentials serve for that; you need
+    /// get on the Lease and on pods, and get and create on pods/portforward in tether's
+    /// namespace: the Role tether-explainer there grants them).
     #[arg(long, env = "TETHER_ENDPOINT")]
     pub endpoint: Option<String>,
     /// tether's Lease, as namespace/name: its holder is the leader.

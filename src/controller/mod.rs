@@ -38,12 +38,30 @@ pub async fn apply_status<K>(
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
 {
+    apply_status_of(api, name, None, status).await
+}
+
+/// [`apply_status`], only while `name` is the object of `uid` when one is given: an object
+/// made again with the same name has another, and the API server refuses to change an object's
+/// uid (422), so the status never lands on the newer object.
+pub async fn apply_status_of<K>(
+    api: &Api<K>,
+    name: &str,
+    uid: Option<&str>,
+    status: &impl Serialize,
+) -> Result<K, kube::Error>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+{
     crate::k8s::budget::get().status.take().await;
-    let patch = serde_json::json!({
+    let mut patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
         "kind": K::kind(&()),
         "status": status,
     });
+    if let Some(uid) = uid {
+        patch["metadata"] = serde_json::json!({"uid": uid});
+    }
     api.patch_status(
         name,
         &PatchParams::apply(FIELD_MANAGER).force(),

@@ -462,13 +462,7 @@ async fn watch_while_served(cache: Arc<OwnerCache>, client: kube::Client, resour
 
 /// Whether a watch failed because its resource is not served (404).
 pub(crate) fn not_served(error: &watcher::Error) -> bool {
-    matches!(
-        error,
-        watcher::Error::InitialListFailed(kube::Error::Api(e))
-            | watcher::Error::WatchStartFailed(kube::Error::Api(e))
-            | watcher::Error::WatchFailed(kube::Error::Api(e))
-            if e.code == 404
-    )
+    crate::watch::unavailable(error) == Some(crate::watch::Unavailable::NotServed)
 }
 
 /// The longest wait between two discoveries of an optional kind not served.

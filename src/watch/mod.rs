@@ -97,6 +97,35 @@ pub trait Index<K>: Send + Sync {
     fn listed(&self, _seen: HashSet<String>) {}
 }
 
+/// Why the API server will not let a watch read its kind at all, where that is no failure of
+/// the watch: an optional kind not served, or one tether may not list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unavailable {
+    /// 404: the API server does not serve the kind (its API or CRD is not installed).
+    NotServed,
+    /// 403: tether may not list it.
+    Forbidden,
+}
+
+/// The [`Unavailable`] a watch failure says, if it says one.
+pub fn unavailable(error: &watcher::Error) -> Option<Unavailable> {
+    match error {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => api_unavailable(e),
+        _ => None,
+    }
+}
+
+/// The [`Unavailable`] an answer of the API server says: 404 not served, 403 not readable.
+pub fn api_unavailable(error: &kube::Error) -> Option<Unavailable> {
+    match error {
+        kube::Error::Api(e) if e.code == 404 => Some(Unavailable::NotServed),
+        kube::Error::Api(e) if e.code == 403 => Some(Unavailable::Forbidden),
+        _ => None,
+    }
+}
+
 /// Whether a watch failure means the API server no longer has the requested history.
 fn is_gone(error: &watcher::Error) -> bool {
     match error {

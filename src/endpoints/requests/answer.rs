@@ -6,10 +6,11 @@ use std::sync::Arc;
 use axum::http::StatusCode;
 use jiff::Timestamp;
 use k8s_openapi::api::admissionregistration::v1::{
-    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding, ValidatingAdmissionPolicySpec,
+    MatchResources, ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+    ValidatingAdmissionPolicySpec,
 };
 use k8s_openapi::api::authentication::v1::UserInfo;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, Time};
 use kube::api::Api;
 
 use super::book::Question;
@@ -41,38 +42,40 @@ fn shipped_policy() -> Result<ValidatingAdmissionPolicySpec, String> {
         .ok_or_else(|| "the shipped policy has no spec".to_string())
 }
 
-/// What of a policy decides what it admits: its rules, its validations, its conditions and
-/// how it fails (the API server's defaults, such as empty selectors, left out).
-fn decisive(spec: &ValidatingAdmissionPolicySpec) -> serde_json::Value {
-    let rules = spec.match_constraints.as_ref().map(|m| {
-        let rules: Vec<_> = m
-            .resource_rules
-            .iter()
-            .flatten()
-            .map(|r| {
-                (
-                    &r.api_groups,
-                    &r.api_versions,
-                    &r.operations,
-                    &r.resources,
-                    &r.resource_names,
-                )
-            })
-            .collect();
-        let selects = |s: &Option<_>| {
-            s.as_ref().is_some_and(
-                |s: &k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector| {
-                    s.match_labels.as_ref().is_some_and(|l| !l.is_empty())
-                        || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
-                },
+/// What of a policy's or a binding's match decides what it matches: its rules, whether it
+/// excludes any, whether a selector narrows it (the API server's defaults, such as empty
+/// selectors, left out).
+fn match_shape(m: &MatchResources) -> serde_json::Value {
+    let rules: Vec<_> = m
+        .resource_rules
+        .iter()
+        .flatten()
+        .map(|r| {
+            (
+                &r.api_groups,
+                &r.api_versions,
+                &r.operations,
+                &r.resources,
+                &r.resource_names,
             )
-        };
-        serde_json::json!({
-            "rules": rules,
-            "excluded": m.exclude_resource_rules.as_ref().is_some_and(|e| !e.is_empty()),
-            "selected": selects(&m.namespace_selector) || selects(&m.object_selector),
         })
-    });
+        .collect();
+    let selects = |s: &Option<LabelSelector>| {
+        s.as_ref().is_some_and(|s| {
+            s.match_labels.as_ref().is_some_and(|l| !l.is_empty())
+                || s.match_expressions.as_ref().is_some_and(|e| !e.is_empty())
+        })
+    };
+    serde_json::json!({
+        "rules": rules,
+        "excluded": m.exclude_resource_rules.as_ref().is_some_and(|e| !e.is_empty()),
+        "selected": selects(&m.namespace_selector) || selects(&m.object_selector),
+    })
+}
+
+/// What of a policy decides what it admits: its match, its validations, its conditions and
+/// how it fails.
+fn decisive(spec: &ValidatingAdmissionPolicySpec) -> serde_json::Value {
     let validations: Vec<_> = spec
         .validations
         .iter()
@@ -80,7 +83,7 @@ fn decisive(spec: &ValidatingAdmissionPolicySpec) -> serde_json::Value {
         .map(|v| (&v.expression, &v.message, &v.message_expression, &v.reason))
         .collect();
     serde_json::json!({
-        "rules": rules,
+        "rules": spec.match_constraints.as_ref().map(match_shape),
         "validations": validations,
         "conditions": spec.match_conditions.as_ref().is_some_and(|c| !c.is_empty()),
         "variables": spec.variables.as_ref().is_some_and(|v| !v.is_empty()),
@@ -112,18 +115,11 @@ pub async fn policy_in_force(client: &kube::Client, name: &str) -> Result<(), St
         .map_err(|e| format!("reading ValidatingAdmissionPolicy {name}: {e}"))?
         .ok_or_else(|| missing(""))?;
     let spec = binding.spec;
-    let binds_all = spec.match_resources.as_ref().is_none_or(|m| {
-        decisive(&ValidatingAdmissionPolicySpec {
-            match_constraints: Some(m.clone()),
-            ..Default::default()
-        })["rules"]
-            .as_object()
-            .is_some_and(|r| {
-                r["rules"].as_array().is_some_and(Vec::is_empty)
-                    && r["excluded"] == false
-                    && r["selected"] == false
-            })
-    });
+    // A binding without a match of its own, or one that matches as much as none.
+    let binds_all = spec
+        .match_resources
+        .as_ref()
+        .is_none_or(|m| match_shape(m) == match_shape(&MatchResources::default()));
     let as_shipped = policy
         .spec
         .as_ref()

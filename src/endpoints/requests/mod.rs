@@ -21,13 +21,13 @@ use std::time::Duration;
 use axum::http::StatusCode;
 use futures::StreamExt;
 use jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DeleteParams, Preconditions};
 use kube::runtime::watcher::Event;
 
 pub use self::book::MAX_PER_REQUESTER;
 use self::book::{Book, Key, Question};
 use super::auth::AuthCache;
-use crate::api::{ExplainRequest, ExplainRequestStatus};
+use crate::api::ExplainRequest;
 use crate::gate::{Write, WriteGate};
 use crate::scheduler::Scheduler;
 
@@ -46,18 +46,6 @@ pub const POLICY: &str = "tether-explainrequests";
 const POLICY_RECHECK: Duration = Duration::from_secs(30);
 /// How long a replica waits before it asks again whether ExplainRequests are served.
 const NOT_SERVED_RETRY: Duration = Duration::from_secs(30);
-
-/// Whether a watch failure says the API server does not serve ExplainRequests (404: the CRD of
-/// this release is not installed) or tether may not read them (403).
-fn unavailable(error: &kube::runtime::watcher::Error) -> bool {
-    use kube::runtime::watcher::Error;
-    matches!(
-        error,
-        Error::InitialListFailed(kube::Error::Api(e))
-            | Error::WatchStartFailed(kube::Error::Api(e))
-            | Error::WatchFailed(kube::Error::Api(e)) if e.code == 404 || e.code == 403
-    )
-}
 
 /// Answers ExplainRequests while this replica leads (a standby's gate admits no write: it
 /// answers nothing, and the new leader answers what was left). Where the API server does not
@@ -137,7 +125,8 @@ impl Answerer {
                     Some(Ok(Event::InitDone)) => book.reset(listed.take().unwrap_or_default()),
                     Some(Ok(Event::Apply(request))) => book.apply(&request),
                     Some(Ok(Event::Delete(request))) => book.delete(&request),
-                    Some(Err(e)) if unavailable(&e) => return Some(e),
+                    // Not served (the CRD of an older release) or not readable (403).
+                    Some(Err(e)) if crate::watch::unavailable(&e).is_some() => return Some(e),
                     // The watch notes and retries its other failures.
                     Some(Err(_)) => {}
                     None => return None,
@@ -171,8 +160,8 @@ impl Answerer {
                     break;
                 };
                 per_requester.retain_recent();
-                let too_many = question.over;
-                let in_force = if too_many {
+                // A request over its requester's share is refused without asking the policy.
+                let in_force = if question.over {
                     Ok(())
                 } else {
                     let fresh = policy
@@ -185,19 +174,18 @@ impl Answerer {
                     }
                     policy.as_ref().map_or(Ok(()), |(_, p)| p.clone())
                 };
-                let work = self.work(question.clone(), too_many, in_force);
+                let work = self.work(question.clone(), in_force);
                 let id = working.spawn(work).id();
                 in_task.insert(id, (question.key(), question.uid.clone()));
             }
         }
     }
 
-    /// Answers `question` (or refuses it: `too_many` requests of its requester) and writes the
-    /// answer.
+    /// Answers `question` (or refuses it, when it is over its requester's share) and writes
+    /// the answer.
     fn work(
         &self,
         question: Question,
-        too_many: bool,
         policy: Result<(), String>,
     ) -> impl Future<Output = Outcome> + Send + 'static {
         let (client, cache, sched, gate) = (
@@ -207,7 +195,7 @@ impl Answerer {
             self.gate.clone(),
         );
         async move {
-            let status = if too_many {
+            let status = if question.over {
                 answer::refused(
                     StatusCode::TOO_MANY_REQUESTS,
                     format!(
@@ -223,11 +211,16 @@ impl Answerer {
             let written = gate
                 .write(
                     Write::ExplainAnswer,
-                    write_answer(&api, &question.name, &question.uid, &status),
+                    crate::controller::apply_status_of(
+                        &api,
+                        &question.name,
+                        Some(&question.uid),
+                        &status,
+                    ),
                 )
                 .await;
             match written {
-                Ok(Ok(())) => {
+                Ok(Ok(_)) => {
                     tracing::debug!(%request, "answered an ExplainRequest");
                     Outcome::Done
                 }
@@ -277,29 +270,4 @@ impl Answerer {
             }
         }
     }
-}
-
-/// Writes `status` into request `name` by server-side apply, only while it is the request of
-/// `uid` (a request made again with the same name has another: the API server refuses to
-/// change an object's uid). Waits for the status budget first.
-async fn write_answer(
-    api: &Api<ExplainRequest>,
-    name: &str,
-    uid: &str,
-    status: &ExplainRequestStatus,
-) -> Result<(), kube::Error> {
-    crate::k8s::budget::get().status.take().await;
-    let patch = serde_json::json!({
-        "apiVersion": "tether.dev/v1alpha1",
-        "kind": "ExplainRequest",
-        "metadata": {"uid": uid},
-        "status": status,
-    });
-    api.patch_status(
-        name,
-        &PatchParams::apply(crate::controller::FIELD_MANAGER).force(),
-        &Patch::Apply(&patch),
-    )
-    .await
-    .map(drop)
 }

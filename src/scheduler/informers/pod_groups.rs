@@ -21,7 +21,7 @@ use kube::api::Api;
 
 use crate::k8s::pod::Pod;
 use crate::scheduler::informers::Keeps;
-use crate::watch::{self, Index, Readiness};
+use crate::watch::{self, Index, Readiness, Unavailable, api_unavailable, unavailable};
 
 pub mod composite;
 
@@ -604,35 +604,6 @@ impl Index<kube::api::DynamicObject> for CoschedulingFeed {
                 None => self.told(ActionType::ADD, None, Some(group)),
             }
         }
-    }
-}
-
-/// Why PodGroups cannot be watched, where that is no failure of the watch.
-enum Unavailable {
-    /// 404: the API server does not serve the Workload API.
-    NotServed,
-    /// 403: tether may not list them.
-    Forbidden,
-}
-
-/// A 404 or 403 of the PodGroup watch: there are no PodGroups tether can see. Their pods wait
-/// at PreEnqueue for a group that does not appear, and every other pod is scheduled.
-fn unavailable(error: &kube::runtime::watcher::Error) -> Option<Unavailable> {
-    use kube::runtime::watcher::Error;
-    match error {
-        Error::InitialListFailed(e) | Error::WatchStartFailed(e) | Error::WatchFailed(e) => {
-            api_unavailable(e)
-        }
-        _ => None,
-    }
-}
-
-/// Why the API server's answer says the kind is unavailable: 404 not served, 403 not readable.
-fn api_unavailable(error: &kube::Error) -> Option<Unavailable> {
-    match error {
-        kube::Error::Api(e) if e.code == 404 => Some(Unavailable::NotServed),
-        kube::Error::Api(e) if e.code == 403 => Some(Unavailable::Forbidden),
-        _ => None,
     }
 }
 

@@ -592,10 +592,11 @@ impl SchedulingQueue {
 
     /// Calls `each` with every pod pending for a profile (activeQ, backoffQ, the unschedulable
     /// pool, gated: not in flight, assumed or unserved) and its sub-queue's place in
-    /// [`state::PENDING_QUEUES`] (and [`Summary::pools`]), reading [`SUMMARY_SLICE`] pods at a time with the lock let go in
-    /// between: however many pods wait (100,000 in a large cluster), a reader never holds the
-    /// scheduling loop up for more than one slice. A pod that moves while it is read may be seen
-    /// in neither of its pools or in both; a queue at rest is read exactly.
+    /// [`state::PENDING_QUEUES`] (and [`Summary::pools`]), reading [`SUMMARY_SLICE`] pods at a
+    /// time with the lock let go in between: however many pods wait (100,000 in a large
+    /// cluster), a reader never holds the scheduling loop up for more than one slice. A pod
+    /// that moves while it is read may be seen in neither of its pools or in both; a queue at
+    /// rest is read exactly.
     fn for_each_pending(&self, mut each: impl FnMut(usize, &Entry)) {
         self.for_each_entry(|slot, entry| {
             if let Some(slot) = slot {
