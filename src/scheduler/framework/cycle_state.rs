@@ -2,7 +2,9 @@
 //! (in Filter or Score, from several threads).
 
 use std::any::Any;
-use std::collections::HashMap;
+// Read for every node by every plugin with state: foldhash, not SipHash, hashes the keys
+// (static names chosen by the code, not by anyone outside).
+use foldhash::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -11,6 +11,7 @@ pub mod group_post_filter;
 pub mod interner;
 pub mod needs;
 pub mod node_info;
+pub mod node_sums;
 pub mod parallel;
 pub mod pod_group;
 pub mod pod_info;

@@ -26,3 +26,6 @@ pub mod taint_toleration;
 pub mod volume_binding;
 pub mod volume_restrictions;
 pub mod volume_zone;
+
+#[cfg(test)]
+mod kept_sums_tests;

@@ -245,11 +245,13 @@ impl<'a> Trial<'a> {
     }
 
     fn snapshot(&self) -> Snapshot {
-        self.base.with_changed(
-            self.changed.values().cloned(),
-            self.base.namespace_labels.clone(),
-            self.base.image_node_counts.clone(),
-        )
+        self.base
+            .with_changed(
+                self.changed.values().cloned(),
+                self.base.namespace_labels.clone(),
+                self.base.image_node_counts.clone(),
+            )
+            .into_view()
     }
 }
 

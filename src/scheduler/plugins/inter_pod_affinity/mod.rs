@@ -23,6 +23,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::node_sums::NodeSums;
 use crate::scheduler::framework::parallel::fold_per_thread;
 use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::{AffinityTerm, PodInfo, WeightedAffinityTerm};
@@ -98,12 +99,17 @@ impl InterPodAffinityArgs {
 #[derive(Clone, Debug, Default)]
 pub struct InterPodAffinity {
     args: InterPodAffinityArgs,
+    /// PreScore's sums kept from cycle to cycle.
+    score_sums: Arc<NodeSums<scoring::ScoreQuestion, scoring::ScoreSums>>,
 }
 
 impl InterPodAffinity {
     /// A plugin with args that [`InterPodAffinityArgs::validate`] accepted.
     pub fn new(args: InterPodAffinityArgs) -> Self {
-        InterPodAffinity { args }
+        InterPodAffinity {
+            args,
+            score_sums: Arc::default(),
+        }
     }
 }
 
@@ -219,10 +225,13 @@ impl TopologyMap {
     }
 
     /// Adds `n` to the pair (`key`, the node's value for it); nothing when the node lacks `key`.
-    fn add_for_node(&mut self, node: &NodeInfo, key: &Arc<Label>, n: i64) {
-        if let Some(value) = node.topology.value(key) {
+    /// Whether it added.
+    fn add_for_node(&mut self, node: &NodeInfo, key: &Arc<Label>, n: i64) -> bool {
+        let value = node.topology.value(key);
+        if let Some(value) = value {
             self.values_mut(key).add(value, n);
         }
+        value.is_some()
     }
 
     /// The sum of the numbers of every topology pair of the node.

@@ -8,7 +8,41 @@ use super::*;
 /// topology pair, positive for affinity and negative for anti-affinity.
 #[derive(Debug)]
 struct PreScoreState {
-    topology_score: TopologyMap,
+    /// Shared with the sums kept for the next cycle.
+    topology_score: Arc<TopologyMap>,
+}
+
+/// What PreScore's sums depend on besides the nodes: the incoming pod's group (its namespace,
+/// labels and terms) and the namespaces' labels its terms' namespaceSelectors read. Compared by
+/// identity: an equal group is the same interned one.
+#[derive(Debug)]
+pub(super) struct ScoreQuestion {
+    group: Arc<PodGroup>,
+    namespaces: Arc<std::collections::HashMap<String, BTreeMap<String, String>>>,
+}
+
+impl PartialEq for ScoreQuestion {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.group, &other.group) && Arc::ptr_eq(&self.namespaces, &other.namespaces)
+    }
+}
+
+/// The summed weights per topology pair, and how many terms were added to a pair (taking a
+/// node's share off subtracts its terms): none means nothing matched, and Score is skipped, as
+/// upstream skips on an empty map.
+#[derive(Clone, Debug, Default)]
+pub(super) struct ScoreSums {
+    map: Arc<TopologyMap>,
+    added: i64,
+}
+
+impl ScoreSums {
+    fn merge(mut self, other: ScoreSums) -> ScoreSums {
+        let map = Arc::make_mut(&mut self.map);
+        *map = std::mem::take(map).merge(Arc::unwrap_or_clone(other.map));
+        self.added += other.added;
+        self
+    }
 }
 
 /// The incoming pod's side of scoring, shared by every existing pod looked at.
@@ -25,12 +59,13 @@ impl ScoreInputs<'_> {
     /// kube-scheduler's processExistingPod does for each: the incoming pod's preferred terms
     /// matching them, and their own required affinity (at hardPodAffinityWeight) and preferred
     /// terms matching the incoming pod. Terms are matched once per group through `memo`.
+    /// `n` is negative to take the pods' share off.
     fn add_group(
         &self,
-        scores: &mut TopologyMap,
+        sums: &mut ScoreSums,
         memo: &GroupMemo,
         group: &PodGroup,
-        n: u32,
+        n: i64,
         node: &NodeInfo,
     ) {
         let theirs = group.terms();
@@ -67,9 +102,10 @@ impl ScoreInputs<'_> {
             if matched.none() {
                 return;
             }
+            let scores = Arc::make_mut(&mut sums.map);
             for (q, (term, weight, _)) in terms().enumerate() {
-                if matched.get(q) {
-                    scores.add_for_node(node, &term.topology_key, weight * i64::from(n));
+                if matched.get(q) && scores.add_for_node(node, &term.topology_key, weight * n) {
+                    sums.added += n.signum();
                 }
             }
         });
@@ -89,6 +125,8 @@ impl PreScorePlugin for InterPodAffinity {
     /// Sums the weights of every matching term per topology pair, over the whole snapshot (a
     /// pod on an infeasible node still counts for its domain). Without preferred terms of the
     /// incoming pod, only pods with affinity terms can contribute, so only they are looked at.
+    /// The sums are kept for the next cycle of a pod of the same group, which brings them up
+    /// to date from the nodes changed since instead of walking again.
     /// Skips when nothing matched, or, with ignorePreferredTermsOfExistingPods, when the pod
     /// has no preferred terms.
     fn pre_score(
@@ -116,27 +154,44 @@ impl PreScorePlugin for InterPodAffinity {
             ),
             hard_pod_affinity_weight: self.args.hard_pod_affinity_weight,
         };
-        let nodes: Vec<&Arc<NodeInfo>> = if has_constraints {
-            snapshot.nodes().iter().collect()
-        } else {
-            snapshot.have_pods_with_affinity().collect()
-        };
         let memo = GroupMemo::new();
-        let per_thread = fold_per_thread(&nodes, TopologyMap::default, |scores, node| {
-            // Without preferred terms of the pod's own, only groups with terms contribute.
+        // A node's share: without preferred terms of the pod's own, only groups with terms add.
+        let share = |sums: &mut ScoreSums, node: &NodeInfo, sign: i64| {
             let groups = node
                 .groups
                 .iter()
                 .filter(|g| has_constraints || !g.group.terms().is_empty());
             for g in groups {
-                inputs.add_group(scores, &memo, &g.group, g.pods, node);
+                inputs.add_group(sums, &memo, &g.group, sign * i64::from(g.pods), node);
             }
-        });
-        let topology_score = TopologyMap::sum(per_thread);
-        if topology_score.is_empty() {
+        };
+        let whole = || {
+            let nodes: Vec<&Arc<NodeInfo>> = if has_constraints {
+                snapshot.nodes().iter().collect()
+            } else {
+                snapshot.have_pods_with_affinity().collect()
+            };
+            let per_thread = fold_per_thread(&nodes, ScoreSums::default, |sums, node| {
+                share(sums, node, 1)
+            });
+            (per_thread.into_iter())
+                .reduce(ScoreSums::merge)
+                .unwrap_or_default()
+        };
+        let question = ScoreQuestion {
+            group: pod.group.clone(),
+            namespaces: snapshot.namespace_labels.clone(),
+        };
+        let sums = self.score_sums.sums(snapshot, question, whole, share);
+        if sums.added == 0 {
             return Status::skip();
         }
-        state.write(PRE_SCORE_STATE_KEY, PreScoreState { topology_score });
+        state.write(
+            PRE_SCORE_STATE_KEY,
+            PreScoreState {
+                topology_score: sums.map,
+            },
+        );
         Status::success()
     }
 }

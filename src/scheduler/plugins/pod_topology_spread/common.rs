@@ -15,9 +15,11 @@ use crate::k8s::pod::PodSpec;
 use crate::k8s::release::Release;
 use crate::k8s::taints::find_untolerated;
 use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::node_sums::NodeSums;
 use crate::scheduler::framework::parallel::fold_per_thread;
 use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::{self, Label};
 
 pub(super) fn own_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
@@ -178,30 +180,146 @@ pub(super) fn counts_group(selector: &Selector, namespace: &str, group: &PodGrou
 /// Domain (the id of a topology value) → matching pods in that domain, for one constraint.
 pub(super) type DomainCounts = HashMap<u32, i64>;
 
-/// Sums per-constraint domain counts over `nodes` in parallel; `per_node` adds one node's share.
-pub(super) fn count_by_domain<F>(
-    nodes: &[Arc<NodeInfo>],
-    constraints: usize,
-    per_node: F,
-) -> Vec<DomainCounts>
-where
-    F: Fn(&NodeInfo, &mut [DomainCounts]) + Sync + Send,
-{
-    let empty = || vec![DomainCounts::default(); constraints];
-    fold_per_thread(nodes, empty, |acc, node| per_node(node, acc))
-        .into_iter()
-        .reduce(merge_counts)
-        .unwrap_or_else(empty)
+/// What a pod's constraints count on a node, as a question kept sums answer
+/// ([`crate::scheduler::framework::node_sums`]): two pods asking equal questions count the same
+/// pods on every node (their namespace, each constraint's key, counting selector and inclusion
+/// policies, and what those policies read of the pod).
+#[derive(Debug)]
+pub(super) struct CountQuestion {
+    namespace: String,
+    /// Whether a node lacking any constraint's key is left out (else it counts in the "" domain
+    /// of the keys it lacks); the "" label held, so that its id stays its own.
+    require_all_keys: bool,
+    #[expect(dead_code, reason = "held only to keep the id of \"\" alive")]
+    no_value: Arc<Label>,
+    /// Holds the keys, so that their ids stay theirs while the question is kept.
+    constraints: Vec<(Arc<Label>, Selector, bool, bool)>,
+    /// The pod's node requirements, when a constraint honors them.
+    affinity: Option<RequiredNodeAffinity>,
+    /// The pod's tolerations, when a constraint honors taints.
+    tolerations: Vec<Toleration>,
 }
 
-pub(super) fn merge_counts(
-    mut into: Vec<DomainCounts>,
-    from: Vec<DomainCounts>,
-) -> Vec<DomainCounts> {
-    for (into, from) in into.iter_mut().zip(from) {
-        for (domain, n) in from {
-            *into.entry(domain).or_default() += n;
+impl CountQuestion {
+    pub(super) fn new(
+        pod: &PodInfo,
+        constraints: &[Constraint],
+        inclusion: &Inclusion,
+        require_all_keys: bool,
+    ) -> Self {
+        let affinity = (constraints.iter())
+            .any(|c| c.honor_node_affinity)
+            .then(|| inclusion.affinity.clone());
+        let tolerations = if constraints.iter().any(|c| c.honor_node_taints) {
+            inclusion.tolerations.to_vec()
+        } else {
+            Vec::new()
+        };
+        CountQuestion {
+            namespace: pod.namespace().to_string(),
+            require_all_keys,
+            no_value: topology::label(""),
+            constraints: (constraints.iter())
+                .map(|c| {
+                    let policies = (c.honor_node_affinity, c.honor_node_taints);
+                    (
+                        c.topology_key.clone(),
+                        c.counted.clone(),
+                        policies.0,
+                        policies.1,
+                    )
+                })
+                .collect(),
+            affinity,
+            tolerations,
         }
     }
-    into
+}
+
+impl PartialEq for CountQuestion {
+    fn eq(&self, other: &Self) -> bool {
+        let same = |a: &(Arc<Label>, Selector, bool, bool),
+                    b: &(Arc<Label>, Selector, bool, bool)| {
+            a.0.id() == b.0.id() && a.1 == b.1 && a.2 == b.2 && a.3 == b.3
+        };
+        self.namespace == other.namespace
+            && self.require_all_keys == other.require_all_keys
+            && self.constraints.len() == other.constraints.len()
+            && (self.constraints.iter().zip(&other.constraints)).all(|(a, b)| same(a, b))
+            && self.affinity == other.affinity
+            && self.tolerations == other.tolerations
+    }
+}
+
+/// One constraint's counts per domain, with the eligible nodes in each, so that a domain
+/// leaves when its last node does.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Tally {
+    /// Shared with the cycle states that read it; copied only when one still does.
+    pub(super) counts: Arc<DomainCounts>,
+    nodes: DomainCounts,
+}
+
+impl Tally {
+    /// Adds `pods` matching pods and one eligible node to `domain`, `sign` times.
+    fn add(&mut self, domain: u32, pods: i64, sign: i64) {
+        let nodes = self.nodes.entry(domain).or_default();
+        *nodes += sign;
+        let gone = *nodes <= 0;
+        let counts = Arc::make_mut(&mut self.counts);
+        if gone {
+            self.nodes.remove(&domain);
+            counts.remove(&domain);
+        } else {
+            *counts.entry(domain).or_default() += sign * pods;
+        }
+    }
+
+    fn merge(mut self, from: Tally) -> Tally {
+        for (domain, n) in from.nodes {
+            *self.nodes.entry(domain).or_default() += n;
+        }
+        let counts = Arc::make_mut(&mut self.counts);
+        for (domain, n) in Arc::unwrap_or_clone(from.counts) {
+            *counts.entry(domain).or_default() += n;
+        }
+        self
+    }
+}
+
+/// Per-constraint tallies, kept between cycles.
+pub(super) type Tallies = Arc<Vec<Tally>>;
+
+/// Counts for `counted`'s constraints over every node `share` takes, kept in `kept` for the
+/// next cycle that asks `question`: `share(node)` names, per constraint, the domain a node counts
+/// in (`None`: not eligible), and the pods counted are [`Counted::on_node`]'s.
+pub(super) fn tally(
+    kept: &NodeSums<CountQuestion, Tallies>,
+    snapshot: &Snapshot,
+    question: CountQuestion,
+    counted: &Counted,
+    domain: impl Fn(&NodeInfo, usize) -> Option<u32> + Sync + Send,
+) -> Tallies {
+    let constraints = counted.selectors.len();
+    let share = |tallies: &mut Vec<Tally>, node: &NodeInfo, sign: i64| {
+        for (i, tally) in tallies.iter_mut().enumerate() {
+            if let Some(d) = domain(node, i) {
+                tally.add(d, counted.on_node(node, i), sign);
+            }
+        }
+    };
+    let whole = || {
+        let empty = || vec![Tally::default(); constraints];
+        let per_thread = fold_per_thread(snapshot.nodes(), empty, |acc, node| share(acc, node, 1));
+        let merged = per_thread.into_iter().reduce(|into, from| {
+            into.into_iter()
+                .zip(from)
+                .map(|(a, b)| a.merge(b))
+                .collect()
+        });
+        Arc::new(merged.unwrap_or_else(empty))
+    };
+    kept.sums(snapshot, question, whole, |tallies, node, sign| {
+        share(Arc::make_mut(tallies), node, sign)
+    })
 }

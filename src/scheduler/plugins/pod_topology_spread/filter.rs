@@ -8,7 +8,7 @@ use super::*;
 pub(super) struct HardConstraint {
     pub(super) constraint: Constraint,
     /// Matching pods per domain, over the eligible nodes.
-    pub(super) counts: DomainCounts,
+    pub(super) counts: Arc<DomainCounts>,
     /// The global minimum the skew is measured against: 0 with fewer domains than minDomains.
     pub(super) min_match: i64,
     /// 1 when the pod being scheduled matches the selector itself.
@@ -112,19 +112,13 @@ impl PreFilterPlugin for PodTopologySpread {
         }
         let inclusion = Inclusion::new(pod);
         let counted = Counted::new(&constraints, pod.namespace());
-        let counts = count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
-            if !has_all_keys(node, &constraints) {
-                return;
-            }
-            for (i, (c, counts)) in constraints.iter().zip(acc.iter_mut()).enumerate() {
-                let Some(value) = node.topology.value(&c.topology_key) else {
-                    continue;
-                };
-                if inclusion.includes(c, node) {
-                    *counts.entry(value).or_default() += counted.on_node(node, i);
-                }
-            }
+        let question = CountQuestion::new(pod, &constraints, &inclusion, true);
+        let tallies = tally(&self.hard_sums, snapshot, question, &counted, |node, i| {
+            let c = &constraints[i];
+            let value = node.topology.value(&c.topology_key)?;
+            (has_all_keys(node, &constraints) && inclusion.includes(c, node)).then_some(value)
         });
+        let counts = tallies.iter().map(|t| t.counts.clone());
         let constraints = constraints
             .into_iter()
             .zip(counts)

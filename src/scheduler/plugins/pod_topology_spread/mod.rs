@@ -26,6 +26,7 @@ use crate::k8s::labels::SelectorError;
 use crate::k8s::release::Release;
 use crate::scheduler::framework::events::Registration;
 use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::node_sums::NodeSums;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::topology::{self};
@@ -76,6 +77,9 @@ pub struct PodTopologySpread {
     selectors: Arc<dyn DefaultSelectorSource>,
     /// The release whose counting this plugin follows (see [`Constraint::counted`]).
     release: Release,
+    /// Hard and soft constraints' counts kept from cycle to cycle.
+    hard_sums: Arc<NodeSums<CountQuestion, Tallies>>,
+    soft_sums: Arc<NodeSums<CountQuestion, Tallies>>,
 }
 
 impl PodTopologySpread {
@@ -91,6 +95,8 @@ impl PodTopologySpread {
             system_defaulted,
             selectors,
             release: Release::default(),
+            hard_sums: Arc::default(),
+            soft_sums: Arc::default(),
         }
     }
 

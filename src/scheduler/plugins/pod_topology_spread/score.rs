@@ -7,9 +7,9 @@ use super::*;
 #[derive(Debug)]
 pub(super) struct SoftConstraint {
     pub(super) constraint: Constraint,
-    /// Matching pods per domain among the feasible nodes' domains; for hostname, per node
-    /// name, counting only that node's pods.
-    pub(super) counts: DomainCounts,
+    /// Matching pods per domain (every domain with an eligible node; Score reads the feasible
+    /// nodes'); empty for hostname, whose counts Score takes node by node.
+    pub(super) counts: Arc<DomainCounts>,
     /// ln(domains + 2), so that counts in topologies with few domains weigh less.
     pub(super) weight: f64,
 }
@@ -25,7 +25,8 @@ pub(super) struct PreScoreState {
 
 impl PreScorePlugin for PodTopologySpread {
     /// Takes the domains of the soft constraints from the feasible nodes, then counts the
-    /// matching pods in those domains over every eligible node of the cluster.
+    /// matching pods per domain over every eligible node of the cluster (kept from the last
+    /// cycle that asked the same, brought up to date from the nodes changed since).
     fn pre_score(
         &self,
         state: &mut CycleState,
@@ -77,24 +78,20 @@ impl PreScorePlugin for PodTopologySpread {
         // Hostname domains are single nodes: Score counts each node's own pods. With only
         // hostname constraints there is nothing to count over the cluster, and no walk.
         let only_hostname = constraints.iter().all(Constraint::is_hostname);
-        let counts = if only_hostname {
-            vec![DomainCounts::default(); constraints.len()]
+        // Counted in every domain (not only the feasible nodes'), so that the counts are kept
+        // from cycle to cycle; Score reads only the feasible nodes' domains.
+        let counts: Vec<Arc<DomainCounts>> = if only_hostname {
+            vec![Arc::default(); constraints.len()]
         } else {
-            count_by_domain(snapshot.nodes(), constraints.len(), |node, acc| {
-                if require_all_keys && !has_all_keys(node, &constraints) {
-                    return;
+            let question = CountQuestion::new(pod, &constraints, &inclusion, require_all_keys);
+            let tallies = tally(&self.soft_sums, snapshot, question, &counted, |node, i| {
+                let c = &constraints[i];
+                if c.is_hostname() || (require_all_keys && !has_all_keys(node, &constraints)) {
+                    return None;
                 }
-                let per_constraint = constraints.iter().zip(&domains).zip(acc.iter_mut());
-                for (i, ((c, domains), counts)) in per_constraint.enumerate() {
-                    if c.is_hostname() {
-                        continue;
-                    }
-                    let value = value_of(node, c);
-                    if domains.contains(&value) && inclusion.includes(c, node) {
-                        *counts.entry(value).or_default() += counted.on_node(node, i);
-                    }
-                }
-            })
+                inclusion.includes(c, node).then(|| value_of(node, c))
+            });
+            tallies.iter().map(|t| t.counts.clone()).collect()
         };
 
         let constraints = constraints
@@ -137,7 +134,7 @@ impl ScorePlugin for PodTopologySpread {
                     "reading {PRE_SCORE_STATE_KEY} from the cycle state"
                 ))
             })?;
-        if s.ignored.contains(&node.name) {
+        if !s.ignored.is_empty() && s.ignored.contains(&node.name) {
             return Ok(0);
         }
         let mut score = 0.0;
@@ -168,11 +165,12 @@ impl ScorePlugin for PodTopologySpread {
                 "reading {PRE_SCORE_STATE_KEY} from the cycle state"
             ));
         };
-        let counted = || scores.iter().filter(|n| !s.ignored.contains(&n.name));
+        let ignored = |name: &String| !s.ignored.is_empty() && s.ignored.contains(name);
+        let counted = || scores.iter().filter(|n| !ignored(&n.name));
         let min = counted().map(|n| n.score).min().unwrap_or(0);
         let max = counted().map(|n| n.score).max().unwrap_or(0).max(0);
         for n in scores.iter_mut() {
-            n.score = if s.ignored.contains(&n.name) {
+            n.score = if ignored(&n.name) {
                 0
             } else if max == 0 {
                 MAX_NODE_SCORE
