@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image image-arm64-check demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench
+.PHONY: help build image image-arm64-check demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench bench-sweep
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -124,6 +124,23 @@ bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-sch
 	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
 	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
+	exit $$status
+
+BENCH_SWEEP_NODES ?= 500,1000,5000,15000
+BENCH_SWEEP_PODS ?= 5000
+bench-sweep: ## kube-scheduler, tether and the raw binder against the number of nodes (BENCH_SWEEP_NODES, BENCH_SWEEP_PODS pods of SchedulingBasic each): a table in BENCHMARKS.md, target/bench/sweep.json, and the plot docs/bench/sweep.png (matplotlib, pinned in e2e/plot/requirements.txt)
+	$(CARGO) build --profile dist --bin tether
+	$(MAKE) --no-print-directory k8s-bins
+	@set -e; started=false; \
+	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
+	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODE_LEASE_SECONDS=$${NODE_LEASE_SECONDS:-600} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	fi; \
+	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_SWEEP_NODES=$(BENCH_SWEEP_NODES) BENCH_SWEEP_PODS=$(BENCH_SWEEP_PODS) \
+	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
+	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --exact node_count_sweep --nocapture || status=$$?; \
+	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
+	if [ $$status -eq 0 ]; then e2e/scripts/plot-sweep.sh; fi; \
 	exit $$status
 
 SOAK_MINUTES ?= 30

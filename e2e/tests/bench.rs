@@ -6,7 +6,8 @@
 
 use tether_e2e::bench::{
     Bench, Contender, Mode, PODS_PER_JOB, ReadyResult, RunResult, Workload, into_benchmarks,
-    kueue_report, node_images, ready_report, report, scale_report, start_to_ready, write_json,
+    kueue_report, node_images, ready_report, report, scale_report, start_to_ready, sweep_report,
+    write_json,
 };
 use tether_e2e::{TestNodes, client};
 
@@ -85,6 +86,15 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
         1 + runs.len()
     );
     write_json(&results, "results-small")?;
+    // The sweep's table, from the same runs (one node count).
+    let swept: Vec<RunResult> = results
+        .iter()
+        .filter(|r| r.workload == Workload::Basic && r.contender != Contender::TetherHistory)
+        .cloned()
+        .collect();
+    let table = sweep_report(&swept, "make test", "small run");
+    assert_eq!(table.lines().filter(|l| l.starts_with("| ")).count(), 4);
+    assert!(table.contains("| 6 | tether | "), "{table}");
     // Two gangs that must preempt (every node holds a lower pod first): 4 of the 6 nodes.
     let preempting = run_all(
         &bench,
@@ -303,6 +313,54 @@ async fn kueue_bench() -> anyhow::Result<()> {
     into_benchmarks("kueue", Some("Batch behind Kueue"), &table)?;
     println!("{table}");
     bench.nodes.delete().await
+}
+
+/// The cost of scheduling against the number of nodes: for each count in `BENCH_SWEEP_NODES`
+/// (comma-separated; `make bench-sweep` gives 500,1000,5000,15000), that many nodes and
+/// `BENCH_SWEEP_PODS` pods (5,000 unless told otherwise) of SchedulingBasic in batch, bound by
+/// kube-scheduler, tether and the raw binder in turn. Writes target/bench/sweep.json (the
+/// figures `e2e/scripts/plot-sweep.py` plots) and its table into BENCHMARKS.md.
+#[tokio::test]
+#[ignore = "up to 15,000 nodes: make bench-sweep"]
+async fn node_count_sweep() -> anyhow::Result<()> {
+    let counts: Vec<usize> = std::env::var("BENCH_SWEEP_NODES")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|n| n.trim().parse().ok())
+        .collect();
+    if counts.is_empty() {
+        println!("the sweep is skipped: BENCH_SWEEP_NODES names no node count");
+        return Ok(());
+    }
+    let pods = env_or("BENCH_SWEEP_PODS", 5000);
+    let mut results = Vec::new();
+    for &count in &counts {
+        let bench = Bench::new(client().await?, count).await?;
+        let runs = [
+            Contender::KubeScheduler,
+            Contender::Tether,
+            Contender::RawBinder,
+        ]
+        .map(|c| (c, Workload::Basic, Mode::Batch));
+        results.extend(run_all(&bench, pods, &runs).await?);
+        bench.nodes.delete().await?;
+        // Written after each count, so that a sweep stopped by the control plane keeps the
+        // counts it finished.
+        write_json(&results, "sweep")?;
+    }
+    let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
+    let command = format!(
+        "make bench-sweep BENCH_SWEEP_NODES={} BENCH_SWEEP_PODS={pods}",
+        counts
+            .iter()
+            .map(usize::to_string)
+            .collect::<Vec<_>>()
+            .join(",")
+    );
+    let table = sweep_report(&results, &command, &versions);
+    into_benchmarks("sweep", Some("Against the number of nodes"), &table)?;
+    println!("{table}");
+    Ok(())
 }
 
 #[tokio::test]

@@ -28,7 +28,7 @@ mod report;
 mod start;
 
 pub use kueue::{KueueResult, PODS_PER_JOB, kueue_report};
-pub use report::{into_benchmarks, report, write_json};
+pub use report::{into_benchmarks, report, sweep_report, write_json};
 pub use start::{
     ReadyResult, ScaleResult, node_images, ready_report, scale_report, start_to_ready,
 };

@@ -128,3 +128,36 @@ pub fn into_benchmarks(name: &str, heading: Option<&str>, table: &str) -> anyhow
     std::fs::write(&doc, updated)?;
     Ok(())
 }
+
+/// The node-count sweep as Markdown: one row per node count and scheduler, with the ratios to
+/// kube-scheduler's and the raw binder's run on the same nodes.
+pub fn sweep_report(results: &[RunResult], command: &str, versions: &str) -> String {
+    let find = |r: &RunResult, who: Contender| {
+        results
+            .iter()
+            .find(|o| o.contender == who && o.nodes == r.nodes)
+    };
+    let mut out = format!(
+        "Run `{command}` on {}; {versions}. Plot: `docs/bench/sweep.png`.\n\n",
+        machine()
+    );
+    out.push_str("| nodes | scheduler | pods/s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    for r in results {
+        let kube = find(r, Contender::KubeScheduler);
+        let raw = find(r, Contender::RawBinder);
+        out.push_str(&format!(
+            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            r.nodes,
+            r.contender.label(),
+            r.pods_per_second,
+            opt(r.cpu_ms_per_pod, 2),
+            opt(r.peak_rss_mib, 0),
+            ratio(Some(r.pods_per_second), kube.map(|k| k.pods_per_second)),
+            ratio(Some(r.pods_per_second), raw.map(|k| k.pods_per_second)),
+            ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
+            ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
+        ));
+    }
+    out
+}
