@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::TopologySpreadConstraint;
 use proptest::prelude::*;
 use serde_json::json;
 
+use crate::k8s::labels::Selector;
 use crate::k8s::pod::Pod;
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
@@ -15,7 +16,7 @@ use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{CycleState, Plugin};
 use crate::scheduler::plugins::inter_pod_affinity::{InterPodAffinity, InterPodAffinityArgs};
 use crate::scheduler::plugins::pod_topology_spread::{
-    NoDefaultSelectors, PodTopologySpread, PodTopologySpreadArgs,
+    DefaultSelectorSource, PodTopologySpread, PodTopologySpreadArgs,
 };
 use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 
@@ -80,9 +81,15 @@ fn existing(name: &str, app: u8, ns: u8, terms: bool) -> Pod {
         .label("app", &format!("app{app}"));
     if terms {
         pod = pod.affinity(
-            serde_json::from_value(json!({"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-                {"weight": 3, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "app1"}}, "topologyKey": "topology.kubernetes.io/zone"}}
-            ]}}))
+            serde_json::from_value(json!({
+                "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 3, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "app1"}}, "topologyKey": "topology.kubernetes.io/zone"}}
+                ]},
+                "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"app": "app2"}}, "topologyKey": "kubernetes.io/hostname",
+                     "namespaceSelector": {"matchLabels": {"team": "t0"}}}
+                ]}
+            }))
             .expect("affinity"),
         );
     }
@@ -185,11 +192,22 @@ fn answers(plugins: &[Arc<dyn Plugin>], pod: &PodInfo, snapshot: &Snapshot) -> V
     out
 }
 
+/// Selects pods of app0 as their workload's selector: what the default constraints count.
+struct App0;
+
+impl DefaultSelectorSource for App0 {
+    fn default_selector(&self, _pod: &PodInfo) -> Option<Selector> {
+        Some(Selector::from_map(
+            &[("app".to_string(), "app0".to_string())].into(),
+        ))
+    }
+}
+
 fn plugins() -> Vec<Arc<dyn Plugin>> {
     vec![
         Arc::new(PodTopologySpread::new(
             PodTopologySpreadArgs::default(),
-            Arc::new(NoDefaultSelectors),
+            Arc::new(App0),
         )),
         Arc::new(InterPodAffinity::new(InterPodAffinityArgs::default())),
     ]
@@ -209,6 +227,12 @@ proptest! {
             .collect();
         let askers = askers();
         let kept = plugins();
+        // One map of namespaces for the whole line (InterPodAffinity keeps its sums per map:
+        // a new one is a new question), read by the existing pods' namespaceSelector.
+        let namespaces = Arc::new(std::collections::HashMap::from([
+            ("ns0".to_string(), [("team".to_string(), "t0".to_string())].into()),
+            ("ns1".to_string(), [("team".to_string(), "t1".to_string())].into()),
+        ]));
         let mut snapshot = Snapshot::from_node_infos(
             models.iter().enumerate().map(|(i, m)| info(i, m)).collect(),
         );
@@ -242,7 +266,7 @@ proptest! {
             };
             snapshot = snapshot.with_changed(
                 [Arc::new(info(node, &models[node]))].into_iter(),
-                Arc::default(),
+                namespaces.clone(),
                 Arc::default(),
             );
             // Not every pod asks after every change: kept sums skip snapshots too.
