@@ -103,6 +103,17 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	TETHER_BIN=$(CURDIR)/target/debug/tether $(CARGO) test -p tether-e2e --test bench -- --test-threads=1 --nocapture
 	$(CARGO) test -p tether-e2e --test soak -- --test-threads=1 --nocapture
 
+# The bench's control plane (bench, bench-sweep): the local one when it is up, else started
+# (etcd in memory, kwok's node leases at 600 s) and stopped after; tether's CRDs installed by
+# starting and stopping the shipped build once. BENCH_VERSIONS names what ran, for the tables.
+BENCH_CLUSTER_UP = started=false; \
+	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
+	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODE_LEASE_SECONDS=$${NODE_LEASE_SECONDS:-600} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
+	fi; \
+	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null
+BENCH_CLUSTER_DOWN = if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi
+BENCH_VERSIONS = $$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)
+
 BENCH_NODES ?= 500
 BENCH_PODS ?= 5000
 BENCH_RATE ?= 100
@@ -115,15 +126,11 @@ bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-sch
 	$(CARGO) bench --bench schedule_cycle --bench dra_cycle
 	$(CARGO) build --profile dist --bin tether
 	$(MAKE) --no-print-directory k8s-bins
-	@set -e; started=false; \
-	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
-	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODE_LEASE_SECONDS=$${NODE_LEASE_SECONDS:-600} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
-	fi; \
-	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	@set -e; $(BENCH_CLUSTER_UP); \
 	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(BENCH_SCALE_PODS) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) BENCH_KUEUE_JOBS=$(BENCH_KUEUE_JOBS) \
-	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
+	  BENCH_VERSIONS="$(BENCH_VERSIONS)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
-	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
+	$(BENCH_CLUSTER_DOWN); \
 	exit $$status
 
 BENCH_SWEEP_NODES ?= 500,1000,5000,15000
@@ -131,15 +138,11 @@ BENCH_SWEEP_PODS ?= 5000
 bench-sweep: ## kube-scheduler, tether and the raw binder against the number of nodes (BENCH_SWEEP_NODES, BENCH_SWEEP_PODS pods of SchedulingBasic each): a table in BENCHMARKS.md, target/bench/sweep.json, and the plot docs/bench/sweep.png (matplotlib, pinned in e2e/plot/requirements.txt)
 	$(CARGO) build --profile dist --bin tether
 	$(MAKE) --no-print-directory k8s-bins
-	@set -e; started=false; \
-	if ! $(KUBECTL) get --raw=/readyz >/dev/null 2>&1; then \
-	  started=true; ETCD_TMPFS=$${ETCD_TMPFS:-1} NODE_LEASE_SECONDS=$${NODE_LEASE_SECONDS:-600} NODES=$(NODES) e2e/scripts/cluster-up.sh; \
-	fi; \
-	TETHER_BIN=$(CURDIR)/target/dist/tether e2e/scripts/tether-up.sh >/dev/null; e2e/scripts/tether-down.sh >/dev/null; \
+	@set -e; $(BENCH_CLUSTER_UP); \
 	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_SWEEP_NODES=$(BENCH_SWEEP_NODES) BENCH_SWEEP_PODS=$(BENCH_SWEEP_PODS) \
-	  BENCH_VERSIONS="$$(basename $$(dirname $(BIN_DIR)) | sed 's/^k8s-/Kubernetes /; s/-etcd-/, etcd /; s/-kwok-/, kwok /'), tether $$(git describe --always --dirty)" \
+	  BENCH_VERSIONS="$(BENCH_VERSIONS)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --exact node_count_sweep --nocapture || status=$$?; \
-	if $$started; then e2e/scripts/cluster-down.sh --keep-logs; fi; \
+	$(BENCH_CLUSTER_DOWN); \
 	if [ $$status -eq 0 ]; then e2e/scripts/plot-sweep.sh; fi; \
 	exit $$status
 

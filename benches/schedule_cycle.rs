@@ -98,9 +98,10 @@ fn bench(c: &mut Criterion) {
     ]}}});
     // (name, the incoming pod's spec, the existing pods' spec, the app of the pod bound
     // between two cycles). A pod of app-3 is selected by no term: every node stays feasible,
-    // as in a snapshot that never changes. One of app-0 (the incoming pod's own workload) puts
-    // its zone one pod ahead, so that the hard zone spread rejects that zone's nodes while it
-    // is there (half the cycles): the search looks at more nodes and says why for each.
+    // as in a snapshot that never changes. Pods of app-0 (the incoming pod's own workload),
+    // bound one by one to the first 100 nodes, put the zones they reach one pod ahead of the
+    // rest, so that the hard zone spread rejects those zones' nodes (about half of them while
+    // the pods are added): the search looks at more nodes and says why for each.
     let cases: [(&str, serde_json::Value, serde_json::Value, &str); 3] = [
         (
             "plain",

@@ -42,6 +42,18 @@ fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or_else(|| "–".into(), |v| format!("{v:.digits$}"))
 }
 
+/// The four ratio columns both tables end a run's figures with: pods/s against kube-scheduler's
+/// and the raw binder's run, CPU per pod and peak RSS against kube-scheduler's.
+fn ratio_cells(r: &RunResult, kube: Option<&RunResult>, raw: Option<&RunResult>) -> String {
+    [
+        ratio(Some(r.pods_per_second), kube.map(|k| k.pods_per_second)),
+        ratio(Some(r.pods_per_second), raw.map(|k| k.pods_per_second)),
+        ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
+        ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
+    ]
+    .join(" | ")
+}
+
 fn mode_label(mode: Mode) -> String {
     match mode {
         Mode::Batch => mode.kind().into(),
@@ -72,7 +84,7 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             Mode::Batch => "–".into(),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.workload.label(),
             mode_label(r.mode),
             r.contender.label(),
@@ -82,10 +94,7 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             opt(r.cpu_seconds, 1),
             opt(r.cpu_ms_per_pod, 2),
             opt(r.peak_rss_mib, 0),
-            ratio(Some(r.pods_per_second), kube.map(|k| k.pods_per_second)),
-            ratio(Some(r.pods_per_second), raw.map(|k| k.pods_per_second)),
-            ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
-            ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
+            ratio_cells(r, kube, raw),
             opt(r.history_lag_seconds, 1),
             match r.scheduled_events {
                 Some(n) => format!("{n} ({})", opt(r.events_lag_seconds, 1)),
@@ -147,16 +156,13 @@ pub fn sweep_report(results: &[RunResult], command: &str, versions: &str) -> Str
         let kube = find(r, Contender::KubeScheduler);
         let raw = find(r, Contender::RawBinder);
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {} | {} | {} |\n",
             r.nodes,
             r.contender.label(),
             r.pods_per_second,
             opt(r.cpu_ms_per_pod, 2),
             opt(r.peak_rss_mib, 0),
-            ratio(Some(r.pods_per_second), kube.map(|k| k.pods_per_second)),
-            ratio(Some(r.pods_per_second), raw.map(|k| k.pods_per_second)),
-            ratio(r.cpu_ms_per_pod, kube.and_then(|k| k.cpu_ms_per_pod)),
-            ratio(r.peak_rss_mib, kube.and_then(|k| k.peak_rss_mib)),
+            ratio_cells(r, kube, raw),
         ));
     }
     out

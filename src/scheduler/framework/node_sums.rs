@@ -11,7 +11,7 @@
 //! A sum kept this way equals the sum made afresh only if a node's share depends on nothing
 //! but the node and the question; the property tests of each plugin hold it to that.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Mutex, PoisonError};
 
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -108,12 +108,11 @@ impl<Q, S> std::fmt::Debug for NodeSums<Q, S> {
     }
 }
 
-/// Shared by the clones of a plugin.
-pub type SharedSums<Q, S> = Arc<NodeSums<Q, S>>;
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::scheduler::framework::pod_info::PodInfo;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder};
 

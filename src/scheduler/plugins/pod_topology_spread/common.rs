@@ -221,12 +221,11 @@ impl CountQuestion {
             no_value: topology::label(""),
             constraints: (constraints.iter())
                 .map(|c| {
-                    let policies = (c.honor_node_affinity, c.honor_node_taints);
                     (
                         c.topology_key.clone(),
                         c.counted.clone(),
-                        policies.0,
-                        policies.1,
+                        c.honor_node_affinity,
+                        c.honor_node_taints,
                     )
                 })
                 .collect(),
