@@ -69,8 +69,9 @@ cluster: ## start the local control plane (NODES=3; ETCD_TMPFS=1 keeps etcd's da
 cluster-down: ## stop the local control plane and remove its state
 	e2e/scripts/cluster-down.sh
 
-# The e2e test files that share the tether `make e2e` starts. fidelity.rs and dra.rs compare
-# tether with kube-scheduler on a cluster no other test changes, so they run alone after them; so does
+# The e2e test files that share the tether `make e2e` starts. fidelity.rs, dra.rs and batching.rs
+# compare tether with kube-scheduler on a cluster no other test changes (batching.rs: kube-scheduler's
+# batches end when another test's pod comes), so they run alone after them; so does
 # explain.rs (it compares counts over the whole cluster and predicts from a snapshot). faults.rs runs a
 # tether of its own behind a proxy and restarts kube-apiserver, and ha.rs runs two replicas of
 # its own behind a Lease, sampling.rs a tether of its own that must start afresh (its window
@@ -81,7 +82,7 @@ cluster-down: ## stop the local control plane and remove its state
 # architecture, the workflow through actionlint, the plugin through krew; its tools from
 # e2e/scripts/build-release-tools.sh). kueue.rs starts a real Kueue (built before the tests, by
 # e2e/scripts/build-kueue.sh, cached) beside the shared tether.
-E2E_SHARED := $(filter-out faults ha sampling image chart release fidelity dra explain quickstart soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
+E2E_SHARED := $(filter-out faults ha sampling image chart release fidelity dra batching explain quickstart soak bench,$(basename $(notdir $(wildcard e2e/tests/*.rs))))
 
 e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not up)
 	$(CARGO) build --bin tether
@@ -91,7 +92,7 @@ e2e: ## end-to-end tests: starts tether on `make cluster` (fails when it is not 
 	e2e/scripts/tether-up.sh
 	@status=0; $(CARGO) test -p tether-e2e $(addprefix --test ,$(E2E_SHARED)) -- --test-threads=4 || status=$$?; \
 	if [ $$status -eq 0 ]; then \
-	  $(CARGO) test -p tether-e2e --test fidelity --test dra -- --nocapture --test-threads=1 || status=$$?; \
+	  $(CARGO) test -p tether-e2e --test fidelity --test dra --test batching -- --nocapture --test-threads=1 || status=$$?; \
 	fi; \
 	if [ $$status -eq 0 ]; then \
 	  $(CARGO) test -p tether-e2e --test explain --test quickstart -- --test-threads=1 || status=$$?; \
@@ -122,7 +123,7 @@ BENCH_SCALE_NODES ?= 5000
 BENCH_SCALE_PODS ?= 0
 BENCH_SCALE_KEEP ?= 0
 BENCH_KUEUE_JOBS ?= 1000
-bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), each one's start on BENCH_READY_NODES nodes, BENCH_KUEUE_JOBS Jobs of 4 pods through Kueue (quota for a tenth) with each, and with BENCH_SCALE_PODS (e.g. 100000) the scale run on BENCH_SCALE_NODES; writes BENCHMARKS.md and target/bench/*.json
+bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-scheduler, tether and a raw binder side by side (BENCH_NODES, BENCH_PODS, BENCH_RATE), each one's start on BENCH_READY_NODES nodes, BENCH_KUEUE_JOBS Jobs of 4 pods through Kueue (quota for a tenth) with each, BENCH_GANGS gangs of 16, BENCH_CLAIM_PODS pods with a GPU claim each (DRA), and with BENCH_SCALE_PODS (e.g. 100000) the scale run on BENCH_SCALE_NODES; writes BENCHMARKS.md and target/bench/*.json
 	$(CARGO) bench --bench schedule_cycle --bench dra_cycle
 	$(CARGO) build --profile dist --bin tether
 	$(MAKE) --no-print-directory k8s-bins

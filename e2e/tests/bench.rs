@@ -60,6 +60,8 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
         (Contender::Tether, Workload::AntiAffinity, Mode::Steady(30)),
         (Contender::KubeScheduler, Workload::Gang, Mode::Batch),
         (Contender::Tether, Workload::Gang, Mode::Batch),
+        (Contender::KubeScheduler, Workload::Claims, Mode::Batch),
+        (Contender::Tether, Workload::Claims, Mode::Batch),
     ];
     let results = run_all(&bench, PODS, &runs).await?;
     for r in &results {
@@ -381,6 +383,10 @@ async fn bench() -> anyhow::Result<()> {
             runs.push((contender, workload, Mode::Batch));
         }
     }
+    // The same pods where kube-scheduler batches them (no default spread in the profile).
+    for contender in [Contender::KubeScheduler, Contender::Tether] {
+        runs.push((contender, Workload::BasicBatchable, Mode::Batch));
+    }
     runs.push((Contender::TetherHistory, Workload::Basic, Mode::Batch));
     for contender in [Contender::KubeScheduler, Contender::Tether] {
         runs.push((contender, Workload::Basic, Mode::Steady(rate)));
@@ -405,6 +411,8 @@ async fn bench() -> anyhow::Result<()> {
             &Workload::Gang,
             &Workload::GangRacks,
             &Workload::GangPreempt,
+            &Workload::Claims,
+            &Workload::BasicBatchable,
         ])
         .map(|w| w.label())
         .collect();
@@ -429,6 +437,15 @@ async fn bench() -> anyhow::Result<()> {
         .filter(|r| wanted(r))
         .collect();
     results.extend(run_all(&bench, gang_pods, &gang_runs).await?);
+    // A GPU claim per pod (DRA), BENCH_CLAIM_PODS pods (BENCH_PODS unless told otherwise) on
+    // nodes that offer twice as many GPUs as the pods take; kube-scheduler and tether only.
+    let claim_pods = env_or("BENCH_CLAIM_PODS", pods);
+    let claim_runs: Vec<_> = [Contender::KubeScheduler, Contender::Tether]
+        .into_iter()
+        .map(|c| (c, Workload::Claims, Mode::Batch))
+        .filter(|r| wanted(r))
+        .collect();
+    results.extend(run_all(&bench, claim_pods, &claim_runs).await?);
     if !only.is_empty() {
         write_json(&results, "results-only")?;
         return bench.nodes.delete().await;

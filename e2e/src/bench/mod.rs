@@ -23,6 +23,8 @@ use crate::kubevirt;
 use serde::Serialize;
 use serde_json::{Value, json};
 
+mod claims;
+mod cpu;
 mod kueue;
 mod report;
 mod start;
@@ -96,7 +98,20 @@ pub enum Workload {
     /// lower pod of 31 CPUs on every node first. Measures the time from a member's creation to
     /// its bind through the group's preemption (workload-aware preemption).
     GangPreempt,
+    /// SchedulingBasic's pods under a profile whose PodTopologySpread has no default
+    /// constraints (`defaultingType: List`), the one change that lets kube-scheduler sign them
+    /// and batch them (OpportunisticBatching, on by default since 1.35: a pod like the one
+    /// before takes the next node of that pod's ranking); tether runs the same profile.
+    BasicBatchable,
+    /// One GPU per pod through a ResourceClaimTemplate (DRA): the scheduler allocates a device
+    /// to each pod's claim before it binds the pod (claims.rs).
+    Claims,
 }
+
+/// PodTopologySpread without default constraints: the profile of [`Workload::BasicBatchable`].
+static UNSPREAD_BY_DEFAULT: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
+    || json!({"name": "PodTopologySpread", "args": {"defaultingType": "List"}}),
+);
 
 /// The PriorityClasses of [`Workload::GangPreempt`]: the fillers' and the gangs'.
 pub const PREEMPT_CLASSES: [(&str, i32); 2] = [("bench-low", 100), ("bench-high", 1000)];
@@ -124,6 +139,8 @@ impl Workload {
             Workload::Gang => "GangScheduling",
             Workload::GangRacks => "GangSchedulingRacks",
             Workload::GangPreempt => "GangSchedulingPreempting",
+            Workload::Claims => "SchedulingWithResourceClaimTemplate",
+            Workload::BasicBatchable => "SchedulingBasicBatchable",
         }
     }
 }
@@ -180,6 +197,11 @@ pub struct RunResult {
     /// them was seen: both schedulers write them after the bind. None for the raw binder.
     pub scheduled_events: Option<usize>,
     pub events_lag_seconds: Option<f64>,
+    /// CPU milliseconds per pod the control plane (kube-apiserver, etcd,
+    /// kube-controller-manager, kwok) and the bench itself (its watches; the raw binder's
+    /// binds) spent from the scheduler's start until every pod and event was seen (cpu.rs).
+    pub plane_cpu_ms_per_pod: Option<f64>,
+    pub bench_cpu_ms_per_pod: Option<f64>,
 }
 
 /// The nodes every run uses, and a client.
@@ -233,9 +255,16 @@ impl Bench {
         mode: Mode,
         pods: usize,
     ) -> anyhow::Result<RunResult> {
+        anyhow::ensure!(
+            !(contender == Contender::RawBinder && workload == Workload::Claims),
+            "the raw binder allocates no devices: it cannot bind pods with claims"
+        );
         let ns = TestNamespace::create(&self.client, "bench").await?;
         let scheduler = format!("bench-{}", unique_suffix());
         let profile = match contender {
+            Contender::Tether if workload == Workload::BasicBatchable => Some(
+                json!({"schedulerName": scheduler, "pluginConfig": [UNSPREAD_BY_DEFAULT.clone()]}),
+            ),
             Contender::Tether => Some(json!({"schedulerName": scheduler})),
             Contender::TetherHistory => Some(
                 json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [
@@ -284,6 +313,14 @@ impl Bench {
                 }))?;
             }
         }
+        let devices = if workload == Workload::Claims {
+            let per_node = claims::devices_per_node(pods, self.nodes.names.len());
+            let published =
+                claims::Devices::publish(&self.client, &self.nodes, &ns.name, &scheduler, per_node);
+            Some(published.await?)
+        } else {
+            None
+        };
         // Only the measured pods carry the label `bench`.
         let seen = BindLedger::start(&self.client, &ns.name, "bench");
         // The measured pods are `pod-<i>` (not the warm-up pod of a steady run).
@@ -299,9 +336,16 @@ impl Bench {
             template: self.template(&scheduler, workload),
         };
         let result = async {
+            let window;
             let process = match mode {
                 Mode::Batch => {
                     maker.create_all(&created, None).await?;
+                    if workload == Workload::Claims {
+                        let deadline =
+                            Duration::from_secs(60).max(Duration::from_millis(pods as u64 * 20));
+                        claims::wait_for_claims(&self.client, &ns.name, pods, deadline).await?;
+                    }
+                    window = cpu::CpuWindow::start()?;
                     self.start(contender, workload, &scheduler, &ns.name, &created)
                         .await?
                 }
@@ -310,6 +354,7 @@ impl Bench {
                         contender != Contender::RawBinder,
                         "the raw binder binds the pods made before it starts: batch mode only"
                     );
+                    window = cpu::CpuWindow::start()?;
                     let process = self
                         .start(contender, workload, &scheduler, &ns.name, &created)
                         .await?;
@@ -338,6 +383,7 @@ impl Bench {
                 Some(p) => Some(p.usage()?),
                 None => None,
             };
+            let elsewhere = Some(window.since()?);
             drop(process);
             let created = created.lock().map_err(|_| anyhow!("poisoned"))?.clone();
             Ok::<_, anyhow::Error>(summarize(
@@ -351,6 +397,7 @@ impl Bench {
                 usage,
                 history_done,
                 events_seen,
+                elsewhere,
             ))
         }
         .await;
@@ -360,6 +407,9 @@ impl Bench {
         }
         empty(&self.client, &ns.name).await?;
         ns.delete().await?;
+        if let Some(devices) = devices {
+            devices.delete().await?;
+        }
         result
     }
 
@@ -405,7 +455,12 @@ impl Bench {
             "resources": {"requests": {"cpu": "100m", "memory": "200Mi"}}}]});
         self.nodes.isolate(&mut spec);
         match workload {
-            Workload::Basic | Workload::AntiAffinity | Workload::Gang | Workload::GangRacks => {}
+            Workload::Basic
+            | Workload::BasicBatchable
+            | Workload::AntiAffinity
+            | Workload::Gang
+            | Workload::GangRacks => {}
+            Workload::Claims => claims::ask_for_a_gpu(&mut spec),
             Workload::GangPreempt => {
                 spec["containers"][0]["resources"]["requests"]["cpu"] = json!("4");
                 spec["priorityClassName"] = json!(PREEMPT_CLASSES[1].0);
@@ -682,13 +737,17 @@ impl Process {
             }
             _ => None,
         };
-        Self::kube_scheduler_serving(scheduler, None, gates)
+        let mut profile = json!({"schedulerName": scheduler});
+        if workload == Workload::BasicBatchable {
+            profile["pluginConfig"] = json!([UNSPREAD_BY_DEFAULT.clone()]);
+        }
+        Self::kube_scheduler_serving(profile, None, gates)
     }
 
     /// kube-scheduler, serving its probes on `port` when given (its own certificate, in a
     /// directory of its own under .cluster/).
     fn kube_scheduler_serving(
-        scheduler: &str,
+        profile: Value,
         port: Option<u16>,
         gates: Option<&str>,
     ) -> anyhow::Result<Self> {
@@ -701,7 +760,7 @@ impl Process {
             "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"kubeconfig": kubeconfig_path(), "qps": 5000, "burst": 5000},
             "leaderElection": {"leaderElect": false},
-            "profiles": [{"schedulerName": scheduler}],
+            "profiles": [profile],
         });
         std::fs::write(&config, serde_json::to_string(&doc)?)?;
         let log = std::fs::File::create(logs.join("bench-kube-scheduler.log"))?;
@@ -764,18 +823,7 @@ impl Process {
     /// CPU seconds used so far and peak resident memory, from /proc.
     fn usage(&self) -> anyhow::Result<Usage> {
         let pid = self.child.id();
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // The fields after the command name (which may hold spaces) in parentheses.
-        let rest = stat
-            .rsplit_once(')')
-            .map(|(_, r)| r)
-            .context("reading /proc/<pid>/stat")?;
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        let ticks = |i: usize| -> anyhow::Result<f64> {
-            Ok(fields.get(i).context("a short stat")?.parse::<f64>()?)
-        };
-        // utime and stime are the 14th and 15th fields; `rest` starts at the 3rd.
-        let cpu = (ticks(11)? + ticks(12)?) / clock_ticks()?;
+        let cpu = cpu::cpu_seconds(pid)?;
         let peak_kib = crate::process_memory_kib(pid, "VmHWM")?;
         Ok((cpu, peak_kib as f64 / 1024.0))
     }
@@ -786,15 +834,6 @@ impl Drop for Process {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-fn clock_ticks() -> anyhow::Result<f64> {
-    let out = Command::new("getconf").arg("CLK_TCK").output()?;
-    let ticks: f64 = String::from_utf8_lossy(&out.stdout).trim().parse()?;
-    if ticks <= 0.0 {
-        bail!("CLK_TCK is {ticks}");
-    }
-    Ok(ticks)
 }
 
 /// The value at quantile `q` of sorted `values`.
@@ -818,6 +857,7 @@ fn summarize(
     usage: Option<Usage>,
     history_done: Option<Instant>,
     events_seen: Option<(usize, Option<Instant>)>,
+    elsewhere: Option<(f64, f64)>,
 ) -> RunResult {
     let mut times: Vec<Instant> = bound.values().copied().collect();
     times.sort();
@@ -867,5 +907,7 @@ fn summarize(
         events_lag_seconds: events_seen
             .and_then(|(_, at)| at)
             .map(|at| at.saturating_duration_since(last).as_secs_f64()),
+        plane_cpu_ms_per_pod: elsewhere.map(|(plane, _)| plane * 1000.0 / pods.max(1) as f64),
+        bench_cpu_ms_per_pod: elsewhere.map(|(_, bench)| bench * 1000.0 / pods.max(1) as f64),
     }
 }

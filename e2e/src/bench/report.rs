@@ -74,8 +74,8 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
         "Run `{command}` on {}; {versions}.\n\n",
         machine()
     ));
-    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler | history written (s after last bind) | Scheduled events (s after last bind) |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| workload | mode | scheduler | pods/s | pods/s p50 | latency p50 / p99 (ms) | CPU s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler | history written (s after last bind) | Scheduled events (s after last bind) | CPU ms/pod elsewhere: control plane / bench |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         let kube = find(r, Contender::KubeScheduler);
         let raw = find(r, Contender::RawBinder);
@@ -84,7 +84,7 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
             Mode::Batch => "–".into(),
         };
         out.push_str(&format!(
-            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} |\n",
+            "| {} | {} | {} | {:.0} | {:.0} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
             r.workload.label(),
             mode_label(r.mode),
             r.contender.label(),
@@ -100,9 +100,20 @@ pub fn report(results: &[RunResult], command: &str, versions: &str) -> String {
                 Some(n) => format!("{n} ({})", opt(r.events_lag_seconds, 1)),
                 None => "–".into(),
             },
+            elsewhere(r),
         ));
     }
     out
+}
+
+/// The control plane's and the bench's CPU per pod over the run: what the scheduler leaves of
+/// the machine's cores goes there.
+fn elsewhere(r: &RunResult) -> String {
+    format!(
+        "{} / {}",
+        opt(r.plane_cpu_ms_per_pod, 2),
+        opt(r.bench_cpu_ms_per_pod, 2)
+    )
 }
 
 /// Writes `results` as JSON to `target/bench/<name>.json`; returns the path.
@@ -150,19 +161,20 @@ pub fn sweep_report(results: &[RunResult], command: &str, versions: &str) -> Str
         "Run `{command}` on {}; {versions}. Plot: `docs/bench/sweep.png`.\n\n",
         machine()
     );
-    out.push_str("| nodes | scheduler | pods/s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| nodes | scheduler | pods/s | CPU ms/pod | peak RSS MiB | pods/s vs kube-scheduler | vs raw binder | CPU/pod vs kube-scheduler | RSS vs kube-scheduler | CPU ms/pod elsewhere: control plane / bench |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         let kube = find(r, Contender::KubeScheduler);
         let raw = find(r, Contender::RawBinder);
         out.push_str(&format!(
-            "| {} | {} | {:.0} | {} | {} | {} |\n",
+            "| {} | {} | {:.0} | {} | {} | {} | {} |\n",
             r.nodes,
             r.contender.label(),
             r.pods_per_second,
             opt(r.cpu_ms_per_pod, 2),
             opt(r.peak_rss_mib, 0),
             ratio_cells(r, kube, raw),
+            elsewhere(r),
         ));
     }
     out

@@ -31,7 +31,11 @@ impl Process {
         let (process, url) = match contender {
             Contender::KubeScheduler => {
                 let port = free_local_addr()?.port();
-                let process = Process::kube_scheduler_serving(scheduler, Some(port), None)?;
+                let process = Process::kube_scheduler_serving(
+                    json!({"schedulerName": scheduler}),
+                    Some(port),
+                    None,
+                )?;
                 (process, format!("https://127.0.0.1:{port}/readyz"))
             }
             Contender::Tether => {

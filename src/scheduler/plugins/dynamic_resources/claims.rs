@@ -51,15 +51,48 @@ pub fn not_served(devices: &Devices, pod: &Pod) -> Option<String> {
 /// one cannot be used (the first reason, in upstream's words). A template claim the controller
 /// chose not to create is left out, as upstream. `accept_group`: a template claim controlled
 /// by the pod's PodGroup is the pod's too (DRAWorkloadResourceClaims).
-pub fn pod_claims(
+pub fn pod_claims<'p>(
     devices: &Devices,
-    pod: &Pod,
+    pod: &'p Pod,
     accept_group: bool,
-) -> Result<Vec<Arc<ResourceClaim>>, String> {
+) -> Result<Vec<Arc<ResourceClaim>>, ClaimProblem<'p>> {
     Ok(pod_claim_entries(devices, pod, accept_group)?
         .into_iter()
         .map(|(claim, _)| claim)
         .collect())
+}
+
+/// Why a pod's claims cannot be used yet. Worded (upstream's words) only when displayed: the
+/// queueing hints ask for every pending pod on every claim event and need no words.
+#[derive(Debug)]
+pub enum ClaimProblem<'p> {
+    NotCreatedYet(&'p Pod),
+    NoSupportedField(&'p Pod, &'p str),
+    NotFound(&'p str, &'p str),
+    BeingDeleted(&'p str),
+    NotOwned(String),
+}
+
+impl std::fmt::Display for ClaimProblem<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ClaimProblem::NotCreatedYet(pod) => {
+                write!(f, "pod \"{}\": ResourceClaim not created yet", pod_key(pod))
+            }
+            ClaimProblem::NoSupportedField(pod, entry) => write!(
+                f,
+                "pod \"{}\", spec.resourceClaim {entry:?}: none of the supported fields are set",
+                pod_key(pod)
+            ),
+            ClaimProblem::NotFound(namespace, name) => {
+                write!(f, "could not find ResourceClaim \"{namespace}/{name}\"")
+            }
+            ClaimProblem::BeingDeleted(name) => {
+                write!(f, "resourceclaim {name:?} is being deleted")
+            }
+            ClaimProblem::NotOwned(why) => f.write_str(why),
+        }
+    }
 }
 
 /// [`pod_claims`], each with the pod's entry that names it.
@@ -67,7 +100,7 @@ pub fn pod_claim_entries<'p>(
     devices: &Devices,
     pod: &'p Pod,
     accept_group: bool,
-) -> Result<Vec<(Arc<ResourceClaim>, &'p PodResourceClaim)>, String> {
+) -> Result<Vec<(Arc<ResourceClaim>, &'p PodResourceClaim)>, ClaimProblem<'p>> {
     let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
     let mut claims = Vec::new();
     for pc in pod
@@ -78,7 +111,7 @@ pub fn pod_claim_entries<'p>(
         .flatten()
     {
         let (name, must_own) = if let Some(name) = &pc.resource_claim_name {
-            (name.clone(), false)
+            (name.as_str(), false)
         } else if pc.resource_claim_template_name.is_some() {
             let status = pod
                 .status
@@ -86,34 +119,23 @@ pub fn pod_claim_entries<'p>(
                 .and_then(|s| s.resource_claim_statuses.as_ref())
                 .and_then(|all| all.iter().find(|s| s.name == pc.name));
             match status {
-                None => {
-                    return Err(format!(
-                        "pod \"{}\": ResourceClaim not created yet",
-                        pod_key(pod)
-                    ));
-                }
+                None => return Err(ClaimProblem::NotCreatedYet(pod)),
                 Some(s) => match &s.resource_claim_name {
                     None => continue,
-                    Some(name) => (name.clone(), true),
+                    Some(name) => (name.as_str(), true),
                 },
             }
         } else {
-            return Err(format!(
-                "pod \"{}\", spec.resourceClaim {:?}: none of the supported fields are set",
-                pod_key(pod),
-                pc.name
-            ));
+            return Err(ClaimProblem::NoSupportedField(pod, &pc.name));
         };
-        let Some(claim) = devices.claim(namespace, &name) else {
-            return Err(format!(
-                "could not find ResourceClaim \"{namespace}/{name}\""
-            ));
+        let Some(claim) = devices.claim(namespace, name) else {
+            return Err(ClaimProblem::NotFound(namespace, name));
         };
         if claim.metadata.deletion_timestamp.is_some() {
-            return Err(format!("resourceclaim {name:?} is being deleted"));
+            return Err(ClaimProblem::BeingDeleted(name));
         }
         if must_own {
-            owned_by(claim, pod, accept_group)?;
+            owned_by(claim, pod, accept_group).map_err(ClaimProblem::NotOwned)?;
         }
         claims.push((claim.clone(), pc));
     }
@@ -399,7 +421,9 @@ mod tests {
     fn a_claim_the_pods_group_controls_is_the_pods_only_with_the_gate() {
         let devices = devices();
         let pod = member();
-        let off = pod_claims(&devices.read(), &pod, false).expect_err("refused without the gate");
+        let off = pod_claims(&devices.read(), &pod, false)
+            .expect_err("refused without the gate")
+            .to_string();
         assert_eq!(
             off,
             "ResourceClaim ml/train-gpu-x was not created for Pod ml/worker-0 (Pod is not owner)"
@@ -409,7 +433,9 @@ mod tests {
         // Another group's claim is refused in upstream's words.
         let stranger = in_group(&pod, "other");
         assert_eq!(
-            pod_claims(&devices.read(), &stranger, true).expect_err("not its group's"),
+            pod_claims(&devices.read(), &stranger, true)
+                .expect_err("not its group's")
+                .to_string(),
             "ResourceClaim ml/train-gpu-x was not created for Pod ml/worker-0 (neither Pod nor PodGroup other is the owner)"
         );
     }

@@ -44,7 +44,7 @@ use k8s_openapi::api::resource::v1::{
 };
 use kube::api::Api;
 
-use self::allocator::{AllocateError, Allocated, Allocator, NodeView};
+use self::allocator::{AllocateError, Allocated, Allocator, KeptAllocated, NodeView};
 use self::claims::holds_claims;
 use self::extended::Extended;
 use self::writes::{
@@ -98,6 +98,9 @@ pub struct DynamicResources {
     group_claims: bool,
     /// The PodGroups a pod's claims may be reserved for (with `group_claims`).
     pod_groups: Arc<PodGroupIndex>,
+    /// The devices every claim holds, kept from cycle to cycle (PreFilter counts only the
+    /// claims that changed since the last cycle, not every claim of the cluster).
+    kept: std::sync::Mutex<KeptAllocated>,
 }
 
 /// The claim of a pod's extended resources as a set of nodes needs it (those whose
@@ -234,7 +237,7 @@ impl PreEnqueuePlugin for DynamicResources {
         }
         match claims::pod_claims(&devices, &pod.pod, self.group_claims) {
             Ok(_) => Status::success(),
-            Err(why) => Status::unresolvable(why),
+            Err(why) => Status::unresolvable(why.to_string()),
         }
     }
 }
@@ -276,6 +279,7 @@ impl DynamicResources {
         let entries = match claims::pod_claim_entries(&devices, &pod.pod, self.group_claims) {
             Ok(found) => found,
             Err(why) => {
+                let why = why.to_string();
                 drop(devices);
                 state.write(STATE_KEY, s);
                 return (all, Status::unresolvable(why));
@@ -346,7 +350,7 @@ impl DynamicResources {
         }
         if verdict.is_success() && (!to_allocate.is_empty() || s.extended.is_some()) {
             let everyone: Vec<_> = devices.all_claims().cloned().collect();
-            let allocated = Allocated::of(everyone.iter());
+            let allocated = locks::lock(&self.kept).update(everyone.iter());
             let slices: Vec<_> = devices.slices.values().cloned().collect();
             // DeviceTaintRules apply from 1.37 (DRADeviceTaintRules, off by default in 1.36).
             let rules: Vec<_> = if self.release.at_least(37) {
@@ -752,6 +756,7 @@ pub fn build(
         release: handle.release,
         group_claims: handle.features.dra_workload_resource_claims,
         pod_groups: handle.pod_groups.clone(),
+        kept: Default::default(),
     }))
 }
 

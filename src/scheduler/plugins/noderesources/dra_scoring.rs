@@ -124,7 +124,7 @@ impl DraScoring {
                     pool: spec.pool.name.clone(),
                     device: device.name.clone(),
                 };
-                if self.allocated.devices.contains(&id) || self.allocated.shared.contains_key(&id) {
+                if self.allocated.holds(&id) || self.allocated.has_shares(&id) {
                     allocated = allocated.saturating_add(1);
                 }
             }

@@ -87,7 +87,7 @@ impl Allocator {
         wi: usize,
     ) -> Option<String> {
         let w = &self.plans[ci].requests[ri].wants[wi];
-        if !w.admin && self.allocated.devices.contains(&c.id) {
+        if !w.admin && self.allocated.holds(&c.id) {
             return Some("is allocated to another claim".into());
         }
         match self.is_selectable(c, ci, ri, wi) {

@@ -36,6 +36,8 @@ use k8s_openapi::api::resource::v1::{
 mod capacity;
 pub(crate) use self::capacity::NO_CAPACITY;
 mod explain;
+#[cfg(test)]
+mod kept_tests;
 mod model;
 mod pools;
 mod result;
@@ -45,7 +47,7 @@ mod tests;
 
 pub(crate) use self::model::node_matches;
 pub use self::model::{
-    AllocateError, Allocated, Allocator, DeviceId, MAX_DEVICES_PER_CLAIM, NodeView,
+    AllocateError, Allocated, Allocator, DeviceId, KeptAllocated, MAX_DEVICES_PER_CLAIM, NodeView,
 };
 use self::model::{Candidate, ClaimPlan, Pool, Request, Want};
 use self::search::{ConstraintState, Search};

@@ -2,7 +2,7 @@
 //! the allocator itself; its ways are in `mod.rs` (building and asking it), `pools.rs` (what a
 //! node sees) and `search.rs` (the search). None of them is read from here.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::NodeSelector;
@@ -33,50 +33,236 @@ impl std::fmt::Display for DeviceId {
 }
 
 /// The devices other claims hold (upstream's allocated state): those allocated in the API or
-/// in flight, admin-access allocations aside.
+/// in flight, admin-access allocations aside. Persistent maps: a copy is a pointer, and one
+/// claim more or less changes a few entries, so the plugin keeps one from cycle to cycle
+/// ([`KeptAllocated`]) and hands each cycle a copy.
 #[derive(Clone, Debug, Default)]
 pub struct Allocated {
-    /// Devices allocated whole.
-    pub devices: HashSet<DeviceId>,
-    /// Devices with at least one share, and what their shares consume of each capacity
-    /// (nano-units).
-    pub shared: HashMap<DeviceId, BTreeMap<String, i128>>,
+    /// Devices allocated whole, with how many claims hold each (one, but for an allocation
+    /// written and in flight under different UIDs at once).
+    devices: imbl::GenericHashMap<
+        DeviceId,
+        u32,
+        foldhash::fast::RandomState,
+        imbl::shared_ptr::DefaultSharedPtr,
+    >,
+    /// Devices with at least one share: how many shares, and what they consume of each
+    /// capacity (nano-units).
+    shared: imbl::GenericHashMap<
+        DeviceId,
+        Shares,
+        foldhash::fast::RandomState,
+        imbl::shared_ptr::DefaultSharedPtr,
+    >,
+}
+
+/// The shares of one device that claims hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shares {
+    holders: u32,
+    consumed: BTreeMap<String, i128>,
 }
 
 impl Allocated {
     /// The devices of every allocated claim.
     pub fn of<'a>(claims: impl Iterator<Item = &'a Arc<ResourceClaim>>) -> Self {
-        let mut devices = HashSet::new();
-        let mut shared: HashMap<DeviceId, BTreeMap<String, i128>> = HashMap::new();
+        let mut allocated = Allocated::default();
         for c in claims {
-            let results = c
-                .status
-                .as_ref()
-                .and_then(|s| s.allocation.as_ref())
-                .and_then(|a| a.devices.as_ref())
-                .and_then(|d| d.results.as_ref());
-            for r in results.into_iter().flatten() {
-                if r.admin_access == Some(true) {
-                    continue;
+            allocated.add(c);
+        }
+        allocated
+    }
+
+    /// Devices allocated whole and shares, in any order (tests).
+    #[cfg(test)]
+    pub fn from_parts(
+        devices: impl IntoIterator<Item = DeviceId>,
+        shared: impl IntoIterator<Item = DeviceId>,
+    ) -> Self {
+        let mut allocated = Allocated::default();
+        for id in devices {
+            *allocated.devices.entry(id).or_default() += 1;
+        }
+        for id in shared {
+            allocated.shared.entry(id).or_default().holders += 1;
+        }
+        allocated
+    }
+
+    /// Counts `claim`'s allocation in.
+    pub fn add(&mut self, claim: &ResourceClaim) {
+        for (id, share) in held(claim) {
+            match share {
+                None => {
+                    let n = self.devices.entry(id).or_default();
+                    *n = n.saturating_add(1);
                 }
-                let id = DeviceId {
-                    driver: r.driver.clone(),
-                    pool: r.pool.clone(),
-                    device: r.device.clone(),
-                };
-                if r.share_id.is_none() {
-                    devices.insert(id);
-                    continue;
-                }
-                let held = shared.entry(id).or_default();
-                for (name, q) in r.consumed_capacity.iter().flatten() {
-                    let n = consumed(&q.0);
-                    let e = held.entry(name.clone()).or_default();
-                    *e = e.saturating_add(n);
+                Some(consumed) => {
+                    let held = self.shared.entry(id).or_default();
+                    held.holders = held.holders.saturating_add(1);
+                    for (name, n) in consumed {
+                        let e = held.consumed.entry(name).or_default();
+                        *e = e.saturating_add(n);
+                    }
                 }
             }
         }
-        Allocated { devices, shared }
+    }
+
+    /// Counts `claim`'s allocation out again (what [`Allocated::add`] counted in).
+    pub fn remove(&mut self, claim: &ResourceClaim) {
+        for (id, share) in held(claim) {
+            match share {
+                None => {
+                    if let Some(n) = self.devices.get_mut(&id) {
+                        *n = n.saturating_sub(1);
+                        if *n == 0 {
+                            self.devices.remove(&id);
+                        }
+                    }
+                }
+                Some(consumed) => {
+                    let Some(held) = self.shared.get_mut(&id) else {
+                        continue;
+                    };
+                    held.holders = held.holders.saturating_sub(1);
+                    if held.holders == 0 {
+                        self.shared.remove(&id);
+                        continue;
+                    }
+                    for (name, n) in consumed {
+                        if let Some(e) = held.consumed.get_mut(&name) {
+                            *e = e.saturating_sub(n);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether a claim holds the device whole.
+    pub fn holds(&self, id: &DeviceId) -> bool {
+        self.devices.contains_key(id)
+    }
+
+    /// Whether shares of the device live.
+    pub fn has_shares(&self, id: &DeviceId) -> bool {
+        self.shared.contains_key(id)
+    }
+
+    /// What the device's shares consume of each capacity, when it has any.
+    pub fn shares(&self, id: &DeviceId) -> Option<&BTreeMap<String, i128>> {
+        self.shared.get(id).map(|s| &s.consumed)
+    }
+
+    /// Whether both count the same devices and shares (a capacity consumed to zero counts as
+    /// none, as capacity checks read it).
+    #[cfg(test)]
+    pub fn same_as(&self, other: &Allocated) -> bool {
+        fn nonzero(s: &Shares) -> (u32, Vec<(&String, &i128)>) {
+            let consumed = s.consumed.iter().filter(|(_, v)| **v != 0).collect();
+            (s.holders, consumed)
+        }
+        self.devices == other.devices
+            && self.shared.len() == other.shared.len()
+            && self.shared.iter().all(|(id, s)| {
+                other
+                    .shared
+                    .get(id)
+                    .is_some_and(|o| nonzero(s) == nonzero(o))
+            })
+    }
+}
+
+/// What one share of a device consumes of each capacity (nano-units).
+type ShareConsumed = Vec<(String, i128)>;
+
+/// The devices `claim`'s allocation holds (admin access aside): each with what its share
+/// consumes, or None when it is held whole.
+fn held(claim: &ResourceClaim) -> Vec<(DeviceId, Option<ShareConsumed>)> {
+    let results = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.as_ref());
+    results
+        .into_iter()
+        .flatten()
+        .filter(|r| r.admin_access != Some(true))
+        .map(|r| {
+            let id = DeviceId {
+                driver: r.driver.clone(),
+                pool: r.pool.clone(),
+                device: r.device.clone(),
+            };
+            let share = r.share_id.is_some().then(|| {
+                r.consumed_capacity
+                    .iter()
+                    .flatten()
+                    .map(|(name, q)| (name.clone(), consumed(&q.0)))
+                    .collect()
+            });
+            (id, share)
+        })
+        .collect()
+}
+
+/// [`Allocated`] kept from cycle to cycle: each cycle counts out the claims gone or changed
+/// since the last (a claim object that is not the same `Arc` changed) and counts in the new,
+/// instead of counting every claim of the cluster again.
+#[derive(Debug, Default)]
+pub struct KeptAllocated {
+    /// The claim counted for each key (its UID), and the pass that last saw it.
+    counted: HashMap<String, (Arc<ResourceClaim>, u64)>,
+    pass: u64,
+    allocated: Allocated,
+}
+
+impl KeptAllocated {
+    /// The devices `claims` hold (each claim once), brought up to date from the last call's.
+    pub fn update<'a>(
+        &mut self,
+        claims: impl Iterator<Item = &'a Arc<ResourceClaim>>,
+    ) -> Allocated {
+        self.pass = self.pass.wrapping_add(1);
+        let pass = self.pass;
+        let mut all = Vec::new();
+        let mut twice = false;
+        for c in claims {
+            all.push(c);
+            let key = c.metadata.uid.as_deref().unwrap_or_default();
+            match self.counted.get_mut(key) {
+                Some((_, seen)) if *seen == pass => twice = true,
+                Some((old, seen)) => {
+                    *seen = pass;
+                    if !Arc::ptr_eq(old, c) {
+                        self.allocated.remove(old);
+                        self.allocated.add(c);
+                        *old = c.clone();
+                    }
+                }
+                None => {
+                    self.allocated.add(c);
+                    self.counted.insert(key.to_string(), (c.clone(), pass));
+                }
+            }
+        }
+        if twice {
+            // Two claims under one key (no UID): counted afresh, and kept no longer.
+            self.counted.clear();
+            self.allocated = Allocated::default();
+            return Allocated::of(all.into_iter());
+        }
+        let allocated = &mut self.allocated;
+        self.counted.retain(|_, (old, seen)| {
+            let live = *seen == pass;
+            if !live {
+                allocated.remove(old);
+            }
+            live
+        });
+        self.allocated.clone()
     }
 }
 

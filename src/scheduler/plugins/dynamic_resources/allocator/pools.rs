@@ -220,10 +220,7 @@ fn pool_counters(
                 for (name, c) in &consumption.counters {
                     match set.get_mut(name) {
                         None => *invalid = true,
-                        Some(left)
-                            if allocated.devices.contains(&id)
-                                || allocated.shared.contains_key(&id) =>
-                        {
+                        Some(left) if allocated.holds(&id) || allocated.has_shares(&id) => {
                             *left = left.saturating_sub(consumed(&c.value.0));
                         }
                         Some(_) => {}

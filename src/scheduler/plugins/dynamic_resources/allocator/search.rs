@@ -242,14 +242,14 @@ impl<'s, 'a> Search<'s, 'a> {
         if w.admin {
             return !multi && self.picked.get(&cand.id).is_some_and(|by| by.contains(&ci));
         }
-        self.alloc.allocated.devices.contains(&cand.id)
+        self.alloc.allocated.holds(&cand.id)
             || self.picked.contains_key(&cand.id)
             || (self.alloc.stable && !multi && self.has_shares(&cand.id))
     }
 
     /// Whether shares of the device live: in claims allocated already or chosen in this search.
     fn has_shares(&self, id: &DeviceId) -> bool {
-        self.alloc.allocated.shared.contains_key(id) || self.allocating.contains_key(id)
+        self.alloc.allocated.has_shares(id) || self.allocating.contains_key(id)
     }
 
     /// Checks and records candidate `c` for want `wi`: taints, counters, constraints.
@@ -283,7 +283,7 @@ impl<'s, 'a> Search<'s, 'a> {
         if !capacity::fits(
             &share_consumed,
             capacity::of(cand.device),
-            alloc.allocated.shared.get(&cand.id),
+            alloc.allocated.shares(&cand.id),
             self.allocating.get(&cand.id),
             alloc.stable,
         ) {

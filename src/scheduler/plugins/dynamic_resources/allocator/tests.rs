@@ -264,10 +264,7 @@ fn run_as(
         pool: p.to_string(),
         device: n.to_string(),
     };
-    let allocated = Allocated {
-        shared: shared.iter().map(|d| (id(d), BTreeMap::new())).collect(),
-        devices: allocated.iter().map(id).collect(),
-    };
+    let allocated = Allocated::from_parts(allocated.iter().map(id), shared.iter().map(id));
     let allocator = Allocator::new(
         claims,
         &classes(),
@@ -1119,15 +1116,14 @@ fn a_node_is_explained_device_by_device() {
             .build(),
         ],
         Vec::new(),
-        Allocated {
-            shared: HashMap::new(),
-            devices: [DeviceId {
+        Allocated::from_parts(
+            [DeviceId {
                 driver: "driver-a".into(),
                 pool: "pool-1".into(),
                 device: "gpu-2".into(),
-            }]
-            .into(),
-        },
+            }],
+            [],
+        ),
     )
     .expect("planned");
     let labels = node_1_labels();
