@@ -81,6 +81,12 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
                 "the scheduler's process was measured: {r:?}"
             );
         }
+        // The control plane's processes were found and their CPU counted (cpu.rs).
+        assert!(
+            r.plane_cpu_ms_per_pod.is_some_and(|c| c > 0.0)
+                && r.bench_cpu_ms_per_pod.is_some_and(|c| c >= 0.0),
+            "the control plane's CPU was measured: {r:?}"
+        );
     }
     let table = report(&results, "make test", "small run");
     assert_eq!(

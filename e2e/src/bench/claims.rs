@@ -59,10 +59,11 @@ impl Devices {
             "metadata": {"name": class},
             "spec": {"selectors": [{"cel": {"expression": format!("device.driver == \"{driver}\"")}}]},
         }))?;
-        classes
-            .create(&PostParams::default(), &device_class)
-            .await
-            .with_context(|| format!("creating DeviceClass {class}"))?;
+        let params = PostParams::default();
+        create_retried(&format!("creating DeviceClass {class}"), || {
+            classes.create(&params, &device_class)
+        })
+        .await?;
         let devices = Devices {
             client: client.clone(),
             class: class.clone(),

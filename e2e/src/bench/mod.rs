@@ -405,11 +405,14 @@ impl Bench {
         if profile.is_some() {
             let _ = crate::kubectl_ok(&["delete", "sp", &scheduler, "--wait=false"], None);
         }
+        // The run's devices go first: a failing clean-up below must not leave them behind.
+        let devices_gone = match devices {
+            Some(devices) => devices.delete().await,
+            None => Ok(()),
+        };
         empty(&self.client, &ns.name).await?;
         ns.delete().await?;
-        if let Some(devices) = devices {
-            devices.delete().await?;
-        }
+        devices_gone?;
         result
     }
 

@@ -146,14 +146,18 @@ pub fn pod_claim_entries<'p>(
 /// `accept_group`, by the PodGroup the pod names (matched by kind, API group and name: a pod
 /// does not know its group's UID).
 fn owned_by(claim: &ResourceClaim, pod: &Pod, accept_group: bool) -> Result<(), String> {
-    let claim_key = format!(
-        "{}/{}",
-        claim.metadata.namespace.as_deref().unwrap_or_default(),
-        claim.metadata.name.as_deref().unwrap_or_default()
-    );
+    // Worded only when refused: the queueing hints ask this of every held pod.
+    let claim_key = || {
+        format!(
+            "{}/{}",
+            claim.metadata.namespace.as_deref().unwrap_or_default(),
+            claim.metadata.name.as_deref().unwrap_or_default()
+        )
+    };
     if claim.metadata.namespace != pod.metadata.namespace {
         return Err(format!(
-            "ResourceClaim {claim_key} is not in the same namespace as Pod {}",
+            "ResourceClaim {} is not in the same namespace as Pod {}",
+            claim_key(),
             pod_key(pod)
         ));
     }
@@ -184,12 +188,14 @@ fn owned_by(claim: &ResourceClaim, pod: &Pod, accept_group: bool) -> Result<(), 
             return Ok(());
         }
         return Err(format!(
-            "ResourceClaim {claim_key} was not created for Pod {} (neither Pod nor PodGroup {group} is the owner)",
+            "ResourceClaim {} was not created for Pod {} (neither Pod nor PodGroup {group} is the owner)",
+            claim_key(),
             pod_key(pod)
         ));
     }
     Err(format!(
-        "ResourceClaim {claim_key} was not created for Pod {} (Pod is not owner)",
+        "ResourceClaim {} was not created for Pod {} (Pod is not owner)",
+        claim_key(),
         pod_key(pod)
     ))
 }

@@ -81,6 +81,8 @@ enum Step {
     Write(usize, Option<Vec<Held>>),
     /// Deleted.
     Delete(usize),
+    /// Deleted and made again under a new UID (its devices allocated anew).
+    Recreate(usize, Vec<Held>),
     /// Nothing changes (the same objects asked again).
     Again,
     /// A claim without a UID twice in the same ask.
@@ -92,6 +94,7 @@ fn step() -> impl Strategy<Value = Step> {
         5 => (0usize..6, prop::option::of(prop::collection::vec(held(), 1..3)))
             .prop_map(|(s, h)| Step::Write(s, h)),
         2 => (0usize..6).prop_map(Step::Delete),
+        1 => (0usize..6, prop::collection::vec(held(), 1..3)).prop_map(|(s, h)| Step::Recreate(s, h)),
         1 => Just(Step::Again),
         1 => prop::collection::vec(held(), 1..2).prop_map(Step::NoUid),
     ]
@@ -104,13 +107,16 @@ proptest! {
     fn kept_devices_are_those_counted_afresh(line in prop::collection::vec(step(), 1..40)) {
         let mut kept = KeptAllocated::default();
         let mut slots: Vec<Option<Arc<ResourceClaim>>> = vec![None; 6];
-        for step in line {
+        for (n, step) in line.into_iter().enumerate() {
             let mut extra = Vec::new();
             match step {
                 Step::Write(s, held) => {
                     slots[s] = Some(claim(&format!("uid-{s}"), held.as_deref()));
                 }
                 Step::Delete(s) => slots[s] = None,
+                Step::Recreate(s, held) => {
+                    slots[s] = Some(claim(&format!("uid-{s}-{n}"), Some(&held)));
+                }
                 Step::Again => {}
                 Step::NoUid(held) => {
                     extra.push(claim("", Some(&held)));

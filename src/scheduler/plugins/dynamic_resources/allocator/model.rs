@@ -200,7 +200,7 @@ fn held(claim: &ResourceClaim) -> Vec<(DeviceId, Option<ShareConsumed>)> {
                 r.consumed_capacity
                     .iter()
                     .flatten()
-                    .map(|(name, q)| (name.clone(), consumed(&q.0)))
+                    .map(|(name, q)| (name.clone(), consumed(&q.0).max(0)))
                     .collect()
             });
             (id, share)
@@ -222,6 +222,18 @@ pub struct KeptAllocated {
 impl KeptAllocated {
     /// The devices `claims` hold (each claim once), brought up to date from the last call's.
     pub fn update<'a>(
+        &mut self,
+        claims: impl Iterator<Item = &'a Arc<ResourceClaim>>,
+    ) -> Allocated {
+        // Taken out while it changes: were a step to panic, the next call would find it empty
+        // and count afresh, never half brought up to date.
+        let mut kept = std::mem::take(self);
+        let allocated = kept.bring_up_to_date(claims);
+        *self = kept;
+        allocated
+    }
+
+    fn bring_up_to_date<'a>(
         &mut self,
         claims: impl Iterator<Item = &'a Arc<ResourceClaim>>,
     ) -> Allocated {
