@@ -108,10 +108,17 @@ pub enum Workload {
     Claims,
 }
 
-/// PodTopologySpread without default constraints: the profile of [`Workload::BasicBatchable`].
-static UNSPREAD_BY_DEFAULT: std::sync::LazyLock<Value> = std::sync::LazyLock::new(
-    || json!({"name": "PodTopologySpread", "args": {"defaultingType": "List"}}),
-);
+/// The profile both schedulers run `workload` under (a KubeSchedulerProfile; a
+/// SchedulingProfile's spec reads the same): the default plugins, and for
+/// [`Workload::BasicBatchable`] PodTopologySpread without default constraints.
+fn profile_for(scheduler: &str, workload: Workload) -> Value {
+    let mut profile = json!({"schedulerName": scheduler});
+    if workload == Workload::BasicBatchable {
+        profile["pluginConfig"] =
+            json!([{"name": "PodTopologySpread", "args": {"defaultingType": "List"}}]);
+    }
+    profile
+}
 
 /// The PriorityClasses of [`Workload::GangPreempt`]: the fillers' and the gangs'.
 pub const PREEMPT_CLASSES: [(&str, i32); 2] = [("bench-low", 100), ("bench-high", 1000)];
@@ -262,10 +269,7 @@ impl Bench {
         let ns = TestNamespace::create(&self.client, "bench").await?;
         let scheduler = format!("bench-{}", unique_suffix());
         let profile = match contender {
-            Contender::Tether if workload == Workload::BasicBatchable => Some(
-                json!({"schedulerName": scheduler, "pluginConfig": [UNSPREAD_BY_DEFAULT.clone()]}),
-            ),
-            Contender::Tether => Some(json!({"schedulerName": scheduler})),
+            Contender::Tether => Some(profile_for(&scheduler, workload)),
             Contender::TetherHistory => Some(
                 json!({"schedulerName": scheduler, "plugins": {"multiPoint": {"enabled": [
                 {"name": "StickyNode"}, {"name": "PlacementHistory", "weight": 5}]}}}),
@@ -740,11 +744,7 @@ impl Process {
             }
             _ => None,
         };
-        let mut profile = json!({"schedulerName": scheduler});
-        if workload == Workload::BasicBatchable {
-            profile["pluginConfig"] = json!([UNSPREAD_BY_DEFAULT.clone()]);
-        }
-        Self::kube_scheduler_serving(profile, None, gates)
+        Self::kube_scheduler_serving(profile_for(scheduler, workload), None, gates)
     }
 
     /// kube-scheduler, serving its probes on `port` when given (its own certificate, in a

@@ -350,7 +350,7 @@ impl DynamicResources {
         }
         if verdict.is_success() && (!to_allocate.is_empty() || s.extended.is_some()) {
             let everyone: Vec<_> = devices.all_claims().cloned().collect();
-            let allocated = locks::lock(&self.kept).update(everyone.iter());
+            let allocated = locks::lock(&self.kept).update(&everyone);
             let slices: Vec<_> = devices.slices.values().cloned().collect();
             // DeviceTaintRules apply from 1.37 (DRADeviceTaintRules, off by default in 1.36).
             let rules: Vec<_> = if self.release.at_least(37) {

@@ -124,7 +124,7 @@ impl DraScoring {
                     pool: spec.pool.name.clone(),
                     device: device.name.clone(),
                 };
-                if self.allocated.holds(&id) || self.allocated.has_shares(&id) {
+                if self.allocated.in_use(&id) {
                     allocated = allocated.saturating_add(1);
                 }
             }

@@ -125,7 +125,7 @@ proptest! {
             }
             let claims: Vec<Arc<ResourceClaim>> =
                 slots.iter().flatten().cloned().chain(extra).collect();
-            let kept_now = kept.update(claims.iter());
+            let kept_now = kept.update(&claims);
             let fresh = Allocated::of(claims.iter());
             prop_assert!(kept_now.same_as(&fresh), "kept {kept_now:?}\nfresh {fresh:?}");
             for device in 0..4 {

@@ -40,21 +40,19 @@ impl std::fmt::Display for DeviceId {
 pub struct Allocated {
     /// Devices allocated whole, with how many claims hold each (one, but for an allocation
     /// written and in flight under different UIDs at once).
-    devices: imbl::GenericHashMap<
-        DeviceId,
-        u32,
-        foldhash::fast::RandomState,
-        imbl::shared_ptr::DefaultSharedPtr,
-    >,
+    devices: DeviceMap<u32>,
     /// Devices with at least one share: how many shares, and what they consume of each
     /// capacity (nano-units).
-    shared: imbl::GenericHashMap<
-        DeviceId,
-        Shares,
-        foldhash::fast::RandomState,
-        imbl::shared_ptr::DefaultSharedPtr,
-    >,
+    shared: DeviceMap<Shares>,
 }
+
+/// A persistent map by device (a copy is a pointer).
+type DeviceMap<V> = imbl::GenericHashMap<
+    DeviceId,
+    V,
+    foldhash::fast::RandomState,
+    imbl::shared_ptr::DefaultSharedPtr,
+>;
 
 /// The shares of one device that claims hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -150,6 +148,11 @@ impl Allocated {
         self.shared.contains_key(id)
     }
 
+    /// Whether any claim holds the device, whole or a share of it.
+    pub fn in_use(&self, id: &DeviceId) -> bool {
+        self.holds(id) || self.has_shares(id)
+    }
+
     /// What the device's shares consume of each capacity, when it has any.
     pub fn shares(&self, id: &DeviceId) -> Option<&BTreeMap<String, i128>> {
         self.shared.get(id).map(|s| &s.consumed)
@@ -221,10 +224,7 @@ pub struct KeptAllocated {
 
 impl KeptAllocated {
     /// The devices `claims` hold (each claim once), brought up to date from the last call's.
-    pub fn update<'a>(
-        &mut self,
-        claims: impl Iterator<Item = &'a Arc<ResourceClaim>>,
-    ) -> Allocated {
+    pub fn update(&mut self, claims: &[Arc<ResourceClaim>]) -> Allocated {
         // Taken out while it changes: were a step to panic, the next call would find it empty
         // and count afresh, never half brought up to date.
         let mut kept = std::mem::take(self);
@@ -233,16 +233,11 @@ impl KeptAllocated {
         allocated
     }
 
-    fn bring_up_to_date<'a>(
-        &mut self,
-        claims: impl Iterator<Item = &'a Arc<ResourceClaim>>,
-    ) -> Allocated {
+    fn bring_up_to_date(&mut self, claims: &[Arc<ResourceClaim>]) -> Allocated {
         self.pass = self.pass.wrapping_add(1);
         let pass = self.pass;
-        let mut all = Vec::new();
         let mut twice = false;
         for c in claims {
-            all.push(c);
             let key = c.metadata.uid.as_deref().unwrap_or_default();
             match self.counted.get_mut(key) {
                 Some((_, seen)) if *seen == pass => twice = true,
@@ -264,7 +259,7 @@ impl KeptAllocated {
             // Two claims under one key (no UID): counted afresh, and kept no longer.
             self.counted.clear();
             self.allocated = Allocated::default();
-            return Allocated::of(all.into_iter());
+            return Allocated::of(claims.iter());
         }
         let allocated = &mut self.allocated;
         self.counted.retain(|_, (old, seen)| {

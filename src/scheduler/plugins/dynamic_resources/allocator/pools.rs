@@ -220,7 +220,7 @@ fn pool_counters(
                 for (name, c) in &consumption.counters {
                     match set.get_mut(name) {
                         None => *invalid = true,
-                        Some(left) if allocated.holds(&id) || allocated.has_shares(&id) => {
+                        Some(left) if allocated.in_use(&id) => {
                             *left = left.saturating_sub(consumed(&c.value.0));
                         }
                         Some(_) => {}
