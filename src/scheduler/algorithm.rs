@@ -17,8 +17,10 @@ use crate::scheduler::framework::group_post_filter::{
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::batch::{BatchCycle, Ranking};
 use crate::scheduler::framework::runtime::{
-    Diagnosis, PluginScores, PreFilterFailure, PreFiltered, left_out_status, nominated_node,
+    Diagnosis, PluginScores, PreFilterFailure, PreFiltered, RawScores, left_out_status,
+    nominated_node,
 };
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{Code, CycleState, NodeScore, NominatedPods, Nomination, Status};
@@ -57,6 +59,9 @@ pub enum Choice {
     OnlyFeasible,
     /// The node the pod was nominated to (by preemption), which passed the filters.
     Nominated,
+    /// The best node left of the ranking kept for the previous pod of the same signature
+    /// (opportunistic batching), with its total there, which passed the filters.
+    Batched { score: i64 },
 }
 
 impl Choice {
@@ -119,6 +124,52 @@ pub fn schedule_pod_with(
     nominated: &dyn NominatedPods,
     post_filter: bool,
 ) -> ScheduleResult {
+    schedule(
+        profile,
+        state,
+        pod,
+        snapshot,
+        start_index,
+        nominated,
+        post_filter,
+        None,
+    )
+}
+
+/// [`schedule_pod`] with opportunistic batching (`batch.rs`): the hint of `batch` is tried
+/// after PreFilter, as a nominated node is, and where the pod goes is stored in it.
+pub fn schedule_pod_batched(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    start_index: &AtomicUsize,
+    nominated: &dyn NominatedPods,
+    batch: &mut BatchCycle,
+) -> ScheduleResult {
+    schedule(
+        profile,
+        state,
+        pod,
+        snapshot,
+        start_index,
+        nominated,
+        true,
+        Some(batch),
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn schedule(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    start_index: &AtomicUsize,
+    nominated: &dyn NominatedPods,
+    post_filter: bool,
+    mut batch: Option<&mut BatchCycle>,
+) -> ScheduleResult {
     let unschedulable = |state: &mut CycleState, diagnosis: Diagnosis| {
         ScheduleResult::Unschedulable(if post_filter {
             profile.run_post_filter(state, pod, snapshot, nominated, diagnosis)
@@ -177,11 +228,44 @@ pub fn schedule_pod_with(
         let status = profile.run_filters_with_nominated(state, pod, node, nominated, snapshot);
         if status.is_success() {
             profile.record_filter_evaluations(state, 1, &[]);
+            if let Some(batch) = batch.as_deref_mut() {
+                batch.store(&node.name, None);
+            }
             return ScheduleResult::Scheduled {
                 node: node.name.clone(),
                 evaluated: 1,
                 feasible: 1,
                 choice: Choice::Nominated,
+            };
+        }
+        profile.record_filter_evaluations(state, 0, &[(node.name.clone(), status)]);
+    }
+
+    // The hint of a batch (the best node left of the ranking of the previous pod of the same
+    // signature) is tried the same way; a nominated pod has none.
+    let hint = batch.as_deref_mut().and_then(|batch| {
+        batch
+            .hint(profile, state, pod, snapshot, nominated)
+            .filter(|(n, _)| in_placement(n))
+            .filter(|(n, _)| {
+                narrowed
+                    .node_names
+                    .as_ref()
+                    .is_none_or(|names| names.contains(n))
+            })
+    });
+    if let Some((node, score)) = hint.and_then(|(n, score)| Some((snapshot.get(&n)?, score))) {
+        let status = profile.run_filters_with_nominated(state, pod, node, nominated, snapshot);
+        if status.is_success() {
+            profile.record_filter_evaluations(state, 1, &[]);
+            if let Some(batch) = batch.as_deref_mut() {
+                batch.store(&node.name, None);
+            }
+            return ScheduleResult::Scheduled {
+                node: node.name.clone(),
+                evaluated: 1,
+                feasible: 1,
+                choice: Choice::Batched { score },
             };
         }
         profile.record_filter_evaluations(state, 0, &[(node.name.clone(), status)]);
@@ -241,6 +325,9 @@ pub fn schedule_pod_with(
         return unschedulable(state, diagnosis);
     }
     if feasible.len() == 1 {
+        if let Some(batch) = batch.as_deref_mut() {
+            batch.store(&feasible[0].name, None);
+        }
         return ScheduleResult::Scheduled {
             node: feasible[0].name.clone(),
             evaluated,
@@ -257,12 +344,21 @@ pub fn schedule_pod_with(
     };
 
     // PreScore, Score.
-    let scores = match prioritize(profile, state, pod, &feasible, snapshot, None) {
-        Ok(scores) => scores,
+    let (scores, raw) = match prioritize_raw(profile, state, pod, &feasible, snapshot, None) {
+        Ok(scored) => scored,
         Err(status) => return ScheduleResult::Error(status),
     };
     let node = select_host(&scores);
     let choice = Choice::scored(&node, &scores);
+    if let Some(batch) = batch {
+        batch.store(
+            &node,
+            Some(Ranking {
+                scores: &scores,
+                raw,
+            }),
+        );
+    }
     ScheduleResult::Scheduled {
         node,
         evaluated,
@@ -391,6 +487,18 @@ pub fn prioritize(
     snapshot: &Snapshot,
     detail: Option<&mut Vec<PluginScores>>,
 ) -> Result<Vec<NodeScore>, Status> {
+    prioritize_raw(profile, state, pod, nodes, snapshot, detail).map(|(scores, _)| scores)
+}
+
+/// [`prioritize`], with each node's raw scores (what batching keeps).
+pub fn prioritize_raw(
+    profile: &CompiledProfile,
+    state: &mut CycleState,
+    pod: &PodInfo,
+    nodes: &[Arc<NodeInfo>],
+    snapshot: &Snapshot,
+    detail: Option<&mut Vec<PluginScores>>,
+) -> Result<(Vec<NodeScore>, RawScores), Status> {
     let started = std::time::Instant::now();
     let status = profile.run_pre_score(state, pod, nodes, snapshot);
     state.record_timing("PreScore", status.code, started.elapsed());
@@ -398,7 +506,17 @@ pub fn prioritize(
         return Err(status);
     }
     let started = std::time::Instant::now();
-    let scored = profile.run_score(state, pod, nodes, detail);
+    let scored = profile.raw_scores(state, pod, nodes).and_then(|raw| {
+        let mut scores: Vec<NodeScore> = nodes
+            .iter()
+            .map(|n| NodeScore {
+                name: n.name.clone(),
+                score: 0,
+            })
+            .collect();
+        profile.combine_scores(state, pod, &mut scores, &raw, detail)?;
+        Ok((scores, raw))
+    });
     let code = scored.as_ref().map_or_else(|s| s.code, |_| Code::Success);
     state.record_timing("Score", code, started.elapsed());
     profile.record_score_evaluations(state, nodes.len());

@@ -10,6 +10,7 @@
 
 pub mod algorithm;
 pub mod backend;
+pub mod batch;
 pub mod binder;
 pub mod binding;
 pub mod composite_cycle;
@@ -144,6 +145,8 @@ pub struct Scheduler {
     pub binder: Binder,
     /// Each group's last preemption, for `tether explain`.
     pub preemptions: group_preemption::Preemptions,
+    /// The ranking kept for the next pod of the same signature (opportunistic batching).
+    pub batch: batch::BatchSlot,
 }
 
 /// The queue's activator, with the cache to tell whether a preemption's victims are gone.
@@ -215,6 +218,7 @@ impl Scheduler {
             pod_groups,
             binder: Binder::new(runtime, fatal, gate),
             preemptions: group_preemption::Preemptions::default(),
+            batch: batch::BatchSlot::default(),
         })
     }
 

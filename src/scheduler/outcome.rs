@@ -68,6 +68,9 @@ pub fn scheduled_note(pod: &str, node: &str, choice: &Choice) -> String {
         } => format!("score {score}; {feasible} feasible nodes"),
         Choice::OnlyFeasible => "the only feasible node".to_string(),
         Choice::Nominated => "its nominated node".to_string(),
+        Choice::Batched { score } => {
+            format!("score {score}, the best left of the previous identical pod's ranking")
+        }
     };
     let note = format!("{assigned} ({trace})");
     if note.len() > MAX_NOTE_BYTES {

@@ -12,6 +12,7 @@ use crate::gate::Write;
 use crate::k8s::pods;
 use crate::scheduler::Scheduler;
 use crate::scheduler::algorithm::{self, ScheduleResult};
+use crate::scheduler::batch::BatchCycle;
 use crate::scheduler::failure::{FailedAttempt, Failure};
 use crate::scheduler::framework::{CycleState, QueuedPodInfo, Status};
 use crate::scheduler::handoff::{result_label, search_over_message, to_binding};
@@ -23,6 +24,8 @@ const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
 
 /// Runs one scheduling cycle for `queued`.
 pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
+    // The ranking the last cycle kept serves this cycle only: any other cycle ends it.
+    let kept = sched.batch.take();
     let pod = queued.pod.clone();
     let key = pod.key();
     let scheduler_name = pods::scheduler_name(&pod.pod);
@@ -77,15 +80,19 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     }
     // Room held for pinned workloads counts as nominated pods do (its own workload's aside).
     let nominated = sched.state.room.for_pod(&profile, &pod.pod);
-    let result = algorithm::schedule_pod(
+    let mut batch = BatchCycle::new(kept, &profile, &pod);
+    let result = algorithm::schedule_pod_batched(
         &profile,
         &mut state,
         &pod,
         &snapshot,
         &sched.start_index,
         &nominated,
+        &mut batch,
     );
     sched.metrics.scheduling_algorithm(start.elapsed());
+    sched.metrics.batch(&profile.scheduler_name, batch.outcome);
+    sched.batch.put(batch.into_kept());
     for (point, code, took) in state.take_timings() {
         sched
             .metrics

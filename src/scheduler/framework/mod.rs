@@ -17,6 +17,7 @@ pub mod pod_group;
 pub mod pod_info;
 pub mod profile;
 pub mod runtime;
+pub mod signature;
 pub mod snapshot;
 pub mod status;
 pub mod topology;
@@ -232,6 +233,21 @@ pub trait Plugin: Send + Sync + 'static {
     /// not say, and every change of every kind requeues the pods it rejected.
     fn events_to_register(&self) -> Option<Vec<events::Registration>> {
         None
+    }
+
+    /// Whether the plugin signs pods (upstream's SignPlugin): a profile batches
+    /// (`scheduler/batch.rs`) only when every plugin it runs at PreFilter, Filter, PreScore or
+    /// Score does. tether's own StickyNode and PlacementHistory do not: one narrows a pod to a
+    /// single node, the other reads a history that each bind changes.
+    fn signs_pods(&self) -> bool {
+        false
+    }
+
+    /// Adds to `signature` everything of `pod` the plugin's PreFilter, Filter, PreScore and
+    /// Score read; false when no signature can say it (the pod's own spread constraints,
+    /// inter-pod affinity or claims: what they read changes with every pod placed).
+    fn sign_pod(&self, _pod: &PodInfo, _signature: &mut signature::Signature) -> bool {
+        false
     }
 }
 

@@ -69,6 +69,27 @@ pub(super) struct CycleFamilies {
     cache_size: Family<CacheKind, IntGauge>,
     /// `scheduler_queued_entities{queue,entity}`.
     queued_entities: Family<EntityLabels, IntGauge>,
+    /// `scheduler_batch_attempts_total{profile,result}`: each pod that asked opportunistic
+    /// batching for a hint (`no_hint`), and, once its node was chosen, whether the hint given
+    /// was it (`hint_used`, `hint_not_used`).
+    batch_attempts: Family<BatchLabels, Counter>,
+    /// `scheduler_batch_cache_flushed_total{profile,reason}`: each kept ranking dropped instead
+    /// of giving a hint, by why.
+    batch_flushed: Family<FlushLabels, Counter>,
+}
+
+/// A profile and what batching did (the `result` of an attempt or the `reason` of a flush).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BatchLabels {
+    pub profile: String,
+    pub result: &'static str,
+}
+
+/// The `reason` label of a flush.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FlushLabels {
+    pub profile: String,
+    pub reason: &'static str,
 }
 
 fn permit_buckets() -> Histogram {
@@ -92,6 +113,8 @@ impl CycleFamilies {
             plugin_evaluations: Family::default(),
             cache_size: Family::default(),
             queued_entities: Family::default(),
+            batch_attempts: Family::default(),
+            batch_flushed: Family::default(),
         };
         root.register(
             "scheduler_pod_scheduling_attempts",
@@ -123,11 +146,43 @@ impl CycleFamilies {
             "Number of ResourceClaims creation requests, categorized by creation status, admin access, and owning API group and kind (either Pod or scheduling.k8s.io/PodGroup)",
             claim_creates().clone(),
         );
+        root.register(
+            "scheduler_batch_attempts",
+            "Counts of results when we attempt to use batching, by scheduler profile. 'no_hint' covers every pod that asked for a hint and got none, including pods that later fail to schedule. 'hint_used' and 'hint_not_used' are recorded only when a node is selected, and say whether it was the hinted one.",
+            families.batch_attempts.clone(),
+        );
+        root.register(
+            "scheduler_batch_cache_flushed",
+            "Counts of batch cache flushes by reason and scheduler profile. A flush is counted when an existing batch state is dropped instead of providing a hint.",
+            families.batch_flushed.clone(),
+        );
         families
     }
 }
 
 impl Metrics {
+    /// How one cycle used opportunistic batching.
+    pub fn batch(&self, profile: &str, outcome: crate::scheduler::batch::BatchOutcome) {
+        if let Some(result) = outcome.attempt {
+            self.cycle
+                .batch_attempts
+                .get_or_create(&BatchLabels {
+                    profile: profile.into(),
+                    result,
+                })
+                .inc();
+        }
+        if let Some(reason) = outcome.flushed {
+            self.cycle
+                .batch_flushed
+                .get_or_create(&FlushLabels {
+                    profile: profile.into(),
+                    reason,
+                })
+                .inc();
+        }
+    }
+
     /// A pod a Permit plugin held got its verdict (`code`) after `waited`.
     pub fn permit_waited(&self, code: crate::scheduler::framework::Code, waited: Duration) {
         self.cycle

@@ -79,6 +79,24 @@ impl Plugin for ImageLocality {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        let spec = pod.pod.spec.as_ref();
+        let images: std::collections::BTreeSet<String> = spec
+            .into_iter()
+            .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
+            .filter_map(|c| c.image.as_deref())
+            .map(normalized_image_name)
+            .collect();
+        signature.part(crate::scheduler::framework::signature::IMAGE_NAMES, &images);
+        true
+    }
 
     fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
         Some(self)

@@ -114,6 +114,20 @@ impl Plugin for NodeDeclaredFeatures {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        signature.part(
+            crate::scheduler::framework::signature::FEATURES,
+            &required_features(&pod.pod, self.release),
+        );
+        true
+    }
 
     fn pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
         Some(self)

@@ -28,6 +28,18 @@ impl Plugin for NodeName {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        let node_name = pod.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
+        signature.part(crate::scheduler::framework::signature::NODE_NAME, &node_name);
+        true
+    }
 
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(vec![Registration::always(ClusterEvent::new(

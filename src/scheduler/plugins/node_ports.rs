@@ -49,6 +49,17 @@ impl Plugin for NodePorts {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        signature.part(crate::scheduler::framework::signature::HOST_PORTS, &crate::scheduler::framework::signature::host_ports(pod));
+        true
+    }
 
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(vec![

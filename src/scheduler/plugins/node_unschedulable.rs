@@ -45,6 +45,17 @@ impl Plugin for NodeUnschedulable {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        signature.part(crate::scheduler::framework::signature::TOLERATIONS, &crate::scheduler::framework::signature::tolerations(pod));
+        true
+    }
 
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(vec![

@@ -85,6 +85,17 @@ impl Plugin for VolumeRestrictions {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        signature.part(crate::scheduler::framework::signature::VOLUMES, &crate::scheduler::framework::signature::volumes(pod));
+        true
+    }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(vec![
             Registration::new(

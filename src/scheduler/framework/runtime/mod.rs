@@ -15,7 +15,7 @@ use rayon::prelude::*;
 
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
-use crate::scheduler::framework::profile::{CompiledProfile, WeightedScore};
+use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{
     Code, CycleState, MAX_NODE_SCORE, MIN_NODE_SCORE, NodeScore, NominatedPods, Nomination,
@@ -511,20 +511,16 @@ impl CompiledProfile {
     }
 
     /// Score, NormalizeScore and weights: the total per node. `detail`, when given, receives
-    /// each Score plugin's scores (`tether explain`).
-    ///
-    /// As kube-scheduler's RunScorePlugins, one parallel section over the nodes runs every
-    /// Score plugin on each node (not one section per plugin: each wakes the worker threads),
-    /// and each node's name is copied once for the cycle. A failing plugin fails the cycle;
-    /// when several fail, the first in the profile's order (on the first node it failed on)
-    /// is reported.
+    /// each Score plugin's scores (`tether explain`): [`Self::raw_scores`] then
+    /// [`Self::combine_scores`].
     pub fn run_score(
         &self,
         state: &CycleState,
         pod: &PodInfo,
         nodes: &[Arc<NodeInfo>],
-        mut detail: Option<&mut Vec<PluginScores>>,
+        detail: Option<&mut Vec<PluginScores>>,
     ) -> Result<Vec<NodeScore>, Status> {
+        let raw = self.raw_scores(state, pod, nodes)?;
         let mut scores: Vec<NodeScore> = nodes
             .iter()
             .map(|n| NodeScore {
@@ -532,35 +528,65 @@ impl CompiledProfile {
                 score: 0,
             })
             .collect();
-        let active: Vec<(&WeightedScore, &dyn ScorePlugin)> = self
-            .score
+        self.combine_scores(state, pod, &mut scores, &raw, detail)?;
+        Ok(scores)
+    }
+
+    /// The Score plugins that run in this cycle (those whose PreScore did not skip), with their
+    /// index in the profile.
+    fn active_scores(&self, state: &CycleState) -> Vec<usize> {
+        self.score
             .iter()
-            .filter_map(|weighted| {
-                let sp = weighted.plugin.score()?;
-                (!state.skips_score(weighted.plugin.name())).then_some((weighted, sp))
+            .enumerate()
+            .filter(|(_, weighted)| {
+                weighted.plugin.score().is_some() && !state.skips_score(weighted.plugin.name())
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Score: each active plugin's raw score of each node, as kube-scheduler's
+    /// RunScorePlugins runs them before normalizing: one parallel section over the nodes runs
+    /// every Score plugin on each node (not one section per plugin: each wakes the worker
+    /// threads). A failing plugin fails the cycle; when several fail, the first in the
+    /// profile's order (on the first node it failed on) is reported.
+    pub fn raw_scores(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        nodes: &[Arc<NodeInfo>],
+    ) -> Result<RawScores, Status> {
+        let plugins = self.active_scores(state);
+        let active: Vec<(&'static str, &dyn ScorePlugin)> = plugins
+            .iter()
+            .filter_map(|&i| {
+                let plugin = &self.score[i].plugin;
+                Some((plugin.name(), plugin.score()?))
             })
             .collect();
-        let plugins = active.len();
-        if plugins == 0 {
-            return Ok(scores);
+        let width = active.len();
+        if width == 0 {
+            return Ok(RawScores {
+                plugins,
+                raw: Vec::new(),
+            });
         }
-        // Node n's raw score from the i-th active plugin is raw[n * plugins + i].
-        let mut raw = vec![0i64; nodes.len() * plugins];
+        // Node n's raw score from the i-th active plugin is raw[n * width + i].
+        let mut raw = vec![0i64; nodes.len() * width];
         let failed = raw
-            .par_chunks_mut(plugins)
+            .par_chunks_mut(width)
             .zip(nodes.par_iter())
             .enumerate()
             .with_min_len(16)
             .filter_map(|(n, (row, node))| {
-                for (i, ((weighted, sp), slot)) in active.iter().zip(row).enumerate() {
-                    let name = weighted.plugin.name();
+                for (i, ((name, sp), slot)) in active.iter().zip(row).enumerate() {
                     let clock = state.plugin_clock();
                     let score = sp.score(state, pod, node);
                     let code = score.as_ref().map_or_else(|s| s.code, |_| Code::Success);
                     state.record_plugin(name, "Score", code, clock);
                     match score {
                         Ok(score) => *slot = score,
-                        Err(status) => return Some((i, n, name, status)),
+                        Err(status) => return Some((i, n, *name, status)),
                     }
                 }
                 None
@@ -573,14 +599,42 @@ impl CompiledProfile {
             ))
             .with_plugin(name));
         }
-        let mut totals = vec![0i64; nodes.len()];
-        for (i, (weighted, sp)) in active.iter().enumerate() {
+        Ok(RawScores { plugins, raw })
+    }
+
+    /// NormalizeScore and weights over `raw` (the raw scores of the nodes `scores` names, in
+    /// that order): each node's total into `scores`. A plugin that ran when `raw` was scored
+    /// but skips in this cycle (or the reverse) is an error: the scores do not fit the cycle.
+    pub fn combine_scores(
+        &self,
+        state: &CycleState,
+        pod: &PodInfo,
+        scores: &mut [NodeScore],
+        raw: &RawScores,
+        mut detail: Option<&mut Vec<PluginScores>>,
+    ) -> Result<(), Status> {
+        let width = raw.plugins.len();
+        if width == 0 {
+            scores.iter_mut().for_each(|s| s.score = 0);
+            return Ok(());
+        }
+        if raw.raw.len() != scores.len() * width || raw.plugins != self.active_scores(state) {
+            return Err(Status::error(
+                "the raw scores kept do not match the Score plugins of this cycle",
+            ));
+        }
+        let mut totals = vec![0i64; scores.len()];
+        for (i, &index) in raw.plugins.iter().enumerate() {
+            let weighted = &self.score[index];
             let name = weighted.plugin.name();
-            for (s, row) in scores.iter_mut().zip(raw.chunks(plugins)) {
+            let Some(sp) = weighted.plugin.score() else {
+                continue;
+            };
+            for (s, row) in scores.iter_mut().zip(raw.raw.chunks(width)) {
                 s.score = row[i];
             }
             let clock = state.plugin_clock();
-            let status = sp.normalize_scores(state, pod, &mut scores);
+            let status = sp.normalize_scores(state, pod, scores);
             state.record_plugin(name, "ScoreExtensionNormalize", status.code, clock);
             if !status.is_success() {
                 return Err(Status::error(format!(
@@ -589,7 +643,7 @@ impl CompiledProfile {
                 ))
                 .with_plugin(name));
             }
-            for (total, s) in totals.iter_mut().zip(&scores) {
+            for (total, s) in totals.iter_mut().zip(scores.iter()) {
                 if !(MIN_NODE_SCORE..=MAX_NODE_SCORE).contains(&s.score) {
                     return Err(Status::error(format!(
                         "applying score defaultWeights on Score plugins: plugin {name:?} returns an invalid score {}, it should in the range of [{MIN_NODE_SCORE}, {MAX_NODE_SCORE}] after normalizing",
@@ -603,7 +657,7 @@ impl CompiledProfile {
                 detail.push(PluginScores {
                     plugin: name,
                     weight: weighted.weight,
-                    raw: raw.chunks(plugins).map(|row| row[i]).collect(),
+                    raw: raw.raw.chunks(width).map(|row| row[i]).collect(),
                     normalized: scores.iter().map(|s| s.score).collect(),
                 });
             }
@@ -611,7 +665,26 @@ impl CompiledProfile {
         for (s, total) in scores.iter_mut().zip(totals) {
             s.score = total;
         }
-        Ok(scores)
+        Ok(())
+    }
+}
+
+/// The raw scores of one cycle's Score plugins: what [`CompiledProfile::combine_scores`]
+/// normalizes and weighs, kept by opportunistic batching to normalize again with a node
+/// rescored.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RawScores {
+    /// The index in the profile's Score plugins of each plugin that ran.
+    pub plugins: Vec<usize>,
+    /// Node n's raw score from the i-th plugin that ran is `raw[n * plugins.len() + i]`.
+    pub raw: Vec<i64>,
+}
+
+impl RawScores {
+    /// Node `n`'s raw scores, one per plugin that ran.
+    pub fn row(&self, n: usize) -> &[i64] {
+        let width = self.plugins.len();
+        self.raw.get(n * width..(n + 1) * width).unwrap_or(&[])
     }
 }
 

@@ -191,6 +191,20 @@ impl Plugin for DynamicResources {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        _signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        pod.pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_ref())
+            .is_none_or(|c| c.is_empty())
+    }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(hints::registrations(&self.devices, self.group_claims))
     }

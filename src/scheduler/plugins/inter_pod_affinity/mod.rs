@@ -128,6 +128,27 @@ impl Plugin for InterPodAffinity {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        let affinity = pod.pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        if affinity.is_some_and(|a| a.pod_affinity.is_some() || a.pod_anti_affinity.is_some()) {
+            return false;
+        }
+        // Other pods' preferred terms score it by its labels, within namespaces: upstream signs
+        // the labels alone; tether adds the namespace, so that two pods scored differently by
+        // a term's namespaces never share a signature.
+        if !self.args.ignore_preferred_terms_of_existing_pods {
+            let labels = (&pod.pod.metadata.namespace, &pod.pod.metadata.labels);
+            signature.part(crate::scheduler::framework::signature::LABELS, &labels);
+        }
+        true
+    }
 
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(hints::registrations())

@@ -191,6 +191,22 @@ impl Plugin for NodeAffinity {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        let spec = pod.pod.spec.as_ref();
+        let affinity = spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref());
+        signature.part(crate::scheduler::framework::signature::NODE_AFFINITY, &affinity);
+        signature.part(crate::scheduler::framework::signature::NODE_SELECTOR, &spec.and_then(|s| s.node_selector.as_ref()));
+        true
+    }
 
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(hints::registrations(self.added_required.clone()))

@@ -177,6 +177,16 @@ impl Plugin for NodeResourcesBalancedAllocation {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        super::sign_requests(self.devices.as_deref(), pod, signature)
+    }
     fn pre_score(&self) -> Option<&dyn PreScorePlugin> {
         Some(self)
     }

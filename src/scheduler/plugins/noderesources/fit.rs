@@ -292,6 +292,16 @@ impl Plugin for NodeResourcesFit {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        super::sign_requests(self.devices.as_deref(), pod, signature)
+    }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(super::fit_hints::registrations(
             self.devices.clone(),

@@ -141,6 +141,22 @@ impl Plugin for PodTopologySpread {
     fn name(&self) -> &'static str {
         NAME
     }
+    fn signs_pods(&self) -> bool {
+        true
+    }
+    fn sign_pod(
+        &self,
+        pod: &PodInfo,
+        _signature: &mut crate::scheduler::framework::signature::Signature,
+    ) -> bool {
+        let own = pod
+            .pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.topology_spread_constraints.as_ref())
+            .is_some_and(|c| !c.is_empty());
+        !own && self.default_constraints.is_empty()
+    }
 
     fn events_to_register(&self) -> Option<Vec<Registration>> {
         Some(hints::registrations(Arc::new(self.clone())))

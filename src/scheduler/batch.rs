@@ -1,0 +1,335 @@
+//! Opportunistic batching, as kube-scheduler's OpportunisticBatch (beta and on since 1.35):
+//! when pods of one signature come one after another, the ranking of the nodes computed for
+//! the first is reused for the next instead of filtering and scoring every node again.
+//!
+//! A cycle that scored its feasible nodes keeps them, best first, with their raw scores
+//! ([`Batch`]). The next cycle, if it comes right after (no other pod was tried in between),
+//! serves the same profile, its pod is not nominated, has the same signature
+//! ([`crate::scheduler::framework::signature`]) and the ranking is at most
+//! [`MAX_BATCH_AGE`] old, takes a hint from it: the node the previous pod went to (the one node
+//! that changed) is filtered again and, when the pod still fits, rescored (PreScore over the
+//! kept nodes and it, its raw scores, every kept node normalized again with it) and put back
+//! among the others; the best node then is the hint. The hint is filtered like a nominated node
+//! and, when the pod fits, taken without a search; the ranking then serves the next pod. When it
+//! does not fit, the pod is searched for as ever and its own ranking is kept.
+//!
+//! The ranking's totals go stale only where upstream's do: a node that changed in other ways
+//! (another scheduler's pod, a pod deleted) keeps its score for up to [`MAX_BATCH_AGE`];
+//! feasibility never goes stale, since the hint is filtered before it is taken. Ties are broken
+//! at random, as tether breaks them without batching.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+
+use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::pod_info::PodInfo;
+use crate::scheduler::framework::profile::CompiledProfile;
+use crate::scheduler::framework::runtime::{RawScores, nominated_node};
+use crate::scheduler::framework::signature::Signature;
+use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::{Code, CycleState, NodeScore, NominatedPods};
+
+/// How long a ranking serves (kube-scheduler's DefaultMaxBatchAge).
+pub const MAX_BATCH_AGE: Duration = Duration::from_millis(500);
+
+/// The signature of `pod` under `profile`: `None` when a plugin the profile runs at PreFilter,
+/// Filter, PreScore or Score does not sign pods, or cannot sign this one.
+pub fn sign(profile: &CompiledProfile, pod: &PodInfo) -> Option<Signature> {
+    let mut signature = Signature::new(&profile.scheduler_name);
+    let mut seen: Vec<&'static str> = Vec::new();
+    let plugins = profile
+        .pre_filter
+        .iter()
+        .chain(&profile.filter)
+        .chain(&profile.pre_score)
+        .chain(profile.score.iter().map(|w| &w.plugin));
+    for plugin in plugins {
+        if seen.contains(&plugin.name()) {
+            continue;
+        }
+        seen.push(plugin.name());
+        if !plugin.signs_pods() || !plugin.sign_pod(pod, &mut signature) {
+            return None;
+        }
+    }
+    Some(signature)
+}
+
+/// One kept node: its name, total, a random tie-break and its raw scores.
+#[derive(Debug)]
+struct Ranked {
+    name: String,
+    total: i64,
+    tie: u64,
+    raw: Box<[i64]>,
+}
+
+/// A ranking kept from a cycle for the next pods of its signature.
+#[derive(Debug)]
+pub struct Batch {
+    /// The profile that ranked (compared by identity: a profile changed since is another).
+    profile: Weak<CompiledProfile>,
+    signature: Signature,
+    created: Instant,
+    /// Where the last pod of the batch went.
+    chosen: String,
+    /// The Score plugins that ran (their index in the profile), in the order of `raw`.
+    plugins: Vec<usize>,
+    /// The nodes left, worst first: the best is popped.
+    ranked: Vec<Ranked>,
+}
+
+/// The ranking kept between cycles: taken at the start of every cycle, put back only by a
+/// cycle of a single pod that ended with a node (so any other cycle in between ends it).
+#[derive(Debug, Default)]
+pub struct BatchSlot(Mutex<Option<Batch>>);
+
+impl BatchSlot {
+    pub fn take(&self) -> Option<Batch> {
+        crate::locks::lock(&self.0).take()
+    }
+    pub fn put(&self, batch: Option<Batch>) {
+        *crate::locks::lock(&self.0) = batch;
+    }
+}
+
+/// Why a kept ranking was dropped instead of giving a hint (kube-scheduler's
+/// `scheduler_batch_cache_flushed_total` reasons).
+pub type FlushReason = &'static str;
+
+/// How a cycle used batching, for `scheduler_batch_attempts_total`: `no_hint`, `hint_used` or
+/// `hint_not_used`, and the reason a ranking was dropped, if one was.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub attempt: Option<&'static str>,
+    pub flushed: Option<FlushReason>,
+}
+
+/// One cycle's batching: the ranking kept from the previous cycle, the pod's signature, the
+/// hint given and what happened.
+pub struct BatchCycle {
+    profile: Weak<CompiledProfile>,
+    kept: Option<Batch>,
+    signature: Option<Signature>,
+    hint: Option<String>,
+    hint_score: i64,
+    pub outcome: BatchOutcome,
+}
+
+/// The ranking of a scored cycle, for [`BatchCycle::store`]: each scored node's total and raw
+/// scores.
+pub struct Ranking<'a> {
+    pub scores: &'a [NodeScore],
+    pub raw: RawScores,
+}
+
+impl BatchCycle {
+    /// The cycle of `pod` under `profile`, after `kept`.
+    pub fn new(kept: Option<Batch>, profile: &Arc<CompiledProfile>, pod: &PodInfo) -> Self {
+        BatchCycle {
+            profile: Arc::downgrade(profile),
+            kept,
+            signature: sign(profile, pod),
+            hint: None,
+            hint_score: 0,
+            outcome: BatchOutcome::default(),
+        }
+    }
+
+    /// The pod's signature, if it has one.
+    pub fn signature(&self) -> Option<&Signature> {
+        self.signature.as_ref()
+    }
+
+    /// The hint, asked after PreFilter (kube-scheduler's GetNodeHint): the best node of the
+    /// kept ranking, with the previous pod's node filtered and rescored first. `None`, and the
+    /// ranking dropped, when it cannot serve this pod.
+    pub fn hint(
+        &mut self,
+        profile: &CompiledProfile,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominated: &dyn NominatedPods,
+    ) -> Option<(String, i64)> {
+        let hint = self.take_hint(profile, state, pod, snapshot, nominated);
+        self.outcome.attempt = hint.is_none().then_some("no_hint");
+        if let Some((node, score)) = &hint {
+            self.hint = Some(node.clone());
+            self.hint_score = *score;
+        }
+        hint
+    }
+
+    fn take_hint(
+        &mut self,
+        profile: &CompiledProfile,
+        state: &CycleState,
+        pod: &PodInfo,
+        snapshot: &Snapshot,
+        nominated: &dyn NominatedPods,
+    ) -> Option<(String, i64)> {
+        let mut kept = self.kept.take().filter(|k| !k.ranked.is_empty())?;
+        let flush = |outcome: &mut BatchOutcome, reason| {
+            outcome.flushed = Some(reason);
+            None
+        };
+        if kept.profile.as_ptr() != self.profile.as_ptr() {
+            return flush(&mut self.outcome, "pod_skipped");
+        }
+        if nominated_node(&pod.pod).is_some() {
+            return flush(&mut self.outcome, "pod_nominated");
+        }
+        if self.signature.as_ref() != Some(&kept.signature) {
+            return flush(&mut self.outcome, "pod_incompatible");
+        }
+        if kept.created.elapsed() > MAX_BATCH_AGE {
+            return flush(&mut self.outcome, "expired");
+        }
+        let Some(last) = snapshot.get(&kept.chosen) else {
+            return flush(&mut self.outcome, "node_missing");
+        };
+        let status = profile.run_filters_with_nominated(state, pod, last, nominated, snapshot);
+        if status.is_success() {
+            if let Err(reason) = rescore(&mut kept, profile, state, pod, snapshot, last) {
+                return flush(&mut self.outcome, reason);
+            }
+        } else if status.code == Code::Error {
+            return flush(&mut self.outcome, "filter_error");
+        }
+        let best = kept.ranked.pop()?;
+        self.kept = Some(kept);
+        Some((best.name, best.total))
+    }
+
+    /// The score the hinted node had in the ranking.
+    pub fn hint_score(&self) -> i64 {
+        self.hint_score
+    }
+
+    /// Records where the pod goes (kube-scheduler's StoreScheduleResults): when it is the hint,
+    /// the ranking serves on; otherwise `ranking` (the nodes scored, `chosen` among them) is
+    /// kept, or nothing when the pod was not scored or has no signature.
+    pub fn store(&mut self, chosen: &str, ranking: Option<Ranking>) {
+        if self.hint.as_deref() == Some(chosen) {
+            self.outcome.attempt = Some("hint_used");
+            if let Some(kept) = &mut self.kept {
+                kept.chosen = chosen.to_string();
+            }
+            return;
+        }
+        if self.hint.is_some() {
+            self.outcome.attempt = Some("hint_not_used");
+        }
+        self.kept = None;
+        let (Some(signature), Some(ranking)) = (self.signature.clone(), ranking) else {
+            return;
+        };
+        let mut rng = rand::rng();
+        let mut ranked: Vec<Ranked> = ranking
+            .scores
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.name != chosen)
+            .map(|(n, s)| Ranked {
+                name: s.name.clone(),
+                total: s.score,
+                tie: rng.random(),
+                raw: ranking.raw.row(n).into(),
+            })
+            .collect();
+        if ranked.is_empty() {
+            return;
+        }
+        ranked.sort_unstable_by_key(|r| (r.total, r.tie));
+        self.kept = Some(Batch {
+            profile: self.profile.clone(),
+            signature,
+            created: Instant::now(),
+            chosen: chosen.to_string(),
+            plugins: ranking.raw.plugins,
+            ranked,
+        });
+    }
+
+    /// The ranking for the next cycle: kept only when this cycle stored one.
+    pub fn into_kept(self) -> Option<Batch> {
+        self.kept
+    }
+}
+
+/// Puts `last` (the previous pod's node, which the pod still fits) back among the kept nodes
+/// with fresh scores (kube-scheduler's rescoreHintedNode): PreScore over them all on a copy of
+/// the cycle state, `last`'s raw scores, every total normalized again. The reason to drop the
+/// ranking when a step fails.
+fn rescore(
+    kept: &mut Batch,
+    profile: &CompiledProfile,
+    state: &CycleState,
+    pod: &PodInfo,
+    snapshot: &Snapshot,
+    last: &Arc<NodeInfo>,
+) -> Result<(), FlushReason> {
+    let mut nodes: Vec<Arc<NodeInfo>> = Vec::with_capacity(kept.ranked.len() + 1);
+    for r in &kept.ranked {
+        nodes.push(Arc::clone(snapshot.get(&r.name).ok_or("node_missing")?));
+    }
+    // The node may be in the ranking already (a hint the pod did not take): it is rescored.
+    kept.ranked.retain(|r| r.name != last.name);
+    nodes.retain(|n| n.name != last.name);
+    nodes.push(Arc::clone(last));
+    let mut rescore_state = state.clone();
+    let status = profile.run_pre_score(&mut rescore_state, pod, &nodes, snapshot);
+    if !status.is_success() {
+        return Err("prescore_error");
+    }
+    let fresh = profile
+        .raw_scores(&rescore_state, pod, std::slice::from_ref(last))
+        .map_err(|_| "rescore_error")?;
+    if fresh.plugins != kept.plugins {
+        return Err("rescore_error");
+    }
+    let mut raw = RawScores {
+        plugins: fresh.plugins,
+        raw: Vec::with_capacity((kept.ranked.len() + 1) * kept.plugins.len()),
+    };
+    for r in &kept.ranked {
+        raw.raw.extend_from_slice(&r.raw);
+    }
+    raw.raw.extend_from_slice(&fresh.raw);
+    // The names move into the scores and back: nothing is copied.
+    let mut scores: Vec<NodeScore> = kept
+        .ranked
+        .iter_mut()
+        .map(|r| NodeScore {
+            name: std::mem::take(&mut r.name),
+            score: 0,
+        })
+        .collect();
+    scores.push(NodeScore {
+        name: last.name.clone(),
+        score: 0,
+    });
+    profile
+        .combine_scores(&rescore_state, pod, &mut scores, &raw, None)
+        .map_err(|_| "normalize_error")?;
+    let mut rng = rand::rng();
+    let mut fresh_row = Some(fresh.raw.into_boxed_slice());
+    let mut scores = scores.into_iter();
+    for (r, s) in kept.ranked.iter_mut().zip(scores.by_ref()) {
+        r.name = s.name;
+        r.total = s.score;
+    }
+    if let (Some(s), Some(raw)) = (scores.next(), fresh_row.take()) {
+        kept.ranked.push(Ranked {
+            name: s.name,
+            total: s.score,
+            tie: rng.random(),
+            raw,
+        });
+    }
+    kept.ranked.sort_unstable_by_key(|r| (r.total, r.tie));
+    Ok(())
+}
