@@ -1,9 +1,10 @@
 //! Opportunistic batching, side by side: kube-scheduler (1.35 and later, the
-//! OpportunisticBatching gate on by default) hands a pod that signs like the pod before it the
-//! next node of that pod's ranking, instead of filtering and scoring the nodes again. tether
-//! does not batch; this test is what that decision rests on: on the same nodes, the same burst
-//! of identical pods lands on the same nodes under kube-scheduler with batching on (its
-//! metrics prove it batched), under kube-scheduler with batching off, and under tether.
+//! OpportunisticBatching gate on by default) and tether hand a pod that signs like the pod
+//! before it the next node of that pod's ranking, instead of filtering and scoring the nodes
+//! again. On the same nodes, the same burst of identical pods lands on the same nodes under
+//! kube-scheduler with batching on, under kube-scheduler with batching off, and under tether;
+//! the metrics of both (`scheduler_batch_attempts_total{result="hint_used"}`) prove they
+//! batched.
 //!
 //! The burst packs (NodeResourcesFit's MostAllocated on CPU alone, the only score) nodes whose
 //! loads differ, so the best node is never a tie: which node each pod gets is decided by the
@@ -24,7 +25,7 @@ use tether_e2e::faults::curl_self_signed;
 use tether_e2e::reference::ReferenceScheduler;
 use tether_e2e::{
     TestNamespace, TestNodes, apply_profile, client, free_local_addr, kubectl_ok, sample_value,
-    unique_suffix, wait_for,
+    tether_metric, unique_suffix, wait_for,
 };
 
 /// Nodes of 16 CPUs; node `i` already runs `i` CPUs, so their MostAllocated scores differ.
@@ -207,7 +208,15 @@ async fn a_burst_lands_where_kube_scheduler_batching_puts_it() -> anyhow::Result
     })
     .await?;
     kubectl_ok(&["delete", "sp", &ours], None)?;
-    println!("tether: {placed:?}");
+    let hinted = tether_metric(&format!(
+        r#"scheduler_batch_attempts_total{{profile="{ours}",result="hint_used"}}"#
+    ))?
+    .unwrap_or(0.0);
+    assert!(
+        hinted >= (BURST / 2) as f64,
+        "tether batched most of the burst (hints used: {hinted})"
+    );
+    println!("tether: {placed:?} ({hinted} pods placed by a hint)");
     placements.push(("tether", placed));
 
     for (label, placed) in &placements {

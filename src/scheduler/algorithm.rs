@@ -11,13 +11,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use rand::Rng;
 use rayon::prelude::*;
 
+use crate::scheduler::batch::{BatchCycle, Ranking};
 use crate::scheduler::framework::group_post_filter::{
     IN_PLACEMENT, InPlacement, NODE_RANKS, RankedBy,
 };
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::CompiledProfile;
-use crate::scheduler::batch::{BatchCycle, Ranking};
 use crate::scheduler::framework::runtime::{
     Diagnosis, PluginScores, PreFilterFailure, PreFiltered, RawScores, left_out_status,
     nominated_node,
@@ -213,6 +213,20 @@ fn schedule(
         Err(PreFilterFailure::Rejected) => return unschedulable(state, diagnosis),
     };
 
+    // The hint of a batch (the best node left of the ranking of the previous pod of the same
+    // signature), asked before a nomination is tried (a nominated pod ends the batch), is tried
+    // as the nominated node is.
+    let hint = batch.as_deref_mut().and_then(|batch| {
+        batch
+            .hint(profile, state, pod, snapshot, nominated)
+            .filter(|(n, _)| in_placement(n))
+            .filter(|(n, _)| {
+                narrowed
+                    .node_names
+                    .as_ref()
+                    .is_none_or(|names| names.contains(n))
+            })
+    });
     // A node the pod was nominated to (by preemption) is tried first, alone, as upstream's
     // evaluateNominatedNode: the room made for it is there.
     if let Some(node) = nominated_node(&pod.pod)
@@ -241,19 +255,6 @@ fn schedule(
         profile.record_filter_evaluations(state, 0, &[(node.name.clone(), status)]);
     }
 
-    // The hint of a batch (the best node left of the ranking of the previous pod of the same
-    // signature) is tried the same way; a nominated pod has none.
-    let hint = batch.as_deref_mut().and_then(|batch| {
-        batch
-            .hint(profile, state, pod, snapshot, nominated)
-            .filter(|(n, _)| in_placement(n))
-            .filter(|(n, _)| {
-                narrowed
-                    .node_names
-                    .as_ref()
-                    .is_none_or(|names| names.contains(n))
-            })
-    });
     if let Some((node, score)) = hint.and_then(|(n, score)| Some((snapshot.get(&n)?, score))) {
         let status = profile.run_filters_with_nominated(state, pod, node, nominated, snapshot);
         if status.is_success() {

@@ -8,15 +8,19 @@
 //! ([`crate::scheduler::framework::signature`]) and the ranking is at most
 //! [`MAX_BATCH_AGE`] old, takes a hint from it: the node the previous pod went to (the one node
 //! that changed) is filtered again and, when the pod still fits, rescored (PreScore over the
-//! kept nodes and it, its raw scores, every kept node normalized again with it) and put back
-//! among the others; the best node then is the hint. The hint is filtered like a nominated node
-//! and, when the pod fits, taken without a search; the ranking then serves the next pod. When it
-//! does not fit, the pod is searched for as ever and its own ranking is kept.
+//! kept nodes and it, its raw scores) and put back among the others; every kept node is
+//! normalized again; the best node then is the hint. The hint is filtered like a nominated
+//! node and, when the pod fits, taken without a search; the ranking then serves the next pod.
+//! When it does not fit, the pod is searched for as ever and its own ranking is kept.
 //!
-//! The ranking's totals go stale only where upstream's do: a node that changed in other ways
-//! (another scheduler's pod, a pod deleted) keeps its score for up to [`MAX_BATCH_AGE`];
-//! feasibility never goes stale, since the hint is filtered before it is taken. Ties are broken
-//! at random, as tether breaks them without batching.
+//! So, where the kept nodes did not change otherwise, a batched pod goes to a node a full
+//! search of the same nodes scores best (`batch_tests.rs` checks it cycle by cycle). One
+//! difference from upstream makes that hold: when the previous pod's node no longer fits,
+//! upstream keeps the others' totals as they were, normalized with a node that is gone;
+//! tether normalizes them again. A node that changed in other ways (another scheduler's pod, a
+//! pod deleted) keeps its score for up to [`MAX_BATCH_AGE`], as upstream's; feasibility never
+//! goes stale, since the hint is filtered before it is taken. Ties are broken at random, as
+//! tether breaks them without batching.
 
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -192,12 +196,12 @@ impl BatchCycle {
             return flush(&mut self.outcome, "node_missing");
         };
         let status = profile.run_filters_with_nominated(state, pod, last, nominated, snapshot);
-        if status.is_success() {
-            if let Err(reason) = rescore(&mut kept, profile, state, pod, snapshot, last) {
-                return flush(&mut self.outcome, reason);
-            }
-        } else if status.code == Code::Error {
+        if !status.is_success() && status.code == Code::Error {
             return flush(&mut self.outcome, "filter_error");
+        }
+        let fits = status.is_success().then_some(last);
+        if let Err(reason) = rescore(&mut kept, profile, state, pod, snapshot, fits) {
+            return flush(&mut self.outcome, reason);
         }
         let best = kept.ranked.pop()?;
         self.kept = Some(kept);
@@ -260,45 +264,58 @@ impl BatchCycle {
     }
 }
 
-/// Puts `last` (the previous pod's node, which the pod still fits) back among the kept nodes
-/// with fresh scores (kube-scheduler's rescoreHintedNode): PreScore over them all on a copy of
-/// the cycle state, `last`'s raw scores, every total normalized again. The reason to drop the
-/// ranking when a step fails.
+/// Puts `last` (the previous pod's node) back among the kept nodes with fresh scores when
+/// the pod still fits it (kube-scheduler's rescoreHintedNode): PreScore over them all on a copy
+/// of the cycle state, `last`'s raw scores, every total normalized again. When the pod no longer
+/// fits it (`None`), the kept nodes are normalized again without it, where upstream keeps their
+/// totals as they were: a plugin that normalizes by the best raw score (NodeAffinity,
+/// TaintToleration) would otherwise keep counting a node that is gone, and rank the rest as no
+/// search would. The reason to drop the ranking when a step fails.
 fn rescore(
     kept: &mut Batch,
     profile: &CompiledProfile,
     state: &CycleState,
     pod: &PodInfo,
     snapshot: &Snapshot,
-    last: &Arc<NodeInfo>,
+    last: Option<&Arc<NodeInfo>>,
 ) -> Result<(), FlushReason> {
+    // The node may be in the ranking already (a hint the pod did not take): it is rescored.
+    kept.ranked
+        .retain(|r| Some(&r.name) != last.map(|l| &l.name));
+    if kept.ranked.is_empty() && last.is_none() {
+        return Ok(());
+    }
     let mut nodes: Vec<Arc<NodeInfo>> = Vec::with_capacity(kept.ranked.len() + 1);
     for r in &kept.ranked {
         nodes.push(Arc::clone(snapshot.get(&r.name).ok_or("node_missing")?));
     }
-    // The node may be in the ranking already (a hint the pod did not take): it is rescored.
-    kept.ranked.retain(|r| r.name != last.name);
-    nodes.retain(|n| n.name != last.name);
-    nodes.push(Arc::clone(last));
+    nodes.extend(last.cloned());
     let mut rescore_state = state.clone();
     let status = profile.run_pre_score(&mut rescore_state, pod, &nodes, snapshot);
     if !status.is_success() {
         return Err("prescore_error");
     }
-    let fresh = profile
-        .raw_scores(&rescore_state, pod, std::slice::from_ref(last))
-        .map_err(|_| "rescore_error")?;
-    if fresh.plugins != kept.plugins {
+    let fresh = match last {
+        Some(last) => Some(
+            profile
+                .raw_scores(&rescore_state, pod, std::slice::from_ref(last))
+                .map_err(|_| "rescore_error")?,
+        ),
+        None => None,
+    };
+    if fresh.as_ref().is_some_and(|f| f.plugins != kept.plugins) {
         return Err("rescore_error");
     }
     let mut raw = RawScores {
-        plugins: fresh.plugins,
-        raw: Vec::with_capacity((kept.ranked.len() + 1) * kept.plugins.len()),
+        plugins: kept.plugins.clone(),
+        raw: Vec::with_capacity(nodes.len() * kept.plugins.len()),
     };
     for r in &kept.ranked {
         raw.raw.extend_from_slice(&r.raw);
     }
-    raw.raw.extend_from_slice(&fresh.raw);
+    if let Some(fresh) = &fresh {
+        raw.raw.extend_from_slice(&fresh.raw);
+    }
     // The names move into the scores and back: nothing is copied.
     let mut scores: Vec<NodeScore> = kept
         .ranked
@@ -308,28 +325,30 @@ fn rescore(
             score: 0,
         })
         .collect();
-    scores.push(NodeScore {
-        name: last.name.clone(),
+    scores.extend(last.map(|l| NodeScore {
+        name: l.name.clone(),
         score: 0,
-    });
+    }));
     profile
         .combine_scores(&rescore_state, pod, &mut scores, &raw, None)
         .map_err(|_| "normalize_error")?;
-    let mut rng = rand::rng();
-    let mut fresh_row = Some(fresh.raw.into_boxed_slice());
     let mut scores = scores.into_iter();
     for (r, s) in kept.ranked.iter_mut().zip(scores.by_ref()) {
         r.name = s.name;
         r.total = s.score;
     }
-    if let (Some(s), Some(raw)) = (scores.next(), fresh_row.take()) {
+    if let (Some(s), Some(fresh)) = (scores.next(), fresh) {
         kept.ranked.push(Ranked {
             name: s.name,
             total: s.score,
-            tie: rng.random(),
-            raw,
+            tie: rand::rng().random(),
+            raw: fresh.raw.into_boxed_slice(),
         });
     }
     kept.ranked.sort_unstable_by_key(|r| (r.total, r.tie));
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "batch_tests.rs"]
+mod tests;

@@ -120,6 +120,7 @@ pub fn host_ports(pod: &PodInfo) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::k8s::pod::Shared;
     use crate::scheduler::testing::PodBuilder;
     use k8s_openapi::api::core::v1::{Toleration, Volume};
     use std::sync::Arc;
@@ -159,7 +160,7 @@ mod tests {
             PodBuilder::new("a")
                 .with(|p| {
                     let spec = p.spec.get_or_insert_with(Default::default);
-                    spec.tolerations = Some(vec![tol("x"), tol("y")]);
+                    spec.tolerations = Some(Shared::new(vec![tol("x"), tol("y")]));
                     spec.volumes = Some(vec![Volume {
                         name: "cfg".into(),
                         config_map: Some(Default::default()),
@@ -172,7 +173,7 @@ mod tests {
             PodBuilder::new("b")
                 .with(|p| {
                     p.spec.get_or_insert_with(Default::default).tolerations =
-                        Some(vec![tol("y"), tol("x")]);
+                        Some(Shared::new(vec![tol("y"), tol("x")]));
                 })
                 .build(),
         );

@@ -37,7 +37,10 @@ impl Plugin for NodeName {
         signature: &mut crate::scheduler::framework::signature::Signature,
     ) -> bool {
         let node_name = pod.pod.spec.as_ref().and_then(|s| s.node_name.as_deref());
-        signature.part(crate::scheduler::framework::signature::NODE_NAME, &node_name);
+        signature.part(
+            crate::scheduler::framework::signature::NODE_NAME,
+            &node_name,
+        );
         true
     }
 

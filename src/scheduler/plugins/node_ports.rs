@@ -57,7 +57,10 @@ impl Plugin for NodePorts {
         pod: &PodInfo,
         signature: &mut crate::scheduler::framework::signature::Signature,
     ) -> bool {
-        signature.part(crate::scheduler::framework::signature::HOST_PORTS, &crate::scheduler::framework::signature::host_ports(pod));
+        signature.part(
+            crate::scheduler::framework::signature::HOST_PORTS,
+            &crate::scheduler::framework::signature::host_ports(pod),
+        );
         true
     }
 

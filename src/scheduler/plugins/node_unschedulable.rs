@@ -53,7 +53,10 @@ impl Plugin for NodeUnschedulable {
         pod: &PodInfo,
         signature: &mut crate::scheduler::framework::signature::Signature,
     ) -> bool {
-        signature.part(crate::scheduler::framework::signature::TOLERATIONS, &crate::scheduler::framework::signature::tolerations(pod));
+        signature.part(
+            crate::scheduler::framework::signature::TOLERATIONS,
+            &crate::scheduler::framework::signature::tolerations(pod),
+        );
         true
     }
 

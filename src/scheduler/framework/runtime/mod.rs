@@ -746,6 +746,7 @@ pub struct PluginScores {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::framework::profile::WeightedScore;
 
     #[test]
     fn nodes_prefilter_left_out_are_counted_under_the_plugins_that_narrowed() {

@@ -203,8 +203,14 @@ impl Plugin for NodeAffinity {
         let affinity = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref());
-        signature.part(crate::scheduler::framework::signature::NODE_AFFINITY, &affinity);
-        signature.part(crate::scheduler::framework::signature::NODE_SELECTOR, &spec.and_then(|s| s.node_selector.as_ref()));
+        signature.part(
+            crate::scheduler::framework::signature::NODE_AFFINITY,
+            &affinity,
+        );
+        signature.part(
+            crate::scheduler::framework::signature::NODE_SELECTOR,
+            &spec.and_then(|s| s.node_selector.as_ref()),
+        );
         true
     }
 

@@ -85,7 +85,10 @@ impl Plugin for VolumeBinding {
         pod: &PodInfo,
         signature: &mut crate::scheduler::framework::signature::Signature,
     ) -> bool {
-        signature.part(crate::scheduler::framework::signature::VOLUMES, &crate::scheduler::framework::signature::volumes(pod));
+        signature.part(
+            crate::scheduler::framework::signature::VOLUMES,
+            &crate::scheduler::framework::signature::volumes(pod),
+        );
         true
     }
     fn events_to_register(&self) -> Option<Vec<Registration>> {
