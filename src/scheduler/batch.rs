@@ -3,8 +3,8 @@
 //! the first is reused for the next instead of filtering and scoring every node again.
 //!
 //! A cycle that scored its feasible nodes keeps them, best first, with their raw scores
-//! ([`Batch`]). The next cycle, if it comes right after (no other pod was tried in between),
-//! serves the same profile, its pod is not nominated, has the same signature
+//! ([`Batch`]). The profile's next cycle, if it comes right after (no other pod or group was
+//! taken from the queue in between: [`BatchSlot`] counts the cycles), serves the same profile, its pod is not nominated, has the same signature
 //! ([`crate::scheduler::framework::signature`]) and the ranking is at most
 //! [`MAX_BATCH_AGE`] old, takes a hint from it: the node the previous pod went to (the one node
 //! that changed) is filtered again and, when the pod still fits, rescored (PreScore over the
@@ -22,6 +22,8 @@
 //! goes stale, since the hint is filtered before it is taken. Ties are broken at random, as
 //! tether breaks them without batching.
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -77,25 +79,40 @@ pub struct Batch {
     profile: Weak<CompiledProfile>,
     signature: Signature,
     created: Instant,
-    /// Where the last pod of the batch went.
+    /// Where the last pod of the batch went, and in which cycle.
     chosen: String,
+    last_cycle: u64,
     /// The Score plugins that ran (their index in the profile), in the order of `raw`.
     plugins: Vec<usize>,
     /// The nodes left, worst first: the best is popped.
     ranked: Vec<Ranked>,
 }
 
-/// The ranking kept between cycles: taken at the start of every cycle, put back only by a
-/// cycle of a single pod that ended with a node (so any other cycle in between ends it).
+/// The rankings kept between cycles, one per profile (by scheduler name), and the count of
+/// cycles (upstream's scheduling cycle: every pod or group taken from the queue is one), by
+/// which a ranking serves only the cycle right after the one that kept it.
 #[derive(Debug, Default)]
-pub struct BatchSlot(Mutex<Option<Batch>>);
+pub struct BatchSlot {
+    kept: Mutex<HashMap<String, Batch>>,
+    cycles: AtomicU64,
+}
 
 impl BatchSlot {
-    pub fn take(&self) -> Option<Batch> {
-        crate::locks::lock(&self.0).take()
+    /// Counts a cycle begun; its number.
+    pub fn next_cycle(&self) -> u64 {
+        self.cycles.fetch_add(1, Ordering::Relaxed) + 1
     }
-    pub fn put(&self, batch: Option<Batch>) {
-        *crate::locks::lock(&self.0) = batch;
+    /// The ranking `scheduler_name`'s profile kept, taken for this cycle.
+    pub fn take(&self, scheduler_name: &str) -> Option<Batch> {
+        crate::locks::lock(&self.kept).remove(scheduler_name)
+    }
+    /// Keeps `batch` for `scheduler_name`'s next cycle; forgets the rankings of profiles gone.
+    pub fn put(&self, scheduler_name: &str, batch: Option<Batch>) {
+        let mut kept = crate::locks::lock(&self.kept);
+        kept.retain(|_, b| b.profile.strong_count() > 0);
+        if let Some(batch) = batch {
+            kept.insert(scheduler_name.to_string(), batch);
+        }
     }
 }
 
@@ -109,12 +126,18 @@ pub type FlushReason = &'static str;
 pub struct BatchOutcome {
     pub attempt: Option<&'static str>,
     pub flushed: Option<FlushReason>,
+    /// Whether the previous pod's node was rescored (`scheduler_batch_rescore_attempts_total`).
+    pub rescored: bool,
+    /// What became of this cycle's ranking (`scheduler_store_schedule_results_total`):
+    /// `stored`, `pod_not_batchable` or `empty_list`; `None` when a hint was taken.
+    pub stored: Option<&'static str>,
 }
 
 /// One cycle's batching: the ranking kept from the previous cycle, the pod's signature, the
 /// hint given and what happened.
 pub struct BatchCycle {
     profile: Weak<CompiledProfile>,
+    cycle: u64,
     kept: Option<Batch>,
     signature: Option<Signature>,
     hint: Option<String>,
@@ -130,10 +153,16 @@ pub struct Ranking<'a> {
 }
 
 impl BatchCycle {
-    /// The cycle of `pod` under `profile`, after `kept`.
-    pub fn new(kept: Option<Batch>, profile: &Arc<CompiledProfile>, pod: &PodInfo) -> Self {
+    /// Cycle number `cycle`, of `pod` under `profile`, with the ranking the profile kept.
+    pub fn new(
+        kept: Option<Batch>,
+        cycle: u64,
+        profile: &Arc<CompiledProfile>,
+        pod: &PodInfo,
+    ) -> Self {
         BatchCycle {
             profile: Arc::downgrade(profile),
+            cycle,
             kept,
             signature: sign(profile, pod),
             hint: None,
@@ -181,6 +210,11 @@ impl BatchCycle {
             None
         };
         if kept.profile.as_ptr() != self.profile.as_ptr() {
+            // The profile changed since: its ranking is another profile's, as upstream drops
+            // a framework's batch with it.
+            return None;
+        }
+        if kept.last_cycle.checked_add(1) != Some(self.cycle) {
             return flush(&mut self.outcome, "pod_skipped");
         }
         if nominated_node(&pod.pod).is_some() {
@@ -200,6 +234,7 @@ impl BatchCycle {
             return flush(&mut self.outcome, "filter_error");
         }
         let fits = status.is_success().then_some(last);
+        self.outcome.rescored = fits.is_some();
         if let Err(reason) = rescore(&mut kept, profile, state, pod, snapshot, fits) {
             return flush(&mut self.outcome, reason);
         }
@@ -221,6 +256,7 @@ impl BatchCycle {
             self.outcome.attempt = Some("hint_used");
             if let Some(kept) = &mut self.kept {
                 kept.chosen = chosen.to_string();
+                kept.last_cycle = self.cycle;
             }
             return;
         }
@@ -228,7 +264,12 @@ impl BatchCycle {
             self.outcome.attempt = Some("hint_not_used");
         }
         self.kept = None;
-        let (Some(signature), Some(ranking)) = (self.signature.clone(), ranking) else {
+        let Some(signature) = self.signature.clone() else {
+            self.outcome.stored = Some("pod_not_batchable");
+            return;
+        };
+        self.outcome.stored = Some("empty_list");
+        let Some(ranking) = ranking else {
             return;
         };
         let mut rng = rand::rng();
@@ -248,17 +289,21 @@ impl BatchCycle {
             return;
         }
         ranked.sort_unstable_by_key(|r| (r.total, r.tie));
+        self.outcome.stored = Some("stored");
         self.kept = Some(Batch {
             profile: self.profile.clone(),
             signature,
             created: Instant::now(),
             chosen: chosen.to_string(),
+            last_cycle: self.cycle,
             plugins: ranking.raw.plugins,
             ranked,
         });
     }
 
-    /// The ranking for the next cycle: kept only when this cycle stored one.
+    /// The ranking for the profile's next cycle: the one this cycle stored, or the one it was
+    /// given (with its hint taken, if it took one) when it stored none; it serves only the
+    /// cycle after the one that stored it.
     pub fn into_kept(self) -> Option<Batch> {
         self.kept
     }

@@ -112,7 +112,9 @@ fn cycle(
     pod: &PodInfo,
     snap: &Snapshot,
 ) -> (Option<(String, Choice)>, BatchOutcome, Option<Batch>) {
-    let mut batch = BatchCycle::new(kept, profile, pod);
+    // The cycle right after the one that kept the ranking.
+    let number = kept.as_ref().map_or(1, |k| k.last_cycle + 1);
+    let mut batch = BatchCycle::new(kept, number, profile, pod);
     let mut state = CycleState::new();
     let result = schedule_pod_batched(
         profile,
@@ -203,6 +205,7 @@ fn a_ranking_serves_only_the_next_pod_of_its_signature_and_profile() {
     let first = PodInfo::new(Arc::new(web(0)));
     let (_, outcome, kept) = cycle(&profile, None, &first, &snap);
     assert_eq!(outcome.attempt, Some("no_hint"), "nothing kept yet");
+    assert_eq!(outcome.stored, Some("stored"));
     assert!(
         kept.is_some(),
         "a scored pod with a signature keeps its ranking"
@@ -224,7 +227,30 @@ fn a_ranking_serves_only_the_next_pod_of_its_signature_and_profile() {
     // A profile changed since (compiled again) is another profile.
     let (_, _, kept) = cycle(&profile, None, &first, &snap);
     let (_, outcome, _) = cycle(&batchable("s"), kept, &first, &snap);
-    assert_eq!(outcome.flushed, Some("pod_skipped"));
+    assert_eq!(outcome.attempt, Some("no_hint"));
+
+    // Another pod was tried in between (any profile's, or a group): the cycles do not follow.
+    let (_, _, kept) = cycle(&profile, None, &first, &snap);
+    let kept = kept.expect("kept");
+    let skipped = kept.last_cycle + 2;
+    let mut batch = BatchCycle::new(Some(kept), skipped, &profile, &first);
+    let result = schedule_pod_batched(
+        &profile,
+        &mut CycleState::new(),
+        &first,
+        &snap,
+        &AtomicUsize::new(0),
+        &NoNominations,
+        &mut batch,
+    );
+    assert!(matches!(
+        result,
+        ScheduleResult::Scheduled {
+            choice: Choice::Scored { .. },
+            ..
+        }
+    ));
+    assert_eq!(batch.outcome.flushed, Some("pod_skipped"));
 
     // A nominated pod goes its own way.
     let (_, _, kept) = cycle(&profile, None, &first, &snap);
@@ -238,6 +264,28 @@ fn a_ranking_serves_only_the_next_pod_of_its_signature_and_profile() {
     assert_eq!(outcome.flushed, Some("pod_nominated"));
     assert_eq!(result, Some(("n05".to_string(), Choice::Nominated)));
     assert!(kept.is_none(), "a pod placed without scoring keeps nothing");
+    assert_eq!(outcome.stored, Some("empty_list"));
+
+    // A pod no signature can say keeps nothing.
+    let (_, _, kept) = cycle(&profile, None, &first, &snap);
+    let spread = PodInfo::new(Arc::new(
+        PodBuilder::new("spread")
+            .req_cpu("700m")
+            .scheduler_name("s")
+            .spread(
+                serde_json::from_value(serde_json::json!({"maxSkew": 1,
+                    "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "DoNotSchedule"}))
+                .expect("a constraint"),
+            )
+            .build(),
+    ));
+    let (result, outcome, kept) = cycle(&profile, kept, &spread, &snap);
+    assert!(result.is_some());
+    assert_eq!(
+        (outcome.flushed, outcome.stored),
+        (Some("pod_incompatible"), Some("pod_not_batchable"))
+    );
+    assert!(kept.is_none());
 }
 
 #[test]

@@ -24,8 +24,8 @@ const PLUGIN_METRICS_SAMPLE_PERCENT: u32 = 10;
 
 /// Runs one scheduling cycle for `queued`.
 pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
-    // The ranking the last cycle kept serves this cycle only: any other cycle ends it.
-    let kept = sched.batch.take();
+    // Every pod or group taken from the queue is a cycle (a ranking kept serves only the next).
+    let cycle = sched.batch.next_cycle();
     let pod = queued.pod.clone();
     let key = pod.key();
     let scheduler_name = pods::scheduler_name(&pod.pod);
@@ -80,7 +80,8 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     }
     // Room held for pinned workloads counts as nominated pods do (its own workload's aside).
     let nominated = sched.state.room.for_pod(&profile, &pod.pod);
-    let mut batch = BatchCycle::new(kept, &profile, &pod);
+    let kept = sched.batch.take(&profile.scheduler_name);
+    let mut batch = BatchCycle::new(kept, cycle, &profile, &pod);
     let result = algorithm::schedule_pod_batched(
         &profile,
         &mut state,
@@ -92,7 +93,7 @@ pub fn schedule_one(sched: &Arc<Scheduler>, queued: QueuedPodInfo) {
     );
     sched.metrics.scheduling_algorithm(start.elapsed());
     sched.metrics.batch(&profile.scheduler_name, batch.outcome);
-    sched.batch.put(batch.into_kept());
+    sched.batch.put(&profile.scheduler_name, batch.into_kept());
     for (point, code, took) in state.take_timings() {
         sched
             .metrics

@@ -76,6 +76,12 @@ pub(super) struct CycleFamilies {
     /// `scheduler_batch_cache_flushed_total{profile,reason}`: each kept ranking dropped instead
     /// of giving a hint, by why.
     batch_flushed: Family<FlushLabels, Counter>,
+    /// `scheduler_batch_rescore_attempts_total{profile}`: each previous pod's node rescored.
+    batch_rescores: Family<super::labels::ProfileLabels, Counter>,
+    /// `scheduler_store_schedule_results_total{profile,result}`: what became of each ranking a
+    /// cycle that chose a node without a hint made (`stored`, `pod_not_batchable`,
+    /// `empty_list`).
+    batch_stored: Family<BatchLabels, Counter>,
 }
 
 /// A profile and what batching did (the `result` of an attempt or the `reason` of a flush).
@@ -115,6 +121,8 @@ impl CycleFamilies {
             queued_entities: Family::default(),
             batch_attempts: Family::default(),
             batch_flushed: Family::default(),
+            batch_rescores: Family::default(),
+            batch_stored: Family::default(),
         };
         root.register(
             "scheduler_pod_scheduling_attempts",
@@ -156,6 +164,16 @@ impl CycleFamilies {
             "Counts of batch cache flushes by reason and scheduler profile. A flush is counted when an existing batch state is dropped instead of providing a hint.",
             families.batch_flushed.clone(),
         );
+        root.register(
+            "scheduler_batch_rescore_attempts",
+            "Counts of rescore attempts during opportunistic batching, by scheduler profile.",
+            families.batch_rescores.clone(),
+        );
+        root.register(
+            "scheduler_store_schedule_results",
+            "Counts of the outcomes of storing scheduling results for batching, by scheduler profile. 'stored' means the pod seeded a batch, 'pod_not_batchable' means the pod has no signature, and 'empty_list' means no other feasible nodes were left to cache. Pods that used the hinted node store nothing.",
+            families.batch_stored.clone(),
+        );
         families
     }
 }
@@ -166,6 +184,23 @@ impl Metrics {
         if let Some(result) = outcome.attempt {
             self.cycle
                 .batch_attempts
+                .get_or_create(&BatchLabels {
+                    profile: profile.into(),
+                    result,
+                })
+                .inc();
+        }
+        if outcome.rescored {
+            self.cycle
+                .batch_rescores
+                .get_or_create(&super::labels::ProfileLabels {
+                    profile: profile.into(),
+                })
+                .inc();
+        }
+        if let Some(result) = outcome.stored {
+            self.cycle
+                .batch_stored
                 .get_or_create(&BatchLabels {
                     profile: profile.into(),
                     result,
