@@ -141,7 +141,6 @@ pub struct BatchCycle {
     kept: Option<Batch>,
     signature: Option<Signature>,
     hint: Option<String>,
-    hint_score: i64,
     pub outcome: BatchOutcome,
 }
 
@@ -166,14 +165,8 @@ impl BatchCycle {
             kept,
             signature: sign(profile, pod),
             hint: None,
-            hint_score: 0,
             outcome: BatchOutcome::default(),
         }
-    }
-
-    /// The pod's signature, if it has one.
-    pub fn signature(&self) -> Option<&Signature> {
-        self.signature.as_ref()
     }
 
     /// The hint, asked after PreFilter (kube-scheduler's GetNodeHint): the best node of the
@@ -189,9 +182,8 @@ impl BatchCycle {
     ) -> Option<(String, i64)> {
         let hint = self.take_hint(profile, state, pod, snapshot, nominated);
         self.outcome.attempt = hint.is_none().then_some("no_hint");
-        if let Some((node, score)) = &hint {
+        if let Some((node, _)) = &hint {
             self.hint = Some(node.clone());
-            self.hint_score = *score;
         }
         hint
     }
@@ -241,11 +233,6 @@ impl BatchCycle {
         let best = kept.ranked.pop()?;
         self.kept = Some(kept);
         Some((best.name, best.total))
-    }
-
-    /// The score the hinted node had in the ranking.
-    pub fn hint_score(&self) -> i64 {
-        self.hint_score
     }
 
     /// Records where the pod goes (kube-scheduler's StoreScheduleResults): when it is the hint,
