@@ -36,6 +36,7 @@ use crate::scheduler::framework::runtime::{RawScores, nominated_node};
 use crate::scheduler::framework::signature::Signature;
 use crate::scheduler::framework::snapshot::Snapshot;
 use crate::scheduler::framework::{Code, CycleState, NodeScore, NominatedPods};
+pub use crate::scheduler::metrics::cycle::{BatchOutcome, FlushReason};
 
 /// How long a ranking serves (kube-scheduler's DefaultMaxBatchAge).
 pub const MAX_BATCH_AGE: Duration = Duration::from_millis(500);
@@ -114,23 +115,6 @@ impl BatchSlot {
             kept.insert(scheduler_name.to_string(), batch);
         }
     }
-}
-
-/// Why a kept ranking was dropped instead of giving a hint (kube-scheduler's
-/// `scheduler_batch_cache_flushed_total` reasons).
-pub type FlushReason = &'static str;
-
-/// How a cycle used batching, for `scheduler_batch_attempts_total`: `no_hint`, `hint_used` or
-/// `hint_not_used`, and the reason a ranking was dropped, if one was.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct BatchOutcome {
-    pub attempt: Option<&'static str>,
-    pub flushed: Option<FlushReason>,
-    /// Whether the previous pod's node was rescored (`scheduler_batch_rescore_attempts_total`).
-    pub rescored: bool,
-    /// What became of this cycle's ranking (`scheduler_store_schedule_results_total`):
-    /// `stored`, `pod_not_batchable` or `empty_list`; `None` when a hint was taken.
-    pub stored: Option<&'static str>,
 }
 
 /// One cycle's batching: the ranking kept from the previous cycle, the pod's signature, the

@@ -84,6 +84,23 @@ pub(super) struct CycleFamilies {
     batch_stored: Family<BatchLabels, Counter>,
 }
 
+/// Why a kept ranking was dropped instead of giving a hint (kube-scheduler's
+/// `scheduler_batch_cache_flushed_total` reasons).
+pub type FlushReason = &'static str;
+
+/// How a cycle used batching, for `scheduler_batch_attempts_total`: `no_hint`, `hint_used` or
+/// `hint_not_used`, and the reason a ranking was dropped, if one was.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchOutcome {
+    pub attempt: Option<&'static str>,
+    pub flushed: Option<FlushReason>,
+    /// Whether the previous pod's node was rescored (`scheduler_batch_rescore_attempts_total`).
+    pub rescored: bool,
+    /// What became of this cycle's ranking (`scheduler_store_schedule_results_total`):
+    /// `stored`, `pod_not_batchable` or `empty_list`; `None` when a hint was taken.
+    pub stored: Option<&'static str>,
+}
+
 /// A profile and what batching did (the `result` of an attempt or the `reason` of a flush).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct BatchLabels {
@@ -180,7 +197,7 @@ impl CycleFamilies {
 
 impl Metrics {
     /// How one cycle used opportunistic batching.
-    pub fn batch(&self, profile: &str, outcome: crate::scheduler::batch::BatchOutcome) {
+    pub fn batch(&self, profile: &str, outcome: BatchOutcome) {
         if let Some(result) = outcome.attempt {
             self.cycle
                 .batch_attempts
