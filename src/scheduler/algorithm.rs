@@ -218,7 +218,7 @@ fn schedule(
     // as the nominated node is.
     let hint = batch.as_deref_mut().and_then(|batch| {
         batch
-            .hint(profile, state, pod, snapshot, nominated)
+            .hint(profile, state, pod, snapshot)
             .filter(|(n, _)| in_placement(n))
             .filter(|(n, _)| {
                 narrowed

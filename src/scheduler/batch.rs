@@ -35,7 +35,7 @@ use crate::scheduler::framework::profile::CompiledProfile;
 use crate::scheduler::framework::runtime::{RawScores, nominated_node};
 use crate::scheduler::framework::signature::Signature;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::framework::{Code, CycleState, NodeScore, NominatedPods};
+use crate::scheduler::framework::{Code, CycleState, NodeScore};
 pub use crate::scheduler::metrics::cycle::{BatchOutcome, FlushReason};
 
 /// How long a ranking serves (kube-scheduler's DefaultMaxBatchAge).
@@ -162,9 +162,8 @@ impl BatchCycle {
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
-        nominated: &dyn NominatedPods,
     ) -> Option<(String, i64)> {
-        let hint = self.take_hint(profile, state, pod, snapshot, nominated);
+        let hint = self.take_hint(profile, state, pod, snapshot);
         self.outcome.attempt = hint.is_none().then_some("no_hint");
         if let Some((node, _)) = &hint {
             self.hint = Some(node.clone());
@@ -178,7 +177,6 @@ impl BatchCycle {
         state: &CycleState,
         pod: &PodInfo,
         snapshot: &Snapshot,
-        nominated: &dyn NominatedPods,
     ) -> Option<(String, i64)> {
         let mut kept = self.kept.take().filter(|k| !k.ranked.is_empty())?;
         let flush = |outcome: &mut BatchOutcome, reason| {
@@ -205,7 +203,9 @@ impl BatchCycle {
         let Some(last) = snapshot.get(&kept.chosen) else {
             return flush(&mut self.outcome, "node_missing");
         };
-        let status = profile.run_filters_with_nominated(state, pod, last, nominated, snapshot);
+        // Filtered as upstream's refreshHintCandidates does, without the nominated pods: the
+        // hint itself is checked with them before it is taken.
+        let status = profile.run_filter(state, pod, last);
         if !status.is_success() && status.code == Code::Error {
             return flush(&mut self.outcome, "filter_error");
         }

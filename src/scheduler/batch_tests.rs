@@ -365,10 +365,28 @@ fn signatures_hold_what_the_plugins_read() {
         ("host ports", base().host_port(80, "TCP", "").build()),
         ("images", base().image("nginx").build()),
         ("volumes", base().claim("data").build()),
+        (
+            "a claim's namespace",
+            base().claim("data").namespace("other").build(),
+        ),
     ];
     for (what, pod) in differ {
         assert_ne!(Some(&a), sign(pod).as_ref(), "{what} are read");
     }
+    // ImageLocality counts each container's image: [a, a, b] scores apart from [a, b, b].
+    let images = |second: &str, third: &str| {
+        sign(
+            base()
+                .image("a")
+                .container()
+                .image(second)
+                .container()
+                .image(third)
+                .build(),
+        )
+    };
+    assert_eq!(images("a", "b"), images("b", "a"));
+    assert_ne!(images("a", "b"), images("b", "b"), "images are counted");
     let unsignable = [
         (
             "spread",

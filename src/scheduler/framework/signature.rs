@@ -90,15 +90,19 @@ pub fn tolerations(pod: &PodInfo) -> Vec<String> {
 
 /// The pod's volumes that the volume plugins read, as upstream's signer takes them: all but
 /// ConfigMaps and Secrets, by their source alone (the volume's name in the pod changes nothing
-/// on a node), sorted.
+/// on a node), sorted. A claim is the pod's namespace's, so with one the namespace is part of
+/// it; an ephemeral volume's claim is named after the pod and the volume, so with one the
+/// pod's name is too (such pods never share a signature). Upstream signs the sources alone.
 pub fn volumes(pod: &PodInfo) -> Vec<String> {
-    let mut sources: Vec<String> = pod
+    let all = pod
         .pod
         .spec
         .as_ref()
         .and_then(|s| s.volumes.as_ref())
         .into_iter()
-        .flatten()
+        .flatten();
+    let mut sources: Vec<String> = all
+        .clone()
         .filter(|v| v.config_map.is_none() && v.secret.is_none())
         .map(|v| {
             let mut source = v.clone();
@@ -107,6 +111,15 @@ pub fn volumes(pod: &PodInfo) -> Vec<String> {
         })
         .collect();
     sources.sort_unstable();
+    if all
+        .clone()
+        .any(|v| v.persistent_volume_claim.is_some() || v.ephemeral.is_some())
+    {
+        sources.push(format!("namespace={:?}", pod.pod.metadata.namespace));
+    }
+    if all.clone().any(|v| v.ephemeral.is_some()) {
+        sources.push(format!("pod={:?}", pod.pod.metadata.name));
+    }
     sources
 }
 
@@ -190,6 +203,12 @@ mod tests {
                 })
                 .build(),
         );
-        assert_eq!(volumes(&claim).len(), 1);
+        let signed = volumes(&claim);
+        assert_eq!(
+            signed.len(),
+            2,
+            "the claim's source and its namespace: {signed:?}"
+        );
+        assert!(signed[1].starts_with("namespace="));
     }
 }

@@ -87,14 +87,28 @@ impl Plugin for ImageLocality {
         pod: &PodInfo,
         signature: &mut crate::scheduler::framework::signature::Signature,
     ) -> bool {
+        // What Score reads: every container's image and every image volume's reference, each
+        // counted (a list, duplicates kept, in sorted order), and how many of each there are
+        // (the threshold the sum is scaled by). Upstream signs the set of container images.
         let spec = pod.pod.spec.as_ref();
-        let images: std::collections::BTreeSet<String> = spec
+        let mut images: Vec<String> = spec
             .into_iter()
             .flat_map(|s| s.init_containers.iter().flatten().chain(&s.containers))
-            .filter_map(|c| c.image.as_deref())
-            .map(normalized_image_name)
+            .map(|c| normalized_image_name(c.image.as_deref().unwrap_or_default()))
             .collect();
-        signature.part(crate::scheduler::framework::signature::IMAGE_NAMES, &images);
+        let containers = images.len();
+        let mut volumes: Vec<String> = spec
+            .into_iter()
+            .flat_map(|s| s.volumes.iter().flatten())
+            .filter_map(|v| v.image.as_ref())
+            .map(|i| normalized_image_name(i.reference.as_deref().unwrap_or_default()))
+            .collect();
+        images.sort_unstable();
+        volumes.sort_unstable();
+        signature.part(
+            crate::scheduler::framework::signature::IMAGE_NAMES,
+            &(containers, images, volumes),
+        );
         true
     }
 
