@@ -213,32 +213,29 @@ fn schedule(
         Err(PreFilterFailure::Rejected) => return unschedulable(state, diagnosis),
     };
 
-    // The hint of a batch (the best node left of the ranking of the previous pod of the same
-    // signature), asked before a nomination is tried (a nominated pod ends the batch), is tried
-    // as the nominated node is.
-    let hint = batch.as_deref_mut().and_then(|batch| {
-        batch
-            .hint(profile, state, pod, snapshot)
-            .filter(|(n, _)| in_placement(n))
-            .filter(|(n, _)| {
-                narrowed
-                    .node_names
-                    .as_ref()
-                    .is_none_or(|names| names.contains(n))
-            })
-    });
     // A node the pod was nominated to (by preemption) is tried first, alone, as upstream's
-    // evaluateNominatedNode: the room made for it is there.
-    if let Some(node) = nominated_node(&pod.pod)
-        .filter(|n| in_placement(n))
-        .filter(|n| {
-            narrowed
+    // evaluateNominatedNode: the room made for it is there. A batch's hint (the best node left
+    // of the ranking of the previous pod of the same signature), asked before (a nominated pod
+    // ends the batch, so there is never both), is tried the same way.
+    let reachable = |n: &str| {
+        in_placement(n)
+            && narrowed
                 .node_names
                 .as_ref()
-                .is_none_or(|names| names.contains(*n))
-        })
-        .and_then(|n| snapshot.get(n))
-    {
+                .is_none_or(|names| names.contains(n))
+    };
+    let hinted = batch
+        .as_deref_mut()
+        .and_then(|batch| batch.hint(profile, state, pod, snapshot))
+        .filter(|(n, _)| reachable(n))
+        .map(|(n, score)| (n, Choice::Batched { score }));
+    let nominee = nominated_node(&pod.pod)
+        .filter(|n| reachable(n))
+        .map(|n| (n.to_string(), Choice::Nominated));
+    for (name, choice) in nominee.into_iter().chain(hinted) {
+        let Some(node) = snapshot.get(&name) else {
+            continue;
+        };
         let status = profile.run_filters_with_nominated(state, pod, node, nominated, snapshot);
         if status.is_success() {
             profile.record_filter_evaluations(state, 1, &[]);
@@ -249,24 +246,7 @@ fn schedule(
                 node: node.name.clone(),
                 evaluated: 1,
                 feasible: 1,
-                choice: Choice::Nominated,
-            };
-        }
-        profile.record_filter_evaluations(state, 0, &[(node.name.clone(), status)]);
-    }
-
-    if let Some((node, score)) = hint.and_then(|(n, score)| Some((snapshot.get(&n)?, score))) {
-        let status = profile.run_filters_with_nominated(state, pod, node, nominated, snapshot);
-        if status.is_success() {
-            profile.record_filter_evaluations(state, 1, &[]);
-            if let Some(batch) = batch.as_deref_mut() {
-                batch.store(&node.name, None);
-            }
-            return ScheduleResult::Scheduled {
-                node: node.name.clone(),
-                evaluated: 1,
-                feasible: 1,
-                choice: Choice::Batched { score },
+                choice,
             };
         }
         profile.record_filter_evaluations(state, 0, &[(node.name.clone(), status)]);
