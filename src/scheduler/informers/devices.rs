@@ -8,7 +8,7 @@
 //! allocations and assume cache do together.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim, ResourceSlice};
 use kube::Resource;
@@ -42,13 +42,44 @@ pub struct Devices {
     pub claims: Assumable<ResourceClaim>,
     pub taint_rules: BTreeMap<String, Arc<DeviceTaintRule>>,
     /// Claims allocated at Reserve and not yet written, by UID.
-    in_flight: HashMap<String, Arc<ResourceClaim>>,
+    in_flight: foldhash::HashMap<String, Arc<ResourceClaim>>,
     /// How many more pods share an in-flight allocation (members of one group cycle reusing
     /// the allocation another member made), by UID: each Unreserve takes one back, the last
     /// ends it.
-    sharers: HashMap<String, usize>,
+    sharers: foldhash::HashMap<String, usize>,
     /// The kinds (by their watch's name, `resourceclaims`) the API server does not serve.
     not_served: BTreeSet<&'static str>,
+    /// The slices indexed for the allocator, built on first use after they changed (they
+    /// change seldom; every scheduling cycle of a pod with claims reads them).
+    slice_index: OnceLock<Arc<SliceIndex>>,
+}
+
+/// The ResourceSlices as the allocator reads them: those that name a node, by node; the others
+/// (a node selector, all nodes, per device), which every node looks at; every slice of a pool,
+/// by (driver, pool).
+#[derive(Debug, Default)]
+pub struct SliceIndex {
+    pub on_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
+    pub shared: Vec<Arc<ResourceSlice>>,
+    pub of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
+}
+
+impl SliceIndex {
+    pub fn new(slices: impl IntoIterator<Item = Arc<ResourceSlice>>) -> Self {
+        let mut index = SliceIndex::default();
+        for s in slices {
+            index
+                .of_pool
+                .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
+                .or_default()
+                .push(s.clone());
+            match s.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
+                Some(node) => index.on_node.entry(node.to_string()).or_default().push(s),
+                None => index.shared.push(s),
+            }
+        }
+        index
+    }
 }
 
 impl Default for Devices {
@@ -58,14 +89,22 @@ impl Default for Devices {
             classes: HashMap::new(),
             claims: Assumable::new("resourceclaims"),
             taint_rules: BTreeMap::new(),
-            in_flight: HashMap::new(),
-            sharers: HashMap::new(),
+            in_flight: Default::default(),
+            sharers: Default::default(),
             not_served: BTreeSet::new(),
+            slice_index: OnceLock::new(),
         }
     }
 }
 
 impl Devices {
+    /// The slices, indexed for the allocator (kept until a slice changes).
+    pub fn slice_index(&self) -> Arc<SliceIndex> {
+        self.slice_index
+            .get_or_init(|| Arc::new(SliceIndex::new(self.slices.values().cloned())))
+            .clone()
+    }
+
     /// Whether the API server serves the kind whose watch is named `what` (as far as the
     /// watch has seen: served until it answered 404).
     pub fn served(&self, what: &str) -> bool {
@@ -83,6 +122,9 @@ impl Devices {
     /// Reserve and its creation in PreBind).
     pub fn all_claims(&self) -> impl Iterator<Item = &Arc<ResourceClaim>> {
         let watched = self.claims.values().map(|c| {
+            if self.in_flight.is_empty() {
+                return c;
+            }
             let uid = c.metadata.uid.as_deref().unwrap_or_default();
             self.in_flight.get(uid).unwrap_or(c)
         });
@@ -360,12 +402,15 @@ macro_rules! plain_store {
                     return;
                 }
                 devices.$field.insert(key, obj);
+                devices.slice_index = OnceLock::new();
             }
             fn delete(devices: &mut Devices, obj: &Self) {
                 devices.$field.remove(&name_of(obj));
+                devices.slice_index = OnceLock::new();
             }
             fn reset(devices: &mut Devices, objs: Vec<Arc<Self>>) {
                 devices.$field = objs.into_iter().map(|o| (name_of(o.as_ref()), o)).collect();
+                devices.slice_index = OnceLock::new();
             }
             fn current(devices: &Devices, obj: &Self) -> Option<Arc<Self>> {
                 devices.$field.get(&name_of(obj)).cloned()
@@ -389,6 +434,55 @@ mod tests {
     use kube::api::ObjectMeta;
 
     use super::*;
+
+    #[test]
+    fn the_slice_index_follows_every_slice_change() {
+        let slice = |name: &str, node: &str, version: &str| {
+            Arc::new(ResourceSlice {
+                metadata: ObjectMeta {
+                    name: Some(name.into()),
+                    resource_version: Some(version.into()),
+                    ..Default::default()
+                },
+                spec: k8s_openapi::api::resource::v1::ResourceSliceSpec {
+                    driver: "gpu.example.com".into(),
+                    node_name: Some(node.into()),
+                    pool: k8s_openapi::api::resource::v1::ResourcePool {
+                        name: node.into(),
+                        generation: 1,
+                        resource_slice_count: 1,
+                    },
+                    ..Default::default()
+                },
+            })
+        };
+        let on = |d: &Devices, node: &str| {
+            let index = d.slice_index();
+            let mut names: Vec<String> = index
+                .on_node
+                .get(node)
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.metadata.name.clone())
+                .collect();
+            names.sort();
+            names
+        };
+        let mut d = Devices::default();
+        ResourceSlice::apply(&mut d, slice("a", "n1", "1"));
+        assert_eq!(on(&d, "n1"), ["a"]);
+        ResourceSlice::apply(&mut d, slice("b", "n1", "2"));
+        assert_eq!(on(&d, "n1"), ["a", "b"]);
+        ResourceSlice::apply(&mut d, slice("a", "n2", "3"));
+        assert_eq!(
+            (on(&d, "n1"), on(&d, "n2")),
+            (vec!["b".to_string()], vec!["a".to_string()])
+        );
+        ResourceSlice::delete(&mut d, &slice("b", "n1", "2"));
+        assert!(on(&d, "n1").is_empty());
+        ResourceSlice::reset(&mut d, vec![slice("c", "n3", "4")]);
+        assert_eq!((on(&d, "n2").len(), on(&d, "n3").len()), (0, 1));
+    }
 
     fn claim(version: &str, allocated: bool) -> Arc<ResourceClaim> {
         Arc::new(ResourceClaim {

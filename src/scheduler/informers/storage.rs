@@ -37,16 +37,16 @@ pub enum AssumeError {
 #[derive(Debug)]
 pub struct Assumable<T> {
     kind: &'static str,
-    watched: HashMap<String, Arc<T>>,
-    assumed: HashMap<String, Arc<T>>,
+    watched: foldhash::HashMap<String, Arc<T>>,
+    assumed: foldhash::HashMap<String, Arc<T>>,
 }
 
 impl<T: Resource> Assumable<T> {
     pub(crate) fn new(kind: &'static str) -> Self {
         Assumable {
             kind,
-            watched: HashMap::new(),
-            assumed: HashMap::new(),
+            watched: Default::default(),
+            assumed: Default::default(),
         }
     }
 
@@ -87,7 +87,7 @@ impl<T: Resource> Assumable<T> {
     }
 
     pub(crate) fn reset(&mut self, objs: impl IntoIterator<Item = (String, Arc<T>)>) {
-        let fresh: HashMap<String, Arc<T>> = objs.into_iter().collect();
+        let fresh: foldhash::HashMap<String, Arc<T>> = objs.into_iter().collect();
         self.assumed.retain(|k, a| {
             fresh
                 .get(k)

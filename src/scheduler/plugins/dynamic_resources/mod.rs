@@ -119,7 +119,7 @@ struct Inputs {
     /// Every claim (in-flight allocations included).
     everyone: Vec<Arc<ResourceClaim>>,
     classes: HashMap<String, Arc<k8s_openapi::api::resource::v1::DeviceClass>>,
-    slices: Vec<Arc<k8s_openapi::api::resource::v1::ResourceSlice>>,
+    slices: Arc<crate::scheduler::informers::devices::SliceIndex>,
     rules: Vec<Arc<k8s_openapi::api::resource::v1::DeviceTaintRule>>,
     allocated: Allocated,
     /// The release whose allocator rules apply ([`Allocator::following`]).
@@ -365,7 +365,7 @@ impl DynamicResources {
         if verdict.is_success() && (!to_allocate.is_empty() || s.extended.is_some()) {
             let everyone: Vec<_> = devices.all_claims().cloned().collect();
             let allocated = locks::lock(&self.kept).update(&everyone);
-            let slices: Vec<_> = devices.slices.values().cloned().collect();
+            let slices = devices.slice_index();
             // DeviceTaintRules apply from 1.37 (DRADeviceTaintRules, off by default in 1.36).
             let rules: Vec<_> = if self.release.at_least(37) {
                 devices.taint_rules.values().cloned().collect()

@@ -25,12 +25,14 @@
 //!   consumed.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use crate::scheduler::informers::devices::SliceIndex;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
 use k8s_openapi::api::resource::v1::{
     AllocationResult, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
-    DeviceRequestAllocationResult, DeviceTaintRule, DeviceToleration, ResourceClaim, ResourceSlice,
+    DeviceRequestAllocationResult, DeviceTaintRule, DeviceToleration, ResourceClaim,
 };
 
 mod capacity;
@@ -96,7 +98,7 @@ impl Allocator {
     pub fn new(
         claims_to_allocate: Vec<Arc<ResourceClaim>>,
         classes: &HashMap<String, Arc<DeviceClass>>,
-        slices: Vec<Arc<ResourceSlice>>,
+        slices: Arc<SliceIndex>,
         taint_rules: Vec<Arc<DeviceTaintRule>>,
         allocated: Allocated,
     ) -> Result<Self, String> {
@@ -182,24 +184,9 @@ impl Allocator {
                 constraints,
             });
         }
-        let mut slices_on_node: HashMap<String, Vec<Arc<ResourceSlice>>> = HashMap::new();
-        let mut shared_slices = Vec::new();
-        let mut slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>> = HashMap::new();
-        for s in slices {
-            slices_of_pool
-                .entry((s.spec.driver.clone(), s.spec.pool.name.clone()))
-                .or_default()
-                .push(s.clone());
-            match s.spec.node_name.as_deref().filter(|n| !n.is_empty()) {
-                Some(node) => slices_on_node.entry(node.to_string()).or_default().push(s),
-                None => shared_slices.push(s),
-            }
-        }
         Ok(Allocator {
             plans,
-            slices_on_node,
-            shared_slices,
-            slices_of_pool,
+            slices,
             taint_rules,
             stable: false,
             allocated,

@@ -3,6 +3,8 @@
 //! node sees) and `search.rs` (the search). None of them is read from here.
 
 use std::collections::{BTreeMap, HashMap};
+
+use crate::scheduler::informers::devices::SliceIndex;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::NodeSelector;
@@ -217,7 +219,7 @@ fn held(claim: &ResourceClaim) -> Vec<(DeviceId, Option<ShareConsumed>)> {
 #[derive(Debug, Default)]
 pub struct KeptAllocated {
     /// The claim counted for each key (its UID), and the pass that last saw it.
-    counted: HashMap<String, (Arc<ResourceClaim>, u64)>,
+    counted: foldhash::HashMap<String, (Arc<ResourceClaim>, u64)>,
     pass: u64,
     allocated: Allocated,
 }
@@ -335,12 +337,9 @@ pub(super) type SelectableKey = (usize, usize, usize, usize);
 /// node by node (Filter, in parallel).
 pub struct Allocator {
     pub(super) plans: Vec<ClaimPlan>,
-    /// The slices that name a node, by node; the others (a node selector, all nodes, per
-    /// device), which every node looks at; every slice of a pool, by (driver, pool): a node
-    /// reads its own and the shared ones, not the whole cluster's.
-    pub(super) slices_on_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
-    pub(super) shared_slices: Vec<Arc<ResourceSlice>>,
-    pub(super) slices_of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
+    /// The slices, indexed by node and by pool (shared with the device index until a slice
+    /// changes): a node reads its own and the shared ones, not the whole cluster's.
+    pub(super) slices: Arc<SliceIndex>,
     pub(super) taint_rules: Vec<Arc<DeviceTaintRule>>,
     pub(super) allocated: Allocated,
     /// Whether a device matches a want: by (device, its slice, claim, request, want). The

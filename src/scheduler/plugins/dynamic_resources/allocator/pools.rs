@@ -16,8 +16,8 @@ impl Allocator {
     pub(super) fn pools<'a>(&'a self, node: &NodeView<'_>) -> Result<Vec<Pool<'a>>, AllocateError> {
         let mut by_pool: BTreeMap<(String, String), (i64, Vec<&'a ResourceSlice>)> =
             BTreeMap::new();
-        let on_node = self.slices_on_node.get(node.name).into_iter().flatten();
-        for s in on_node.chain(&self.shared_slices) {
+        let on_node = self.slices.on_node.get(node.name).into_iter().flatten();
+        for s in on_node.chain(&self.slices.shared) {
             let spec = &s.spec;
             let relevant = if spec.node_name.as_deref().is_some_and(|n| !n.is_empty())
                 || spec.all_nodes == Some(true)
@@ -76,7 +76,8 @@ impl Allocator {
                 (false, slices.clone())
             } else {
                 let all_of_pool: Vec<&ResourceSlice> = self
-                    .slices_of_pool
+                    .slices
+                    .of_pool
                     .get(&(driver.clone(), name.clone()))
                     .into_iter()
                     .flatten()

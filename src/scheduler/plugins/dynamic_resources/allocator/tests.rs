@@ -268,7 +268,9 @@ fn run_as(
     let allocator = Allocator::new(
         claims,
         &classes(),
-        slices.into_iter().map(SliceSpec::build).collect(),
+        std::sync::Arc::new(crate::scheduler::informers::devices::SliceIndex::new(
+            slices.into_iter().map(SliceSpec::build),
+        )),
         Vec::new(),
         allocated,
     )?
@@ -1092,7 +1094,7 @@ fn a_node_is_explained_device_by_device() {
             vec![],
         )],
         &classes(),
-        vec![
+        std::sync::Arc::new(crate::scheduler::informers::devices::SliceIndex::new(vec![
             slice(
                 "slice-1",
                 "node-1",
@@ -1114,7 +1116,7 @@ fn a_node_is_explained_device_by_device() {
                 vec![device("other")],
             )
             .build(),
-        ],
+        ])),
         Vec::new(),
         Allocated::from_parts(
             [DeviceId {
@@ -1148,7 +1150,7 @@ fn a_search_past_its_deadline_gives_up() {
     let allocator = Allocator::new(
         vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
         &classes(),
-        vec![
+        std::sync::Arc::new(crate::scheduler::informers::devices::SliceIndex::new(vec![
             slice(
                 "slice-1",
                 "node-1",
@@ -1157,7 +1159,7 @@ fn a_search_past_its_deadline_gives_up() {
                 vec![device("device-1")],
             )
             .build(),
-        ],
+        ])),
         Vec::new(),
         Allocated::default(),
     )
@@ -1433,7 +1435,7 @@ fn a_taint_rule_without_a_selector_taints_no_device() {
         let allocator = Allocator::new(
             vec![claim("claim-0", vec![exact("req-0", "class-a", 1)], vec![])],
             &classes(),
-            vec![
+            std::sync::Arc::new(crate::scheduler::informers::devices::SliceIndex::new(vec![
                 slice(
                     "slice-1",
                     "node-1",
@@ -1442,7 +1444,7 @@ fn a_taint_rule_without_a_selector_taints_no_device() {
                     vec![device("device-1")],
                 )
                 .build(),
-            ],
+            ])),
             rules,
             Allocated::default(),
         )
