@@ -14,6 +14,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, DeviceTaintRule, ResourceClaim
 use kube::Resource;
 
 use super::Keeps;
+use super::claim_view::{ClaimView, view_key};
 use super::storage::Assumable;
 use crate::k8s::volumes::{claim_key, version_of};
 
@@ -52,6 +53,8 @@ pub struct Devices {
     /// The slices indexed for the allocator, built on first use after they changed (they
     /// change seldom; every scheduling cycle of a pod with claims reads them).
     slice_index: OnceLock<Arc<SliceIndex>>,
+    /// Every claim as [`Devices::all_claims`] gives it, kept as each change arrives.
+    claim_view: ClaimView,
 }
 
 /// The ResourceSlices as the allocator reads them: those that name a node, by node; the others
@@ -93,6 +96,7 @@ impl Default for Devices {
             sharers: Default::default(),
             not_served: BTreeSet::new(),
             slice_index: OnceLock::new(),
+            claim_view: ClaimView::default(),
         }
     }
 }
@@ -121,19 +125,46 @@ impl Devices {
     /// also those of claims the API does not have yet (an extended resource's claim between
     /// Reserve and its creation in PreBind).
     pub fn all_claims(&self) -> impl Iterator<Item = &Arc<ResourceClaim>> {
-        let watched = self.claims.values().map(|c| {
-            if self.in_flight.is_empty() {
-                return c;
-            }
-            let uid = c.metadata.uid.as_deref().unwrap_or_default();
-            self.in_flight.get(uid).unwrap_or(c)
-        });
-        let unwritten = self.in_flight.values().filter(|c| {
+        self.claim_view.claims().values()
+    }
+
+    /// Every claim as [`Devices::all_claims`] gives it, and its recent changes.
+    pub fn claim_view(&self) -> &ClaimView {
+        &self.claim_view
+    }
+
+    /// Brings the view's entry of the claim with this UID (under `key`, `ns/name`) up to
+    /// date: the allocation in flight for it, else the claim as watched (or assumed) while it
+    /// still has this UID, else none.
+    fn refresh_claim(&mut self, uid: &str, key: &str) {
+        let in_flight = (!uid.is_empty())
+            .then(|| self.in_flight.get(uid).cloned())
+            .flatten();
+        let now = in_flight.or_else(|| {
             self.claims
-                .get(&claim_key_of(c))
-                .is_none_or(|w| w.metadata.uid != c.metadata.uid)
+                .get(key)
+                .filter(|c| c.metadata.uid.as_deref().unwrap_or_default() == uid)
+                .cloned()
         });
-        watched.chain(unwritten)
+        self.claim_view.set(view_key(uid, key), now);
+    }
+
+    /// Counts the view afresh (a re-list): each watched claim, the allocation in flight in
+    /// place of the claim with its UID, and those in flight for claims not written yet.
+    fn rebuild_claim_view(&mut self) {
+        let mut view = super::claim_view::ClaimMap::default();
+        for (uid, c) in &self.in_flight {
+            if !uid.is_empty() {
+                view.insert(uid.clone(), c.clone());
+            }
+        }
+        for c in self.claims.values() {
+            let uid = c.metadata.uid.as_deref().unwrap_or_default();
+            if uid.is_empty() || !self.in_flight.contains_key(uid) {
+                view.insert(view_key(uid, &claim_key_of(c)), c.clone());
+            }
+        }
+        self.claim_view.replace(view);
     }
 
     /// The DeviceClass that serves an extended resource (upstream's DeviceClassResolver): the
@@ -245,7 +276,11 @@ impl DeviceIndex {
     /// [`DeviceIndex::forget_in_flight`].
     pub fn set_in_flight(&self, claim: Arc<ResourceClaim>) {
         let uid = claim.metadata.uid.clone().unwrap_or_default();
-        self.write().in_flight.insert(uid, claim);
+        let key = claim_key_of(&claim);
+        let mut devices = self.write();
+        devices.in_flight.insert(uid.clone(), claim);
+        devices.refresh_claim(&uid, &key);
+        drop(devices);
         self.bump();
     }
 
@@ -260,7 +295,8 @@ impl DeviceIndex {
             return;
         }
         devices.sharers.remove(uid);
-        if devices.in_flight.remove(uid).is_some() {
+        if let Some(gone) = devices.in_flight.remove(uid) {
+            devices.refresh_claim(uid, &claim_key_of(&gone));
             drop(devices);
             self.bump();
         }
@@ -284,6 +320,14 @@ fn claim_key_of(claim: &ResourceClaim) -> String {
         claim.metadata.namespace.as_deref().unwrap_or_default(),
         claim.metadata.name.as_deref().unwrap_or_default(),
     )
+}
+
+/// The UID of the claim watched under `key` (empty when it has none), if one is.
+fn watched_uid(devices: &Devices, key: &str) -> Option<String> {
+    devices
+        .claims
+        .watched(key)
+        .map(|c| c.metadata.uid.clone().unwrap_or_default())
 }
 
 fn name_of<K: Resource>(obj: &K) -> String {
@@ -345,16 +389,28 @@ impl DeviceStored for ResourceClaim {
             return;
         }
         let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let replaced = watched_uid(devices, &key);
         if obj.status.as_ref().is_some_and(|s| s.allocation.is_some()) {
             devices.end_in_flight(&uid);
         }
-        devices.claims.apply(key, obj);
+        devices.claims.apply(key.clone(), obj);
+        devices.refresh_claim(&uid, &key);
+        if let Some(old) = replaced.filter(|old| *old != uid) {
+            devices.refresh_claim(&old, &key);
+        }
     }
     fn delete(devices: &mut Devices, obj: &Self) {
-        if let Some(uid) = obj.metadata.uid.as_deref() {
-            devices.end_in_flight(uid);
+        let key = claim_key_of(obj);
+        let uid = obj.metadata.uid.clone().unwrap_or_default();
+        let replaced = watched_uid(devices, &key);
+        if !uid.is_empty() {
+            devices.end_in_flight(&uid);
         }
-        devices.claims.delete(&claim_key_of(obj));
+        devices.claims.delete(&key);
+        devices.refresh_claim(&uid, &key);
+        if let Some(old) = replaced.filter(|old| *old != uid) {
+            devices.refresh_claim(&old, &key);
+        }
     }
     fn reset(devices: &mut Devices, objs: Vec<Arc<Self>>) {
         for o in &objs {
@@ -379,6 +435,7 @@ impl DeviceStored for ResourceClaim {
         devices
             .claims
             .reset(objs.into_iter().map(|o| (claim_key_of(&o), o)));
+        devices.rebuild_claim_view();
     }
     fn current(devices: &Devices, obj: &Self) -> Option<Arc<Self>> {
         devices.claims.watched(&claim_key_of(obj)).cloned()

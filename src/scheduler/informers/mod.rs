@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+pub mod claim_view;
 pub mod devices;
 pub mod disruption_budgets;
 pub mod pod_groups;

@@ -116,8 +116,8 @@ struct Variant {
 /// allocate and the cluster's devices and claims as PreFilter read them.
 struct Inputs {
     to_allocate: Vec<Arc<ResourceClaim>>,
-    /// Every claim (in-flight allocations included).
-    everyone: Vec<Arc<ResourceClaim>>,
+    /// Every claim (in-flight allocations included), by UID.
+    everyone: crate::scheduler::informers::claim_view::ClaimMap,
     classes: HashMap<String, Arc<k8s_openapi::api::resource::v1::DeviceClass>>,
     slices: Arc<crate::scheduler::informers::devices::SliceIndex>,
     rules: Vec<Arc<k8s_openapi::api::resource::v1::DeviceTaintRule>>,
@@ -363,8 +363,8 @@ impl DynamicResources {
             to_allocate.push(claim.clone());
         }
         if verdict.is_success() && (!to_allocate.is_empty() || s.extended.is_some()) {
-            let everyone: Vec<_> = devices.all_claims().cloned().collect();
-            let allocated = locks::lock(&self.kept).update(&everyone);
+            let everyone = devices.claim_view().claims().clone();
+            let allocated = locks::lock(&self.kept).update(devices.claim_view());
             let slices = devices.slice_index();
             // DeviceTaintRules apply from 1.37 (DRADeviceTaintRules, off by default in 1.36).
             let rules: Vec<_> = if self.release.at_least(37) {

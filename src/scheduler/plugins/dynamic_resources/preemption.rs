@@ -29,7 +29,7 @@ impl State {
         };
         let labels = node.labels();
         let on_node: std::collections::HashSet<&str> = node.pods.iter().map(|p| p.uid()).collect();
-        inputs.everyone.iter().any(|c| {
+        inputs.everyone.values().any(|c| {
             let Some(status) = c.status.as_ref() else {
                 return false;
             };
@@ -74,12 +74,13 @@ impl State {
                 .unwrap_or_default();
             !users.is_empty() && users.iter().all(|u| removed.contains(&u.uid))
         };
-        let freed: Vec<String> = inputs
+        let mut freed: Vec<String> = inputs
             .everyone
-            .iter()
+            .values()
             .filter(|c| frees(c))
             .filter_map(|c| c.metadata.uid.clone())
             .collect();
+        freed.sort();
         if freed.is_empty() {
             return Ok(None);
         }
@@ -97,7 +98,7 @@ impl State {
                 &inputs.classes,
                 inputs.slices.clone(),
                 inputs.rules.clone(),
-                Allocated::of(inputs.everyone.iter().filter(|c| !frees(c))),
+                Allocated::of(inputs.everyone.values().filter(|c| !frees(c))),
             )?
             .following(inputs.release),
         );

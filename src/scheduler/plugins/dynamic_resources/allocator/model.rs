@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use crate::scheduler::informers::claim_view::ClaimView;
 use crate::scheduler::informers::devices::SliceIndex;
 use std::sync::{Arc, Mutex};
 
@@ -213,65 +214,41 @@ fn held(claim: &ResourceClaim) -> Vec<(DeviceId, Option<ShareConsumed>)> {
         .collect()
 }
 
-/// [`Allocated`] kept from cycle to cycle: each cycle counts out the claims gone or changed
-/// since the last (a claim object that is not the same `Arc` changed) and counts in the new,
-/// instead of counting every claim of the cluster again.
+/// [`Allocated`] kept from cycle to cycle: each cycle counts out and in only the claims that
+/// changed since the last (the device index's [`ClaimView`] remembers its recent changes),
+/// instead of counting the devices of every claim in the cluster again; a reader further
+/// behind than the view remembers, or from before a re-list, counts afresh.
 #[derive(Debug, Default)]
 pub struct KeptAllocated {
-    /// The claim counted for each key (its UID), and the pass that last saw it.
-    counted: foldhash::HashMap<String, (Arc<ResourceClaim>, u64)>,
-    pass: u64,
+    /// The view's change number this count is up to date at (`None`: never counted).
+    at: Option<u64>,
     allocated: Allocated,
 }
 
 impl KeptAllocated {
-    /// The devices `claims` hold (each claim once), brought up to date from the last call's.
-    pub fn update(&mut self, claims: &[Arc<ResourceClaim>]) -> Allocated {
+    /// The devices the view's claims hold (each claim once), brought up to date from the
+    /// last call's.
+    pub fn update(&mut self, view: &ClaimView) -> Allocated {
         // Taken out while it changes: were a step to panic, the next call would find it empty
         // and count afresh, never half brought up to date.
         let mut kept = std::mem::take(self);
-        let allocated = kept.bring_up_to_date(claims);
-        *self = kept;
-        allocated
-    }
-
-    fn bring_up_to_date(&mut self, claims: &[Arc<ResourceClaim>]) -> Allocated {
-        self.pass = self.pass.wrapping_add(1);
-        let pass = self.pass;
-        let mut twice = false;
-        for c in claims {
-            let key = c.metadata.uid.as_deref().unwrap_or_default();
-            match self.counted.get_mut(key) {
-                Some((_, seen)) if *seen == pass => twice = true,
-                Some((old, seen)) => {
-                    *seen = pass;
-                    if !Arc::ptr_eq(old, c) {
-                        self.allocated.remove(old);
-                        self.allocated.add(c);
-                        *old = c.clone();
+        match kept.at.and_then(|at| view.since(at)) {
+            Some(changes) => {
+                for change in changes {
+                    if let Some(before) = &change.before {
+                        kept.allocated.remove(before);
+                    }
+                    if let Some(after) = &change.after {
+                        kept.allocated.add(after);
                     }
                 }
-                None => {
-                    self.allocated.add(c);
-                    self.counted.insert(key.to_string(), (c.clone(), pass));
-                }
             }
+            None => kept.allocated = Allocated::of(view.claims().values()),
         }
-        if twice {
-            // Two claims under one key (no UID): counted afresh, and kept no longer.
-            self.counted.clear();
-            self.allocated = Allocated::default();
-            return Allocated::of(claims.iter());
-        }
-        let allocated = &mut self.allocated;
-        self.counted.retain(|_, (old, seen)| {
-            let live = *seen == pass;
-            if !live {
-                allocated.remove(old);
-            }
-            live
-        });
-        self.allocated.clone()
+        kept.at = Some(view.next());
+        let allocated = kept.allocated.clone();
+        *self = kept;
+        allocated
     }
 }
 
