@@ -62,9 +62,9 @@ pub struct Devices {
 /// by (driver, pool).
 #[derive(Debug, Default)]
 pub struct SliceIndex {
-    pub on_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
+    pub on_node: foldhash::HashMap<String, Vec<Arc<ResourceSlice>>>,
     pub shared: Vec<Arc<ResourceSlice>>,
-    pub of_pool: HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
+    pub of_pool: foldhash::HashMap<(String, String), Vec<Arc<ResourceSlice>>>,
 }
 
 impl SliceIndex {

@@ -207,7 +207,7 @@ impl Allocator {
             alloc: self,
             pools,
             candidates: &candidates,
-            picked: HashMap::new(),
+            picked: Default::default(),
             results: vec![Vec::new(); self.plans.len()],
             constraint_state: self
                 .plans
@@ -220,12 +220,13 @@ impl Allocator {
                 })
                 .collect(),
             chosen: vec![Vec::new(); self.plans.len()],
-            all_devices: HashMap::new(),
+            all_devices: Default::default(),
             deadline,
-            allocating: HashMap::new(),
+            allocating: Default::default(),
         };
         // The devices of `All` wants, per (claim, request, want).
-        let mut all_devices: HashMap<(usize, usize, usize), Vec<usize>> = HashMap::new();
+        let mut all_devices: foldhash::HashMap<(usize, usize, usize), Vec<usize>> =
+            Default::default();
         for (ci, plan) in self.plans.iter().enumerate() {
             for (ri, req) in plan.requests.iter().enumerate() {
                 for (wi, w) in req.wants.iter().enumerate() {

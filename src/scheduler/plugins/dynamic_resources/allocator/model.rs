@@ -2,7 +2,7 @@
 //! the allocator itself; its ways are in `mod.rs` (building and asking it), `pools.rs` (what a
 //! node sees) and `search.rs` (the search). None of them is read from here.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use crate::scheduler::informers::claim_view::ClaimView;
 use crate::scheduler::informers::devices::SliceIndex;
@@ -322,7 +322,7 @@ pub struct Allocator {
     /// Whether a device matches a want: by (device, its slice, claim, request, want). The
     /// slice is in the key because a pool's slices on different nodes may name their devices
     /// alike.
-    pub(super) selectable: Mutex<HashMap<SelectableKey, bool>>,
+    pub(super) selectable: Mutex<foldhash::HashMap<SelectableKey, bool>>,
     /// kube-scheduler 1.38's allocator (upstream's stable variant, which 1.38 picks with its
     /// default gates; 1.36 and 1.37 pick the incubating one): an `All` request meeting a pool
     /// being updated rejects the node, not the attempt; a device that lost

@@ -1,7 +1,7 @@
 //! The pools a node sees and their devices in search order, with what their shared counters
 //! leave.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
@@ -96,7 +96,7 @@ impl Allocator {
                 (count(of_generation.len()) != want, of_generation)
             };
             slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-            let mut names = HashSet::new();
+            let mut names = foldhash::HashSet::default();
             let mut invalid = false;
             for s in slices.iter().filter(|s| s.spec.shared_counters.is_none()) {
                 for d in s.spec.devices.iter().flatten() {

@@ -1,7 +1,7 @@
 //! The depth-first search over the devices a node sees, as upstream's allocateOne and
 //! allocateDevice.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
 use k8s_openapi::api::resource::v1::{
     Device, DeviceAttribute, DeviceConstraint, DeviceTaint, DeviceToleration,
@@ -133,16 +133,16 @@ pub(super) struct Search<'s, 'a> {
     pub(super) candidates: &'s [Candidate<'a>],
     /// Devices taken in this search (not by admin access... as upstream, those too), by the
     /// claims that took them.
-    pub(super) picked: HashMap<DeviceId, Vec<usize>>,
+    pub(super) picked: foldhash::HashMap<DeviceId, Vec<usize>>,
     pub(super) results: Vec<Vec<Pick>>,
     pub(super) constraint_state: Vec<Vec<ConstraintState>>,
     /// Per claim, the (request, want) chosen for each request so far.
     pub(super) chosen: Vec<Vec<(usize, usize)>>,
-    pub(super) all_devices: HashMap<(usize, usize, usize), Vec<usize>>,
+    pub(super) all_devices: foldhash::HashMap<(usize, usize, usize), Vec<usize>>,
     /// When the search gives up (the plugin's filterTimeout), checked before each device.
     pub(super) deadline: Option<std::time::Instant>,
     /// What the shares chosen in this search consume of each device's capacities.
-    pub(super) allocating: HashMap<DeviceId, BTreeMap<String, i128>>,
+    pub(super) allocating: foldhash::HashMap<DeviceId, BTreeMap<String, i128>>,
 }
 
 impl<'s, 'a> Search<'s, 'a> {
