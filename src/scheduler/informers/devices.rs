@@ -133,35 +133,45 @@ impl Devices {
         &self.claim_view
     }
 
-    /// Brings the view's entry of the claim with this UID (under `key`, `ns/name`) up to
-    /// date: the allocation in flight for it, else the claim as watched (or assumed) while it
-    /// still has this UID, else none.
-    fn refresh_claim(&mut self, uid: &str, key: &str) {
+    /// The claim with this UID (under `key`, `ns/name`) as the scheduler sees it: the
+    /// allocation in flight for it, else the claim as watched (or assumed) while it still has
+    /// this UID, else none. The one definition the view is kept by and counted afresh by.
+    fn claim_as_seen(&self, uid: &str, key: &str) -> Option<Arc<ResourceClaim>> {
         let in_flight = (!uid.is_empty())
             .then(|| self.in_flight.get(uid).cloned())
             .flatten();
-        let now = in_flight.or_else(|| {
+        in_flight.or_else(|| {
             self.claims
                 .get(key)
                 .filter(|c| c.metadata.uid.as_deref().unwrap_or_default() == uid)
                 .cloned()
-        });
-        self.claim_view.set(view_key(uid, key), now);
+        })
     }
 
-    /// Counts the view afresh (a re-list): each watched claim, the allocation in flight in
-    /// place of the claim with its UID, and those in flight for claims not written yet.
+    /// Brings the view's entries under `key` up to date: the claim with `uid`, and the one
+    /// with the UID the watch had there before (`replaced`), when that was another.
+    fn refresh_claim(&mut self, uid: &str, key: &str, replaced: Option<String>) {
+        for uid in std::iter::once(uid.to_string()).chain(replaced.filter(|old| old != uid)) {
+            let now = self.claim_as_seen(&uid, key);
+            self.claim_view.set(view_key(&uid, key), now);
+        }
+    }
+
+    /// Counts the view afresh (a re-list): every claim watched or in flight, as seen.
     fn rebuild_claim_view(&mut self) {
         let mut view = super::claim_view::ClaimMap::default();
-        for (uid, c) in &self.in_flight {
-            if !uid.is_empty() {
-                view.insert(uid.clone(), c.clone());
-            }
-        }
-        for c in self.claims.values() {
-            let uid = c.metadata.uid.as_deref().unwrap_or_default();
-            if uid.is_empty() || !self.in_flight.contains_key(uid) {
-                view.insert(view_key(uid, &claim_key_of(c)), c.clone());
+        let in_flight = self
+            .in_flight
+            .iter()
+            .filter(|(uid, _)| !uid.is_empty())
+            .map(|(uid, c)| (uid.clone(), claim_key_of(c)));
+        let watched = self.claims.values().map(|c| {
+            let uid = c.metadata.uid.clone().unwrap_or_default();
+            (uid, claim_key_of(c))
+        });
+        for (uid, key) in in_flight.chain(watched) {
+            if let Some(c) = self.claim_as_seen(&uid, &key) {
+                view.insert(view_key(&uid, &key), c);
             }
         }
         self.claim_view.replace(view);
@@ -279,7 +289,7 @@ impl DeviceIndex {
         let key = claim_key_of(&claim);
         let mut devices = self.write();
         devices.in_flight.insert(uid.clone(), claim);
-        devices.refresh_claim(&uid, &key);
+        devices.refresh_claim(&uid, &key, None);
         drop(devices);
         self.bump();
     }
@@ -296,7 +306,7 @@ impl DeviceIndex {
         }
         devices.sharers.remove(uid);
         if let Some(gone) = devices.in_flight.remove(uid) {
-            devices.refresh_claim(uid, &claim_key_of(&gone));
+            devices.refresh_claim(uid, &claim_key_of(&gone), None);
             drop(devices);
             self.bump();
         }
@@ -394,10 +404,7 @@ impl DeviceStored for ResourceClaim {
             devices.end_in_flight(&uid);
         }
         devices.claims.apply(key.clone(), obj);
-        devices.refresh_claim(&uid, &key);
-        if let Some(old) = replaced.filter(|old| *old != uid) {
-            devices.refresh_claim(&old, &key);
-        }
+        devices.refresh_claim(&uid, &key, replaced);
     }
     fn delete(devices: &mut Devices, obj: &Self) {
         let key = claim_key_of(obj);
@@ -407,10 +414,7 @@ impl DeviceStored for ResourceClaim {
             devices.end_in_flight(&uid);
         }
         devices.claims.delete(&key);
-        devices.refresh_claim(&uid, &key);
-        if let Some(old) = replaced.filter(|old| *old != uid) {
-            devices.refresh_claim(&old, &key);
-        }
+        devices.refresh_claim(&uid, &key, replaced);
     }
     fn reset(devices: &mut Devices, objs: Vec<Arc<Self>>) {
         for o in &objs {
