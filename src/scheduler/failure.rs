@@ -8,9 +8,11 @@
 //! (the assumed pod in the cache, Reserve's claims) is released by the cycle that took it,
 //! before it calls the handler.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::scheduler::Scheduler;
+use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::profile::{Backoff, CompiledProfile};
 use crate::scheduler::framework::runtime::{Diagnosis, nominated_node};
 use crate::scheduler::framework::{NominatedPods, Nomination, QueuedPodInfo, Status};
@@ -206,7 +208,7 @@ fn report_failure(
         }
         NominationOutcome::PostFilter(Some(Nomination::Node(node))) => {
             tracing::info!(pod = %pod.key(), node = %node, "nominated after preemption");
-            sched.state.room.nominator.nominate(pod.clone(), &node);
+            nominate_if_pending(sched, pod, &node);
             NominatedNode::Set(node)
         }
         NominationOutcome::Ended | NominationOutcome::EndedAfterBindingNode => {
@@ -232,6 +234,23 @@ fn report_failure(
         backoff: profile.backoff(),
         retry_after: failure.retry_after,
     }
+}
+
+/// Nominates `pod` to `node` unless, since its cycle began, it was deleted or bound (by
+/// another scheduler, or a bind of ours that landed late): a nomination of a pod that is gone
+/// or placed would hold room on `node` for nobody until the next re-list (upstream asks its
+/// informer the same before it nominates). Asked and done under the cache's lock, under which
+/// the pod watch ends a pod's queue entry and nomination when it is bound or deleted: the
+/// watch's ending comes either before the question or after the nomination.
+fn nominate_if_pending(sched: &Scheduler, pod: &Arc<PodInfo>, node: &str) {
+    let cache = sched.lock_cache();
+    // A pod bound or deleted meanwhile left the queue (its flight marked deleted).
+    if sched.state.queue.holds_pending(pod.uid()) {
+        sched.state.room.nominator.nominate(pod.clone(), node);
+    } else {
+        tracing::debug!(pod = %pod.key(), node = %node, "not nominated: the pod was bound or deleted during its cycle");
+    }
+    drop(cache);
 }
 
 /// The longest backoff of a group of `size` pods: `max` times the square root of its size (at

@@ -81,14 +81,30 @@ impl SchedulerState {
         SchedulerState { cache, queue, room }
     }
 
-    /// Queues a pending pod `profile` serves: PreEnqueue decides whether it is gated; a
-    /// nomination it carries in its status is noted.
-    pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) {
-        if let Some(gone) = self.room.nominator.observe(&info) {
+    /// Queues a pending pod `profile` serves, unless the cache holds it assumed (a watch event
+    /// from before its cycle placed it): PreEnqueue decides whether it is gated; a nomination
+    /// it carries in its status is noted. Returns whether it was queued.
+    ///
+    /// The nomination is noted under the cache's lock: a cycle assumes its pod under that lock
+    /// and only then ends the pod's nomination, so an event that finds the pod not assumed
+    /// notes it before the cycle ends it, never after. Noted after, it would outlive the
+    /// assume: the pod counted twice on its node (assumed, and nominated for pods of its
+    /// priority) until its bind's event, and a preemptor whose room there was freed finding
+    /// none and evicting again.
+    pub fn enqueue(&self, info: Arc<PodInfo>, profile: &CompiledProfile) -> bool {
+        let given_up = {
+            let cache = locks::lock(&self.cache);
+            if cache.is_assumed(info.uid()) {
+                return false;
+            }
+            self.room.nominator.observe(&info)
+        };
+        if let Some(gone) = given_up {
             self.room.given_up(&gone);
         }
         let gate = profile.run_pre_enqueue(&info);
         self.queue.add(info, gate);
+        true
     }
 }
 
@@ -283,9 +299,7 @@ impl Scheduler {
     /// serves them. Whoever calls it first takes them; a pod is never queued twice.
     pub fn serve_unserved(&self, scheduler_name: &str, profile: &Arc<CompiledProfile>) {
         for info in self.state.queue.take_unserved(scheduler_name) {
-            if !self.lock_cache().is_assumed(info.uid()) {
-                self.state.enqueue(info, profile);
-            }
+            self.state.enqueue(info, profile);
         }
     }
 

@@ -79,13 +79,6 @@ impl NominatedRoom {
         );
     }
 
-    /// Forgets the nomination of `uid`; the room it kept is given up.
-    pub fn forget_nomination(&self, uid: &str) {
-        if let Some(gone) = self.nominator.forget(uid) {
-            self.given_up(&gone);
-        }
-    }
-
     /// Holds the room `pod` (which just left its node) used there, when `profile` (its own)
     /// holds room for its workload: not for a pod whose workload still runs another pod there
     /// or elsewhere (a live migration's source), which the cache tells.

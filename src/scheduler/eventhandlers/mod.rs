@@ -111,24 +111,28 @@ impl EventHandlers {
         if terminating || finished {
             // A pod being deleted is not tried; one that waited to be tried is told so, as
             // kube-scheduler tells a pod it pops while it is being deleted.
-            if sched.state.queue.delete(&uid) && terminating {
+            let (waiting, nominated) = {
+                let _cache = sched.lock_cache();
+                let waiting = sched.state.queue.delete(&uid);
+                (waiting, sched.state.room.nominator.forget(&uid))
+            };
+            if waiting && terminating {
                 sched.reports.skipped_deleting(&pod);
             }
-            sched.state.room.forget_nomination(&uid);
+            if let Some(gone) = nominated {
+                sched.state.room.given_up(&gone);
+            }
             return;
         }
         let Some(profile) = served_by else {
             Self::wait_for_profile(sched, pod, &scheduler_name);
             return;
         };
-        if sched.lock_cache().is_assumed(&uid) {
-            return;
-        }
         let pod = Arc::new(pod);
-        sched
+        let queued = sched
             .state
             .enqueue(Arc::new(PodInfo::new(pod.clone())), &profile);
-        if joined_group {
+        if queued && joined_group {
             // The gang's other pods, held at PreEnqueue until minCount exist, may go now.
             sched
                 .state
@@ -157,9 +161,11 @@ impl EventHandlers {
         let sched = &self.sched;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         sched.pod_groups.forget_pod(&uid);
+        let mut cache = sched.lock_cache();
+        // Out of the queue and its nomination ended under the cache's lock, as a cycle that
+        // failed asks before it nominates (`failure::nominate_if_pending`).
         sched.state.queue.delete(&uid);
         let nominated = sched.state.room.nominator.forget(&uid);
-        let mut cache = sched.lock_cache();
         let held = cache.pod(&uid);
         cache.remove_pod(&uid);
         drop(cache);
@@ -371,6 +377,7 @@ mod tests {
 
     use super::*;
     use crate::scheduler::backend::queue::SchedulingQueue;
+    use crate::scheduler::framework::NominatedPods;
     use crate::scheduler::framework::profile::ProfileRegistry;
     use crate::scheduler::metrics::Metrics;
     use crate::scheduler::outcome::Reports;
@@ -438,6 +445,92 @@ mod tests {
             Arc::new(profile),
         )]));
         sched
+    }
+
+    /// A watch event of a pending pod (its status names its nominated node) that races the
+    /// cycle assuming it: whichever comes first, the pod is not left nominated once it is
+    /// assumed (counted twice on its node, it would make a preemptor whose room there was
+    /// freed evict again). Each round starts both at once; the rounds make the interleavings.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stale_event_never_leaves_an_assumed_pod_nominated() {
+        let sched = serving_the_default_profile();
+        let handlers = EventHandlers::new(sched.clone());
+        for round in 0..3000 {
+            let name = format!("vip-{round}");
+            let mut pod = PodBuilder::new(&name)
+                .uid(&name)
+                .priority(100)
+                .scheduler_name("tether-scheduler")
+                .build();
+            pod.status
+                .get_or_insert_with(Default::default)
+                .nominated_node_name = Some("n1".into());
+            let info = Arc::new(PodInfo::new(Arc::new(pod.clone())));
+            sched.state.room.nominator.nominate(info.clone(), "n1");
+            let start = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                s.spawn(|| {
+                    start.wait();
+                    handlers.on_pod(pod.clone());
+                });
+                start.wait();
+                // A cycle's order: assume, then end the nomination.
+                sched.lock_cache().assume_pod(&info, "n1");
+                sched.state.room.nominator.forget(&name);
+            });
+            assert_eq!(
+                sched.state.room.nominator.node_of(&name),
+                None,
+                "round {round}: assumed and still nominated"
+            );
+            sched.lock_cache().forget_pod(&name);
+            sched.state.queue.forget(&name);
+        }
+    }
+
+    /// A pod deleted, or bound by another, while its cycle ran is not nominated when the cycle
+    /// ends in a preemption (its nomination would hold the room for nobody until a re-list);
+    /// one still pending is.
+    #[tokio::test]
+    async fn a_pod_gone_or_bound_during_its_cycle_is_not_nominated() {
+        use crate::scheduler::failure::{FailedAttempt, Failure};
+        use crate::scheduler::framework::Nomination;
+        use crate::scheduler::framework::runtime::Diagnosis;
+        let sched = serving_the_default_profile();
+        let handlers = EventHandlers::new(sched.clone());
+        let profile = sched.profiles.get("tether-scheduler").expect("profile");
+        for (name, nominated) in [("deleted", false), ("bound", false), ("pending", true)] {
+            let pod = PodBuilder::new(name)
+                .uid(name)
+                .priority(100)
+                .scheduler_name("tether-scheduler")
+                .build();
+            handlers.on_pod(pod.clone());
+            let queued = sched.state.queue.pop().expect("the pod");
+            match name {
+                "deleted" => handlers.on_pod_deleted(&pod),
+                "bound" => handlers.on_pod(bound(name, "n2")),
+                _ => {}
+            }
+            let failure = Failure::unschedulable(Diagnosis {
+                num_all_nodes: 1,
+                nomination: Some(Nomination::Node("n1".into())),
+                ..Default::default()
+            });
+            FailedAttempt::of_cycle(
+                &queued,
+                &profile,
+                failure,
+                "unschedulable",
+                std::time::Instant::now(),
+            )
+            .handle(&sched);
+            assert_eq!(
+                sched.state.room.nominator.node_of(name).is_some(),
+                nominated,
+                "{name}"
+            );
+        }
     }
 
     fn bound(name: &str, node: &str) -> Pod {

@@ -640,6 +640,15 @@ impl SchedulingQueue {
             .is_some_and(|e| e.pool != Pool::Unserved)
     }
 
+    /// Whether `uid` is a pending pod the queue holds for a profile (waiting, or in flight and
+    /// not deleted meanwhile).
+    pub fn holds_pending(&self, uid: &str) -> bool {
+        self.lock()
+            .entries
+            .get(uid)
+            .is_some_and(|e| e.pool != Pool::Unserved && !e.deleted_while_in_flight)
+    }
+
     /// How many events are kept for pods in flight (for tests: they must not pile up).
     #[cfg(test)]
     fn kept_events(&self) -> usize {
