@@ -242,20 +242,35 @@ async fn after_a_cut_tether_resumes_its_watches_without_listing_again() -> anyho
     let ns = TestNamespace::create(&client, "resume").await?;
     let nodes = TestNodes::create(&client, "resume", 2, "16", |_, _| {}).await?;
     let proxy = Proxy::start().await?;
-    // Every list of pods and of nodes tether makes, counted from its start (kube writes a
-    // list's query as `?&limit=500`): the first lists show the count works.
-    let lists = [
+    // Every list of pods and of nodes tether makes, counted from its start: streamed (a watch
+    // request that sends the objects first, the only one asking for 300 s) or in pages (kube
+    // writes a page's query as `?&limit=500`). The first lists show the count works.
+    let count = |fragment: String, watches: bool| {
         proxy.inject(
-            Matcher::new(Method::GET, "/api/v1/pods?&limit=500"),
+            Matcher {
+                method: Some(Method::GET),
+                path_contains: fragment,
+                watches,
+            },
             Action::Delay(Duration::ZERO),
             None,
-        ),
-        proxy.inject(
-            Matcher::new(Method::GET, "/api/v1/nodes?&limit=500"),
-            Action::Delay(Duration::ZERO),
-            None,
-        ),
-    ];
+        )
+    };
+    let lists = ["pods", "nodes"].map(|what| {
+        [
+            count(
+                format!("/api/v1/{what}?&watch=true&timeoutSeconds=300&"),
+                true,
+            ),
+            count(format!("/api/v1/{what}?&limit=500"), false),
+        ]
+    });
+    let listed = || -> Vec<u64> {
+        lists
+            .iter()
+            .map(|[streamed, paged]| streamed.hits() + paged.hits())
+            .collect()
+    };
     let tether = OwnTether::start("resume", &proxy).await?;
     let name = format!("resume-{}", unique_suffix());
     let scheduler = format!("{name}-sched");
@@ -280,7 +295,7 @@ async fn after_a_cut_tether_resumes_its_watches_without_listing_again() -> anyho
     };
     apply(pod("first"))?;
     let first = wait_for("the first pod bound", TIMEOUT, bound("first")).await?;
-    let listed_before: Vec<u64> = lists.iter().map(|l| l.hits()).collect();
+    let listed_before = listed();
     assert!(
         listed_before.iter().all(|&n| n >= 1),
         "tether's first lists of pods and nodes went uncounted: {listed_before:?}"
@@ -314,9 +329,8 @@ async fn after_a_cut_tether_resumes_its_watches_without_listing_again() -> anyho
         "bound to the node cordoned during the cut; tether's log: {}",
         tether.log.display()
     );
-    let listed: Vec<u64> = lists.iter().map(|l| l.hits()).collect();
     assert_eq!(
-        listed,
+        listed(),
         listed_before,
         "listed pods or nodes again after the cut instead of resuming; tether's log: {}",
         tether.log.display()

@@ -7,6 +7,15 @@
 //! list. (kube's watcher resumes too, but says nothing when it has; a caller that must know
 //! could only list again, and a list of 100,000 pods takes a minute.)
 //!
+//! A list is streamed, as client-go's reflector lists from 1.35 (kube-scheduler's informers
+//! among them): one watch request with `sendInitialEvents=true` brings every object as an
+//! `ADDED` event, then a bookmark marked `k8s.io/initial-events-end` with the version they were
+//! read at, and goes on as the watch from there. The API server sends them from its watch cache,
+//! one at a time, instead of answering hundreds of page requests one after another (a minute
+//! for 150,000 pods). An API server that refuses such a request (its `WatchList` feature gate
+//! off, on by default from 1.34) is listed in pages from then on; a streamed list that breaks
+//! off is listed in pages once, then streamed again.
+//!
 //! Every object is decoded on its own ([`decode`]): a list page and a watch event are read as
 //! raw JSON first, so one object the client cannot read (JSON nested past the decoder's 128
 //! levels, a number past its type, a time past year 9999) is one [`Step::Skipped`], and every
@@ -25,10 +34,19 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::value::RawValue;
 
-/// How many objects one page of a list holds. Lists are read consistently, never with
-/// `resourceVersion=0`: the API server answers such a list whole, whatever the limit, and every
-/// object of it would be decoded at once, managedFields and all, before any is trimmed.
+/// How many objects one page of a list holds, where a list is not streamed. Lists are read
+/// consistently, never with `resourceVersion=0`: the API server answers such a list whole,
+/// whatever the limit, and every object of it would be decoded at once, managedFields and all,
+/// before any is trimmed.
 pub(super) const LIST_PAGE_SIZE: u32 = 500;
+
+/// How long the API server may take over a streamed list and the watch that follows it in one
+/// request (client-go asks for five to ten minutes). A list that is not whole by then is listed
+/// again, in pages.
+const STREAM_TIMEOUT_SECONDS: u32 = 300;
+
+/// The annotation of the bookmark that ends a streamed list's objects.
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
 /// The events of one watch request, each object decoded on its own.
 type Events<K> = BoxStream<'static, kube::Result<RawEvent<K>>>;
@@ -41,8 +59,12 @@ enum RawEvent<K> {
     /// Added or modified.
     Applied(Decoded<K>),
     Deleted(Decoded<K>),
-    /// A bookmark: the version the watch has reached.
-    Bookmark(String),
+    /// A bookmark: the version the watch has reached, and whether it ends a streamed list's
+    /// objects.
+    Bookmark {
+        version: String,
+        initial_end: bool,
+    },
     Error(Box<kube::core::Status>),
 }
 
@@ -78,9 +100,18 @@ fn event<K: DeserializeOwned>(line: &str) -> Option<kube::Result<RawEvent<K>>> {
         }) => match kind {
             "ADDED" | "MODIFIED" => Some(RawEvent::Applied(decoded(object.get()))),
             "DELETED" => Some(RawEvent::Deleted(decoded(object.get()))),
-            "BOOKMARK" => serde_json::from_str::<Identity>(object.get())
-                .ok()
-                .map(|mark| RawEvent::Bookmark(mark.metadata.resource_version.unwrap_or_default())),
+            "BOOKMARK" => {
+                serde_json::from_str::<Mark>(object.get())
+                    .ok()
+                    .map(|mark| RawEvent::Bookmark {
+                        initial_end: mark
+                            .metadata
+                            .annotations
+                            .get(INITIAL_EVENTS_END)
+                            .is_some_and(|v| v == "true"),
+                        version: mark.metadata.resource_version.unwrap_or_default(),
+                    })
+            }
             "ERROR" => serde_json::from_str::<kube::core::Status>(object.get())
                 .ok()
                 .map(|status| RawEvent::Error(Box::new(status))),
@@ -139,6 +170,8 @@ enum Phase<K> {
         next: Option<String>,
         version: Option<String>,
     },
+    /// A streamed list: its objects come as events until the bookmark that ends them.
+    Streaming { events: Events<K> },
     /// Listed, or a watch ended or failed: the next step watches from `version`.
     Resume { version: String },
     /// Watching; `version` is the last one seen (an object's or a bookmark's).
@@ -200,6 +233,39 @@ pub(super) struct Lister<K> {
     page_size: u32,
     timeout: u32,
     phase: Phase<K>,
+    /// Whether lists are streamed (until the API server refuses to).
+    streams: bool,
+    /// Whether the next list is read in pages: a streamed one broke off.
+    page_next: bool,
+}
+
+/// A bookmark's object: its version and annotations, nothing else read.
+#[derive(Deserialize, Default)]
+struct Mark {
+    #[serde(default)]
+    metadata: MarkMeta,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase")]
+struct MarkMeta {
+    resource_version: Option<String>,
+    #[serde(default)]
+    annotations: BTreeMap<String, String>,
+}
+
+/// Whether the API server refused a streamed list as a request it does not take (400 or 422:
+/// its `WatchList` feature gate is off), rather than failing it.
+fn refuses_streaming(error: &kube::Error) -> bool {
+    matches!(error, kube::Error::Api(status) if status.code == 400 || status.code == 422)
+}
+
+/// The error for a streamed list that broke off before its last object.
+fn broke_off(what: &str) -> watcher::Error {
+    watcher::Error::InitialListFailed(kube::Error::ReadEvents(std::io::Error::new(
+        std::io::ErrorKind::UnexpectedEof,
+        format!("the streamed list broke off: {what}"),
+    )))
 }
 
 /// A list as it comes: its metadata, and each item as raw JSON.
@@ -340,6 +406,23 @@ pub async fn list_each<K: kube::Resource + DeserializeOwned>(
     }
 }
 
+/// Opens a streamed list (a watch from the newest version, every object sent first).
+async fn open_stream<K: DeserializeOwned + Send + 'static>(
+    client: &kube::Client,
+    request: &kube::core::Request,
+) -> kube::Result<Events<K>> {
+    let params = WatchParams {
+        timeout: Some(STREAM_TIMEOUT_SECONDS),
+        bookmarks: true,
+        send_initial_events: true,
+        ..WatchParams::default()
+    };
+    let request = request
+        .watch(&params, "")
+        .map_err(kube::Error::BuildRequest)?;
+    open_watch(client, request).await
+}
+
 /// What stands for an unreadable object in a `Delete`: its kind and identity alone, as `K`
 /// (None where `K` needs more than that, as a custom resource with a required `spec`).
 fn absent<K: DeserializeOwned>(who: &Unreadable) -> Option<K> {
@@ -370,6 +453,8 @@ where
             page_size,
             timeout,
             phase: Phase::Start,
+            streams: true,
+            page_next: false,
         }
     }
 
@@ -382,6 +467,9 @@ where
     /// A list or watch request got no answer in time and was given up: a list starts over, a
     /// watch is asked for again.
     pub(super) fn stalled(&mut self) {
+        if matches!(self.phase, Phase::Streaming { .. }) {
+            self.page_next = true;
+        }
         if !matches!(self.phase, Phase::Resume { .. }) {
             self.phase = Phase::Start;
         }
@@ -409,6 +497,43 @@ where
         Ok(metadata.resource_version.filter(|v| !v.is_empty()))
     }
 
+    /// The next step of a streamed list.
+    async fn stream_step(&mut self) -> Step<K> {
+        let Phase::Streaming { events } = &mut self.phase else {
+            return Step::Nothing;
+        };
+        let next = events.next().await;
+        let failed = match next {
+            Some(Ok(RawEvent::Applied(Ok(obj)))) => return Step::Item(Ok(Event::InitApply(obj))),
+            Some(Ok(RawEvent::Applied(Err((unreadable, _))))) => {
+                return Step::Skipped {
+                    unreadable,
+                    absent: None,
+                };
+            }
+            Some(Ok(RawEvent::Bookmark {
+                version,
+                initial_end: true,
+            })) if !version.is_empty() => {
+                // Every object is in: the same request goes on as the watch from here.
+                if let Phase::Streaming { events } =
+                    std::mem::replace(&mut self.phase, Phase::Start)
+                {
+                    self.phase = Phase::Watching { version, events };
+                }
+                return Step::Item(Ok(Event::InitDone));
+            }
+            Some(Ok(RawEvent::Bookmark { .. })) => return Step::Nothing,
+            Some(Ok(RawEvent::Deleted(_))) => broke_off("a deletion among its objects"),
+            Some(Ok(RawEvent::Error(status))) => watcher::Error::WatchError(status),
+            Some(Err(e)) => watcher::Error::InitialListFailed(e),
+            None => broke_off("the request ended before its last object"),
+        };
+        self.phase = Phase::Start;
+        self.page_next = true;
+        Step::Item(Err(failed))
+    }
+
     fn watch_params(&self) -> WatchParams {
         WatchParams {
             timeout: Some(self.timeout),
@@ -422,6 +547,19 @@ where
     pub(super) async fn step(&mut self, quiet: Option<Duration>) -> Step<K> {
         match &mut self.phase {
             Phase::Start => {
+                if self.streams && !std::mem::take(&mut self.page_next) {
+                    match open_stream(&self.client, &self.request).await {
+                        Ok(events) => {
+                            self.phase = Phase::Streaming { events };
+                            return Step::Item(Ok(Event::Init));
+                        }
+                        Err(e) if refuses_streaming(&e) => {
+                            tracing::info!(resource = %self.request.url_path, error = %e, "the API server does not stream lists; listing in pages");
+                            self.streams = false;
+                        }
+                        Err(e) => return Step::Item(Err(watcher::Error::InitialListFailed(e))),
+                    }
+                }
                 self.phase = Phase::Paging {
                     page: Vec::new().into_iter(),
                     next: None,
@@ -476,6 +614,7 @@ where
                     }
                 }
             }
+            Phase::Streaming { .. } => self.stream_step().await,
             Phase::Resume { version } => {
                 let version = version.clone();
                 let watched = match self.request.watch(&self.watch_params(), &version) {
@@ -519,7 +658,7 @@ where
                             self.phase = Phase::Start;
                             Step::Item(Err(watcher::Error::NoResourceVersion))
                         }),
-                    Ok(Some(Ok(RawEvent::Bookmark(mark)))) => {
+                    Ok(Some(Ok(RawEvent::Bookmark { version: mark, .. }))) => {
                         *version = mark;
                         Step::Nothing
                     }

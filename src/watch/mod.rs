@@ -764,7 +764,20 @@ mod tests {
         let service = tower::service_fn(move |req: http::Request<kube::client::Body>| {
             let counted = counted.clone();
             async move {
-                let watching = req.uri().query().unwrap_or_default().contains("watch=true");
+                let query = req.uri().query().unwrap_or_default();
+                if query.contains("sendInitialEvents=true") {
+                    // Refused: lists come in pages.
+                    return Ok::<_, std::convert::Infallible>(
+                        http::Response::builder()
+                            .status(422)
+                            .header("content-type", "application/json")
+                            .body(kube::client::Body::from(
+                                br#"{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"Invalid","code":422}"#.to_vec(),
+                            ))
+                            .expect("a response"),
+                    );
+                }
+                let watching = query.contains("watch=true");
                 if !watching && counted.fetch_add(1, Ordering::SeqCst) == 0 {
                     // The first list: never answered.
                     futures::future::pending::<()>().await;
@@ -842,6 +855,11 @@ mod tests {
         lists: std::sync::atomic::AtomicU32,
         /// The items of a list, in place of `a` alone.
         items: Mutex<Option<Vec<serde_json::Value>>>,
+        /// The answers to streamed lists, in turn; with none left, a streamed list is refused
+        /// (422, as by an API server whose `WatchList` gate is off).
+        streamed: Mutex<std::collections::VecDeque<Answer>>,
+        /// How many streamed lists were asked for.
+        streams: std::sync::atomic::AtomicU32,
     }
 
     type FakeBody = http_body_util::StreamBody<
@@ -873,12 +891,33 @@ mod tests {
             use std::sync::atomic::Ordering;
             let query: std::collections::HashMap<String, String> =
                 url_query(req.uri().query().unwrap_or_default());
+            let streamed = query.get("sendInitialEvents").map(String::as_str) == Some("true");
+            let answers = if streamed {
+                self.streams.fetch_add(1, Ordering::SeqCst);
+                if self.streamed.lock().expect("lock").is_empty() {
+                    let status = serde_json::json!({"apiVersion": "v1", "kind": "Status",
+                        "status": "Failure", "reason": "Invalid", "code": 422,
+                        "message": "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"});
+                    return Some(
+                        http::Response::builder()
+                            .status(422)
+                            .header("content-type", "application/json")
+                            .body(http_body_util::StreamBody::new(
+                                futures::stream::iter([line(&status)]).boxed(),
+                            ))
+                            .expect("a response"),
+                    );
+                }
+                &self.streamed
+            } else {
+                &self.answers
+            };
             let body: futures::stream::BoxStream<'static, _> = if query.contains_key("watch") {
                 self.watched_from
                     .lock()
                     .expect("lock")
                     .push(query.get("resourceVersion").cloned().unwrap_or_default());
-                match self.answers.lock().expect("lock").pop_front() {
+                match answers.lock().expect("lock").pop_front() {
                     Some(Answer::Ends(lines)) => {
                         futures::stream::iter(lines.iter().map(line).collect::<Vec<_>>()).boxed()
                     }
@@ -1101,6 +1140,114 @@ mod tests {
             1,
             "never listed again"
         );
+    }
+
+    fn end_of_initial_events(version: &str) -> serde_json::Value {
+        serde_json::json!({"type": "BOOKMARK", "object": {"apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"resourceVersion": version,
+                "annotations": {"k8s.io/initial-events-end": "true"}}}})
+    }
+
+    fn gone() -> serde_json::Value {
+        serde_json::json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status",
+            "status": "Failure", "reason": "Expired", "code": 410, "message": "too old"}})
+    }
+
+    /// Reads the watch until `n` events came, errors left out; the events described.
+    async fn events_of(w: &mut Watched, n: usize) -> Vec<String> {
+        let mut seen = Vec::new();
+        while seen.len() < n {
+            let item = w.events.next().await.expect("a watch never ends");
+            if let Ok(event) = &item {
+                seen.push(described(event));
+            }
+            w.applier.apply(&w.index, item);
+        }
+        seen
+    }
+
+    /// A list is streamed: its objects come as events of one watch request, the bookmark that
+    /// ends them makes the watch current, and the same request goes on as the watch (no page is
+    /// asked for, no second request made).
+    #[tokio::test(start_paused = true)]
+    async fn a_list_is_streamed_and_its_request_watches_on() {
+        let api = Arc::new(FakeApi::default());
+        api.streamed
+            .lock()
+            .expect("lock")
+            .push_back(Answer::Stays(vec![
+                namespace_event("ADDED", "a", "5"),
+                namespace_event("ADDED", "c", "6"),
+                end_of_initial_events("10"),
+                namespace_event("MODIFIED", "c", "11"),
+            ]));
+        let mut w = Watched::new(&api);
+        assert_eq!(
+            events_of(&mut w, 4).await,
+            ["init", "list a", "list c", "listed"]
+        );
+        assert!(w.readiness.is_current(), "current once listed");
+        assert_eq!(events_of(&mut w, 1).await, ["apply c"]);
+        assert_eq!(*w.index.0.lock().expect("lock"), ["a", "c"]);
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(api.streams.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(*api.watched_from.lock().expect("lock"), [""]);
+    }
+
+    /// A streamed list that breaks off before its last object is listed again in pages (what
+    /// it had sent is not taken as the whole); a later list is streamed again.
+    #[tokio::test(start_paused = true)]
+    async fn a_streamed_list_that_breaks_off_is_listed_in_pages_then_streamed_again() {
+        let api = Arc::new(FakeApi::default());
+        api.streamed.lock().expect("lock").extend([
+            Answer::Drops(vec![namespace_event("ADDED", "z", "5")]),
+            Answer::Stays(vec![
+                namespace_event("ADDED", "b", "20"),
+                end_of_initial_events("21"),
+            ]),
+        ]);
+        // The watch after the paged list: its history is gone, so a new list.
+        api.answers
+            .lock()
+            .expect("lock")
+            .push_back(Answer::Stays(vec![gone()]));
+        let mut w = Watched::new(&api);
+        assert_eq!(
+            events_of(&mut w, 5).await,
+            ["init", "list z", "init", "list a", "listed"]
+        );
+        assert_eq!(
+            *w.index.0.lock().expect("lock"),
+            ["a"],
+            "z was never listed"
+        );
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(
+            events_of(&mut w, 3).await,
+            ["init", "list b", "listed"],
+            "streamed again after the 410"
+        );
+        assert_eq!(*w.index.0.lock().expect("lock"), ["b"]);
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(api.streams.load(std::sync::atomic::Ordering::SeqCst), 2);
+    }
+
+    /// An API server that refuses a streamed list (its `WatchList` gate off) is listed in pages,
+    /// and never asked to stream again.
+    #[tokio::test(start_paused = true)]
+    async fn an_api_server_that_does_not_stream_is_listed_in_pages_from_then_on() {
+        let api = Arc::new(FakeApi::default());
+        api.answers
+            .lock()
+            .expect("lock")
+            .push_back(Answer::Stays(vec![gone()]));
+        let mut w = Watched::new(&api);
+        assert_eq!(
+            events_of(&mut w, 6).await,
+            ["init", "list a", "listed", "init", "list a", "listed"]
+        );
+        assert_eq!(api.lists.load(std::sync::atomic::Ordering::SeqCst), 2);
+        assert_eq!(api.streams.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 
     /// A resumed watch that reaches no newer version (nothing changed meanwhile) is current once
