@@ -78,6 +78,11 @@ impl DynamicResources {
                 }
             }
         }
+        // The group's claims reserved for it, found under the device index's lock and written
+        // after it is released: the write blocks this thread on the runtime, whose claim watch
+        // takes that lock to apply the write's own event (held across it, the two waited on
+        // each other for good and scheduling stopped).
+        let mut reserved = Vec::new();
         let devices = self.devices.read();
         for entry in group.spec.resource_claims.iter().flatten() {
             let (claim_name, must_own) = if let Some(n) = &entry.resource_claim_name {
@@ -120,20 +125,23 @@ impl DynamicResources {
                 continue;
             }
             if claims::allocated(&claim) && claims::reserved_for(&claim, pod, true) {
-                let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
-                    continue;
-                };
-                let removed = bounded_unreserve(self, client, runtime, &claim, group_uid);
-                match removed {
-                    Ok(()) => {
-                        return Some(Status::unresolvable(
-                            "ResourceClaim unreserved for PodGroup",
-                        ));
-                    }
-                    // Tried again on the group's next attempt.
-                    Err(e) => {
-                        tracing::warn!(claim = %claims::key(&claim), group = %key, error = %e, "taking the PodGroup's reservation off its claim failed");
-                    }
+                reserved.push(claim);
+            }
+        }
+        drop(devices);
+        let (Some(client), Some(runtime)) = (&self.client, &self.runtime) else {
+            return None;
+        };
+        for claim in reserved {
+            match bounded_unreserve(self, client, runtime, &claim, group_uid) {
+                Ok(()) => {
+                    return Some(Status::unresolvable(
+                        "ResourceClaim unreserved for PodGroup",
+                    ));
+                }
+                // Tried again on the group's next attempt.
+                Err(e) => {
+                    tracing::warn!(claim = %claims::key(&claim), group = %key, error = %e, "taking the PodGroup's reservation off its claim failed");
                 }
             }
         }
