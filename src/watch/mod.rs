@@ -877,6 +877,19 @@ mod tests {
         Ok(hyper::body::Frame::data(bytes.into()))
     }
 
+    /// The API server's answer of failure `code` for `reason`, a Status.
+    fn failure(code: u16, reason: &str) -> http::Response<FakeBody> {
+        let status = serde_json::json!({"apiVersion": "v1", "kind": "Status",
+            "status": "Failure", "reason": reason, "code": code});
+        http::Response::builder()
+            .status(code)
+            .header("content-type", "application/json")
+            .body(http_body_util::StreamBody::new(
+                futures::stream::iter([line(&status)]).boxed(),
+            ))
+            .expect("a response")
+    }
+
     fn namespace_event(kind: &str, name: &str, version: &str) -> serde_json::Value {
         serde_json::json!({"type": kind, "object": {"apiVersion": "v1", "kind": "Namespace",
             "metadata": {"name": name, "resourceVersion": version}}})
@@ -895,18 +908,7 @@ mod tests {
             let answers = if streamed {
                 self.streams.fetch_add(1, Ordering::SeqCst);
                 if self.streamed.lock().expect("lock").is_empty() {
-                    let status = serde_json::json!({"apiVersion": "v1", "kind": "Status",
-                        "status": "Failure", "reason": "Invalid", "code": 422,
-                        "message": "sendInitialEvents is forbidden for watch unless the WatchList feature gate is enabled"});
-                    return Some(
-                        http::Response::builder()
-                            .status(422)
-                            .header("content-type", "application/json")
-                            .body(http_body_util::StreamBody::new(
-                                futures::stream::iter([line(&status)]).boxed(),
-                            ))
-                            .expect("a response"),
-                    );
+                    return Some(failure(422, "Invalid"));
                 }
                 &self.streamed
             } else {
@@ -950,17 +952,7 @@ mod tests {
             } else if query.get("limit").map(String::as_str) == Some("1") {
                 let newest = self.newest.lock().expect("lock").clone();
                 if newest == "fails" {
-                    let status = serde_json::json!({"apiVersion": "v1", "kind": "Status",
-                        "status": "Failure", "reason": "InternalError", "code": 500});
-                    return Some(
-                        http::Response::builder()
-                            .status(500)
-                            .header("content-type", "application/json")
-                            .body(http_body_util::StreamBody::new(
-                                futures::stream::iter([line(&status)]).boxed(),
-                            ))
-                            .expect("a response"),
-                    );
+                    return Some(failure(500, "InternalError"));
                 }
                 futures::stream::iter([line(&serde_json::json!({
                     "apiVersion": "v1", "kind": "NamespaceList",
