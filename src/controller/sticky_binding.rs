@@ -104,6 +104,27 @@ async fn reconcile(binding: Arc<StickyBinding>, ctx: Arc<Context>) -> Result<Act
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
+/// What the controller reads of a node: its name and its `Ready` condition. The rest (its
+/// images above all, half of the object on a kubelet reporting 50) is dropped before the store
+/// keeps it: this store holds every node of the cluster, beside the scheduler's own cache.
+fn keep_availability(node: &mut Node) {
+    node.spec = None;
+    node.metadata.labels = None;
+    node.metadata.annotations = None;
+    if let Some(status) = node.status.take() {
+        let ready: Vec<_> = status
+            .conditions
+            .into_iter()
+            .flatten()
+            .filter(|c| c.type_ == "Ready")
+            .collect();
+        node.status = Some(k8s_openapi::api::core::v1::NodeStatus {
+            conditions: Some(ready),
+            ..Default::default()
+        });
+    }
+}
+
 /// A failed reconcile is retried after a doubling, jittered wait (see
 /// [`super::next_retry`]), per binding.
 fn error_policy(binding: Arc<StickyBinding>, error: &Error, ctx: Arc<Context>) -> Action {
@@ -197,6 +218,7 @@ pub fn run(
             "nodes (StickyBinding controller)",
             Some(node_feed.clone()),
         )
+        .modify(keep_availability)
         .reflect(node_writer)
         .inspect(move |event| {
             if matches!(event, Ok(watcher::Event::InitDone)) {
@@ -236,5 +258,45 @@ pub fn run(
             .run(reconcile, error_policy, ctx)
             .for_each(|_| async {})
             .await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn node(ready: &str) -> Node {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "n1", "labels": {"zone": "a"}, "annotations": {"a": "b"}},
+            "spec": {"taints": [{"key": "k", "effect": "NoSchedule"}]},
+            "status": {
+                "conditions": [
+                    {"type": "MemoryPressure", "status": "False"},
+                    {"type": "Ready", "status": ready, "message": "kubelet is posting ready status"},
+                ],
+                "images": [{"names": ["registry.example/app:v1"], "sizeBytes": 1}],
+                "allocatable": {"cpu": "4"},
+            }
+        }))
+        .expect("a node")
+    }
+
+    #[test]
+    fn a_node_kept_for_availability_answers_as_the_whole_node_does() {
+        for ready in ["True", "False", "Unknown"] {
+            let whole = node(ready);
+            let mut kept = whole.clone();
+            keep_availability(&mut kept);
+            assert_eq!(
+                node_availability("n1", Some(&kept)),
+                node_availability("n1", Some(&whole)),
+                "{ready}"
+            );
+            assert_eq!(kept.metadata.name.as_deref(), Some("n1"));
+            let status = kept.status.expect("status kept");
+            assert!(status.images.is_none() && status.allocatable.is_none());
+            assert_eq!(status.conditions.map(|c| c.len()), Some(1));
+            assert!(kept.spec.is_none() && kept.metadata.labels.is_none());
+        }
     }
 }

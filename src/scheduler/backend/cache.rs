@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::Node;
 use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::backend::node_tree::{NodeTree, zone_key};
-use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::node_info::{ImageCounts, NodeImages, NodeInfo};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 
@@ -36,7 +36,7 @@ pub struct Cache {
     namespaces: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// On how many nodes (with a Node object) each image is: kept as nodes come, change and
     /// go, never recounted over every node.
-    image_counts: Arc<HashMap<String, usize>>,
+    image_counts: Arc<ImageCounts>,
     generation: u64,
     snapshot: Option<(u64, Arc<Snapshot>)>,
     /// The nodes whose info changed since the last snapshot, while the list of nodes did not:
@@ -97,25 +97,33 @@ impl Cache {
         info
     }
 
-    /// Adds or updates a node from the watch.
-    pub fn upsert_node(&mut self, node: Arc<Node>) {
+    /// Adds or updates a node from the watch; returns the node as kept: without its
+    /// `status.images`, which its info holds with each name shared between the nodes listing it
+    /// (about half a node object's size on a kubelet reporting 50 images).
+    pub fn upsert_node(&mut self, node: Arc<Node>) -> Arc<Node> {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let images_changed = self.nodes.get(&name).is_none_or(|old| {
-            old.node
-                .as_ref()
-                .and_then(|n| n.status.as_ref())
-                .and_then(|s| s.images.as_ref())
-                != node.status.as_ref().and_then(|s| s.images.as_ref())
+        let counts = &self.image_counts;
+        let images = NodeImages::read(&node, |image| {
+            counts
+                .get_key_value(image)
+                .map_or_else(|| Arc::from(image), |(shared, _)| shared.clone())
         });
+        let node = without_images(node);
+        let images_changed = self
+            .nodes
+            .get(&name)
+            .is_none_or(|old| old.node.is_none() || old.images != images);
         self.relisted |= self.tree.upsert(&name, zone_key(&node));
         if images_changed {
             self.count_images(&name, false);
         }
-        self.node_mut(&name).set_node(node);
+        self.node_mut(&name)
+            .set_node_and_images(node.clone(), images);
         if images_changed {
             self.count_images(&name, true);
         }
         self.touch();
+        node
     }
 
     /// Counts the images of node `name` (while it has a Node object) in, or out of, the
@@ -125,7 +133,7 @@ impl Cache {
             return;
         };
         let counts = Arc::make_mut(&mut self.image_counts);
-        for image in info.images.keys() {
+        for image in info.images.names() {
             if add {
                 *counts.entry(image.clone()).or_default() += 1;
             } else if let Some(n) = counts.get_mut(image) {
@@ -387,6 +395,18 @@ impl Cache {
     }
 }
 
+/// `node` without its `status.images` (copied only when another holder shares it).
+fn without_images(node: Arc<Node>) -> Arc<Node> {
+    if node.status.as_ref().is_none_or(|s| s.images.is_none()) {
+        return node;
+    }
+    let mut node = Arc::unwrap_or_clone(node);
+    if let Some(status) = node.status.as_mut() {
+        status.images = None;
+    }
+    Arc::new(node)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,6 +523,37 @@ mod tests {
         }
     }
 
+    /// A node is kept without its `status.images`; its info holds them, each name shared with
+    /// the other nodes listing it, and they still count.
+    #[test]
+    fn nodes_share_image_names_and_are_kept_without_their_images() {
+        let mut cache = Cache::new();
+        for name in ["n1", "n2"] {
+            let node = NodeBuilder::new(name)
+                .image("registry.example/app:v1", 5 << 20)
+                .build();
+            let kept = cache.upsert_node(Arc::new(node));
+            assert!(kept.status.as_ref().is_some_and(|s| s.images.is_none()));
+        }
+        let name_in = |node: &str| {
+            let info = cache.nodes.get(node).expect("a node info");
+            assert!(
+                info.node
+                    .as_ref()
+                    .is_some_and(|n| n.status.as_ref().is_some_and(|s| s.images.is_none()))
+            );
+            info.images.names().next().cloned().expect("an image")
+        };
+        assert!(Arc::ptr_eq(&name_in("n1"), &name_in("n2")));
+        let snapshot = cache.snapshot();
+        let info = snapshot.get("n2").expect("n2 in the snapshot");
+        assert_eq!(info.images.get("registry.example/app:v1"), Some(5 << 20));
+        assert_eq!(
+            snapshot.image_node_counts.get("registry.example/app:v1"),
+            Some(&2)
+        );
+    }
+
     /// The counts kept as nodes come, change and go equal a recount over every node, in
     /// every snapshot of a long, mixed sequence.
     #[test]
@@ -529,9 +580,9 @@ mod tests {
                 }
             }
             let snapshot = cache.snapshot();
-            let mut recount: HashMap<String, usize> = HashMap::new();
+            let mut recount = ImageCounts::new();
             for info in cache.nodes.values().filter(|n| n.node.is_some()) {
-                for image in info.images.keys() {
+                for image in info.images.names() {
                     *recount.entry(image.clone()).or_default() += 1;
                 }
             }

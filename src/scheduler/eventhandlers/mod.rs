@@ -189,11 +189,11 @@ impl EventHandlers {
     /// heartbeats are none.
     pub fn on_node(&self, node: Node) {
         let name = node.metadata.name.clone().unwrap_or_default();
-        let node = Arc::new(node);
         let sched = &self.sched;
         let mut cache = sched.lock_cache();
         let before = cache.node(&name);
-        cache.upsert_node(node.clone());
+        // The node as the cache keeps it, its images read out: not copied while shared here.
+        let node = cache.upsert_node(Arc::new(node));
         drop(cache);
         let new = Some(EventObject::Node(node.clone()));
         match before {

@@ -12,6 +12,59 @@ use crate::scheduler::framework::topology::NodeLabels;
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
+/// On how many nodes (with a Node object) each image name is.
+pub type ImageCounts = std::collections::HashMap<Arc<str>, usize>;
+
+/// A node's images: every name of each image its `status.images` lists, with the image's size
+/// in bytes, sorted by name (when a name is listed twice, the last one's size, as upstream's
+/// map). Shared between the node infos and snapshots made from one version of the node, so a
+/// pod added to a node does not copy them; the cache shares each name between the nodes that
+/// list it (a kubelet reports up to 50 images, two names each, mostly the same across a pool).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeImages(Arc<[(Arc<str>, i64)]>);
+
+impl NodeImages {
+    /// The images of `node`, each name made by `intern`.
+    pub fn read(node: &Node, mut intern: impl FnMut(&str) -> Arc<str>) -> Self {
+        let listed = node.status.as_ref().and_then(|s| s.images.as_ref());
+        let mut named: Vec<(Arc<str>, i64)> = listed
+            .into_iter()
+            .flatten()
+            .flat_map(|image| {
+                let size = image.size_bytes.unwrap_or(0);
+                image.names.iter().flatten().map(move |name| (name, size))
+            })
+            .map(|(name, size)| (intern(name), size))
+            .collect();
+        // Stable sort of the list reversed: the first of equal names is the last listed.
+        named.reverse();
+        named.sort_by(|a, b| a.0.cmp(&b.0));
+        named.dedup_by(|later, first| later.0 == first.0);
+        NodeImages(named.into())
+    }
+
+    /// The size of the image listed under `name`, if the node has it.
+    pub fn get(&self, name: &str) -> Option<i64> {
+        self.0
+            .binary_search_by(|(n, _)| (**n).cmp(name))
+            .ok()
+            .map(|i| self.0[i].1)
+    }
+
+    /// Every name, each once, in order.
+    pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().map(|(name, _)| name)
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
 /// How many of a node's pods belong to one group.
 #[derive(Clone, Debug)]
 pub struct GroupCount {
@@ -46,7 +99,7 @@ pub struct NodeInfo {
     pub non_zero_requested_sum: ResourceSum,
     pub allocatable: Resource,
     /// Image name → size in bytes, from `status.images`, every name of an image listed.
-    pub images: BTreeMap<String, i64>,
+    pub images: NodeImages,
     /// Bumped on every change; the cache uses it to refresh snapshots incrementally.
     pub generation: u64,
 }
@@ -59,18 +112,18 @@ impl NodeInfo {
         }
     }
 
+    /// Sets the node object and the images read from its `status.images`.
     pub fn set_node(&mut self, node: Arc<Node>) {
+        let images = NodeImages::read(&node, |name| Arc::from(name));
+        self.set_node_and_images(node, images);
+    }
+
+    /// Sets the node object and its images, read from it before (the cache reads them with
+    /// names shared between nodes and keeps the object without them).
+    pub fn set_node_and_images(&mut self, node: Arc<Node>, images: NodeImages) {
         let status = node.status.as_ref();
         self.allocatable = Resource::from_list(status.and_then(|s| s.allocatable.as_ref()));
-        self.images = status
-            .and_then(|s| s.images.as_ref())
-            .into_iter()
-            .flatten()
-            .flat_map(|img| {
-                let size = img.size_bytes.unwrap_or(0);
-                img.names.iter().flatten().map(move |n| (n.clone(), size))
-            })
-            .collect();
+        self.images = images;
         self.topology = NodeLabels::new(node.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS));
         self.node = Some(node);
     }
@@ -145,6 +198,23 @@ mod tests {
 
     fn pod(uid: &str, app: &str) -> Arc<PodInfo> {
         Arc::new(PodBuilder::new(uid).uid(uid).label("app", app).info())
+    }
+
+    /// As upstream's map of image states: every name of every image, a name listed twice
+    /// with the size of its last listing.
+    #[test]
+    fn a_node_lists_each_image_name_once_with_its_last_size() {
+        let node = NodeBuilder::new("n1")
+            .image("b:v1", 10)
+            .image("a:v1", 20)
+            .image("b:v1", 30)
+            .build();
+        let images = NodeImages::read(&node, |name| Arc::from(name));
+        assert_eq!(images.get("b:v1"), Some(30));
+        assert_eq!(images.get("a:v1"), Some(20));
+        assert_eq!(images.get("c:v1"), None);
+        let names: Vec<&str> = images.names().map(|n| &**n).collect();
+        assert_eq!(names, ["a:v1", "b:v1"]);
     }
 
     #[test]

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::scheduler::framework::node_info::NodeInfo;
+use crate::scheduler::framework::node_info::{ImageCounts, NodeInfo};
 
 /// Node infos of every node the cache knows an object for, plus cluster-wide indexes.
 #[derive(Clone, Debug, Default)]
@@ -24,7 +24,7 @@ pub struct Snapshot {
     /// Namespace name → labels, for affinity terms with a namespaceSelector.
     pub namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
     /// Image name → how many nodes have it, for ImageLocality's spread factor.
-    pub image_node_counts: Arc<HashMap<String, usize>>,
+    pub image_node_counts: Arc<ImageCounts>,
     /// Unique among this process's snapshots (0 for an empty default one): what [`History`]
     /// and kept sums name a snapshot by.
     id: u64,
@@ -89,7 +89,7 @@ impl Snapshot {
     pub fn new(
         nodes: Vec<Arc<NodeInfo>>,
         namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
-        image_node_counts: Arc<HashMap<String, usize>>,
+        image_node_counts: Arc<ImageCounts>,
     ) -> Self {
         let nodes: Vec<_> = nodes.into_iter().filter(|n| n.node.is_some()).collect();
         let index = Arc::new(
@@ -131,7 +131,7 @@ impl Snapshot {
         &self,
         changed: impl Iterator<Item = Arc<NodeInfo>>,
         namespace_labels: Arc<HashMap<String, BTreeMap<String, String>>>,
-        image_node_counts: Arc<HashMap<String, usize>>,
+        image_node_counts: Arc<ImageCounts>,
     ) -> Snapshot {
         let mut copy = Snapshot {
             namespace_labels,
@@ -179,9 +179,9 @@ impl Snapshot {
 
     /// A snapshot of plain node infos, computing the image counts; for tests and benchmarks.
     pub fn from_node_infos(nodes: Vec<NodeInfo>) -> Self {
-        let mut counts: HashMap<String, usize> = HashMap::new();
+        let mut counts = ImageCounts::new();
         for n in &nodes {
-            for image in n.images.keys() {
+            for image in n.images.names() {
                 *counts.entry(image.clone()).or_default() += 1;
             }
         }

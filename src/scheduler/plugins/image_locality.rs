@@ -162,7 +162,7 @@ impl PreScorePlugin for ImageLocality {
             .map(|c| c.image.as_deref().unwrap_or_default())
             .chain(volume_images)
             .map(normalized_image_name)
-            .filter_map(|name| counts.get(&name).map(|&c| (name, c)))
+            .filter_map(|name| counts.get(name.as_str()).map(|&c| (name, c)))
             .filter(|(_, c)| *c > 0)
             .collect();
         if images.is_empty() || snapshot.is_empty() {
@@ -189,7 +189,7 @@ impl ScorePlugin for ImageLocality {
         let sum = s
             .images
             .iter()
-            .filter_map(|(name, count)| node.images.get(name).map(|size| (*size, *count)))
+            .filter_map(|(name, count)| node.images.get(name).map(|size| (size, *count)))
             .map(|(size, count)| scaled_image_score(size, count, s.total_nodes))
             .fold(0i64, i64::saturating_add);
         Ok(calculate_priority(sum, s.num_containers))
