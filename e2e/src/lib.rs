@@ -702,30 +702,20 @@ impl TestNodes {
             .try_collect()
             .await?;
         // After a test restarted the control plane, the node lifecycle controller may take
-        // half a minute or more to lift the not-ready taints of new nodes; a large fleet takes
-        // the kwok controller a while to report Ready.
-        let params = kube::api::ListParams::default()
-            .labels(&format!("{TEST_KEY}={test}"))
-            .limit(500);
-        let timeout = Duration::from_secs(90 + count as u64 / 50);
-        wait_for(&format!("{count} nodes to be Ready"), timeout, || {
-            let nodes = nodes.clone();
-            let params = params.clone();
-            async move {
-                let mut ready = 0;
-                let mut params = params;
-                loop {
-                    let page = nodes.list(&params).await?;
-                    ready += page.items.iter().filter(|n| node_is_ready(n)).count();
-                    match page.metadata.continue_.filter(|c| !c.is_empty()) {
-                        Some(next) => params = params.continue_token(&next),
-                        None => break,
-                    }
-                }
-                Ok((ready == count).then_some(()))
-            }
-        })
-        .await?;
+        // half a minute or more to lift the not-ready taints of new nodes. One node read at a
+        // time, in the order they were made: a list of a large fleet every 100 ms would load
+        // the API server that kwok reports their status through.
+        for name in &made.names {
+            wait_for(
+                &format!("node {name} to be Ready"),
+                Duration::from_secs(90),
+                || {
+                    let nodes = nodes.clone();
+                    async move { Ok(node_is_ready(&nodes.get(name).await?).then_some(())) }
+                },
+            )
+            .await?;
+        }
         Ok(made)
     }
 
