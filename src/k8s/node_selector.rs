@@ -13,6 +13,9 @@ use k8s_openapi::api::core::v1::{Node, NodeSelector, NodeSelectorRequirement, No
 use super::names;
 use crate::k8s::pod::Pod;
 
+mod ids;
+pub use ids::{IdMatcher, LabelIds};
+
 /// One requirement on a node label or field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Op {

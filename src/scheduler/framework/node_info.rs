@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Node;
 use crate::k8s::resource::{Resource, ResourceSum};
 use crate::scheduler::framework::pod_group::PodGroup;
 use crate::scheduler::framework::pod_info::{HostPort, PodInfo};
-use crate::scheduler::framework::topology::NodeLabels;
+use crate::scheduler::framework::topology::{NodeLabels, NodeMatcher};
 
 static EMPTY_LABELS: BTreeMap<String, String> = BTreeMap::new();
 
@@ -126,6 +126,11 @@ impl NodeInfo {
         self.images = images;
         self.topology = NodeLabels::new(node.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS));
         self.node = Some(node);
+    }
+
+    /// Whether the node meets a pod's required node affinity and nodeSelector, by label id.
+    pub fn meets(&self, required: &NodeMatcher) -> bool {
+        required.matches(&self.name, |key| self.topology.value_of(key), self.labels())
     }
 
     pub fn labels(&self) -> &BTreeMap<String, String> {

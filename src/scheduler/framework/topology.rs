@@ -19,6 +19,24 @@ pub fn label(s: &str) -> Arc<Label> {
         .unwrap_or_else(|| LABELS.intern(s.to_string()))
 }
 
+/// The node labels' interner, for matching a pod's node requirements by id
+/// ([`crate::k8s::node_selector::IdMatcher`]).
+pub struct NodeLabelIds;
+
+impl crate::k8s::node_selector::LabelIds for NodeLabelIds {
+    type Held = Arc<Label>;
+
+    /// Interns `s` when nothing holds it yet: the matcher's ids then stay right for a node
+    /// whose labels are interned after it was built.
+    fn find(&self, s: &str) -> Option<(u32, Arc<Label>)> {
+        let l = label(s);
+        Some((l.id(), l))
+    }
+}
+
+/// A node's requirements matcher by label id (see [`NodeLabelIds`]).
+pub type NodeMatcher = crate::k8s::node_selector::IdMatcher<Arc<Label>>;
+
 /// A node's labels, interned: (key id, value id) pairs sorted by key id, kept apart from the
 /// labels themselves so that a lookup reads one small array and follows no pointer.
 #[derive(Clone, Debug, Default)]

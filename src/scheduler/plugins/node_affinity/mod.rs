@@ -14,6 +14,7 @@ use crate::k8s::node_selector::{self, NodeSelectorError, RequiredNodeAffinity, T
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
+use crate::scheduler::framework::topology::{NodeLabelIds, NodeMatcher};
 use crate::scheduler::framework::validation::FieldPath;
 use crate::scheduler::framework::validation::{FieldErrors, decode_args};
 use crate::scheduler::framework::{
@@ -249,7 +250,7 @@ impl PreFilterPlugin for NodeAffinity {
         if required.is_empty() && self.added_required.is_none() {
             return (PreFilterResult::all_nodes(), Status::skip());
         }
-        state.write(PRE_FILTER_STATE_KEY, required);
+        state.write(PRE_FILTER_STATE_KEY, required.by_id(&NodeLabelIds));
         let pinned = pod
             .pod
             .spec
@@ -281,8 +282,8 @@ impl FilterPlugin for NodeAffinity {
         {
             return Status::unresolvable(ERR_REASON_ENFORCED);
         }
-        let matched = match state.read::<RequiredNodeAffinity>(PRE_FILTER_STATE_KEY) {
-            Some(required) => required.matches_labels(&node.name, labels),
+        let matched = match state.read::<NodeMatcher>(PRE_FILTER_STATE_KEY) {
+            Some(required) => node.meets(required),
             // PreFilter did not run: parse here, as upstream falls back to.
             None => RequiredNodeAffinity::from_pod(&pod.pod).matches_labels(&node.name, labels),
         };

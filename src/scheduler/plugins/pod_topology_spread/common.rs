@@ -20,7 +20,7 @@ use crate::scheduler::framework::parallel::fold_per_thread;
 use crate::scheduler::framework::pod_group::{Answers, GroupMemo, PodGroup};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
-use crate::scheduler::framework::topology::{self, Label};
+use crate::scheduler::framework::topology::{self, Label, NodeLabelIds, NodeMatcher};
 
 pub(super) fn own_constraints(pod: &PodInfo) -> &[TopologySpreadConstraint] {
     pod.pod
@@ -94,13 +94,25 @@ impl Constraint {
 pub(super) struct Inclusion<'a> {
     /// A required term that does not parse matches no node (upstream ignores the error).
     pub(super) affinity: RequiredNodeAffinity,
+    /// `affinity` by label id, for matching many nodes; `None` for one node (the string
+    /// matcher then, sparing the interning).
+    by_id: Option<NodeMatcher>,
     pub(super) tolerations: &'a [Toleration],
 }
 
 impl<'a> Inclusion<'a> {
+    /// For many nodes (counting over the snapshot): the affinity matched by label id.
     pub(super) fn new(pod: &'a PodInfo) -> Self {
+        let mut inclusion = Inclusion::for_one_node(pod);
+        inclusion.by_id = Some(inclusion.affinity.by_id(&NodeLabelIds));
+        inclusion
+    }
+
+    /// For one node (a node's pods laid over a state): the affinity matched as strings.
+    pub(super) fn for_one_node(pod: &'a PodInfo) -> Self {
         let spec = pod.pod.spec.as_ref();
         Inclusion {
+            by_id: None,
             affinity: RequiredNodeAffinity::from_pod(&pod.pod),
             tolerations: spec.map_or(&[], PodSpec::tolerations),
         }
@@ -110,7 +122,10 @@ impl<'a> Inclusion<'a> {
         // An empty affinity matches every node; checking that first spares reading the node.
         if c.honor_node_affinity
             && !(self.affinity.is_empty()
-                || self.affinity.matches_labels(&node.name, node.labels()))
+                || match &self.by_id {
+                    Some(by_id) => node.meets(by_id),
+                    None => self.affinity.matches_labels(&node.name, node.labels()),
+                })
         {
             return false;
         }

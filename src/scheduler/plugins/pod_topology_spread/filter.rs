@@ -66,7 +66,7 @@ impl PreFilterState {
         if !(self.constraints.iter()).all(|hc| node.topology.has(&hc.constraint.topology_key)) {
             return next;
         }
-        let inclusion = Inclusion::new(pod);
+        let inclusion = Inclusion::for_one_node(pod);
         for (i, hc) in self.constraints.iter().enumerate() {
             let c = &hc.constraint;
             let Some(domain) = node.topology.value(&c.topology_key) else {
