@@ -683,8 +683,10 @@ impl TestNodes {
                 serde_json::from_value::<Node>(node).context("building a node")
             })
             .collect::<anyhow::Result<Vec<Node>>>()?;
-        // Sixteen creates in flight: a fleet of 15,000 is made in minutes, not one node at a
-        // time (about 28 a second here). The names stay in index order.
+        // A fleet of a thousand or more is made sixteen at a time (15,000 in minutes, not one
+        // node at a time at about 28 a second); a smaller one in order, one by one, as the tests
+        // have always made theirs. The names stay in index order.
+        let in_flight = if count >= 1000 { 16 } else { 1 };
         made.names = futures::stream::iter(built)
             .map(|node| {
                 let nodes = nodes.clone();
@@ -698,17 +700,22 @@ impl TestNodes {
                     Ok::<_, anyhow::Error>(name)
                 }
             })
-            .buffered(16)
+            .buffered(in_flight)
             .try_collect()
             .await?;
         // After a test restarted the control plane, the node lifecycle controller may take
-        // half a minute or more to lift the not-ready taints of new nodes. One node read at a
-        // time, in the order they were made: a list of a large fleet every 100 ms would load
-        // the API server that kwok reports their status through.
+        // half a minute or more to lift the not-ready taints of new nodes, and kwok reports a
+        // large fleet Ready at its own pace (15 to 30 nodes a second here): 90 s, plus a second
+        // for every 20 nodes, for the whole fleet. One node read at a time, in the order they
+        // were made: a list of a large fleet every 100 ms would load the API server that kwok
+        // reports their status through.
+        let fleet = Duration::from_secs(90 + count as u64 / 20);
+        let deadline = Instant::now() + fleet;
         for name in &made.names {
+            let left = deadline.saturating_duration_since(Instant::now());
             wait_for(
-                &format!("node {name} to be Ready"),
-                Duration::from_secs(90),
+                &format!("node {name} to be Ready (the fleet of {count} within {fleet:?})"),
+                left,
                 || {
                     let nodes = nodes.clone();
                     async move { Ok(node_is_ready(&nodes.get(name).await?).then_some(())) }

@@ -227,6 +227,9 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     }
     let count = env_or("BENCH_SCALE_NODES", 5000);
     let client = client().await?;
+    // Before the nodes: tether's profile would otherwise fail after an hour of set-up and
+    // kube-scheduler's run, on a cluster `make bench` did not start.
+    tether_e2e::install_crds(&client).await?;
     let nodes = nodes_with_images(&client, count, 50).await?;
     let bench = Bench::on(client, nodes);
     // BENCH_SCALE_ONLY=tether (or kube-scheduler) runs one of them.
