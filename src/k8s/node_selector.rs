@@ -193,15 +193,20 @@ impl Term {
         self.labels
             .iter()
             .all(|r| r.matches(labels.get(&r.key).map(String::as_str)))
-            && self.fields.iter().all(|r| {
-                // Nodes have one field, metadata.name; another key's value is empty.
-                let value = if r.key == "metadata.name" {
-                    node_name
-                } else {
-                    ""
-                };
-                r.matches(Some(value))
-            })
+            && self
+                .fields
+                .iter()
+                .all(|r| r.matches(Some(field_value(r, node_name))))
+    }
+}
+
+/// A node's value for a field requirement: nodes have one field, `metadata.name`; another
+/// key's value is empty.
+fn field_value<'a>(r: &Requirement, node_name: &'a str) -> &'a str {
+    if r.key == "metadata.name" {
+        node_name
+    } else {
+        ""
     }
 }
 

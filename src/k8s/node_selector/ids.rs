@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Op, RequiredNodeAffinity, Requirement, Term};
+use super::{Op, RequiredNodeAffinity, Requirement, Term, field_value};
 
 /// Interned label strings: what turns a pod's requirements into ids.
 pub trait LabelIds {
@@ -22,16 +22,15 @@ enum IdOp {
     NotIn(Vec<u32>),
     Exists,
     DoesNotExist,
-    /// Gt and Lt compare the node's value as a number: read from its labels as a string.
-    Numeric,
+    /// Gt and Lt (the requirement as parsed) compare the node's value as a number: read from
+    /// its labels as a string.
+    Numeric(Requirement),
 }
 
 #[derive(Clone, Debug)]
 struct IdRequirement {
     key: Option<u32>,
     op: IdOp,
-    /// The requirement as parsed, for Gt and Lt.
-    source: Requirement,
 }
 
 impl IdRequirement {
@@ -41,9 +40,7 @@ impl IdRequirement {
             IdOp::NotIn(ids) => value.is_none_or(|v| !ids.contains(&v)),
             IdOp::Exists => value.is_some(),
             IdOp::DoesNotExist => value.is_none(),
-            IdOp::Numeric => self
-                .source
-                .matches(labels.get(&self.source.key).map(String::as_str)),
+            IdOp::Numeric(r) => r.matches(labels.get(&r.key).map(String::as_str)),
         }
     }
 }
@@ -98,16 +95,6 @@ impl<H> IdMatcher<H> {
     }
 }
 
-/// A node's value for a field requirement: its name for `metadata.name`, empty for any other
-/// key (nodes have no other field), as [`Term::matches`] reads it.
-fn field_value<'a>(r: &Requirement, node_name: &'a str) -> &'a str {
-    if r.key == "metadata.name" {
-        node_name
-    } else {
-        ""
-    }
-}
-
 impl RequiredNodeAffinity {
     /// These requirements by id, for matching many nodes whose labels `ids` interned.
     pub fn by_id<I: LabelIds>(&self, ids: &I) -> IdMatcher<I::Held> {
@@ -150,12 +137,11 @@ fn term_by_id(term: &Term, find: &mut impl FnMut(&str) -> Option<u32>) -> Option
                 Op::NotIn(vs) => IdOp::NotIn(values(vs)),
                 Op::Exists => IdOp::Exists,
                 Op::DoesNotExist => IdOp::DoesNotExist,
-                Op::Gt(_) | Op::Lt(_) => IdOp::Numeric,
+                Op::Gt(_) | Op::Lt(_) => IdOp::Numeric(r.clone()),
             };
             IdRequirement {
                 key: find(&r.key),
                 op,
-                source: r.clone(),
             }
         })
         .collect();
@@ -173,6 +159,9 @@ mod tests {
         Affinity, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
     };
 
+    use rand::rngs::StdRng;
+    use rand::{Rng as _, SeedableRng};
+
     use super::*;
     use crate::scheduler::testing::PodBuilder;
 
@@ -186,16 +175,12 @@ mod tests {
         }
     }
 
-    /// A small deterministic generator.
-    struct Rng(u64);
+    /// A seeded generator: the same rounds every run.
+    struct Rng(StdRng);
 
     impl Rng {
         fn below(&mut self, n: usize) -> usize {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            ((self.0 >> 33) as usize) % n
+            self.0.random_range(0..n)
         }
     }
 
@@ -228,7 +213,7 @@ mod tests {
     /// do not parse.
     #[test]
     fn requirements_by_id_match_the_nodes_the_strings_match() {
-        let mut rng = Rng(11);
+        let mut rng = Rng(StdRng::seed_from_u64(11));
         let mut matched = 0;
         for round in 0..400 {
             let nodes: Vec<(String, BTreeMap<String, String>)> = (0..8)

@@ -55,14 +55,6 @@ impl NodeImages {
     pub fn names(&self) -> impl Iterator<Item = &Arc<str>> {
         self.0.iter().map(|(name, _)| name)
     }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
 }
 
 /// How many of a node's pods belong to one group.
