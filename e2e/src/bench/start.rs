@@ -13,9 +13,7 @@ use serde_json::{Value, json};
 use super::report::{machine, ratio};
 use super::{Bench, Contender, PodMaker, Process, Workload, empty};
 use crate::ground_truth::BindLedger;
-use crate::{
-    TestNamespace, TestNodes, apply, create_retried, free_local_addr, unique_suffix, wait_for,
-};
+use crate::{TestNamespace, TestNodes, apply, free_local_addr, unique_suffix, wait_for};
 
 impl Process {
     /// Starts `contender` (kube-scheduler or tether) for `scheduler`, serving its probes, and
@@ -108,15 +106,29 @@ impl Bench {
             let last = times.iter().max().copied().unwrap_or(started);
 
             // kube-apiserver killed and started again; then a new pod.
-            crate::faults::restart("kube-apiserver", crate::faults::Stop::Kill, Duration::ZERO)?;
+            crate::faults::restart_within(
+                "kube-apiserver",
+                crate::faults::Stop::Kill,
+                Duration::ZERO,
+                Duration::from_secs(600),
+            )?;
             let back = Instant::now();
             let probe = "after-restart";
             let pod: Pod = serde_json::from_value(json!({"apiVersion": "v1", "kind": "Pod",
                 "metadata": {"name": probe, "labels": {"bench": "probe"}}, "spec": maker.template}))?;
             let api = Api::<Pod>::namespaced(self.client.clone(), &ns.name);
             let params = PostParams::default();
-            create_retried("creating the pod after the restart", || api.create(&params, &pod))
-                .await?;
+            // Until the API server takes it: healthy again, one holding 150,000 pods answers
+            // 429 and 503 for longer than `create_retried`'s eight tries while its caches fill.
+            let (api, params, pod) = (&api, &params, &pod);
+            wait_for("the restarted API server to take a pod", Duration::from_secs(600), || async move {
+                match api.create(params, pod).await {
+                    Ok(_) => Ok(Some(())),
+                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(())),
+                    Err(e) => Err(anyhow::Error::new(e)),
+                }
+            })
+            .await?;
             crate::wait_bound(&self.client, &ns.name, probe, Duration::from_secs(600)).await?;
             let restart_to_bind_seconds = back.elapsed().as_secs_f64();
             drop(process);

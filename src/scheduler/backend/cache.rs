@@ -13,7 +13,9 @@ use k8s_openapi::api::core::v1::Node;
 use crate::k8s::pod::Pod;
 use crate::k8s::pods;
 use crate::scheduler::backend::node_tree::{NodeTree, zone_key};
-use crate::scheduler::framework::node_info::{ImageCounts, NodeImages, NodeInfo};
+use crate::scheduler::framework::node_info::{
+    ImageCounts, NodeImages, NodeInfo, NodeTaints, TaintLists,
+};
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
 
@@ -37,6 +39,8 @@ pub struct Cache {
     /// On how many nodes (with a Node object) each image is: kept as nodes come, change and
     /// go, never recounted over every node.
     image_counts: Arc<ImageCounts>,
+    /// Every node's taints, each list kept once for the nodes that share it.
+    taint_lists: TaintLists,
     generation: u64,
     snapshot: Option<(u64, Arc<Snapshot>)>,
     /// The nodes whose info changed since the last snapshot, while the list of nodes did not:
@@ -108,6 +112,7 @@ impl Cache {
                 .get_key_value(image)
                 .map_or_else(|| Arc::from(image), |(shared, _)| shared.clone())
         });
+        let taints = self.taint_lists.intern(&node);
         let node = without_images(node);
         let images_changed = self
             .nodes
@@ -118,7 +123,7 @@ impl Cache {
             self.count_images(&name, false);
         }
         self.node_mut(&name)
-            .set_node_and_images(node.clone(), images);
+            .set_node_with(node.clone(), images, taints);
         if images_changed {
             self.count_images(&name, true);
         }
@@ -158,6 +163,8 @@ impl Cache {
         } else {
             let info = Arc::make_mut(entry);
             info.node = None;
+            info.unschedulable = false;
+            info.taints = NodeTaints::default();
             info.generation += 1;
         }
         self.dirty.insert(name.to_string());
@@ -552,6 +559,48 @@ mod tests {
             snapshot.image_node_counts.get("registry.example/app:v1"),
             Some(&2)
         );
+    }
+
+    /// Nodes with the same taints share one list; a node's info follows its taints and its
+    /// cordon as they change; the lists no node holds any more are dropped as nodes come and go.
+    #[test]
+    fn nodes_share_their_taint_lists_and_follow_their_changes() {
+        let mut cache = Cache::new();
+        let tainted = |name: &str, pool: &str| {
+            Arc::new(
+                NodeBuilder::new(name)
+                    .taint("pool", pool, "NoSchedule")
+                    .build(),
+            )
+        };
+        for name in ["n1", "n2"] {
+            cache.upsert_node(tainted(name, "gpu"));
+        }
+        cache.upsert_node(tainted("n3", "cpu"));
+        let list = |cache: &Cache, node: &str| cache.nodes[node].taints.as_ptr();
+        assert_eq!(list(&cache, "n1"), list(&cache, "n2"));
+        assert_ne!(list(&cache, "n1"), list(&cache, "n3"));
+        assert_eq!(cache.nodes["n3"].taints[0].value.as_deref(), Some("cpu"));
+
+        cache.upsert_node(Arc::new(NodeBuilder::new("n1").unschedulable().build()));
+        assert!(cache.nodes["n1"].unschedulable && cache.nodes["n1"].taints.is_empty());
+        assert!(!cache.nodes["n2"].unschedulable);
+        assert_eq!(cache.nodes["n2"].taints.len(), 1);
+        cache.upsert_node(tainted("n1", "gpu"));
+        assert!(!cache.nodes["n1"].unschedulable);
+        assert_eq!(list(&cache, "n1"), list(&cache, "n2"));
+
+        for i in 0..1000 {
+            let name = format!("m{i}");
+            cache.upsert_node(tainted(&name, &i.to_string()));
+            cache.remove_node(&name);
+        }
+        assert!(
+            cache.taint_lists.kept() < 100,
+            "{} lists kept for 3 nodes",
+            cache.taint_lists.kept()
+        );
+        assert_eq!(list(&cache, "n1"), list(&cache, "n2"));
     }
 
     /// The counts kept as nodes come, change and go equal a recount over every node, in

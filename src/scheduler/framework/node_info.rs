@@ -1,9 +1,10 @@
 //! What the scheduler knows of one node: the node object and the pods on it, with their sums.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Taint};
 
 use crate::k8s::resource::{Resource, ResourceSum};
 use crate::scheduler::framework::pod_group::PodGroup;
@@ -57,6 +58,84 @@ impl NodeImages {
     }
 }
 
+/// A node's `spec.taints`, held by its info so that Filter reads them without first reaching
+/// the node's API object; one list shared by every node whose taints are the same (the cache
+/// interns them through [`TaintLists`]: a pool's nodes carry the same few taints).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NodeTaints(Arc<[Taint]>);
+
+impl NodeTaints {
+    /// The taints of `node`, in a list of their own.
+    pub fn read(node: &Node) -> Self {
+        NodeTaints(Arc::from(spec_taints(node)))
+    }
+}
+
+impl std::ops::Deref for NodeTaints {
+    type Target = [Taint];
+    fn deref(&self) -> &[Taint] {
+        &self.0
+    }
+}
+
+fn spec_taints(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+/// The taint lists of the cache's nodes, each kept once. A list no node holds any more is
+/// dropped at the next sweep, made when the lists kept have doubled since the last one (so a
+/// sweep costs a constant share of the interning).
+#[derive(Debug, Default)]
+pub struct TaintLists {
+    by_hash: HashMap<u64, Vec<NodeTaints>>,
+    kept: usize,
+    kept_after_sweep: usize,
+}
+
+impl TaintLists {
+    /// The taints of `node`, shared with every node interned with the same ones.
+    pub fn intern(&mut self, node: &Node) -> NodeTaints {
+        let taints = spec_taints(node);
+        if taints.is_empty() {
+            return NodeTaints::default();
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        for t in taints {
+            (&t.key, &t.value, &t.effect).hash(&mut hasher);
+        }
+        let bucket = self.by_hash.entry(hasher.finish()).or_default();
+        if let Some(kept) = bucket.iter().find(|kept| *kept.0 == *taints) {
+            return kept.clone();
+        }
+        let list = NodeTaints(Arc::from(taints));
+        bucket.push(list.clone());
+        self.kept += 1;
+        if self.kept > 2 * self.kept_after_sweep + 64 {
+            self.sweep();
+        }
+        list
+    }
+
+    /// Drops the lists only this holds.
+    fn sweep(&mut self) {
+        self.by_hash.retain(|_, bucket| {
+            bucket.retain(|list| Arc::strong_count(&list.0) > 1);
+            !bucket.is_empty()
+        });
+        self.kept = self.by_hash.values().map(Vec::len).sum();
+        self.kept_after_sweep = self.kept;
+    }
+
+    /// How many lists are kept (swept or not).
+    #[cfg(test)]
+    pub fn kept(&self) -> usize {
+        self.kept
+    }
+}
+
 /// How many of a node's pods belong to one group.
 #[derive(Clone, Debug)]
 pub struct GroupCount {
@@ -92,6 +171,10 @@ pub struct NodeInfo {
     pub allocatable: Resource,
     /// Image name → size in bytes, from `status.images`, every name of an image listed.
     pub images: NodeImages,
+    /// `spec.unschedulable`: the node is cordoned.
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: NodeTaints,
     /// Bumped on every change; the cache uses it to refresh snapshots incrementally.
     pub generation: u64,
 }
@@ -104,18 +187,25 @@ impl NodeInfo {
         }
     }
 
-    /// Sets the node object and the images read from its `status.images`.
+    /// Sets the node object, the images read from its `status.images` and its taints.
     pub fn set_node(&mut self, node: Arc<Node>) {
         let images = NodeImages::read(&node, |name| Arc::from(name));
-        self.set_node_and_images(node, images);
+        let taints = NodeTaints::read(&node);
+        self.set_node_with(node, images, taints);
     }
 
-    /// Sets the node object and its images, read from it before (the cache reads them with
-    /// names shared between nodes and keeps the object without them).
-    pub fn set_node_and_images(&mut self, node: Arc<Node>, images: NodeImages) {
+    /// Sets the node object with its images and taints, read from it before (the cache reads
+    /// them shared between nodes and keeps the object without its images).
+    pub fn set_node_with(&mut self, node: Arc<Node>, images: NodeImages, taints: NodeTaints) {
         let status = node.status.as_ref();
         self.allocatable = Resource::from_list(status.and_then(|s| s.allocatable.as_ref()));
         self.images = images;
+        self.taints = taints;
+        self.unschedulable = node
+            .spec
+            .as_ref()
+            .and_then(|s| s.unschedulable)
+            .unwrap_or(false);
         self.topology = NodeLabels::new(node.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS));
         self.node = Some(node);
     }

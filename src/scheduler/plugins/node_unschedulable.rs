@@ -87,15 +87,12 @@ impl Plugin for NodeUnschedulable {
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let Some(node) = node.node.as_ref() else {
+        // Read from the node's info, not its object: the first read of each node's object in
+        // a cycle was a cache miss per node (7 % of the CPU at 5,000 nodes, BENCHMARKS.md).
+        if node.node.is_none() {
             return Status::unresolvable(ERR_REASON_UNKNOWN_CONDITION);
-        };
-        let cordoned = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        if !cordoned {
+        }
+        if !node.unschedulable {
             return Status::success();
         }
         if tolerates_cordon(&pod.pod) {
@@ -151,7 +148,7 @@ fn after_toleration_added(
 }
 
 /// Whether `pod` tolerates the taint a cordoned node is treated as carrying.
-fn tolerates_cordon(pod: &Pod) -> bool {
+pub(crate) fn tolerates_cordon(pod: &Pod) -> bool {
     pod.spec
         .as_ref()
         .map_or(&[][..], PodSpec::tolerations)

@@ -40,11 +40,7 @@ struct PreScoreState {
 pub struct TaintToleration;
 
 fn node_taints(node: &NodeInfo) -> &[Taint] {
-    node.node
-        .as_ref()
-        .and_then(|n| n.spec.as_ref())
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
+    &node.taints
 }
 
 fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {

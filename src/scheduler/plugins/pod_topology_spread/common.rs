@@ -130,14 +130,8 @@ impl<'a> Inclusion<'a> {
             return false;
         }
         if c.honor_node_taints {
-            let taints = node
-                .node
-                .as_ref()
-                .and_then(|n| n.spec.as_ref())
-                .and_then(|s| s.taints.as_deref())
-                .unwrap_or_default();
             let hard = |t: &Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
-            if find_untolerated(taints, self.tolerations, hard).is_some() {
+            if find_untolerated(&node.taints, self.tolerations, hard).is_some() {
                 return false;
             }
         }

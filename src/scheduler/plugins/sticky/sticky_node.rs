@@ -31,6 +31,7 @@ use crate::scheduler::framework::{
 };
 use crate::scheduler::informers::storage::StorageIndex;
 use crate::scheduler::plugins::handle::Handle;
+use crate::scheduler::plugins::node_unschedulable;
 use crate::sticky::bindings::{self, BindingLookup};
 use crate::sticky::workload::{self, OwnerLookup, Workload};
 
@@ -420,30 +421,8 @@ impl StickyNode {
 /// Why `node` takes no new pods like `pod` (cordoned, as `kubectl cordon` or a drain leaves
 /// it), unless `pod` tolerates it as NodeUnschedulable reads the toleration.
 fn cordoned(node: &NodeInfo, pod: &Pod) -> Option<&'static str> {
-    let unschedulable = node
-        .node
-        .as_ref()
-        .and_then(|n| n.spec.as_ref())
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false);
-    let tolerated = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.tolerations.as_ref())
-        .is_some_and(|ts| {
-            ts.iter().any(|t| {
-                let key_matches = match t.key.as_deref() {
-                    None | Some("") => t.operator.as_deref() == Some("Exists"),
-                    Some(key) => key == UNSCHEDULABLE_TAINT,
-                };
-                let effect_matches = t
-                    .effect
-                    .as_deref()
-                    .is_none_or(|e| e.is_empty() || e == "NoSchedule");
-                key_matches && effect_matches
-            })
-        });
-    (unschedulable && !tolerated).then_some("cordoned (unschedulable)")
+    (node.unschedulable && !node_unschedulable::tolerates_cordon(pod))
+        .then_some("cordoned (unschedulable)")
 }
 
 /// What of the pod's own node selection leaves `node` out, when it does: its nodeSelector
@@ -477,9 +456,6 @@ fn admitted_by_kueue_topology(pod: &Pod) -> bool {
         })
     })
 }
-
-/// The taint a cordoned node is treated as carrying.
-const UNSCHEDULABLE_TAINT: &str = "node.kubernetes.io/unschedulable";
 
 /// The pod itself changed its annotations (it may have opted out) or owners.
 fn after_own_update(pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
@@ -1263,9 +1239,26 @@ mod tests {
              (unschedulable); uncordon it (kubectl uncordon n2), or set spec.nodeName of \
              StickyBinding default/pod-p to another node"
         );
-        let tolerating =
-            PodBuilder::new("p").toleration(UNSCHEDULABLE_TAINT, "Exists", "", "NoSchedule");
+        let tolerating = PodBuilder::new("p").toleration(
+            "node.kubernetes.io/unschedulable",
+            "Exists",
+            "",
+            "NoSchedule",
+        );
         assert!(attempt(tolerating).is_success());
+        // Read as NodeUnschedulable reads it: the cordon's taint has no value, so `Equal` with
+        // a value does not tolerate it (before, StickyNode let such a pod through to a Filter
+        // that rejected the pin anyway, without this message).
+        let with_a_value = PodBuilder::new("p").toleration(
+            "node.kubernetes.io/unschedulable",
+            "Equal",
+            "yes",
+            "NoSchedule",
+        );
+        assert_eq!(
+            attempt(with_a_value).code,
+            Code::UnschedulableAndUnresolvable
+        );
     }
 
     /// A pin the pod's own node selection rules out (Kueue's topology assignment written as a
