@@ -103,8 +103,12 @@ impl TaintLists {
             return NodeTaints::default();
         }
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        // Every field, the time too: nodes a controller tainted one by one (NoExecute
+        // `unreachable` after an outage) hold lists that differ only in it, and a bucket of
+        // thousands of them would be searched on every update of each of those nodes.
         for t in taints {
-            (&t.key, &t.value, &t.effect).hash(&mut hasher);
+            let added = t.time_added.as_ref().map(|at| at.0);
+            (&t.key, &t.value, &t.effect, added).hash(&mut hasher);
         }
         let bucket = self.by_hash.entry(hasher.finish()).or_default();
         if let Some(kept) = bucket.iter().find(|kept| *kept.0 == *taints) {
@@ -285,6 +289,31 @@ mod tests {
 
     fn pod(uid: &str, app: &str) -> Arc<PodInfo> {
         Arc::new(PodBuilder::new(uid).uid(uid).label("app", app).info())
+    }
+
+    /// Lists equal in every field are one; lists that differ only in when a taint was added
+    /// are two, each in a bucket of its own (not thousands searched in one).
+    #[test]
+    fn taint_lists_are_shared_when_equal_in_every_field() {
+        let unreachable_at = |second: i64| {
+            let mut node = NodeBuilder::new("n").build();
+            node.spec.get_or_insert_with(Default::default).taints = Some(vec![Taint {
+                key: "node.kubernetes.io/unreachable".into(),
+                value: None,
+                effect: "NoExecute".into(),
+                time_added: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    jiff::Timestamp::from_second(second).expect("a time"),
+                )),
+            }]);
+            node
+        };
+        let mut lists = TaintLists::default();
+        let first = lists.intern(&unreachable_at(100));
+        assert_eq!(lists.intern(&unreachable_at(100)).as_ptr(), first.as_ptr());
+        let later = lists.intern(&unreachable_at(200));
+        assert_ne!(later.as_ptr(), first.as_ptr());
+        assert_eq!(lists.kept(), 2);
+        assert!(lists.by_hash.values().all(|bucket| bucket.len() == 1));
     }
 
     /// As upstream's map of image states: every name of every image, a name listed twice
