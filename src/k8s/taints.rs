@@ -1,6 +1,29 @@
 //! Taints and tolerations, matched as `v1.Toleration.ToleratesTaint` matches them.
 
-use k8s_openapi::api::core::v1::{Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+
+/// A node's `spec.taints` (none when unset).
+pub fn of_node(node: &Node) -> &[Taint] {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_deref())
+        .unwrap_or_default()
+}
+
+/// Whether a node is cordoned (`spec.unschedulable`): treated as carrying the
+/// `node.kubernetes.io/unschedulable:NoSchedule` taint.
+pub fn cordoned(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.unschedulable)
+        .unwrap_or(false)
+}
+
+/// Whether a taint keeps pods off the node (NoSchedule) or evicts them (NoExecute): the taints
+/// Filter checks; PreferNoSchedule only scores.
+pub fn is_hard(taint: &Taint) -> bool {
+    taint.effect == "NoSchedule" || taint.effect == "NoExecute"
+}
 
 /// Whether `toleration` tolerates `taint`: the effect matches (an empty effect tolerates every
 /// effect), the key matches (an empty key with Exists tolerates every key), and with Equal (the

@@ -13,7 +13,9 @@ use serde_json::{Value, json};
 use super::report::{machine, ratio};
 use super::{Bench, Contender, PodMaker, Process, Workload, empty};
 use crate::ground_truth::BindLedger;
-use crate::{TestNamespace, TestNodes, apply, free_local_addr, unique_suffix, wait_for};
+use crate::{
+    TestNamespace, TestNodes, apply, create_retried, free_local_addr, unique_suffix, wait_for,
+};
 
 impl Process {
     /// Starts `contender` (kube-scheduler or tether) for `scheduler`, serving its probes, and
@@ -119,14 +121,13 @@ impl Bench {
             let api = Api::<Pod>::namespaced(self.client.clone(), &ns.name);
             let params = PostParams::default();
             // Until the API server takes it: healthy again, one holding 150,000 pods answers
-            // 429 and 503 for longer than `create_retried`'s eight tries while its caches fill.
+            // 429 and 503 for longer than `create_retried`'s eight tries while its caches fill,
+            // so those tries are made again until the deadline.
             let (api, params, pod) = (&api, &params, &pod);
             wait_for("the restarted API server to take a pod", Duration::from_secs(600), || async move {
-                match api.create(params, pod).await {
-                    Ok(_) => Ok(Some(())),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(Some(())),
-                    Err(e) => Err(anyhow::Error::new(e)),
-                }
+                create_retried("creating the pod after the restart", || api.create(params, pod))
+                    .await
+                    .map(Some)
             })
             .await?;
             crate::wait_bound(&self.client, &ns.name, probe, Duration::from_secs(600)).await?;

@@ -535,12 +535,7 @@ fn scaled_down(new: &Pod, old: &Pod) -> bool {
 /// none when nothing that scheduling reads changed (status heartbeats).
 pub fn node_changes(new: &Node, old: &Node) -> Vec<ClusterEvent> {
     let mut actions = Vec::new();
-    let cordoned = |n: &Node| {
-        n.spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false)
-    };
+    let cordoned = crate::k8s::taints::cordoned;
     if cordoned(new) != cordoned(old) && !cordoned(new) {
         actions.push(ActionType::UPDATE_NODE_TAINT);
     }
@@ -551,13 +546,7 @@ pub fn node_changes(new: &Node, old: &Node) -> Vec<ClusterEvent> {
     if labels(new) != labels(old) {
         actions.push(ActionType::UPDATE_NODE_LABEL);
     }
-    let taints = |n: &Node| {
-        n.spec
-            .as_ref()
-            .and_then(|s| s.taints.clone())
-            .unwrap_or_default()
-    };
-    if taints(new) != taints(old) {
+    if crate::k8s::taints::of_node(new) != crate::k8s::taints::of_node(old) {
         actions.push(ActionType::UPDATE_NODE_TAINT);
     }
     let conditions = |n: &Node| -> BTreeMap<String, String> {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Taint};
 
 use crate::k8s::resource::{Resource, ResourceSum};
+use crate::k8s::taints;
 use crate::scheduler::framework::pod_group::PodGroup;
 use crate::scheduler::framework::pod_info::{HostPort, PodInfo};
 use crate::scheduler::framework::topology::{NodeLabels, NodeMatcher};
@@ -67,7 +68,7 @@ pub struct NodeTaints(Arc<[Taint]>);
 impl NodeTaints {
     /// The taints of `node`, in a list of their own.
     pub fn read(node: &Node) -> Self {
-        NodeTaints(Arc::from(spec_taints(node)))
+        NodeTaints(Arc::from(taints::of_node(node)))
     }
 }
 
@@ -76,13 +77,6 @@ impl std::ops::Deref for NodeTaints {
     fn deref(&self) -> &[Taint] {
         &self.0
     }
-}
-
-fn spec_taints(node: &Node) -> &[Taint] {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
 }
 
 /// The taint lists of the cache's nodes, each kept once. A list no node holds any more is
@@ -98,7 +92,7 @@ pub struct TaintLists {
 impl TaintLists {
     /// The taints of `node`, shared with every node interned with the same ones.
     pub fn intern(&mut self, node: &Node) -> NodeTaints {
-        let taints = spec_taints(node);
+        let taints = taints::of_node(node);
         if taints.is_empty() {
             return NodeTaints::default();
         }
@@ -205,11 +199,7 @@ impl NodeInfo {
         self.allocatable = Resource::from_list(status.and_then(|s| s.allocatable.as_ref()));
         self.images = images;
         self.taints = taints;
-        self.unschedulable = node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
+        self.unschedulable = taints::cordoned(&node);
         self.topology = NodeLabels::new(node.metadata.labels.as_ref().unwrap_or(&EMPTY_LABELS));
         self.node = Some(node);
     }

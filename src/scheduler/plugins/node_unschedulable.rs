@@ -8,10 +8,10 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::plugins::handle::Handle;
 use std::sync::{Arc, LazyLock};
 
-use k8s_openapi::api::core::v1::{Node, Taint};
+use k8s_openapi::api::core::v1::Taint;
 
 use crate::k8s::pod::{Pod, PodSpec};
-use crate::k8s::taints::tolerates;
+use crate::k8s::taints::{self, tolerates};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -120,19 +120,12 @@ pub fn build(
     Ok(Arc::new(NodeUnschedulable))
 }
 
-fn cordoned(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|s| s.unschedulable)
-        .unwrap_or(false)
-}
-
 /// A schedulable node was added, or a node was uncordoned.
 fn after_node_change(_pod: &PodInfo, old: Option<&EventObject>, new: Option<&EventObject>) -> Hint {
     let Some((old, new)) = events::node_change(old, new) else {
         return Hint::Queue;
     };
-    events::queue_if(!cordoned(new) && old.is_none_or(cordoned))
+    events::queue_if(!taints::cordoned(new) && old.is_none_or(taints::cordoned))
 }
 
 /// The pod itself now tolerates cordoned nodes.
@@ -176,6 +169,7 @@ mod tests {
     use super::*;
     use crate::scheduler::framework::Code;
     use crate::scheduler::testing::{NodeBuilder, PodBuilder};
+    use k8s_openapi::api::core::v1::Node;
 
     #[test]
     fn filter_honours_cordon_and_its_toleration() {

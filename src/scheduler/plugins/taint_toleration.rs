@@ -11,7 +11,7 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 use crate::k8s::pod::PodSpec;
-use crate::k8s::taints::{find_untolerated, tolerates};
+use crate::k8s::taints::{self, find_untolerated, tolerates};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::pod_info::PodInfo;
 use crate::scheduler::framework::snapshot::Snapshot;
@@ -108,8 +108,7 @@ impl FilterPlugin for TaintToleration {
     /// UnschedulableAndUnresolvable on the first untolerated NoSchedule or NoExecute taint; the
     /// taint is named in the debug log only, as upstream logs it.
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        let hard = |t: &Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
-        match find_untolerated(node_taints(node), pod_tolerations(pod), hard) {
+        match find_untolerated(node_taints(node), pod_tolerations(pod), taints::is_hard) {
             None => Status::success(),
             Some(taint) => {
                 tracing::debug!(node = %node.name, pod = %pod.key(), taint = %taint.key, "node had untolerated taints");
@@ -123,7 +122,7 @@ impl FilterPlugin for TaintToleration {
         let tolerations = pod_tolerations(pod);
         let untolerated: Vec<String> = node_taints(node)
             .iter()
-            .filter(|t| t.effect == "NoSchedule" || t.effect == "NoExecute")
+            .filter(|t| taints::is_hard(t))
             .filter(|t| {
                 !tolerations
                     .iter()
@@ -218,13 +217,7 @@ pub fn build(
 
 /// Whether the pod does not tolerate a NoSchedule or NoExecute taint of `node`.
 fn untolerated(pod: &PodInfo, node: &Node) -> bool {
-    let taints = node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default();
-    let hard = |t: &Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
-    find_untolerated(taints, pod_tolerations(pod), hard).is_some()
+    find_untolerated(taints::of_node(node), pod_tolerations(pod), taints::is_hard).is_some()
 }
 
 /// A node added, or whose taints changed, that the pod now tolerates.

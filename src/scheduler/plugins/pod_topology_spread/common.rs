@@ -6,14 +6,14 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use foldhash::HashMap;
-use k8s_openapi::api::core::v1::{Taint, Toleration, TopologySpreadConstraint};
+use k8s_openapi::api::core::v1::{Toleration, TopologySpreadConstraint};
 
 use super::args::LABEL_HOSTNAME;
 use crate::k8s::labels::{Requirement, Selector, SelectorError};
 use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::pod::PodSpec;
 use crate::k8s::release::Release;
-use crate::k8s::taints::find_untolerated;
+use crate::k8s::taints::{self, find_untolerated};
 use crate::scheduler::framework::node_info::NodeInfo;
 use crate::scheduler::framework::node_sums::NodeSums;
 use crate::scheduler::framework::parallel::fold_per_thread;
@@ -129,11 +129,10 @@ impl<'a> Inclusion<'a> {
         {
             return false;
         }
-        if c.honor_node_taints {
-            let hard = |t: &Taint| t.effect == "NoSchedule" || t.effect == "NoExecute";
-            if find_untolerated(&node.taints, self.tolerations, hard).is_some() {
-                return false;
-            }
+        if c.honor_node_taints
+            && find_untolerated(&node.taints, self.tolerations, taints::is_hard).is_some()
+        {
+            return false;
         }
         true
     }

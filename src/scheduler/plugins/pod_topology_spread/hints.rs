@@ -121,12 +121,7 @@ fn after_node_change(
             let moved = constraints
                 .iter()
                 .any(|c| value(&before, &c.topology_key) != value(&after, &c.topology_key));
-            let taints = |n: &Node| {
-                n.spec
-                    .as_ref()
-                    .and_then(|s| s.taints.clone())
-                    .unwrap_or_default()
-            };
+            let taints = crate::k8s::taints::of_node;
             events::queue_if(has_keys(new) && (moved || taints(old) != taints(new)))
         }
         (None, Some(added)) => events::queue_if(has_keys(added)),

@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::api::StickyBinding;
 use crate::k8s::node_selector::RequiredNodeAffinity;
 use crate::k8s::pod::Pod;
+use crate::k8s::taints;
 use crate::k8s::volumes;
 use crate::scheduler::framework::HistoryReadership;
 use crate::scheduler::framework::events::{
@@ -390,10 +391,7 @@ impl StickyNode {
         ) else {
             return Hint::Queue;
         };
-        let unschedulable = |n: &k8s_openapi::api::core::v1::Node| {
-            n.spec.as_ref().and_then(|s| s.unschedulable) == Some(true)
-        };
-        if !unschedulable(old) || unschedulable(new) {
+        if !taints::cordoned(old) || taints::cordoned(new) {
             return Hint::Skip;
         }
         let (namespace, name) = self.binding_of(pod);
