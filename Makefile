@@ -11,7 +11,7 @@ KUBECTL := $(BIN_DIR)/kubectl --kubeconfig=$(KUBECONFIG_FILE)
 export TETHER_KUBECONFIG := $(KUBECONFIG_FILE)
 export TETHER_KUBECTL := $(BIN_DIR)/kubectl
 
-.PHONY: help build image image-arm64-check demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench bench-sweep
+.PHONY: help build image image-arm64-check demo-bins demo-tether demo-k8s fmt fmt-check lint unit fuzz crds crds-check chart-check monitoring-check monitoring-sync k8s-bins cluster cluster-down e2e fidelity test-matrix test demo demo-kueue soak bench bench-scale bench-sweep
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-13s %s\n", $$1, $$2}'
@@ -131,6 +131,16 @@ bench: ## the criterion cycle benches (5,000 nodes; DRA on 1,000), then kube-sch
 	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_NODES=$(BENCH_NODES) BENCH_PODS=$(BENCH_PODS) BENCH_RATE=$(BENCH_RATE) BENCH_READY_NODES=$(BENCH_READY_NODES) BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(BENCH_SCALE_PODS) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) BENCH_KUEUE_JOBS=$(BENCH_KUEUE_JOBS) \
 	  BENCH_VERSIONS="$(BENCH_VERSIONS)" \
 	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --nocapture --test-threads=1 || status=$$?; \
+	$(BENCH_CLUSTER_DOWN); \
+	exit $$status
+
+bench-scale: ## the scale run alone: kube-scheduler then tether, each started against BENCH_SCALE_PODS pending pods (100000 unless told) on BENCH_SCALE_NODES nodes of 50 images, then kube-apiserver killed under it (e.g. BENCH_SCALE_NODES=15000 BENCH_SCALE_PODS=150000: about 80 minutes here); its table into BENCHMARKS.md
+	$(CARGO) build --profile dist --bin tether
+	$(MAKE) --no-print-directory k8s-bins
+	@set -e; $(BENCH_CLUSTER_UP); \
+	status=0; TETHER_BIN=$(CURDIR)/target/dist/tether BENCH_SCALE_NODES=$(BENCH_SCALE_NODES) BENCH_SCALE_PODS=$(if $(filter 0,$(BENCH_SCALE_PODS)),100000,$(BENCH_SCALE_PODS)) BENCH_SCALE_KEEP=$(BENCH_SCALE_KEEP) \
+	  BENCH_VERSIONS="$(BENCH_VERSIONS)" \
+	  $(CARGO) test --release -p tether-e2e --test bench -- --ignored --exact start_and_restart_at_scale --nocapture || status=$$?; \
 	$(BENCH_CLUSTER_DOWN); \
 	exit $$status
 

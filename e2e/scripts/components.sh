@@ -62,6 +62,8 @@ apiserver_ready() {
 # start_apiserver: starts kube-apiserver on 127.0.0.1:$APISERVER_PORT and waits until it is ready.
 # It runs the aggregation layer (a front proxy with its own CA), so that an extension API server
 # on 127.0.0.1 (Kueue's visibility API, reached through an ExternalName Service) is served.
+# A namespace's or a collection's pods are deleted by eight workers, not one (the default): one
+# deletes about 100 pods a second here, 25 minutes for the 150,000 of a scale run.
 # From 1.37 it serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and
 # pods' spec.schedulingGroup), beta and off by default, as a cluster that runs gangs does; 1.36
 # has only an alpha v1alpha2 of it, which tether does not serve, and runs with its defaults.
@@ -99,6 +101,7 @@ start_apiserver() {
     --proxy-client-cert-file "$PKI_DIR/front-proxy-client.crt" \
     --proxy-client-key-file "$PKI_DIR/front-proxy-client.key" \
     --max-requests-inflight 2000 --max-mutating-requests-inflight 1000 --profiling=false \
+    --delete-collection-workers 8 \
     "${workload_api[@]}"
   wait_healthy kube-apiserver apiserver_ready
 }

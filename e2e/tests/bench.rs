@@ -216,7 +216,7 @@ async fn start_to_ready_on_a_large_fleet() -> anyhow::Result<()> {
 /// The scale run: `BENCH_SCALE_NODES` nodes (5,000 unless told otherwise) of 50 images each and
 /// `BENCH_SCALE_PODS` pods waiting (none unless told: `make bench BENCH_SCALE_PODS=100000`),
 /// kube-scheduler and tether in turn (see [`Bench::start_and_restart`]); writes its table into
-/// BENCHMARKS.md and target/bench/scale.json.
+/// BENCHMARKS.md (`scale table` at 5,000 nodes, `scale-N table` at N) and target/bench/scale.json.
 #[tokio::test]
 #[ignore = "100,000 pods on 5,000 nodes: make bench BENCH_SCALE_PODS=100000"]
 async fn start_and_restart_at_scale() -> anyhow::Result<()> {
@@ -256,7 +256,12 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
         &format!("make bench BENCH_SCALE_NODES={count} BENCH_SCALE_PODS={pods}"),
         &versions,
     );
-    into_benchmarks("scale", Some("At scale"), &table)?;
+    // The 5,000-node run's table and each other size's of its own.
+    let block = match count {
+        5000 => "scale".to_string(),
+        other => format!("scale-{other}"),
+    };
+    into_benchmarks(&block, Some(&format!("At scale: {count} nodes")), &table)?;
     println!("{table}");
     if keep {
         bench.nodes.keep();
