@@ -63,7 +63,7 @@ apiserver_ready() {
 # It runs the aggregation layer (a front proxy with its own CA), so that an extension API server
 # on 127.0.0.1 (Kueue's visibility API, reached through an ExternalName Service) is served.
 # A namespace's or a collection's pods are deleted by eight workers, not one (the default): one
-# deletes about 100 pods a second here, 25 minutes for the 150,000 of a scale run.
+# deletes about 100 pods a second here, 25 minutes for the 150,000 of a scale run; eight, 12.
 # From 1.37 it serves the Workload API (scheduling.k8s.io/v1beta1 Workloads and PodGroups, and
 # pods' spec.schedulingGroup), beta and off by default, as a cluster that runs gangs does; 1.36
 # has only an alpha v1alpha2 of it, which tether does not serve, and runs with its defaults.

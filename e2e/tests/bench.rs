@@ -147,6 +147,13 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
     let table = scale_report(&scale, "make test", "small run");
     println!("{table}");
     assert_eq!(table.lines().filter(|l| l.starts_with("| ")).count(), 3);
+    // kube-scheduler's row is its own reference: throughput, CPU and memory all 1.00x.
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains("| kube-scheduler |") && l.ends_with("| 1.00x | 1.00x | 1.00x |")),
+        "{table}"
+    );
     bench.nodes.delete().await
 }
 
@@ -253,7 +260,7 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();
     let table = scale_report(
         &results,
-        &format!("make bench BENCH_SCALE_NODES={count} BENCH_SCALE_PODS={pods}"),
+        &format!("make bench-scale BENCH_SCALE_NODES={count} BENCH_SCALE_PODS={pods}"),
         &versions,
     );
     // The 5,000-node run's table and each other size's of its own.

@@ -192,11 +192,11 @@ pub fn scale_report(results: &[ScaleResult], command: &str, versions: &str) -> S
         .iter()
         .find(|r| r.contender == Contender::KubeScheduler);
     let mut out = format!("Run `{command}` on {}; {versions}.\n\n", machine());
-    out.push_str("| nodes × images | pods waiting | scheduler | start to ready (s) | start to first bind (s) | pods/s | CPU ms/pod | peak RSS MiB | kube-apiserver killed: ready again to a new pod bound (s) | RSS vs kube-scheduler |\n");
-    out.push_str("|---|---|---|---|---|---|---|---|---|---|\n");
+    out.push_str("| nodes × images | pods waiting | scheduler | start to ready (s) | start to first bind (s) | pods/s | CPU ms/pod | peak RSS MiB | kube-apiserver killed: ready again to a new pod bound (s) | pods/s vs kube-scheduler | CPU/pod vs kube-scheduler | RSS vs kube-scheduler |\n");
+    out.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for r in results {
         out.push_str(&format!(
-            "| {} × 50 | {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.0} | {:.1} | {} |\n",
+            "| {} × 50 | {} | {} | {:.1} | {:.1} | {:.0} | {:.2} | {:.0} | {:.1} | {} | {} | {} |\n",
             r.nodes,
             r.pods,
             r.contender.label(),
@@ -206,6 +206,8 @@ pub fn scale_report(results: &[ScaleResult], command: &str, versions: &str) -> S
             r.cpu_ms_per_pod,
             r.peak_rss_mib,
             r.restart_to_bind_seconds,
+            ratio(Some(r.pods_per_second), kube.map(|k| k.pods_per_second)),
+            ratio(Some(r.cpu_ms_per_pod), kube.map(|k| k.cpu_ms_per_pod)),
             ratio(Some(r.peak_rss_mib), kube.map(|k| k.peak_rss_mib)),
         ));
     }
