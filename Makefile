@@ -35,8 +35,9 @@ fmt-check: ## fail when the code is not formatted
 lint: ## clippy over every target, warnings denied
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
-unit: ## unit tests (includes the crds/ drift check), the layers of src/, and the generated-input properties
+unit: ## unit tests (includes the crds/ drift check), the layers of src/, the generated-input properties, and the e2e harness's own unit tests (its readers and reports)
 	$(CARGO) test --lib --bins --test layers --test properties
+	$(CARGO) test -p tether-e2e --lib
 
 fuzz: ## the generated-input properties (tests/properties.rs), 200,000 cases each (about a minute each)
 	PROPTEST_CASES=$${PROPTEST_CASES:-200000} $(CARGO) test --release --test properties

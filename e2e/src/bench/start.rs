@@ -313,3 +313,62 @@ pub fn ready_report(results: &[ReadyResult], command: &str, versions: &str) -> S
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(
+        contender: Contender,
+        pods_per_second: f64,
+        cpu_ms_per_pod: f64,
+        rss: f64,
+    ) -> ScaleResult {
+        ScaleResult {
+            contender,
+            nodes: 15000,
+            pods: 150000,
+            ready_seconds: 20.0,
+            first_bind_seconds: 20.5,
+            pods_per_second,
+            cpu_seconds: cpu_ms_per_pod * 150.0,
+            cpu_ms_per_pod,
+            peak_rss_mib: rss,
+            restart_to_bind_seconds: 5.0,
+        }
+    }
+
+    #[test]
+    fn the_scale_table_ratios_each_figure_to_kube_schedulers() {
+        let results = [
+            run(Contender::KubeScheduler, 68.0, 8.0, 4000.0),
+            run(Contender::Tether, 340.0, 2.0, 1000.0),
+        ];
+        let table = scale_report(&results, "make bench-scale", "test");
+        let row = |who: &str| {
+            table
+                .lines()
+                .find(|l| l.contains(&format!("| {who} |")))
+                .unwrap_or_default()
+                .to_string()
+        };
+        // Throughput, CPU a pod, memory: 340/68, 2/8, 1000/4000.
+        assert!(
+            row("tether").ends_with("| 5.00x | 0.25x | 0.25x |"),
+            "{table}"
+        );
+        assert!(
+            row("kube-scheduler").ends_with("| 1.00x | 1.00x | 1.00x |"),
+            "{table}"
+        );
+        let header = table
+            .lines()
+            .find(|l| l.starts_with("| nodes"))
+            .unwrap_or_default();
+        assert_eq!(
+            header.matches('|').count(),
+            row("tether").matches('|').count(),
+            "{table}"
+        );
+    }
+}
