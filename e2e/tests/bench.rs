@@ -134,7 +134,7 @@ async fn a_small_bench_runs_every_contender() -> anyhow::Result<()> {
     let bench = Bench::on(client, nodes);
     let mut scale = Vec::new();
     for contender in [Contender::KubeScheduler, Contender::Tether] {
-        let r = bench.start_and_restart(contender, 30, false).await?;
+        let r = bench.start_and_restart(contender, 30, false, false).await?;
         assert!(
             r.ready_seconds > 0.0
                 && r.first_bind_seconds > 0.0
@@ -241,7 +241,8 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     let bench = Bench::on(client, nodes);
     // BENCH_SCALE_ONLY=tether (or kube-scheduler) runs one of them.
     let only = std::env::var("BENCH_SCALE_ONLY").unwrap_or_default();
-    // BENCH_SCALE_KEEP=1 leaves the last run's pods and the nodes for a soak at this size.
+    // BENCH_SCALE_KEEP=1 leaves the last run's pods and the nodes for a soak at this size, and
+    // a failed run's pods and the nodes to look into.
     let keep = env_or("BENCH_SCALE_KEEP", 0) == 1;
     let contenders: Vec<Contender> = [Contender::KubeScheduler, Contender::Tether]
         .into_iter()
@@ -250,11 +251,17 @@ async fn start_and_restart_at_scale() -> anyhow::Result<()> {
     let mut results = Vec::new();
     for (i, contender) in contenders.iter().enumerate() {
         let last = i + 1 == contenders.len();
-        results.push(
-            bench
-                .start_and_restart(*contender, pods, keep && last)
-                .await?,
-        );
+        match bench
+            .start_and_restart(*contender, pods, keep && last, keep)
+            .await
+        {
+            Ok(result) => results.push(result),
+            Err(e) if keep => {
+                bench.nodes.keep();
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        }
     }
     write_json(&results, "scale")?;
     let versions = std::env::var("BENCH_VERSIONS").unwrap_or_default();

@@ -65,12 +65,14 @@ impl Bench {
     /// CPU and peak memory once all are bound, and then the time from kube-apiserver being
     /// restarted (killed, and ready again) to a new pod being bound. Both schedulers must
     /// notice the lost watches, list again what they hold (every node and pod) and resume.
-    /// With `keep`, the pods stay bound when it ends (for a soak at this size to follow).
+    /// With `keep`, the pods stay bound when it ends (for a soak at this size to follow); with
+    /// `keep_failed`, they stay when it fails (to look into; deleting 150,000 takes minutes).
     pub async fn start_and_restart(
         &self,
         contender: Contender,
         pods: usize,
         keep: bool,
+        keep_failed: bool,
     ) -> anyhow::Result<ScaleResult> {
         let ns = TestNamespace::create(&self.client, "scale").await?;
         let scheduler = format!("scale-{}", unique_suffix());
@@ -157,6 +159,14 @@ impl Bench {
         }
         if keep && result.is_ok() {
             println!("kept: {pods} pods bound in namespace {}", ns.name);
+            ns.keep();
+            return result;
+        }
+        if keep_failed && result.is_err() {
+            println!(
+                "kept for a look: the pods of the failed run in namespace {}",
+                ns.name
+            );
             ns.keep();
             return result;
         }
