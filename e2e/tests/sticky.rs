@@ -429,6 +429,8 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
     lose_node_of_stopped_vm(&client, &ns.name, "vm", &pod, &first).await?;
     let pod = start_vm(&client, &ns.name, "vm", &vm_uid, &scheduler, &nodes).await?;
     let pods: Api<Pod> = Api::namespaced(client.clone(), &ns.name);
+    // The first attempt may come before the new VirtualMachineInstance reaches tether's watch
+    // ("waiting for the pod's owner … to be known"); the message to read is the one after it.
     let message = wait_for("FailedScheduling naming the sticky node", TIMEOUT, || {
         let (pods, pod) = (pods.clone(), pod.clone());
         async move {
@@ -438,7 +440,8 @@ async fn a_lost_node_keeps_the_workload_pending_until_a_person_moves_it() -> any
                 .unwrap_or_default()
                 .into_iter()
                 .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-                .and_then(|c| c.message))
+                .and_then(|c| c.message)
+                .filter(|m| !m.contains("to be known")))
         }
     })
     .await?;
