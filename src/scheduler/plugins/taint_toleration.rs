@@ -8,7 +8,7 @@ use crate::scheduler::framework::events::{
 use crate::scheduler::plugins::handle::Handle;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Toleration};
 
 use crate::k8s::pod::PodSpec;
 use crate::k8s::taints::{self, find_untolerated, tolerates};
@@ -38,10 +38,6 @@ struct PreScoreState {
 /// Filters on hard taints and scores on soft ones.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TaintToleration;
-
-fn node_taints(node: &NodeInfo) -> &[Taint] {
-    &node.taints
-}
 
 fn pod_tolerations(pod: &PodInfo) -> &[Toleration] {
     pod.pod.spec.as_ref().map_or(&[], PodSpec::tolerations)
@@ -108,7 +104,7 @@ impl FilterPlugin for TaintToleration {
     /// UnschedulableAndUnresolvable on the first untolerated NoSchedule or NoExecute taint; the
     /// taint is named in the debug log only, as upstream logs it.
     fn filter(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Status {
-        match find_untolerated(node_taints(node), pod_tolerations(pod), taints::is_hard) {
+        match find_untolerated(&node.taints, pod_tolerations(pod), taints::is_hard) {
             None => Status::success(),
             Some(taint) => {
                 tracing::debug!(node = %node.name, pod = %pod.key(), taint = %taint.key, "node had untolerated taints");
@@ -120,7 +116,8 @@ impl FilterPlugin for TaintToleration {
     /// Every NoSchedule and NoExecute taint of the node the pod does not tolerate.
     fn remedy(&self, _state: &CycleState, pod: &PodInfo, node: &NodeInfo) -> Option<String> {
         let tolerations = pod_tolerations(pod);
-        let untolerated: Vec<String> = node_taints(node)
+        let untolerated: Vec<String> = node
+            .taints
             .iter()
             .filter(|t| taints::is_hard(t))
             .filter(|t| {
@@ -181,7 +178,8 @@ impl ScorePlugin for TaintToleration {
         let s = state
             .read::<PreScoreState>(PRE_SCORE_STATE_KEY)
             .ok_or_else(|| Status::error("TaintToleration: PreScore state not found"))?;
-        let count = node_taints(node)
+        let count = node
+            .taints
             .iter()
             .filter(|t| t.effect == "PreferNoSchedule")
             .filter(|t| {
